@@ -1,0 +1,52 @@
+#include "kiln/rpc/message.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+#include <kj/io.h>
+
+namespace kiln::rpc {
+
+Message::Message(zmq::message_t frame, const Limits& limits) : frame_(std::move(frame)) {
+  const size_t size = frame_.size();
+  if (size > limits.maxFrameBytes)
+    throw Error(ErrorCode::TooLarge,
+                fmt::format("message of {} bytes exceeds the {} byte limit", size,
+                            limits.maxFrameBytes));
+  if (size == 0 || size % sizeof(capnp::word) != 0)
+    throw Error(ErrorCode::Malformed,
+                fmt::format("frame of {} bytes is not a whole number of 8-byte words", size));
+
+  // ZeroMQ gives no alignment promise; Cap'n Proto reads words in place.
+  kj::ArrayPtr<const capnp::word> words;
+  if (reinterpret_cast<uintptr_t>(frame_.data()) % alignof(capnp::word) == 0) {
+    words = kj::arrayPtr(frame_.data<capnp::word>(), size / sizeof(capnp::word));
+  } else {
+    aligned_ = kj::heapArray<capnp::word>(size / sizeof(capnp::word));
+    std::memcpy(aligned_.begin(), frame_.data(), size);
+    words = aligned_.asPtr();
+  }
+
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = limits.traversalLimitWords;
+  options.nestingLimit = limits.nestingLimit;
+  try {
+    reader_.emplace(words, options);
+  } catch (const kj::Exception& e) {
+    throwMalformed("invalid segment table", e);
+  }
+}
+
+zmq::message_t toFrame(capnp::MessageBuilder& message) {
+  const size_t bytes = capnp::computeSerializedSizeInWords(message) * sizeof(capnp::word);
+  zmq::message_t frame(bytes);
+  kj::ArrayOutputStream out(kj::arrayPtr(frame.data<kj::byte>(), bytes));
+  capnp::writeMessage(out, message);
+  return frame;
+}
+
+void throwMalformed(const char* what, const kj::Exception& e) {
+  throw Error(ErrorCode::Malformed, what, {}, e.getDescription().cStr());
+}
+
+} // namespace kiln::rpc

@@ -1,0 +1,20 @@
+# Requests and replies of the guards service. For now it answers the verbs every
+# service has; its real verbs come with its own issue.
+@0xe95885c52cff08b0;
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("kiln::schema");
+using Common = import "common.capnp";
+
+struct GuardsRequest {
+  union {
+    ping @0 :Common.Ping;
+    info @1 :Void;
+  }
+}
+
+struct GuardsReply {
+  union {
+    pong @0 :Common.Ping;
+    info @1 :Common.ServiceInfo;
+  }
+}

@@ -1,0 +1,20 @@
+# Requests and replies of the partitioner service. For now it answers the verbs every
+# service has; its real verbs come with its own issue.
+@0xbb12ae4fb7fa7626;
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("kiln::schema");
+using Common = import "common.capnp";
+
+struct PartitionerRequest {
+  union {
+    ping @0 :Common.Ping;
+    info @1 :Void;
+  }
+}
+
+struct PartitionerReply {
+  union {
+    pong @0 :Common.Ping;
+    info @1 :Common.ServiceInfo;
+  }
+}
