@@ -1,5 +1,6 @@
-# Requests and replies of the codegen service. For now it answers the verbs every
-# service has; its real verbs come with its own issue.
+# Requests and replies of the codegen service. Members 0 and 1 are the verbs every
+# service answers (see Common.CommonRequest); for now it has only those,
+# its real verbs come with its own issue.
 @0xa2f63c313263c011;
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("kiln::schema");

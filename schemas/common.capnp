@@ -84,3 +84,20 @@ struct TensorMeta {
   storageOffset @4 :SymExpr;
   requiresGrad @5 :Bool;
 }
+
+# Every service's Request and Reply unions begin with these two members at
+# ordinals 0 and 1, so these structs are valid (older-version) messages of
+# every service: a client can ping any service without knowing its schema.
+struct CommonRequest {
+  union {
+    ping @0 :Ping;
+    info @1 :Void;
+  }
+}
+
+struct CommonReply {
+  union {
+    pong @0 :Ping;
+    info @1 :ServiceInfo;
+  }
+}

@@ -1,5 +1,6 @@
-# Requests and replies of the partitioner service. For now it answers the verbs every
-# service has; its real verbs come with its own issue.
+# Requests and replies of the partitioner service. Members 0 and 1 are the verbs every
+# service answers (see Common.CommonRequest); for now it has only those,
+# its real verbs come with its own issue.
 @0xbb12ae4fb7fa7626;
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("kiln::schema");

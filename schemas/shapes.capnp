@@ -1,5 +1,6 @@
-# Requests and replies of the shapes service. For now it answers the verbs every
-# service has; its real verbs come with its own issue.
+# Requests and replies of the shapes service. Members 0 and 1 are the verbs every
+# service answers (see Common.CommonRequest); for now it has only those,
+# its real verbs come with its own issue.
 @0x95886e1d650844ec;
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("kiln::schema");

@@ -1,5 +1,6 @@
-# Requests and replies of the tracer service. For now it answers the verbs every
-# service has; its real verbs come with its own issue.
+# Requests and replies of the tracer service. Members 0 and 1 are the verbs every
+# service answers (see Common.CommonRequest); for now it has only those,
+# its real verbs come with its own issue.
 @0xf2ae01024c2c6aa6;
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("kiln::schema");

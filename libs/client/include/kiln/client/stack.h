@@ -1,0 +1,56 @@
+// Stack: a connection to a running kiln stack (its broker), for applications,
+// the `kiln` CLI and the Python SDK. Not thread-safe: one per thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/client/stack_paths.h"
+#include "kiln/client/status.h"
+#include "kiln/common/clock.h"
+#include "kiln/rpc/client.h"
+
+namespace kiln::client {
+
+struct ServiceInfo {
+  std::string service;
+  std::string version;
+  int pid = 0;
+  uint64_t uptimeMs = 0;
+  std::string buildId;
+};
+
+struct SwapResult {
+  std::vector<int> oldPids;
+  std::vector<int> newPids;
+};
+
+class Stack {
+public:
+  // `where`: a run directory or a broker endpoint (ipc://, tcp://); empty for
+  // $KILN_RUN_DIR or the default stack. Throws Error{unavailable} if no
+  // launcher answers within `timeout`.
+  static Stack connect(const std::string& where = {}, Millis timeout = Millis(5000));
+
+  // Round trip to a service (or "kiln.launcher"); returns what it says about itself.
+  ServiceInfo info(const std::string& service, Millis timeout = Millis(5000));
+  // Echoes `payload` through `service`; returns the echoed bytes.
+  std::string ping(const std::string& service, const std::string& payload = {},
+                   Millis timeout = Millis(5000));
+  StackStatus status(Millis timeout = Millis(5000));
+  // Asks the launcher to drain and stop every service and exit; returns once it agreed.
+  void down(Millis timeout = Millis(5000));
+  // Starts `binary` for `service`, waits for it to register, drains the old workers.
+  SwapResult swap(const std::string& service, const std::string& binary,
+                  Millis timeout = Millis(60000));
+
+  const std::string& endpoint() const { return rpc_->endpoint(); }
+  rpc::Client& rpc() { return *rpc_; }
+
+private:
+  explicit Stack(std::unique_ptr<rpc::Client> rpc) : rpc_(std::move(rpc)) {}
+  std::unique_ptr<rpc::Client> rpc_;
+};
+
+} // namespace kiln::client

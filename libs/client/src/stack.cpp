@@ -1,0 +1,142 @@
+#include "kiln/client/stack.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "kiln/schema/common.capnp.h"
+#include "kiln/schema/launcher.capnp.h"
+
+namespace kiln::client {
+
+static constexpr const char* kLauncher = "kiln.launcher";
+
+static const char* workerStateName(schema::WorkerState state) {
+  switch (state) {
+  case schema::WorkerState::STARTING: return "starting";
+  case schema::WorkerState::IDLE: return "idle";
+  case schema::WorkerState::BUSY: return "busy";
+  case schema::WorkerState::DRAINING: return "draining";
+  case schema::WorkerState::BACKOFF: return "backoff";
+  case schema::WorkerState::FAILED: return "failed";
+  }
+  return "unknown";
+}
+
+static const char* serviceStateName(schema::ServiceState state) {
+  switch (state) {
+  case schema::ServiceState::STARTING: return "starting";
+  case schema::ServiceState::RUNNING: return "running";
+  case schema::ServiceState::DEGRADED: return "degraded";
+  case schema::ServiceState::FAILED: return "failed";
+  case schema::ServiceState::STOPPED: return "stopped";
+  }
+  return "unknown";
+}
+
+static StackStatus fromWire(schema::StackStatus::Reader in) {
+  StackStatus out;
+  out.name = in.getName();
+  out.runDir = in.getRunDir();
+  out.launcherPid = in.getLauncherPid();
+  out.uptimeMs = in.getUptimeMs();
+  out.version = in.getVersion();
+  for (auto service : in.getServices()) {
+    ServiceStatus s;
+    s.name = service.getName();
+    s.binary = service.getBinary();
+    s.state = serviceStateName(service.getState());
+    s.failureReason = service.getFailureReason();
+    s.restarts = service.getRestarts();
+    s.queueDepth = service.getQueueDepth();
+    s.inFlight = service.getInFlight();
+    s.served = service.getServed();
+    s.errors = service.getErrors();
+    s.p50Us = service.getP50Us();
+    s.p99Us = service.getP99Us();
+    for (auto worker : service.getWorkers()) {
+      s.workers.push_back(WorkerStatus{worker.getPid(), workerStateName(worker.getState()),
+                                       worker.getServed(), worker.getRestarts(),
+                                       worker.getUptimeMs(), worker.getLastExit()});
+    }
+    out.services.push_back(std::move(s));
+  }
+  return out;
+}
+
+Stack Stack::connect(const std::string& where, Millis timeout) {
+  std::string endpoint;
+  if (where.rfind("ipc://", 0) == 0 || where.rfind("tcp://", 0) == 0) {
+    endpoint = where;
+  } else {
+    const StackPaths paths = resolveStack(where);
+    if (!std::filesystem::exists(paths.lockFile()))
+      throw Error(ErrorCode::Unavailable,
+                  fmt::format("no kiln stack runs at {} (start one with `kiln up`)", paths.runDir));
+    endpoint = paths.clientEndpoint();
+  }
+  Stack stack(std::make_unique<rpc::Client>(endpoint));
+  try {
+    stack.info(kLauncher, timeout);
+  } catch (const Error& e) {
+    throw Error(ErrorCode::Unavailable,
+                fmt::format("the kiln launcher at {} does not answer: {}", endpoint, e.what()));
+  }
+  return stack;
+}
+
+ServiceInfo Stack::info(const std::string& service, Millis timeout) {
+  capnp::MallocMessageBuilder request;
+  request.initRoot<schema::CommonRequest>().setInfo();
+  auto reply = rpc_->call(service, request, timeout);
+  return rpc::decoding([&] {
+    auto root = reply->root<schema::CommonReply>();
+    if (!root.isInfo()) throw Error(ErrorCode::Malformed, "reply to `info` is not info", service);
+    auto info = root.getInfo();
+    return ServiceInfo{info.getService(), info.getVersion(), info.getPid(), info.getUptimeMs(),
+                       info.getBuildId()};
+  });
+}
+
+std::string Stack::ping(const std::string& service, const std::string& payload, Millis timeout) {
+  capnp::MallocMessageBuilder request;
+  request.initRoot<schema::CommonRequest>().initPing().setPayload(
+      kj::arrayPtr(reinterpret_cast<const kj::byte*>(payload.data()), payload.size()));
+  auto reply = rpc_->call(service, request, timeout);
+  return rpc::decoding([&] {
+    auto root = reply->root<schema::CommonReply>();
+    if (!root.isPong()) throw Error(ErrorCode::Malformed, "reply to `ping` is not pong", service);
+    auto bytes = root.getPong().getPayload();
+    return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+  });
+}
+
+StackStatus Stack::status(Millis timeout) {
+  capnp::MallocMessageBuilder request;
+  request.initRoot<schema::LauncherRequest>().setStatus();
+  auto reply = rpc_->call(kLauncher, request, timeout);
+  return rpc::decoding([&] { return fromWire(reply->root<schema::LauncherReply>().getStatus()); });
+}
+
+void Stack::down(Millis timeout) {
+  capnp::MallocMessageBuilder request;
+  request.initRoot<schema::LauncherRequest>().setDown();
+  rpc_->call(kLauncher, request, timeout);
+}
+
+SwapResult Stack::swap(const std::string& service, const std::string& binary, Millis timeout) {
+  capnp::MallocMessageBuilder request;
+  auto swap = request.initRoot<schema::LauncherRequest>().initSwap();
+  swap.setService(service);
+  swap.setBinary(binary);
+  auto reply = rpc_->call(kLauncher, request, timeout);
+  return rpc::decoding([&] {
+    auto result = reply->root<schema::LauncherReply>().getSwap();
+    SwapResult out;
+    for (int pid : result.getOldPids()) out.oldPids.push_back(pid);
+    for (int pid : result.getNewPids()) out.newPids.push_back(pid);
+    return out;
+  });
+}
+
+} // namespace kiln::client
