@@ -1,0 +1,355 @@
+// _kiln: the Python bindings of the client SDK (libs/client, libs/shm).
+// Conversion only: each binding calls the C++ library with the GIL released
+// and turns what comes back into plain Python values; kiln::Error becomes
+// kiln.KilnError. Whatever is more than that belongs in python/kiln.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kiln/client/stack.h"
+#include "kiln/client/stack_paths.h"
+#include "kiln/common/error.h"
+#include "kiln/shm/store.h"
+
+namespace py = pybind11;
+
+namespace kiln::python {
+namespace {
+
+// Runs `f` with the GIL released; every call that may block goes through here.
+template <class F> auto withoutGil(F&& f) {
+  py::gil_scoped_release nogil;
+  return f();
+}
+
+// A stack as Python sees it: the client's connection, which owns one ZeroMQ
+// socket (so calls from several Python threads take turns), the run dir it was
+// found at, and the stack's shared-memory store once asked for.
+class PyStack {
+public:
+  static std::shared_ptr<PyStack> connect(const std::string& where, Millis timeout) {
+    const bool isEndpoint = where.rfind("ipc://", 0) == 0 || where.rfind("tcp://", 0) == 0;
+    auto stack = client::Stack::connect(where, timeout);
+    return std::make_shared<PyStack>(
+        std::move(stack), isEndpoint ? std::string() : client::resolveStack(where).runDir);
+  }
+
+  PyStack(client::Stack stack, std::string runDir)
+      : stack_(std::move(stack)), runDir_(std::move(runDir)) {}
+
+  // Calls `f(stack)` alone on this connection.
+  template <class F> auto locked(F&& f) {
+    std::lock_guard lock(mutex_);
+    return f(stack_);
+  }
+
+  // The stack's shared-memory store, attached on first use. Connected by
+  // endpoint, the run dir (hence the segment's name) comes from the launcher.
+  std::shared_ptr<shm::Store> store() {
+    std::lock_guard lock(mutex_);
+    if (!store_) {
+      if (runDir_.empty())
+        runDir_ = stack_.status().runDir;
+      store_ = std::make_shared<shm::Store>(
+          shm::Store::attach(client::StackPaths{runDir_}.segmentName()));
+    }
+    return store_;
+  }
+
+  const std::string& runDir() const { return runDir_; }
+  const std::string& endpoint() const { return stack_.endpoint(); }
+
+private:
+  std::mutex mutex_;
+  client::Stack stack_;
+  std::string runDir_;
+  std::shared_ptr<shm::Store> store_;
+};
+
+// A zero-copy window on one tensor's bytes, exposed through the buffer
+// protocol. It holds the store, so the mapping outlives every view on it.
+struct ShmBuffer {
+  std::shared_ptr<shm::Store> store;
+  shm::TensorView view;
+};
+
+shm::DType parseDType(const std::string& name) {
+  for (int32_t i = 0; i <= static_cast<int32_t>(shm::DType::Complex128); ++i)
+    if (shm::dtypeName(static_cast<shm::DType>(i)) == name)
+      return static_cast<shm::DType>(i);
+  throw Error(ErrorCode::InvalidArgument, fmt::format("unknown dtype '{}'", name));
+}
+
+py::dict toDict(const shm::TensorMeta& meta) {
+  py::dict out;
+  out["dtype"] = shm::dtypeName(meta.dtype);
+  out["sizes"] = meta.sizes;
+  out["strides"] = meta.strides;
+  out["storage_offset"] = meta.storageOffset;
+  return out;
+}
+
+py::dict toDict(const shm::TensorInfo& info) {
+  py::dict out = toDict(info.meta);
+  out["id"] = info.id;
+  out["lifetime"] = shm::lifetimeName(info.lifetime);
+  out["bytes"] = info.bytes;
+  out["lease_holders"] = info.leaseHolders;
+  return out;
+}
+
+py::dict toDict(const shm::Usage& usage) {
+  py::dict out;
+  out["capacity_bytes"] = usage.capacityBytes;
+  out["used_bytes"] = usage.usedBytes;
+  out["free_bytes"] = usage.freeBytes;
+  out["largest_free_block"] = usage.largestFreeBlock;
+  out["tensors"] = usage.tensors;
+  out["max_tensors"] = usage.maxTensors;
+  out["recoveries"] = usage.recoveries;
+  return out;
+}
+
+py::dict toDict(const client::ServiceInfo& info) {
+  py::dict out;
+  out["service"] = info.service;
+  out["version"] = info.version;
+  out["pid"] = info.pid;
+  out["uptime_ms"] = info.uptimeMs;
+  out["build_id"] = info.buildId;
+  return out;
+}
+
+py::dict toDict(const client::WorkerStatus& worker) {
+  py::dict out;
+  out["pid"] = worker.pid;
+  out["state"] = worker.state;
+  out["served"] = worker.served;
+  out["restarts"] = worker.restarts;
+  out["uptime_ms"] = worker.uptimeMs;
+  out["last_exit"] = worker.lastExit;
+  return out;
+}
+
+py::dict toDict(const client::ServiceStatus& service) {
+  py::list workers;
+  for (const auto& worker : service.workers)
+    workers.append(toDict(worker));
+  py::dict out;
+  out["name"] = service.name;
+  out["binary"] = service.binary;
+  out["state"] = service.state;
+  out["failure_reason"] = service.failureReason;
+  out["restarts"] = service.restarts;
+  out["queue_depth"] = service.queueDepth;
+  out["in_flight"] = service.inFlight;
+  out["served"] = service.served;
+  out["errors"] = service.errors;
+  out["p50_us"] = service.p50Us;
+  out["p99_us"] = service.p99Us;
+  out["workers"] = workers;
+  return out;
+}
+
+py::dict toDict(const client::StackStatus& status) {
+  py::list services;
+  for (const auto& service : status.services)
+    services.append(toDict(service));
+  py::dict out;
+  out["name"] = status.name;
+  out["run_dir"] = status.runDir;
+  out["launcher_pid"] = status.launcherPid;
+  out["uptime_ms"] = status.uptimeMs;
+  out["version"] = status.version;
+  out["services"] = services;
+  return out;
+}
+
+void bindError(py::module_& m) {
+  // Leaked on purpose: never decref'd after the interpreter is gone.
+  static auto* kilnError = new py::exception<Error>(m, "KilnError", PyExc_RuntimeError);
+  kilnError->attr("__module__") = "kiln";
+  kilnError->attr("__doc__") =
+      "An error from kiln: `code` (\"unavailable\", \"not_found\", ...), `message`, "
+      "and the `service` that raised it, if any.";
+  py::register_exception_translator([](std::exception_ptr thrown) {
+    try {
+      if (thrown)
+        std::rethrow_exception(thrown);
+    } catch (const Error& e) {
+      py::object error = py::handle(kilnError->ptr())(e.what());
+      error.attr("code") = errorCodeName(e.code());
+      error.attr("message") = e.message();
+      error.attr("service") = e.service();
+      error.attr("detail") = e.detail();
+      PyErr_SetObject(kilnError->ptr(), error.ptr());
+    }
+  });
+}
+
+void bindStack(py::module_& m) {
+  py::class_<PyStack, std::shared_ptr<PyStack>>(m, "Stack", "A connection to a running kiln stack.")
+      .def_static(
+          "connect",
+          [](const std::string& where, int64_t timeoutMs) {
+            return withoutGil([&] { return PyStack::connect(where, Millis(timeoutMs)); });
+          },
+          py::arg("where") = "", py::arg("timeout_ms") = 5000,
+          "Connects to the stack at a run dir or broker endpoint (empty: $KILN_RUN_DIR or "
+          "the default stack); KilnError(code='unavailable') if no launcher answers.")
+      .def(
+          "info",
+          [](PyStack& self, const std::string& service, int64_t timeoutMs) {
+            return toDict(withoutGil([&] {
+              return self.locked([&](auto& s) { return s.info(service, Millis(timeoutMs)); });
+            }));
+          },
+          py::arg("service"), py::arg("timeout_ms") = 5000,
+          "What `service` (or 'kiln.launcher') says about itself.")
+      .def(
+          "ping",
+          [](PyStack& self, const std::string& service, const py::bytes& payload,
+             int64_t timeoutMs) {
+            std::string bytes = payload;
+            return py::bytes(withoutGil([&] {
+              return self.locked(
+                  [&](auto& s) { return s.ping(service, bytes, Millis(timeoutMs)); });
+            }));
+          },
+          py::arg("service"), py::arg("payload") = py::bytes(), py::arg("timeout_ms") = 5000,
+          "Echoes `payload` through `service`; returns the bytes that came back.")
+      .def(
+          "status",
+          [](PyStack& self, int64_t timeoutMs) {
+            return toDict(withoutGil(
+                [&] { return self.locked([&](auto& s) { return s.status(Millis(timeoutMs)); }); }));
+          },
+          py::arg("timeout_ms") = 5000, "The launcher's view of every service and worker.")
+      .def(
+          "down",
+          [](PyStack& self, int64_t timeoutMs) {
+            withoutGil([&] { self.locked([&](auto& s) { s.down(Millis(timeoutMs)); }); });
+          },
+          py::arg("timeout_ms") = 5000,
+          "Asks the launcher to stop every service and exit; returns once it agreed.")
+      .def(
+          "shm", [](PyStack& self) { return withoutGil([&] { return self.store(); }); },
+          "The stack's shared-memory store (attached once, then shared).")
+      .def_property_readonly("run_dir",
+                             [](const PyStack& self) -> std::optional<std::string> {
+                               if (self.runDir().empty())
+                                 return std::nullopt;
+                               return self.runDir();
+                             })
+      .def_property_readonly("endpoint", &PyStack::endpoint)
+      .def("__repr__", [](const PyStack& self) {
+        return fmt::format("<kiln.Stack endpoint='{}'>", self.endpoint());
+      });
+}
+
+void bindShm(py::module_& m) {
+  py::class_<ShmBuffer>(m, "ShmBuffer", py::buffer_protocol(),
+                        "The bytes of one tensor in shared memory (writable, zero-copy).")
+      .def_buffer([](ShmBuffer& self) {
+        return py::buffer_info(self.view.data, 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(self.view.bytes)}, {1});
+      })
+      .def_property_readonly("id", [](const ShmBuffer& self) { return self.view.id; })
+      .def_property_readonly("nbytes", [](const ShmBuffer& self) { return self.view.bytes; })
+      .def_property_readonly("meta", [](const ShmBuffer& self) { return toDict(self.view.meta); });
+
+  py::class_<shm::Store, std::shared_ptr<shm::Store>>(
+      m, "ShmStore", "A stack's shared-memory segment of tensors, addressed by id.")
+      .def_static(
+          "attach",
+          [](const std::string& segmentName) {
+            return withoutGil(
+                [&] { return std::make_shared<shm::Store>(shm::Store::attach(segmentName)); });
+          },
+          py::arg("segment_name"), "Attaches to a segment by name; KilnError(code='not_found').")
+      .def_static(
+          "for_run_dir",
+          [](const std::string& runDir) {
+            return withoutGil([&] {
+              const auto name = client::resolveStack(runDir).segmentName();
+              return std::make_shared<shm::Store>(shm::Store::attach(name));
+            });
+          },
+          py::arg("run_dir") = "",
+          "Attaches to the segment of the stack at `run_dir` (empty: $KILN_RUN_DIR or the "
+          "default stack), without talking to its launcher.")
+      .def(
+          "allocate",
+          [](shm::Store& self, std::vector<int64_t> sizes, const std::string& dtype,
+             std::optional<std::vector<int64_t>> strides, int64_t storageOffset, bool pinned) {
+            shm::TensorMeta meta = shm::TensorMeta::contiguous(parseDType(dtype), std::move(sizes));
+            if (strides)
+              meta.strides = std::move(*strides);
+            meta.storageOffset = storageOffset;
+            return withoutGil([&] {
+              return self.allocate(meta, pinned ? shm::Lifetime::Pinned : shm::Lifetime::Leased);
+            });
+          },
+          py::arg("sizes"), py::arg("dtype"), py::arg("strides") = py::none(),
+          py::arg("storage_offset") = 0, py::arg("pinned") = true,
+          "Makes room for an uninitialized tensor (row-major unless `strides` is given); "
+          "returns its id. Pinned: kept until free(id); else freed with its last lease.")
+      .def(
+          "buffer",
+          [](const std::shared_ptr<shm::Store>& self, shm::TensorId id) {
+            return withoutGil([&] { return ShmBuffer{self, self->open(id)}; });
+          },
+          py::arg("id"),
+          "A writable buffer on the tensor's bytes, from its first element (takes a lease "
+          "for this process); KilnError(code='not_found') if there is no such tensor.")
+      .def(
+          "meta",
+          [](shm::Store& self, shm::TensorId id) {
+            for (const auto& info : withoutGil([&] { return self.list(); }))
+              if (info.id == id)
+                return toDict(info);
+            throw Error(ErrorCode::NotFound, fmt::format("no tensor {} in shared memory", id));
+          },
+          py::arg("id"), "dtype, sizes, strides, storage_offset, lifetime, bytes, lease_holders.")
+      .def(
+          "release",
+          [](shm::Store& self, shm::TensorId id) { withoutGil([&] { self.release(id); }); },
+          py::arg("id"), "Drops this process's lease on the tensor.")
+      .def(
+          "free", [](shm::Store& self, shm::TensorId id) { withoutGil([&] { self.free(id); }); },
+          py::arg("id"), "Frees the tensor now, whatever its leases; views on it become invalid.")
+      .def(
+          "list",
+          [](shm::Store& self) {
+            py::list out;
+            for (const auto& info : withoutGil([&] { return self.list(); }))
+              out.append(toDict(info));
+            return out;
+          },
+          "Every live tensor, by increasing id.")
+      .def(
+          "usage",
+          [](shm::Store& self) { return toDict(withoutGil([&] { return self.usage(); })); },
+          "Capacity, bytes used and free, tensor count.")
+      .def_property_readonly("name", &shm::Store::name)
+      .def("__repr__",
+           [](const shm::Store& self) { return fmt::format("<kiln.ShmStore '{}'>", self.name()); });
+}
+
+} // namespace
+} // namespace kiln::python
+
+PYBIND11_MODULE(_kiln, m) {
+  m.doc() = "kiln's native bindings; use the `kiln` package instead.";
+  kiln::python::bindError(m);
+  kiln::python::bindStack(m);
+  kiln::python::bindShm(m);
+}

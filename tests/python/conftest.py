@@ -1,0 +1,39 @@
+"""A real stack for the SDK tests: `kiln up` in a fresh run dir, `kiln down` at the end."""
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN_DIR = Path(os.environ.get("KILN_BIN_DIR", REPO / "build" / "bin"))
+
+
+def kiln_cli(run_dir: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(BIN_DIR / "kiln"), "--run-dir", run_dir, *args],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+@pytest.fixture(scope="session")
+def run_dir():
+    """The run dir of a stack that lives for the whole session (short: unix socket paths < 100)."""
+    run_dir = tempfile.mkdtemp(prefix="kt", dir="/tmp")
+    try:
+        up = kiln_cli(run_dir, "up")
+        if up.returncode != 0:
+            pytest.fail(f"kiln up failed ({up.returncode}):\n{up.stdout}{up.stderr}")
+        yield run_dir
+    finally:
+        kiln_cli(run_dir, "down")
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def stack(run_dir):
+    import kiln
+
+    return kiln.connect(run_dir)
