@@ -1,0 +1,285 @@
+// Whole-stack tests: the real `kiln` launcher and real service processes in a
+// temporary run dir, driven through the CLI and the client library.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "kiln/client/stack.h"
+#include "kiln/common/error.h"
+
+namespace fs = std::filesystem;
+using namespace kiln;
+
+namespace {
+
+struct CommandResult {
+  int exitCode;
+  std::string output;
+};
+
+CommandResult runKiln(const std::string& args) {
+  const std::string command = std::string(KILN_BIN_DIR) + "/kiln " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) output.append(buffer, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+bool processGone(int pid) {
+  if (kill(pid, 0) != 0) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string skip, state;
+  stat >> skip >> skip >> state;
+  return state == "Z";
+}
+
+template <class Pred> bool eventually(Pred pred, Millis within = Millis(10000)) {
+  const auto deadline = Clock::now() + within;
+  while (Clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(Millis(20));
+  }
+  return pred();
+}
+
+constexpr const char* kFastStack = R"(
+[stack]
+shm_bytes = 67108864
+ready_timeout_ms = 10000
+[broker]
+heartbeat_ms = 50
+liveness = 4
+[supervisor]
+backoff_initial_ms = 20
+backoff_max_ms = 200
+stop_timeout_ms = 3000
+[services.tracer]
+[services.guards]
+[services.shapes]
+[services.partitioner]
+[services.codegen]
+workers = 2
+)";
+
+// Pings services in a loop from its own thread and connection, counting outcomes.
+class Load {
+public:
+  Load(std::string runDir, std::vector<std::string> services)
+      : thread_([this, runDir, services] {
+          auto stack = client::Stack::connect(runDir);
+          for (size_t i = 0; !stop_.load(); ++i) {
+            const std::string& service = services[i % services.size()];
+            try {
+              if (stack.ping(service, "load", Millis(5000)) == "load") ++ok_;
+              else ++wrong_;
+            } catch (const Error& e) {
+              std::lock_guard<std::mutex> lock(mutex_);
+              errors_[std::string(errorCodeName(e.code()))]++;
+            } catch (...) {
+              ++wrong_;
+            }
+          }
+        }) {}
+  ~Load() { finish(); }
+
+  void finish() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  int ok() const { return ok_.load(); }
+  int wrong() const { return wrong_.load(); }
+  std::map<std::string, int> errors() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return errors_;
+  }
+
+private:
+  std::atomic<bool> stop_{false};
+  std::atomic<int> ok_{0};
+  std::atomic<int> wrong_{0};
+  std::mutex mutex_;
+  std::map<std::string, int> errors_;
+  std::thread thread_;
+};
+
+class StackTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    static int counter = 0;
+    runDir_ = fs::path("/tmp") / ("kst-" + std::to_string(getpid()) + "-" + std::to_string(++counter));
+    config_ = runDir_.string() + ".toml";
+    std::ofstream(config_) << kFastStack;
+  }
+
+  void TearDown() override {
+    if (fs::exists(runDir_ / "launcher.lock")) {
+      const int pid = launcherPid();
+      runKiln(where() + " down --timeout-ms 5000");
+      if (pid > 0 && !processGone(pid)) kill(pid, SIGKILL);
+    }
+    fs::remove_all(runDir_);
+    fs::remove(config_);
+  }
+
+  std::string where() const { return "--config " + config_ + " --run-dir " + runDir_.string(); }
+  int launcherPid() const {
+    std::ifstream in(runDir_ / "launcher.lock");
+    int pid = 0;
+    in >> pid;
+    return pid;
+  }
+  void up() {
+    const auto result = runKiln(where() + " up");
+    ASSERT_EQ(result.exitCode, 0) << result.output;
+  }
+  client::StackStatus status() { return client::Stack::connect(runDir_.string()).status(); }
+
+  fs::path runDir_;
+  std::string config_;
+};
+
+} // namespace
+
+TEST_F(StackTest, UpShowsEveryServiceRunningAndDownLeavesNothing) {
+  up();
+  const auto result = runKiln(where() + " status");
+  ASSERT_EQ(result.exitCode, 0) << result.output;
+  std::vector<int> pids = {launcherPid()};
+  const auto before = status();
+  ASSERT_EQ(before.services.size(), 5u);
+  for (const auto& service : before.services) {
+    EXPECT_EQ(service.state, "running") << service.name;
+    EXPECT_NE(result.output.find(service.name), std::string::npos);
+    for (const auto& worker : service.workers) pids.push_back(worker.pid);
+  }
+  EXPECT_EQ(before.service("codegen")->workers.size(), 2u);
+  const std::string segment = "/dev/shm/" + client::StackPaths{runDir_.string()}.segmentName();
+  EXPECT_TRUE(fs::exists(segment));
+
+  const auto down = runKiln(where() + " down");
+  ASSERT_EQ(down.exitCode, 0) << down.output;
+  for (int pid : pids) EXPECT_TRUE(eventually([&] { return processGone(pid); })) << "pid " << pid;
+  EXPECT_FALSE(fs::exists(runDir_));
+  EXPECT_FALSE(fs::exists(segment));
+}
+
+TEST_F(StackTest, SigkillOfEachServiceUnderLoadIsContained) {
+  up();
+  const std::vector<std::string> names = {"tracer", "guards", "shapes", "partitioner", "codegen"};
+  Load load(runDir_.string(), names);
+  for (const auto& name : names) {
+    const auto before = status();
+    const int victim = before.service(name)->workers.front().pid;
+    ASSERT_GT(victim, 0);
+    ASSERT_EQ(kill(victim, SIGKILL), 0);
+    // Restarted under a new pid and registered again.
+    EXPECT_TRUE(eventually([&] {
+      const auto* s = status().service(name);
+      bool replaced = s->state == "running";
+      for (const auto& w : s->workers) replaced = replaced && w.pid != victim;
+      return replaced && s->restarts >= 1;
+    })) << name;
+  }
+  const int servedBefore = load.ok();
+  EXPECT_TRUE(eventually([&] { return load.ok() > servedBefore + 50; }));
+  load.finish();
+
+  const auto after = status();
+  for (const auto& name : names) {
+    EXPECT_GE(after.service(name)->restarts, 1u) << name;
+    EXPECT_NE(after.service(name)->workers.front().lastExit.find("signal 9"), std::string::npos);
+  }
+  EXPECT_GT(load.ok(), 100);
+  EXPECT_EQ(load.wrong(), 0);
+  // Every request completed or got a typed error of the kinds a crash may cause.
+  for (const auto& [code, count] : load.errors())
+    EXPECT_TRUE(code == "unavailable" || code == "deadline_exceeded") << code << " x" << count;
+}
+
+TEST_F(StackTest, SwapUnderLoadLosesNoRequest) {
+  up();
+  const auto before = status().service("codegen")->workers;
+  Load first(runDir_.string(), {"codegen"});
+  Load second(runDir_.string(), {"codegen"});
+  std::this_thread::sleep_for(Millis(200));
+  const auto swap = runKiln(where() + " swap codegen " + std::string(KILN_BIN_DIR) + "/kiln-codegen");
+  ASSERT_EQ(swap.exitCode, 0) << swap.output;
+  std::this_thread::sleep_for(Millis(200));
+  first.finish();
+  second.finish();
+
+  const auto after = status().service("codegen");
+  ASSERT_EQ(after->workers.size(), 2u);
+  for (const auto& old : before) {
+    for (const auto& now : after->workers) EXPECT_NE(now.pid, old.pid);
+    EXPECT_TRUE(eventually([&] { return processGone(old.pid); }));
+  }
+  EXPECT_EQ(after->state, "running");
+  EXPECT_GT(first.ok() + second.ok(), 100);
+  EXPECT_EQ(first.wrong() + second.wrong(), 0);
+  EXPECT_TRUE(first.errors().empty());
+  EXPECT_TRUE(second.errors().empty());
+}
+
+TEST_F(StackTest, SwapToABrokenBinaryKeepsTheOldWorkers) {
+  up();
+  const auto before = status().service("tracer")->workers.front().pid;
+  const auto swap = runKiln(where() + " swap tracer /bin/false");
+  EXPECT_NE(swap.exitCode, 0);
+  EXPECT_NE(swap.output.find("unavailable"), std::string::npos) << swap.output;
+  EXPECT_EQ(status().service("tracer")->workers.front().pid, before);
+  EXPECT_EQ(client::Stack::connect(runDir_.string()).ping("tracer", "x"), "x");
+}
+
+TEST_F(StackTest, ASecondStackCannotTakeTheSameRunDir) {
+  up();
+  const auto again = runKiln(where() + " up");
+  EXPECT_NE(again.exitCode, 0);
+  EXPECT_NE(again.output.find("already runs"), std::string::npos) << again.output;
+  EXPECT_EQ(status().services.size(), 5u);
+}
+
+TEST_F(StackTest, CrashLoopingServiceIsMarkedFailedWithItsReason) {
+  std::ofstream(config_) << R"(
+[broker]
+heartbeat_ms = 50
+[supervisor]
+backoff_initial_ms = 5
+backoff_max_ms = 20
+crash_budget = 2
+[services.tracer]
+[services.flaky]
+binary = "/bin/false"
+)";
+  const auto result = runKiln(where() + " up");
+  EXPECT_NE(result.exitCode, 0);
+  EXPECT_NE(result.output.find("flaky"), std::string::npos) << result.output;
+  const auto now = status();
+  const auto* flaky = now.service("flaky");
+  ASSERT_NE(flaky, nullptr);
+  EXPECT_EQ(flaky->state, "failed");
+  EXPECT_NE(flaky->failureReason.find("crash budget 2"), std::string::npos) << flaky->failureReason;
+  EXPECT_EQ(now.service("tracer")->state, "running");
+  try {
+    client::Stack::connect(runDir_.string()).ping("flaky", "x", Millis(2000));
+    FAIL() << "a failed service answered";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Unavailable) << e.what();
+  }
+  try {
+    client::Stack::connect(runDir_.string()).ping("nosuch", "x", Millis(2000));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::UnknownService) << e.what();
+  }
+}
