@@ -34,7 +34,9 @@ struct Where {
   }
 };
 
-void onStop(int) { launcher::Launcher::requestStop(); }
+void onStop(int) {
+  launcher::Launcher::requestStop();
+}
 
 // Gone, or a zombie its new parent has not reaped yet (the daemon is not our child).
 bool processGone(int pid) {
@@ -63,15 +65,18 @@ void printStatus(const client::StackPaths& paths) {
 // ready (every service registered) or a problem.
 int up(const Where& where, bool foreground) {
   const auto config = launcher::StackConfig::load(where.config);
-  const auto paths = client::resolveStack(where.runDir.empty() ? config.runDir : where.runDir, config.name);
+  const auto paths =
+      client::resolveStack(where.runDir.empty() ? config.runDir : where.runDir, config.name);
   launcher::sweepStaleRunDirs(client::stacksRoot());
 
   if (foreground) {
     installSignals();
     launcher::Launcher stack(config, launcher::RunDir::acquire(paths));
     stack.run([&](const std::string& problem) {
-      if (problem.empty()) log().info("stack ready run_dir={}", paths.runDir);
-      else log().warn("stack not ready: {}", problem);
+      if (problem.empty())
+        log().info("stack ready run_dir={}", paths.runDir);
+      else
+        log().warn("stack not ready: {}", problem);
     });
     return 0;
   }
@@ -90,7 +95,8 @@ int up(const Where& where, bool foreground) {
     };
     try {
       auto runDir = launcher::RunDir::acquire(paths);
-      const int logFd = open(paths.logFile("launcher").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+      const int logFd =
+          open(paths.logFile("launcher").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
       const int devNull = open("/dev/null", O_RDWR);
       dup2(devNull, 0);
       dup2(logFd, 1);
@@ -114,7 +120,8 @@ int up(const Where& where, bool foreground) {
   for (ssize_t n; (n = read(ready[0], buffer, sizeof(buffer))) > 0;) message.append(buffer, n);
   close(ready[0]);
   if (message.empty()) {
-    std::cerr << "kiln: the launcher exited during start-up; see " << paths.logFile("launcher") << "\n";
+    std::cerr << "kiln: the launcher exited during start-up; see " << paths.logFile("launcher")
+              << "\n";
     return 1;
   }
   if (message.rfind("error: ", 0) == 0) {
@@ -153,7 +160,8 @@ int down(const Where& where, int timeoutMs) {
     }
     std::this_thread::sleep_for(Millis(20));
   }
-  std::cerr << "kiln: the launcher (pid " << pid << ") did not stop within " << timeoutMs << " ms\n";
+  std::cerr << "kiln: the launcher (pid " << pid << ") did not stop within " << timeoutMs
+            << " ms\n";
   return 1;
 }
 
@@ -190,21 +198,25 @@ int main(int argc, char** argv) {
   CLI::App app("kiln: the compiler stack's launcher", "kiln");
   app.require_subcommand(1);
   Where where;
-  app.add_option("--config", where.config, "stack config (default: the embedded configs/stack.toml)");
+  app.add_option("--config", where.config,
+                 "stack config (default: the embedded configs/stack.toml)");
   app.add_option("--run-dir", where.runDir, "the stack's run directory (default: from the config)");
 
   auto* upCommand = app.add_subcommand("up", "start a stack and wait until it is ready");
   bool foreground = false;
   upCommand->add_flag("--foreground", foreground, "run the launcher in this process");
-  auto* statusCommand = app.add_subcommand("status", "show services, pids, restarts, queues, latency");
-  auto* downCommand = app.add_subcommand("down", "drain and stop every service, remove the run dir");
+  auto* statusCommand =
+      app.add_subcommand("status", "show services, pids, restarts, queues, latency");
+  auto* downCommand =
+      app.add_subcommand("down", "drain and stop every service, remove the run dir");
   int timeoutMs = 30000;
   downCommand->add_option("--timeout-ms", timeoutMs, "how long to wait for the stack to stop");
   auto* swapCommand = app.add_subcommand("swap", "replace a service's binary while the stack runs");
   std::string service, binary;
   swapCommand->add_option("service", service)->required();
   swapCommand->add_option("binary", binary)->required();
-  auto* logsCommand = app.add_subcommand("logs", "print a service's log (launcher: the launcher's)");
+  auto* logsCommand =
+      app.add_subcommand("logs", "print a service's log (launcher: the launcher's)");
   int lines = 0;
   bool follow = false;
   logsCommand->add_option("service", service)->required();

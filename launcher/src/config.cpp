@@ -11,10 +11,10 @@
 
 namespace kiln::launcher {
 
-extern const char* const kEmbeddedStackToml;  // generated from configs/stack.toml
+extern const char* const kEmbeddedStackToml; // generated from configs/stack.toml
 
-static const std::vector<std::string> kPipelineOrder = {"tracer", "guards", "shapes",
-                                                        "partitioner", "codegen"};
+static const std::vector<std::string> kPipelineOrder = {"tracer", "guards", "shapes", "partitioner",
+                                                        "codegen"};
 
 const std::string& StackConfig::embeddedDefault() {
   static const std::string text = kEmbeddedStackToml;
@@ -44,7 +44,8 @@ public:
     if (!v) return fallback;
     if (!v->is_integer()) fail(key, "must be an integer");
     const int64_t value = v->as_integer();
-    if (value < lo || value > hi) fail(key, fmt::format("must be in [{}, {}], got {}", lo, hi, value));
+    if (value < lo || value > hi)
+      fail(key, fmt::format("must be in [{}, {}], got {}", lo, hi, value));
     return value;
   }
 
@@ -77,7 +78,8 @@ StackConfig StackConfig::parse(const std::string& text, const std::string& origi
     std::istringstream in(text);
     root = toml::parse(in, origin);
   } catch (const std::exception& e) {
-    throw Error(ErrorCode::InvalidArgument, fmt::format("{}: not valid TOML", origin), {}, e.what());
+    throw Error(ErrorCode::InvalidArgument, fmt::format("{}: not valid TOML", origin), {},
+                e.what());
   }
 
   StackConfig config;
@@ -88,7 +90,8 @@ StackConfig StackConfig::parse(const std::string& text, const std::string& origi
   config.runDir = stack.string("run_dir", "");
   config.shmBytes = static_cast<size_t>(
       stack.integer("shm_bytes", static_cast<int64_t>(config.shmBytes), 1 << 20, int64_t{1} << 40));
-  config.readyTimeout = Millis(stack.integer("ready_timeout_ms", config.readyTimeout.count(), 1, 3600000));
+  config.readyTimeout =
+      Millis(stack.integer("ready_timeout_ms", config.readyTimeout.count(), 1, 3600000));
 
   const Table broker(root, "broker", origin);
   config.heartbeat = Millis(broker.integer("heartbeat_ms", config.heartbeat.count(), 1, 60000));
@@ -101,14 +104,17 @@ StackConfig StackConfig::parse(const std::string& text, const std::string& origi
       Millis(supervisor.integer("backoff_initial_ms", config.backoffInitial.count(), 1, 3600000));
   config.backoffMax = Millis(supervisor.integer("backoff_max_ms", config.backoffMax.count(),
                                                 config.backoffInitial.count(), 3600000));
-  config.crashBudget = static_cast<int>(supervisor.integer("crash_budget", config.crashBudget, 0, 100000));
-  config.crashWindow =
-      std::chrono::seconds(supervisor.integer("crash_window_s", config.crashWindow.count(), 1, 86400));
-  config.stopTimeout = Millis(supervisor.integer("stop_timeout_ms", config.stopTimeout.count(), 1, 600000));
+  config.crashBudget =
+      static_cast<int>(supervisor.integer("crash_budget", config.crashBudget, 0, 100000));
+  config.crashWindow = std::chrono::seconds(
+      supervisor.integer("crash_window_s", config.crashWindow.count(), 1, 86400));
+  config.stopTimeout =
+      Millis(supervisor.integer("stop_timeout_ms", config.stopTimeout.count(), 1, 600000));
 
   if (root.contains("services")) {
     const toml::value& services = root.at("services");
-    if (!services.is_table()) Table(root, "services", origin).fail("", "must be a table of services");
+    if (!services.is_table())
+      Table(root, "services", origin).fail("", "must be a table of services");
     for (const auto& [name, value] : services.as_table()) {
       const Table table(services, name, origin + ": services");
       ServiceConfig service;
@@ -121,7 +127,8 @@ StackConfig StackConfig::parse(const std::string& text, const std::string& origi
     }
   }
   std::sort(config.services.begin(), config.services.end(), [](const auto& a, const auto& b) {
-    return std::make_pair(pipelineRank(a.name), a.name) < std::make_pair(pipelineRank(b.name), b.name);
+    return std::make_pair(pipelineRank(a.name), a.name) <
+           std::make_pair(pipelineRank(b.name), b.name);
   });
   return config;
 }

@@ -17,6 +17,7 @@ namespace kiln::launcher {
 static constexpr const char* kLauncherService = "kiln.launcher";
 static constexpr Millis kLoopTick{20};
 static constexpr Millis kSwapRegisterTimeout{30000};
+static constexpr Millis kLeaseSweep{1000};
 
 std::atomic<bool> Launcher::stopRequested_{false};
 
@@ -42,8 +43,8 @@ Launcher::Launcher(StackConfig config, RunDir runDir)
   brokerOptions.maxAttempts = config_.maxAttempts;
   brokerOptions.maxQueue = config_.maxQueue;
   broker_ = std::make_unique<rpc::Broker>(brokerOptions);
-  broker_->addInternalService(kLauncherService,
-                              [this](rpc::Message& body, const rpc::ReplyTo& to) { handle(body, to); });
+  broker_->addInternalService(
+      kLauncherService, [this](rpc::Message& body, const rpc::ReplyTo& to) { handle(body, to); });
 
   SupervisorOptions supervisorOptions;
   supervisorOptions.backoffInitial = config_.backoffInitial;
@@ -51,9 +52,9 @@ Launcher::Launcher(StackConfig config, RunDir runDir)
   supervisorOptions.crashBudget = config_.crashBudget;
   supervisorOptions.crashWindow = config_.crashWindow;
   supervisorOptions.logDir = paths.logDir();
-  supervisorOptions.serviceArgs = {"--broker", paths.workerEndpoint(), "--heartbeat-ms",
-                                   std::to_string(config_.heartbeat.count()), "--liveness",
-                                   std::to_string(config_.liveness)};
+  supervisorOptions.serviceArgs = {"--broker",       paths.workerEndpoint(),
+                                   "--heartbeat-ms", std::to_string(config_.heartbeat.count()),
+                                   "--liveness",     std::to_string(config_.liveness)};
   supervisor_ = std::make_unique<Supervisor>(supervisorOptions);
   for (const auto& service : config_.services) {
     broker_->declareService(service.name);
@@ -67,9 +68,16 @@ Launcher::~Launcher() = default;
 
 void Launcher::run(const std::function<void(const std::string&)>& onReady) {
   bool readyReported = false;
+  auto nextLeaseSweep = Clock::now() + kLeaseSweep;
   while (!stopRequested_.load() && !downRequested_) {
     broker_->poll(kLoopTick);
     afterExits(supervisor_->reap());
+    if (Clock::now() >= nextLeaseSweep) {
+      // Clients die too, not only our children: their shm leases go back here.
+      if (const size_t dropped = store_.reclaimDeadLeases())
+        log().info("reclaimed shm leases of dead processes count={}", dropped);
+      nextLeaseSweep = Clock::now() + kLeaseSweep;
+    }
     supervisor_->restartDue();
     advanceSwaps();
     if (!readyReported) {
@@ -89,7 +97,8 @@ std::string Launcher::readiness() const {
   std::string waiting;
   for (const auto& service : config_.services) {
     if (supervisor_->failed(service.name))
-      return fmt::format("failed: service {}: {}", service.name, supervisor_->failureReason(service.name));
+      return fmt::format("failed: service {}: {}", service.name,
+                         supervisor_->failureReason(service.name));
     const size_t registered = broker_->workers(service.name).size();
     if (registered < static_cast<size_t>(service.workers))
       waiting += fmt::format("{}{} ({}/{} registered)", waiting.empty() ? "" : ", ", service.name,
@@ -123,7 +132,7 @@ void Launcher::handle(rpc::Message& body, const rpc::ReplyTo& to) {
     break;
   case schema::LauncherRequest::SWAP:
     beginSwap(to, request.getSwap().getService(), request.getSwap().getBinary());
-    return;  // answered when the swap completes
+    return; // answered when the swap completes
   default: throw Error(ErrorCode::Unsupported, "unknown launcher verb");
   }
   broker_->reply(to, reply);
@@ -209,7 +218,8 @@ void Launcher::beginSwap(const rpc::ReplyTo& to, const std::string& service,
                          const std::string& binary) {
   const ServiceConfig* config = config_.service(service);
   if (!config) {
-    broker_->replyError(to, Error(ErrorCode::NotFound, fmt::format("no service named '{}'", service)));
+    broker_->replyError(to,
+                        Error(ErrorCode::NotFound, fmt::format("no service named '{}'", service)));
     return;
   }
   for (const auto& swap : swaps_)
@@ -225,9 +235,9 @@ void Launcher::beginSwap(const rpc::ReplyTo& to, const std::string& service,
     if (slot->pid > 0) swap->oldPids.push_back(slot->pid);
   swap->newPids = supervisor_->startExtra(service, binary, std::max(config->workers, 1));
   if (swap->newPids.empty()) {
-    broker_->replyError(to, Error(ErrorCode::InvalidArgument,
-                                  fmt::format("cannot start {}: {}", binary,
-                                              supervisor_->failureReason(service))));
+    broker_->replyError(
+        to, Error(ErrorCode::InvalidArgument,
+                  fmt::format("cannot start {}: {}", binary, supervisor_->failureReason(service))));
     return;
   }
   swap->deadline = Clock::now() + kSwapRegisterTimeout;
@@ -240,9 +250,12 @@ void Launcher::advanceSwaps() {
     Swap& swap = **it;
     const auto registered = broker_->workers(swap.service);
     auto isRegistered = [&](int pid) {
-      return std::any_of(registered.begin(), registered.end(), [&](const auto& w) { return w.pid == pid; });
+      return std::any_of(registered.begin(), registered.end(),
+                         [&](const auto& w) { return w.pid == pid; });
     };
-    auto isAlive = [&](int pid) { return supervisor_->slotOf(pid) && supervisor_->slotOf(pid)->pid == pid; };
+    auto isAlive = [&](int pid) {
+      return supervisor_->slotOf(pid) && supervisor_->slotOf(pid)->pid == pid;
+    };
 
     if (!swap.draining) {
       const bool newDied = !std::all_of(swap.newPids.begin(), swap.newPids.end(), isAlive);
@@ -251,10 +264,11 @@ void Launcher::advanceSwaps() {
           supervisor_->retire(pid);
           supervisor_->signal(pid, SIGKILL);
         }
-        broker_->replyError(swap.replyTo,
-                            Error(ErrorCode::Unavailable,
-                                  newDied ? "the new binary exited before registering (see kiln logs)"
-                                          : "the new binary did not register in time; kept the old one"));
+        broker_->replyError(
+            swap.replyTo,
+            Error(ErrorCode::Unavailable,
+                  newDied ? "the new binary exited before registering (see kiln logs)"
+                          : "the new binary did not register in time; kept the old one"));
         it = swaps_.erase(it);
         continue;
       }
@@ -272,7 +286,7 @@ void Launcher::advanceSwaps() {
     const bool oldGone = std::none_of(swap.oldPids.begin(), swap.oldPids.end(),
                                       [&](int pid) { return supervisor_->slotOf(pid) != nullptr; });
     if (!oldGone && Clock::now() > swap.deadline) {
-      for (int pid : swap.oldPids) supervisor_->signal(pid, SIGKILL);  // its request is requeued
+      for (int pid : swap.oldPids) supervisor_->signal(pid, SIGKILL); // its request is requeued
       ++it;
       continue;
     }
@@ -283,9 +297,11 @@ void Launcher::advanceSwaps() {
     capnp::MallocMessageBuilder reply;
     auto result = reply.initRoot<schema::LauncherReply>().initSwap();
     auto oldPids = result.initOldPids(static_cast<unsigned>(swap.oldPids.size()));
-    for (size_t i = 0; i < swap.oldPids.size(); ++i) oldPids.set(static_cast<unsigned>(i), swap.oldPids[i]);
+    for (size_t i = 0; i < swap.oldPids.size(); ++i)
+      oldPids.set(static_cast<unsigned>(i), swap.oldPids[i]);
     auto newPids = result.initNewPids(static_cast<unsigned>(swap.newPids.size()));
-    for (size_t i = 0; i < swap.newPids.size(); ++i) newPids.set(static_cast<unsigned>(i), swap.newPids[i]);
+    for (size_t i = 0; i < swap.newPids.size(); ++i)
+      newPids.set(static_cast<unsigned>(i), swap.newPids[i]);
     broker_->reply(swap.replyTo, reply);
     log().info("swap done service={}", swap.service);
     it = swaps_.erase(it);
@@ -326,7 +342,7 @@ void Launcher::shutdown() {
       usleep(1000);
     }
   }
-  broker_->poll(Millis(0));  // flush replies
+  broker_->poll(Millis(0)); // flush replies
   broker_.reset();
   runDir_.remove();
   log().info("stack stopped");

@@ -96,7 +96,7 @@ int sweepStaleRunDirs(const std::string& root) {
     const client::StackPaths paths{entry.path().string()};
     if (!entry.is_directory() || !fs::exists(paths.lockFile())) continue;
     const int fd = tryLock(paths.lockFile());
-    if (fd < 0) continue;  // alive
+    if (fd < 0) continue; // alive
     shm::Store::removeSegment(paths.segmentName());
     fs::remove_all(paths.runDir, ec);
     close(fd);

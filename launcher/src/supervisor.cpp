@@ -29,7 +29,9 @@ std::string describeExit(int status) {
 }
 
 std::string Supervisor::resolveBinary(const std::string& binary) {
-  auto executable = [](const fs::path& p) { return access(p.c_str(), X_OK) == 0 && fs::is_regular_file(p); };
+  auto executable = [](const fs::path& p) {
+    return access(p.c_str(), X_OK) == 0 && fs::is_regular_file(p);
+  };
   if (binary.find('/') != std::string::npos) {
     const fs::path path = fs::absolute(binary);
     if (executable(path)) return path.string();
@@ -125,8 +127,8 @@ void Supervisor::launch(Slot& slot) {
     dup2(devNull, 0);
     dup2(logFd, 1);
     dup2(logFd, 2);
-    setpgid(0, 0);  // a terminal's Ctrl-C goes to the launcher, which drains services
-    syscall(SYS_close_range, 3, ~0U, 0);  // may fail on old kernels; fds are CLOEXEC anyway
+    setpgid(0, 0); // a terminal's Ctrl-C goes to the launcher, which drains services
+    syscall(SYS_close_range, 3, ~0U, 0); // may fail on old kernels; fds are CLOEXEC anyway
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -160,7 +162,8 @@ std::vector<ProcessExit> Supervisor::reap() {
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid <= 0) break;
-    auto slot = std::find_if(slots_.begin(), slots_.end(), [&](const Slot& s) { return s.pid == pid; });
+    auto slot =
+        std::find_if(slots_.begin(), slots_.end(), [&](const Slot& s) { return s.pid == pid; });
     if (slot == slots_.end()) continue;
     const std::string how = describeExit(status);
     const bool expected = slot->state == SlotState::Retiring;

@@ -4,6 +4,7 @@
 #include "kiln/schema/codegen.capnp.h"
 
 int main(int argc, char** argv) {
-  using Worker = kiln::rpc::CommonVerbsWorker<kiln::schema::CodegenRequest, kiln::schema::CodegenReply>;
+  using Worker =
+      kiln::rpc::CommonVerbsWorker<kiln::schema::CodegenRequest, kiln::schema::CodegenReply>;
   return kiln::rpc::serviceMain<Worker>("codegen", argc, argv);
 }

@@ -4,6 +4,7 @@
 #include "kiln/schema/guards.capnp.h"
 
 int main(int argc, char** argv) {
-  using Worker = kiln::rpc::CommonVerbsWorker<kiln::schema::GuardsRequest, kiln::schema::GuardsReply>;
+  using Worker =
+      kiln::rpc::CommonVerbsWorker<kiln::schema::GuardsRequest, kiln::schema::GuardsReply>;
   return kiln::rpc::serviceMain<Worker>("guards", argc, argv);
 }

@@ -4,6 +4,7 @@
 #include "kiln/schema/partitioner.capnp.h"
 
 int main(int argc, char** argv) {
-  using Worker = kiln::rpc::CommonVerbsWorker<kiln::schema::PartitionerRequest, kiln::schema::PartitionerReply>;
+  using Worker = kiln::rpc::CommonVerbsWorker<kiln::schema::PartitionerRequest,
+                                              kiln::schema::PartitionerReply>;
   return kiln::rpc::serviceMain<Worker>("partitioner", argc, argv);
 }

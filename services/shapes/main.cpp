@@ -4,6 +4,7 @@
 #include "kiln/schema/shapes.capnp.h"
 
 int main(int argc, char** argv) {
-  using Worker = kiln::rpc::CommonVerbsWorker<kiln::schema::ShapesRequest, kiln::schema::ShapesReply>;
+  using Worker =
+      kiln::rpc::CommonVerbsWorker<kiln::schema::ShapesRequest, kiln::schema::ShapesReply>;
   return kiln::rpc::serviceMain<Worker>("shapes", argc, argv);
 }

@@ -4,6 +4,7 @@
 #include "kiln/schema/tracer.capnp.h"
 
 int main(int argc, char** argv) {
-  using Worker = kiln::rpc::CommonVerbsWorker<kiln::schema::TracerRequest, kiln::schema::TracerReply>;
+  using Worker =
+      kiln::rpc::CommonVerbsWorker<kiln::schema::TracerRequest, kiln::schema::TracerReply>;
   return kiln::rpc::serviceMain<Worker>("tracer", argc, argv);
 }

@@ -39,7 +39,8 @@ stop_timeout_ms = 700
 [services.alpha]
 binary = "/bin/true"
 workers = 3
-)", "test");
+)",
+                                         "test");
   EXPECT_EQ(config.name, "s1");
   EXPECT_EQ(config.runDir, "/tmp/x");
   EXPECT_EQ(config.shmBytes, 2097152u);

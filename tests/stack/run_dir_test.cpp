@@ -47,7 +47,7 @@ TEST(RunDir, CleansAStaleRunDirAndRefusesAForeignOne) {
   TempRoot root;
   const client::StackPaths stale{(root.path / "stale").string()};
   fs::create_directories(stale.runDir);
-  std::ofstream(stale.lockFile()) << "999999\n";  // nobody holds its lock
+  std::ofstream(stale.lockFile()) << "999999\n"; // nobody holds its lock
   std::ofstream(stale.runDir + "/broker.ipc") << "";
   {
     RunDir dir = RunDir::acquire(stale);

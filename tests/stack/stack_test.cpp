@@ -80,8 +80,10 @@ public:
           for (size_t i = 0; !stop_.load(); ++i) {
             const std::string& service = services[i % services.size()];
             try {
-              if (stack.ping(service, "load", Millis(5000)) == "load") ++ok_;
-              else ++wrong_;
+              if (stack.ping(service, "load", Millis(5000)) == "load")
+                ++ok_;
+              else
+                ++wrong_;
             } catch (const Error& e) {
               std::lock_guard<std::mutex> lock(mutex_);
               errors_[std::string(errorCodeName(e.code()))]++;
@@ -116,7 +118,8 @@ class StackTest : public ::testing::Test {
 protected:
   void SetUp() override {
     static int counter = 0;
-    runDir_ = fs::path("/tmp") / ("kst-" + std::to_string(getpid()) + "-" + std::to_string(++counter));
+    runDir_ =
+        fs::path("/tmp") / ("kst-" + std::to_string(getpid()) + "-" + std::to_string(++counter));
     config_ = runDir_.string() + ".toml";
     std::ofstream(config_) << kFastStack;
   }
@@ -212,7 +215,8 @@ TEST_F(StackTest, SwapUnderLoadLosesNoRequest) {
   Load first(runDir_.string(), {"codegen"});
   Load second(runDir_.string(), {"codegen"});
   std::this_thread::sleep_for(Millis(200));
-  const auto swap = runKiln(where() + " swap codegen " + std::string(KILN_BIN_DIR) + "/kiln-codegen");
+  const auto swap =
+      runKiln(where() + " swap codegen " + std::string(KILN_BIN_DIR) + "/kiln-codegen");
   ASSERT_EQ(swap.exitCode, 0) << swap.output;
   std::this_thread::sleep_for(Millis(200));
   first.finish();

@@ -46,7 +46,7 @@ protected:
 
 TEST_F(SupervisorTest, SpendsItsCrashBudgetThenFails) {
   Supervisor shells(options_);
-  shells.start(ServiceConfig{"shell", "/bin/cat", 1});  // cat refuses --service-name: exits 1
+  shells.start(ServiceConfig{"shell", "/bin/cat", 1}); // cat refuses --service-name: exits 1
   pump(shells, [&] { return shells.failed("shell"); });
   ASSERT_TRUE(shells.failed("shell"));
   const std::string reason = shells.failureReason("shell");

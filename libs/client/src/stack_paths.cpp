@@ -9,7 +9,9 @@
 
 namespace kiln::client {
 
-std::string StackPaths::segmentName() const { return shm::Store::segmentNameFor(runDir); }
+std::string StackPaths::segmentName() const {
+  return shm::Store::segmentNameFor(runDir);
+}
 
 std::string stacksRoot() {
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");

@@ -17,9 +17,9 @@ static std::string formatMicros(uint64_t micros) {
 }
 
 std::string formatStatus(const StackStatus& status) {
-  std::string out = fmt::format("stack {}  launcher pid {}  up {:.1f}s  version {}\nrun dir {}\n\n",
-                                status.name, status.launcherPid, status.uptimeMs / 1000.0,
-                                status.version, status.runDir);
+  std::string out =
+      fmt::format("stack {}  launcher pid {}  up {:.1f}s  version {}\nrun dir {}\n\n", status.name,
+                  status.launcherPid, status.uptimeMs / 1000.0, status.version, status.runDir);
   out += fmt::format("{:<12} {:<9} {:<16} {:>8} {:>6} {:>8} {:>8} {:>7} {:>9} {:>9}\n", "SERVICE",
                      "STATE", "PIDS", "RESTARTS", "QUEUE", "INFLIGHT", "SERVED", "ERRORS", "P50",
                      "P99");

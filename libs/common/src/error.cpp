@@ -24,7 +24,8 @@ std::string_view errorCodeName(ErrorCode code) {
   return "unknown";
 }
 
-static std::string describe(ErrorCode code, const std::string& message, const std::string& service) {
+static std::string describe(ErrorCode code, const std::string& message,
+                            const std::string& service) {
   std::string text(errorCodeName(code));
   if (!service.empty()) text += " (" + service + ")";
   return text + ": " + message;

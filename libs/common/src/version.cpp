@@ -2,7 +2,11 @@
 
 namespace kiln {
 
-std::string_view version() { return KILN_VERSION; }
-std::string_view buildId() { return KILN_BUILD_ID; }
+std::string_view version() {
+  return KILN_VERSION;
+}
+std::string_view buildId() {
+  return KILN_BUILD_ID;
+}
 
 } // namespace kiln

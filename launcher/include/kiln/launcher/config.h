@@ -18,7 +18,7 @@ struct ServiceConfig {
 
 struct StackConfig {
   std::string name = "default";
-  std::string runDir;                 // empty: resolved by client::resolveStack
+  std::string runDir; // empty: resolved by client::resolveStack
   size_t shmBytes = size_t{1} << 30;
   Millis readyTimeout{20000};
 
@@ -33,7 +33,7 @@ struct StackConfig {
   std::chrono::seconds crashWindow{60};
   Millis stopTimeout{5000};
 
-  std::vector<ServiceConfig> services;   // in pipeline order
+  std::vector<ServiceConfig> services; // in pipeline order
 
   // Throws Error{invalid_argument} naming `origin` and the offending key.
   static StackConfig parse(const std::string& toml, const std::string& origin);

@@ -18,8 +18,8 @@ struct SupervisorOptions {
   Millis backoffMax{5000};
   int crashBudget = 5;
   std::chrono::seconds crashWindow{60};
-  std::vector<std::string> serviceArgs;  // appended to every service's command line
-  std::string logDir;                    // <service>.log gets each process's stdout/stderr
+  std::vector<std::string> serviceArgs; // appended to every service's command line
+  std::string logDir;                   // <service>.log gets each process's stdout/stderr
 };
 
 enum class SlotState { Running, Backoff, Failed, Retiring };
@@ -27,27 +27,27 @@ enum class SlotState { Running, Backoff, Failed, Retiring };
 // One supervised process position of a service (a service has `workers` slots).
 struct Slot {
   std::string service;
-  std::string binary;    // resolved path
+  std::string binary; // resolved path
   SlotState state = SlotState::Backoff;
   int pid = 0;
   Clock::time_point startedAt;
   Clock::time_point restartAt;
   uint32_t restarts = 0;
-  std::deque<Clock::time_point> crashes;  // within the crash window
+  std::deque<Clock::time_point> crashes; // within the crash window
   std::string lastExit;
 };
 
 struct ProcessExit {
   int pid;
   std::string service;
-  std::string how;        // "exited with status 1", "killed by signal 9 (Killed)"
-  bool expected;          // it was retiring
+  std::string how; // "exited with status 1", "killed by signal 9 (Killed)"
+  bool expected;   // it was retiring
 };
 
 class Supervisor {
 public:
   explicit Supervisor(SupervisorOptions options);
-  ~Supervisor();  // kills what is still running
+  ~Supervisor(); // kills what is still running
 
   // Adds `workers` slots for the service and starts them.
   void start(const ServiceConfig& service);
@@ -79,7 +79,7 @@ private:
   void crashed(Slot& slot, const std::string& how);
 
   SupervisorOptions options_;
-  std::deque<Slot> slots_;   // deque: stable addresses
+  std::deque<Slot> slots_; // deque: stable addresses
 };
 
 // "exited with status 1" / "killed by signal 9 (Killed)" for a waitpid status.

@@ -13,7 +13,9 @@ struct StackPaths {
   std::string workerEndpoint() const { return "ipc://" + runDir + "/workers.ipc"; }
   std::string lockFile() const { return runDir + "/launcher.lock"; }
   std::string logDir() const { return runDir + "/logs"; }
-  std::string logFile(const std::string& service) const { return logDir() + "/" + service + ".log"; }
+  std::string logFile(const std::string& service) const {
+    return logDir() + "/" + service + ".log";
+  }
   std::string segmentName() const;
 };
 

@@ -9,7 +9,7 @@ namespace kiln::client {
 
 struct WorkerStatus {
   int pid = 0;
-  std::string state;      // starting idle busy draining backoff failed
+  std::string state; // starting idle busy draining backoff failed
   uint64_t served = 0;
   uint32_t restarts = 0;
   uint64_t uptimeMs = 0;
@@ -19,7 +19,7 @@ struct WorkerStatus {
 struct ServiceStatus {
   std::string name;
   std::string binary;
-  std::string state;      // starting running degraded failed stopped
+  std::string state; // starting running degraded failed stopped
   std::string failureReason;
   uint32_t restarts = 0;
   uint32_t queueDepth = 0;
