@@ -7,6 +7,8 @@
 
 namespace kiln::rpc {
 
+static constexpr uint32_t kMaxSegments = 512;  // Cap'n Proto's own limit
+
 Message::Message(zmq::message_t frame, const Limits& limits) : frame_(std::move(frame)) {
   const size_t size = frame_.size();
   if (size > limits.maxFrameBytes)
@@ -16,6 +18,17 @@ Message::Message(zmq::message_t frame, const Limits& limits) : frame_(std::move(
   if (size == 0 || size % sizeof(capnp::word) != 0)
     throw Error(ErrorCode::Malformed,
                 fmt::format("frame of {} bytes is not a whole number of 8-byte words", size));
+
+  // The first word says how many segments follow, minus one. Cap'n Proto adds the one
+  // in 32 bits, so 0xffffffff wraps to zero segments and the frame passes as a valid
+  // one-segment message; it allows at most 512 segments anyway.
+  const auto* table = frame_.data<uint8_t>();
+  const uint32_t segmentsMinusOne = uint32_t{table[0]} | uint32_t{table[1]} << 8 |
+                                    uint32_t{table[2]} << 16 | uint32_t{table[3]} << 24;
+  if (segmentsMinusOne >= kMaxSegments)
+    throw Error(ErrorCode::Malformed,
+                fmt::format("segment table declares {} segments, more than {}",
+                            uint64_t{segmentsMinusOne} + 1, kMaxSegments));
 
   // ZeroMQ gives no alignment promise; Cap'n Proto reads words in place.
   kj::ArrayPtr<const capnp::word> words;
@@ -46,7 +59,13 @@ zmq::message_t toFrame(capnp::MessageBuilder& message) {
 }
 
 void throwMalformed(const char* what, const kj::Exception& e) {
-  throw Error(ErrorCode::Malformed, what, {}, e.getDescription().cStr());
+  // Cap'n Proto reports its traversal and nesting limits like any other decode failure,
+  // naming ReaderOptions; the protocol answers those with too_large.
+  const char* description = e.getDescription().cStr();
+  if (std::strstr(description, "capnp::ReaderOptions"))
+    throw Error(ErrorCode::TooLarge, "message over the traversal or nesting limit", {},
+                description);
+  throw Error(ErrorCode::Malformed, what, {}, description);
 }
 
 } // namespace kiln::rpc

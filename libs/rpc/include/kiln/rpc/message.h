@@ -46,7 +46,8 @@ private:
 // Serializes a builder into one frame (one copy, into the frame's own buffer).
 zmq::message_t toFrame(capnp::MessageBuilder& message);
 
-// Runs fn, turning Cap'n Proto decode failures into Error{malformed}.
+// Runs fn, turning Cap'n Proto decode failures into Error{malformed}, or
+// Error{too_large} past the traversal or nesting limit.
 template <class Fn> auto decoding(Fn&& fn) -> decltype(fn());
 
 [[noreturn]] void throwMalformed(const char* what, const kj::Exception& e);
