@@ -30,6 +30,7 @@ struct Broker::Worker {
   WorkerView view;
   Clock::time_point lastSeen;
   std::unique_ptr<Request> inFlight;   // null when idle, or when the request expired while held
+  uint64_t dispatchId = 0;             // of the request it holds, expired or not; 0 when idle
 };
 
 struct Broker::Service {
@@ -270,12 +271,30 @@ void Broker::handleWorkerMessage(const std::string& identity, Message& header, z
 
   const auto reply = decoding([&] { return message.getReply(); });
   const uint64_t dispatchId = decoding([&] { return reply.getDispatchId(); });
+  if (worker.dispatchId == 0 || dispatchId != worker.dispatchId) {
+    // Not what it holds: taking it as the end of the dispatch would free the worker
+    // while it still works, and the next dispatch would overwrite the request it holds.
+    log().warn("dropped a reply for dispatch {} from pid {} (it holds {})", dispatchId,
+               worker.view.pid, worker.dispatchId);
+    return;
+  }
+  // Decoded before any state changes: a throw past this point would lose the request
+  // and leave the worker busy forever.
+  std::optional<Error> failure;
+  if (decoding([&] { return reply.isError(); })) {
+    try {
+      failure = decoding([&] { return fromWire(reply.getError()); });
+    } catch (const Error& e) {
+      failure = Error(ErrorCode::Malformed, "the worker's error reply cannot be decoded",
+                      worker.view.service, e.detail());
+    }
+  }
+  worker.dispatchId = 0;
   Service& service = serviceFor(worker.view.service);
-  if (worker.inFlight && worker.inFlight->dispatchId == dispatchId) {
+  if (worker.inFlight) {
     auto request = std::move(worker.inFlight);
-    if (decoding([&] { return reply.isError(); })) {
-      const Error error = decoding([&] { return fromWire(reply.getError()); });
-      sendReply(request->client, request->requestId, error, nullptr);
+    if (failure) {
+      sendReply(request->client, request->requestId, *failure, nullptr);
       service.recordLatency(std::chrono::duration_cast<Micros>(Clock::now() - request->arrived).count());
       ++service.served;
     } else {
@@ -315,6 +334,7 @@ void Broker::dispatch(Service& service) {
     sendToWorker(identity, header, &body);
 
     worker.view.phase = WorkerPhase::Busy;
+    worker.dispatchId = request->dispatchId;
     worker.inFlight = std::move(request);
   }
 }
