@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -81,26 +82,46 @@ void Worker::run() {
   std::unique_lock<std::mutex> held(connection.mutex());
 
   // Heartbeats while the serve loop is inside handle() (it holds the mutex otherwise).
+  // It looks several times per interval, so beats are at most 1.25 intervals apart.
   std::mutex quitMutex;
   std::condition_variable quitSignal;
   bool quit = false;
+  const Millis look = std::max(Millis(1), options_.heartbeat / 4);
   std::thread heartbeater([&] {
     std::unique_lock<std::mutex> lock(quitMutex);
-    while (!quitSignal.wait_for(lock, options_.heartbeat, [&] { return quit; })) {
+    while (!quitSignal.wait_for(lock, look, [&] { return quit; })) {
       std::unique_lock<std::mutex> socketLock(connection.mutex(), std::try_to_lock);
       if (socketLock && Clock::now() - connection.lastSent() >= options_.heartbeat)
         connection.sendHeartbeat();
     }
   });
+  // Stops the heartbeater however run() ends: a joinable std::thread would terminate.
+  struct StopHeartbeater {
+    std::mutex& mutex;
+    std::condition_variable& signal;
+    bool& quit;
+    std::thread& thread;
+    ~StopHeartbeater() {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        quit = true;
+      }
+      signal.notify_one();
+      thread.join();
+    }
+  } stopHeartbeater{quitMutex, quitSignal, quit, heartbeater};  // before `held` unlocks
 
   logger.info("worker ready service={} endpoint={}", options_.service, options_.endpoint);
   Millis reconnectDelay = options_.heartbeat;
   std::string leaving = "stopped";
   while (!stopping_.load()) {
+    // Wake when the next heartbeat is due, not a whole interval after the last message.
+    const auto due = std::chrono::ceil<Millis>(connection.lastSent() + options_.heartbeat -
+                                               Clock::now());
     zmq::pollitem_t item{connection.socket().handle(), 0, ZMQ_POLLIN, 0};
     int ready = 0;
     try {
-      ready = zmq::poll(&item, 1, options_.heartbeat);
+      ready = zmq::poll(&item, 1, std::clamp(due, Millis(0), options_.heartbeat));
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;
       continue;  // a signal (stop) woke us
@@ -142,13 +163,10 @@ void Worker::run() {
   }
 
   connection.sendDisconnect(leaving);
-  {
-    std::lock_guard<std::mutex> lock(quitMutex);
-    quit = true;
-  }
-  quitSignal.notify_one();
-  held.unlock();
-  heartbeater.join();
+  // The socket lingers 0 so that a reconnect drops stale traffic; here it must not drop
+  // the last reply and the goodbye, which may still be queued when the socket closes.
+  connection.socket().set(zmq::sockopt::linger,
+                          static_cast<int>((options_.heartbeat * options_.liveness).count()));
   logger.info("worker leaving service={} reason={} served={}", options_.service, leaving, served_);
 }
 
