@@ -1,0 +1,434 @@
+// rpc_latency: what the broker hop costs. In one run, over ipc:// endpoints in a
+// temporary directory, it times the same 16-byte ping through rpc::Client::call
+// (the same frames and parsing on both paths):
+//   direct  client -> a server process that answers the envelope itself
+//   broker  client -> rpc::Broker (its own process) -> kiln-tracer -> back
+// alternating blocks of calls between the two, so that load from elsewhere on the
+// host falls on both alike; then counts messages/s of 4 concurrent clients through
+// the broker to 1 and to 2 workers. Prints a table and the ratio
+// broker_p50 / direct_p50, writes bench/results/rpc_latency-<kind>-<date>.json, and
+// kills every child on the way out.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "kiln/rpc/broker.h"
+#include "kiln/rpc/client.h"
+#include "kiln/schema/broker.capnp.h"
+#include "kiln/schema/tracer.capnp.h"
+
+namespace fs = std::filesystem;
+using namespace kiln;
+
+namespace {
+
+constexpr const char* kService = "tracer";
+constexpr size_t kPayloadBytes = 16;
+constexpr int kClients = 4;
+constexpr Millis kStartTimeout{10000};
+
+// ---- children --------------------------------------------------------------
+
+// Pids of live children, readable from a signal handler.
+constexpr int kMaxChildren = 8;
+volatile sig_atomic_t childPids[kMaxChildren] = {};
+
+void killChildrenAndExit(int signal) {
+  for (auto pid : childPids)
+    if (pid > 0) kill(pid, SIGKILL);
+  _exit(128 + signal);
+}
+
+// Spawns processes (fork + exec, so no ZeroMQ state crosses the fork) and always
+// reaps them: SIGTERM, then SIGKILL after a grace period. Children also get
+// SIGKILL if this process dies without cleaning up.
+class Children {
+public:
+  Children() {
+    std::signal(SIGINT, killChildrenAndExit);
+    std::signal(SIGTERM, killChildrenAndExit);
+  }
+  ~Children() { // the last started first: workers leave while their broker still runs
+    for (int i = kMaxChildren - 1; i >= 0; --i)
+      if (childPids[i] > 0) stop(childPids[i]);
+  }
+
+  pid_t spawn(const std::vector<std::string>& args) {
+    std::vector<char*> argv;
+    for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid < 0) throwSystemError("fork");
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    auto slot = std::find(std::begin(childPids), std::end(childPids), 0);
+    if (slot == std::end(childPids)) throw Error(ErrorCode::Internal, "too many children");
+    *slot = pid;
+    return pid;
+  }
+
+  void stop(pid_t pid) {
+    auto slot = std::find(std::begin(childPids), std::end(childPids), pid);
+    if (slot == std::end(childPids)) return;
+    kill(pid, SIGTERM);
+    const auto deadline = Clock::now() + Millis(2000);
+    while (waitpid(pid, nullptr, WNOHANG) == 0) {
+      if (Clock::now() > deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+        break;
+      }
+      std::this_thread::sleep_for(Millis(5));
+    }
+    *slot = 0;
+  }
+};
+
+// ---- the two servers (children of the benchmark, same binary) -------------
+
+std::atomic<bool> stopServing{false};
+void onServeSignal(int) {
+  stopServing.store(true);
+}
+
+void serveUntilSignalled(const std::function<void()>& pollOnce) {
+  std::signal(SIGTERM, onServeSignal);
+  std::signal(SIGINT, onServeSignal);
+  while (!stopServing.load()) pollOnce();
+}
+
+// The baseline: answers the client's envelope itself, doing the framing work
+// the broker and worker do together (parse envelope and body, build reply
+// header and body), minus the two extra hops.
+int serveDirect(const std::string& endpoint) {
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::router);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.bind(endpoint);
+  serveUntilSignalled([&] {
+    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+    try {
+      if (zmq::poll(&item, 1, Millis(100)) == 0) return;
+    } catch (const zmq::error_t&) {
+      return; // EINTR: the loop checks the stop flag
+    }
+    std::vector<zmq::message_t> frames;
+    frames.reserve(3);
+    (void)zmq::recv_multipart(socket, std::back_inserter(frames));
+    if (frames.size() != 3) return;
+    rpc::Message envelope(std::move(frames[1]));
+    rpc::Message request(std::move(frames[2]));
+    capnp::MallocMessageBuilder reply;
+    reply.initRoot<schema::TracerReply>().setPong(request.root<schema::TracerRequest>().getPing());
+    capnp::MallocMessageBuilder header(64); // as small as the broker's headers
+    auto head = header.initRoot<schema::ReplyHeader>();
+    head.setRequestId(envelope.root<schema::Envelope>().getRequestId());
+    head.setOk();
+    socket.send(frames[0], zmq::send_flags::sndmore);
+    socket.send(rpc::toFrame(header), zmq::send_flags::sndmore);
+    socket.send(rpc::toFrame(reply), zmq::send_flags::none);
+  });
+  return 0;
+}
+
+// The broker as the launcher runs it: its own process, polling in a loop.
+int serveBroker(const std::string& clientEndpoint, const std::string& workerEndpoint) {
+  rpc::BrokerOptions options;
+  options.clientEndpoint = clientEndpoint;
+  options.workerEndpoint = workerEndpoint;
+  rpc::Broker broker(options);
+  broker.declareService(kService);
+  serveUntilSignalled([&] { broker.poll(Millis(100)); });
+  return 0;
+}
+
+// ---- measuring -------------------------------------------------------------
+
+struct Stats {
+  double p50 = 0, p99 = 0, mean = 0;
+};
+
+Stats summarize(std::vector<double> micros) {
+  std::sort(micros.begin(), micros.end());
+  const size_t n = micros.size();
+  return {micros[n / 2], micros[std::min(n - 1, n * 99 / 100)],
+          std::accumulate(micros.begin(), micros.end(), 0.0) / double(n)};
+}
+
+struct PingRequest {
+  capnp::MallocMessageBuilder message;
+  PingRequest() {
+    auto payload = message.initRoot<schema::TracerRequest>().initPing().initPayload(kPayloadBytes);
+    std::fill(payload.begin(), payload.end(), kj::byte(0x5a));
+  }
+};
+
+void callPing(rpc::Client& client, PingRequest& ping, Millis timeout = Millis(5000)) {
+  auto reply = client.call(kService, ping.message, timeout);
+  auto root = reply->root<schema::TracerReply>();
+  if (!root.isPong() || root.getPong().getPayload().size() != kPayloadBytes)
+    throw Error(ErrorCode::Malformed, "ping answered with something other than its pong");
+}
+
+// Times `iterations` sequential calls on each path, alternating blocks of calls
+// between the paths so that load from elsewhere on the host falls on both alike.
+std::vector<Stats> timeInterleaved(const std::vector<std::string>& endpoints, int warmup,
+                                   int iterations) {
+  constexpr int kBlocks = 20;
+  std::vector<std::unique_ptr<rpc::Client>> clients;
+  std::vector<std::vector<double>> micros(endpoints.size());
+  PingRequest ping;
+  for (const auto& endpoint : endpoints) {
+    clients.push_back(std::make_unique<rpc::Client>(endpoint));
+    callPing(*clients.back(), ping, kStartTimeout); // waits for the server to come up
+    for (int i = 0; i < warmup; ++i) callPing(*clients.back(), ping);
+  }
+  for (int block = 0; block < kBlocks; ++block) {
+    const int calls = iterations * (block + 1) / kBlocks - iterations * block / kBlocks;
+    for (size_t path = 0; path < endpoints.size(); ++path) {
+      for (int i = 0; i < calls; ++i) {
+        const auto start = Clock::now();
+        callPing(*clients[path], ping);
+        micros[path].push_back(
+            std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+      }
+    }
+  }
+  std::vector<Stats> stats;
+  for (auto& samples : micros) stats.push_back(summarize(std::move(samples)));
+  return stats;
+}
+
+// Messages/s of kClients threads, each with its own Client, calling for `seconds`.
+double throughput(const std::string& endpoint, double seconds) {
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<uint64_t> counts(kClients, 0);
+  std::vector<std::exception_ptr> failures(kClients);
+  Clock::time_point start, end;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kClients; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        rpc::Client client(endpoint);
+        PingRequest ping;
+        callPing(client, ping, kStartTimeout);
+        ++ready;
+        while (!go.load()) std::this_thread::yield();
+        while (Clock::now() < end) {
+          callPing(client, ping);
+          ++counts[t];
+        }
+      } catch (...) {
+        failures[t] = std::current_exception();
+        ++ready;
+      }
+    });
+  }
+  while (ready.load() < kClients) std::this_thread::sleep_for(Millis(1));
+  start = Clock::now();
+  end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  go.store(true);
+  for (auto& thread : threads) thread.join();
+  for (auto& failure : failures)
+    if (failure) std::rethrow_exception(failure);
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  return double(std::accumulate(counts.begin(), counts.end(), uint64_t{0})) / elapsed;
+}
+
+// Calls `info` until `count` distinct worker pids have answered.
+void awaitWorkers(const std::string& endpoint, size_t count) {
+  rpc::Client client(endpoint);
+  capnp::MallocMessageBuilder request;
+  request.initRoot<schema::TracerRequest>().setInfo();
+  std::set<int> pids;
+  const auto deadline = Clock::now() + kStartTimeout;
+  while (pids.size() < count) {
+    if (Clock::now() > deadline)
+      throw Error(ErrorCode::DeadlineExceeded, fmt::format("{} workers did not register", count));
+    auto reply = client.call(kService, request, kStartTimeout);
+    pids.insert(reply->root<schema::TracerReply>().getInfo().getPid());
+    std::this_thread::sleep_for(Millis(5));
+  }
+}
+
+// ---- the report ------------------------------------------------------------
+
+std::string commandOutput(const std::string& command) {
+  std::string out;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buffer[256];
+    while (fgets(buffer, sizeof buffer, pipe)) out += buffer;
+    pclose(pipe);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+std::string cpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+std::string jsonString(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out + "\"";
+}
+
+std::string jsonStats(const Stats& s) {
+  return fmt::format("{{\"p50\": {:.1f}, \"p99\": {:.1f}, \"mean\": {:.1f}}}", s.p50, s.p99,
+                     s.mean);
+}
+
+std::string utcNow(const char* format) {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buffer[64];
+  std::strftime(buffer, sizeof buffer, format, &tm);
+  return buffer;
+}
+
+std::string selfDirectory() {
+  return fs::read_symlink("/proc/self/exe").parent_path().string();
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("rpc_latency: the cost of the broker hop, against a direct call");
+  int iterations = 20000;
+  int warmup = 2000;
+  double seconds = 2.0;
+  std::string out, kind, tracer = selfDirectory() + "/kiln-tracer";
+  std::string serve, endpoint, workerEndpoint;
+  app.add_option("--iterations", iterations, "timed sequential calls per path")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "untimed calls before them")->check(CLI::NonNegativeNumber);
+  app.add_option("--seconds", seconds, "duration of each throughput run")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--out", out,
+                 "results file (default bench/results/rpc_latency-<kind>-<date>.json)");
+  app.add_option("--kind", kind, "host kind in the default file name (default <nproc>cpu)");
+  app.add_option("--tracer", tracer, "the worker binary")->check(CLI::ExistingFile);
+  // How the benchmark starts its own servers.
+  app.add_option("--serve", serve)->check(CLI::IsMember({"direct", "broker"}))->group("");
+  app.add_option("--endpoint", endpoint)->group("");
+  app.add_option("--worker-endpoint", workerEndpoint)->group("");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (serve == "direct") return serveDirect(endpoint);
+    if (serve == "broker") return serveBroker(endpoint, workerEndpoint);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "rpc_latency --serve {}: {}\n", serve, e.what());
+    return 1;
+  }
+
+  std::string runDir;
+  int status = 0;
+  try {
+    char dirTemplate[] = "/tmp/kiln-rpc-latency-XXXXXX";
+    if (!mkdtemp(dirTemplate)) throwSystemError("mkdtemp");
+    runDir = dirTemplate;
+    if (access(tracer.c_str(), X_OK) != 0)
+      throw Error(ErrorCode::NotFound, "no worker binary at " + tracer + " (build kiln-tracer)");
+    const std::string self = fs::read_symlink("/proc/self/exe").string();
+    const std::string directEp = "ipc://" + runDir + "/direct.ipc";
+    const std::string clientEp = "ipc://" + runDir + "/clients.ipc";
+    const std::string workerEp = "ipc://" + runDir + "/workers.ipc";
+    const std::vector<std::string> tracerArgs = {tracer, "--broker", workerEp};
+    setenv("KILN_LOG_LEVEL", "warn", 0); // the workers' startup lines are not results
+
+    Children children;
+    children.spawn({self, "--serve", "direct", "--endpoint", directEp});
+    children.spawn(
+        {self, "--serve", "broker", "--endpoint", clientEp, "--worker-endpoint", workerEp});
+    children.spawn(tracerArgs);
+    const auto latency = timeInterleaved({directEp, clientEp}, warmup, iterations);
+    const Stats& directStats = latency[0];
+    const Stats& brokerStats = latency[1];
+    const double oneWorker = throughput(clientEp, seconds);
+    children.spawn(tracerArgs);
+    awaitWorkers(clientEp, 2);
+    const double twoWorkers = throughput(clientEp, seconds);
+
+    const double ratio = brokerStats.p50 / directStats.p50;
+    fmt::print("rpc_latency: {} sequential calls per path after {} warm-up (paths interleaved), "
+               "{}-byte ping, ipc://\n",
+               iterations, warmup, kPayloadBytes);
+    fmt::print("  {:<8} {:>9} {:>9} {:>9}\n", "path", "p50 us", "p99 us", "mean us");
+    for (const auto& [name, s] :
+         {std::pair{"direct", directStats}, std::pair{"broker", brokerStats}})
+      fmt::print("  {:<8} {:>9.1f} {:>9.1f} {:>9.1f}\n", name, s.p50, s.p99, s.mean);
+    fmt::print("  broker_p50 / direct_p50 = {:.2f}x (target <= 2.2x)\n", ratio);
+    fmt::print(
+        "  throughput, {} clients, {:.1f} s each: 1 worker {:.0f} msg/s, 2 workers {:.0f} msg/s "
+        "({:.2f}x)\n",
+        kClients, seconds, oneWorker, twoWorkers, twoWorkers / oneWorker);
+
+    const std::string nproc = std::to_string(std::thread::hardware_concurrency());
+    if (out.empty())
+      out = fmt::format("{}/bench/results/rpc_latency-{}-{}.json", KILN_SOURCE_DIR,
+                        kind.empty() ? nproc + "cpu" : kind, utcNow("%Y-%m-%d"));
+    const std::string git = fmt::format("git -C '{}' ", KILN_SOURCE_DIR);
+    std::ofstream file(out);
+    file << "{\n"
+         << "  \"benchmark\": \"rpc_latency\",\n"
+         << "  \"date\": " << jsonString(utcNow("%Y-%m-%dT%H:%M:%SZ")) << ",\n"
+         << "  \"machine\": {\"hostname\": " << jsonString(commandOutput("hostname"))
+         << ", \"nproc\": " << nproc << ", \"cpu\": " << jsonString(cpuModel()) << "},\n"
+         << "  \"commit\": " << jsonString(commandOutput(git + "rev-parse HEAD 2>/dev/null"))
+         << ",\n"
+         << "  \"dirty\": "
+         << (commandOutput(git + "status --porcelain 2>/dev/null").empty() ? "false" : "true")
+         << ",\n"
+         << fmt::format(
+                "  \"config\": {{\"iterations\": {}, \"warmup\": {}, \"payload_bytes\": {}, "
+                "\"clients\": {}, \"seconds\": {}, \"transport\": \"ipc\"}},\n",
+                iterations, warmup, kPayloadBytes, kClients, seconds)
+         << "  \"direct_us\": " << jsonStats(directStats) << ",\n"
+         << "  \"broker_us\": " << jsonStats(brokerStats) << ",\n"
+         << fmt::format("  \"ratio_p50\": {:.3f},\n  \"target_ratio_p50\": 2.2,\n", ratio)
+         << fmt::format(
+                "  \"throughput_msgs_per_s\": {{\"workers_1\": {:.0f}, \"workers_2\": {:.0f}}},\n",
+                oneWorker, twoWorkers)
+         << fmt::format("  \"throughput_ratio_2_over_1\": {:.3f}\n", twoWorkers / oneWorker)
+         << "}\n";
+    if (!file.flush()) throw Error(ErrorCode::Io, "cannot write " + out);
+    fmt::print("  wrote {}\n", out);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "rpc_latency failed: {}\n", e.what());
+    status = 1;
+  }
+  if (!runDir.empty()) fs::remove_all(runDir);
+  return status;
+}
