@@ -399,18 +399,18 @@ int main(int argc, char** argv) {
     if (out.empty())
       out = fmt::format("{}/bench/results/rpc_latency-{}-{}.json", KILN_SOURCE_DIR,
                         kind.empty() ? nproc + "cpu" : kind, utcNow("%Y-%m-%d"));
+    // Read before the results file exists, so that it does not count as a change.
     const std::string git = fmt::format("git -C '{}' ", KILN_SOURCE_DIR);
+    const std::string commit = commandOutput(git + "rev-parse HEAD 2>/dev/null");
+    const bool dirty = !commandOutput(git + "status --porcelain 2>/dev/null").empty();
     std::ofstream file(out);
     file << "{\n"
          << "  \"benchmark\": \"rpc_latency\",\n"
          << "  \"date\": " << jsonString(utcNow("%Y-%m-%dT%H:%M:%SZ")) << ",\n"
          << "  \"machine\": {\"hostname\": " << jsonString(commandOutput("hostname"))
          << ", \"nproc\": " << nproc << ", \"cpu\": " << jsonString(cpuModel()) << "},\n"
-         << "  \"commit\": " << jsonString(commandOutput(git + "rev-parse HEAD 2>/dev/null"))
-         << ",\n"
-         << "  \"dirty\": "
-         << (commandOutput(git + "status --porcelain 2>/dev/null").empty() ? "false" : "true")
-         << ",\n"
+         << "  \"commit\": " << jsonString(commit) << ",\n"
+         << "  \"dirty\": " << (dirty ? "true" : "false") << ",\n"
          << fmt::format(
                 "  \"config\": {{\"iterations\": {}, \"warmup\": {}, \"payload_bytes\": {}, "
                 "\"clients\": {}, \"seconds\": {}, \"transport\": \"ipc\"}},\n",
