@@ -20,6 +20,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <numeric>
 #include <set>
 #include <string>
@@ -46,64 +48,95 @@ constexpr Millis kStartTimeout{10000};
 
 // ---- children --------------------------------------------------------------
 
-// Pids of live children, readable from a signal handler.
-constexpr int kMaxChildren = 8;
-volatile sig_atomic_t childPids[kMaxChildren] = {};
-
-void killChildrenAndExit(int signal) {
-  for (auto pid : childPids)
-    if (pid > 0) kill(pid, SIGKILL);
-  _exit(128 + signal);
-}
-
-// Spawns processes (fork + exec, so no ZeroMQ state crosses the fork) and always
-// reaps them: SIGTERM, then SIGKILL after a grace period. Children also get
-// SIGKILL if this process dies without cleaning up.
+// Child processes, spawned by fork + exec so that no ZeroMQ state crosses a fork.
+// Stopped (SIGTERM, then SIGKILL after a grace period) when this goes out of scope;
+// killed at once on SIGINT/SIGTERM (through OnStopSignal) or, through
+// PR_SET_PDEATHSIG, when this process dies without cleaning up.
 class Children {
 public:
-  Children() {
-    std::signal(SIGINT, killChildrenAndExit);
-    std::signal(SIGTERM, killChildrenAndExit);
-  }
   ~Children() { // the last started first: workers leave while their broker still runs
-    for (int i = kMaxChildren - 1; i >= 0; --i)
-      if (childPids[i] > 0) stop(childPids[i]);
+    for (;;) {
+      pid_t last;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (pids_.empty()) return;
+        last = pids_.back();
+      }
+      stop(last);
+    }
   }
 
   pid_t spawn(const std::vector<std::string>& args) {
     std::vector<char*> argv;
     for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
     argv.push_back(nullptr);
+    std::lock_guard<std::mutex> lock(mutex_);
     const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid < 0) throwSystemError("fork");
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(1);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr); // the parent blocks the stop signals
       execv(argv[0], argv.data());
       _exit(127);
     }
-    auto slot = std::find(std::begin(childPids), std::end(childPids), 0);
-    if (slot == std::end(childPids)) throw Error(ErrorCode::Internal, "too many children");
-    *slot = pid;
+    pids_.push_back(pid);
     return pid;
   }
 
   void stop(pid_t pid) {
-    auto slot = std::find(std::begin(childPids), std::end(childPids), pid);
-    if (slot == std::end(childPids)) return;
     kill(pid, SIGTERM);
     const auto deadline = Clock::now() + Millis(2000);
-    while (waitpid(pid, nullptr, WNOHANG) == 0) {
-      if (Clock::now() > deadline) {
-        kill(pid, SIGKILL);
-        waitpid(pid, nullptr, 0);
-        break;
-      }
+    while (waitpid(pid, nullptr, WNOHANG) == 0 && Clock::now() < deadline)
       std::this_thread::sleep_for(Millis(5));
-    }
-    *slot = 0;
+    kill(pid, SIGKILL); // harmless when it has exited; ESRCH once reaped
+    waitpid(pid, nullptr, 0);
+    std::lock_guard<std::mutex> lock(mutex_);
+    pids_.erase(std::remove(pids_.begin(), pids_.end(), pid), pids_.end());
   }
+
+  void killAll() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const pid_t pid : pids_) kill(pid, SIGKILL);
+    for (const pid_t pid : pids_) waitpid(pid, nullptr, 0);
+    pids_.clear();
+  }
+
+private:
+  std::mutex mutex_;
+  std::vector<pid_t> pids_;
+};
+
+// SIGINT/SIGTERM go to one thread, which runs `cleanup` and exits the process.
+// Blocks them in the calling thread, so every thread started later blocks them too.
+class OnStopSignal {
+public:
+  explicit OnStopSignal(std::function<void()> cleanup) {
+    sigemptyset(&signals_);
+    sigaddset(&signals_, SIGINT);
+    sigaddset(&signals_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
+    thread_ = std::thread([this, cleanup = std::move(cleanup)] {
+      int signal = 0;
+      sigwait(&signals_, &signal);
+      if (done_.load()) return;
+      cleanup();
+      _exit(128 + signal);
+    });
+  }
+  ~OnStopSignal() {
+    done_.store(true);
+    pthread_kill(thread_.native_handle(), SIGTERM);
+    thread_.join();
+  }
+
+private:
+  sigset_t signals_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
 };
 
 // ---- the two servers (children of the benchmark, same binary) -------------
@@ -369,6 +402,11 @@ int main(int argc, char** argv) {
     setenv("KILN_LOG_LEVEL", "warn", 0); // the workers' startup lines are not results
 
     Children children;
+    const OnStopSignal onStop([&children, runDir] {
+      children.killAll();
+      std::error_code ignored;
+      fs::remove_all(runDir, ignored);
+    });
     children.spawn({self, "--serve", "direct", "--endpoint", directEp});
     children.spawn(
         {self, "--serve", "broker", "--endpoint", clientEp, "--worker-endpoint", workerEp});
