@@ -59,4 +59,16 @@ TEST_F(Client, ThrowsDeadlineExceededWhenNothingAnswersThenRecovers) {
   EXPECT_EQ(callPid(*caller, *whoamiRequest()), pid);
 }
 
+TEST_F(Client, RefusesATimeoutThatIsNotPositive) {
+  auto caller = client();
+  for (const Millis timeout : {Millis(0), Millis(-5)}) {
+    try {
+      caller->call("testsvc", *whoamiRequest(), timeout);
+      FAIL() << "accepted a timeout of " << timeout.count() << " ms";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    }
+  }
+}
+
 } // namespace

@@ -32,6 +32,9 @@ Client::~Client() = default;
 
 std::unique_ptr<Message> Client::call(std::string_view service, capnp::MessageBuilder& request,
                                       Millis timeout) {
+  if (timeout.count() <= 0)
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("timeout must be positive, got {} ms", timeout.count()));
   const uint64_t requestId = nextRequestId_++;
   capnp::MallocMessageBuilder envelope(kHeaderWords);
   auto header = envelope.initRoot<schema::Envelope>();
