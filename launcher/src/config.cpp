@@ -108,6 +108,8 @@ StackConfig StackConfig::parse(const std::string& text, const std::string& origi
       static_cast<int>(supervisor.integer("crash_budget", config.crashBudget, 0, 100000));
   config.crashWindow = std::chrono::seconds(
       supervisor.integer("crash_window_s", config.crashWindow.count(), 1, 86400));
+  config.hangGrace =
+      Millis(supervisor.integer("hang_grace_ms", config.hangGrace.count(), 0, 86400000));
   config.stopTimeout =
       Millis(supervisor.integer("stop_timeout_ms", config.stopTimeout.count(), 1, 600000));
 

@@ -79,6 +79,7 @@ void Launcher::run(const std::function<void(const std::string&)>& onReady) {
       nextLeaseSweep = Clock::now() + kLeaseSweep;
     }
     supervisor_->restartDue();
+    killHungWorkers();
     advanceSwaps();
     if (!readyReported) {
       std::string problem = readiness();
@@ -113,6 +114,21 @@ void Launcher::afterExits(const std::vector<ProcessExit>& exits) {
     if (supervisor_->failed(exit.service))
       broker_->setUnavailable(exit.service, supervisor_->failureReason(exit.service));
   }
+}
+
+// A worker still busy long after its request's deadline is hung (or looping):
+// nobody waits for its answer, so it is killed and restarted like a crash.
+void Launcher::killHungWorkers() {
+  if (config_.hangGrace.count() == 0) return;
+  const auto now = Clock::now();
+  for (const auto& service : config_.services)
+    for (const auto& worker : broker_->workers(service.name)) {
+      if (!worker.overdueSince || now - *worker.overdueSince < config_.hangGrace) continue;
+      const auto overdue = std::chrono::duration_cast<Millis>(now - *worker.overdueSince);
+      supervisor_->kill(worker.pid, fmt::format("hung: still busy {} ms after its request's "
+                                                "deadline (hang_grace_ms {})",
+                                                overdue.count(), config_.hangGrace.count()));
+    }
 }
 
 // ---- kiln.launcher verbs ---------------------------------------------------

@@ -60,7 +60,7 @@ Supervisor::Supervisor(SupervisorOptions options) : options_(std::move(options))
 Supervisor::~Supervisor() {
   for (auto& slot : slots_)
     if (slot.pid > 0) {
-      kill(slot.pid, SIGKILL);
+      ::kill(slot.pid, SIGKILL);
       waitpid(slot.pid, nullptr, 0);
     }
 }
@@ -178,8 +178,10 @@ std::vector<ProcessExit> Supervisor::reap() {
   return exits;
 }
 
-void Supervisor::crashed(Slot& slot, const std::string& how) {
+void Supervisor::crashed(Slot& slot, const std::string& exit) {
   const auto now = Clock::now();
+  const std::string how = slot.killedBecause.empty() ? exit : slot.killedBecause + " (" + exit + ")";
+  slot.killedBecause.clear();
   slot.pid = 0;
   slot.lastExit = how;
   slot.crashes.push_back(now);
@@ -218,7 +220,16 @@ void Supervisor::retire(int pid) {
 }
 
 void Supervisor::signal(int pid, int sig) {
-  if (slotOf(pid)) kill(pid, sig);
+  if (slotOf(pid)) ::kill(pid, sig);
+}
+
+void Supervisor::kill(int pid, const std::string& why) {
+  for (auto& slot : slots_) {
+    if (slot.pid != pid || pid <= 0 || !slot.killedBecause.empty()) continue;
+    slot.killedBecause = why;
+    log().warn("killing service={} pid={}: {}", slot.service, pid, why);
+    ::kill(pid, SIGKILL);
+  }
 }
 
 void Supervisor::retireAll(int sig) {
@@ -228,7 +239,7 @@ void Supervisor::retireAll(int sig) {
       continue;
     }
     it->state = SlotState::Retiring;
-    if (sig) kill(it->pid, sig);
+    if (sig) ::kill(it->pid, sig);
     ++it;
   }
 }

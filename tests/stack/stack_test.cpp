@@ -14,6 +14,7 @@
 
 #include "kiln/client/stack.h"
 #include "kiln/common/error.h"
+#include "kiln/testsvc/testsvc.capnp.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -187,7 +188,8 @@ TEST_F(StackTest, SigkillOfEachServiceUnderLoadIsContained) {
     ASSERT_EQ(kill(victim, SIGKILL), 0);
     // Restarted under a new pid and registered again.
     EXPECT_TRUE(eventually([&] {
-      const auto* s = status().service(name);
+      const auto now = status();
+      const auto* s = now.service(name);
       bool replaced = s->state == "running";
       for (const auto& w : s->workers) replaced = replaced && w.pid != victim;
       return replaced && s->restarts >= 1;
@@ -222,7 +224,8 @@ TEST_F(StackTest, SwapUnderLoadLosesNoRequest) {
   first.finish();
   second.finish();
 
-  const auto after = status().service("codegen");
+  const auto afterStatus = status();
+  const auto* after = afterStatus.service("codegen");
   ASSERT_EQ(after->workers.size(), 2u);
   for (const auto& old : before) {
     for (const auto& now : after->workers) EXPECT_NE(now.pid, old.pid);
@@ -286,4 +289,36 @@ binary = "/bin/false"
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::UnknownService) << e.what();
   }
+}
+
+TEST_F(StackTest, HungWorkerIsKilledAndRestarted) {
+  std::ofstream(config_) << "[broker]\nheartbeat_ms = 50\n"
+                         << "[supervisor]\nhang_grace_ms = 100\nbackoff_initial_ms = 10\n"
+                         << "[services.testsvc]\nbinary = \"" << KILN_TEST_WORKER << "\"\n";
+  up();
+  const int hung = status().service("testsvc")->workers.front().pid;
+  auto stack = client::Stack::connect(runDir_.string());
+  capnp::MallocMessageBuilder sleep;
+  sleep.initRoot<testsvc::Request>().setSleep(60000);
+  try {
+    stack.rpc().call("testsvc", sleep, Millis(200));
+    FAIL() << "a 60 s sleep answered within 200 ms";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::DeadlineExceeded) << e.what();
+  }
+  EXPECT_TRUE(eventually([&] {
+    const auto now = status();
+    const auto* s = now.service("testsvc");
+    return s->state == "running" && s->workers.front().pid != hung;
+  }));
+  const auto after = status();
+  const auto* s = after.service("testsvc");
+  EXPECT_EQ(s->restarts, 1u);
+  EXPECT_NE(s->workers.front().lastExit.find("hung"), std::string::npos) << s->workers.front().lastExit;
+  EXPECT_TRUE(processGone(hung));
+
+  capnp::MallocMessageBuilder echo;
+  echo.initRoot<testsvc::Request>().setEcho(kj::StringPtr("back").asBytes());
+  auto reply = stack.rpc().call("testsvc", echo, Millis(2000));
+  EXPECT_EQ(reply->root<testsvc::Reply>().getPid(), s->workers.front().pid);
 }

@@ -14,6 +14,9 @@ namespace kiln::rpc {
 static constexpr size_t kLatencyWindow = 1024;
 static constexpr size_t kMaxServiceName = 128;
 static constexpr int kMaxReadsPerPoll = 256;  // fairness between the two sockets
+// Deadlines and silences are checked this often, not on every poll: the scan
+// is linear in queued requests, and a few ms is finer than any timeout.
+static constexpr Millis kExpiryScan{5};
 // Headers are a few words: a small first segment spares allocating and zeroing
 // Cap'n Proto's default one (8 KiB) for every message.
 static constexpr unsigned kHeaderWords = 64;
@@ -294,6 +297,7 @@ void Broker::handleWorkerMessage(const std::string& identity, Message& header, z
     }
   }
   worker.dispatchId = 0;
+  worker.view.overdueSince.reset();
   Service& service = serviceFor(worker.view.service);
   if (worker.inFlight) {
     auto request = std::move(worker.inFlight);
@@ -445,6 +449,8 @@ void Broker::heartbeatAndExpire() {
       sendToWorker(identity, message);
     }
   }
+  if (now < nextExpiryScan_) return;
+  nextExpiryScan_ = now + kExpiryScan;
 
   std::vector<std::string> silent;
   for (const auto& [identity, worker] : workers_)
@@ -473,6 +479,7 @@ void Broker::heartbeatAndExpire() {
                            worker->view.service, worker->view.pid),
                "broker"));
     worker->inFlight.reset();
+    worker->view.overdueSince = now;
   }
 }
 

@@ -42,6 +42,7 @@ private:
   void beginSwap(const rpc::ReplyTo& to, const std::string& service, const std::string& binary);
   void advanceSwaps();
   void afterExits(const std::vector<ProcessExit>& exits);
+  void killHungWorkers();
   std::string readiness() const;
   void shutdown();
 

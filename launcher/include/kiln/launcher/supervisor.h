@@ -35,6 +35,7 @@ struct Slot {
   uint32_t restarts = 0;
   std::deque<Clock::time_point> crashes; // within the crash window
   std::string lastExit;
+  std::string killedBecause;  // set by Supervisor::kill until the exit is reaped
 };
 
 struct ProcessExit {
@@ -62,6 +63,8 @@ public:
   // The process of `pid` may exit: its slot is removed then, not restarted.
   void retire(int pid);
   void signal(int pid, int sig);
+  // SIGKILLs a process we no longer trust; `why` becomes its slot's last exit.
+  void kill(int pid, const std::string& why);
   // Retires every slot and sends `sig` to every live process.
   void retireAll(int sig);
   bool anyRunning() const;

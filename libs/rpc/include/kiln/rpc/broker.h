@@ -47,6 +47,9 @@ struct WorkerView {
   WorkerPhase phase = WorkerPhase::Idle;
   uint64_t served = 0;
   Clock::time_point registeredAt;
+  // Set while it still works on a request whose deadline passed (a hang, or a
+  // client that asked too little time); the launcher kills it past a grace.
+  std::optional<Clock::time_point> overdueSince;
 };
 
 struct ServiceView {
@@ -126,6 +129,7 @@ private:
   std::unordered_map<std::string, InternalHandler> internal_;
   uint64_t nextDispatchId_ = 1;
   Clock::time_point nextHeartbeat_;
+  Clock::time_point nextExpiryScan_;
   WorkerEvent onRegistered_;
   WorkerEvent onGone_;
 };
