@@ -9,7 +9,6 @@
 // broker_p50 / direct_p50, writes bench/results/rpc_latency-<kind>-<date>.json, and
 // kills every child on the way out.
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,6 +30,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "kiln/common/process.h"
 #include "kiln/rpc/broker.h"
 #include "kiln/rpc/client.h"
 #include "kiln/schema/broker.capnp.h"
@@ -67,22 +67,8 @@ public:
   }
 
   pid_t spawn(const std::vector<std::string>& args) {
-    std::vector<char*> argv;
-    for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-    argv.push_back(nullptr);
     std::lock_guard<std::mutex> lock(mutex_);
-    const pid_t parent = getpid();
-    const pid_t pid = fork();
-    if (pid < 0) throwSystemError("fork");
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(1);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr); // the parent blocks the stop signals
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
+    const pid_t pid = spawnProcess(args);
     pids_.push_back(pid);
     return pid;
   }

@@ -17,6 +17,7 @@
 
 #include "kiln/client/stack.h"
 #include "kiln/common/log.h"
+#include "kiln/common/process.h"
 #include "kiln/launcher/launcher.h"
 
 namespace fs = std::filesystem;
@@ -36,15 +37,6 @@ struct Where {
 
 void onStop(int) {
   launcher::Launcher::requestStop();
-}
-
-// Gone, or a zombie its new parent has not reaped yet (the daemon is not our child).
-bool processGone(int pid) {
-  if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string skip, state;
-  stat >> skip >> skip >> state;
-  return state == "Z" || state == "X";
 }
 
 void installSignals() {
@@ -154,7 +146,7 @@ int down(const Where& where, int timeoutMs) {
   }
   const auto deadline = Clock::now() + Millis(timeoutMs);
   while (Clock::now() < deadline) {
-    if (processGone(pid) && !fs::exists(paths.runDir)) {
+    if (!processAlive(pid) && !fs::exists(paths.runDir)) {
       std::cout << "stack at " << paths.runDir << " stopped\n";
       return 0;
     }

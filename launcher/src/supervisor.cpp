@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +14,7 @@
 
 #include "kiln/common/error.h"
 #include "kiln/common/log.h"
+#include "kiln/common/process.h"
 
 namespace fs = std::filesystem;
 
@@ -100,60 +99,32 @@ std::vector<int> Supervisor::startExtra(const std::string& service, const std::s
   return pids;
 }
 
-// fork + exec with the service's log as stdout/stderr. The child dies with the
-// launcher (PDEATHSIG), so a crashed launcher leaves no orphans. An exec
-// failure comes back through a close-on-exec pipe and fails the slot at once.
+// The service's log is its stdout/stderr. Children die with the launcher
+// (spawnProcess), so a crashed launcher leaves no orphans; an exec failure
+// fails the slot at once.
 void Supervisor::launch(Slot& slot) {
-  std::vector<std::string> args = {slot.binary, "--service-name", slot.service};
-  args.insert(args.end(), options_.serviceArgs.begin(), options_.serviceArgs.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
+  std::vector<std::string> argv = {slot.binary, "--service-name", slot.service};
+  argv.insert(argv.end(), options_.serviceArgs.begin(), options_.serviceArgs.end());
   const std::string logPath = options_.logDir + "/" + slot.service + ".log";
   const int logFd = open(logPath.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (logFd < 0) throwSystemError("open " + logPath);
-  int execPipe[2];
-  if (pipe2(execPipe, O_CLOEXEC) != 0) throwSystemError("pipe2");
-  const pid_t parent = getpid();
-
-  const pid_t pid = fork();
-  if (pid < 0) throwSystemError("fork");
-  if (pid == 0) {
-    // Child: only async-signal-safe calls until exec.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    const int devNull = open("/dev/null", O_RDONLY);
-    dup2(devNull, 0);
-    dup2(logFd, 1);
-    dup2(logFd, 2);
-    setpgid(0, 0); // a terminal's Ctrl-C goes to the launcher, which drains services
-    syscall(SYS_close_range, 3, ~0U, 0); // may fail on old kernels; fds are CLOEXEC anyway
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    execv(argv[0], argv.data());
-    const int error = errno;
-    (void)!write(execPipe[1], &error, sizeof(error));
-    _exit(127);
-  }
-  close(logFd);
-  close(execPipe[1]);
-  int execError = 0;
-  const ssize_t got = read(execPipe[0], &execError, sizeof(execError));
-  close(execPipe[0]);
-  if (got == sizeof(execError)) {
-    waitpid(pid, nullptr, 0);
+  SpawnOptions spawn;
+  spawn.stdoutFd = logFd;
+  spawn.ownProcessGroup = true; // a terminal's Ctrl-C goes to the launcher, which drains services
+  try {
+    slot.pid = spawnProcess(argv, spawn);
+  } catch (const Error& e) {
+    close(logFd);
     slot.pid = 0;
     slot.state = SlotState::Failed;
-    slot.lastExit = fmt::format("cannot execute {}: {}", slot.binary, std::strerror(execError));
+    slot.lastExit = e.message();
     log().error("service={} {}", slot.service, slot.lastExit);
     return;
   }
-  slot.pid = pid;
+  close(logFd);
   slot.state = SlotState::Running;
   slot.startedAt = Clock::now();
-  log().info("started service={} pid={} binary={}", slot.service, pid, slot.binary);
+  log().info("started service={} pid={} binary={}", slot.service, slot.pid, slot.binary);
 }
 
 std::vector<ProcessExit> Supervisor::reap() {
@@ -180,7 +151,8 @@ std::vector<ProcessExit> Supervisor::reap() {
 
 void Supervisor::crashed(Slot& slot, const std::string& exit) {
   const auto now = Clock::now();
-  const std::string how = slot.killedBecause.empty() ? exit : slot.killedBecause + " (" + exit + ")";
+  const std::string how =
+      slot.killedBecause.empty() ? exit : slot.killedBecause + " (" + exit + ")";
   slot.killedBecause.clear();
   slot.pid = 0;
   slot.lastExit = how;

@@ -2,13 +2,13 @@
 
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 
+#include "kiln/common/process.h"
 #include "kiln/schema/broker.capnp.h"
 
 namespace kiln::rpc::test {
@@ -33,19 +33,7 @@ ChildProcesses::~ChildProcesses() {
 }
 
 pid_t ChildProcesses::spawn(const std::vector<std::string>& argv) {
-  // Everything the child needs is built before fork: only async-signal-safe calls after it.
-  std::vector<char*> args;
-  for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-  args.push_back(nullptr);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(126);
-    execv(args[0], args.data());
-    _exit(127);
-  }
+  const pid_t pid = spawnProcess(argv);
   pids_.push_back(pid);
   return pid;
 }

@@ -14,6 +14,7 @@
 
 #include "kiln/client/stack.h"
 #include "kiln/common/error.h"
+#include "kiln/common/process.h"
 #include "kiln/testsvc/testsvc.capnp.h"
 
 namespace fs = std::filesystem;
@@ -37,11 +38,7 @@ CommandResult runKiln(const std::string& args) {
 }
 
 bool processGone(int pid) {
-  if (kill(pid, 0) != 0) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string skip, state;
-  stat >> skip >> skip >> state;
-  return state == "Z";
+  return !processAlive(pid);
 }
 
 template <class Pred> bool eventually(Pred pred, Millis within = Millis(10000)) {
@@ -314,7 +311,8 @@ TEST_F(StackTest, HungWorkerIsKilledAndRestarted) {
   const auto after = status();
   const auto* s = after.service("testsvc");
   EXPECT_EQ(s->restarts, 1u);
-  EXPECT_NE(s->workers.front().lastExit.find("hung"), std::string::npos) << s->workers.front().lastExit;
+  EXPECT_NE(s->workers.front().lastExit.find("hung"), std::string::npos)
+      << s->workers.front().lastExit;
   EXPECT_TRUE(processGone(hung));
 
   capnp::MallocMessageBuilder echo;

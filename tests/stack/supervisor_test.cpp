@@ -98,3 +98,19 @@ TEST(SupervisorBinary, ResolvesBesideTheExecutableThenPath) {
   EXPECT_THROW(Supervisor::resolveBinary("kiln-no-such-binary"), Error);
   EXPECT_EQ(Supervisor::resolveBinary("/bin/sh"), "/bin/sh");
 }
+
+TEST_F(SupervisorTest, ABinaryTheKernelCannotRunFailsWithTheExecError) {
+  const auto bogus = logDir_ / "kiln-bogus";
+  {
+    FILE* f = fopen(bogus.c_str(), "w");
+    fputs("\x01\x02 not a program\n", f);
+    fclose(f);
+    std::filesystem::permissions(bogus, std::filesystem::perms::owner_all);
+  }
+  Supervisor supervisor(options_);
+  supervisor.start(ServiceConfig{"bogus", bogus.string(), 1});
+  EXPECT_TRUE(supervisor.failed("bogus"));
+  EXPECT_NE(supervisor.failureReason("bogus").find("Exec format error"), std::string::npos)
+      << supervisor.failureReason("bogus");
+  EXPECT_FALSE(supervisor.anyRunning());
+}

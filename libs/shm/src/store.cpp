@@ -20,7 +20,7 @@
 #include "kiln/common/error.h"
 #include "kiln/common/log.h"
 #include "layout.h"
-#include "process.h"
+#include "kiln/common/process.h"
 #include "robust_mutex.h"
 
 namespace kiln::shm {
