@@ -15,6 +15,7 @@
 #include "kiln/client/stack.h"
 #include "kiln/common/error.h"
 #include "kiln/common/process.h"
+#include "kiln/shm/store.h"
 #include "kiln/testsvc/testsvc.capnp.h"
 
 namespace fs = std::filesystem;
@@ -319,4 +320,36 @@ TEST_F(StackTest, HungWorkerIsKilledAndRestarted) {
   echo.initRoot<testsvc::Request>().setEcho(kj::StringPtr("back").asBytes());
   auto reply = stack.rpc().call("testsvc", echo, Millis(2000));
   EXPECT_EQ(reply->root<testsvc::Reply>().getPid(), s->workers.front().pid);
+}
+
+TEST_F(StackTest, LogsShowWhatAServiceWrote) {
+  up();
+  const auto logs = runKiln(where() + " logs tracer");
+  ASSERT_EQ(logs.exitCode, 0) << logs.output;
+  EXPECT_NE(logs.output.find("worker ready service=tracer"), std::string::npos) << logs.output;
+  const auto last = runKiln(where() + " logs launcher -n 1");
+  ASSERT_EQ(last.exitCode, 0) << last.output;
+  EXPECT_EQ(std::count(last.output.begin(), last.output.end(), '\n'), 1) << last.output;
+  const auto missing = runKiln(where() + " logs nosuch");
+  EXPECT_NE(missing.exitCode, 0);
+  EXPECT_NE(missing.output.find("not_found"), std::string::npos) << missing.output;
+}
+
+TEST_F(StackTest, LauncherReclaimsTheShmLeasesOfDeadClients) {
+  up();
+  const std::string segment = client::StackPaths{runDir_.string()}.segmentName();
+  const pid_t child = fork();
+  if (child == 0) {
+    auto store = shm::Store::attach(segment);
+    store.allocate(shm::TensorMeta::contiguous(shm::DType::Float32, {1024}), shm::Lifetime::Leased);
+    _exit(0); // dies holding the only lease
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  auto store = shm::Store::attach(segment);
+  ASSERT_EQ(store.list().size(), 1u);
+  EXPECT_TRUE(eventually([&] { return store.list().empty(); }, Millis(5000)))
+      << "the launcher did not reclaim the dead client's lease";
 }
