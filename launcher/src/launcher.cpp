@@ -250,12 +250,6 @@ void Launcher::beginSwap(const rpc::ReplyTo& to, const std::string& service,
   for (const Slot* slot : supervisor_->slots(service))
     if (slot->pid > 0) swap->oldPids.push_back(slot->pid);
   swap->newPids = supervisor_->startExtra(service, binary, std::max(config->workers, 1));
-  if (swap->newPids.empty()) {
-    broker_->replyError(
-        to, Error(ErrorCode::InvalidArgument,
-                  fmt::format("cannot start {}: {}", binary, supervisor_->failureReason(service))));
-    return;
-  }
   swap->deadline = Clock::now() + kSwapRegisterTimeout;
   log().info("swap started service={} binary={}", service, binary);
   swaps_.push_back(std::move(swap));

@@ -94,7 +94,18 @@ std::vector<int> Supervisor::startExtra(const std::string& service, const std::s
     slot.service = service;
     slot.binary = path;
     launch(slot);
-    if (slot.state == SlotState::Running) pids.push_back(slot.pid);
+    if (slot.state == SlotState::Running) {
+      pids.push_back(slot.pid);
+      continue;
+    }
+    // All or nothing: a swap that cannot start every new worker starts none.
+    const Error failure(ErrorCode::NotFound, slot.lastExit);
+    slots_.pop_back();
+    for (int pid : pids) {
+      retire(pid);
+      ::kill(pid, SIGKILL);
+    }
+    throw failure;
   }
   return pids;
 }

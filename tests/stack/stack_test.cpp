@@ -15,8 +15,12 @@
 #include "kiln/client/stack.h"
 #include "kiln/common/error.h"
 #include "kiln/common/process.h"
+#include "kiln/schema/broker.capnp.h"
+#include "kiln/schema/launcher.capnp.h"
 #include "kiln/shm/store.h"
+
 #include "kiln/testsvc/testsvc.capnp.h"
+#include <capnp/any.h>
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -352,4 +356,52 @@ TEST_F(StackTest, LauncherReclaimsTheShmLeasesOfDeadClients) {
   ASSERT_EQ(store.list().size(), 1u);
   EXPECT_TRUE(eventually([&] { return store.list().empty(); }, Millis(5000)))
       << "the launcher did not reclaim the dead client's lease";
+}
+
+TEST_F(StackTest, LauncherAnswersBadRequestsWithTypedErrors) {
+  up();
+  const int launcher = launcherPid();
+  auto stack = client::Stack::connect(runDir_.string());
+  auto expectError = [&](capnp::MessageBuilder& request, ErrorCode code, const char* what) {
+    try {
+      stack.rpc().call("kiln.launcher", request, Millis(2000));
+      ADD_FAILURE() << what << ": answered ok";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << what << ": " << e.what();
+    }
+  };
+  capnp::MallocMessageBuilder list;
+  list.getRoot<capnp::AnyPointer>().initAs<capnp::List<int32_t>>(3);
+  expectError(list, ErrorCode::Malformed, "a list where a struct belongs");
+
+  capnp::MallocMessageBuilder unknownVerb; // Envelope's first data word is the union tag
+  unknownVerb.initRoot<schema::Envelope>().setRequestId(99);
+  expectError(unknownVerb, ErrorCode::Unsupported, "verb 99");
+
+  capnp::MallocMessageBuilder noService;
+  noService.initRoot<schema::LauncherRequest>().initSwap().setService("nosuch");
+  expectError(noService, ErrorCode::NotFound, "swap of an unknown service");
+
+  capnp::MallocMessageBuilder noBinary;
+  auto swap = noBinary.initRoot<schema::LauncherRequest>().initSwap();
+  swap.setService("tracer");
+  swap.setBinary("/nonexistent/kiln-tracer");
+  expectError(noBinary, ErrorCode::NotFound, "swap to a missing binary");
+
+  const auto bogus = runDir_.string() + "-bogus";
+  std::ofstream(bogus) << "not a program\n";
+  std::filesystem::permissions(bogus, std::filesystem::perms::owner_all);
+  capnp::MallocMessageBuilder badBinary;
+  auto badSwap = badBinary.initRoot<schema::LauncherRequest>().initSwap();
+  badSwap.setService("codegen");
+  badSwap.setBinary(bogus);
+  expectError(badBinary, ErrorCode::NotFound, "swap to a binary the kernel cannot run");
+  fs::remove(bogus);
+  const auto after = stack.status();
+  EXPECT_EQ(after.service("codegen")->workers.size(), 2u) << "a failed swap left slots behind";
+  EXPECT_EQ(after.service("codegen")->state, "running");
+
+  EXPECT_TRUE(processAlive(launcher));
+  EXPECT_EQ(stack.status().services.size(), 5u);
+  EXPECT_EQ(stack.ping("tracer", "still"), "still");
 }

@@ -53,6 +53,7 @@ public:
   // Adds `workers` slots for the service and starts them.
   void start(const ServiceConfig& service);
   // Adds `count` more slots running `binary` (a swap); returns their pids.
+  // Throws Error{not_found} (and starts none) if the binary cannot be executed.
   std::vector<int> startExtra(const std::string& service, const std::string& binary, int count);
 
   // Collects exited children (never blocks), schedules restarts; returns the exits.
