@@ -64,4 +64,19 @@ TEST_F(Worker, FinishesRequestInHandOnSigtermThenExitsZero) {
   EXPECT_TRUE(waitUntil([&] { return broker_->workers("testsvc").empty(); }, Millis(1000)));
 }
 
+TEST_F(Worker, RegistersAgainWithABrokerThatRestarted) {
+  startBroker();
+  const pid_t pid = spawnWorker();
+  waitForWorkers(1);
+  broker_.reset();  // the broker dies with its sockets and its table of workers
+  std::this_thread::sleep_for(kSilence * 2);
+  startBroker();  // a new broker on the same endpoints knows nobody
+  const auto registered = waitForWorkers(1);
+  ASSERT_EQ(registered.size(), 1u);
+  EXPECT_EQ(registered.front(), pid);
+  auto caller = client();
+  EXPECT_EQ(callPid(*caller, *whoamiRequest()), pid);
+  EXPECT_TRUE(children_.alive(pid));
+}
+
 } // namespace
