@@ -56,8 +56,7 @@ public:
   std::shared_ptr<shm::Store> store() {
     std::lock_guard lock(mutex_);
     if (!store_) {
-      if (runDir_.empty())
-        runDir_ = stack_.status().runDir;
+      if (runDir_.empty()) runDir_ = stack_.status().runDir;
       store_ = std::make_shared<shm::Store>(
           shm::Store::attach(client::StackPaths{runDir_}.segmentName()));
     }
@@ -83,8 +82,7 @@ struct ShmBuffer {
 
 shm::DType parseDType(const std::string& name) {
   for (int32_t i = 0; i <= static_cast<int32_t>(shm::DType::Complex128); ++i)
-    if (shm::dtypeName(static_cast<shm::DType>(i)) == name)
-      return static_cast<shm::DType>(i);
+    if (shm::dtypeName(static_cast<shm::DType>(i)) == name) return static_cast<shm::DType>(i);
   throw Error(ErrorCode::InvalidArgument, fmt::format("unknown dtype '{}'", name));
 }
 
@@ -141,8 +139,7 @@ py::dict toDict(const client::WorkerStatus& worker) {
 
 py::dict toDict(const client::ServiceStatus& service) {
   py::list workers;
-  for (const auto& worker : service.workers)
-    workers.append(toDict(worker));
+  for (const auto& worker : service.workers) workers.append(toDict(worker));
   py::dict out;
   out["name"] = service.name;
   out["binary"] = service.binary;
@@ -161,8 +158,7 @@ py::dict toDict(const client::ServiceStatus& service) {
 
 py::dict toDict(const client::StackStatus& status) {
   py::list services;
-  for (const auto& service : status.services)
-    services.append(toDict(service));
+  for (const auto& service : status.services) services.append(toDict(service));
   py::dict out;
   out["name"] = status.name;
   out["run_dir"] = status.runDir;
@@ -182,8 +178,7 @@ void bindError(py::module_& m) {
       "and the `service` that raised it, if any.";
   py::register_exception_translator([](std::exception_ptr thrown) {
     try {
-      if (thrown)
-        std::rethrow_exception(thrown);
+      if (thrown) std::rethrow_exception(thrown);
     } catch (const Error& e) {
       py::object error = py::handle(kilnError->ptr())(e.what());
       error.attr("code") = errorCodeName(e.code());
@@ -245,8 +240,7 @@ void bindStack(py::module_& m) {
           "The stack's shared-memory store (attached once, then shared).")
       .def_property_readonly("run_dir",
                              [](const PyStack& self) -> std::optional<std::string> {
-                               if (self.runDir().empty())
-                                 return std::nullopt;
+                               if (self.runDir().empty()) return std::nullopt;
                                return self.runDir();
                              })
       .def_property_readonly("endpoint", &PyStack::endpoint)
@@ -291,8 +285,7 @@ void bindShm(py::module_& m) {
           [](shm::Store& self, std::vector<int64_t> sizes, const std::string& dtype,
              std::optional<std::vector<int64_t>> strides, int64_t storageOffset, bool pinned) {
             shm::TensorMeta meta = shm::TensorMeta::contiguous(parseDType(dtype), std::move(sizes));
-            if (strides)
-              meta.strides = std::move(*strides);
+            if (strides) meta.strides = std::move(*strides);
             meta.storageOffset = storageOffset;
             return withoutGil([&] {
               return self.allocate(meta, pinned ? shm::Lifetime::Pinned : shm::Lifetime::Leased);
@@ -314,8 +307,7 @@ void bindShm(py::module_& m) {
           "meta",
           [](shm::Store& self, shm::TensorId id) {
             for (const auto& info : withoutGil([&] { return self.list(); }))
-              if (info.id == id)
-                return toDict(info);
+              if (info.id == id) return toDict(info);
             throw Error(ErrorCode::NotFound, fmt::format("no tensor {} in shared memory", id));
           },
           py::arg("id"), "dtype, sizes, strides, storage_offset, lifetime, bytes, lease_holders.")

@@ -68,9 +68,9 @@ TEST_F(Worker, RegistersAgainWithABrokerThatRestarted) {
   startBroker();
   const pid_t pid = spawnWorker();
   waitForWorkers(1);
-  broker_.reset();  // the broker dies with its sockets and its table of workers
+  broker_.reset(); // the broker dies with its sockets and its table of workers
   std::this_thread::sleep_for(kSilence * 2);
-  startBroker();  // a new broker on the same endpoints knows nobody
+  startBroker(); // a new broker on the same endpoints knows nobody
   const auto registered = waitForWorkers(1);
   ASSERT_EQ(registered.size(), 1u);
   EXPECT_EQ(registered.front(), pid);

@@ -13,7 +13,7 @@ namespace kiln::rpc {
 
 static constexpr size_t kLatencyWindow = 1024;
 static constexpr size_t kMaxServiceName = 128;
-static constexpr int kMaxReadsPerPoll = 256;  // fairness between the two sockets
+static constexpr int kMaxReadsPerPoll = 256; // fairness between the two sockets
 // Deadlines and silences are checked this often, not on every poll: the scan
 // is linear in queued requests, and a few ms is finer than any timeout.
 static constexpr Millis kExpiryScan{5};
@@ -35,30 +35,32 @@ struct Broker::Worker {
   std::string identity;
   WorkerView view;
   Clock::time_point lastSeen;
-  std::unique_ptr<Request> inFlight;   // null when idle, or when the request expired while held
-  uint64_t dispatchId = 0;             // of the request it holds, expired or not; 0 when idle
+  std::unique_ptr<Request> inFlight; // null when idle, or when the request expired while held
+  uint64_t dispatchId = 0;           // of the request it holds, expired or not; 0 when idle
 };
 
 struct Broker::Service {
   std::string name;
   std::deque<std::unique_ptr<Request>> queue;
-  std::deque<std::string> idle;   // least recently used first; may hold stale ids
+  std::deque<std::string> idle; // least recently used first; may hold stale ids
   std::string unavailable;
   uint64_t served = 0;
   uint64_t errors = 0;
-  std::vector<int64_t> latencies;  // ring of the last kLatencyWindow, in µs
+  std::vector<int64_t> latencies; // ring of the last kLatencyWindow, in µs
   size_t nextLatency = 0;
 
   void recordLatency(int64_t micros) {
-    if (latencies.size() < kLatencyWindow) latencies.push_back(micros);
-    else latencies[nextLatency] = micros;
+    if (latencies.size() < kLatencyWindow)
+      latencies.push_back(micros);
+    else
+      latencies[nextLatency] = micros;
     nextLatency = (nextLatency + 1) % kLatencyWindow;
   }
 };
 
 static std::vector<zmq::message_t> receiveAll(zmq::socket_t& socket) {
   std::vector<zmq::message_t> frames;
-  frames.reserve(3);  // identity, header, body
+  frames.reserve(3); // identity, header, body
   (void)zmq::recv_multipart(socket, std::back_inserter(frames), zmq::recv_flags::dontwait);
   return frames;
 }
@@ -93,7 +95,9 @@ Broker::Service& Broker::serviceFor(const std::string& name) {
   return *slot;
 }
 
-void Broker::declareService(const std::string& service) { serviceFor(service); }
+void Broker::declareService(const std::string& service) {
+  serviceFor(service);
+}
 
 bool Broker::knowsService(const std::string& service) const {
   return services_.count(service) > 0 || internal_.count(service) > 0;
@@ -103,7 +107,8 @@ void Broker::setUnavailable(const std::string& name, const std::string& reason) 
   auto& service = serviceFor(name);
   service.unavailable = reason;
   if (reason.empty()) return;
-  const Error error(ErrorCode::Unavailable, fmt::format("service '{}' is unavailable: {}", name, reason));
+  const Error error(ErrorCode::Unavailable,
+                    fmt::format("service '{}' is unavailable: {}", name, reason));
   while (!service.queue.empty()) {
     auto request = std::move(service.queue.front());
     service.queue.pop_front();
@@ -127,9 +132,11 @@ void Broker::poll(Millis timeout) {
     if (e.num() != EINTR) throw;
   }
   if (items[1].revents & ZMQ_POLLIN)
-    for (int i = 0; i < kMaxReadsPerPoll && readWorkerOnce(); ++i) {}
+    for (int i = 0; i < kMaxReadsPerPoll && readWorkerOnce(); ++i) {
+    }
   if (items[0].revents & ZMQ_POLLIN)
-    for (int i = 0; i < kMaxReadsPerPoll && readClientOnce(); ++i) {}
+    for (int i = 0; i < kMaxReadsPerPoll && readClientOnce(); ++i) {
+    }
   heartbeatAndExpire();
 }
 
@@ -163,8 +170,9 @@ bool Broker::readClientOnce() {
       throw Error(ErrorCode::InvalidArgument,
                   fmt::format("service name must be 1..{} bytes", kMaxServiceName));
     if (frames[2].size() > options_.limits.maxFrameBytes)
-      throw Error(ErrorCode::TooLarge, fmt::format("request body of {} bytes exceeds the {} byte limit",
-                                                   frames[2].size(), options_.limits.maxFrameBytes));
+      throw Error(ErrorCode::TooLarge,
+                  fmt::format("request body of {} bytes exceeds the {} byte limit",
+                              frames[2].size(), options_.limits.maxFrameBytes));
   } catch (const Error& e) {
     sendReply(client, request->requestId, e.from("broker"), nullptr);
     return true;
@@ -189,20 +197,23 @@ void Broker::route(const std::string& name, std::unique_ptr<Request> request) {
   }
   auto found = services_.find(name);
   if (found == services_.end()) {
-    sendReply(request->client, request->requestId,
-              Error(ErrorCode::UnknownService, fmt::format("no service named '{}'", name), "broker"),
-              nullptr);
+    sendReply(
+        request->client, request->requestId,
+        Error(ErrorCode::UnknownService, fmt::format("no service named '{}'", name), "broker"),
+        nullptr);
     return;
   }
   Service& service = *found->second;
   if (!service.unavailable.empty()) {
-    fail(service, *request, Error(ErrorCode::Unavailable,
-                         fmt::format("service '{}' is unavailable: {}", name, service.unavailable)));
+    fail(service, *request,
+         Error(ErrorCode::Unavailable,
+               fmt::format("service '{}' is unavailable: {}", name, service.unavailable)));
     return;
   }
   if (service.queue.size() >= options_.maxQueue) {
-    fail(service, *request, Error(ErrorCode::ResourceExhausted,
-                         fmt::format("service '{}' has {} requests queued", name, service.queue.size())));
+    fail(service, *request,
+         Error(ErrorCode::ResourceExhausted,
+               fmt::format("service '{}' has {} requests queued", name, service.queue.size())));
     return;
   }
   service.queue.push_back(std::move(request));
@@ -215,7 +226,7 @@ bool Broker::readWorkerOnce() {
   auto frames = receiveAll(workersSocket_);
   if (frames.empty()) return false;
   const std::string identity = frames[0].to_string();
-  if (frames.size() < 2 || frames.size() > 3) return true;  // not ours: drop
+  if (frames.size() < 2 || frames.size() > 3) return true; // not ours: drop
   try {
     Message header(std::move(frames[1]), options_.limits);
     zmq::message_t body = frames.size() == 3 ? std::move(frames[2]) : zmq::message_t();
@@ -226,13 +237,14 @@ bool Broker::readWorkerOnce() {
   return true;
 }
 
-void Broker::handleWorkerMessage(const std::string& identity, Message& header, zmq::message_t body) {
+void Broker::handleWorkerMessage(const std::string& identity, Message& header,
+                                 zmq::message_t body) {
   const auto message = decoding([&] { return header.root<schema::WorkerMessage>(); });
   const auto which = decoding([&] { return message.which(); });
   auto found = workers_.find(identity);
 
   if (which == schema::WorkerMessage::READY) {
-    if (found != workers_.end()) return;  // duplicate ready
+    if (found != workers_.end()) return; // duplicate ready
     std::string service;
     int pid = 0;
     decoding([&] {
@@ -271,10 +283,11 @@ void Broker::handleWorkerMessage(const std::string& identity, Message& header, z
   worker.lastSeen = Clock::now();
 
   if (which == schema::WorkerMessage::DISCONNECT) {
-    forgetWorker(identity, "left: " + std::string(decoding([&] { return message.getDisconnect().cStr(); })));
+    forgetWorker(identity,
+                 "left: " + std::string(decoding([&] { return message.getDisconnect().cStr(); })));
     return;
   }
-  if (which != schema::WorkerMessage::REPLY) return;  // heartbeat
+  if (which != schema::WorkerMessage::REPLY) return; // heartbeat
 
   const auto reply = decoding([&] { return message.getReply(); });
   const uint64_t dispatchId = decoding([&] { return reply.getDispatchId(); });
@@ -303,7 +316,8 @@ void Broker::handleWorkerMessage(const std::string& identity, Message& header, z
     auto request = std::move(worker.inFlight);
     if (failure) {
       sendReply(request->client, request->requestId, *failure, nullptr);
-      service.recordLatency(std::chrono::duration_cast<Micros>(Clock::now() - request->arrived).count());
+      service.recordLatency(
+          std::chrono::duration_cast<Micros>(Clock::now() - request->arrived).count());
       ++service.served;
     } else {
       finish(service, *request, std::move(body));
@@ -338,7 +352,7 @@ void Broker::dispatch(Service& service) {
     out.setTimeoutMs(static_cast<uint32_t>(std::max<int64_t>(left, 1)));
     out.setAttempt(static_cast<uint8_t>(std::min(request->attempts, 255)));
     zmq::message_t body;
-    body.copy(request->body);  // shares the buffer: kept for a requeue
+    body.copy(request->body); // shares the buffer: kept for a requeue
     sendToWorker(identity, header, &body);
 
     worker.view.phase = WorkerPhase::Busy;
@@ -352,7 +366,8 @@ void Broker::forgetWorker(const std::string& identity, const std::string& why) {
   if (found == workers_.end()) return;
   std::unique_ptr<Worker> worker = std::move(found->second);
   workers_.erase(found);
-  log().info("worker gone service={} pid={} reason=\"{}\"", worker->view.service, worker->view.pid, why);
+  log().info("worker gone service={} pid={} reason=\"{}\"", worker->view.service, worker->view.pid,
+             why);
   Service& service = serviceFor(worker->view.service);
   if (worker->inFlight) {
     auto request = std::move(worker->inFlight);
@@ -415,8 +430,10 @@ void Broker::sendReply(const std::string& client, uint64_t requestId,
   capnp::MallocMessageBuilder message(kHeaderWords);
   auto header = message.initRoot<schema::ReplyHeader>();
   header.setRequestId(requestId);
-  if (error) toWire(*error, header.initError());
-  else header.setOk();
+  if (error)
+    toWire(*error, header.initError());
+  else
+    header.setOk();
   try {
     clients_.send(zmq::buffer(client), zmq::send_flags::sndmore);
     clients_.send(toFrame(message), body ? zmq::send_flags::sndmore : zmq::send_flags::none);
@@ -465,8 +482,9 @@ void Broker::heartbeatAndExpire() {
         ++it;
         continue;
       }
-      fail(*service, **it, Error(ErrorCode::DeadlineExceeded,
-                                 fmt::format("deadline passed while queued for '{}'", name), "broker"));
+      fail(*service, **it,
+           Error(ErrorCode::DeadlineExceeded,
+                 fmt::format("deadline passed while queued for '{}'", name), "broker"));
       it = queue.erase(it);
     }
   }

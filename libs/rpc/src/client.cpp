@@ -57,12 +57,12 @@ std::unique_ptr<Message> Client::call(std::string_view service, capnp::MessageBu
                               endpoint_, timeout.count()));
     }
     std::vector<zmq::message_t> frames;
-    frames.reserve(2);  // header, body
+    frames.reserve(2); // header, body
     (void)zmq::recv_multipart(socket_, std::back_inserter(frames));
     if (frames.empty()) continue;
     Message head(std::move(frames[0]), limits_);
     auto reply = decoding([&] { return head.root<schema::ReplyHeader>(); });
-    if (decoding([&] { return reply.getRequestId(); }) != requestId) continue;  // stale reply
+    if (decoding([&] { return reply.getRequestId(); }) != requestId) continue; // stale reply
     if (decoding([&] { return reply.isError(); }))
       throw decoding([&] { return fromWire(reply.getError()); });
     if (frames.size() < 2)

@@ -7,14 +7,13 @@
 
 namespace kiln::rpc {
 
-static constexpr uint32_t kMaxSegments = 512;  // Cap'n Proto's own limit
+static constexpr uint32_t kMaxSegments = 512; // Cap'n Proto's own limit
 
 Message::Message(zmq::message_t frame, const Limits& limits) : frame_(std::move(frame)) {
   const size_t size = frame_.size();
   if (size > limits.maxFrameBytes)
-    throw Error(ErrorCode::TooLarge,
-                fmt::format("message of {} bytes exceeds the {} byte limit", size,
-                            limits.maxFrameBytes));
+    throw Error(ErrorCode::TooLarge, fmt::format("message of {} bytes exceeds the {} byte limit",
+                                                 size, limits.maxFrameBytes));
   if (size == 0 || size % sizeof(capnp::word) != 0)
     throw Error(ErrorCode::Malformed,
                 fmt::format("frame of {} bytes is not a whole number of 8-byte words", size));

@@ -113,26 +113,26 @@ void Worker::run() {
       signal.notify_one();
       thread.join();
     }
-  } stopHeartbeater{quitMutex, quitSignal, quit, heartbeater};  // before `held` unlocks
+  } stopHeartbeater{quitMutex, quitSignal, quit, heartbeater}; // before `held` unlocks
 
   logger.info("worker ready service={} endpoint={}", options_.service, options_.endpoint);
   Millis reconnectDelay = options_.heartbeat;
   std::string leaving = "stopped";
   while (!stopping_.load()) {
     // Wake when the next heartbeat is due, not a whole interval after the last message.
-    const auto due = std::chrono::ceil<Millis>(connection.lastSent() + options_.heartbeat -
-                                               Clock::now());
+    const auto due =
+        std::chrono::ceil<Millis>(connection.lastSent() + options_.heartbeat - Clock::now());
     zmq::pollitem_t item{connection.socket().handle(), 0, ZMQ_POLLIN, 0};
     int ready = 0;
     try {
       ready = zmq::poll(&item, 1, std::clamp(due, Millis(0), options_.heartbeat));
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;
-      continue;  // a signal (stop) woke us
+      continue; // a signal (stop) woke us
     }
     if (ready > 0) {
       std::vector<zmq::message_t> frames;
-      frames.reserve(2);  // header, body
+      frames.reserve(2); // header, body
       (void)zmq::recv_multipart(connection.socket(), std::back_inserter(frames));
       connection.sawBroker();
       reconnectDelay = options_.heartbeat;

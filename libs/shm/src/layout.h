@@ -3,9 +3,9 @@
 // crash could interrupt becomes visible through a single aligned store, made
 // last (a slot's `id`, a lease's pid), so a dead writer leaves the old state,
 // the new one, or a Leased tensor without lease, which the next locker frees
-// (a release cut between dropping the last lease and freeing). Boost's allocator is used only while the segment is
-// built, before any other process can see it; tensor storage is placed by the
-// slot table itself, so there is no allocator state a crash could tear.
+// (a release cut between dropping the last lease and freeing). Boost's allocator is used only while
+// the segment is built, before any other process can see it; tensor storage is placed by the slot
+// table itself, so there is no allocator state a crash could tear.
 #pragma once
 
 #include <pthread.h>

@@ -19,8 +19,8 @@
 
 #include "kiln/common/error.h"
 #include "kiln/common/log.h"
-#include "layout.h"
 #include "kiln/common/process.h"
+#include "layout.h"
 #include "robust_mutex.h"
 
 namespace kiln::shm {

@@ -32,7 +32,7 @@ struct StackConfig {
   int crashBudget = 5;
   std::chrono::seconds crashWindow{60};
   Millis stopTimeout{5000};
-  Millis hangGrace{10000};             // 0: never kill a worker for holding an expired request
+  Millis hangGrace{10000}; // 0: never kill a worker for holding an expired request
 
   std::vector<ServiceConfig> services; // in pipeline order
 

@@ -35,7 +35,7 @@ struct Slot {
   uint32_t restarts = 0;
   std::deque<Clock::time_point> crashes; // within the crash window
   std::string lastExit;
-  std::string killedBecause;  // set by Supervisor::kill until the exit is reaped
+  std::string killedBecause; // set by Supervisor::kill until the exit is reaped
 };
 
 struct ProcessExit {

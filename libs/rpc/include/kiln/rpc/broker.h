@@ -24,12 +24,12 @@
 namespace kiln::rpc {
 
 struct BrokerOptions {
-  std::string clientEndpoint;   // ROUTER for clients
-  std::string workerEndpoint;   // ROUTER for workers
+  std::string clientEndpoint; // ROUTER for clients
+  std::string workerEndpoint; // ROUTER for workers
   Millis heartbeat{250};
-  int liveness = 4;             // a worker silent for liveness * heartbeat is dead
-  int maxAttempts = 3;          // dispatches of one request before Error{unavailable}
-  size_t maxQueue = 10000;      // per service; beyond it Error{resource_exhausted}
+  int liveness = 4;        // a worker silent for liveness * heartbeat is dead
+  int maxAttempts = 3;     // dispatches of one request before Error{unavailable}
+  size_t maxQueue = 10000; // per service; beyond it Error{resource_exhausted}
   Limits limits;
 };
 
@@ -56,8 +56,8 @@ struct ServiceView {
   size_t queueDepth = 0;
   size_t inFlight = 0;
   uint64_t served = 0;
-  uint64_t errors = 0;     // answered by the broker with an error
-  int64_t p50Us = 0;       // arrival -> reply, over the recent window
+  uint64_t errors = 0; // answered by the broker with an error
+  int64_t p50Us = 0;   // arrival -> reply, over the recent window
   int64_t p99Us = 0;
 };
 
@@ -125,7 +125,7 @@ private:
   zmq::socket_t clients_;
   zmq::socket_t workersSocket_;
   std::map<std::string, std::unique_ptr<Service>> services_;
-  std::unordered_map<std::string, std::unique_ptr<Worker>> workers_;   // by routing id
+  std::unordered_map<std::string, std::unique_ptr<Worker>> workers_; // by routing id
   std::unordered_map<std::string, InternalHandler> internal_;
   uint64_t nextDispatchId_ = 1;
   Clock::time_point nextHeartbeat_;

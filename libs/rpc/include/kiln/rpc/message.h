@@ -17,8 +17,8 @@
 namespace kiln::rpc {
 
 struct Limits {
-  size_t maxFrameBytes = size_t{256} << 20;   // larger frames are refused before parsing
-  uint64_t traversalLimitWords = uint64_t{64} << 20;  // 512 MiB of traversal per message
+  size_t maxFrameBytes = size_t{256} << 20;          // larger frames are refused before parsing
+  uint64_t traversalLimitWords = uint64_t{64} << 20; // 512 MiB of traversal per message
   int nestingLimit = 64;
 };
 
@@ -29,7 +29,7 @@ public:
   // Throws Error{too_large} over the frame limit, Error{malformed} if the
   // segment table is invalid.
   Message(zmq::message_t frame, const Limits& limits = {});
-  Message(Message&&) = delete;  // the reader points into this object's storage
+  Message(Message&&) = delete; // the reader points into this object's storage
 
   // The root as T; field access may still throw kj::Exception on a bad
   // pointer, which every process boundary catches (see rethrowAsError).

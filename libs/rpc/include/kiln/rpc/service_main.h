@@ -38,10 +38,9 @@ using WorkerFactory = std::unique_ptr<Worker> (*)(WorkerOptions);
 int serviceMain(const std::string& service, int argc, char** argv, WorkerFactory makeWorker);
 
 template <class W> int serviceMain(const std::string& service, int argc, char** argv) {
-  return serviceMain(service, argc, argv,
-                     [](WorkerOptions options) -> std::unique_ptr<Worker> {
-                       return std::make_unique<W>(std::move(options));
-                     });
+  return serviceMain(service, argc, argv, [](WorkerOptions options) -> std::unique_ptr<Worker> {
+    return std::make_unique<W>(std::move(options));
+  });
 }
 
 } // namespace kiln::rpc

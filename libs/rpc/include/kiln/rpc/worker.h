@@ -15,10 +15,10 @@
 namespace kiln::rpc {
 
 struct WorkerOptions {
-  std::string endpoint;        // the broker's worker endpoint
-  std::string service;         // the name clients call
+  std::string endpoint; // the broker's worker endpoint
+  std::string service;  // the name clients call
   Millis heartbeat{250};
-  int liveness = 4;            // broker silent for liveness * heartbeat -> reconnect
+  int liveness = 4; // broker silent for liveness * heartbeat -> reconnect
   Limits limits;
 };
 
