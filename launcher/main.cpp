@@ -134,16 +134,12 @@ int down(const Where& where, int timeoutMs) {
     std::cout << "no kiln stack runs at " << paths.runDir << "\n";
     return 0;
   }
-  const int pid = launcher::launcherPid(paths);
-  try {
-    client::Stack::connect(paths.runDir).down();
-  } catch (const Error& e) {
-    if (launcher::sweepStaleRunDirs(fs::path(paths.runDir).parent_path().string()) > 0) {
-      std::cout << "removed the run dir of a dead stack at " << paths.runDir << "\n";
-      return 0;
-    }
-    throw;
+  if (launcher::removeIfStale(paths)) {
+    std::cout << "removed the run dir of a dead stack at " << paths.runDir << "\n";
+    return 0;
   }
+  const int pid = launcher::launcherPid(paths);
+  client::Stack::connect(paths.runDir).down();
   const auto deadline = Clock::now() + Millis(timeoutMs);
   while (Clock::now() < deadline) {
     if (!processAlive(pid) && !fs::exists(paths.runDir)) {

@@ -89,20 +89,23 @@ void RunDir::remove() {
   lockFd_ = -1;
 }
 
+bool removeIfStale(const client::StackPaths& paths) {
+  if (!fs::exists(paths.lockFile())) return false;
+  const int fd = tryLock(paths.lockFile());
+  if (fd < 0) return false; // a live launcher holds it
+  shm::Store::removeSegment(paths.segmentName());
+  std::error_code ec;
+  fs::remove_all(paths.runDir, ec);
+  close(fd);
+  log().info("removed stale run dir {}", paths.runDir);
+  return true;
+}
+
 int sweepStaleRunDirs(const std::string& root) {
   int removed = 0;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const client::StackPaths paths{entry.path().string()};
-    if (!entry.is_directory() || !fs::exists(paths.lockFile())) continue;
-    const int fd = tryLock(paths.lockFile());
-    if (fd < 0) continue; // alive
-    shm::Store::removeSegment(paths.segmentName());
-    fs::remove_all(paths.runDir, ec);
-    close(fd);
-    log().info("removed stale run dir {}", paths.runDir);
-    ++removed;
-  }
+  for (const auto& entry : fs::directory_iterator(root, ec))
+    if (entry.is_directory() && removeIfStale(client::StackPaths{entry.path().string()})) ++removed;
   return removed;
 }
 

@@ -405,3 +405,36 @@ TEST_F(StackTest, LauncherAnswersBadRequestsWithTypedErrors) {
   EXPECT_EQ(stack.status().services.size(), 5u);
   EXPECT_EQ(stack.ping("tracer", "still"), "still");
 }
+
+TEST_F(StackTest, ALauncherKilledTakesItsServicesAndItsRunDirIsReclaimed) {
+  up();
+  const auto before = status();
+  std::vector<int> services;
+  for (const auto& service : before.services)
+    for (const auto& worker : service.workers) services.push_back(worker.pid);
+  const int launcher = launcherPid();
+  ASSERT_EQ(kill(launcher, SIGKILL), 0);
+  for (int pid : services) EXPECT_TRUE(eventually([&] { return processGone(pid); })) << pid;
+  EXPECT_TRUE(fs::exists(runDir_ / "launcher.lock")) << "nothing cleaned up after a SIGKILL";
+  const auto start = Clock::now();
+  try {
+    client::Stack::connect(runDir_.string());
+    FAIL() << "connected to a dead stack";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Unavailable);
+    EXPECT_NE(e.message().find("is gone"), std::string::npos) << e.message();
+  }
+  EXPECT_LT(Clock::now() - start, Millis(1000)) << "waited for a launcher known dead";
+
+  up(); // the stale run dir (and its segment) is taken over
+  EXPECT_NE(launcherPid(), launcher);
+  EXPECT_EQ(status().services.size(), 5u);
+  EXPECT_EQ(client::Stack::connect(runDir_.string()).ping("codegen", "again"), "again");
+
+  // `kiln down` of a stack whose launcher died just removes what it left.
+  ASSERT_EQ(kill(launcherPid(), SIGKILL), 0);
+  EXPECT_TRUE(eventually([&] { return processGone(launcherPid()); }));
+  const auto down = runKiln(where() + " down");
+  EXPECT_EQ(down.exitCode, 0) << down.output;
+  EXPECT_FALSE(fs::exists(runDir_));
+}

@@ -1,9 +1,11 @@
 #include "kiln/client/stack.h"
 
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 
+#include "kiln/common/process.h"
 #include "kiln/schema/common.capnp.h"
 #include "kiln/schema/launcher.capnp.h"
 
@@ -70,9 +72,16 @@ Stack Stack::connect(const std::string& where, Millis timeout) {
     endpoint = where;
   } else {
     const StackPaths paths = resolveStack(where);
-    if (!std::filesystem::exists(paths.lockFile()))
+    int launcher = 0;
+    std::ifstream(paths.lockFile()) >> launcher;
+    if (launcher <= 0)
       throw Error(ErrorCode::Unavailable,
                   fmt::format("no kiln stack runs at {} (start one with `kiln up`)", paths.runDir));
+    if (!processAlive(launcher))
+      throw Error(ErrorCode::Unavailable,
+                  fmt::format("the launcher (pid {}) of the stack at {} is gone; `kiln up` "
+                              "starts a new one there",
+                              launcher, paths.runDir));
     endpoint = paths.clientEndpoint();
   }
   Stack stack(std::make_unique<rpc::Client>(endpoint));

@@ -29,6 +29,10 @@ private:
   int lockFd_ = -1;
 };
 
+// Removes the run dir (and its segment) if its launcher is gone; false if it
+// is live or is no run dir.
+bool removeIfStale(const client::StackPaths& paths);
+
 // Removes every run dir under `root` whose launcher is gone; returns how many.
 int sweepStaleRunDirs(const std::string& root);
 
