@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -38,6 +39,13 @@ protected:
     }
   }
 
+  std::filesystem::path writeExecutable(const std::string& name, const std::string& content) {
+    const auto path = logDir_ / name;
+    std::ofstream(path) << content;
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+    return path;
+  }
+
   std::filesystem::path logDir_;
   SupervisorOptions options_;
 };
@@ -57,13 +65,7 @@ TEST_F(SupervisorTest, SpendsItsCrashBudgetThenFails) {
 
 TEST_F(SupervisorTest, RestartsAfterSigkillAndNotAfterRetire) {
   // A long-lived process that ignores our flags: `sh -c 'sleep 30' ...` via a script.
-  const auto script = logDir_ / "svc.sh";
-  {
-    FILE* f = fopen(script.c_str(), "w");
-    fputs("#!/bin/sh\nexec sleep 30\n", f);
-    fclose(f);
-    std::filesystem::permissions(script, std::filesystem::perms::owner_all);
-  }
+  const auto script = writeExecutable("svc.sh", "#!/bin/sh\nexec sleep 30\n");
   Supervisor supervisor(options_);
   supervisor.start(ServiceConfig{"svc", script.string(), 1});
   const int first = supervisor.slots("svc")[0]->pid;
@@ -100,13 +102,7 @@ TEST(SupervisorBinary, ResolvesBesideTheExecutableThenPath) {
 }
 
 TEST_F(SupervisorTest, ABinaryTheKernelCannotRunFailsWithTheExecError) {
-  const auto bogus = logDir_ / "kiln-bogus";
-  {
-    FILE* f = fopen(bogus.c_str(), "w");
-    fputs("\x01\x02 not a program\n", f);
-    fclose(f);
-    std::filesystem::permissions(bogus, std::filesystem::perms::owner_all);
-  }
+  const auto bogus = writeExecutable("kiln-bogus", "\x01\x02 not a program\n");
   Supervisor supervisor(options_);
   supervisor.start(ServiceConfig{"bogus", bogus.string(), 1});
   EXPECT_TRUE(supervisor.failed("bogus"));
