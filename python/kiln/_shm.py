@@ -4,7 +4,6 @@ Tensors returned here are CPU tensors whose storage is the shared segment
 itself: writes through them are what other processes read. They stay valid
 until the tensor is freed (shm_free); after that their bytes may be reused.
 """
-import functools
 import os
 from typing import Sequence
 
@@ -35,10 +34,15 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return _DTYPE_NAMES[dtype]
 
 
-@functools.lru_cache(maxsize=None)
+_stores: dict[str, ShmStore] = {}
+
+
 def _store_at(run_dir: str) -> ShmStore:
-    # One mapping per stack and process; after a restart of that stack, pass stack=.
-    return ShmStore.for_run_dir(run_dir)
+    # One mapping per stack and process, taken again when the stack restarted.
+    store = _stores.get(run_dir)
+    if store is None or not store.current:
+        store = _stores[run_dir] = ShmStore.for_run_dir(run_dir)
+    return store
 
 
 def _store(stack: Stack | None) -> ShmStore:

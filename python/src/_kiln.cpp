@@ -51,11 +51,12 @@ public:
     return f(stack_);
   }
 
-  // The stack's shared-memory store, attached on first use. Connected by
-  // endpoint, the run dir (hence the segment's name) comes from the launcher.
+  // The stack's shared-memory store, attached on first use and again after
+  // the stack restarted. Connected by endpoint, the run dir (hence the
+  // segment's name) comes from the launcher.
   std::shared_ptr<shm::Store> store() {
     std::lock_guard lock(mutex_);
-    if (!store_) {
+    if (!store_ || !store_->current()) { // first use, or the stack restarted
       if (runDir_.empty()) runDir_ = stack_.status().runDir;
       store_ = std::make_shared<shm::Store>(
           shm::Store::attach(client::StackPaths{runDir_}.segmentName()));
@@ -332,6 +333,8 @@ void bindShm(py::module_& m) {
           [](shm::Store& self) { return toDict(withoutGil([&] { return self.usage(); })); },
           "Capacity, bytes used and free, tensor count.")
       .def_property_readonly("name", &shm::Store::name)
+      .def_property_readonly("current", &shm::Store::current,
+                             "False once the stack's segment was removed or replaced.")
       .def("__repr__",
            [](const shm::Store& self) { return fmt::format("<kiln.ShmStore '{}'>", self.name()); });
 }

@@ -1,7 +1,9 @@
 """kiln.shm_*: torch tensors in the stack's shared memory, by id, without copies."""
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -135,3 +137,33 @@ def test_shm_free_then_get_raises_not_found(stack):
 def test_unsupported_dtype_is_refused(stack):
     with pytest.raises(TypeError):
         kiln.shm_empty([2], torch.complex32, stack=stack)
+
+
+def test_stores_follow_a_restarted_stack(monkeypatch):
+    # A stack of its own: restarting the session's stack would disturb other tests.
+    from conftest import kiln_cli
+
+    run_dir = tempfile.mkdtemp(prefix="kr", dir="/tmp")
+    try:
+        assert kiln_cli(run_dir, "up").returncode == 0
+        monkeypatch.setenv("KILN_RUN_DIR", run_dir)
+        stack = kiln.connect(run_dir)
+        old_id = kiln.shm_put(torch.arange(8, dtype=torch.float32))
+        old_store = stack.shm()
+        assert old_store.current
+
+        assert kiln_cli(run_dir, "down").returncode == 0
+        assert kiln_cli(run_dir, "up").returncode == 0
+        assert not old_store.current
+
+        # Both the default store and a Stack's attach to the new, empty segment on their own.
+        with pytest.raises(kiln.KilnError) as error:
+            kiln.shm_get(old_id)
+        assert error.value.code == "not_found"
+        new_id = kiln.shm_put(torch.ones(3))
+        assert kiln.shm_get(new_id).tolist() == [1.0, 1.0, 1.0]
+        assert stack.shm().current
+        assert kiln.shm_get(new_id, stack=kiln.connect(run_dir)).sum().item() == 3.0
+    finally:
+        kiln_cli(run_dir, "down")
+        shutil.rmtree(run_dir, ignore_errors=True)

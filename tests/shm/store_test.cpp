@@ -47,6 +47,21 @@ TEST(Store, CreateAttachAndRemove) {
   EXPECT_EQ(attached.open(id).meta, floats(10));
 }
 
+TEST(Store, KnowsWhenItsSegmentWasRemovedOrReplaced) {
+  SegmentName name;
+  Store first = Store::create(name.str(), 4 * kMiB);
+  Store attached = Store::attach(name.str());
+  EXPECT_TRUE(first.current());
+  EXPECT_TRUE(attached.current());
+  ASSERT_TRUE(Store::removeSegment(name.str()));
+  EXPECT_FALSE(attached.current());
+  Store second = Store::create(name.str(), 4 * kMiB); // the stack came back
+  EXPECT_FALSE(first.current());
+  EXPECT_FALSE(attached.current());
+  EXPECT_TRUE(second.current());
+  EXPECT_TRUE(Store::attach(name.str()).current());
+}
+
 TEST(Store, RejectsTinySegmentsAndBadNames) {
   SegmentName name;
   EXPECT_EQ(errorOf([&] { Store::create(name.str(), 4096); }), ErrorCode::InvalidArgument);

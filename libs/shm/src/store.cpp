@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -85,7 +86,8 @@ void build(Segment& segment, size_t bytes) {
 
 class Store::Impl {
 public:
-  Impl(std::string name, Segment segment) : name_(std::move(name)), segment_(std::move(segment)) {
+  Impl(std::string name, Segment segment)
+      : name_(std::move(name)), segment_(std::move(segment)), inode_(inodeOf(name_)) {
     header_ = segment_.find<Header>(kHeaderName).first;
     if (!header_)
       throw Error(ErrorCode::Malformed, fmt::format("segment {} holds no kiln store", name_));
@@ -101,6 +103,13 @@ public:
   }
 
   const std::string& name() const { return name_; }
+
+  // The name's file in /dev/shm; 0 when the name is gone.
+  static ino_t inodeOf(const std::string& name) {
+    struct stat info {};
+    return stat((std::string(kShmDir) + name).c_str(), &info) == 0 ? info.st_ino : 0;
+  }
+  bool current() const { return inode_ != 0 && inodeOf(name_) == inode_; }
 
   // Runs `f` holding the store's lock, first repairing after a holder that died.
   template <class F> auto locked(F&& f) -> decltype(f()) {
@@ -318,6 +327,7 @@ private:
   Slot* slots_ = nullptr;
   size_t slotCount_ = 0;
   std::byte* arena_ = nullptr;
+  ino_t inode_ = 0; // of the segment mapped here, read when it was opened
 };
 
 Store Store::create(const std::string& segmentName, size_t bytes) {
@@ -390,6 +400,10 @@ Store::~Store() = default;
 Store::Impl& Store::impl() const {
   if (!impl_) throw Error(ErrorCode::Internal, "use of a moved-from shm::Store");
   return *impl_;
+}
+
+bool Store::current() const {
+  return impl().current();
 }
 
 const std::string& Store::name() const {

@@ -93,6 +93,10 @@ public:
   Usage usage() const;
 
   const std::string& name() const;
+  // False once the segment's name was removed or names a newer segment (its
+  // stack stopped, or stopped and started again): attach anew to see the stack's
+  // tensors. One stat(2); cheap enough to ask before every use.
+  bool current() const;
 
 private:
   class Impl;
