@@ -1,6 +1,7 @@
 // Whole-stack tests: the real `kiln` launcher and real service processes in a
 // temporary run dir, driven through the CLI and the client library.
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +16,7 @@
 #include "kiln/client/stack.h"
 #include "kiln/common/error.h"
 #include "kiln/common/process.h"
+#include "kiln/launcher/supervisor.h"
 #include "kiln/schema/broker.capnp.h"
 #include "kiln/schema/launcher.capnp.h"
 #include "kiln/shm/store.h"
@@ -436,5 +438,29 @@ TEST_F(StackTest, ALauncherKilledTakesItsServicesAndItsRunDirIsReclaimed) {
   EXPECT_TRUE(eventually([&] { return processGone(launcherPid()); }));
   const auto down = runKiln(where() + " down");
   EXPECT_EQ(down.exitCode, 0) << down.output;
+  EXPECT_FALSE(fs::exists(runDir_));
+}
+
+TEST_F(StackTest, SigtermStopsAForegroundLauncherCleanly) {
+  const pid_t launcher = spawnProcess({std::string(KILN_BIN_DIR) + "/kiln", "--config", config_,
+                                       "--run-dir", runDir_.string(), "up", "--foreground"});
+  ASSERT_TRUE(eventually([&] {
+    try {
+      const auto now = status();
+      for (const auto& service : now.services)
+        if (service.state != "running") return false;
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }));
+  std::vector<int> services;
+  for (const auto& service : status().services)
+    for (const auto& worker : service.workers) services.push_back(worker.pid);
+  ASSERT_EQ(kill(launcher, SIGTERM), 0);
+  int wait = 0;
+  ASSERT_EQ(waitpid(launcher, &wait, 0), launcher);
+  EXPECT_TRUE(WIFEXITED(wait) && WEXITSTATUS(wait) == 0) << launcher::describeExit(wait);
+  for (int pid : services) EXPECT_TRUE(processGone(pid)) << pid;
   EXPECT_FALSE(fs::exists(runDir_));
 }
