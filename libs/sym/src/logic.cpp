@@ -1,0 +1,173 @@
+// Boolean builders: relations over integers (normalised so that both sides
+// have positive coefficients, decided from ranges where possible) and the
+// connectives and/or/not.
+#include <algorithm>
+
+#include "kiln/sym/expr.h"
+#include "poly.h"
+
+namespace kiln::sym {
+namespace detail {
+namespace {
+
+// a REL b, for REL in Eq/Ne/Lt/Le: as d = b - a compared with 0.
+Expr relation(Table& t, Kind kind, const Node* a, const Node* b) {
+  Poly d = combine(polyOf(b), polyOf(a), -1);
+  if (const auto known = decide(kind, rangeOfPoly(d))) return t.boolean(*known);
+  int64_t g = 0;
+  for (const Term& term : d.terms) g = gcd(g, term.coeff);
+  const bool equality = kind == Kind::Eq || kind == Kind::Ne;
+  if (equality && d.constant % g != 0) return t.boolean(kind == Kind::Ne); // g*x == c has no root
+  if (d.constant % g == 0 && g > 1) {
+    d.constant /= g;
+    for (Term& term : d.terms) term.coeff /= g;
+  }
+  if (equality && d.terms[0].coeff < 0) { // d == 0 and -d == 0 are one relation
+    d.constant = checkedNeg(d.constant);
+    for (Term& term : d.terms) term.coeff = checkedNeg(term.coeff);
+  }
+  Poly plus, minus; // d == plus - minus, both with positive coefficients
+  if (d.constant > 0)
+    plus.constant = d.constant;
+  else
+    minus.constant = checkedNeg(d.constant);
+  for (const Term& term : d.terms) {
+    if (term.coeff > 0)
+      plus.terms.push_back(term);
+    else
+      minus.terms.push_back({term.expr, checkedNeg(term.coeff)});
+  }
+  // a < b  <=>  minus < plus; equalities read "plus == minus".
+  const Expr lhs = build(t, equality ? plus : minus), rhs = build(t, equality ? minus : plus);
+  const Term args[2] = {{lhs, 1}, {rhs, 1}};
+  return Expr(t.intern(kind, 0, args, 2));
+}
+
+Expr connective(Table& t, Kind kind, const Node* a, const Node* b) {
+  const bool absorbing = kind == Kind::Or; // false absorbs an And, true an Or
+  TermVec args;
+  for (const Node* n : {a, b}) {
+    const Term single{Expr(n), 1};
+    const Term* first = n->kind == kind ? n->terms() : &single;
+    const uint32_t count = n->kind == kind ? n->size : 1;
+    for (uint32_t i = 0; i < count; ++i) {
+      const Node* arg = first[i].expr.node();
+      if (arg->kind != Kind::Boolean)
+        args.push_back({Expr(arg), 1});
+      else if ((arg->value != 0) == absorbing)
+        return t.boolean(absorbing);
+    }
+  }
+  std::sort(args.begin(), args.end(), [](const Term& x, const Term& y) {
+    return compareNodes(x.expr.node(), y.expr.node()) < 0;
+  });
+  args.erase(std::unique(args.begin(), args.end(),
+                         [](const Term& x, const Term& y) { return x.expr == y.expr; }),
+             args.end());
+  if (args.empty()) return t.boolean(!absorbing);
+  if (args.size() == 1) return args[0].expr;
+  return Expr(t.intern(kind, 0, args.data(), static_cast<uint32_t>(args.size())));
+}
+
+Expr negation(Table& t, const Node* a) {
+  const Node* x = a->size > 0 ? a->terms()[0].expr.node() : nullptr;
+  const Node* y = a->size > 1 ? a->terms()[1].expr.node() : nullptr;
+  switch (a->kind) {
+  case Kind::Boolean: return t.boolean(a->value == 0);
+  case Kind::Not: return Expr(x);
+  case Kind::Lt: return relation(t, Kind::Le, y, x); // !(x < y) <=> y <= x
+  case Kind::Le: return relation(t, Kind::Lt, y, x);
+  case Kind::Eq: return relation(t, Kind::Ne, x, y);
+  case Kind::Ne: return relation(t, Kind::Eq, x, y);
+  default: {
+    const Term arg{Expr(a), 1};
+    return Expr(t.intern(Kind::Not, 0, &arg, 1));
+  }
+  }
+}
+
+} // namespace
+} // namespace detail
+
+using namespace detail;
+
+namespace {
+
+Expr relate(Kind kind, Expr a, Expr b, const char* op) {
+  Table& t = commonTable(a, b);
+  return relation(t, kind, requireInt(a, op), requireInt(b, op));
+}
+
+} // namespace
+
+Expr eq(Expr a, Expr b) {
+  return relate(Kind::Eq, a, b, "==");
+}
+Expr eq(Expr a, int64_t b) {
+  return eq(a, tableOf(a).integer(b));
+}
+Expr ne(Expr a, Expr b) {
+  return relate(Kind::Ne, a, b, "!=");
+}
+Expr ne(Expr a, int64_t b) {
+  return ne(a, tableOf(a).integer(b));
+}
+Expr lt(Expr a, Expr b) {
+  return relate(Kind::Lt, a, b, "<");
+}
+Expr lt(Expr a, int64_t b) {
+  return lt(a, tableOf(a).integer(b));
+}
+Expr le(Expr a, Expr b) {
+  return relate(Kind::Le, a, b, "<=");
+}
+Expr le(Expr a, int64_t b) {
+  return le(a, tableOf(a).integer(b));
+}
+Expr gt(Expr a, Expr b) {
+  return relate(Kind::Lt, b, a, ">");
+}
+Expr gt(Expr a, int64_t b) {
+  return gt(a, tableOf(a).integer(b));
+}
+Expr ge(Expr a, Expr b) {
+  return relate(Kind::Le, b, a, ">=");
+}
+Expr ge(Expr a, int64_t b) {
+  return ge(a, tableOf(a).integer(b));
+}
+
+Expr eq(int64_t a, Expr b) {
+  return eq(tableOf(b).integer(a), b);
+}
+Expr ne(int64_t a, Expr b) {
+  return ne(tableOf(b).integer(a), b);
+}
+Expr lt(int64_t a, Expr b) {
+  return lt(tableOf(b).integer(a), b);
+}
+Expr le(int64_t a, Expr b) {
+  return le(tableOf(b).integer(a), b);
+}
+Expr gt(int64_t a, Expr b) {
+  return gt(tableOf(b).integer(a), b);
+}
+Expr ge(int64_t a, Expr b) {
+  return ge(tableOf(b).integer(a), b);
+}
+
+Expr logicalAnd(Expr a, Expr b) {
+  Table& t = commonTable(a, b);
+  return connective(t, Kind::And, requireBool(a, "and"), requireBool(b, "and"));
+}
+
+Expr logicalOr(Expr a, Expr b) {
+  Table& t = commonTable(a, b);
+  return connective(t, Kind::Or, requireBool(a, "or"), requireBool(b, "or"));
+}
+
+Expr logicalNot(Expr a) {
+  return negation(tableOf(a), requireBool(a, "not"));
+}
+
+} // namespace kiln::sym

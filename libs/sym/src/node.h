@@ -1,0 +1,107 @@
+// Internal: the node layout and the intern table behind SymbolTable.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/common/error.h"
+#include "kiln/sym/expr.h"
+#include "kiln/sym/range.h"
+
+namespace kiln::sym::detail {
+
+class Table;
+
+struct SymbolInfo {
+  std::string name;
+  std::string prefix;  // the name without its trailing digits: "s" of "s12"
+  uint64_t number = 0; // the trailing digits' value (names sort s2 < s10)
+  std::optional<int64_t> hint;
+  std::atomic<int64_t> lo{kNegInf};
+  std::atomic<int64_t> hi{kInf};
+
+  Range range() const {
+    return {lo.load(std::memory_order_relaxed), hi.load(std::memory_order_relaxed)};
+  }
+};
+
+// Immutable once interned. The children (Terms) follow the node in memory.
+struct Node {
+  Kind kind;
+  uint32_t size;      // number of children
+  uint64_t hash;      // structural
+  Table* table;       // the owner
+  int64_t value;      // Integer/Boolean: the value; Sum: the constant; Product: the degree
+  SymbolInfo* symbol; // Symbol: its entry; nullptr otherwise
+
+  const Term* terms() const { return reinterpret_cast<const Term*>(this + 1); }
+  const Term* end() const { return terms() + size; }
+  Expr expr() const { return Expr(this); }
+};
+static_assert(sizeof(Node) % alignof(Term) == 0);
+
+inline bool isBoolKind(Kind k) {
+  return k == Kind::Boolean || k >= Kind::Eq;
+}
+
+class Table {
+public:
+  explicit Table(SymbolTable& owner);
+  ~Table();
+
+  // The node with these contents, created if it does not exist yet.
+  const Node* intern(Kind kind, int64_t value, const Term* terms, uint32_t size);
+  const Node* symbol(std::string_view name, std::optional<int64_t> hint, Range range);
+  const Node* lookup(std::string_view name) const;
+  std::vector<Expr> symbols() const;
+  void narrow(SymbolInfo& info, Range range);
+  std::string freshName(char prefix);
+  size_t nodeCount() const;
+
+  Expr integer(int64_t v) { return Expr(intern(Kind::Integer, v, nullptr, 0)); }
+  Expr boolean(bool v) { return v ? trueNode_ : falseNode_; }
+
+  SymbolTable& owner;
+
+private:
+  void* allocate(size_t bytes); // from the arena; caller holds mutex_
+  void grow();                  // caller holds mutex_
+
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<char[]>> blocks_;
+  char* cursor_ = nullptr;
+  size_t left_ = 0;
+  std::vector<const Node*> slots_; // open addressing, power-of-two size
+  size_t count_ = 0;
+  std::deque<SymbolInfo> symbols_;
+  std::vector<const Node*> symbolNodes_;
+  std::unordered_map<std::string, const Node*> byName_;
+  uint64_t counters_[2] = {0, 0}; // next s<n>, u<n>
+  Expr trueNode_, falseNode_;
+};
+
+inline Table& tableOf(Expr e) {
+  if (e.isNull()) throw Error(ErrorCode::InvalidArgument, "null symbolic expression");
+  return *e.node()->table;
+}
+
+// The table both operands belong to; Error if they differ.
+Table& commonTable(Expr a, Expr b);
+
+// Error{InvalidArgument} unless `e` is integer-valued / boolean-valued.
+const Node* requireInt(Expr e, const char* op);
+const Node* requireBool(Expr e, const char* op);
+
+// The deterministic orders: nodes structurally; monomials by degree (higher
+// first), then factor by factor.
+int compareNodes(const Node* a, const Node* b);
+int compareMonomials(const Node* a, const Node* b);
+
+} // namespace kiln::sym::detail

@@ -1,0 +1,58 @@
+// Internal: integer expressions as polynomials (constant + coefficient *
+// monomial terms), checked int64 arithmetic and interval bounds.
+#pragma once
+
+#include <boost/container/small_vector.hpp>
+
+#include "node.h"
+
+namespace kiln::sym::detail {
+
+using TermVec = boost::container::small_vector<Term, 8>;
+
+struct Poly {
+  int64_t constant = 0;
+  TermVec terms; // sorted by compareMonomials, coefficients != 0
+};
+
+// Checked int64 arithmetic: Error{InvalidArgument} on overflow or division by 0.
+int64_t checkedAdd(int64_t a, int64_t b);
+int64_t checkedMul(int64_t a, int64_t b);
+int64_t checkedNeg(int64_t a);
+int64_t floorDivide(int64_t a, int64_t b); // Python's a // b
+int64_t floorMod(int64_t a, int64_t b);    // Python's a % b
+int64_t checkedPow(int64_t base, int64_t exponent);
+int64_t gcd(int64_t a, int64_t b); // of absolute values; gcd(0, b) = |b|
+
+// An integer node as a polynomial: Integer -> constant; Sum -> its terms;
+// any other integer node -> one term (node, 1).
+Poly polyOf(const Node* n);
+// Sorts, combines equal monomials and drops zero coefficients.
+void normalize(TermVec& terms);
+// The canonical node of an already normalised polynomial.
+Expr build(Table& table, int64_t constant, const TermVec& terms);
+inline Expr build(Table& table, const Poly& p) {
+  return build(table, p.constant, p.terms);
+}
+// a + scale * b, normalised (both inputs normalised).
+Poly combine(const Poly& a, const Poly& b, int64_t scale);
+// The product of two monomials (atoms or Products), canonical.
+const Node* multiplyMonomials(Table& table, const Node* a, const Node* b);
+
+// Interval arithmetic on extended bounds (kNegInf/kInf are infinite), rounding
+// outwards on overflow.
+int64_t boundAdd(int64_t a, int64_t b, bool lower);
+int64_t boundMul(int64_t a, int64_t b);
+Range rangeScale(Range r, int64_t c);
+Range rangeAdd(Range a, Range b);
+Range rangeMul(Range a, Range b);
+Range rangeOfNode(const Node* n);
+Range rangeOfPoly(const Poly& p);
+// Whether `relation` (Eq/Ne/Lt/Le) holds given the range of rhs - lhs.
+std::optional<bool> decide(Kind relation, Range difference);
+
+// The symbolic Sum/Product/... builders on nodes, shared by arith and logic.
+Expr add(Table& table, const Node* a, const Node* b, int64_t scale); // a + scale*b
+Expr multiply(Table& table, const Node* a, const Node* b);
+
+} // namespace kiln::sym::detail

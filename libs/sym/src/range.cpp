@@ -1,0 +1,245 @@
+// Value-range propagation and the statically-known test.
+//
+// Bounds are int64 values; INT64_MIN/INT64_MAX print as -inf/inf and stay
+// infinite through + and *, and results that overflow are rounded outwards.
+// Both are sound: no int64 value lies beyond those bounds, and evaluate()
+// fails instead of returning a value that overflowed.
+#include <algorithm>
+
+#include "kiln/sym/range.h"
+#include "poly.h"
+
+namespace kiln::sym {
+namespace detail {
+namespace {
+
+int64_t boundNeg(int64_t x) {
+  return x == kInf ? kNegInf : x == kNegInf ? kInf : -x;
+}
+
+Range rangeNeg(Range r) {
+  return {boundNeg(r.hi), boundNeg(r.lo)};
+}
+
+int64_t boundPow(int64_t base, int64_t exponent) {
+  int64_t result = 1;
+  while (exponent > 0) {
+    if (exponent & 1) result = boundMul(result, base);
+    exponent >>= 1;
+    if (exponent) base = boundMul(base, base);
+  }
+  return result;
+}
+
+Range rangePow(Range r, int64_t exponent) {
+  const int64_t a = boundPow(r.lo, exponent), b = boundPow(r.hi, exponent);
+  if (exponent % 2 == 1) return {a, b};
+  if (r.lo >= 0) return {a, b};
+  if (r.hi <= 0) return {b, a};
+  return {0, std::max(a, b)};
+}
+
+// a // b for b >= 1. Floor division is monotone in a, and in b towards zero,
+// so the extremes lie at corners; the bounds are exact int64 values here.
+Range floorDivPositive(Range a, Range b) {
+  const int64_t lo = a.lo == kNegInf ? kNegInf
+                     : a.lo >= 0     ? floorDivide(a.lo, b.hi)
+                                     : floorDivide(a.lo, b.lo);
+  const int64_t hi = a.hi == kInf ? kInf
+                     : a.hi >= 0  ? floorDivide(a.hi, b.lo)
+                                  : floorDivide(a.hi, b.hi);
+  return {lo, hi};
+}
+
+int64_t magnitude(Range r) { // max |v|, saturated
+  return std::max(boundNeg(std::min<int64_t>(r.lo, 0)), std::max<int64_t>(r.hi, 0));
+}
+
+Range floorDivRange(Range a, Range b) {
+  if (b.lo >= 1) return floorDivPositive(a, b);
+  if (b.hi <= -1) return floorDivPositive(rangeNeg(a), rangeNeg(b)); // a//b == (-a)//(-b)
+  const int64_t m = magnitude(a); // |a // b| <= |a| for any b != 0
+  return {boundNeg(m), m};
+}
+
+Range modRange(Range a, Range b) {
+  if (b.lo >= 1) {
+    if (a.lo >= 0 && a.hi < b.lo) return a;
+    if (b.lo == b.hi) { // a constant divisor: a block of one quotient shifts
+      const int64_t k = b.lo, q = floorDivide(a.lo, k);
+      if (a.lo != kNegInf && a.hi != kInf && q == floorDivide(a.hi, k))
+        return {a.lo - q * k, a.hi - q * k};
+    }
+    const int64_t below = b.hi == kInf ? kInf : b.hi - 1;
+    return {0, a.lo >= 0 ? std::min(a.hi, below) : below};
+  }
+  if (b.hi <= -1) {
+    if (a.hi <= 0 && a.lo > b.hi) return a;
+    const int64_t above = b.lo == kNegInf ? kNegInf : b.lo + 1;
+    return {a.hi <= 0 ? std::max(a.lo, above) : above, 0};
+  }
+  const int64_t m = magnitude(b); // |a % b| < |b|
+  const int64_t bound = m == kInf ? kInf : m - 1;
+  return {boundNeg(bound), bound};
+}
+
+std::optional<bool> knownNode(const Node* n);
+
+std::optional<bool> knownRelation(const Node* n) {
+  const Node* lhs = n->terms()[0].expr.node();
+  const Node* rhs = n->terms()[1].expr.node();
+  try {
+    return decide(n->kind, rangeOfPoly(combine(polyOf(rhs), polyOf(lhs), -1)));
+  } catch (const Error&) { // the difference overflows int64: say nothing
+    return std::nullopt;
+  }
+}
+
+std::optional<bool> knownNode(const Node* n) {
+  switch (n->kind) {
+  case Kind::Boolean: return n->value != 0;
+  case Kind::Eq:
+  case Kind::Ne:
+  case Kind::Lt:
+  case Kind::Le: return knownRelation(n);
+  case Kind::Not: {
+    const auto inner = knownNode(n->terms()[0].expr.node());
+    return inner ? std::optional<bool>(!*inner) : std::nullopt;
+  }
+  case Kind::And:
+  case Kind::Or: {
+    const bool isAnd = n->kind == Kind::And;
+    bool allDecided = true;
+    for (const Term& t : Terms(n->terms(), n->size)) {
+      const auto v = knownNode(t.expr.node());
+      if (v && *v != isAnd) return !isAnd; // a false conjunct, a true disjunct
+      if (!v) allDecided = false;
+    }
+    return allDecided ? std::optional<bool>(isAnd) : std::nullopt;
+  }
+  default: throw Error(ErrorCode::InvalidArgument, "staticallyKnown expects a boolean expression");
+  }
+}
+
+} // namespace
+
+int64_t boundAdd(int64_t a, int64_t b, bool lower) {
+  const int64_t sticky = lower ? kNegInf : kInf; // this end's infinity wins
+  if (a == sticky || b == sticky) return sticky;
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) return a > 0 ? kInf : kNegInf;
+  return r;
+}
+
+int64_t boundMul(int64_t a, int64_t b) {
+  if (a == 0 || b == 0) return 0;
+  const bool negative = (a < 0) != (b < 0);
+  int64_t r;
+  if (a == kInf || a == kNegInf || b == kInf || b == kNegInf || __builtin_mul_overflow(a, b, &r))
+    return negative ? kNegInf : kInf;
+  return r;
+}
+
+Range rangeScale(Range r, int64_t c) {
+  if (c >= 0) return {boundMul(r.lo, c), boundMul(r.hi, c)};
+  return {boundMul(r.hi, c), boundMul(r.lo, c)};
+}
+
+Range rangeAdd(Range a, Range b) {
+  return {boundAdd(a.lo, b.lo, true), boundAdd(a.hi, b.hi, false)};
+}
+
+Range rangeMul(Range a, Range b) {
+  const int64_t c[4] = {boundMul(a.lo, b.lo), boundMul(a.lo, b.hi), boundMul(a.hi, b.lo),
+                        boundMul(a.hi, b.hi)};
+  return {*std::min_element(c, c + 4), *std::max_element(c, c + 4)};
+}
+
+Range rangeOfPoly(const Poly& p) {
+  Range r = Range::point(p.constant);
+  for (const Term& t : p.terms) r = rangeAdd(r, rangeScale(rangeOfNode(t.expr.node()), t.coeff));
+  return r;
+}
+
+Range rangeOfNode(const Node* n) {
+  const Term* args = n->terms();
+  switch (n->kind) {
+  case Kind::Integer: return Range::point(n->value);
+  case Kind::Symbol: return n->symbol->range();
+  case Kind::Sum: {
+    Range r = Range::point(n->value);
+    for (const Term& t : Terms(args, n->size))
+      r = rangeAdd(r, rangeScale(rangeOfNode(t.expr.node()), t.coeff));
+    return r;
+  }
+  case Kind::Product: {
+    Range r = Range::point(1);
+    for (const Term& t : Terms(args, n->size))
+      r = rangeMul(r, rangePow(rangeOfNode(t.expr.node()), t.coeff));
+    return r;
+  }
+  case Kind::FloorDiv:
+    return floorDivRange(rangeOfNode(args[0].expr.node()), rangeOfNode(args[1].expr.node()));
+  case Kind::Mod:
+    return modRange(rangeOfNode(args[0].expr.node()), rangeOfNode(args[1].expr.node()));
+  case Kind::Min:
+  case Kind::Max: {
+    Range r = rangeOfNode(args[0].expr.node());
+    const bool isMin = n->kind == Kind::Min;
+    for (uint32_t i = 1; i < n->size; ++i) {
+      const Range a = rangeOfNode(args[i].expr.node());
+      r = isMin ? Range{std::min(r.lo, a.lo), std::min(r.hi, a.hi)}
+                : Range{std::max(r.lo, a.lo), std::max(r.hi, a.hi)};
+    }
+    return r;
+  }
+  default: {
+    const auto known = knownNode(n);
+    return known ? Range::point(*known ? 1 : 0) : Range{0, 1};
+  }
+  }
+}
+
+std::optional<bool> decide(Kind relation, Range d) { // d: the range of rhs - lhs
+  switch (relation) {
+  case Kind::Lt:
+    if (d.lo > 0) return true;
+    if (d.hi <= 0) return false;
+    return std::nullopt;
+  case Kind::Le:
+    if (d.lo >= 0) return true;
+    if (d.hi < 0) return false;
+    return std::nullopt;
+  case Kind::Eq:
+  case Kind::Ne: {
+    std::optional<bool> equal;
+    if (d.lo == 0 && d.hi == 0)
+      equal = true;
+    else if (d.lo > 0 || d.hi < 0)
+      equal = false;
+    if (!equal) return std::nullopt;
+    return relation == Kind::Eq ? *equal : !*equal;
+  }
+  default: return std::nullopt;
+  }
+}
+
+} // namespace detail
+
+std::string toString(Range r) {
+  auto bound = [](int64_t v) {
+    return v == kNegInf ? std::string("-inf") : v == kInf ? std::string("inf") : std::to_string(v);
+  };
+  return "[" + bound(r.lo) + ", " + bound(r.hi) + "]";
+}
+
+Range range(Expr e) {
+  detail::tableOf(e);
+  return detail::rangeOfNode(e.node());
+}
+
+std::optional<bool> staticallyKnown(Expr e) {
+  return detail::knownNode(detail::requireBool(e, "staticallyKnown"));
+}
+
+} // namespace kiln::sym

@@ -1,0 +1,86 @@
+#include "kiln/sym/range.h"
+
+#include <gtest/gtest.h>
+
+#include "kiln/common/error.h"
+#include "kiln/sym/symbol_table.h"
+
+using namespace kiln;
+using namespace kiln::sym;
+
+namespace {
+
+struct Ranges : ::testing::Test {
+  SymbolTable table;
+  Expr a = table.createBacked(3, {1, 5});
+  Expr b = table.createUnbacked({-3, 2});
+  Expr n = table.createBacked(64, {0, 100});
+  Expr u = table.createUnbacked();
+};
+
+} // namespace
+
+TEST_F(Ranges, PrintsUnboundedEnds) {
+  EXPECT_EQ(toString(Range::unbounded()), "[-inf, inf]");
+  EXPECT_EQ(toString(Range::size()), "[0, inf]");
+  EXPECT_EQ(toString(Range::point(-2)), "[-2, -2]");
+}
+
+TEST_F(Ranges, PropagatesThroughPolynomials) {
+  EXPECT_EQ(range(table.integer(7)), Range::point(7));
+  EXPECT_EQ(range(2 * a + 3), (Range{5, 13}));
+  EXPECT_EQ(range(a - b), (Range{-1, 8}));
+  EXPECT_EQ(range(a * b), (Range{-15, 10}));
+  EXPECT_EQ(range(b * b), (Range{0, 9}));       // an even power is not negative
+  EXPECT_EQ(range(b * b * b), (Range{-27, 8})); // an odd one is monotone
+  EXPECT_EQ(range(u + 5), Range::unbounded());
+  EXPECT_EQ(range(u * u), (Range{0, kInf}));
+  EXPECT_EQ(range(n * 3 - 1), (Range{-1, 299}));
+}
+
+TEST_F(Ranges, PropagatesThroughDivisionsAndMinMax) {
+  EXPECT_EQ(range(floorDiv(n, 4)), (Range{0, 25}));
+  EXPECT_EQ(range(floorDiv(n + b, 8)), (Range{-1, 12}));
+  EXPECT_EQ(range(floorDiv(n, a)), (Range{0, 100}));
+  EXPECT_EQ(range(floorDiv(b - 10, a)), (Range{-13, -2}));
+  EXPECT_EQ(range(floorDiv(n, b)), (Range{-100, 100})); // a divisor of either sign
+  EXPECT_EQ(range(mod(u, 8)), (Range{0, 7}));
+  EXPECT_EQ(range(mod(u, -8)), (Range{-7, 0}));
+  EXPECT_EQ(range(mod(u, a)), (Range{0, 4}));
+  EXPECT_EQ(range(mod(u, b)), (Range{-2, 2}));
+  EXPECT_EQ(range(min(a, b)), (Range{-3, 2}));
+  EXPECT_EQ(range(max(n, u)), (Range{0, kInf}));
+}
+
+TEST_F(Ranges, BooleansLieInZeroOne) {
+  EXPECT_EQ(range(lt(u, n)), (Range{0, 1}));
+  EXPECT_EQ(range(table.boolean(true)), Range::point(1));
+}
+
+TEST_F(Ranges, KnowsRelationsStatically) {
+  const Expr small = lt(u, 10), positive = lt(0, u);
+  EXPECT_EQ(staticallyKnown(small), std::nullopt);
+  EXPECT_EQ(staticallyKnown(table.boolean(false)), false);
+  table.narrow(u, {0, 5}); // built before: decided only now
+  EXPECT_EQ(staticallyKnown(small), true);
+  EXPECT_EQ(staticallyKnown(positive), std::nullopt);
+  EXPECT_EQ(staticallyKnown(logicalNot(logicalOr(lt(n, u), eq(b, 1)))), std::nullopt);
+  table.narrow(u, {1, 5});
+  EXPECT_EQ(staticallyKnown(positive), true);
+  EXPECT_EQ(range(small), Range::point(1));
+}
+
+TEST_F(Ranges, CombinesKnowledgeThroughConnectives) {
+  const Expr unknown = eq(u, 3);
+  const Expr known = lt(u, u + 1); // folds to true when built
+  EXPECT_EQ(known, table.boolean(true));
+  const Expr lateTrue = lt(b, 5 + u), lateFalse = lt(10 + u, b);
+  EXPECT_EQ(staticallyKnown(logicalAnd(unknown, lateTrue)), std::nullopt);
+  table.narrow(u, {0, 0});
+  EXPECT_EQ(staticallyKnown(logicalAnd(lateTrue, lateFalse)), false);
+  EXPECT_EQ(staticallyKnown(logicalOr(lateTrue, lateFalse)), true);
+}
+
+TEST_F(Ranges, StaticallyKnownWantsABoolean) {
+  EXPECT_THROW(staticallyKnown(a + 1), Error);
+}
