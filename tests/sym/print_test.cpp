@@ -124,3 +124,14 @@ TEST(PrintCpp, AgreesWithEvaluateWhenCompiled) {
   pclose(run);
   std::filesystem::remove_all(dir);
 }
+
+TEST(PrintCpp, PreludeIsAlsoValidC) {
+  if (std::system("cc --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no c compiler";
+  const std::filesystem::path file = std::filesystem::temp_directory_path() /
+                                     ("kiln-sym-prelude-" + std::to_string(getpid()) + ".c");
+  std::ofstream(file) << cppPrelude() << cppPrelude() // a second inclusion is harmless
+                      << "int64_t f(int64_t s0) { return kiln_mod(kiln_floordiv(s0, -3), 4); }\n";
+  const std::string check = "cc -std=c99 -Wall -Werror -fsyntax-only " + file.string();
+  EXPECT_EQ(std::system(check.c_str()), 0);
+  std::filesystem::remove(file);
+}

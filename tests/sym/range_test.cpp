@@ -58,6 +58,8 @@ TEST_F(Ranges, BooleansLieInZeroOne) {
 }
 
 TEST_F(Ranges, KnowsRelationsStatically) {
+  EXPECT_EQ(staticallyKnown(gt(n + 1, 0)), true); // n >= 0
+  EXPECT_EQ(staticallyKnown(lt(a * b, -20)), false);
   const Expr small = lt(u, 10), positive = lt(0, u);
   EXPECT_EQ(staticallyKnown(small), std::nullopt);
   EXPECT_EQ(staticallyKnown(table.boolean(false)), false);

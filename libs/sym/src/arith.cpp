@@ -149,6 +149,7 @@ Expr floorDivNodes(Table& t, const Node* a, const Node* b) {
     return floorDivPositive(t, a, k);
   }
   // A symbolic divisor: wherever the quotient is defined, b != 0.
+  // TODO(issue 3): divisors with a coefficient, (4*s0*s1)//(2*s1), are not divided yet.
   if (a == b) return t.integer(1);
   Poly q, r;
   if (b->kind != Kind::Sum)

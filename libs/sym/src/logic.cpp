@@ -11,6 +11,8 @@ namespace detail {
 namespace {
 
 // a REL b, for REL in Eq/Ne/Lt/Le: as d = b - a compared with 0.
+// TODO(issue 3): over integers a < b is a + 1 <= b; rewriting Lt into Le would make
+// `s0 < 5` and `s0 <= 4` one node (printing would then need to undo it).
 Expr relation(Table& t, Kind kind, const Node* a, const Node* b) {
   Poly d = combine(polyOf(b), polyOf(a), -1);
   if (const auto known = decide(kind, rangeOfPoly(d))) return t.boolean(*known);
@@ -43,6 +45,7 @@ Expr relation(Table& t, Kind kind, const Node* a, const Node* b) {
   return Expr(t.intern(kind, 0, args, 2));
 }
 
+// TODO(issue 3): x && !x and x || !x are not folded yet.
 Expr connective(Table& t, Kind kind, const Node* a, const Node* b) {
   const bool absorbing = kind == Kind::Or; // false absorbs an And, true an Or
   TermVec args;

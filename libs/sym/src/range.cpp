@@ -161,6 +161,8 @@ Range rangeOfPoly(const Poly& p) {
   return r;
 }
 
+// TODO(issue 3): memoise over shared subexpressions; a DAG that reuses one node
+// in several children of each level is walked once per path.
 Range rangeOfNode(const Node* n) {
   const Term* args = n->terms();
   switch (n->kind) {

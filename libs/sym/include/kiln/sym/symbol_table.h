@@ -66,7 +66,7 @@ public:
 
   size_t nodeCount() const; // interned nodes, for tests and benchmarks
 
-  detail::Table& impl() const { return *impl_; }
+  detail::Table& impl() const { return *impl_; } // for libs/sym's own sources
 
 private:
   std::unique_ptr<detail::Table> impl_;
