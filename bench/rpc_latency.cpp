@@ -35,6 +35,7 @@
 #include "kiln/rpc/client.h"
 #include "kiln/schema/broker.capnp.h"
 #include "kiln/schema/tracer.capnp.h"
+#include "report.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -295,45 +296,9 @@ void awaitWorkers(const std::string& endpoint, size_t count) {
 
 // ---- the report ------------------------------------------------------------
 
-std::string commandOutput(const std::string& command) {
-  std::string out;
-  if (FILE* pipe = popen(command.c_str(), "r")) {
-    char buffer[256];
-    while (fgets(buffer, sizeof buffer, pipe)) out += buffer;
-    pclose(pipe);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
-std::string cpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
-
-std::string jsonString(const std::string& text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out + "\"";
-}
-
 std::string jsonStats(const Stats& s) {
   return fmt::format("{{\"p50\": {:.1f}, \"p99\": {:.1f}, \"mean\": {:.1f}}}", s.p50, s.p99,
                      s.mean);
-}
-
-std::string utcNow(const char* format) {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buffer[64];
-  std::strftime(buffer, sizeof buffer, format, &tm);
-  return buffer;
 }
 
 std::string selfDirectory() {
@@ -419,22 +384,11 @@ int main(int argc, char** argv) {
         "({:.2f}x)\n",
         kClients, seconds, oneWorker, twoWorkers, twoWorkers / oneWorker);
 
-    const std::string nproc = std::to_string(std::thread::hardware_concurrency());
-    if (out.empty())
-      out = fmt::format("{}/bench/results/rpc_latency-{}-{}.json", KILN_SOURCE_DIR,
-                        kind.empty() ? nproc + "cpu" : kind, utcNow("%Y-%m-%d"));
-    // Read before the results file exists, so that it does not count as a change.
-    const std::string git = fmt::format("git -C '{}' ", KILN_SOURCE_DIR);
-    const std::string commit = commandOutput(git + "rev-parse HEAD 2>/dev/null");
-    const bool dirty = !commandOutput(git + "status --porcelain 2>/dev/null").empty();
+    if (out.empty()) out = bench::defaultResultPath("rpc_latency", kind);
+    const std::string header = bench::resultHeader("rpc_latency");
     std::ofstream file(out);
     file << "{\n"
-         << "  \"benchmark\": \"rpc_latency\",\n"
-         << "  \"date\": " << jsonString(utcNow("%Y-%m-%dT%H:%M:%SZ")) << ",\n"
-         << "  \"machine\": {\"hostname\": " << jsonString(commandOutput("hostname"))
-         << ", \"nproc\": " << nproc << ", \"cpu\": " << jsonString(cpuModel()) << "},\n"
-         << "  \"commit\": " << jsonString(commit) << ",\n"
-         << "  \"dirty\": " << (dirty ? "true" : "false") << ",\n"
+         << header
          << fmt::format(
                 "  \"config\": {{\"iterations\": {}, \"warmup\": {}, \"payload_bytes\": {}, "
                 "\"clients\": {}, \"seconds\": {}, \"transport\": \"ipc\"}},\n",

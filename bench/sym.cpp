@@ -18,6 +18,7 @@
 
 #include "kiln/common/error.h"
 #include "kiln/sym/symbol_table.h"
+#include "report.h"
 
 using namespace kiln;
 using namespace kiln::sym;
@@ -82,42 +83,6 @@ Rate measure(const Workload& w, int iterations, double seconds) {
   return {double(createCalls) / createTime, double(hitCalls) / hitTime};
 }
 
-std::string commandOutput(const std::string& command) {
-  std::string out;
-  if (FILE* pipe = popen(command.c_str(), "r")) {
-    char buffer[256];
-    while (fgets(buffer, sizeof buffer, pipe)) out += buffer;
-    pclose(pipe);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
-std::string cpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
-
-std::string quoted(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out + "\"";
-}
-
-std::string utcNow(const char* format) {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buffer[64];
-  std::strftime(buffer, sizeof buffer, format, &tm);
-  return buffer;
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -149,30 +114,19 @@ int main(int argc, char** argv) {
     fmt::print("  slowest: {:.2f} M new nodes/s (target >= {:.1f} M/s): {}\n", slowest / 1e6,
                kTarget / 1e6, slowest >= kTarget ? "met" : "NOT met");
 
-    const std::string nproc = std::to_string(std::thread::hardware_concurrency());
-    if (out.empty())
-      out = fmt::format("{}/bench/results/sym-{}-{}.json", KILN_SOURCE_DIR,
-                        kind.empty() ? nproc + "cpu" : kind, utcNow("%Y-%m-%d"));
-    // Read before the results file exists, so that it does not count as a change.
-    const std::string git = fmt::format("git -C '{}' ", KILN_SOURCE_DIR);
-    const std::string commit = commandOutput(git + "rev-parse HEAD 2>/dev/null");
-    const bool dirty = !commandOutput(git + "status --porcelain 2>/dev/null").empty();
+    if (out.empty()) out = bench::defaultResultPath("sym", kind);
+    const std::string header = bench::resultHeader("sym");
     std::ofstream file(out);
     file << "{\n"
-         << "  \"benchmark\": \"sym\",\n"
-         << "  \"date\": " << quoted(utcNow("%Y-%m-%dT%H:%M:%SZ")) << ",\n"
-         << "  \"machine\": {\"hostname\": " << quoted(commandOutput("hostname"))
-         << ", \"nproc\": " << nproc << ", \"cpu\": " << quoted(cpuModel()) << "},\n"
-         << "  \"commit\": " << quoted(commit) << ",\n"
-         << "  \"dirty\": " << (dirty ? "true" : "false") << ",\n"
+         << header
          << fmt::format("  \"config\": {{\"symbols\": {}, \"iterations\": {}, \"seconds\": {}}},\n",
                         kSymbols, iterations, seconds)
          << "  \"calls_per_s\": {\n";
     for (size_t i = 0; i < rates.size(); ++i)
       file << fmt::format("    {}: {{\"pattern\": {}, \"new\": {:.0f}, \"hit\": {:.0f}}}{}\n",
-                          quoted(rates[i].first->name), quoted(rates[i].first->pattern),
-                          rates[i].second.created, rates[i].second.hits,
-                          i + 1 < rates.size() ? "," : "");
+                          bench::jsonString(rates[i].first->name),
+                          bench::jsonString(rates[i].first->pattern), rates[i].second.created,
+                          rates[i].second.hits, i + 1 < rates.size() ? "," : "");
     file << "  },\n"
          << fmt::format("  \"slowest_new_per_s\": {:.0f},\n  \"target_per_s\": {:.0f}\n", slowest,
                         kTarget)
