@@ -1,0 +1,56 @@
+// kiln::ir::DType: the element type of a tensor, with PyTorch's type promotion.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+namespace kiln::ir {
+
+// Mirrors schema::DType (schemas/common.capnp); keep the two in step.
+enum class DType {
+  Float32 = 0,
+  Float64 = 1,
+  Float16 = 2,
+  BFloat16 = 3,
+  Int8 = 4,
+  Int16 = 5,
+  Int32 = 6,
+  Int64 = 7,
+  UInt8 = 8,
+  Bool = 9,
+  Complex64 = 10,
+  Complex128 = 11,
+};
+
+constexpr int kDTypeCount = 12;
+constexpr DType kDefaultFloat = DType::Float32; // torch.get_default_dtype()
+
+size_t elementSize(DType t);    // bytes per element
+std::string_view name(DType t); // the printer's short name: f32 f64 f16 bf16 i8 ... b8 c64
+std::optional<DType> dtypeFromName(std::string_view name);
+
+bool isFloating(DType t); // f16 bf16 f32 f64
+bool isComplex(DType t);
+bool isIntegral(DType t, bool includeBool); // the int types, and bool if asked
+
+// The promoted type of two tensor dtypes (torch.promote_types): the higher
+// category wins (bool < integral < floating < complex), then the wider type;
+// u8 with i8 gives i16, f16 with bf16 gives f32.
+DType promoteTypes(DType a, DType b);
+
+// How an operand of a binary op takes part in promotion (torch.result_type):
+// tensors with at least one dimension decide the type; 0-d tensors and then
+// Python scalars only count when they are of a higher category.
+enum class Operand { Tensor, ZeroDim, Scalar };
+
+class ResultType {
+public:
+  void add(DType t, Operand kind); // a Scalar's dtype: Bool, Int64, Float64 or Complex128
+  DType result() const;            // Error{Internal} if nothing was added
+
+private:
+  std::optional<DType> dims_, zeroDim_, scalar_;
+};
+
+} // namespace kiln::ir

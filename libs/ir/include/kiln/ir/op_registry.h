@@ -1,0 +1,105 @@
+// The op registry: one entry per op, with its schema (the arguments it takes)
+// and the inference of its result over symbolic sizes (shape, strides, dtype)
+// with PyTorch's broadcasting and type-promotion rules.
+//
+// Arguments map onto a node as follows: Tensor and SymInt arguments are inputs
+// (value ids) in schema order; a Scalar argument is either the next input (a
+// tensor or a symbolic scalar) or, when the node has an attribute of its name,
+// that attribute (int, float, bool or SymExpr); every other argument is an
+// attribute named as in the schema. An optional Tensor argument is absent when
+// the inputs run out. Attributes equal to their default are dropped, so one
+// call has one spelling.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/ir/graph.h"
+
+namespace kiln::sym {
+class SymbolTable;
+}
+
+namespace kiln::ir {
+
+enum class ArgKind {
+  Tensor,
+  Scalar,     // a tensor or symbolic scalar input, or a number attribute
+  SymInt,     // a symbolic scalar input
+  Int,        // int attribute
+  IntList,    // int list attribute (an int is taken as a one-element list)
+  SymIntList, // sizes: int list or SymExpr list attribute
+  Float,
+  Bool,
+  DType,
+  String,
+};
+
+std::string_view argKindName(ArgKind kind);
+
+struct ArgSpec {
+  std::string name;
+  ArgKind kind;
+  bool optional = false;       // may be absent (None)
+  AttrValue defaultValue = {}; // monostate: no default
+};
+
+class OpCall;
+using InferFn = Value (*)(const OpCall& call);
+
+struct OpInfo {
+  std::string name;
+  std::vector<ArgSpec> args;
+  InferFn infer;
+};
+
+const OpInfo* findOp(std::string_view name); // nullptr when unknown
+const OpInfo& getOp(std::string_view name);  // Error{NotFound} when unknown
+std::vector<std::string> opNames();          // sorted
+
+// Checks the arguments against the op's schema, puts the attributes in schema
+// order without those equal to their default, and infers the result.
+// Error{NotFound} for an unknown op; Error{InvalidArgument} saying which op and
+// argument is wrong: a missing or surplus input or attribute, a wrong kind, a
+// wrong dtype, sizes that do not broadcast, a dim out of range.
+Value inferCall(std::string_view op, const std::vector<const Value*>& inputs,
+                std::vector<Attr>& attrs, sym::SymbolTable& table);
+
+// The arguments of one call, bound to the schema, as inference sees them.
+class OpCall {
+public:
+  OpCall(const OpInfo& op, const std::vector<const Value*>& inputs, const std::vector<Attr>& attrs,
+         sym::SymbolTable& table);
+
+  const OpInfo& op() const { return *op_; }
+  sym::SymbolTable& table() const { return *table_; }
+
+  bool has(std::string_view arg) const; // present (not None)
+  const TensorMeta& tensor(std::string_view arg) const;
+  const Value* input(std::string_view arg) const;    // a Scalar/Tensor/SymInt bound to an input
+  const AttrValue& attr(std::string_view arg) const; // the attribute or its default
+  int64_t intArg(std::string_view arg) const;
+  std::vector<int64_t> intList(std::string_view arg) const;
+  Shape symIntList(std::string_view arg) const;
+  double floatArg(std::string_view arg) const;
+  bool boolArg(std::string_view arg) const;
+  DType dtype(std::string_view arg) const;
+  std::string string(std::string_view arg) const;
+
+  // Error{InvalidArgument}: "<op>: argument '<arg>': <message>".
+  [[noreturn]] void fail(std::string_view arg, const std::string& message) const;
+
+private:
+  struct Bound {
+    const Value* input = nullptr;
+    const AttrValue* attr = nullptr;
+  };
+  const Bound& bound(std::string_view arg) const;
+
+  const OpInfo* op_;
+  sym::SymbolTable* table_;
+  std::vector<Bound> bound_; // per schema argument
+};
+
+} // namespace kiln::ir

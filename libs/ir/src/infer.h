@@ -1,0 +1,43 @@
+// Helpers shared by the ops' inference functions, and the registration hooks
+// of each op family.
+#pragma once
+
+#include <initializer_list>
+#include <string_view>
+#include <vector>
+
+#include "kiln/ir/op_registry.h"
+#include "kiln/sym/symbol_table.h"
+
+namespace kiln::ir::detail {
+
+void addPointwiseOps(std::vector<OpInfo>& ops);
+void addReductionOps(std::vector<OpInfo>& ops);
+void addViewOps(std::vector<OpInfo>& ops);
+
+// Provably true for every binding within the symbols' ranges.
+bool provable(sym::Expr condition);
+
+// The broadcast shape of the named arguments that are tensors (scalars and
+// absent arguments take no part). Error{InvalidArgument} naming the argument
+// and dim whose size provably differs; Error{Unsupported} when the ranges
+// cannot decide whether two sizes are equal (the caller must guard first).
+Shape broadcast(const OpCall& call, std::initializer_list<std::string_view> args);
+
+// torch.result_type over the named arguments that are present.
+DType resultType(const OpCall& call, std::initializer_list<std::string_view> args);
+
+// The device of the first tensor argument; Error{InvalidArgument} naming an
+// argument on another device (0-d CPU tensors mix with any device, as in torch).
+Device commonDevice(const OpCall& call, std::initializer_list<std::string_view> args);
+
+// Whether any present tensor argument requires grad (only kept for float outputs).
+bool anyRequiresGrad(const OpCall& call, std::initializer_list<std::string_view> args);
+
+// A dim in [-rank, rank) (a 0-d tensor accepts 0 and -1) made non-negative.
+int64_t wrapDim(const OpCall& call, std::string_view arg, int64_t dim, size_t rank);
+
+// A new contiguous tensor of these sizes.
+TensorMeta fresh(const OpCall& call, DType dtype, Shape sizes, Device device, bool requiresGrad);
+
+} // namespace kiln::ir::detail

@@ -1,0 +1,329 @@
+#include "kiln/ir/op_registry.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "infer.h"
+#include "kiln/common/error.h"
+#include "kiln/sym/print.h"
+#include "kiln/sym/range.h"
+#include "kiln/sym/symbol_table.h"
+
+namespace kiln::ir {
+namespace {
+
+struct Registry {
+  std::vector<OpInfo> ops;
+  std::unordered_map<std::string_view, const OpInfo*> byName;
+
+  Registry() {
+    detail::addPointwiseOps(ops);
+    detail::addReductionOps(ops);
+    detail::addViewOps(ops);
+    for (const OpInfo& op : ops)
+      if (!byName.emplace(op.name, &op).second)
+        throw Error(ErrorCode::Internal, "op registered twice: " + op.name);
+  }
+};
+
+const Registry& registry() {
+  static const Registry r;
+  return r;
+}
+
+bool attrFits(ArgKind kind, const AttrValue& v) {
+  switch (kind) {
+  case ArgKind::Scalar:
+    return std::holds_alternative<int64_t>(v) || std::holds_alternative<double>(v) ||
+           std::holds_alternative<bool>(v) ||
+           (std::holds_alternative<sym::Expr>(v) && !std::get<sym::Expr>(v).isBool());
+  case ArgKind::Int: return std::holds_alternative<int64_t>(v);
+  case ArgKind::IntList:
+    return std::holds_alternative<int64_t>(v) || std::holds_alternative<std::vector<int64_t>>(v);
+  case ArgKind::SymIntList:
+    return std::holds_alternative<std::vector<int64_t>>(v) ||
+           std::holds_alternative<std::vector<sym::Expr>>(v);
+  case ArgKind::Float:
+    return std::holds_alternative<double>(v) || std::holds_alternative<int64_t>(v);
+  case ArgKind::Bool: return std::holds_alternative<bool>(v);
+  case ArgKind::DType: return std::holds_alternative<DType>(v);
+  case ArgKind::String: return std::holds_alternative<std::string>(v);
+  default: return false;
+  }
+}
+
+bool isInputKind(ArgKind kind) {
+  return kind == ArgKind::Tensor || kind == ArgKind::SymInt;
+}
+
+} // namespace
+
+std::string_view argKindName(ArgKind kind) {
+  switch (kind) {
+  case ArgKind::Tensor: return "tensor";
+  case ArgKind::Scalar: return "scalar";
+  case ArgKind::SymInt: return "symbolic int";
+  case ArgKind::Int: return "int";
+  case ArgKind::IntList: return "int list";
+  case ArgKind::SymIntList: return "size list";
+  case ArgKind::Float: return "float";
+  case ArgKind::Bool: return "bool";
+  case ArgKind::DType: return "dtype";
+  case ArgKind::String: return "string";
+  }
+  return "?";
+}
+
+const OpInfo* findOp(std::string_view name) {
+  const auto& byName = registry().byName;
+  auto it = byName.find(name);
+  return it == byName.end() ? nullptr : it->second;
+}
+
+const OpInfo& getOp(std::string_view name) {
+  if (const OpInfo* op = findOp(name)) return *op;
+  throw Error(ErrorCode::NotFound, "unknown op '" + std::string(name) + "'");
+}
+
+std::vector<std::string> opNames() {
+  std::vector<std::string> names;
+  for (const OpInfo& op : registry().ops) names.push_back(op.name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+OpCall::OpCall(const OpInfo& op, const std::vector<const Value*>& inputs,
+               const std::vector<Attr>& attrs, sym::SymbolTable& table)
+    : op_(&op), table_(&table), bound_(op.args.size()) {
+  for (size_t i = 0; i < attrs.size(); ++i) {
+    const std::string& name = attrs[i].name;
+    auto spec = std::find_if(op.args.begin(), op.args.end(),
+                             [&](const ArgSpec& a) { return a.name == name; });
+    if (spec == op.args.end()) fail(name, "no such argument");
+    if (isInputKind(spec->kind)) fail(name, "is an input, not an attribute");
+    for (size_t j = 0; j < i; ++j)
+      if (attrs[j].name == name) fail(name, "given twice");
+  }
+  size_t next = 0;
+  for (size_t i = 0; i < op.args.size(); ++i) {
+    const ArgSpec& spec = op.args[i];
+    auto attr = std::find_if(attrs.begin(), attrs.end(),
+                             [&](const Attr& a) { return a.name == spec.name; });
+    Bound& b = bound_[i];
+    if (attr != attrs.end() && !std::holds_alternative<std::monostate>(attr->value)) {
+      if (!attrFits(spec.kind, attr->value))
+        fail(spec.name,
+             "expected " + std::string(argKindName(spec.kind)) + ", got " + toString(attr->value));
+      b.attr = &attr->value;
+    } else if (attr != attrs.end() && !spec.optional) {
+      fail(spec.name, "is not optional");
+    } else if ((isInputKind(spec.kind) || spec.kind == ArgKind::Scalar) && attr == attrs.end() &&
+               next < inputs.size()) {
+      const Value* v = inputs[next++];
+      if (spec.kind == ArgKind::Tensor && !v->isTensor())
+        fail(spec.name, "expected a tensor, got " + toString(*v));
+      if (spec.kind == ArgKind::SymInt && v->isTensor())
+        fail(spec.name, "expected a symbolic int, got " + toString(*v));
+      b.input = v;
+    } else if (!std::holds_alternative<std::monostate>(spec.defaultValue)) {
+      b.attr = &spec.defaultValue;
+    } else if (!spec.optional && attr == attrs.end()) {
+      fail(spec.name, "missing");
+    }
+  }
+  if (next != inputs.size())
+    throw Error(ErrorCode::InvalidArgument, op.name + ": takes at most " + std::to_string(next) +
+                                                " inputs here, got " +
+                                                std::to_string(inputs.size()));
+}
+
+const OpCall::Bound& OpCall::bound(std::string_view arg) const {
+  for (size_t i = 0; i < op_->args.size(); ++i)
+    if (op_->args[i].name == arg) return bound_[i];
+  throw Error(ErrorCode::Internal, op_->name + ": no argument '" + std::string(arg) + "'");
+}
+
+bool OpCall::has(std::string_view arg) const {
+  const Bound& b = bound(arg);
+  return b.input || b.attr;
+}
+
+const Value* OpCall::input(std::string_view arg) const {
+  return bound(arg).input;
+}
+
+const TensorMeta& OpCall::tensor(std::string_view arg) const {
+  const Value* v = bound(arg).input;
+  if (!v || !v->isTensor()) fail(arg, "expected a tensor");
+  return v->tensor();
+}
+
+const AttrValue& OpCall::attr(std::string_view arg) const {
+  const Bound& b = bound(arg);
+  if (!b.attr) fail(arg, "missing");
+  return *b.attr;
+}
+
+int64_t OpCall::intArg(std::string_view arg) const {
+  return std::get<int64_t>(attr(arg));
+}
+
+std::vector<int64_t> OpCall::intList(std::string_view arg) const {
+  const AttrValue& v = attr(arg);
+  if (auto* i = std::get_if<int64_t>(&v)) return {*i};
+  return std::get<std::vector<int64_t>>(v);
+}
+
+Shape OpCall::symIntList(std::string_view arg) const {
+  const AttrValue& v = attr(arg);
+  if (auto* exprs = std::get_if<std::vector<sym::Expr>>(&v)) {
+    for (sym::Expr e : *exprs)
+      if (e.isNull() || &e.table() != table_) fail(arg, "a size of another symbol table");
+    return *exprs;
+  }
+  Shape out;
+  for (int64_t i : std::get<std::vector<int64_t>>(v)) out.push_back(table_->integer(i));
+  return out;
+}
+
+double OpCall::floatArg(std::string_view arg) const {
+  const AttrValue& v = attr(arg);
+  if (auto* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
+  return std::get<double>(v);
+}
+
+bool OpCall::boolArg(std::string_view arg) const {
+  return std::get<bool>(attr(arg));
+}
+DType OpCall::dtype(std::string_view arg) const {
+  return std::get<DType>(attr(arg));
+}
+std::string OpCall::string(std::string_view arg) const {
+  return std::get<std::string>(attr(arg));
+}
+
+void OpCall::fail(std::string_view arg, const std::string& message) const {
+  throw Error(ErrorCode::InvalidArgument,
+              op_->name + ": argument '" + std::string(arg) + "': " + message);
+}
+
+Value inferCall(std::string_view opName, const std::vector<const Value*>& inputs,
+                std::vector<Attr>& attrs, sym::SymbolTable& table) {
+  const OpInfo& op = getOp(opName);
+  OpCall call(op, inputs, attrs, table);
+  std::vector<Attr> canonical;
+  for (const ArgSpec& spec : op.args) {
+    auto attr = std::find_if(attrs.begin(), attrs.end(),
+                             [&](const Attr& a) { return a.name == spec.name; });
+    if (attr == attrs.end() || std::holds_alternative<std::monostate>(attr->value) ||
+        attr->value == spec.defaultValue)
+      continue;
+    canonical.push_back(*attr);
+  }
+  Value result = op.infer(call);
+  attrs = std::move(canonical);
+  return result;
+}
+
+namespace detail {
+
+bool provable(sym::Expr condition) {
+  return sym::staticallyKnown(condition) == std::optional<bool>(true);
+}
+
+Shape broadcast(const OpCall& call, std::initializer_list<std::string_view> args) {
+  Shape out;
+  std::vector<std::string_view> from; // which argument each size of `out` came from
+  for (std::string_view arg : args) {
+    const Value* v = call.input(arg);
+    if (!v || !v->isTensor()) continue;
+    const Shape& sizes = v->tensor().sizes;
+    if (sizes.size() > out.size()) {
+      out.insert(out.begin(), sizes.size() - out.size(), sym::Expr());
+      from.insert(from.begin(), sizes.size() - from.size(), std::string_view());
+    }
+    size_t shift = out.size() - sizes.size();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      sym::Expr& o = out[shift + i];
+      sym::Expr s = sizes[i];
+      if (o.isNull() || provable(sym::eq(o, 1))) {
+        if (o.isNull() || !provable(sym::eq(s, 1))) o = s, from[shift + i] = arg;
+        continue;
+      }
+      if (o == s || provable(sym::eq(s, 1)) || provable(sym::eq(o, s))) continue;
+      std::string what = "size " + sym::toString(s) + " at dim " + std::to_string(i) +
+                         " against size " + sym::toString(o) + " of '" +
+                         std::string(from[shift + i]) + "'";
+      std::optional<bool> differ = sym::staticallyKnown(
+          sym::logicalAnd(sym::ne(s, 1), sym::logicalAnd(sym::ne(o, 1), sym::ne(o, s))));
+      if (differ == std::optional<bool>(true)) call.fail(arg, "does not broadcast: " + what);
+      throw Error(ErrorCode::Unsupported, call.op().name + ": argument '" + std::string(arg) +
+                                              "': cannot decide whether it broadcasts: " + what);
+    }
+  }
+  return out;
+}
+
+DType resultType(const OpCall& call, std::initializer_list<std::string_view> args) {
+  ResultType r;
+  for (std::string_view arg : args) {
+    if (!call.has(arg)) continue;
+    if (const Value* v = call.input(arg)) {
+      if (!v->isTensor())
+        r.add(DType::Int64, Operand::Scalar);
+      else
+        r.add(v->tensor().dtype, v->tensor().dim() ? Operand::Tensor : Operand::ZeroDim);
+      continue;
+    }
+    const AttrValue& a = call.attr(arg);
+    DType t = std::holds_alternative<double>(a) ? DType::Float64
+              : std::holds_alternative<bool>(a) ? DType::Bool
+                                                : DType::Int64;
+    r.add(t, Operand::Scalar);
+  }
+  return r.result();
+}
+
+Device commonDevice(const OpCall& call, std::initializer_list<std::string_view> args) {
+  std::optional<Device> device;
+  std::string_view first;
+  for (std::string_view arg : args) {
+    const Value* v = call.input(arg);
+    if (!v || !v->isTensor()) continue;
+    const TensorMeta& m = v->tensor();
+    if (m.dim() == 0 && m.device.type == DeviceType::Cpu) continue;
+    if (!device)
+      device = m.device, first = arg;
+    else if (*device != m.device)
+      call.fail(arg, "on " + toString(m.device) + " but '" + std::string(first) + "' is on " +
+                         toString(*device));
+  }
+  if (device) return *device;
+  for (std::string_view arg : args) // only 0-d CPU tensors
+    if (const Value* v = call.input(arg); v && v->isTensor()) return v->tensor().device;
+  return Device{};
+}
+
+bool anyRequiresGrad(const OpCall& call, std::initializer_list<std::string_view> args) {
+  for (std::string_view arg : args)
+    if (const Value* v = call.input(arg); v && v->isTensor() && v->tensor().requiresGrad)
+      return true;
+  return false;
+}
+
+int64_t wrapDim(const OpCall& call, std::string_view arg, int64_t dim, size_t rank) {
+  auto n = static_cast<int64_t>(std::max<size_t>(rank, 1));
+  if (dim < -n || dim >= n)
+    call.fail(arg, "dim " + std::to_string(dim) + " out of range [" + std::to_string(-n) + ", " +
+                       std::to_string(n - 1) + "]");
+  return dim < 0 ? dim + n : dim;
+}
+
+TensorMeta fresh(const OpCall& call, DType dtype, Shape sizes, Device device, bool requiresGrad) {
+  TensorMeta m = TensorMeta::contiguous(dtype, std::move(sizes), call.table(), device);
+  m.requiresGrad = requiresGrad && (isFloating(dtype) || isComplex(dtype));
+  return m;
+}
+
+} // namespace detail
+} // namespace kiln::ir

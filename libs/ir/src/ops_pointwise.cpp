@@ -1,0 +1,151 @@
+// Pointwise ops: unary, binary (broadcasting, type promotion), where, clamp, to_dtype.
+// TODO(issue 3): results are contiguous; torch's TensorIterator follows the stride
+// order of non-contiguous inputs (e.g. exp of a transposed tensor is transposed).
+#include <string>
+
+#include "infer.h"
+#include "kiln/common/error.h"
+
+namespace kiln::ir::detail {
+namespace {
+
+ArgSpec tensor(std::string name) {
+  return {std::move(name), ArgKind::Tensor};
+}
+ArgSpec scalar(std::string name, bool optional = false) {
+  return {std::move(name), ArgKind::Scalar, optional};
+}
+
+// How a unary op's result dtype follows its input's.
+enum class Unary {
+  ToFloat,   // integral and bool inputs give the default float (exp, sin, ...)
+  FloatOnly, // only floating inputs (gelu, silu)
+  NoBool,    // same dtype; bool is refused (neg, abs, floor, ...)
+  Same,      // same dtype (sign)
+  ToBool,    // bool result (logical_not, isnan, isinf)
+};
+
+template <Unary rule> Value inferUnary(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  DType out = self.dtype;
+  std::string got = "not supported for dtype " + std::string(name(self.dtype));
+  switch (rule) {
+  case Unary::ToFloat:
+    if (isIntegral(self.dtype, true)) out = kDefaultFloat;
+    break;
+  case Unary::FloatOnly:
+    if (!isFloating(self.dtype)) call.fail("self", got);
+    break;
+  case Unary::NoBool:
+    if (self.dtype == DType::Bool) call.fail("self", got);
+    break;
+  case Unary::Same: break;
+  case Unary::ToBool: out = DType::Bool; break;
+  }
+  if (call.op().name == "gelu") {
+    std::string approximate = call.string("approximate");
+    if (approximate != "none" && approximate != "tanh")
+      call.fail("approximate", "expected 'none' or 'tanh', got '" + approximate + "'");
+  }
+  return fresh(call, out, self.sizes, self.device, self.requiresGrad);
+}
+
+// How a binary op's result dtype follows the promoted dtype of its operands.
+enum class Binary {
+  Promote, // add mul pow maximum minimum fmod remainder
+  NoBool,  // sub: two bools are refused
+  Divide,  // true division gives a float for integral operands
+  Compare, // bool result
+  Logical, // bool result, any operand dtypes
+  Bitwise, // integral or bool operands only
+};
+
+template <Binary rule> Value inferBinary(const OpCall& call) {
+  Shape sizes = broadcast(call, {"self", "other"});
+  Device device = commonDevice(call, {"self", "other"});
+  DType promoted = resultType(call, {"self", "other"});
+  DType out = promoted;
+  switch (rule) {
+  case Binary::Promote: break;
+  case Binary::NoBool:
+    if (promoted == DType::Bool) call.fail("other", "subtraction of two bools is not supported");
+    break;
+  case Binary::Divide: {
+    std::string mode = call.has("rounding_mode") ? call.string("rounding_mode") : "none";
+    if (mode != "none" && mode != "floor" && mode != "trunc")
+      call.fail("rounding_mode", "expected 'floor', 'trunc' or none, got '" + mode + "'");
+    if (mode == "none" && isIntegral(promoted, true)) out = kDefaultFloat;
+    break;
+  }
+  case Binary::Compare:
+  case Binary::Logical: out = DType::Bool; break;
+  case Binary::Bitwise:
+    if (!isIntegral(promoted, true))
+      call.fail("other", "needs integral or bool operands, got " + std::string(name(promoted)));
+    break;
+  }
+  return fresh(call, out, sizes, device, anyRequiresGrad(call, {"self", "other"}));
+}
+
+Value inferWhere(const OpCall& call) {
+  if (call.tensor("condition").dtype != DType::Bool)
+    call.fail("condition",
+              "expected dtype b8, got " + std::string(name(call.tensor("condition").dtype)));
+  Shape sizes = broadcast(call, {"condition", "self", "other"});
+  Device device = commonDevice(call, {"condition", "self", "other"});
+  DType out = resultType(call, {"self", "other"});
+  return fresh(call, out, sizes, device, anyRequiresGrad(call, {"self", "other"}));
+}
+
+Value inferClamp(const OpCall& call) {
+  if (!call.has("min") && !call.has("max")) call.fail("min", "at least one of min, max is needed");
+  Shape sizes = broadcast(call, {"self", "min", "max"});
+  Device device = commonDevice(call, {"self", "min", "max"});
+  DType out = resultType(call, {"self", "min", "max"});
+  if (out == DType::Bool) call.fail("self", "not supported for dtype b8");
+  return fresh(call, out, sizes, device, anyRequiresGrad(call, {"self", "min", "max"}));
+}
+
+Value inferToDType(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  // TODO(issue 3): keep a non-contiguous input's strides (memory_format=preserve).
+  return fresh(call, call.dtype("dtype"), self.sizes, self.device, self.requiresGrad);
+}
+
+} // namespace
+
+void addPointwiseOps(std::vector<OpInfo>& ops) {
+  auto unary = [&](std::initializer_list<const char*> names, InferFn fn) {
+    for (const char* n : names) ops.push_back({n, {tensor("self")}, fn});
+  };
+  unary({"exp", "exp2", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
+         "sigmoid", "erf", "reciprocal"},
+        inferUnary<Unary::ToFloat>);
+  unary({"silu"}, inferUnary<Unary::FloatOnly>);
+  ops.push_back({"gelu",
+                 {tensor("self"), {"approximate", ArgKind::String, false, std::string("none")}},
+                 inferUnary<Unary::FloatOnly>});
+  unary({"neg", "abs", "relu", "floor", "ceil", "round", "trunc"}, inferUnary<Unary::NoBool>);
+  unary({"sign"}, inferUnary<Unary::Same>);
+  unary({"logical_not", "isnan", "isinf"}, inferUnary<Unary::ToBool>);
+
+  auto binary = [&](std::initializer_list<const char*> names, InferFn fn) {
+    for (const char* n : names) ops.push_back({n, {tensor("self"), scalar("other")}, fn});
+  };
+  binary({"add", "mul", "pow", "fmod", "remainder"}, inferBinary<Binary::Promote>);
+  binary({"sub"}, inferBinary<Binary::NoBool>);
+  binary({"eq", "ne", "lt", "le", "gt", "ge"}, inferBinary<Binary::Compare>);
+  binary({"logical_and", "logical_or"}, inferBinary<Binary::Logical>);
+  binary({"bitwise_and", "bitwise_or", "bitwise_xor"}, inferBinary<Binary::Bitwise>);
+  for (const char* n : {"maximum", "minimum"})
+    ops.push_back({n, {tensor("self"), tensor("other")}, inferBinary<Binary::Promote>});
+  ops.push_back({"div",
+                 {tensor("self"), scalar("other"), {"rounding_mode", ArgKind::String, true}},
+                 inferBinary<Binary::Divide>});
+  ops.push_back({"where", {tensor("condition"), scalar("self"), scalar("other")}, inferWhere});
+  ops.push_back({"clamp", {tensor("self"), scalar("min", true), scalar("max", true)}, inferClamp});
+  ops.push_back({"to_dtype", {tensor("self"), {"dtype", ArgKind::DType}}, inferToDType});
+  // TODO(issue 3): add/sub alpha, gelu's decomposition, in-place and out= forms as mutation ops.
+}
+
+} // namespace kiln::ir::detail

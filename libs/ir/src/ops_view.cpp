@@ -1,0 +1,198 @@
+// Views: ops whose result shares its input's storage, with the sizes, strides
+// and offset that say how; and sym_size, which reads a size as a scalar.
+#include <algorithm>
+#include <string>
+
+#include "infer.h"
+#include "kiln/common/error.h"
+#include "kiln/sym/print.h"
+#include "kiln/sym/range.h"
+#include "kiln/sym/symbol_table.h"
+
+namespace kiln::ir::detail {
+namespace {
+
+TensorMeta viewOf(const TensorMeta& self, Shape sizes, Shape strides) {
+  TensorMeta m = self;
+  m.sizes = std::move(sizes);
+  m.strides = std::move(strides);
+  return m;
+}
+
+[[noreturn]] void undecidable(const OpCall& call, std::string_view arg, const std::string& what) {
+  throw Error(ErrorCode::Unsupported,
+              call.op().name + ": argument '" + std::string(arg) + "': cannot decide " + what);
+}
+
+// The sizes asked for, with one -1 inferred from the number of elements.
+Shape viewSizes(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  Shape sizes = call.symIntList("size");
+  sym::SymbolTable& table = call.table();
+  std::optional<size_t> inferred;
+  sym::Expr known = table.integer(1);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i].asInteger() == std::optional<int64_t>(-1)) {
+      if (inferred) call.fail("size", "only one dimension can be -1");
+      inferred = i;
+      continue;
+    }
+    if (provable(sym::lt(sizes[i], 0)))
+      call.fail("size", "negative size " + sym::toString(sizes[i]));
+    known = known * sizes[i];
+  }
+  sym::Expr total = numel(self.sizes, table);
+  std::string shape = "shape of " + sym::toString(total) + " elements";
+  if (inferred) {
+    if (provable(sym::eq(known, 0))) call.fail("size", "cannot infer -1 with a size of 0");
+    sym::Expr quotient = sym::floorDiv(total, known);
+    std::optional<bool> exact = sym::staticallyKnown(sym::eq(quotient * known, total));
+    if (exact == std::optional<bool>(false))
+      call.fail("size", "invalid for input of " + sym::toString(total) + " elements");
+    if (!exact)
+      undecidable(call, "size",
+                  "whether " + sym::toString(known) + " divides " + sym::toString(total));
+    sizes[*inferred] = quotient;
+  } else {
+    std::optional<bool> same = sym::staticallyKnown(sym::eq(known, total));
+    if (same == std::optional<bool>(false))
+      call.fail("size", sym::toString(known) + " elements, invalid for input " + shape);
+    if (!same)
+      undecidable(call, "size", "whether " + sym::toString(known) + " == " + sym::toString(total));
+  }
+  return sizes;
+}
+
+Value inferView(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  Shape sizes = viewSizes(call);
+  bool contiguous = self.isContiguous();
+  if (!contiguous && call.op().name == "view")
+    // TODO(issue 3): views of non-contiguous inputs whose strides allow it.
+    throw Error(ErrorCode::Unsupported,
+                "view: argument 'self': only contiguous inputs can be viewed so far");
+  if (!contiguous) // reshape copies
+    return fresh(call, self.dtype, sizes, self.device, self.requiresGrad);
+  Shape strides = contiguousStrides(sizes, call.table());
+  return viewOf(self, std::move(sizes), std::move(strides));
+}
+
+Value inferPermute(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  std::vector<int64_t> dims = call.intList("dims");
+  if (dims.size() != self.dim())
+    call.fail("dims", "has " + std::to_string(dims.size()) + " dims for a tensor of " +
+                          std::to_string(self.dim()));
+  Shape sizes, strides;
+  std::vector<bool> seen(self.dim(), false);
+  for (int64_t d : dims) {
+    int64_t w = wrapDim(call, "dims", d, self.dim());
+    if (self.dim() == 0) continue;
+    if (seen[w]) call.fail("dims", "dim " + std::to_string(d) + " appears twice");
+    seen[w] = true;
+    sizes.push_back(self.sizes[w]);
+    strides.push_back(self.strides[w]);
+  }
+  return viewOf(self, sizes, strides);
+}
+
+Value inferTranspose(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  int64_t a = wrapDim(call, "dim0", call.intArg("dim0"), self.dim());
+  int64_t b = wrapDim(call, "dim1", call.intArg("dim1"), self.dim());
+  Shape sizes = self.sizes, strides = self.strides;
+  if (self.dim()) {
+    std::swap(sizes[a], sizes[b]);
+    std::swap(strides[a], strides[b]);
+  }
+  return viewOf(self, sizes, strides);
+}
+
+Value inferExpand(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  Shape sizes = call.symIntList("size");
+  if (sizes.size() < self.dim())
+    call.fail("size", "has " + std::to_string(sizes.size()) + " sizes for a tensor of " +
+                          std::to_string(self.dim()) + " dims");
+  size_t shift = sizes.size() - self.dim();
+  Shape strides(sizes.size(), call.table().integer(0));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    bool keep = sizes[i].asInteger() == std::optional<int64_t>(-1);
+    if (i < shift) {
+      if (keep || provable(sym::lt(sizes[i], 0)))
+        call.fail("size", "a new leading dim needs a size, got " + sym::toString(sizes[i]));
+      continue;
+    }
+    sym::Expr have = self.sizes[i - shift];
+    if (keep || sizes[i] == have || provable(sym::eq(sizes[i], have))) {
+      sizes[i] = have;
+      strides[i] = self.strides[i - shift];
+    } else if (!provable(sym::eq(have, 1))) {
+      std::string what = "size " + sym::toString(have) + " at dim " + std::to_string(i - shift) +
+                         " to " + sym::toString(sizes[i]);
+      if (provable(sym::logicalAnd(sym::ne(have, 1), sym::ne(have, sizes[i]))))
+        call.fail("size", "cannot expand " + what);
+      undecidable(call, "size", "whether to expand " + what);
+    }
+  }
+  return viewOf(self, sizes, strides);
+}
+
+Value inferSqueeze(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  std::vector<bool> chosen(self.dim(), !call.has("dim"));
+  if (call.has("dim"))
+    for (int64_t d : call.intList("dim"))
+      if (self.dim()) chosen[wrapDim(call, "dim", d, self.dim())] = true;
+  Shape sizes, strides;
+  for (size_t i = 0; i < self.dim(); ++i) {
+    std::optional<bool> one = sym::staticallyKnown(sym::eq(self.sizes[i], 1));
+    if (chosen[i] && !one)
+      undecidable(call, "dim",
+                  "whether size " + sym::toString(self.sizes[i]) + " at dim " + std::to_string(i) +
+                      " is 1");
+    if (chosen[i] && *one) continue;
+    sizes.push_back(self.sizes[i]);
+    strides.push_back(self.strides[i]);
+  }
+  return viewOf(self, sizes, strides);
+}
+
+Value inferUnsqueeze(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  auto d = static_cast<size_t>(wrapDim(call, "dim", call.intArg("dim"), self.dim() + 1));
+  Shape sizes = self.sizes, strides = self.strides;
+  sym::Expr stride = d < self.dim() ? self.sizes[d] * self.strides[d] : call.table().integer(1);
+  sizes.insert(sizes.begin() + d, call.table().integer(1));
+  strides.insert(strides.begin() + d, stride);
+  return viewOf(self, sizes, strides);
+}
+
+Value inferSymSize(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  if (self.dim() == 0) call.fail("self", "a 0-d tensor has no sizes");
+  return Value(self.sizes[wrapDim(call, "dim", call.intArg("dim"), self.dim())]);
+}
+
+} // namespace
+
+void addViewOps(std::vector<OpInfo>& ops) {
+  ArgSpec self{"self", ArgKind::Tensor};
+  ops.push_back({"view", {self, {"size", ArgKind::SymIntList}}, inferView});
+  ops.push_back({"reshape", {self, {"size", ArgKind::SymIntList}}, inferView});
+  ops.push_back({"permute", {self, {"dims", ArgKind::IntList}}, inferPermute});
+  ops.push_back(
+      {"transpose", {self, {"dim0", ArgKind::Int}, {"dim1", ArgKind::Int}}, inferTranspose});
+  ops.push_back({"expand", {self, {"size", ArgKind::SymIntList}}, inferExpand});
+  ops.push_back({"squeeze", {self, {"dim", ArgKind::IntList, true}}, inferSqueeze});
+  ops.push_back({"unsqueeze", {self, {"dim", ArgKind::Int}}, inferUnsqueeze});
+  ops.push_back({"sym_size", {self, {"dim", ArgKind::Int}}, inferSymSize});
+  // TODO(issue 3): slice (with step), select, narrow, flatten, unflatten, as_strided; copies
+  // (contiguous, clone, cat, stack, split/chunk); mm, bmm, addmm, matmul, linear; softmax,
+  // log_softmax, layer_norm, rms_norm, embedding, index_select, gather, scatter_add,
+  // cross_entropy (decomposed), dropout (explicit seed/offset input),
+  // scaled_dot_product_attention; creation (full, zeros, ones, arange, empty, *_like);
+  // decompositions for composite ops; in-place and out= forms as mutation ops.
+}
+
+} // namespace kiln::ir::detail

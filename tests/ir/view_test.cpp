@@ -1,0 +1,79 @@
+// Strides checked against torch 1.13 on concrete sizes.
+#include <gtest/gtest.h>
+
+#include "helpers.h"
+#include "kiln/common/error.h"
+#include "kiln/ir/graph.h"
+
+namespace kiln::ir {
+namespace {
+
+using testing::ints;
+using testing::tensorOf;
+
+struct View : ::testing::Test {
+  sym::SymbolTable table;
+  Graph graph{table};
+  sym::Expr s0 = table.createBacked(8, {2, sym::kInf});
+  sym::Expr one = table.integer(1);
+
+  TensorMeta apply(std::string_view op, ValueId x, std::vector<Attr> attrs) {
+    return graph.meta(graph.call(op, {x}, std::move(attrs)));
+  }
+  ValueId input(Shape sizes) {
+    return graph.placeholder("x", tensorOf(table, DType::Float32, sizes));
+  }
+};
+
+TEST_F(View, ViewInfersMinusOneSymbolically) {
+  ValueId x = input({s0, table.integer(12), table.integer(64)});
+  const TensorMeta& m = apply("view", x, {{"size", std::vector<sym::Expr>{s0, table.integer(-1)}}});
+  EXPECT_EQ(m.sizes, Shape({s0, table.integer(768)}));
+  EXPECT_EQ(m.strides, Shape({table.integer(768), one}));
+  const TensorMeta& r = apply("reshape", x, {{"size", std::vector<int64_t>{-1, 64}}});
+  EXPECT_EQ(r.sizes, Shape({s0 * 12, table.integer(64)}));
+  EXPECT_THROW(apply("view", x, {{"size", std::vector<int64_t>{-1, 5}}}), Error);
+  EXPECT_THROW(apply("view", x, {{"size", std::vector<int64_t>{-1, -1}}}), Error);
+}
+
+TEST_F(View, PermuteTransposeUnsqueezeMoveStrides) {
+  ValueId x = input(ints(table, {2, 3, 4}));
+  EXPECT_EQ(apply("permute", x, {{"dims", std::vector<int64_t>{2, 0, 1}}}).strides,
+            ints(table, {1, 12, 4}));
+  EXPECT_EQ(apply("transpose", x, {{"dim0", int64_t{0}}, {"dim1", int64_t{-1}}}).strides,
+            ints(table, {1, 4, 12}));
+  EXPECT_EQ(apply("unsqueeze", x, {{"dim", int64_t{1}}}).strides, ints(table, {12, 12, 4, 1}));
+  EXPECT_EQ(apply("unsqueeze", x, {{"dim", int64_t{3}}}).strides, ints(table, {12, 4, 1, 1}));
+  EXPECT_THROW(apply("permute", x, {{"dims", std::vector<int64_t>{0, 0, 1}}}), Error);
+}
+
+TEST_F(View, ExpandAndSqueezeUseSizeOneDims) {
+  ValueId x = input({s0, one});
+  const TensorMeta& e = apply(
+      "expand", x, {{"size", std::vector<sym::Expr>{table.integer(5), table.integer(-1), s0}}});
+  EXPECT_EQ(e.sizes, Shape({table.integer(5), s0, s0}));
+  EXPECT_EQ(e.strides, Shape({table.integer(0), one, table.integer(0)}));
+  EXPECT_FALSE(e.isContiguous());
+  EXPECT_EQ(apply("squeeze", x, {{"dim", std::vector<int64_t>{1}}}).sizes, Shape({s0}));
+  EXPECT_EQ(apply("squeeze", x, {}).sizes, Shape({s0}));
+  sym::Expr maybeOne = table.createBacked(3);
+  ValueId y = input({maybeOne});
+  try {
+    apply("squeeze", y, {});
+    FAIL();
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::Unsupported);
+  }
+}
+
+TEST_F(View, ViewOfNonContiguousIsRefusedButReshapeCopies) {
+  ValueId x = input({s0, table.integer(4)});
+  ValueId t = graph.call("transpose", {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+  EXPECT_THROW(apply("view", t, {{"size", std::vector<int64_t>{-1}}}), Error);
+  const TensorMeta& r = apply("reshape", t, {{"size", std::vector<int64_t>{-1}}});
+  EXPECT_EQ(r.sizes, Shape({s0 * 4}));
+  EXPECT_TRUE(r.isContiguous());
+}
+
+} // namespace
+} // namespace kiln::ir
