@@ -65,3 +65,26 @@ TEST(Verify, AcceptsBuiltGraphsAndRejectsBadOnes) {
 
 } // namespace
 } // namespace kiln::ir
+
+namespace kiln::ir {
+namespace {
+
+TEST(TensorMeta, ContiguousStridesCountZeroSizesAsOneLikeTorch) {
+  sym::SymbolTable table;
+  EXPECT_EQ(contiguousStrides(testing::ints(table, {3, 0}), table), testing::ints(table, {1, 1}));
+  EXPECT_EQ(contiguousStrides(testing::ints(table, {2, 3, 4}), table),
+            testing::ints(table, {12, 4, 1}));
+  sym::Expr s0 = table.createBacked(8, {2, sym::kInf});
+  sym::Expr maybeZero = table.createBacked(8);
+  EXPECT_EQ(contiguousStrides({table.integer(5), s0}, table), Shape({s0, table.integer(1)}));
+  EXPECT_EQ(contiguousStrides({s0, maybeZero}, table),
+            Shape({sym::max(maybeZero, 1), table.integer(1)}));
+  TensorMeta m = TensorMeta::contiguous(DType::Float32, {s0, maybeZero}, table);
+  EXPECT_TRUE(m.isContiguous());
+  EXPECT_EQ(toString(m), "f32[s0, s1]");
+  std::swap(m.strides[0], m.strides[1]);
+  EXPECT_FALSE(m.isContiguous());
+}
+
+} // namespace
+} // namespace kiln::ir

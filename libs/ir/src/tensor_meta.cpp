@@ -30,7 +30,7 @@ Shape contiguousStrides(const Shape& sizes, sym::SymbolTable& table) {
   sym::Expr running = table.integer(1);
   for (size_t i = sizes.size(); i-- > 0;) {
     strides[i] = running;
-    running = running * sizes[i];
+    running = running * sym::max(sizes[i], 1); // as torch: a size of 0 counts as 1
   }
   return strides;
 }
@@ -43,11 +43,10 @@ sym::Expr numel(const Shape& sizes, sym::SymbolTable& table) {
 
 bool TensorMeta::isContiguous() const {
   if (sizes.empty()) return true;
-  sym::Expr expected = sizes.back().table().integer(1);
-  for (size_t i = sizes.size(); i-- > 0;) {
+  Shape expected = contiguousStrides(sizes, sizes.back().table());
+  for (size_t i = 0; i < sizes.size(); ++i) {
     bool sizeOne = sym::staticallyKnown(sym::eq(sizes[i], 1)) == std::optional<bool>(true);
-    if (!sizeOne && !provablyEqual(strides[i], expected)) return false;
-    expected = expected * sizes[i];
+    if (!sizeOne && !provablyEqual(strides[i], expected[i])) return false;
   }
   return true;
 }

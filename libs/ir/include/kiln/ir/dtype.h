@@ -41,7 +41,10 @@ DType promoteTypes(DType a, DType b);
 
 // How an operand of a binary op takes part in promotion (torch.result_type):
 // tensors with at least one dimension decide the type; 0-d tensors and then
-// Python scalars only count when they are of a higher category.
+// Python scalars only count when they are of a higher category. Checked against
+// torch 1.13 for every pair of dtypes and operand kinds; the one difference:
+// f16 meeting a complex 0-d tensor or scalar gives c64 (torch: complex32, which
+// kiln does not have).
 enum class Operand { Tensor, ZeroDim, Scalar };
 
 class ResultType {

@@ -26,7 +26,9 @@ std::string toString(Device d); // "cpu", "cuda:0"
 using Shape = std::vector<sym::Expr>;
 
 // Row-major strides for `sizes`: the last is 1, each other the product of the
-// sizes after it. All Exprs are of `table`.
+// sizes after it, each taken as max(size, 1) as torch does (so [3, 0] has
+// strides [1, 1]; for sizes known to be >= 1 the max folds away). All Exprs are
+// of `table`.
 Shape contiguousStrides(const Shape& sizes, sym::SymbolTable& table);
 
 sym::Expr numel(const Shape& sizes, sym::SymbolTable& table);
