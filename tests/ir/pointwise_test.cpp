@@ -109,6 +109,15 @@ TEST_F(Pointwise, ChecksDTypesOfBitwiseWhereAndClamp) {
             DType::BFloat16);
 }
 
+TEST_F(Pointwise, AlphaScalesOtherAndIsCanonicalWhenOne) {
+  ValueId f = input(DType::Float32, {s0});
+  ValueId i = input(DType::Int64, {s0});
+  EXPECT_EQ(graph.node(graph.call("add", {f, f}, {{"alpha", int64_t{1}}})).attrs.size(), 0u);
+  EXPECT_EQ(graph.node(graph.call("sub", {f, f}, {{"alpha", 0.5}})).attrs.size(), 1u);
+  EXPECT_EQ(graph.meta(graph.call("add", {i, i}, {{"alpha", int64_t{2}}})).dtype, DType::Int64);
+  EXPECT_EQ(codeOf("add", {i, i}, {{"alpha", 0.5}}), ErrorCode::InvalidArgument);
+}
+
 TEST_F(Pointwise, NamesTheOpAndArgumentInSchemaErrors) {
   ValueId f = input(DType::Float32, {s0});
   auto message = [&](std::string_view op, std::vector<ValueId> in, std::vector<Attr> attrs) {

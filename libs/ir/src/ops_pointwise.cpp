@@ -84,6 +84,9 @@ template <Binary rule> Value inferBinary(const OpCall& call) {
       call.fail("other", "needs integral or bool operands, got " + std::string(name(promoted)));
     break;
   }
+  bool hasAlpha = call.op().args.size() == 3 && call.op().args[2].name == "alpha";
+  if (hasAlpha && isIntegral(promoted, true) && std::holds_alternative<double>(call.attr("alpha")))
+    call.fail("alpha", "must not be a floating point number for integral inputs");
   return fresh(call, out, sizes, device, anyRequiresGrad(call, {"self", "other"}));
 }
 
@@ -132,8 +135,10 @@ void addPointwiseOps(std::vector<OpInfo>& ops) {
   auto binary = [&](std::initializer_list<const char*> names, InferFn fn) {
     for (const char* n : names) ops.push_back({n, {tensor("self"), scalar("other")}, fn});
   };
-  binary({"add", "mul", "pow", "fmod", "remainder"}, inferBinary<Binary::Promote>);
-  binary({"sub"}, inferBinary<Binary::NoBool>);
+  ArgSpec alpha{"alpha", ArgKind::Float, false, int64_t{1}}; // other is scaled by it
+  ops.push_back({"add", {tensor("self"), scalar("other"), alpha}, inferBinary<Binary::Promote>});
+  ops.push_back({"sub", {tensor("self"), scalar("other"), alpha}, inferBinary<Binary::NoBool>});
+  binary({"mul", "pow", "fmod", "remainder"}, inferBinary<Binary::Promote>);
   binary({"eq", "ne", "lt", "le", "gt", "ge"}, inferBinary<Binary::Compare>);
   binary({"logical_and", "logical_or"}, inferBinary<Binary::Logical>);
   binary({"bitwise_and", "bitwise_or", "bitwise_xor"}, inferBinary<Binary::Bitwise>);
@@ -145,7 +150,7 @@ void addPointwiseOps(std::vector<OpInfo>& ops) {
   ops.push_back({"where", {tensor("condition"), scalar("self"), scalar("other")}, inferWhere});
   ops.push_back({"clamp", {tensor("self"), scalar("min", true), scalar("max", true)}, inferClamp});
   ops.push_back({"to_dtype", {tensor("self"), {"dtype", ArgKind::DType}}, inferToDType});
-  // TODO(issue 3): add/sub alpha, gelu's decomposition, in-place and out= forms as mutation ops.
+  // TODO(issue 3): gelu's decomposition, in-place and out= forms as mutation ops.
 }
 
 } // namespace kiln::ir::detail
