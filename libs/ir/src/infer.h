@@ -14,6 +14,7 @@ namespace kiln::ir::detail {
 void addPointwiseOps(std::vector<OpInfo>& ops);
 void addReductionOps(std::vector<OpInfo>& ops);
 void addViewOps(std::vector<OpInfo>& ops);
+void addMatmulOps(std::vector<OpInfo>& ops);
 
 // Provably true for every binding within the symbols' ranges.
 bool provable(sym::Expr condition);
@@ -36,6 +37,16 @@ bool anyRequiresGrad(const OpCall& call, std::initializer_list<std::string_view>
 
 // A dim in [-rank, rank) (a 0-d tensor accepts 0 and -1) made non-negative.
 int64_t wrapDim(const OpCall& call, std::string_view arg, int64_t dim, size_t rank);
+
+// Requires `a == b` for every binding: Error{InvalidArgument} naming `arg` when
+// they provably differ, Error{Unsupported} when the ranges cannot decide.
+void requireEqual(const OpCall& call, std::string_view arg, sym::Expr a, sym::Expr b,
+                  const std::string& what);
+
+// Requires a condition: Error{InvalidArgument} with `message` when provably
+// false, Error{Unsupported} when the ranges cannot decide.
+void require(const OpCall& call, std::string_view arg, sym::Expr condition,
+             const std::string& message);
 
 // A new contiguous tensor of these sizes.
 TensorMeta fresh(const OpCall& call, DType dtype, Shape sizes, Device device, bool requiresGrad);

@@ -20,6 +20,7 @@ struct Registry {
     detail::addPointwiseOps(ops);
     detail::addReductionOps(ops);
     detail::addViewOps(ops);
+    detail::addMatmulOps(ops);
     for (const OpInfo& op : ops)
       if (!byName.emplace(op.name, &op).second)
         throw Error(ErrorCode::Internal, "op registered twice: " + op.name);
@@ -186,6 +187,16 @@ Shape OpCall::symIntList(std::string_view arg) const {
   return out;
 }
 
+sym::Expr OpCall::symInt(std::string_view arg) const {
+  const Bound& b = bound(arg);
+  if (b.input && !b.input->isTensor()) return b.input->symInt();
+  if (b.attr) {
+    if (auto* i = std::get_if<int64_t>(b.attr)) return table_->integer(*i);
+    if (auto* e = std::get_if<sym::Expr>(b.attr); e && &e->table() == table_) return *e;
+  }
+  fail(arg, "expected an integer or a symbolic int");
+}
+
 double OpCall::floatArg(std::string_view arg) const {
   const AttrValue& v = attr(arg);
   if (auto* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
@@ -317,6 +328,22 @@ int64_t wrapDim(const OpCall& call, std::string_view arg, int64_t dim, size_t ra
     call.fail(arg, "dim " + std::to_string(dim) + " out of range [" + std::to_string(-n) + ", " +
                        std::to_string(n - 1) + "]");
   return dim < 0 ? dim + n : dim;
+}
+
+void require(const OpCall& call, std::string_view arg, sym::Expr condition,
+             const std::string& message) {
+  std::optional<bool> known = sym::staticallyKnown(condition);
+  if (known == std::optional<bool>(true)) return;
+  if (known == std::optional<bool>(false)) call.fail(arg, message);
+  throw Error(ErrorCode::Unsupported, call.op().name + ": argument '" + std::string(arg) +
+                                          "': cannot decide whether " + sym::toString(condition) +
+                                          " holds; if not: " + message);
+}
+
+void requireEqual(const OpCall& call, std::string_view arg, sym::Expr a, sym::Expr b,
+                  const std::string& what) {
+  if (a == b) return;
+  require(call, arg, sym::eq(a, b), what + ": " + sym::toString(a) + " != " + sym::toString(b));
 }
 
 TensorMeta fresh(const OpCall& call, DType dtype, Shape sizes, Device device, bool requiresGrad) {

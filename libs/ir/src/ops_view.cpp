@@ -168,6 +168,102 @@ Value inferUnsqueeze(const OpCall& call) {
   return viewOf(self, sizes, strides);
 }
 
+// slice(dim, start, end, step) as Python's x[start:end:step] along one dim:
+// negative bounds count from the end, bounds are clamped to the size.
+Value inferSlice(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  if (self.dim() == 0) call.fail("self", "a 0-d tensor cannot be sliced");
+  size_t d = static_cast<size_t>(wrapDim(call, "dim", call.intArg("dim"), self.dim()));
+  int64_t step = call.intArg("step");
+  if (step <= 0) call.fail("step", "must be positive, got " + std::to_string(step));
+  sym::Expr size = self.sizes[d];
+  auto bound = [&](std::string_view arg, sym::Expr fallback, sym::Expr lo) {
+    if (!call.has(arg)) return fallback;
+    int64_t v = call.intArg(arg);
+    sym::Expr at = v < 0 ? size + v : call.table().integer(v);
+    return sym::max(sym::min(at, size), lo);
+  };
+  sym::Expr zero = call.table().integer(0);
+  sym::Expr start = bound("start", zero, zero);
+  sym::Expr end = bound("end", size, start);
+  Shape sizes = self.sizes, strides = self.strides;
+  sizes[d] = sym::floorDiv(end - start + (step - 1), step);
+  strides[d] = self.strides[d] * step;
+  TensorMeta m = viewOf(self, sizes, strides);
+  m.storageOffset = self.storageOffset + start * self.strides[d];
+  return m;
+}
+
+// select(dim, index): the index-th sub-tensor along dim (negative from the end).
+Value inferSelect(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  if (self.dim() == 0) call.fail("self", "a 0-d tensor has no dim to select from");
+  size_t d = static_cast<size_t>(wrapDim(call, "dim", call.intArg("dim"), self.dim()));
+  int64_t index = call.intArg("index");
+  sym::Expr size = self.sizes[d];
+  sym::Expr at = index < 0 ? size + index : call.table().integer(index);
+  require(call, "index", sym::logicalAnd(sym::ge(at, 0), sym::lt(at, size)),
+          "index " + std::to_string(index) + " out of range for size " + sym::toString(size));
+  Shape sizes = self.sizes, strides = self.strides;
+  sizes.erase(sizes.begin() + d);
+  strides.erase(strides.begin() + d);
+  TensorMeta m = viewOf(self, sizes, strides);
+  m.storageOffset = self.storageOffset + at * self.strides[d];
+  return m;
+}
+
+// narrow(dim, start, length): sizes [start, start + length) along dim.
+Value inferNarrow(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  if (self.dim() == 0) call.fail("self", "a 0-d tensor cannot be narrowed");
+  size_t d = static_cast<size_t>(wrapDim(call, "dim", call.intArg("dim"), self.dim()));
+  sym::Expr size = self.sizes[d];
+  int64_t startArg = call.intArg("start");
+  sym::Expr start = startArg < 0 ? size + startArg : call.table().integer(startArg);
+  sym::Expr length = call.symInt("length");
+  require(call, "length",
+          sym::logicalAnd(sym::logicalAnd(sym::ge(start, 0), sym::ge(length, 0)),
+                          sym::le(start + length, size)),
+          "start " + sym::toString(start) + " + length " + sym::toString(length) +
+              " exceeds size " + sym::toString(size));
+  Shape sizes = self.sizes;
+  sizes[d] = length;
+  TensorMeta m = viewOf(self, sizes, self.strides);
+  m.storageOffset = self.storageOffset + start * self.strides[d];
+  return m;
+}
+
+// flatten(start_dim, end_dim): those dims merged into one (a 0-d tensor becomes [1]).
+Value inferFlatten(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  if (self.dim() == 0) {
+    TensorMeta m = viewOf(self, {call.table().integer(1)}, {call.table().integer(1)});
+    return m;
+  }
+  auto first =
+      static_cast<size_t>(wrapDim(call, "start_dim", call.intArg("start_dim"), self.dim()));
+  auto last = static_cast<size_t>(wrapDim(call, "end_dim", call.intArg("end_dim"), self.dim()));
+  if (first > last) call.fail("start_dim", "comes after end_dim");
+  Shape sizes(self.sizes.begin(), self.sizes.begin() + first);
+  Shape merged(self.sizes.begin() + first, self.sizes.begin() + last + 1);
+  sizes.push_back(numel(merged, call.table()));
+  sizes.insert(sizes.end(), self.sizes.begin() + last + 1, self.sizes.end());
+  if (first == last) return self;
+  // TODO(issue 3): a view wherever the merged dims' strides allow, as torch does.
+  if (!self.isContiguous()) return fresh(call, self.dtype, sizes, self.device, self.requiresGrad);
+  Shape strides = contiguousStrides(sizes, call.table());
+  return viewOf(self, std::move(sizes), std::move(strides));
+}
+
+// contiguous: the input itself when already contiguous, else a contiguous copy;
+// clone: always a copy.
+Value inferCopy(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  if (call.op().name == "contiguous" && self.isContiguous()) return self;
+  // TODO(issue 3): clone keeps a dense input's strides (memory_format=preserve).
+  return fresh(call, self.dtype, self.sizes, self.device, self.requiresGrad);
+}
+
 Value inferSymSize(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   if (self.dim() == 0) call.fail("self", "a 0-d tensor has no sizes");
@@ -187,12 +283,28 @@ void addViewOps(std::vector<OpInfo>& ops) {
   ops.push_back({"squeeze", {self, {"dim", ArgKind::IntList, true}}, inferSqueeze});
   ops.push_back({"unsqueeze", {self, {"dim", ArgKind::Int}}, inferUnsqueeze});
   ops.push_back({"sym_size", {self, {"dim", ArgKind::Int}}, inferSymSize});
-  // TODO(issue 3): slice (with step), select, narrow, flatten, unflatten, as_strided; copies
-  // (contiguous, clone, cat, stack, split/chunk); mm, bmm, addmm, matmul, linear; softmax,
-  // log_softmax, layer_norm, rms_norm, embedding, index_select, gather, scatter_add,
-  // cross_entropy (decomposed), dropout (explicit seed/offset input),
-  // scaled_dot_product_attention; creation (full, zeros, ones, arange, empty, *_like);
-  // decompositions for composite ops; in-place and out= forms as mutation ops.
+  ops.push_back({"slice",
+                 {self,
+                  {"dim", ArgKind::Int, false, int64_t{0}},
+                  {"start", ArgKind::Int, true},
+                  {"end", ArgKind::Int, true},
+                  {"step", ArgKind::Int, false, int64_t{1}}},
+                 inferSlice});
+  ops.push_back({"select", {self, {"dim", ArgKind::Int}, {"index", ArgKind::Int}}, inferSelect});
+  ops.push_back(
+      {"narrow",
+       {self, {"dim", ArgKind::Int}, {"start", ArgKind::Int}, {"length", ArgKind::Scalar}},
+       inferNarrow});
+  ops.push_back({"flatten",
+                 {self,
+                  {"start_dim", ArgKind::Int, false, int64_t{0}},
+                  {"end_dim", ArgKind::Int, false, int64_t{-1}}},
+                 inferFlatten});
+  ops.push_back({"contiguous", {self}, inferCopy});
+  ops.push_back({"clone", {self}, inferCopy});
+  // TODO(issue 3): unflatten, as_strided; copies: cat, stack, split/chunk; creation (full,
+  // zeros, ones, arange, empty, *_like); decompositions for composite ops; in-place and out=
+  // forms as mutation ops to be functionalized later.
 }
 
 } // namespace kiln::ir::detail

@@ -82,6 +82,9 @@ public:
   int64_t intArg(std::string_view arg) const;
   std::vector<int64_t> intList(std::string_view arg) const;
   Shape symIntList(std::string_view arg) const;
+  // A Scalar argument that must be an integer: a symbolic scalar input, or an
+  // int or SymExpr attribute.
+  sym::Expr symInt(std::string_view arg) const;
   double floatArg(std::string_view arg) const;
   bool boolArg(std::string_view arg) const;
   DType dtype(std::string_view arg) const;
