@@ -21,6 +21,7 @@ struct Registry {
     detail::addReductionOps(ops);
     detail::addViewOps(ops);
     detail::addMatmulOps(ops);
+    detail::addCreationOps(ops);
     for (const OpInfo& op : ops)
       if (!byName.emplace(op.name, &op).second)
         throw Error(ErrorCode::Internal, "op registered twice: " + op.name);

@@ -1,4 +1,5 @@
-// Matrix products and normalisations along a dim.
+// Matrix products, indexing along a dim, and normalisations along a dim.
+#include <algorithm>
 #include <string>
 
 #include "infer.h"
@@ -31,6 +32,106 @@ template <size_t rank> Value inferMatmul(const OpCall& call) {
                anyRequiresGrad(call, {"self", "mat2"}));
 }
 
+// matmul: torch.matmul's cases. 1-d operands gain a dim of 1 (in front of the
+// first, behind the second) that the result drops; batch dims broadcast.
+Value inferMatmulGeneral(const OpCall& call) {
+  const TensorMeta& a = call.tensor("self");
+  const TensorMeta& b = call.tensor("other");
+  if (a.dim() == 0 || b.dim() == 0) call.fail(a.dim() == 0 ? "self" : "other", "must not be 0-d");
+  if (a.dtype != b.dtype)
+    call.fail("other", "expected dtype " + std::string(name(a.dtype)) + ", got " +
+                           std::string(name(b.dtype)));
+  sym::Expr one = call.table().integer(1);
+  Shape x = a.sizes, y = b.sizes;
+  bool vectorA = x.size() == 1, vectorB = y.size() == 1;
+  if (vectorA) x.insert(x.begin(), one);
+  if (vectorB) y.push_back(one);
+  requireEqual(call, "other", x.back(), y[y.size() - 2], "inner sizes differ");
+  size_t batch = std::max(x.size(), y.size()) - 2;
+  Shape sizes;
+  for (size_t i = 0; i < batch; ++i) { // right-aligned batch dims
+    size_t fromEnd = batch - i;        // 1 for the innermost batch dim
+    sym::Expr p = fromEnd + 2 <= x.size() ? x[x.size() - 2 - fromEnd] : one;
+    sym::Expr q = fromEnd + 2 <= y.size() ? y[y.size() - 2 - fromEnd] : one;
+    if (provable(sym::eq(p, 1)))
+      sizes.push_back(q);
+    else if (provable(sym::eq(q, 1)))
+      sizes.push_back(p);
+    else
+      requireEqual(call, "other", p, q, "batch sizes differ"), sizes.push_back(p);
+  }
+  if (!vectorA) sizes.push_back(x[x.size() - 2]);
+  if (!vectorB) sizes.push_back(y.back());
+  return fresh(call, a.dtype, sizes, commonDevice(call, {"self", "other"}),
+               anyRequiresGrad(call, {"self", "other"}));
+}
+
+// linear: input [..., in] with weight [out, in] and an optional bias [out].
+Value inferLinear(const OpCall& call) {
+  const TensorMeta& in = call.tensor("input");
+  requireRank(call, "weight", 2);
+  const TensorMeta& w = call.tensor("weight");
+  if (in.dim() == 0) call.fail("input", "must not be 0-d");
+  if (in.dtype != w.dtype)
+    call.fail("weight", "expected dtype " + std::string(name(in.dtype)) + ", got " +
+                            std::string(name(w.dtype)));
+  requireEqual(call, "weight", in.sizes.back(), w.sizes[1], "in_features differ");
+  Shape sizes(in.sizes.begin(), in.sizes.end() - 1);
+  sizes.push_back(w.sizes[0]);
+  if (call.has("bias")) {
+    const TensorMeta& bias = call.tensor("bias");
+    if (bias.dtype != in.dtype) call.fail("bias", "expected dtype " + std::string(name(in.dtype)));
+    if (bias.dim() > 1) call.fail("bias", "must be 0-d or 1-d");
+    if (bias.dim() == 1 && !provable(sym::eq(bias.sizes[0], 1)))
+      requireEqual(call, "bias", bias.sizes[0], w.sizes[0], "out_features differ");
+  }
+  return fresh(call, in.dtype, sizes, commonDevice(call, {"input", "weight", "bias"}),
+               anyRequiresGrad(call, {"input", "weight", "bias"}));
+}
+
+void requireIndex(const OpCall& call, std::string_view arg) {
+  DType t = call.tensor(arg).dtype;
+  if (t != DType::Int64 && t != DType::Int32)
+    call.fail(arg, "expected dtype i64 or i32, got " + std::string(name(t)));
+}
+
+// index_select(dim, index): along dim, the entries the 1-d index names.
+Value inferIndexSelect(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  const TensorMeta& index = call.tensor("index");
+  requireIndex(call, "index");
+  if (index.dim() > 1) call.fail("index", "must be 0-d or 1-d");
+  Shape sizes = self.sizes;
+  if (self.dim()) {
+    auto d = static_cast<size_t>(wrapDim(call, "dim", call.intArg("dim"), self.dim()));
+    sizes[d] = index.dim() ? index.sizes[0] : call.table().integer(1);
+  }
+  return fresh(call, self.dtype, sizes, commonDevice(call, {"self", "index"}), self.requiresGrad);
+}
+
+// gather(dim, index): the result has the index's sizes.
+Value inferGather(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  const TensorMeta& index = call.tensor("index");
+  if (index.dtype != DType::Int64)
+    call.fail("index", "expected dtype i64, got " + std::string(name(index.dtype)));
+  if (std::max<size_t>(index.dim(), 1) != std::max<size_t>(self.dim(), 1))
+    call.fail("index", "must have as many dims as self");
+  wrapDim(call, "dim", call.intArg("dim"), self.dim());
+  return fresh(call, self.dtype, index.sizes, commonDevice(call, {"self", "index"}),
+               self.requiresGrad);
+}
+
+// embedding(weight [n, d], indices): indices' sizes + [d].
+Value inferEmbedding(const OpCall& call) {
+  requireRank(call, "weight", 2);
+  requireIndex(call, "indices");
+  const TensorMeta& w = call.tensor("weight");
+  Shape sizes = call.tensor("indices").sizes;
+  sizes.push_back(w.sizes[1]);
+  return fresh(call, w.dtype, sizes, commonDevice(call, {"weight", "indices"}), w.requiresGrad);
+}
+
 Value inferSoftmax(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   wrapDim(call, "dim", call.intArg("dim"), self.dim());
@@ -50,8 +151,18 @@ void addMatmulOps(std::vector<OpInfo>& ops) {
   for (const char* n : {"softmax", "log_softmax"})
     ops.push_back(
         {n, {self, {"dim", ArgKind::Int}, {"dtype", ArgKind::DType, true}}, inferSoftmax});
-  // TODO(issue 3): addmm, matmul, linear; layer_norm, rms_norm, cross_entropy (decomposed);
-  // embedding, index_select, gather, scatter_add; dropout (explicit seed/offset input);
+  ops.push_back({"matmul", {self, {"other", ArgKind::Tensor}}, inferMatmulGeneral});
+  ops.push_back(
+      {"linear",
+       {{"input", ArgKind::Tensor}, {"weight", ArgKind::Tensor}, {"bias", ArgKind::Tensor, true}},
+       inferLinear});
+  ArgSpec index{"index", ArgKind::Tensor}, dim{"dim", ArgKind::Int};
+  ops.push_back({"index_select", {self, dim, index}, inferIndexSelect});
+  ops.push_back({"gather", {self, dim, index}, inferGather});
+  ops.push_back(
+      {"embedding", {{"weight", ArgKind::Tensor}, {"indices", ArgKind::Tensor}}, inferEmbedding});
+  // TODO(issue 3): addmm; layer_norm, rms_norm, cross_entropy (decomposed); scatter_add;
+  // gather's index sizes checked against self's; dropout (explicit seed/offset input);
   // scaled_dot_product_attention (causal flag, extern).
 }
 

@@ -302,9 +302,8 @@ void addViewOps(std::vector<OpInfo>& ops) {
                  inferFlatten});
   ops.push_back({"contiguous", {self}, inferCopy});
   ops.push_back({"clone", {self}, inferCopy});
-  // TODO(issue 3): unflatten, as_strided; copies: cat, stack, split/chunk; creation (full,
-  // zeros, ones, arange, empty, *_like); decompositions for composite ops; in-place and out=
-  // forms as mutation ops to be functionalized later.
+  // TODO(issue 3): unflatten, as_strided; copies: cat, stack, split/chunk; decompositions for
+  // composite ops; in-place and out= forms as mutation ops to be functionalized later.
 }
 
 } // namespace kiln::ir::detail
