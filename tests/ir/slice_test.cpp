@@ -81,6 +81,25 @@ TEST_F(Slice, SelectNarrowFlattenMatchTorch) {
   expectMeta(apply("flatten", scalar, {}), {1}, {1}, 0);
 }
 
+TEST(Cat, AddsSizesAlongDimAndPromotes) {
+  sym::SymbolTable table;
+  Graph g(table);
+  sym::Expr s0 = table.createBacked(8, {2, sym::kInf});
+  ValueId a = g.placeholder("a", tensorOf(table, DType::Float32, {s0, table.integer(3)}));
+  ValueId b = g.placeholder("b", tensorOf(table, DType::Float64, ints(table, {4, 3})));
+  TensorMeta c = g.meta(g.call("cat", {a, b, a}));
+  EXPECT_EQ(c.sizes, Shape({s0 * 2 + 4, table.integer(3)}));
+  EXPECT_EQ(c.dtype, DType::Float64);
+  EXPECT_THROW(g.call("cat", {a, b}, {{"dim", int64_t{1}}}), Error); // s0 vs 4: undecidable
+  TensorMeta s = g.meta(g.call("stack", {a, a}, {{"dim", int64_t{1}}}));
+  EXPECT_EQ(s.sizes, Shape({s0, table.integer(2), table.integer(3)}));
+  EXPECT_EQ(s.strides, Shape({table.integer(6), table.integer(3), table.integer(1)}));
+  EXPECT_EQ(g.meta(g.call("stack", {a}, {{"dim", int64_t{-1}}})).sizes,
+            Shape({s0, table.integer(3), table.integer(1)}));
+  EXPECT_THROW(g.call("stack", {a, b}), Error);
+  EXPECT_THROW(g.call("cat", {}), Error);
+}
+
 TEST(Matmul, ShapesAndDTypesMatchTorch) {
   sym::SymbolTable table;
   Graph g(table);

@@ -55,7 +55,7 @@ bool attrFits(ArgKind kind, const AttrValue& v) {
 }
 
 bool isInputKind(ArgKind kind) {
-  return kind == ArgKind::Tensor || kind == ArgKind::SymInt;
+  return kind == ArgKind::Tensor || kind == ArgKind::SymInt || kind == ArgKind::TensorList;
 }
 
 } // namespace
@@ -63,6 +63,7 @@ bool isInputKind(ArgKind kind) {
 std::string_view argKindName(ArgKind kind) {
   switch (kind) {
   case ArgKind::Tensor: return "tensor";
+  case ArgKind::TensorList: return "tensor list";
   case ArgKind::Scalar: return "scalar";
   case ArgKind::SymInt: return "symbolic int";
   case ArgKind::Int: return "int";
@@ -119,6 +120,14 @@ OpCall::OpCall(const OpInfo& op, const std::vector<const Value*>& inputs,
       b.attr = &attr->value;
     } else if (attr != attrs.end() && !spec.optional) {
       fail(spec.name, "is not optional");
+    } else if (spec.kind == ArgKind::TensorList && attr == attrs.end()) {
+      for (; next < inputs.size(); ++next) {
+        if (!inputs[next]->isTensor())
+          fail(spec.name, "expected tensors, got " + toString(*inputs[next]));
+        b.list.push_back(inputs[next]);
+      }
+      if (b.list.empty()) fail(spec.name, "needs at least one tensor");
+      b.input = b.list[0];
     } else if ((isInputKind(spec.kind) || spec.kind == ArgKind::Scalar) && attr == attrs.end() &&
                next < inputs.size()) {
       const Value* v = inputs[next++];
@@ -152,6 +161,12 @@ bool OpCall::has(std::string_view arg) const {
 
 const Value* OpCall::input(std::string_view arg) const {
   return bound(arg).input;
+}
+
+std::vector<const TensorMeta*> OpCall::tensors(std::string_view arg) const {
+  std::vector<const TensorMeta*> out;
+  for (const Value* v : bound(arg).list) out.push_back(&v->tensor());
+  return out;
 }
 
 const TensorMeta& OpCall::tensor(std::string_view arg) const {

@@ -264,6 +264,39 @@ Value inferCopy(const OpCall& call) {
   return fresh(call, self.dtype, self.sizes, self.device, self.requiresGrad);
 }
 
+// cat: along dim, sizes add up; the other dims must be provably equal. stack:
+// the same after unsqueezing every input at dim. Operand dtypes are promoted.
+Value inferCat(const OpCall& call) {
+  std::vector<const TensorMeta*> ins = call.tensors("tensors");
+  bool stack = call.op().name == "stack";
+  const TensorMeta& first = *ins[0];
+  size_t rank = first.dim() + (stack ? 1 : 0);
+  if (rank == 0) call.fail("tensors", "zero-dimensional tensors cannot be concatenated");
+  auto d = static_cast<size_t>(wrapDim(call, "dim", call.intArg("dim"), rank));
+  Shape sizes = first.sizes;
+  if (stack) sizes.insert(sizes.begin() + d, call.table().integer(0));
+  ResultType dtype;
+  for (size_t k = 0; k < ins.size(); ++k) {
+    const TensorMeta& t = *ins[k];
+    std::string which = "tensor " + std::to_string(k);
+    if (t.dim() != first.dim())
+      call.fail("tensors", which + " has " + std::to_string(t.dim()) + " dims, tensor 0 has " +
+                               std::to_string(first.dim()));
+    if (t.device != first.device) call.fail("tensors", which + " is on another device");
+    dtype.add(t.dtype, Operand::Tensor);
+    for (size_t i = 0; i < t.dim(); ++i) {
+      size_t at = stack && i >= d ? i + 1 : i;
+      if (at == d && !stack) continue;
+      requireEqual(call, "tensors", t.sizes[i], first.sizes[i],
+                   which + " differs at dim " + std::to_string(i));
+    }
+    sizes[d] = stack ? sizes[d] + 1 : (k == 0 ? t.sizes[d] : sizes[d] + t.sizes[d]);
+  }
+  bool grad = false;
+  for (const TensorMeta* t : ins) grad = grad || t->requiresGrad;
+  return fresh(call, dtype.result(), sizes, first.device, grad);
+}
+
 Value inferSymSize(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   if (self.dim() == 0) call.fail("self", "a 0-d tensor has no sizes");
@@ -300,10 +333,15 @@ void addViewOps(std::vector<OpInfo>& ops) {
                   {"start_dim", ArgKind::Int, false, int64_t{0}},
                   {"end_dim", ArgKind::Int, false, int64_t{-1}}},
                  inferFlatten});
+  for (const char* n : {"cat", "stack"})
+    ops.push_back({n,
+                   {{"tensors", ArgKind::TensorList}, {"dim", ArgKind::Int, false, int64_t{0}}},
+                   inferCat});
   ops.push_back({"contiguous", {self}, inferCopy});
   ops.push_back({"clone", {self}, inferCopy});
-  // TODO(issue 3): unflatten, as_strided; copies: cat, stack, split/chunk; decompositions for
-  // composite ops; in-place and out= forms as mutation ops to be functionalized later.
+  // TODO(issue 3): unflatten, as_strided; split/chunk (need multi-output nodes); cat's legacy empty
+  // 1-d inputs; decompositions for composite ops; in-place and out= forms as mutation ops to be
+  // functionalized later.
 }
 
 } // namespace kiln::ir::detail

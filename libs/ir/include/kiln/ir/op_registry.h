@@ -3,8 +3,8 @@
 // with PyTorch's broadcasting and type-promotion rules.
 //
 // Arguments map onto a node as follows: Tensor and SymInt arguments are inputs
-// (value ids) in schema order; a Scalar argument is either the next input (a
-// tensor or a symbolic scalar) or, when the node has an attribute of its name,
+// (value ids) in schema order, a TensorList takes all remaining inputs; a Scalar argument is either
+// the next input (a tensor or a symbolic scalar) or, when the node has an attribute of its name,
 // that attribute (int, float, bool or SymExpr); every other argument is an
 // attribute named as in the schema. An optional Tensor argument is absent when
 // the inputs run out. Attributes equal to their default are dropped, so one
@@ -25,6 +25,7 @@ namespace kiln::ir {
 
 enum class ArgKind {
   Tensor,
+  TensorList, // every remaining input (at least one)
   Scalar,     // a tensor or symbolic scalar input, or a number attribute
   SymInt,     // a symbolic scalar input
   Int,        // int attribute
@@ -77,6 +78,7 @@ public:
 
   bool has(std::string_view arg) const; // present (not None)
   const TensorMeta& tensor(std::string_view arg) const;
+  std::vector<const TensorMeta*> tensors(std::string_view arg) const; // a TensorList
   const Value* input(std::string_view arg) const;    // a Scalar/Tensor/SymInt bound to an input
   const AttrValue& attr(std::string_view arg) const; // the attribute or its default
   int64_t intArg(std::string_view arg) const;
@@ -95,7 +97,8 @@ public:
 
 private:
   struct Bound {
-    const Value* input = nullptr;
+    const Value* input = nullptr; // a TensorList's first
+    std::vector<const Value*> list;
     const AttrValue* attr = nullptr;
   };
   const Bound& bound(std::string_view arg) const;
