@@ -49,6 +49,19 @@ void requireEqual(const OpCall& call, std::string_view arg, sym::Expr a, sym::Ex
 void require(const OpCall& call, std::string_view arg, sym::Expr condition,
              const std::string& message);
 
+// The strides torch gives the result of a pointwise op (and of clone/to with
+// memory_format=preserve) over the named tensor arguments: dims ordered from
+// fastest to slowest as the inputs' strides order them (the first input that
+// orders two dims decides; broadcast dims do not take part; equal strides put
+// the smaller size first), then dense in that order. Contiguous when every
+// input is, and where the ranges cannot decide a comparison.
+Shape pointwiseStrides(const OpCall& call, std::initializer_list<std::string_view> args,
+                       const Shape& sizes);
+
+// A new tensor of these sizes with pointwiseStrides over `args`.
+TensorMeta freshLike(const OpCall& call, std::initializer_list<std::string_view> args, DType dtype,
+                     Shape sizes, Device device, bool requiresGrad);
+
 // A new contiguous tensor of these sizes.
 TensorMeta fresh(const OpCall& call, DType dtype, Shape sizes, Device device, bool requiresGrad);
 

@@ -362,6 +362,91 @@ void requireEqual(const OpCall& call, std::string_view arg, sym::Expr a, sym::Ex
   require(call, arg, sym::eq(a, b), what + ": " + sym::toString(a) + " != " + sym::toString(b));
 }
 
+namespace {
+
+// Whether dim `a` should come after dim `b` in fastest-first order: 1 yes, -1
+// no, 0 no input decides; nullopt when the ranges cannot tell.
+std::optional<int> laterDim(const std::vector<Shape>& operands, const Shape& sizes, size_t a,
+                            size_t b) {
+  for (const Shape& strides : operands) {
+    std::optional<bool> zeroA = sym::staticallyKnown(sym::eq(strides[a], 0));
+    std::optional<bool> zeroB = sym::staticallyKnown(sym::eq(strides[b], 0));
+    if (!zeroA || !zeroB) return std::nullopt;
+    if (*zeroA || *zeroB) continue; // broadcast along one of them: no say
+    std::optional<bool> less = sym::staticallyKnown(sym::lt(strides[a], strides[b]));
+    std::optional<bool> more = sym::staticallyKnown(sym::lt(strides[b], strides[a]));
+    if (!less || !more) return std::nullopt;
+    if (*less) return -1;
+    if (*more) return 1;
+    std::optional<bool> larger = sym::staticallyKnown(sym::lt(sizes[b], sizes[a]));
+    if (!larger) return std::nullopt;
+    if (*larger) return 1;
+  }
+  return 0;
+}
+
+} // namespace
+
+Shape pointwiseStrides(const OpCall& call, std::initializer_list<std::string_view> args,
+                       const Shape& sizes) {
+  sym::SymbolTable& table = call.table();
+  Shape contiguous = contiguousStrides(sizes, table);
+  size_t n = sizes.size();
+  std::vector<Shape> operands; // strides aligned to the result's dims; 0 where broadcast
+  bool allContiguous = true;
+  for (std::string_view arg : args) {
+    const Value* v = call.input(arg);
+    if (!v || !v->isTensor()) continue;
+    const TensorMeta& t = v->tensor();
+    allContiguous = allContiguous && t.sizes == sizes && t.isContiguous();
+    Shape strides(n, table.integer(0));
+    for (size_t i = 0; i < t.dim(); ++i) {
+      size_t j = n - t.dim() + i;
+      if (t.sizes[i] == sizes[j]) {
+        strides[j] = t.strides[i];
+        continue;
+      }
+      std::optional<bool> outOne = sym::staticallyKnown(sym::eq(sizes[j], 1));
+      if (!outOne) return contiguous;
+      if (*outOne) strides[j] = t.strides[i];
+    }
+    operands.push_back(std::move(strides));
+  }
+  if (n < 2 || allContiguous) return contiguous;
+  std::vector<size_t> perm(n); // fastest first
+  for (size_t i = 0; i < n; ++i) perm[i] = n - 1 - i;
+  for (size_t i = 1; i < n; ++i) { // insertion sort, moving a dim only past those it must pass
+    size_t at = i;
+    for (size_t k = i; k-- > 0;) {
+      std::optional<int> order = laterDim(operands, sizes, perm[k], perm[at]);
+      if (!order) return contiguous;
+      if (*order > 0) {
+        std::swap(perm[k], perm[at]);
+        at = k;
+      } else if (*order < 0) {
+        break;
+      }
+    }
+  }
+  bool identity = true;
+  for (size_t i = 0; i < n; ++i) identity = identity && perm[i] == n - 1 - i;
+  if (identity) return contiguous;
+  Shape strides(n);
+  sym::Expr running = table.integer(1);
+  for (size_t d : perm) {
+    strides[d] = running;
+    running = running * sizes[d];
+  }
+  return strides;
+}
+
+TensorMeta freshLike(const OpCall& call, std::initializer_list<std::string_view> args, DType dtype,
+                     Shape sizes, Device device, bool requiresGrad) {
+  TensorMeta m = fresh(call, dtype, sizes, device, requiresGrad);
+  m.strides = pointwiseStrides(call, args, m.sizes);
+  return m;
+}
+
 TensorMeta fresh(const OpCall& call, DType dtype, Shape sizes, Device device, bool requiresGrad) {
   TensorMeta m = TensorMeta::contiguous(dtype, std::move(sizes), call.table(), device);
   m.requiresGrad = requiresGrad && (isFloating(dtype) || isComplex(dtype));

@@ -49,8 +49,7 @@ Value inferFilled(const OpCall& call) { // zeros, ones, empty
 Value inferLike(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   DType dtype = call.has("dtype") ? call.dtype("dtype") : self.dtype;
-  // TODO(issue 3): keep a dense input's strides (memory_format=preserve).
-  return fresh(call, dtype, self.sizes, self.device, false);
+  return freshLike(call, {"self"}, dtype, self.sizes, self.device, false);
 }
 
 // arange(start, end, step): ceil((end - start) / step) elements; an error when

@@ -1,6 +1,6 @@
 // Pointwise ops: unary, binary (broadcasting, type promotion), where, clamp, to_dtype.
-// TODO(issue 3): results are contiguous; torch's TensorIterator follows the stride
-// order of non-contiguous inputs (e.g. exp of a transposed tensor is transposed).
+// Results follow the inputs' stride order as torch's TensorIterator does
+// (exp of a transposed tensor is transposed): see pointwiseStrides.
 #include <string>
 
 #include "infer.h"
@@ -47,7 +47,7 @@ template <Unary rule> Value inferUnary(const OpCall& call) {
     if (approximate != "none" && approximate != "tanh")
       call.fail("approximate", "expected 'none' or 'tanh', got '" + approximate + "'");
   }
-  return fresh(call, out, self.sizes, self.device, self.requiresGrad);
+  return freshLike(call, {"self"}, out, self.sizes, self.device, self.requiresGrad);
 }
 
 // How a binary op's result dtype follows the promoted dtype of its operands.
@@ -87,7 +87,8 @@ template <Binary rule> Value inferBinary(const OpCall& call) {
   bool hasAlpha = call.op().args.size() == 3 && call.op().args[2].name == "alpha";
   if (hasAlpha && isIntegral(promoted, true) && std::holds_alternative<double>(call.attr("alpha")))
     call.fail("alpha", "must not be a floating point number for integral inputs");
-  return fresh(call, out, sizes, device, anyRequiresGrad(call, {"self", "other"}));
+  return freshLike(call, {"self", "other"}, out, sizes, device,
+                   anyRequiresGrad(call, {"self", "other"}));
 }
 
 Value inferWhere(const OpCall& call) {
@@ -97,7 +98,8 @@ Value inferWhere(const OpCall& call) {
   Shape sizes = broadcast(call, {"condition", "self", "other"});
   Device device = commonDevice(call, {"condition", "self", "other"});
   DType out = resultType(call, {"self", "other"});
-  return fresh(call, out, sizes, device, anyRequiresGrad(call, {"self", "other"}));
+  return freshLike(call, {"condition", "self", "other"}, out, sizes, device,
+                   anyRequiresGrad(call, {"self", "other"}));
 }
 
 Value inferClamp(const OpCall& call) {
@@ -106,13 +108,13 @@ Value inferClamp(const OpCall& call) {
   Device device = commonDevice(call, {"self", "min", "max"});
   DType out = resultType(call, {"self", "min", "max"});
   if (out == DType::Bool) call.fail("self", "not supported for dtype b8");
-  return fresh(call, out, sizes, device, anyRequiresGrad(call, {"self", "min", "max"}));
+  return freshLike(call, {"self", "min", "max"}, out, sizes, device,
+                   anyRequiresGrad(call, {"self", "min", "max"}));
 }
 
 Value inferToDType(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
-  // TODO(issue 3): keep a non-contiguous input's strides (memory_format=preserve).
-  return fresh(call, call.dtype("dtype"), self.sizes, self.device, self.requiresGrad);
+  return freshLike(call, {"self"}, call.dtype("dtype"), self.sizes, self.device, self.requiresGrad);
 }
 
 } // namespace

@@ -260,8 +260,9 @@ Value inferFlatten(const OpCall& call) {
 Value inferCopy(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   if (call.op().name == "contiguous" && self.isContiguous()) return self;
-  // TODO(issue 3): clone keeps a dense input's strides (memory_format=preserve).
-  return fresh(call, self.dtype, self.sizes, self.device, self.requiresGrad);
+  if (call.op().name == "contiguous")
+    return fresh(call, self.dtype, self.sizes, self.device, self.requiresGrad);
+  return freshLike(call, {"self"}, self.dtype, self.sizes, self.device, self.requiresGrad);
 }
 
 // cat: along dim, sizes add up; the other dims must be provably equal. stack:
