@@ -22,6 +22,7 @@ struct Registry {
     detail::addViewOps(ops);
     detail::addMatmulOps(ops);
     detail::addCreationOps(ops);
+    detail::addNnOps(ops);
     for (const OpInfo& op : ops)
       if (!byName.emplace(op.name, &op).second)
         throw Error(ErrorCode::Internal, "op registered twice: " + op.name);

@@ -161,9 +161,7 @@ void addMatmulOps(std::vector<OpInfo>& ops) {
   ops.push_back({"gather", {self, dim, index}, inferGather});
   ops.push_back(
       {"embedding", {{"weight", ArgKind::Tensor}, {"indices", ArgKind::Tensor}}, inferEmbedding});
-  // TODO(issue 3): addmm; layer_norm, rms_norm, cross_entropy (decomposed); scatter_add;
-  // gather's index sizes checked against self's; dropout (explicit seed/offset input);
-  // scaled_dot_product_attention (causal flag, extern).
+  // TODO(issue 3): addmm; gather's index sizes checked against self's.
 }
 
 } // namespace kiln::ir::detail

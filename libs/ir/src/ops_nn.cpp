@@ -1,0 +1,186 @@
+// Neural-network ops whose inference is their own (they decompose later):
+// normalisations, losses, dropout, attention, scatter_add, var/std.
+#include <algorithm>
+#include <string>
+
+#include "infer.h"
+#include "kiln/sym/print.h"
+
+namespace kiln::ir::detail {
+namespace {
+
+void requireFloating(const OpCall& call, std::string_view arg) {
+  DType t = call.tensor(arg).dtype;
+  if (!isFloating(t)) call.fail(arg, "needs a floating dtype, got " + std::string(name(t)));
+}
+
+void requireSameDType(const OpCall& call, std::string_view arg, DType expected) {
+  if (call.has(arg) && call.tensor(arg).dtype != expected)
+    call.fail(arg, "expected dtype " + std::string(name(expected)) + ", got " +
+                       std::string(name(call.tensor(arg).dtype)));
+}
+
+// layer_norm and rms_norm: normalized_shape names the input's trailing sizes;
+// weight and bias, when given, have exactly those sizes.
+Value inferNorm(const OpCall& call) {
+  const TensorMeta& in = call.tensor("input");
+  requireFloating(call, "input");
+  Shape normalized = call.symIntList("normalized_shape");
+  if (normalized.size() > in.dim()) call.fail("normalized_shape", "has more dims than the input");
+  size_t shift = in.dim() - normalized.size();
+  for (size_t i = 0; i < normalized.size(); ++i)
+    requireEqual(call, "normalized_shape", normalized[i], in.sizes[shift + i],
+                 "input size at dim " + std::to_string(shift + i) + " differs");
+  bool grad = in.requiresGrad;
+  for (std::string_view arg : {"weight", "bias"}) {
+    const std::vector<ArgSpec>& args = call.op().args;
+    bool takes =
+        std::any_of(args.begin(), args.end(), [&](const ArgSpec& a) { return a.name == arg; });
+    if (!takes || !call.has(arg)) continue;
+    const TensorMeta& p = call.tensor(arg);
+    grad = grad || p.requiresGrad;
+    requireSameDType(call, arg, in.dtype);
+    if (p.dim() != normalized.size()) call.fail(arg, "must have normalized_shape's sizes");
+    for (size_t i = 0; i < p.dim(); ++i)
+      requireEqual(call, arg, p.sizes[i], normalized[i],
+                   "size at dim " + std::to_string(i) + " differs");
+  }
+  return fresh(call, in.dtype, in.sizes, in.device, grad);
+}
+
+// cross_entropy(input [N, C] or [C], target): class indices (i64, [N] or []) or
+// class probabilities (input's sizes and dtype). The loss is 0-d unless
+// reduction is 'none', where it has the batch sizes.
+Value inferCrossEntropy(const OpCall& call) {
+  const TensorMeta& in = call.tensor("input");
+  const TensorMeta& target = call.tensor("target");
+  requireFloating(call, "input");
+  if (in.dim() == 0) call.fail("input", "must have a class dim");
+  Shape batch = in.sizes;
+  batch.erase(batch.begin() + (in.dim() == 1 ? 0 : 1));
+  if (target.dtype == DType::Int64) {
+    if (target.dim() != batch.size()) call.fail("target", "must have the input's batch dims");
+    for (size_t i = 0; i < batch.size(); ++i)
+      requireEqual(call, "target", target.sizes[i], batch[i],
+                   "size at dim " + std::to_string(i) + " differs");
+  } else {
+    requireSameDType(call, "target", in.dtype);
+    if (target.dim() != in.dim()) call.fail("target", "probabilities must have the input's sizes");
+    for (size_t i = 0; i < in.dim(); ++i)
+      requireEqual(call, "target", target.sizes[i], in.sizes[i],
+                   "size at dim " + std::to_string(i) + " differs");
+  }
+  if (call.has("weight")) {
+    requireSameDType(call, "weight", in.dtype);
+    const TensorMeta& w = call.tensor("weight");
+    sym::Expr classes = in.sizes[in.dim() == 1 ? 0 : 1];
+    if (w.dim() != 1) call.fail("weight", "must be 1-d");
+    requireEqual(call, "weight", w.sizes[0], classes, "one weight per class");
+  }
+  std::string reduction = call.string("reduction");
+  if (reduction != "mean" && reduction != "sum" && reduction != "none")
+    call.fail("reduction", "expected 'mean', 'sum' or 'none', got '" + reduction + "'");
+  double smoothing = call.floatArg("label_smoothing");
+  if (smoothing < 0 || smoothing > 1) call.fail("label_smoothing", "must lie in [0, 1]");
+  return fresh(call, in.dtype, reduction == "none" ? batch : Shape{}, in.device,
+               anyRequiresGrad(call, {"input", "target", "weight"}));
+}
+
+// dropout(input, seed, offset): the random stream is explicit, a 0-d i64 seed
+// and offset each, so the graph stays pure and replayable.
+Value inferDropout(const OpCall& call) {
+  const TensorMeta& in = call.tensor("input");
+  requireFloating(call, "input");
+  for (std::string_view arg : {"seed", "offset"}) {
+    const TensorMeta& t = call.tensor(arg);
+    if (t.dtype != DType::Int64 || t.dim() != 0) call.fail(arg, "must be a 0-d i64 tensor");
+  }
+  double p = call.floatArg("p");
+  if (p < 0 || p > 1) call.fail("p", "must lie in [0, 1]");
+  return freshLike(call, {"input"}, in.dtype, in.sizes, in.device, in.requiresGrad);
+}
+
+// scaled_dot_product_attention(query [..., L, E], key [..., S, E], value [..., S, Ev]):
+// [..., L, Ev]. Batch dims must match exactly (no broadcasting, as the fused kernels).
+Value inferAttention(const OpCall& call) {
+  const TensorMeta& q = call.tensor("query");
+  const TensorMeta& k = call.tensor("key");
+  const TensorMeta& v = call.tensor("value");
+  requireFloating(call, "query");
+  requireSameDType(call, "key", q.dtype);
+  requireSameDType(call, "value", q.dtype);
+  if (q.dim() < 2) call.fail("query", "must have at least 2 dims");
+  for (std::string_view arg : {"key", "value"})
+    if (call.tensor(arg).dim() != q.dim()) call.fail(arg, "must have as many dims as query");
+  size_t n = q.dim();
+  for (size_t i = 0; i + 2 < n; ++i) {
+    requireEqual(call, "key", k.sizes[i], q.sizes[i], "batch size at dim " + std::to_string(i));
+    requireEqual(call, "value", v.sizes[i], q.sizes[i], "batch size at dim " + std::to_string(i));
+  }
+  requireEqual(call, "key", k.sizes[n - 1], q.sizes[n - 1], "embedding sizes differ");
+  requireEqual(call, "value", v.sizes[n - 2], k.sizes[n - 2], "sequence sizes differ");
+  if (call.has("attn_mask") && call.boolArg("is_causal"))
+    call.fail("attn_mask", "cannot be given with is_causal");
+  Shape sizes = q.sizes;
+  sizes[n - 1] = v.sizes[n - 1];
+  return fresh(call, q.dtype, sizes, q.device, anyRequiresGrad(call, {"query", "key", "value"}));
+}
+
+// scatter_add(self, dim, index, src): self's meta; index and src of equal rank.
+Value inferScatterAdd(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  const TensorMeta& index = call.tensor("index");
+  if (index.dtype != DType::Int64) call.fail("index", "expected dtype i64");
+  requireSameDType(call, "src", self.dtype);
+  wrapDim(call, "dim", call.intArg("dim"), self.dim());
+  for (std::string_view arg : {"index", "src"})
+    if (std::max<size_t>(call.tensor(arg).dim(), 1) != std::max<size_t>(self.dim(), 1))
+      call.fail(arg, "must have as many dims as self");
+  return freshLike(call, {"self"}, self.dtype, self.sizes, self.device,
+                   anyRequiresGrad(call, {"self", "src"}));
+}
+
+} // namespace
+
+void addNnOps(std::vector<OpInfo>& ops) {
+  ArgSpec input{"input", ArgKind::Tensor};
+  ArgSpec shape{"normalized_shape", ArgKind::SymIntList};
+  ArgSpec weight{"weight", ArgKind::Tensor, true}, bias{"bias", ArgKind::Tensor, true};
+  ops.push_back({"layer_norm",
+                 {input, shape, weight, bias, {"eps", ArgKind::Float, false, 1e-5}},
+                 inferNorm});
+  ops.push_back({"rms_norm", {input, shape, weight, {"eps", ArgKind::Float, true}}, inferNorm});
+  ops.push_back({"cross_entropy",
+                 {input,
+                  {"target", ArgKind::Tensor},
+                  weight,
+                  {"reduction", ArgKind::String, false, std::string("mean")},
+                  {"ignore_index", ArgKind::Int, false, int64_t{-100}},
+                  {"label_smoothing", ArgKind::Float, false, 0.0}},
+                 inferCrossEntropy});
+  ops.push_back({"dropout",
+                 {input,
+                  {"seed", ArgKind::Tensor},
+                  {"offset", ArgKind::Tensor},
+                  {"p", ArgKind::Float, false, 0.5}},
+                 inferDropout});
+  ops.push_back({"scaled_dot_product_attention",
+                 {{"query", ArgKind::Tensor},
+                  {"key", ArgKind::Tensor},
+                  {"value", ArgKind::Tensor},
+                  {"attn_mask", ArgKind::Tensor, true},
+                  {"dropout_p", ArgKind::Float, false, 0.0},
+                  {"is_causal", ArgKind::Bool, false, false}},
+                 inferAttention});
+  ops.push_back({"scatter_add",
+                 {{"self", ArgKind::Tensor},
+                  {"dim", ArgKind::Int},
+                  {"index", ArgKind::Tensor},
+                  {"src", ArgKind::Tensor}},
+                 inferScatterAdd});
+  // TODO(issue 3): decompositions (layer_norm, rms_norm, softmax, gelu, cross_entropy, linear,
+  // var/std) into core ops, so fusion sees through them; attn_mask's broadcast checked against
+  // [..., L, S]; dropout's seed/offset produced by a philox-style state op.
+}
+
+} // namespace kiln::ir::detail
