@@ -46,6 +46,14 @@ TEST_F(Reduce, DTypesFollowTorch) {
   EXPECT_EQ(reduce("all", i, {{"dim", int64_t{0}}}).dtype, DType::Bool);
 }
 
+TEST_F(Reduce, VarAndStdNeedFloatsAndTakeACorrection) {
+  EXPECT_EQ(reduce("var", f, {{"dim", std::vector<int64_t>{1}}, {"correction", int64_t{0}}}).sizes,
+            Shape({s0}));
+  EXPECT_EQ(reduce("std", f, {{"keepdim", true}}).sizes,
+            Shape({table.integer(1), table.integer(1)}));
+  EXPECT_THROW(reduce("var", i), Error);
+}
+
 TEST_F(Reduce, RejectsBadDimsAndIntegralMean) {
   EXPECT_THROW(reduce("mean", i), Error);
   try {

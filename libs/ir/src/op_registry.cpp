@@ -155,6 +155,12 @@ const OpCall::Bound& OpCall::bound(std::string_view arg) const {
   throw Error(ErrorCode::Internal, op_->name + ": no argument '" + std::string(arg) + "'");
 }
 
+bool OpCall::takes(std::string_view arg) const {
+  for (const ArgSpec& a : op_->args)
+    if (a.name == arg) return true;
+  return false;
+}
+
 bool OpCall::has(std::string_view arg) const {
   const Bound& b = bound(arg);
   return b.input || b.attr;

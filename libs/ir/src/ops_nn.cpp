@@ -33,10 +33,7 @@ Value inferNorm(const OpCall& call) {
                  "input size at dim " + std::to_string(shift + i) + " differs");
   bool grad = in.requiresGrad;
   for (std::string_view arg : {"weight", "bias"}) {
-    const std::vector<ArgSpec>& args = call.op().args;
-    bool takes =
-        std::any_of(args.begin(), args.end(), [&](const ArgSpec& a) { return a.name == arg; });
-    if (!takes || !call.has(arg)) continue;
+    if (!call.takes(arg) || !call.has(arg)) continue;
     const TensorMeta& p = call.tensor(arg);
     grad = grad || p.requiresGrad;
     requireSameDType(call, arg, in.dtype);

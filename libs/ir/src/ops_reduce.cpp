@@ -30,7 +30,7 @@ template <Reduce rule> Value inferReduce(const OpCall& call) {
     }
   }
   DType out = self.dtype;
-  bool asked = call.op().args.size() > 3 && call.has("dtype");
+  bool asked = call.takes("dtype") && call.has("dtype");
   if (asked) out = call.dtype("dtype");
   switch (rule) {
   case Reduce::Accumulate:
@@ -71,11 +71,18 @@ void addReductionOps(std::vector<OpInfo>& ops) {
   reduction("mean", ArgKind::IntList, true, inferReduce<Reduce::Mean>);
   reduction("amax", ArgKind::IntList, false, inferReduce<Reduce::Same>);
   reduction("amin", ArgKind::IntList, false, inferReduce<Reduce::Same>);
+  for (const char* n : {"var", "std"})
+    ops.push_back({n,
+                   {{"self", ArgKind::Tensor},
+                    {"dim", ArgKind::IntList, true},
+                    {"keepdim", ArgKind::Bool, false, false},
+                    {"correction", ArgKind::Float, false, int64_t{1}}},
+                   inferReduce<Reduce::Mean>});
   reduction("argmax", ArgKind::Int, false, inferReduce<Reduce::Index>);
   reduction("argmin", ArgKind::Int, false, inferReduce<Reduce::Index>);
   reduction("any", ArgKind::Int, false, inferReduce<Reduce::Logical>);
   reduction("all", ArgKind::Int, false, inferReduce<Reduce::Logical>);
-  // TODO(issue 3): var/std (with correction) via decomposition into mean, sub, mul, sum.
+  // TODO(issue 3): var/std decomposed into mean, sub, mul, sum; complex var/std give real.
 }
 
 } // namespace kiln::ir::detail

@@ -76,7 +76,8 @@ public:
   const OpInfo& op() const { return *op_; }
   sym::SymbolTable& table() const { return *table_; }
 
-  bool has(std::string_view arg) const; // present (not None)
+  bool takes(std::string_view arg) const; // the schema has this argument
+  bool has(std::string_view arg) const;   // present (not None)
   const TensorMeta& tensor(std::string_view arg) const;
   std::vector<const TensorMeta*> tensors(std::string_view arg) const; // a TensorList
   const Value* input(std::string_view arg) const;    // a Scalar/Tensor/SymInt bound to an input
