@@ -37,5 +37,12 @@ return (%5, %7)
 )");
 }
 
+TEST(Print, FloatsAreTheShortestTextThatReadsBack) {
+  EXPECT_EQ(toString(AttrValue(1e-5)), "1e-05");
+  EXPECT_EQ(toString(AttrValue(0.044715)), "0.044715");
+  EXPECT_EQ(toString(AttrValue(2.0)), "2.0");
+  EXPECT_EQ(toString(AttrValue(0.1 + 0.2)), "0.30000000000000004");
+}
+
 } // namespace
 } // namespace kiln::ir

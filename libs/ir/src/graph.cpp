@@ -1,7 +1,9 @@
 #include "kiln/ir/graph.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "kiln/common/error.h"
 #include "kiln/ir/op_registry.h"
@@ -27,9 +29,12 @@ std::string toString(const Value& v) {
 
 namespace {
 
-std::string formatDouble(double d) {
+std::string formatDouble(double d) { // the shortest text that reads back as d
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", d);
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, d);
+    if (std::strtod(buf, nullptr) == d || std::isnan(d)) break;
+  }
   std::string s = buf;
   if (s.find_first_of(".eni") == std::string::npos) s += ".0"; // 2 -> 2.0; keep inf, nan
   return s;

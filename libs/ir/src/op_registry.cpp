@@ -23,6 +23,7 @@ struct Registry {
     detail::addMatmulOps(ops);
     detail::addCreationOps(ops);
     detail::addNnOps(ops);
+    detail::addDecompositions(ops);
     for (const OpInfo& op : ops)
       if (!byName.emplace(op.name, &op).second)
         throw Error(ErrorCode::Internal, "op registered twice: " + op.name);

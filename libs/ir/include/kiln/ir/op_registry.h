@@ -48,11 +48,15 @@ struct ArgSpec {
 
 class OpCall;
 using InferFn = Value (*)(const OpCall& call);
+// Emits core ops computing `node` into `graph`, where `inputs` are its inputs,
+// and returns the value standing for its result (see passes.h: decompose).
+using DecomposeFn = ValueId (*)(Graph& graph, const Node& node, const std::vector<ValueId>& inputs);
 
 struct OpInfo {
   std::string name;
   std::vector<ArgSpec> args;
   InferFn infer;
+  DecomposeFn decompose = nullptr; // set for composite ops
 };
 
 const OpInfo* findOp(std::string_view name); // nullptr when unknown

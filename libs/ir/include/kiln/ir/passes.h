@@ -13,4 +13,10 @@ Graph eliminateDeadCode(const Graph& graph);
 // is pure) into the first of them.
 Graph eliminateCommonSubexpressions(const Graph& graph);
 
+// Replaces every composite op (one with a decomposition in the registry:
+// gelu, silu, softmax, log_softmax, linear, var, std, layer_norm, rms_norm) by
+// core ops computing the same value, until none is left. Error{Internal} if a
+// decomposition's result differs from the composite's inferred value.
+Graph decompose(const Graph& graph);
+
 } // namespace kiln::ir

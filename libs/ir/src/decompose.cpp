@@ -1,0 +1,181 @@
+// Decompositions of composite ops into core ops, and the pass applying them.
+#include <cmath>
+#include <string>
+
+#include "infer.h"
+#include "kiln/common/error.h"
+#include "kiln/ir/passes.h"
+
+namespace kiln::ir {
+namespace detail {
+namespace {
+
+template <typename T> T attrOr(const Node& node, std::string_view name, T fallback) {
+  const AttrValue* v = node.attr(name);
+  if (!v) return fallback;
+  if (auto* x = std::get_if<T>(v)) return *x;
+  if constexpr (std::is_same_v<T, double>)
+    if (auto* i = std::get_if<int64_t>(v)) return static_cast<double>(*i);
+  throw Error(ErrorCode::Internal, node.target + ": attribute '" + std::string(name) + "'");
+}
+
+// The dims a reduction-like node works on: its `dim` list, or all of them.
+std::vector<int64_t> dimsOf(const Graph& g, const Node& node, ValueId x) {
+  if (const AttrValue* v = node.attr("dim")) {
+    if (auto* i = std::get_if<int64_t>(v)) return {*i};
+    if (!std::get<std::vector<int64_t>>(*v).empty()) return std::get<std::vector<int64_t>>(*v);
+  }
+  std::vector<int64_t> all;
+  for (size_t i = 0; i < g.meta(x).dim(); ++i) all.push_back(static_cast<int64_t>(i));
+  return all;
+}
+
+ValueId scalarOp(Graph& g, std::string_view op, ValueId x, AttrValue other) {
+  return g.call(op, {x}, {{"other", std::move(other)}});
+}
+
+ValueId gelu(Graph& g, const Node& node, const std::vector<ValueId>& in) {
+  ValueId x = in[0];
+  ValueId inner;
+  if (attrOr<std::string>(node, "approximate", "none") == "tanh") {
+    ValueId cube = scalarOp(g, "pow", x, int64_t{3});
+    ValueId sum = g.call("add", {x, scalarOp(g, "mul", cube, 0.044715)});
+    inner = g.call("tanh", {scalarOp(g, "mul", sum, std::sqrt(2.0 / M_PI))});
+  } else {
+    inner = g.call("erf", {scalarOp(g, "mul", x, M_SQRT1_2)});
+  }
+  ValueId half = scalarOp(g, "mul", x, 0.5);
+  return g.call("mul", {half, scalarOp(g, "add", inner, 1.0)});
+}
+
+ValueId silu(Graph& g, const Node&, const std::vector<ValueId>& in) {
+  return g.call("mul", {in[0], g.call("sigmoid", {in[0]})});
+}
+
+// softmax: exp(x - max) / sum; log_softmax: (x - max) - log(sum(exp(x - max))).
+ValueId softmax(Graph& g, const Node& node, const std::vector<ValueId>& in) {
+  ValueId x = in[0];
+  if (const AttrValue* t = node.attr("dtype")) x = g.call("to_dtype", {x}, {{"dtype", *t}});
+  std::vector<Attr> along = {{"dim", std::vector<int64_t>{attrOr<int64_t>(node, "dim", 0)}},
+                             {"keepdim", true}};
+  ValueId shifted = g.call("sub", {x, g.call("amax", {x}, along)});
+  ValueId e = g.call("exp", {shifted});
+  ValueId total = g.call("sum", {e}, along);
+  if (node.target == "softmax") return g.call("div", {e, total});
+  return g.call("sub", {shifted, g.call("log", {total})});
+}
+
+ValueId linear(Graph& g, const Node&, const std::vector<ValueId>& in) {
+  ValueId wt = g.call("transpose", {in[1]}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+  ValueId y = g.call("matmul", {in[0], wt});
+  return in.size() > 2 ? g.call("add", {y, in[2]}) : y;
+}
+
+// var: sum((x - mean)^2) / max(n - correction, 0) over the reduced dims.
+ValueId variance(Graph& g, const Node& node, const std::vector<ValueId>& in) {
+  ValueId x = in[0];
+  std::vector<int64_t> dims = dimsOf(g, node, x);
+  double correction = attrOr<double>(node, "correction", 1.0);
+  if (correction != std::floor(correction))
+    throw Error(ErrorCode::Unsupported, node.target + ": a fractional correction");
+  const TensorMeta& m = g.meta(x);
+  sym::Expr count = g.symbols().integer(1);
+  for (int64_t d : dims)
+    if (m.dim()) count = count * m.sizes[d < 0 ? d + static_cast<int64_t>(m.dim()) : d];
+  sym::Expr divisor = sym::max(count - static_cast<int64_t>(correction), 0);
+  bool keepdim = attrOr<bool>(node, "keepdim", false);
+  ValueId mean = g.call("mean", {x}, {{"dim", dims}, {"keepdim", true}});
+  ValueId diff = g.call("sub", {x, mean});
+  ValueId sq = g.call("sum", {g.call("mul", {diff, diff})}, {{"dim", dims}, {"keepdim", keepdim}});
+  ValueId var = scalarOp(g, "div", sq, divisor);
+  return node.target == "std" ? g.call("sqrt", {var}) : var;
+}
+
+double defaultEps(DType t) { // torch.finfo(t).eps, rms_norm's default
+  switch (t) {
+  case DType::Float16: return 0.0009765625;
+  case DType::BFloat16: return 0.0078125;
+  case DType::Float64: return 2.220446049250313e-16;
+  default: return 1.1920928955078125e-07;
+  }
+}
+
+// layer_norm: (x - mean) * rsqrt(var + eps) * weight + bias over the trailing dims;
+// rms_norm: x * rsqrt(mean(x^2) + eps) * weight.
+ValueId norm(Graph& g, const Node& node, const std::vector<ValueId>& in) {
+  ValueId x = in[0];
+  const TensorMeta& m = g.meta(x);
+  size_t k = std::visit(
+      [](const auto& v) -> size_t {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, std::vector<int64_t>> ||
+                      std::is_same_v<V, std::vector<sym::Expr>>)
+          return v.size();
+        return 0;
+      },
+      *node.attr("normalized_shape"));
+  std::vector<int64_t> dims;
+  for (size_t i = m.dim() - k; i < m.dim(); ++i) dims.push_back(static_cast<int64_t>(i));
+  std::vector<Attr> along = {{"dim", dims}, {"keepdim", true}};
+  bool layer = node.target == "layer_norm";
+  double eps = attrOr<double>(node, "eps", layer ? 1e-5 : defaultEps(m.dtype));
+  ValueId centred = layer ? g.call("sub", {x, g.call("mean", {x}, along)}) : x;
+  ValueId power = g.call("mean", {g.call("mul", {centred, centred})}, along);
+  ValueId y = g.call("mul", {centred, g.call("rsqrt", {scalarOp(g, "add", power, eps)})});
+  if (in.size() > 1) y = g.call("mul", {y, in[1]});
+  if (in.size() > 2) y = g.call("add", {y, in[2]});
+  return y;
+}
+
+} // namespace
+
+void addDecompositions(std::vector<OpInfo>& ops) {
+  auto set = [&](std::initializer_list<const char*> names, DecomposeFn fn) {
+    for (const char* n : names)
+      for (OpInfo& op : ops)
+        if (op.name == n) op.decompose = fn;
+  };
+  set({"gelu"}, gelu);
+  set({"silu"}, silu);
+  set({"softmax", "log_softmax"}, softmax);
+  set({"linear"}, linear);
+  set({"var", "std"}, variance);
+  set({"layer_norm", "rms_norm"}, norm);
+  // TODO(issue 3): cross_entropy (log_softmax, gather, mean with ignore_index and smoothing),
+  // scaled_dot_product_attention's reference composition, addmm.
+}
+
+} // namespace detail
+
+Graph decompose(const Graph& graph) {
+  Graph current = graph;
+  for (int round = 0; round < 8; ++round) {
+    Graph out(graph.symbols());
+    std::vector<ValueId> remap(current.size());
+    bool changed = false;
+    for (ValueId id = 0; id < current.size(); ++id) {
+      Node n = current.node(id);
+      for (ValueId& in : n.inputs) in = remap[in];
+      const OpInfo* op = n.kind == NodeKind::Call ? findOp(n.target) : nullptr;
+      if (!op || !op->decompose) {
+        remap[id] = out.append(std::move(n));
+        continue;
+      }
+      ValueId result = op->decompose(out, n, n.inputs);
+      if (out.value(result) != n.value)
+        throw Error(ErrorCode::Internal, n.target + ": decomposition gives " +
+                                             toString(out.value(result)) + ", not " +
+                                             toString(n.value));
+      remap[id] = result;
+      changed = true;
+    }
+    std::vector<ValueId> outputs;
+    for (ValueId o : current.outputs()) outputs.push_back(remap[o]);
+    out.setOutputs(std::move(outputs));
+    if (!changed) return out;
+    current = std::move(out);
+  }
+  throw Error(ErrorCode::Internal, "decompose: composite ops left after 8 rounds");
+}
+
+} // namespace kiln::ir

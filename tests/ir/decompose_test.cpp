@@ -1,0 +1,79 @@
+#include <gtest/gtest.h>
+
+#include "helpers.h"
+#include "kiln/common/error.h"
+#include "kiln/ir/op_registry.h"
+#include "kiln/ir/passes.h"
+#include "kiln/ir/print.h"
+#include "kiln/ir/verify.h"
+
+namespace kiln::ir {
+namespace {
+
+using testing::ints;
+using testing::tensorOf;
+
+// Builds `op` over fresh inputs, decomposes, and checks that only core ops are
+// left and the result is the same value.
+void expectDecomposes(std::string_view op, std::vector<TensorMeta> inputs, std::vector<Attr> attrs,
+                      sym::SymbolTable& table) {
+  Graph g(table);
+  std::vector<ValueId> ids;
+  for (TensorMeta& m : inputs) ids.push_back(g.placeholder("x", std::move(m)));
+  ValueId y = g.call(op, ids, attrs);
+  g.setOutputs({y});
+  Graph d = decompose(g);
+  ASSERT_NO_THROW(verify(d)) << print(d);
+  for (const Node& n : d.nodes())
+    if (n.kind == NodeKind::Call) EXPECT_EQ(getOp(n.target).decompose, nullptr) << print(d);
+  EXPECT_EQ(d.value(d.outputs()[0]), g.value(y)) << print(d);
+  EXPECT_GT(d.size(), g.size()) << op;
+}
+
+TEST(Decompose, CompositeOpsBecomeCoreOpsWithTheSameResult) {
+  sym::SymbolTable table;
+  sym::Expr s0 = table.createBacked(8, {2, sym::kInf});
+  Shape sizes = {s0, table.integer(16)};
+  auto t = [&](DType dtype, Shape s) { return tensorOf(table, dtype, std::move(s)); };
+  expectDecomposes("gelu", {t(DType::Float16, sizes)}, {}, table);
+  expectDecomposes("gelu", {t(DType::BFloat16, sizes)}, {{"approximate", std::string("tanh")}},
+                   table);
+  expectDecomposes("silu", {t(DType::Float32, sizes)}, {}, table);
+  expectDecomposes("softmax", {t(DType::Float32, sizes)}, {{"dim", int64_t{-1}}}, table);
+  expectDecomposes("log_softmax", {t(DType::Float16, sizes)},
+                   {{"dim", int64_t{0}}, {"dtype", DType::Float32}}, table);
+  expectDecomposes("linear",
+                   {t(DType::Float32, sizes), t(DType::Float32, ints(table, {4, 16})),
+                    t(DType::Float32, ints(table, {4}))},
+                   {}, table);
+  expectDecomposes("var", {t(DType::Float32, sizes)}, {{"dim", std::vector<int64_t>{0}}}, table);
+  expectDecomposes("std", {t(DType::Float64, sizes)}, {{"keepdim", true}}, table);
+  expectDecomposes("layer_norm",
+                   {t(DType::Float32, sizes), t(DType::Float32, ints(table, {16})),
+                    t(DType::Float32, ints(table, {16}))},
+                   {{"normalized_shape", std::vector<int64_t>{16}}}, table);
+  expectDecomposes("rms_norm", {t(DType::BFloat16, sizes), t(DType::BFloat16, ints(table, {16}))},
+                   {{"normalized_shape", std::vector<int64_t>{16}}}, table);
+}
+
+TEST(Decompose, LeavesCoreGraphsAlone) {
+  sym::SymbolTable table;
+  Graph g(table);
+  ValueId x = g.placeholder("x", tensorOf(table, DType::Float32, ints(table, {4})));
+  g.setOutputs({g.call("exp", {x})});
+  EXPECT_EQ(print(decompose(g)), print(g));
+}
+
+TEST(Decompose, VarianceDividesBySymbolicCount) {
+  sym::SymbolTable table;
+  sym::Expr s0 = table.createBacked(8, {2, sym::kInf});
+  Graph g(table);
+  ValueId x = g.placeholder("x", tensorOf(table, DType::Float32, {s0}));
+  g.setOutputs({g.call("var", {x})});
+  std::string text = print(decompose(g));
+  EXPECT_NE(text.find("div(%"), std::string::npos) << text;
+  EXPECT_NE(text.find("other=s0 - 1"), std::string::npos) << text;
+}
+
+} // namespace
+} // namespace kiln::ir
