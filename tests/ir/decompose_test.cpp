@@ -56,6 +56,27 @@ TEST(Decompose, CompositeOpsBecomeCoreOpsWithTheSameResult) {
                    {{"normalized_shape", std::vector<int64_t>{16}}}, table);
 }
 
+TEST(Decompose, CrossEntropyWithClassIndices) {
+  sym::SymbolTable table;
+  sym::Expr s0 = table.createBacked(8, {2, sym::kInf});
+  auto t = [&](DType dtype, Shape s) { return tensorOf(table, dtype, std::move(s)); };
+  for (const char* reduction : {"mean", "sum", "none"})
+    expectDecomposes("cross_entropy",
+                     {t(DType::Float32, {s0, table.integer(10)}), t(DType::Int64, {s0})},
+                     {{"reduction", std::string(reduction)}}, table);
+  expectDecomposes("cross_entropy",
+                   {t(DType::Float32, {s0, table.integer(10), table.integer(7)}),
+                    t(DType::Int64, {s0, table.integer(7)})},
+                   {{"ignore_index", int64_t{0}}}, table);
+  expectDecomposes("cross_entropy", {t(DType::Float32, ints(table, {10})), t(DType::Int64, {})}, {},
+                   table);
+  Graph g(table);
+  ValueId x = g.placeholder("x", t(DType::Float32, {s0, table.integer(10)}));
+  ValueId p = g.placeholder("p", t(DType::Float32, {s0, table.integer(10)}));
+  g.setOutputs({g.call("cross_entropy", {x, p})});
+  EXPECT_THROW(decompose(g), Error);
+}
+
 TEST(Decompose, LeavesCoreGraphsAlone) {
   sym::SymbolTable table;
   Graph g(table);

@@ -127,6 +127,32 @@ ValueId norm(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   return y;
 }
 
+// cross_entropy with class indices: -log_softmax(input)[target] along the class
+// dim, zero where target == ignore_index, then reduced ('mean' over the targets
+// not ignored).
+ValueId crossEntropy(Graph& g, const Node& node, const std::vector<ValueId>& in) {
+  ValueId x = in[0], target = in[1];
+  if (g.meta(target).dtype != DType::Int64 || in.size() > 2 ||
+      attrOr<double>(node, "label_smoothing", 0.0) != 0.0)
+    // TODO(issue 3): class-probability targets, class weights and label smoothing.
+    throw Error(ErrorCode::Unsupported,
+                "cross_entropy: only class-index targets without weights or smoothing decompose");
+  int64_t classDim = g.meta(x).dim() == 1 ? 0 : 1;
+  int64_t ignore = attrOr<int64_t>(node, "ignore_index", -100);
+  ValueId kept = scalarOp(g, "ne", target, ignore);
+  ValueId safe = g.call("where", {kept, target}, {{"other", int64_t{0}}});
+  ValueId logp = g.call("log_softmax", {x}, {{"dim", classDim}});
+  ValueId index = g.call("unsqueeze", {safe}, {{"dim", classDim}});
+  ValueId picked = g.call("gather", {logp, index}, {{"dim", classDim}});
+  ValueId nll = g.call("neg", {g.call("squeeze", {picked}, {{"dim", classDim}})});
+  ValueId loss = g.call("where", {kept, nll}, {{"other", 0.0}});
+  std::string reduction = attrOr<std::string>(node, "reduction", "mean");
+  if (reduction == "none") return loss;
+  ValueId total = g.call("sum", {loss});
+  if (reduction == "sum") return total;
+  return g.call("div", {total, g.call("sum", {kept})});
+}
+
 } // namespace
 
 void addDecompositions(std::vector<OpInfo>& ops) {
@@ -141,8 +167,8 @@ void addDecompositions(std::vector<OpInfo>& ops) {
   set({"linear"}, linear);
   set({"var", "std"}, variance);
   set({"layer_norm", "rms_norm"}, norm);
-  // TODO(issue 3): cross_entropy (log_softmax, gather, mean with ignore_index and smoothing),
-  // scaled_dot_product_attention's reference composition, addmm.
+  set({"cross_entropy"}, crossEntropy);
+  // TODO(issue 3): scaled_dot_product_attention's reference composition, addmm.
 }
 
 } // namespace detail

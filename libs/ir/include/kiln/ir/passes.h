@@ -14,9 +14,10 @@ Graph eliminateDeadCode(const Graph& graph);
 Graph eliminateCommonSubexpressions(const Graph& graph);
 
 // Replaces every composite op (one with a decomposition in the registry:
-// gelu, silu, softmax, log_softmax, linear, var, std, layer_norm, rms_norm) by
-// core ops computing the same value, until none is left. Error{Internal} if a
-// decomposition's result differs from the composite's inferred value.
+// gelu, silu, softmax, log_softmax, linear, var, std, layer_norm, rms_norm,
+// cross_entropy) by core ops computing the same value, until none is left.
+// Error{Unsupported} for a form without a decomposition yet; Error{Internal}
+// if a decomposition's result differs from the composite's inferred value.
 Graph decompose(const Graph& graph);
 
 } // namespace kiln::ir
