@@ -46,6 +46,10 @@ TEST(Decompose, CompositeOpsBecomeCoreOpsWithTheSameResult) {
                    {t(DType::Float32, sizes), t(DType::Float32, ints(table, {4, 16})),
                     t(DType::Float32, ints(table, {4}))},
                    {}, table);
+  expectDecomposes("addmm",
+                   {t(DType::Float32, ints(table, {4})), t(DType::Float32, sizes),
+                    t(DType::Float32, ints(table, {16, 4}))},
+                   {{"alpha", 2.0}, {"beta", 0.5}}, table);
   expectDecomposes("var", {t(DType::Float32, sizes)}, {{"dim", std::vector<int64_t>{0}}}, table);
   expectDecomposes("std", {t(DType::Float64, sizes)}, {{"keepdim", true}}, table);
   expectDecomposes("layer_norm",

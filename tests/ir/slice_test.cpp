@@ -81,6 +81,25 @@ TEST_F(Slice, SelectNarrowFlattenMatchTorch) {
   expectMeta(apply("flatten", scalar, {}), {1}, {1}, 0);
 }
 
+TEST_F(Slice, UnflattenAndAsStridedAreViews) {
+  ValueId y = graph.placeholder("y", tensorOf(table, DType::Float32, ints(table, {6, 12})));
+  expectMeta(apply("unflatten", y, {{"dim", int64_t{1}}, {"sizes", std::vector<int64_t>{3, -1}}}),
+             {6, 3, 4}, {12, 4, 1}, 0);
+  ValueId t = graph.call("transpose", {y}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+  expectMeta(apply("unflatten", t, {{"dim", int64_t{0}}, {"sizes", std::vector<int64_t>{4, 3}}}),
+             {4, 3, 6}, {3, 1, 12}, 0);
+  EXPECT_THROW(apply("unflatten", y, {{"dim", int64_t{1}}, {"sizes", std::vector<int64_t>{5, -1}}}),
+               Error);
+  expectMeta(apply("as_strided", y,
+                   {{"size", std::vector<int64_t>{2, 2}},
+                    {"stride", std::vector<int64_t>{1, 2}},
+                    {"storage_offset", int64_t{3}}}),
+             {2, 2}, {1, 2}, 3);
+  EXPECT_THROW(apply("as_strided", y,
+                     {{"size", std::vector<int64_t>{2}}, {"stride", std::vector<int64_t>{}}}),
+               Error);
+}
+
 TEST(Cat, AddsSizesAlongDimAndPromotes) {
   sym::SymbolTable table;
   Graph g(table);
@@ -118,6 +137,10 @@ TEST(Matmul, ShapesAndDTypesMatchTorch) {
   EXPECT_EQ(
       g.meta(g.call("log_softmax", {a}, {{"dim", int64_t{0}}, {"dtype", DType::Float64}})).dtype,
       DType::Float64);
+  ValueId bias = g.placeholder("bias", tensorOf(table, DType::Float32, {table.integer(7)}));
+  EXPECT_EQ(g.meta(g.call("addmm", {bias, a, b}, {{"beta", 0.5}})).sizes,
+            Shape({s0, table.integer(7)}));
+  EXPECT_THROW(g.call("addmm", {a, a, b}), Error);
   ValueId i = g.placeholder("i", tensorOf(table, DType::Int64, {k}));
   EXPECT_THROW(g.call("softmax", {i}, {{"dim", int64_t{0}}}), Error);
 }

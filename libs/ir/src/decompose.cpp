@@ -65,6 +65,15 @@ ValueId softmax(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   return g.call("sub", {shifted, g.call("log", {total})});
 }
 
+ValueId addmm(Graph& g, const Node& node, const std::vector<ValueId>& in) {
+  ValueId product = g.call("mm", {in[1], in[2]});
+  const AttrValue* alpha = node.attr("alpha");
+  const AttrValue* beta = node.attr("beta");
+  if (alpha) product = scalarOp(g, "mul", product, *alpha);
+  ValueId self = beta ? scalarOp(g, "mul", in[0], *beta) : in[0];
+  return g.call("add", {product, self});
+}
+
 ValueId linear(Graph& g, const Node&, const std::vector<ValueId>& in) {
   ValueId wt = g.call("transpose", {in[1]}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
   ValueId y = g.call("matmul", {in[0], wt});
@@ -168,7 +177,8 @@ void addDecompositions(std::vector<OpInfo>& ops) {
   set({"var", "std"}, variance);
   set({"layer_norm", "rms_norm"}, norm);
   set({"cross_entropy"}, crossEntropy);
-  // TODO(issue 3): scaled_dot_product_attention's reference composition, addmm.
+  set({"addmm"}, addmm);
+  // TODO(issue 3): scaled_dot_product_attention's reference composition.
 }
 
 } // namespace detail

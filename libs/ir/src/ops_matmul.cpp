@@ -32,6 +32,34 @@ template <size_t rank> Value inferMatmul(const OpCall& call) {
                anyRequiresGrad(call, {"self", "mat2"}));
 }
 
+// addmm(self, mat1, mat2, beta, alpha): beta * self + alpha * (mat1 @ mat2),
+// self broadcasting to [n, m].
+Value inferAddmm(const OpCall& call) {
+  requireRank(call, "mat1", 2);
+  requireRank(call, "mat2", 2);
+  const TensorMeta& self = call.tensor("self");
+  const TensorMeta& a = call.tensor("mat1");
+  const TensorMeta& b = call.tensor("mat2");
+  for (std::string_view arg : {"mat1", "mat2"})
+    if (call.tensor(arg).dtype != self.dtype)
+      call.fail(arg, "expected dtype " + std::string(name(self.dtype)) + ", got " +
+                         std::string(name(call.tensor(arg).dtype)));
+  requireEqual(call, "mat2", a.sizes[1], b.sizes[0], "inner sizes differ");
+  Shape sizes = {a.sizes[0], b.sizes[1]};
+  if (self.dim() > 2) call.fail("self", "must have at most 2 dims");
+  for (size_t i = 0; i < self.dim(); ++i) {
+    sym::Expr have = self.sizes[i], want = sizes[2 - self.dim() + i];
+    if (!provable(sym::eq(have, 1)))
+      requireEqual(call, "self", have, want, "does not broadcast to the product");
+  }
+  if (isIntegral(self.dtype, true))
+    for (std::string_view arg : {"beta", "alpha"})
+      if (std::holds_alternative<double>(call.attr(arg)))
+        call.fail(arg, "must not be a floating point number for integral inputs");
+  return fresh(call, self.dtype, sizes, commonDevice(call, {"self", "mat1", "mat2"}),
+               anyRequiresGrad(call, {"self", "mat1", "mat2"}));
+}
+
 // matmul: torch.matmul's cases. 1-d operands gain a dim of 1 (in front of the
 // first, behind the second) that the result drops; batch dims broadcast.
 Value inferMatmulGeneral(const OpCall& call) {
@@ -152,6 +180,13 @@ void addMatmulOps(std::vector<OpInfo>& ops) {
     ops.push_back(
         {n, {self, {"dim", ArgKind::Int}, {"dtype", ArgKind::DType, true}}, inferSoftmax});
   ops.push_back({"matmul", {self, {"other", ArgKind::Tensor}}, inferMatmulGeneral});
+  ops.push_back({"addmm",
+                 {self,
+                  {"mat1", ArgKind::Tensor},
+                  {"mat2", ArgKind::Tensor},
+                  {"beta", ArgKind::Float, false, int64_t{1}},
+                  {"alpha", ArgKind::Float, false, int64_t{1}}},
+                 inferAddmm});
   ops.push_back(
       {"linear",
        {{"input", ArgKind::Tensor}, {"weight", ArgKind::Tensor}, {"bias", ArgKind::Tensor, true}},
@@ -161,7 +196,7 @@ void addMatmulOps(std::vector<OpInfo>& ops) {
   ops.push_back({"gather", {self, dim, index}, inferGather});
   ops.push_back(
       {"embedding", {{"weight", ArgKind::Tensor}, {"indices", ArgKind::Tensor}}, inferEmbedding});
-  // TODO(issue 3): addmm; gather's index sizes checked against self's.
+  // TODO(issue 3): gather's index sizes checked against self's.
 }
 
 } // namespace kiln::ir::detail

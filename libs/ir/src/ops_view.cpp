@@ -298,6 +298,56 @@ Value inferCat(const OpCall& call) {
   return fresh(call, dtype.result(), sizes, first.device, grad);
 }
 
+// unflatten(dim, sizes): dim split into sizes (one may be -1); always a view.
+Value inferUnflatten(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  if (self.dim() == 0) call.fail("self", "a 0-d tensor cannot be unflattened");
+  auto d = static_cast<size_t>(wrapDim(call, "dim", call.intArg("dim"), self.dim()));
+  Shape parts = call.symIntList("sizes");
+  if (parts.empty()) call.fail("sizes", "must not be empty");
+  std::optional<size_t> inferred;
+  sym::Expr known = call.table().integer(1);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].asInteger() == std::optional<int64_t>(-1)) {
+      if (inferred) call.fail("sizes", "only one size can be -1");
+      inferred = i;
+    } else {
+      known = known * parts[i];
+    }
+  }
+  if (inferred) {
+    require(call, "sizes", sym::ne(known, 0), "cannot infer -1 with a size of 0");
+    parts[*inferred] = sym::floorDiv(self.sizes[d], known);
+    known = known * parts[*inferred];
+  }
+  requireEqual(call, "sizes", known, self.sizes[d], "product differs from the size at dim");
+  Shape sizes = self.sizes, strides = self.strides;
+  Shape inner(parts.size());
+  sym::Expr running = self.strides[d];
+  for (size_t i = parts.size(); i-- > 0;) {
+    inner[i] = running;
+    running = running * parts[i];
+  }
+  sizes.erase(sizes.begin() + d);
+  sizes.insert(sizes.begin() + d, parts.begin(), parts.end());
+  strides.erase(strides.begin() + d);
+  strides.insert(strides.begin() + d, inner.begin(), inner.end());
+  return viewOf(self, sizes, strides);
+}
+
+// as_strided(size, stride, storage_offset): exactly the view asked for.
+Value inferAsStrided(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  Shape sizes = call.symIntList("size"), strides = call.symIntList("stride");
+  if (sizes.size() != strides.size()) call.fail("stride", "needs one stride per size");
+  for (sym::Expr s : sizes) require(call, "size", sym::ge(s, 0), "negative size");
+  for (sym::Expr s : strides) require(call, "stride", sym::ge(s, 0), "negative stride");
+  TensorMeta m = viewOf(self, sizes, strides);
+  if (call.has("storage_offset")) m.storageOffset = call.symInt("storage_offset");
+  require(call, "storage_offset", sym::ge(m.storageOffset, 0), "negative offset");
+  return m;
+}
+
 Value inferSymSize(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   if (self.dim() == 0) call.fail("self", "a 0-d tensor has no sizes");
@@ -334,13 +384,21 @@ void addViewOps(std::vector<OpInfo>& ops) {
                   {"start_dim", ArgKind::Int, false, int64_t{0}},
                   {"end_dim", ArgKind::Int, false, int64_t{-1}}},
                  inferFlatten});
+  ops.push_back(
+      {"unflatten", {self, {"dim", ArgKind::Int}, {"sizes", ArgKind::SymIntList}}, inferUnflatten});
+  ops.push_back({"as_strided",
+                 {self,
+                  {"size", ArgKind::SymIntList},
+                  {"stride", ArgKind::SymIntList},
+                  {"storage_offset", ArgKind::Scalar, true}},
+                 inferAsStrided});
   for (const char* n : {"cat", "stack"})
     ops.push_back({n,
                    {{"tensors", ArgKind::TensorList}, {"dim", ArgKind::Int, false, int64_t{0}}},
                    inferCat});
   ops.push_back({"contiguous", {self}, inferCopy});
   ops.push_back({"clone", {self}, inferCopy});
-  // TODO(issue 3): unflatten, as_strided; split/chunk (need multi-output nodes); cat's legacy empty
+  // TODO(issue 3): split/chunk (need multi-output nodes); cat's legacy empty
   // 1-d inputs; decompositions for composite ops; in-place and out= forms as mutation ops to be
   // functionalized later.
 }
