@@ -1,5 +1,5 @@
-// Neural-network ops whose inference is their own (they decompose later):
-// normalisations, losses, dropout, attention, scatter_add, var/std.
+// Neural-network ops with inference of their own (some decompose: decompose.cpp):
+// normalisations, losses, dropout, attention, scatter_add.
 #include <algorithm>
 #include <string>
 
@@ -175,9 +175,8 @@ void addNnOps(std::vector<OpInfo>& ops) {
                   {"index", ArgKind::Tensor},
                   {"src", ArgKind::Tensor}},
                  inferScatterAdd});
-  // TODO(issue 3): decompositions (layer_norm, rms_norm, softmax, gelu, cross_entropy, linear,
-  // var/std) into core ops, so fusion sees through them; attn_mask's broadcast checked against
-  // [..., L, S]; dropout's seed/offset produced by a philox-style state op.
+  // TODO(issue 3): attn_mask's broadcast checked against [..., L, S]; dropout's seed and
+  // offset produced by a philox-style state op.
 }
 
 } // namespace kiln::ir::detail

@@ -152,7 +152,7 @@ void addPointwiseOps(std::vector<OpInfo>& ops) {
   ops.push_back({"where", {tensor("condition"), scalar("self"), scalar("other")}, inferWhere});
   ops.push_back({"clamp", {tensor("self"), scalar("min", true), scalar("max", true)}, inferClamp});
   ops.push_back({"to_dtype", {tensor("self"), {"dtype", ArgKind::DType}}, inferToDType});
-  // TODO(issue 3): gelu's decomposition, in-place and out= forms as mutation ops.
+  // TODO(issue 3): in-place and out= forms, as mutation ops to be functionalized later.
 }
 
 } // namespace kiln::ir::detail

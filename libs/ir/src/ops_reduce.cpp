@@ -82,7 +82,7 @@ void addReductionOps(std::vector<OpInfo>& ops) {
   reduction("argmin", ArgKind::Int, false, inferReduce<Reduce::Index>);
   reduction("any", ArgKind::Int, false, inferReduce<Reduce::Logical>);
   reduction("all", ArgKind::Int, false, inferReduce<Reduce::Logical>);
-  // TODO(issue 3): var/std decomposed into mean, sub, mul, sum; complex var/std give real.
+  // TODO(issue 3): complex var/std give a real result.
 }
 
 } // namespace kiln::ir::detail
