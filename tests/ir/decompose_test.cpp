@@ -25,7 +25,9 @@ void expectDecomposes(std::string_view op, std::vector<TensorMeta> inputs, std::
   Graph d = decompose(g);
   ASSERT_NO_THROW(verify(d)) << print(d);
   for (const Node& n : d.nodes())
-    if (n.kind == NodeKind::Call) EXPECT_EQ(getOp(n.target).decompose, nullptr) << print(d);
+    if (n.kind == NodeKind::Call) {
+      EXPECT_EQ(getOp(n.target).decompose, nullptr) << print(d);
+    }
   EXPECT_EQ(d.value(d.outputs()[0]), g.value(y)) << print(d);
   EXPECT_GT(d.size(), g.size()) << op;
 }

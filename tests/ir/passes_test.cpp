@@ -43,6 +43,19 @@ TEST(Passes, CommonSubexpressionEliminationMergesIdenticalCalls) {
   EXPECT_EQ(print(eliminateCommonSubexpressions(both)), print(both));
 }
 
+TEST(Passes, MutationsAreNeitherDroppedNorMerged) {
+  sym::SymbolTable table;
+  Graph g(table);
+  ValueId x =
+      g.placeholder("x", testing::tensorOf(table, DType::Float32, testing::ints(table, {4})));
+  g.call("add_", {x}, {{"other", 1.0}});
+  g.call("add_", {x}, {{"other", 1.0}});
+  ValueId y = g.call("exp", {x});
+  g.setOutputs({y});
+  EXPECT_EQ(countOp(eliminateDeadCode(g), "add_"), 2u);
+  EXPECT_EQ(countOp(eliminateCommonSubexpressions(g), "add_"), 2u);
+}
+
 TEST(Passes, CseKeepsCallsWithDifferentAttributes) {
   sym::SymbolTable table;
   Graph g(table);

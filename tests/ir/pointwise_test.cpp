@@ -3,6 +3,7 @@
 #include "helpers.h"
 #include "kiln/common/error.h"
 #include "kiln/ir/graph.h"
+#include "kiln/ir/op_registry.h"
 #include "kiln/sym/symbol_table.h"
 
 namespace kiln::ir {
@@ -116,6 +117,24 @@ TEST_F(Pointwise, AlphaScalesOtherAndIsCanonicalWhenOne) {
   EXPECT_EQ(graph.node(graph.call("sub", {f, f}, {{"alpha", 0.5}})).attrs.size(), 1u);
   EXPECT_EQ(graph.meta(graph.call("add", {i, i}, {{"alpha", int64_t{2}}})).dtype, DType::Int64);
   EXPECT_EQ(codeOf("add", {i, i}, {{"alpha", 0.5}}), ErrorCode::InvalidArgument);
+}
+
+TEST_F(Pointwise, InPlaceFormsKeepSelfAndRefuseWhatTorchRefuses) {
+  ValueId x = input(DType::Float32, {s0, table.integer(4)});
+  ValueId row = input(DType::Float32, {table.integer(4)});
+  ValueId i = input(DType::Int64, {s0, table.integer(4)});
+  auto keepsSelf = [&](std::string_view op, std::vector<ValueId> in, std::vector<Attr> attrs) {
+    Value self = graph.value(in[0]); // copied: call() may move the graph's nodes
+    return graph.value(graph.call(op, in, std::move(attrs))) == self;
+  };
+  EXPECT_TRUE(keepsSelf("add_", {x, row}, {}));
+  EXPECT_TRUE(keepsSelf("mul_", {i}, {{"other", int64_t{3}}}));
+  EXPECT_TRUE(keepsSelf("lt_", {x, row}, {}));                     // a bool result casts to f32
+  EXPECT_EQ(codeOf("add_", {row, x}), ErrorCode::InvalidArgument); // self cannot broadcast
+  EXPECT_EQ(codeOf("mul_", {i}, {{"other", 0.5}}), ErrorCode::InvalidArgument); // f32 into i64
+  EXPECT_EQ(codeOf("exp_", {i}), ErrorCode::InvalidArgument);
+  EXPECT_TRUE(getOp("sigmoid_").mutates);
+  EXPECT_FALSE(getOp("sigmoid").mutates);
 }
 
 TEST_F(Pointwise, NamesTheOpAndArgumentInSchemaErrors) {

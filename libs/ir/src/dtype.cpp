@@ -91,6 +91,12 @@ DType promoteTypes(DType a, DType b) {
   return elementSize(a) >= elementSize(b) ? a : b;
 }
 
+bool canCast(DType from, DType to) {
+  if (isComplex(from) && !isComplex(to)) return false;
+  if (isFloating(from) && isIntegral(to, true)) return false;
+  return from == DType::Bool || to != DType::Bool;
+}
+
 void ResultType::add(DType t, Operand kind) {
   std::optional<DType>& slot = kind == Operand::Tensor    ? dims_
                                : kind == Operand::ZeroDim ? zeroDim_

@@ -99,7 +99,7 @@ std::vector<std::string> opNames() {
 
 OpCall::OpCall(const OpInfo& op, const std::vector<const Value*>& inputs,
                const std::vector<Attr>& attrs, sym::SymbolTable& table)
-    : op_(&op), table_(&table), bound_(op.args.size()) {
+    : op_(&op), inputs_(&inputs), attrs_(&attrs), table_(&table), bound_(op.args.size()) {
   for (size_t i = 0; i < attrs.size(); ++i) {
     const std::string& name = attrs[i].name;
     auto spec = std::find_if(op.args.begin(), op.args.end(),

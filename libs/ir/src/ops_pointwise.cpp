@@ -117,6 +117,25 @@ Value inferToDType(const OpCall& call) {
   return freshLike(call, {"self"}, call.dtype("dtype"), self.sizes, self.device, self.requiresGrad);
 }
 
+// The in-place form "op_" of a pointwise op: the out-of-place result must keep
+// self's sizes (self does not broadcast) and cast to self's dtype.
+Value inferInPlace(const OpCall& call) {
+  const std::string& name = call.op().name;
+  const OpInfo& base = getOp(std::string_view(name).substr(0, name.size() - 1));
+  const TensorMeta& self = call.tensor("self");
+  Value result = base.infer(call.rebind(base));
+  const TensorMeta& out = result.tensor();
+  if (out.dim() != self.dim())
+    call.fail("self", "cannot take the broadcast result in place: " + toString(out));
+  for (size_t i = 0; i < self.dim(); ++i)
+    requireEqual(call, "self", out.sizes[i], self.sizes[i],
+                 "the broadcast result differs at dim " + std::to_string(i));
+  if (!canCast(out.dtype, self.dtype))
+    call.fail("self", "result dtype " + std::string(ir::name(out.dtype)) + " cannot be cast to " +
+                          std::string(ir::name(self.dtype)));
+  return self;
+}
+
 } // namespace
 
 void addPointwiseOps(std::vector<OpInfo>& ops) {
@@ -152,7 +171,16 @@ void addPointwiseOps(std::vector<OpInfo>& ops) {
   ops.push_back({"where", {tensor("condition"), scalar("self"), scalar("other")}, inferWhere});
   ops.push_back({"clamp", {tensor("self"), scalar("min", true), scalar("max", true)}, inferClamp});
   ops.push_back({"to_dtype", {tensor("self"), {"dtype", ArgKind::DType}}, inferToDType});
-  // TODO(issue 3): in-place and out= forms, as mutation ops to be functionalized later.
+  size_t outOfPlace = ops.size();
+  for (size_t i = 0; i < outOfPlace; ++i) {
+    if (ops[i].name == "to_dtype" || ops[i].args[0].name != "self") continue;
+    OpInfo inPlace = ops[i];
+    inPlace.name += "_";
+    inPlace.infer = inferInPlace;
+    inPlace.mutates = true;
+    ops.push_back(std::move(inPlace));
+  }
+  // TODO(issue 3): out= forms, as mutation ops of their `out` argument.
 }
 
 } // namespace kiln::ir::detail

@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "kiln/ir/hash.h"
+#include "kiln/ir/op_registry.h"
 
 namespace kiln::ir {
 namespace {
@@ -39,6 +40,7 @@ Graph eliminateDeadCode(const Graph& graph) {
   for (ValueId id = static_cast<ValueId>(graph.size()); id-- > 0;) {
     const Node& n = graph.node(id);
     if (n.kind == NodeKind::Placeholder) live[id] = true;
+    if (const OpInfo* op = findOp(n.target); op && op->mutates) live[id] = true;
     if (!live[id]) continue;
     for (ValueId in : n.inputs) live[in] = true;
   }
@@ -51,6 +53,7 @@ Graph eliminateCommonSubexpressions(const Graph& graph) {
   for (ValueId id = 0; id < graph.size(); ++id) {
     Node n = graph.node(id);
     if (n.kind == NodeKind::Placeholder) continue;
+    if (const OpInfo* op = findOp(n.target); op && op->mutates) continue;
     for (ValueId& in : n.inputs) // compare against the representatives
       if (replace[in] != kDropped) in = replace[in];
     uint64_t h = nodeHash(n);

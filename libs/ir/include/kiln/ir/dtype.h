@@ -39,6 +39,10 @@ bool isIntegral(DType t, bool includeBool); // the int types, and bool if asked
 // u8 with i8 gives i16, f16 with bf16 gives f32.
 DType promoteTypes(DType a, DType b);
 
+// Whether an op may write a `from` result into a `to` tensor (torch.can_cast):
+// not complex into real, floating into integral, or non-bool into bool.
+bool canCast(DType from, DType to);
+
 // How an operand of a binary op takes part in promotion (torch.result_type):
 // tensors with at least one dimension decide the type; 0-d tensors and then
 // Python scalars only count when they are of a higher category. Checked against

@@ -57,6 +57,10 @@ struct OpInfo {
   std::vector<ArgSpec> args;
   InferFn infer;
   DecomposeFn decompose = nullptr; // set for composite ops
+  // Writes its first argument in place ("add_"): its result is that tensor,
+  // with that tensor's meta. Such nodes have an effect: DCE keeps them and CSE
+  // never merges them, until functionalization rewrites them.
+  bool mutates = false;
 };
 
 const OpInfo* findOp(std::string_view name); // nullptr when unknown
@@ -78,6 +82,8 @@ public:
          sym::SymbolTable& table);
 
   const OpInfo& op() const { return *op_; }
+  // The same arguments bound to another op of the same schema.
+  OpCall rebind(const OpInfo& op) const { return OpCall(op, *inputs_, *attrs_, *table_); }
   sym::SymbolTable& table() const { return *table_; }
 
   bool takes(std::string_view arg) const; // the schema has this argument
@@ -109,6 +115,8 @@ private:
   const Bound& bound(std::string_view arg) const;
 
   const OpInfo* op_;
+  const std::vector<const Value*>* inputs_;
+  const std::vector<Attr>* attrs_;
   sym::SymbolTable* table_;
   std::vector<Bound> bound_; // per schema argument
 };
