@@ -66,6 +66,34 @@ TEST_F(View, ExpandAndSqueezeUseSizeOneDims) {
   }
 }
 
+TEST_F(View, ViewOfNonContiguousFollowsTorchsChunks) {
+  auto strided = [&](Shape sizes, Shape strides) {
+    TensorMeta m = tensorOf(table, DType::Float32, sizes);
+    m.strides = std::move(strides);
+    return graph.placeholder("x", m);
+  };
+  auto viewStrides = [&](ValueId x, std::vector<int64_t> size) {
+    return apply("view", x, {{"size", size}}).strides;
+  };
+  ValueId cut = strided(ints(table, {6, 4}), ints(table, {8, 1}));
+  EXPECT_EQ(viewStrides(cut, {6, 2, 2}), ints(table, {8, 2, 1}));
+  EXPECT_THROW(viewStrides(cut, {24}), Error);
+  ValueId perm = strided(ints(table, {3, 2, 4}), ints(table, {4, 12, 1}));
+  EXPECT_EQ(viewStrides(perm, {3, 2, 2, 2}), ints(table, {4, 12, 2, 1}));
+  EXPECT_EQ(viewStrides(perm, {3, 2, 4, 1}), ints(table, {4, 12, 1, 1}));
+  EXPECT_THROW(viewStrides(perm, {3, 8}), Error);
+  EXPECT_EQ(apply("flatten", perm, {{"start_dim", int64_t{1}}}).strides, ints(table, {8, 1}));
+  EXPECT_EQ(apply("flatten", perm, {{"end_dim", int64_t{1}}}).strides, ints(table, {4, 1}));
+  ValueId expanded = strided(ints(table, {3, 4}), ints(table, {1, 0}));
+  EXPECT_EQ(viewStrides(expanded, {3, 2, 2}), ints(table, {1, 0, 0}));
+  EXPECT_THROW(viewStrides(expanded, {12}), Error);
+  ValueId stepped = strided(ints(table, {4}), ints(table, {2}));
+  EXPECT_EQ(viewStrides(stepped, {2, 2}), ints(table, {4, 2}));
+  EXPECT_EQ(viewStrides(stepped, {1, 4, 1}), ints(table, {8, 2, 2}));
+  ValueId sym = strided({s0, table.integer(4)}, {table.integer(8), one}); // x[:, :4] of [s0, 8]
+  EXPECT_EQ(viewStrides(sym, {-1, 2, 2}), Shape({table.integer(8), table.integer(2), one}));
+}
+
 TEST_F(View, ViewOfNonContiguousIsRefusedButReshapeCopies) {
   ValueId x = input({s0, table.integer(4)});
   ValueId t = graph.call("transpose", {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});

@@ -82,7 +82,8 @@ void addReductionOps(std::vector<OpInfo>& ops) {
   reduction("argmin", ArgKind::Int, false, inferReduce<Reduce::Index>);
   reduction("any", ArgKind::Int, false, inferReduce<Reduce::Logical>);
   reduction("all", ArgKind::Int, false, inferReduce<Reduce::Logical>);
-  // TODO(issue 3): complex var/std give a real result.
+  // TODO(issue 3): complex var/std give a real result; results of non-contiguous inputs
+  // follow the input layout (torch keeps the kept dims in the input order).
 }
 
 } // namespace kiln::ir::detail

@@ -63,18 +63,57 @@ Shape viewSizes(const OpCall& call) {
   return sizes;
 }
 
+// Strides that let `sizes` view a non-contiguous input, as torch computes them:
+// the input's dims fall into chunks that are contiguous among themselves, and
+// each chunk must be exactly covered by consecutive new dims. nullopt when the
+// view is impossible; Error{Unsupported} when the ranges cannot decide.
+std::optional<Shape> viewStrides(const OpCall& call, const TensorMeta& self, const Shape& sizes) {
+  auto known = [&](sym::Expr condition) {
+    std::optional<bool> k = sym::staticallyKnown(condition);
+    if (!k)
+      undecidable(call, "size",
+                  "whether " + sym::toString(condition) + " (to view the input's strides)");
+    return *k;
+  };
+  sym::SymbolTable& table = call.table();
+  if (!known(sym::ne(numel(self.sizes, table), 0)))
+    return contiguousStrides(sizes, table); // no elements: any strides will do
+  Shape strides(sizes.size());
+  auto view = static_cast<int64_t>(sizes.size()) - 1;
+  sym::Expr base = self.strides.back(), chunkNumel = table.integer(1), viewNumel = table.integer(1);
+  for (auto d = static_cast<int64_t>(self.dim()) - 1; d >= 0; --d) {
+    chunkNumel = chunkNumel * self.sizes[d];
+    bool chunkEnds = d == 0 || (known(sym::ne(self.sizes[d - 1], 1)) &&
+                                known(sym::ne(self.strides[d - 1], chunkNumel * base)));
+    if (!chunkEnds) continue;
+    while (view >= 0 && (known(sym::lt(viewNumel, chunkNumel)) || known(sym::eq(sizes[view], 1)))) {
+      strides[view] = viewNumel * base;
+      viewNumel = viewNumel * sizes[view];
+      --view;
+    }
+    if (known(sym::ne(viewNumel, chunkNumel))) return std::nullopt;
+    if (d > 0) {
+      base = self.strides[d - 1];
+      chunkNumel = viewNumel = table.integer(1);
+    }
+  }
+  if (view != -1) return std::nullopt;
+  return strides;
+}
+
 Value inferView(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   Shape sizes = viewSizes(call);
-  bool contiguous = self.isContiguous();
-  if (!contiguous && call.op().name == "view")
-    // TODO(issue 3): views of non-contiguous inputs whose strides allow it.
-    throw Error(ErrorCode::Unsupported,
-                "view: argument 'self': only contiguous inputs can be viewed so far");
-  if (!contiguous) // reshape copies
-    return fresh(call, self.dtype, sizes, self.device, self.requiresGrad);
-  Shape strides = contiguousStrides(sizes, call.table());
-  return viewOf(self, std::move(sizes), std::move(strides));
+  if (self.isContiguous()) {
+    Shape strides = contiguousStrides(sizes, call.table());
+    return viewOf(self, std::move(sizes), std::move(strides));
+  }
+  if (self.dim() > 0)
+    if (std::optional<Shape> strides = viewStrides(call, self, sizes))
+      return viewOf(self, std::move(sizes), std::move(*strides));
+  if (call.op().name == "view")
+    call.fail("self", "its strides cannot be viewed with these sizes; use reshape");
+  return fresh(call, self.dtype, sizes, self.device, self.requiresGrad); // reshape copies
 }
 
 Value inferPermute(const OpCall& call) {
@@ -249,8 +288,11 @@ Value inferFlatten(const OpCall& call) {
   sizes.push_back(numel(merged, call.table()));
   sizes.insert(sizes.end(), self.sizes.begin() + last + 1, self.sizes.end());
   if (first == last) return self;
-  // TODO(issue 3): a view wherever the merged dims' strides allow, as torch does.
-  if (!self.isContiguous()) return fresh(call, self.dtype, sizes, self.device, self.requiresGrad);
+  if (!self.isContiguous()) { // a view where the strides allow it, else a copy (reshape)
+    if (std::optional<Shape> strides = viewStrides(call, self, sizes))
+      return viewOf(self, std::move(sizes), std::move(*strides));
+    return fresh(call, self.dtype, sizes, self.device, self.requiresGrad);
+  }
   Shape strides = contiguousStrides(sizes, call.table());
   return viewOf(self, std::move(sizes), std::move(strides));
 }
