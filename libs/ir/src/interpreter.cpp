@@ -1,0 +1,533 @@
+// The reference interpreter: binds the graph's symbols from the inputs, then
+// computes each node element by element (see interpreter.h).
+#include "kiln/ir/interpreter.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "interpreter_ops.h"
+#include "kiln/common/error.h"
+#include "kiln/ir/op_registry.h"
+#include "kiln/sym/eval.h"
+#include "kiln/sym/print.h"
+#include "kiln/sym/range.h"
+
+// TODO(issue 3): the interpreter does not run yet: matmul/bmm/linear, gather/index
+// ops, cat/stack, creation ops (full, zeros, arange, ...), nn ops (softmax,
+// log_softmax, layer_norm, dropout, attention, losses), var/std, complex dtypes,
+// i16 arithmetic beyond int64 wrap, and unbacked (data-dependent) sizes.
+
+namespace kiln::ir {
+namespace {
+
+[[noreturn]] void fail(ErrorCode code, const std::string& message) {
+  throw Error(code, "interpret: " + message);
+}
+
+// --- conversions ---------------------------------------------------------
+
+// The bits of the floating format with `mantBits` stored mantissa bits and an
+// exponent of `expBits` bits nearest to x, ties to even.
+uint16_t encodeSmallFloat(double x, int mantBits, int expBits) {
+  int bias = (1 << (expBits - 1)) - 1;
+  uint16_t expMask = static_cast<uint16_t>(((1 << expBits) - 1) << mantBits);
+  uint16_t sign = std::signbit(x) ? static_cast<uint16_t>(1u << (mantBits + expBits)) : 0;
+  if (std::isnan(x)) return static_cast<uint16_t>(expMask | (1u << (mantBits - 1)));
+  double a = std::fabs(x);
+  if (std::isinf(a)) return sign | expMask;
+  int minExp = 1 - bias;
+  if (a < std::ldexp(1.0, minExp)) { // subnormal: a multiple of 2^(minExp - mantBits)
+    double q = std::nearbyint(std::ldexp(a, mantBits - minExp));
+    return sign | static_cast<uint16_t>(q); // q == 2^mantBits is the smallest normal
+  }
+  int e = std::ilogb(a);
+  double q = std::nearbyint(std::ldexp(a, mantBits - e)); // in [2^m, 2^(m+1)]
+  if (q == std::ldexp(1.0, mantBits + 1)) {
+    q /= 2;
+    ++e;
+  }
+  if (e > bias) return sign | expMask; // overflow to infinity
+  uint16_t mant = static_cast<uint16_t>(q - std::ldexp(1.0, mantBits));
+  return sign | static_cast<uint16_t>((e + bias) << mantBits) | mant;
+}
+
+double decodeSmallFloat(uint16_t bits, int mantBits, int expBits) {
+  int bias = (1 << (expBits - 1)) - 1;
+  bool negative = (bits >> (mantBits + expBits)) & 1;
+  int exp = (bits >> mantBits) & ((1 << expBits) - 1);
+  int mant = bits & ((1 << mantBits) - 1);
+  double v;
+  if (exp == (1 << expBits) - 1)
+    v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  else if (exp == 0)
+    v = std::ldexp(mant, 1 - bias - mantBits);
+  else
+    v = std::ldexp(mant + (1 << mantBits), exp - bias - mantBits);
+  return negative ? -v : v;
+}
+
+template <typename T> T loadAs(const std::byte* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+template <typename T> void storeAs(std::byte* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+double loadF(DType t, const std::byte* p) {
+  switch (t) {
+  case DType::Float32: return loadAs<float>(p);
+  case DType::Float64: return loadAs<double>(p);
+  case DType::Float16: return fromHalfBits(loadAs<uint16_t>(p));
+  case DType::BFloat16: return fromBFloat16Bits(loadAs<uint16_t>(p));
+  case DType::Int8: return loadAs<int8_t>(p);
+  case DType::Int16: return loadAs<int16_t>(p);
+  case DType::Int32: return loadAs<int32_t>(p);
+  case DType::Int64: return static_cast<double>(loadAs<int64_t>(p));
+  case DType::UInt8: return loadAs<uint8_t>(p);
+  case DType::Bool: return loadAs<uint8_t>(p) != 0;
+  default: fail(ErrorCode::Unsupported, "dtype " + std::string(name(t)));
+  }
+}
+
+int64_t loadI(DType t, const std::byte* p) {
+  switch (t) {
+  case DType::Int8: return loadAs<int8_t>(p);
+  case DType::Int16: return loadAs<int16_t>(p);
+  case DType::Int32: return loadAs<int32_t>(p);
+  case DType::Int64: return loadAs<int64_t>(p);
+  case DType::UInt8: return loadAs<uint8_t>(p);
+  case DType::Bool: return loadAs<uint8_t>(p) != 0;
+  default: return static_cast<int64_t>(loadF(t, p)); // floats truncate, as a C cast
+  }
+}
+
+void storeI(DType t, std::byte* p, int64_t v) {
+  switch (t) {
+  case DType::Int8: return storeAs(p, static_cast<int8_t>(v));
+  case DType::Int16: return storeAs(p, static_cast<int16_t>(v));
+  case DType::Int32: return storeAs(p, static_cast<int32_t>(v));
+  case DType::Int64: return storeAs(p, v);
+  case DType::UInt8: return storeAs(p, static_cast<uint8_t>(v));
+  case DType::Bool: return storeAs(p, static_cast<uint8_t>(v != 0));
+  case DType::Float32: return storeAs(p, static_cast<float>(v));
+  case DType::Float64: return storeAs(p, static_cast<double>(v));
+  case DType::Float16: return storeAs(p, toHalfBits(static_cast<double>(v)));
+  case DType::BFloat16: return storeAs(p, toBFloat16Bits(static_cast<double>(v)));
+  default: fail(ErrorCode::Unsupported, "dtype " + std::string(name(t)));
+  }
+}
+
+void storeF(DType t, std::byte* p, double v) {
+  switch (t) {
+  case DType::Float32: return storeAs(p, static_cast<float>(v));
+  case DType::Float64: return storeAs(p, v);
+  case DType::Float16: return storeAs(p, toHalfBits(v));
+  case DType::BFloat16: return storeAs(p, toBFloat16Bits(v));
+  case DType::Bool: return storeAs(p, static_cast<uint8_t>(v != 0));
+  default: return storeI(t, p, static_cast<int64_t>(v)); // truncates toward zero
+  }
+}
+
+// x as a `t` would hold it.
+double castF(DType t, double x) {
+  std::byte buf[8];
+  storeF(t, buf, x);
+  return loadF(t, buf);
+}
+int64_t castI(DType t, int64_t x) {
+  std::byte buf[8];
+  storeI(t, buf, x);
+  return loadI(t, buf);
+}
+
+// --- tensors -------------------------------------------------------------
+
+int64_t product(const std::vector<int64_t>& sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+std::vector<int64_t> contiguousStridesOf(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (size_t i = sizes.size(); i-- > 1;)
+    strides[i - 1] = strides[i] * std::max<int64_t>(sizes[i], 1);
+  return strides;
+}
+
+// A tensor of this layout on fresh zeroed storage just large enough for it.
+HostTensor allocate(DType dtype, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                    int64_t offset) {
+  int64_t extent = offset;
+  if (product(sizes) > 0) {
+    extent += 1;
+    for (size_t i = 0; i < sizes.size(); ++i) extent += (sizes[i] - 1) * std::abs(strides[i]);
+  }
+  HostTensor t{dtype, std::move(sizes), std::move(strides), offset, nullptr};
+  t.storage = std::make_shared<std::vector<std::byte>>(extent * elementSize(dtype));
+  return t;
+}
+
+// Calls fn(index) for every index of `sizes` in row-major order.
+void forEachIndex(const std::vector<int64_t>& sizes,
+                  const std::function<void(const std::vector<int64_t>&)>& fn) {
+  if (product(sizes) == 0) return;
+  std::vector<int64_t> idx(sizes.size(), 0);
+  while (true) {
+    fn(idx);
+    size_t d = sizes.size();
+    while (d > 0 && ++idx[d - 1] == sizes[d - 1]) idx[--d] = 0;
+    if (d == 0) return;
+  }
+}
+
+// The address of the element at `idx` of the output-rank index space, with
+// `t` broadcast against it (its dims align to the right; size-1 dims stay 0).
+std::byte* at(const HostTensor& t, const std::vector<int64_t>& idx) {
+  size_t lead = idx.size() - t.sizes.size();
+  int64_t off = t.storageOffset;
+  for (size_t i = 0; i < t.sizes.size(); ++i)
+    if (t.sizes[i] != 1) off += idx[lead + i] * t.strides[i];
+  return t.storage->data() + off * elementSize(t.dtype);
+}
+
+// --- symbols -------------------------------------------------------------
+
+class Binder {
+public:
+  explicit Binder(const std::string& where) : where_(where) {}
+  // Binds a symbol to v, checks a constant, and defers anything else.
+  void bind(sym::Expr e, int64_t v, const std::string& what) {
+    if (e.isSymbol()) {
+      sym::Range r = sym::range(e);
+      if (!r.contains(v))
+        fail(ErrorCode::InvalidArgument, "symbol " + e.name() + " = " + std::to_string(v) + " (" +
+                                             what + ") lies outside its range");
+      auto [it, fresh] = binding_.emplace(e, v);
+      if (!fresh && it->second != v)
+        fail(ErrorCode::InvalidArgument, "symbol " + e.name() + " is bound to " +
+                                             std::to_string(it->second) + " and to " +
+                                             std::to_string(v) + " (" + what + ")");
+    } else {
+      deferred_.push_back({e, v, what});
+    }
+  }
+  void checkDeferred() {
+    for (const auto& d : deferred_) {
+      int64_t got = sym::evaluate(d.e, binding_);
+      if (got != d.v)
+        fail(ErrorCode::InvalidArgument, d.what + " is " + std::to_string(d.v) + ", expected " +
+                                             sym::toString(d.e) + " = " + std::to_string(got));
+    }
+  }
+  const sym::Binding& binding() const { return binding_; }
+
+private:
+  struct Deferred {
+    sym::Expr e;
+    int64_t v;
+    std::string what;
+  };
+  std::string where_;
+  sym::Binding binding_;
+  std::vector<Deferred> deferred_;
+};
+
+// --- arguments -----------------------------------------------------------
+
+// The arguments of one call node, bound to its op's schema as OpCall does.
+class Args {
+public:
+  Args(const Node& node, const OpInfo& op, const std::vector<HostTensor>& values,
+       const sym::Binding& binding)
+      : node_(node), op_(op) {
+    size_t next = 0;
+    for (const ArgSpec& a : op.args) {
+      bool isInput = a.kind == ArgKind::Tensor || a.kind == ArgKind::SymInt ||
+                     (a.kind == ArgKind::Scalar && !node.attr(a.name));
+      if (a.kind == ArgKind::TensorList) {
+        while (next < node.inputs.size()) list_.push_back(values[node.inputs[next++]]);
+      } else if (isInput && next < node.inputs.size()) {
+        tensors_.emplace_back(a.name, values[node.inputs[next++]]);
+      } else if (a.kind == ArgKind::Scalar && node.attr(a.name)) {
+        tensors_.emplace_back(a.name, scalarTensor(*node.attr(a.name), binding));
+        scalarAttrs_.push_back(a.name);
+      }
+    }
+  }
+
+  const HostTensor* tensor(std::string_view name) const {
+    for (const auto& [n, t] : tensors_)
+      if (n == name) return &t;
+    return nullptr;
+  }
+  bool isScalarAttr(std::string_view name) const {
+    return std::find(scalarAttrs_.begin(), scalarAttrs_.end(), name) != scalarAttrs_.end();
+  }
+  const AttrValue& attr(std::string_view name) const {
+    if (const AttrValue* v = node_.attr(name)) return *v;
+    for (const ArgSpec& a : op_.args)
+      if (a.name == name) return a.defaultValue;
+    fail(ErrorCode::Internal, op_.name + " has no argument " + std::string(name));
+  }
+  bool has(std::string_view name) const {
+    return !std::holds_alternative<std::monostate>(attr(name));
+  }
+  double number(std::string_view name) const {
+    const AttrValue& v = attr(name);
+    if (auto* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
+    if (auto* b = std::get_if<bool>(&v)) return *b;
+    return std::get<double>(v);
+  }
+  std::vector<int64_t> intList(std::string_view name) const {
+    const AttrValue& v = attr(name);
+    if (auto* i = std::get_if<int64_t>(&v)) return {*i};
+    return std::get<std::vector<int64_t>>(v);
+  }
+
+private:
+  static HostTensor scalarTensor(const AttrValue& v, const sym::Binding& binding) {
+    if (auto* i = std::get_if<int64_t>(&v))
+      return HostTensor::fromDoubles(DType::Int64, {}, {double(*i)});
+    if (auto* d = std::get_if<double>(&v)) return HostTensor::fromDoubles(DType::Float64, {}, {*d});
+    if (auto* b = std::get_if<bool>(&v))
+      return HostTensor::fromDoubles(DType::Bool, {}, {double(*b)});
+    HostTensor t = allocate(DType::Int64, {}, {}, 0);
+    storeI(DType::Int64, t.storage->data(), sym::evaluate(std::get<sym::Expr>(v), binding));
+    return t;
+  }
+
+  const Node& node_;
+  const OpInfo& op_;
+  std::vector<std::pair<std::string, HostTensor>> tensors_;
+  std::vector<HostTensor> list_;
+  std::vector<std::string> scalarAttrs_;
+};
+
+} // namespace
+
+uint16_t toHalfBits(double x) {
+  return encodeSmallFloat(x, 10, 5);
+}
+uint16_t toBFloat16Bits(double x) {
+  return encodeSmallFloat(x, 7, 8);
+}
+double fromHalfBits(uint16_t bits) {
+  return decodeSmallFloat(bits, 10, 5);
+}
+double fromBFloat16Bits(uint16_t bits) {
+  return decodeSmallFloat(bits, 7, 8);
+}
+
+int64_t HostTensor::numel() const {
+  return product(sizes);
+}
+
+HostTensor HostTensor::fromDoubles(DType dtype, std::vector<int64_t> sizes,
+                                   const std::vector<double>& values) {
+  if (static_cast<int64_t>(values.size()) != product(sizes))
+    fail(ErrorCode::InvalidArgument, "fromDoubles: " + std::to_string(values.size()) +
+                                         " values for " + std::to_string(product(sizes)) +
+                                         " elements");
+  std::vector<int64_t> strides = contiguousStridesOf(sizes);
+  HostTensor t = allocate(dtype, std::move(sizes), std::move(strides), 0);
+  for (size_t i = 0; i < values.size(); ++i)
+    storeF(dtype, t.storage->data() + i * elementSize(dtype), values[i]);
+  return t;
+}
+
+std::vector<double> HostTensor::toDoubles() const {
+  std::vector<double> out;
+  forEachIndex(
+      sizes, [&](const std::vector<int64_t>& idx) { out.push_back(loadF(dtype, at(*this, idx))); });
+  return out;
+}
+
+std::vector<int64_t> HostTensor::toInts() const {
+  std::vector<int64_t> out;
+  forEachIndex(
+      sizes, [&](const std::vector<int64_t>& idx) { out.push_back(loadI(dtype, at(*this, idx))); });
+  return out;
+}
+
+namespace detail {
+double loadElementF(const HostTensor& t, const std::vector<int64_t>& idx) {
+  return loadF(t.dtype, at(t, idx));
+}
+int64_t loadElementI(const HostTensor& t, const std::vector<int64_t>& idx) {
+  return loadI(t.dtype, at(t, idx));
+}
+void storeElementF(const HostTensor& t, const std::vector<int64_t>& idx, double v) {
+  storeF(t.dtype, at(t, idx), v);
+}
+void storeElementI(const HostTensor& t, const std::vector<int64_t>& idx, int64_t v) {
+  storeI(t.dtype, at(t, idx), v);
+}
+double castToF(DType t, double x) {
+  return castF(t, x);
+}
+int64_t castToI(DType t, int64_t x) {
+  return castI(t, x);
+}
+void eachIndex(const std::vector<int64_t>& sizes,
+               const std::function<void(const std::vector<int64_t>&)>& fn) {
+  forEachIndex(sizes, fn);
+}
+} // namespace detail
+
+namespace {
+
+std::vector<int64_t> evalAll(const Shape& exprs, const sym::Binding& b) {
+  std::vector<int64_t> out;
+  for (sym::Expr e : exprs) out.push_back(sym::evaluate(e, b));
+  return out;
+}
+
+// Copies the elements of `src` in row-major order into a fresh tensor laid out as `meta`.
+HostTensor materialize(const HostTensor& src, const TensorMeta& meta, const sym::Binding& b) {
+  HostTensor out = allocate(meta.dtype, evalAll(meta.sizes, b), evalAll(meta.strides, b),
+                            sym::evaluate(meta.storageOffset, b));
+  std::vector<double> fs;
+  std::vector<int64_t> is;
+  bool isFloat = isFloating(src.dtype);
+  if (isFloat)
+    fs = src.toDoubles();
+  else
+    is = src.toInts();
+  size_t i = 0;
+  forEachIndex(out.sizes, [&](const std::vector<int64_t>& idx) {
+    if (isFloat)
+      storeF(out.dtype, at(out, idx), fs[i++]);
+    else
+      storeI(out.dtype, at(out, idx), is[i++]);
+  });
+  return out;
+}
+
+bool isView(const std::string& op) {
+  for (const char* v : {"view", "permute", "transpose", "expand", "squeeze", "unsqueeze", "slice",
+                        "select", "narrow", "unflatten", "as_strided"})
+    if (op == v) return true;
+  return false;
+}
+
+HostTensor runCall(const Node& node, const std::vector<HostTensor>& values,
+                   const sym::Binding& binding) {
+  const OpInfo& op = getOp(node.target);
+  Args args(node, op, values, binding);
+  if (!node.value.isTensor()) {
+    HostTensor t = allocate(DType::Int64, {}, {}, 0);
+    storeI(DType::Int64, t.storage->data(), sym::evaluate(node.value.symInt(), binding));
+    return t;
+  }
+  const TensorMeta& meta = node.value.tensor();
+  const std::string& name = op.name;
+  if (isView(name)) { // aliases its input, with the inferred layout
+    HostTensor out = *args.tensor("self");
+    out.sizes = evalAll(meta.sizes, binding);
+    out.strides = evalAll(meta.strides, binding);
+    out.storageOffset = sym::evaluate(meta.storageOffset, binding);
+    return out;
+  }
+  if (name == "reshape" || name == "flatten" || name == "contiguous" || name == "clone")
+    return materialize(*args.tensor("self"), meta, binding);
+
+  HostTensor out =
+      allocate(meta.dtype, evalAll(meta.sizes, binding), evalAll(meta.strides, binding),
+               sym::evaluate(meta.storageOffset, binding));
+  std::string base = name;
+  if (op.mutates) {
+    base.pop_back();
+    out = *args.tensor("self");
+  }
+  std::vector<const HostTensor*> operands;
+  std::vector<Operand> kinds;
+  for (const char* a : {"condition", "self", "other", "min", "max"}) {
+    if (const HostTensor* t = args.tensor(a)) {
+      operands.push_back(t);
+      kinds.push_back(args.isScalarAttr(a) ? Operand::Scalar
+                      : t->sizes.empty()   ? Operand::ZeroDim
+                                           : Operand::Tensor);
+    }
+  }
+  double alpha = op.args.size() == 3 && op.args[2].name == "alpha" ? args.number("alpha") : 1.0;
+  std::string mode;
+  if (base == "div" && args.has("rounding_mode"))
+    mode = std::get<std::string>(args.attr("rounding_mode"));
+  if (base == "gelu") mode = std::get<std::string>(args.attr("approximate"));
+  if (base == "clamp")
+    mode = std::string(args.tensor("min") ? "min" : "") + (args.tensor("max") ? "max" : "");
+  if (detail::runPointwise(base, operands, kinds, alpha, mode, out)) return out;
+
+  std::optional<std::vector<int64_t>> dims;
+  if (op.args.size() > 1 && op.args[1].name == "dim" && args.has("dim")) dims = args.intList("dim");
+  if (detail::runReduction(base, *args.tensor("self"), dims, out)) return out;
+  fail(ErrorCode::Unsupported, "op " + name + " is not implemented yet");
+}
+
+} // namespace
+
+std::vector<HostTensor> interpret(const Graph& graph, std::vector<HostTensor> inputs) {
+  Binder binder("inputs");
+  std::vector<const Node*> placeholders;
+  for (const Node& n : graph.nodes())
+    if (n.kind == NodeKind::Placeholder) placeholders.push_back(&n);
+  if (placeholders.size() != inputs.size())
+    fail(ErrorCode::InvalidArgument, "the graph takes " + std::to_string(placeholders.size()) +
+                                         " inputs, got " + std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Node& p = *placeholders[i];
+    const HostTensor& t = inputs[i];
+    std::string who = "input " + p.target;
+    if (!p.value.isTensor()) {
+      if (!t.sizes.empty()) fail(ErrorCode::InvalidArgument, who + ": expected a 0-d scalar");
+      binder.bind(p.value.symInt(), t.toInts().at(0), who);
+      continue;
+    }
+    const TensorMeta& m = p.value.tensor();
+    if (t.dtype != m.dtype)
+      fail(ErrorCode::InvalidArgument, who + ": expected dtype " + std::string(name(m.dtype)) +
+                                           ", got " + std::string(name(t.dtype)));
+    if (t.sizes.size() != m.dim() || t.strides.size() != m.dim())
+      fail(ErrorCode::InvalidArgument, who + ": expected " + std::to_string(m.dim()) +
+                                           " dims, got " + std::to_string(t.sizes.size()));
+    for (size_t d = 0; d < m.dim(); ++d)
+      binder.bind(m.sizes[d], t.sizes[d], who + " size " + std::to_string(d));
+  }
+  // Strides and offsets after every size, so that they may be expressions of sizes;
+  // a dim of size 1 may have any stride.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Node& p = *placeholders[i];
+    if (!p.value.isTensor()) continue;
+    const TensorMeta& m = p.value.tensor();
+    const HostTensor& t = inputs[i];
+    std::string who = "input " + p.target;
+    for (size_t d = 0; d < m.dim(); ++d)
+      if (t.sizes[d] != 1)
+        binder.bind(m.strides[d], t.strides[d], who + " stride " + std::to_string(d));
+    binder.bind(m.storageOffset, t.storageOffset, who + " storage offset");
+  }
+  binder.checkDeferred();
+
+  std::vector<HostTensor> values(graph.size());
+  size_t next = 0;
+  for (size_t id = 0; id < graph.size(); ++id) {
+    const Node& n = graph.nodes()[id];
+    if (n.kind == NodeKind::Placeholder)
+      values[id] = inputs[next++];
+    else
+      values[id] = runCall(n, values, binder.binding());
+  }
+  std::vector<HostTensor> outputs;
+  for (ValueId id : graph.outputs()) outputs.push_back(values.at(id));
+  return outputs;
+}
+
+} // namespace kiln::ir

@@ -1,0 +1,34 @@
+// Internal to the reference interpreter: element access shared by its op files.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/ir/dtype.h"
+#include "kiln/ir/interpreter.h"
+
+namespace kiln::ir::detail {
+
+// Elements at an index of the output's rank; `t` is broadcast against it.
+double loadElementF(const HostTensor& t, const std::vector<int64_t>& idx);
+int64_t loadElementI(const HostTensor& t, const std::vector<int64_t>& idx);
+void storeElementF(const HostTensor& t, const std::vector<int64_t>& idx, double v);
+void storeElementI(const HostTensor& t, const std::vector<int64_t>& idx, int64_t v);
+double castToF(DType t, double x);   // x as a `t` holds it
+int64_t castToI(DType t, int64_t x); // likewise, wrapping
+void eachIndex(const std::vector<int64_t>& sizes,
+               const std::function<void(const std::vector<int64_t>&)>& fn);
+
+// Compute `op` into `out` (already laid out as the node's result); false when
+// `op` is not of the family. `mode` is div's rounding mode, gelu's
+// approximation, or which of clamp's bounds are given ("min", "max", "minmax").
+bool runPointwise(const std::string& op, const std::vector<const HostTensor*>& operands,
+                  const std::vector<Operand>& kinds, double alpha, const std::string& mode,
+                  HostTensor& out);
+// `dims` absent: every dim.
+bool runReduction(const std::string& op, const HostTensor& self,
+                  const std::optional<std::vector<int64_t>>& dims, HostTensor& out);
+
+} // namespace kiln::ir::detail

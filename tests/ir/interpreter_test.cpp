@@ -1,0 +1,310 @@
+// The reference interpreter against hand-computed values.
+#include <cmath>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+#include "helpers.h"
+#include "kiln/common/error.h"
+#include "kiln/ir/interpreter.h"
+
+namespace kiln::ir {
+namespace {
+
+using testing::ints;
+using testing::tensorOf;
+using Doubles = std::vector<double>;
+
+struct Interpret : ::testing::Test {
+  sym::SymbolTable table;
+  Graph graph{table};
+  sym::Expr s0 = table.createBacked(3, {2, sym::kInf});
+  sym::Expr s1 = table.createBacked(2, {0, sym::kInf});
+
+  ValueId input(DType dtype, Shape sizes) {
+    return graph.placeholder("x" + std::to_string(graph.size()), tensorOf(table, dtype, sizes));
+  }
+  HostTensor run1(ValueId out, std::vector<HostTensor> inputs) {
+    graph.setOutputs({out});
+    return interpret(graph, std::move(inputs)).at(0);
+  }
+  static HostTensor t(DType dtype, std::vector<int64_t> sizes, Doubles values) {
+    return HostTensor::fromDoubles(dtype, std::move(sizes), values);
+  }
+};
+
+TEST_F(Interpret, ReturnsInputsAndBindsSymbols) {
+  ValueId x = input(DType::Float32, {s0, s1});
+  ValueId n = graph.call("sym_size", {x}, {{"dim", int64_t{0}}});
+  graph.setOutputs({x, n});
+  std::vector<HostTensor> out = interpret(graph, {t(DType::Float32, {2, 2}, {1, 2, 3, 4})});
+  EXPECT_EQ(out[0].toDoubles(), Doubles({1, 2, 3, 4}));
+  EXPECT_EQ(out[1].sizes, std::vector<int64_t>{});
+  EXPECT_EQ(out[1].toInts(), std::vector<int64_t>({2}));
+}
+
+TEST_F(Interpret, RejectsInconsistentSymbols) {
+  ValueId x = input(DType::Float32, {s0});
+  ValueId y = input(DType::Float32, {s0});
+  graph.setOutputs({graph.call("add", {x, y})});
+  try {
+    interpret(graph, {t(DType::Float32, {2}, {1, 2}), t(DType::Float32, {3}, {1, 2, 3})});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(e.message().find(s0.name()), std::string::npos) << e.message();
+  }
+  EXPECT_THROW(interpret(graph, {t(DType::Float32, {2}, {1, 2})}), Error); // one input
+  EXPECT_THROW(interpret(graph, {t(DType::Float64, {2}, {1, 2}), t(DType::Float32, {2}, {1, 2})}),
+               Error); // dtype
+}
+
+TEST_F(Interpret, RejectsASymbolOutsideItsRange) {
+  graph.setOutputs({input(DType::Float32, {s0})});
+  EXPECT_THROW(interpret(graph, {t(DType::Float32, {1}, {1})}), Error); // s0 >= 2
+}
+
+TEST_F(Interpret, RejectsAWrongConstantSize) {
+  graph.setOutputs({input(DType::Float32, ints(table, {2}))});
+  try {
+    interpret(graph, {t(DType::Float32, {3}, {1, 2, 3})});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+  }
+}
+
+TEST_F(Interpret, UnimplementedOpIsUnsupported) {
+  ValueId x = input(DType::Float32, ints(table, {2, 2}));
+  try {
+    run1(graph.call("matmul", {x, x}), {t(DType::Float32, {2, 2}, {1, 2, 3, 4})});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Unsupported);
+    EXPECT_NE(e.message().find("matmul"), std::string::npos) << e.message();
+  }
+}
+
+TEST_F(Interpret, BinaryOpsBroadcast) {
+  ValueId a = input(DType::Float32, ints(table, {2, 1}));
+  ValueId b = input(DType::Float32, ints(table, {3}));
+  HostTensor out = run1(graph.call("sub", {a, b}, {{"alpha", 2.0}}),
+                        {t(DType::Float32, {2, 1}, {10, 20}), t(DType::Float32, {3}, {1, 2, 3})});
+  EXPECT_EQ(out.sizes, std::vector<int64_t>({2, 3}));
+  EXPECT_EQ(out.toDoubles(), Doubles({8, 6, 4, 18, 16, 14}));
+}
+
+TEST_F(Interpret, IntegerDivisionAndRemainderFollowPython) {
+  ValueId a = input(DType::Int64, ints(table, {4}));
+  ValueId b = input(DType::Int64, ints(table, {4}));
+  HostTensor in = t(DType::Int64, {4}, {7, -7, 7, -7});
+  HostTensor by = t(DType::Int64, {4}, {2, 2, -2, -2});
+  ValueId fl = graph.call("div", {a, b}, {{"rounding_mode", std::string("floor")}});
+  ValueId tr = graph.call("div", {a, b}, {{"rounding_mode", std::string("trunc")}});
+  ValueId rem = graph.call("remainder", {a, b});
+  ValueId fm = graph.call("fmod", {a, b});
+  ValueId tdiv = graph.call("div", {a, b});
+  graph.setOutputs({fl, tr, rem, fm, tdiv});
+  std::vector<HostTensor> out = interpret(graph, {in, by});
+  EXPECT_EQ(out[0].toInts(), std::vector<int64_t>({3, -4, -4, 3}));
+  EXPECT_EQ(out[1].toInts(), std::vector<int64_t>({3, -3, -3, 3}));
+  EXPECT_EQ(out[2].toInts(), std::vector<int64_t>({1, 1, -1, -1}));
+  EXPECT_EQ(out[3].toInts(), std::vector<int64_t>({1, -1, 1, -1}));
+  EXPECT_EQ(out[4].dtype, DType::Float32);
+  EXPECT_EQ(out[4].toDoubles(), Doubles({3.5, -3.5, -3.5, 3.5}));
+  EXPECT_THROW(interpret(graph, {in, t(DType::Int64, {4}, {1, 0, 1, 1})}), Error);
+}
+
+TEST_F(Interpret, FloatRemainderTakesTheDivisorsSign) {
+  ValueId a = input(DType::Float64, ints(table, {2}));
+  HostTensor out =
+      run1(graph.call("remainder", {a}, {{"other", -3.0}}), {t(DType::Float64, {2}, {5.5, -1})});
+  EXPECT_EQ(out.toDoubles(), Doubles({-0.5, -1}));
+}
+
+TEST_F(Interpret, IntegerResultsWrapToTheirDType) {
+  ValueId a = input(DType::UInt8, ints(table, {2}));
+  HostTensor out =
+      run1(graph.call("add", {a}, {{"other", int64_t{200}}}), {t(DType::UInt8, {2}, {100, 3})});
+  EXPECT_EQ(out.dtype, DType::UInt8);
+  EXPECT_EQ(out.toInts(), std::vector<int64_t>({44, 203}));
+}
+
+TEST_F(Interpret, ScalarOperandsCastToTheResultDType) {
+  // 0.1 in f16 is 0.0999755859375, so 1 + 0.1 rounds to 1.099609375 (not 1.10009765625).
+  ValueId a = input(DType::Float16, ints(table, {1}));
+  HostTensor out = run1(graph.call("add", {a}, {{"other", 0.1}}), {t(DType::Float16, {1}, {1})});
+  EXPECT_EQ(out.dtype, DType::Float16);
+  EXPECT_EQ(out.toDoubles(), Doubles({1.099609375}));
+}
+
+TEST_F(Interpret, HalfAndBFloat16RoundToNearestEven) {
+  EXPECT_EQ(toHalfBits(1.0), 0x3C00);
+  EXPECT_EQ(toHalfBits(-2.0), 0xC000);
+  EXPECT_EQ(toHalfBits(1.0 + std::ldexp(1, -11)), 0x3C00);     // tie: to even
+  EXPECT_EQ(toHalfBits(1.0 + 3 * std::ldexp(1, -11)), 0x3C02); // tie: to even, upward
+  EXPECT_EQ(toHalfBits(65504), 0x7BFF);
+  EXPECT_EQ(toHalfBits(65520), 0x7C00); // rounds to infinity
+  EXPECT_EQ(toHalfBits(std::ldexp(1, -24)), 0x0001);
+  EXPECT_EQ(toHalfBits(std::ldexp(1, -25)), 0x0000); // tie with 0: to even
+  EXPECT_EQ(toHalfBits(std::ldexp(1023, -24)), 0x03FF);
+  EXPECT_TRUE(std::isnan(fromHalfBits(toHalfBits(NAN))));
+  EXPECT_EQ(fromHalfBits(0x03FF), std::ldexp(1023, -24));
+  EXPECT_EQ(fromHalfBits(0xFC00), -INFINITY);
+  EXPECT_EQ(toBFloat16Bits(1.0), 0x3F80);
+  EXPECT_EQ(toBFloat16Bits(1.0 + std::ldexp(1, -8)), 0x3F80);
+  EXPECT_EQ(toBFloat16Bits(1.0 + 3 * std::ldexp(1, -8)), 0x3F82);
+  EXPECT_EQ(fromBFloat16Bits(0x4049), 3.140625);
+  EXPECT_EQ(toBFloat16Bits(3.14159), 0x4049);
+}
+
+TEST_F(Interpret, ToDTypeConverts) {
+  ValueId a = input(DType::Float32, ints(table, {4}));
+  ValueId i = graph.call("to_dtype", {a}, {{"dtype", DType::Int8}});
+  ValueId b = graph.call("to_dtype", {a}, {{"dtype", DType::Bool}});
+  ValueId h = graph.call("to_dtype", {a}, {{"dtype", DType::BFloat16}});
+  graph.setOutputs({i, b, h});
+  std::vector<HostTensor> out = interpret(graph, {t(DType::Float32, {4}, {-1.5, 0, 2.7, 300})});
+  EXPECT_EQ(out[0].toInts(), std::vector<int64_t>({-1, 0, 2, 44}));
+  EXPECT_EQ(out[1].toInts(), std::vector<int64_t>({1, 0, 1, 1}));
+  EXPECT_EQ(out[2].toDoubles(), Doubles({-1.5, 0, 2.703125, 300}));
+}
+
+TEST_F(Interpret, UnaryOps) {
+  ValueId a = input(DType::Float64, ints(table, {3}));
+  ValueId i = input(DType::Int32, ints(table, {3}));
+  graph.setOutputs({graph.call("neg", {a}), graph.call("relu", {a}), graph.call("round", {a}),
+                    graph.call("exp", {i}), graph.call("abs", {i}), graph.call("isnan", {a})});
+  std::vector<HostTensor> out = interpret(
+      graph, {t(DType::Float64, {3}, {-2.5, 0.5, NAN}), t(DType::Int32, {3}, {0, -1, 2})});
+  EXPECT_EQ(out[0].toDoubles()[0], 2.5);
+  EXPECT_EQ(out[1].toDoubles()[0], 0);
+  EXPECT_TRUE(std::isnan(out[1].toDoubles()[2]));
+  EXPECT_EQ(out[2].toDoubles()[0], -2);
+  EXPECT_EQ(out[2].toDoubles()[1], 0);
+  EXPECT_EQ(out[3].dtype, DType::Float32);
+  EXPECT_FLOAT_EQ(out[3].toDoubles()[2], std::exp(2.0f));
+  EXPECT_EQ(out[4].toInts(), std::vector<int64_t>({0, 1, 2}));
+  EXPECT_EQ(out[5].toInts(), std::vector<int64_t>({0, 0, 1}));
+}
+
+TEST_F(Interpret, CompareWhereClamp) {
+  ValueId a = input(DType::Int64, ints(table, {3}));
+  ValueId c = graph.call("lt", {a}, {{"other", 0.5}});
+  ValueId w = graph.call("where", {c, a}, {{"other", 9.0}});
+  ValueId k = graph.call("clamp", {a}, {{"min", int64_t{-1}}, {"max", int64_t{1}}});
+  graph.setOutputs({c, w, k});
+  std::vector<HostTensor> out = interpret(graph, {t(DType::Int64, {3}, {-3, 1, 0})});
+  EXPECT_EQ(out[0].toInts(), std::vector<int64_t>({1, 0, 1}));
+  EXPECT_EQ(out[1].dtype, DType::Float32);
+  EXPECT_EQ(out[1].toDoubles(), Doubles({-3, 9, 0}));
+  EXPECT_EQ(out[2].toInts(), std::vector<int64_t>({-1, 1, 0}));
+}
+
+TEST_F(Interpret, ZeroDimSizeOneAndEmpty) {
+  ValueId a = input(DType::Float32, {});
+  ValueId b = input(DType::Float32, ints(table, {1, 0}));
+  ValueId c = input(DType::Float32, ints(table, {2, 1}));
+  graph.setOutputs({graph.call("mul", {a, c}), graph.call("add", {b, a})});
+  std::vector<HostTensor> out =
+      interpret(graph, {t(DType::Float32, {}, {3}), t(DType::Float32, {1, 0}, {}),
+                        t(DType::Float32, {2, 1}, {1, 2})});
+  EXPECT_EQ(out[0].toDoubles(), Doubles({3, 6}));
+  EXPECT_EQ(out[1].sizes, std::vector<int64_t>({1, 0}));
+  EXPECT_EQ(out[1].toDoubles(), Doubles({}));
+}
+
+TEST_F(Interpret, ReadsNonContiguousInputs) {
+  TensorMeta m = tensorOf(table, DType::Float32, ints(table, {2, 3}));
+  m.strides = ints(table, {1, 2}); // the transpose of a contiguous [3, 2]
+  ValueId x = graph.placeholder("x", m);
+  HostTensor in = t(DType::Float32, {3, 2}, {1, 2, 3, 4, 5, 6});
+  in.sizes = {2, 3};
+  in.strides = {1, 2};
+  HostTensor out = run1(graph.call("mul", {x}, {{"other", int64_t{10}}}), {in});
+  EXPECT_EQ(out.toDoubles(), Doubles({10, 30, 50, 20, 40, 60}));
+  HostTensor wrong = in;
+  wrong.strides = {3, 1};
+  EXPECT_THROW(interpret(graph, {wrong}), Error);
+}
+
+TEST_F(Interpret, Reductions) {
+  ValueId x = input(DType::Float32, ints(table, {2, 3}));
+  graph.setOutputs({graph.call("sum", {x}, {{"dim", std::vector<int64_t>{1}}}),
+                    graph.call("mean", {x}, {{"dim", std::vector<int64_t>{0}}, {"keepdim", true}}),
+                    graph.call("amax", {x}),
+                    graph.call("amin", {x}, {{"dim", std::vector<int64_t>{-1}}}),
+                    graph.call("prod", {x}), graph.call("argmax", {x}, {{"dim", int64_t{0}}}),
+                    graph.call("argmin", {x}), graph.call("any", {x}, {{"dim", int64_t{1}}}),
+                    graph.call("all", {x})});
+  std::vector<HostTensor> out = interpret(graph, {t(DType::Float32, {2, 3}, {1, -2, 3, 4, 0, 3})});
+  EXPECT_EQ(out[0].toDoubles(), Doubles({2, 7}));
+  EXPECT_EQ(out[1].sizes, std::vector<int64_t>({1, 3}));
+  EXPECT_EQ(out[1].toDoubles(), Doubles({2.5, -1, 3}));
+  EXPECT_EQ(out[2].sizes, std::vector<int64_t>{});
+  EXPECT_EQ(out[2].toDoubles(), Doubles({4}));
+  EXPECT_EQ(out[3].toDoubles(), Doubles({-2, 0}));
+  EXPECT_EQ(out[4].toDoubles(), Doubles({0}));
+  EXPECT_EQ(out[5].toInts(), std::vector<int64_t>({1, 1, 0})); // ties: the first
+  EXPECT_EQ(out[6].toInts(), std::vector<int64_t>({1}));
+  EXPECT_EQ(out[7].toInts(), std::vector<int64_t>({1, 1}));
+  EXPECT_EQ(out[8].toInts(), std::vector<int64_t>({0}));
+}
+
+TEST_F(Interpret, IntegralSumsGiveInt64AndEmptyReductionsTheirIdentity) {
+  ValueId x = input(DType::Int8, ints(table, {2, 0}));
+  ValueId y = input(DType::Int8, ints(table, {2}));
+  graph.setOutputs({graph.call("sum", {x}, {{"dim", std::vector<int64_t>{1}}}),
+                    graph.call("prod", {x}, {{"dim", int64_t{1}}}),
+                    graph.call("all", {x}, {{"dim", int64_t{1}}}), graph.call("sum", {y})});
+  std::vector<HostTensor> out =
+      interpret(graph, {t(DType::Int8, {2, 0}, {}), t(DType::Int8, {2}, {100, 100})});
+  EXPECT_EQ(out[0].dtype, DType::Int64);
+  EXPECT_EQ(out[0].toInts(), std::vector<int64_t>({0, 0}));
+  EXPECT_EQ(out[1].toInts(), std::vector<int64_t>({1, 1}));
+  EXPECT_EQ(out[2].toInts(), std::vector<int64_t>({1, 1}));
+  EXPECT_EQ(out[3].toInts(), std::vector<int64_t>({200}));
+  graph.setOutputs({graph.call("amax", {x}, {{"dim", std::vector<int64_t>{1}}})});
+  EXPECT_THROW(interpret(graph, {t(DType::Int8, {2, 0}, {}), t(DType::Int8, {2}, {1, 1})}), Error);
+}
+
+TEST_F(Interpret, ViewsAliasTheirInput) {
+  ValueId x = input(DType::Float32, {s0, s1});
+  ValueId tr = graph.call("transpose", {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+  ValueId sl = graph.call("select", {x}, {{"dim", int64_t{0}}, {"index", int64_t{1}}});
+  ValueId ex = graph.call("expand", {graph.call("unsqueeze", {sl}, {{"dim", int64_t{0}}})},
+                          {{"size", std::vector<int64_t>{2, -1}}});
+  ValueId cl = graph.call("contiguous", {tr});
+  graph.setOutputs({tr, sl, ex, cl});
+  HostTensor in = t(DType::Float32, {3, 2}, {1, 2, 3, 4, 5, 6});
+  std::vector<HostTensor> out = interpret(graph, {in});
+  EXPECT_EQ(out[0].toDoubles(), Doubles({1, 3, 5, 2, 4, 6}));
+  EXPECT_EQ(out[0].storage, in.storage);
+  EXPECT_EQ(out[1].toDoubles(), Doubles({3, 4}));
+  EXPECT_EQ(out[1].storageOffset, 2);
+  EXPECT_EQ(out[2].toDoubles(), Doubles({3, 4, 3, 4}));
+  EXPECT_EQ(out[2].strides[0], 0);
+  EXPECT_EQ(out[3].toDoubles(), Doubles({1, 3, 5, 2, 4, 6}));
+  EXPECT_NE(out[3].storage, in.storage);
+  EXPECT_EQ(out[3].strides, std::vector<int64_t>({3, 1}));
+}
+
+TEST_F(Interpret, ReshapeCopiesWhenItMust) {
+  ValueId x = input(DType::Float32, ints(table, {2, 3}));
+  ValueId tr = graph.call("transpose", {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+  HostTensor out = run1(graph.call("reshape", {tr}, {{"size", std::vector<int64_t>{-1}}}),
+                        {t(DType::Float32, {2, 3}, {1, 2, 3, 4, 5, 6})});
+  EXPECT_EQ(out.toDoubles(), Doubles({1, 4, 2, 5, 3, 6}));
+}
+
+TEST_F(Interpret, InPlaceOpsWriteTheirInput) {
+  ValueId x = input(DType::Int32, ints(table, {2}));
+  graph.call("add_", {x}, {{"other", int64_t{5}}});
+  HostTensor in = t(DType::Int32, {2}, {1, 2});
+  graph.setOutputs({x});
+  interpret(graph, {in});
+  EXPECT_EQ(in.toInts(), std::vector<int64_t>({6, 7}));
+}
+
+} // namespace
+} // namespace kiln::ir
