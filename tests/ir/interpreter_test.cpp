@@ -268,6 +268,42 @@ TEST_F(Interpret, IntegralSumsGiveInt64AndEmptyReductionsTheirIdentity) {
   EXPECT_THROW(interpret(graph, {t(DType::Int8, {2, 0}, {}), t(DType::Int8, {2}, {1, 1})}), Error);
 }
 
+TEST_F(Interpret, VarAndStdApplyTheCorrection) {
+  ValueId x = input(DType::Float64, ints(table, {2, 2}));
+  graph.setOutputs({graph.call("var", {x}, {{"dim", std::vector<int64_t>{1}}}),
+                    graph.call("std", {x}, {{"correction", int64_t{0}}})});
+  std::vector<HostTensor> out = interpret(graph, {t(DType::Float64, {2, 2}, {1, 3, 2, 2})});
+  EXPECT_EQ(out[0].toDoubles(), Doubles({2, 0}));
+  EXPECT_EQ(out[1].toDoubles(), Doubles({std::sqrt(0.5)})); // mean 2, squares 1 + 1 + 0 + 0
+}
+
+TEST_F(Interpret, CatAndStackPromote) {
+  ValueId a = input(DType::Int32, ints(table, {1, 2}));
+  ValueId b = input(DType::Float32, ints(table, {2, 2}));
+  ValueId c = input(DType::Float32, ints(table, {1, 2}));
+  ValueId cat = graph.call("cat", {a, b});
+  ValueId stack = graph.call("stack", {a, c}, {{"dim", int64_t{-1}}});
+  graph.setOutputs({cat, stack});
+  std::vector<HostTensor> out =
+      interpret(graph, {t(DType::Int32, {1, 2}, {1, 2}), t(DType::Float32, {2, 2}, {3, 4, 5, 6}),
+                        t(DType::Float32, {1, 2}, {7, 8})});
+  EXPECT_EQ(out[0].dtype, DType::Float32);
+  EXPECT_EQ(out[0].toDoubles(), Doubles({1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(out[1].sizes, std::vector<int64_t>({1, 2, 2}));
+  EXPECT_EQ(out[1].toDoubles(), Doubles({1, 7, 2, 8}));
+}
+
+TEST_F(Interpret, IntegerPowAndSymbolicScalarOperands) {
+  ValueId x = input(DType::Int64, {s0});
+  ValueId n = graph.call("sym_size", {x}, {{"dim", int64_t{0}}});
+  ValueId p = graph.call("pow", {x, n}); // n is a Python-like scalar: i64 stays i64
+  ValueId q = graph.call("mul", {x}, {{"other", s0 * 2}});
+  graph.setOutputs({p, q});
+  std::vector<HostTensor> out = interpret(graph, {t(DType::Int64, {3}, {2, -3, 10})});
+  EXPECT_EQ(out[0].toInts(), std::vector<int64_t>({8, -27, 1000}));
+  EXPECT_EQ(out[1].toInts(), std::vector<int64_t>({12, -18, 60}));
+}
+
 TEST_F(Interpret, ViewsAliasTheirInput) {
   ValueId x = input(DType::Float32, {s0, s1});
   ValueId tr = graph.call("transpose", {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});

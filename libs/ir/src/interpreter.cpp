@@ -18,9 +18,10 @@
 #include "kiln/sym/range.h"
 
 // TODO(issue 3): the interpreter does not run yet: matmul/bmm/linear, gather/index
-// ops, cat/stack, creation ops (full, zeros, arange, ...), nn ops (softmax,
-// log_softmax, layer_norm, dropout, attention, losses), var/std, complex dtypes,
-// i16 arithmetic beyond int64 wrap, and unbacked (data-dependent) sizes.
+// ops, creation ops (full, zeros, arange, ...), nn ops (softmax,
+// log_softmax, layer_norm, dropout, attention, losses), complex dtypes, and
+// unbacked (data-dependent) sizes. Float floor division is floor(a / b), not
+// torch's fmod-based formula, which differs in the last bit at times.
 
 namespace kiln::ir {
 namespace {
@@ -245,8 +246,8 @@ private:
 // The arguments of one call node, bound to its op's schema as OpCall does.
 class Args {
 public:
-  Args(const Node& node, const OpInfo& op, const std::vector<HostTensor>& values,
-       const sym::Binding& binding)
+  Args(const Graph& graph, const Node& node, const OpInfo& op,
+       const std::vector<HostTensor>& values, const sym::Binding& binding)
       : node_(node), op_(op) {
     size_t next = 0;
     for (const ArgSpec& a : op.args) {
@@ -255,10 +256,12 @@ public:
       if (a.kind == ArgKind::TensorList) {
         while (next < node.inputs.size()) list_.push_back(values[node.inputs[next++]]);
       } else if (isInput && next < node.inputs.size()) {
-        tensors_.emplace_back(a.name, values[node.inputs[next++]]);
+        ValueId id = node.inputs[next++];
+        tensors_.emplace_back(a.name, values[id]);
+        if (!graph.value(id).isTensor()) scalars_.push_back(a.name);
       } else if (a.kind == ArgKind::Scalar && node.attr(a.name)) {
         tensors_.emplace_back(a.name, scalarTensor(*node.attr(a.name), binding));
-        scalarAttrs_.push_back(a.name);
+        scalars_.push_back(a.name);
       }
     }
   }
@@ -268,8 +271,10 @@ public:
       if (n == name) return &t;
     return nullptr;
   }
-  bool isScalarAttr(std::string_view name) const {
-    return std::find(scalarAttrs_.begin(), scalarAttrs_.end(), name) != scalarAttrs_.end();
+  const std::vector<HostTensor>& list() const { return list_; }
+  // Whether the argument is a number (attribute or symbolic scalar), not a tensor.
+  bool isScalar(std::string_view name) const {
+    return std::find(scalars_.begin(), scalars_.end(), name) != scalars_.end();
   }
   const AttrValue& attr(std::string_view name) const {
     if (const AttrValue* v = node_.attr(name)) return *v;
@@ -308,7 +313,7 @@ private:
   const OpInfo& op_;
   std::vector<std::pair<std::string, HostTensor>> tensors_;
   std::vector<HostTensor> list_;
-  std::vector<std::string> scalarAttrs_;
+  std::vector<std::string> scalars_;
 };
 
 } // namespace
@@ -418,10 +423,31 @@ bool isView(const std::string& op) {
   return false;
 }
 
-HostTensor runCall(const Node& node, const std::vector<HostTensor>& values,
+// cat and stack: each output element read from the input holding it.
+HostTensor concatenate(const std::string& op, const std::vector<HostTensor>& ins, int64_t dim,
+                       HostTensor out) {
+  size_t d = static_cast<size_t>(dim < 0 ? dim + int64_t(out.sizes.size()) : dim);
+  detail::eachIndex(out.sizes, [&](const std::vector<int64_t>& idx) {
+    std::vector<int64_t> at = idx;
+    size_t k = 0;
+    if (op == "stack") {
+      k = static_cast<size_t>(idx[d]);
+      at.erase(at.begin() + d);
+    } else {
+      while (at[d] >= ins[k].sizes[d]) at[d] -= ins[k++].sizes[d];
+    }
+    if (isFloating(ins[k].dtype))
+      detail::storeElementF(out, idx, detail::loadElementF(ins[k], at));
+    else
+      detail::storeElementI(out, idx, detail::loadElementI(ins[k], at));
+  });
+  return out;
+}
+
+HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostTensor>& values,
                    const sym::Binding& binding) {
   const OpInfo& op = getOp(node.target);
-  Args args(node, op, values, binding);
+  Args args(graph, node, op, values, binding);
   if (!node.value.isTensor()) {
     HostTensor t = allocate(DType::Int64, {}, {}, 0);
     storeI(DType::Int64, t.storage->data(), sym::evaluate(node.value.symInt(), binding));
@@ -442,6 +468,8 @@ HostTensor runCall(const Node& node, const std::vector<HostTensor>& values,
   HostTensor out =
       allocate(meta.dtype, evalAll(meta.sizes, binding), evalAll(meta.strides, binding),
                sym::evaluate(meta.storageOffset, binding));
+  if (name == "cat" || name == "stack")
+    return concatenate(name, args.list(), std::get<int64_t>(args.attr("dim")), out);
   std::string base = name;
   if (op.mutates) {
     base.pop_back();
@@ -452,9 +480,9 @@ HostTensor runCall(const Node& node, const std::vector<HostTensor>& values,
   for (const char* a : {"condition", "self", "other", "min", "max"}) {
     if (const HostTensor* t = args.tensor(a)) {
       operands.push_back(t);
-      kinds.push_back(args.isScalarAttr(a) ? Operand::Scalar
-                      : t->sizes.empty()   ? Operand::ZeroDim
-                                           : Operand::Tensor);
+      kinds.push_back(args.isScalar(a)   ? Operand::Scalar
+                      : t->sizes.empty() ? Operand::ZeroDim
+                                         : Operand::Tensor);
     }
   }
   double alpha = op.args.size() == 3 && op.args[2].name == "alpha" ? args.number("alpha") : 1.0;
@@ -468,7 +496,8 @@ HostTensor runCall(const Node& node, const std::vector<HostTensor>& values,
 
   std::optional<std::vector<int64_t>> dims;
   if (op.args.size() > 1 && op.args[1].name == "dim" && args.has("dim")) dims = args.intList("dim");
-  if (detail::runReduction(base, *args.tensor("self"), dims, out)) return out;
+  double correction = base == "var" || base == "std" ? args.number("correction") : 0;
+  if (detail::runReduction(base, *args.tensor("self"), dims, correction, out)) return out;
   fail(ErrorCode::Unsupported, "op " + name + " is not implemented yet");
 }
 
@@ -523,7 +552,7 @@ std::vector<HostTensor> interpret(const Graph& graph, std::vector<HostTensor> in
     if (n.kind == NodeKind::Placeholder)
       values[id] = inputs[next++];
     else
-      values[id] = runCall(n, values, binder.binding());
+      values[id] = runCall(graph, n, values, binder.binding());
   }
   std::vector<HostTensor> outputs;
   for (ValueId id : graph.outputs()) outputs.push_back(values.at(id));

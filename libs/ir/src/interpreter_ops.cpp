@@ -161,7 +161,8 @@ Num binary(const std::string& op, Num a, Num b, double alpha, const std::string&
     if (op == "pow") {
       if (y < 0) invalid(op, "integers to negative integer powers are not allowed");
       int64_t r = 1;
-      for (int64_t i = 0; i < y; ++i) r = wrapMul(r, x);
+      for (; y > 0; y >>= 1, x = wrapMul(x, x)) // by squaring
+        if (y & 1) r = wrapMul(r, x);
       return fromI(r);
     }
     if (op == "maximum") return fromI(std::max(x, y));
@@ -247,16 +248,18 @@ bool runPointwise(const std::string& op, const std::vector<const HostTensor*>& o
 }
 
 bool runReduction(const std::string& op, const HostTensor& self,
-                  const std::optional<std::vector<int64_t>>& dims, HostTensor& out) {
-  static const std::set<std::string> kOps = {"sum",    "prod",   "mean", "amax", "amin",
-                                             "argmax", "argmin", "any",  "all"};
+                  const std::optional<std::vector<int64_t>>& dims, double correction,
+                  HostTensor& out) {
+  static const std::set<std::string> kOps = {"sum",    "prod", "mean", "amax", "amin", "argmax",
+                                             "argmin", "any",  "all",  "var",  "std"};
   if (!kOps.count(op)) return false;
   size_t rank = self.sizes.size();
   std::vector<bool> reduced(rank, !dims || dims->empty());
   if (dims)
     for (int64_t d : *dims)
       if (rank > 0) reduced[d < 0 ? d + int64_t(rank) : d] = true;
-  bool accumulate = op == "sum" || op == "prod" || op == "mean";
+  bool spread = op == "var" || op == "std";
+  bool accumulate = op == "sum" || op == "prod" || op == "mean" || spread;
   bool logical = op == "any" || op == "all";
   std::optional<DType> as = accumulate ? out.dtype : self.dtype;
   bool isMax = op == "amax" || op == "argmax";
@@ -265,7 +268,7 @@ bool runReduction(const std::string& op, const HostTensor& self,
   int64_t outCount = out.numel();
   std::vector<Num> acc(outCount);
   std::vector<int64_t> count(outCount, 0), argIndex(outCount, 0);
-  std::vector<int64_t> outIdx;
+  std::vector<std::vector<double>> members(spread ? outCount : 0); // var, std: the values
   eachIndex(self.sizes, [&](const std::vector<int64_t>& idx) {
     int64_t pos = 0, inner = 0; // the output element; the position among the reduced
     for (size_t d = 0; d < rank; ++d) {
@@ -275,6 +278,7 @@ bool runReduction(const std::string& op, const HostTensor& self,
         inner = inner * self.sizes[d] + idx[d];
     }
     Num x = load(self, idx, as);
+    if (spread) members[pos].push_back(x.f);
     Num& a = acc[pos];
     if (count[pos]++ == 0) {
       a = x;
@@ -283,7 +287,7 @@ bool runReduction(const std::string& op, const HostTensor& self,
     }
     if (logical) {
       a = fromBool(op == "any" ? truthy(a) || truthy(x) : truthy(a) && truthy(x));
-    } else if (op == "sum" || op == "mean") {
+    } else if (op == "sum" || op == "mean" || spread) {
       a = a.isFloat ? fromF(a.f + x.f) : fromI(wrapAdd(a.i, x.i));
     } else if (op == "prod") {
       a = a.isFloat ? fromF(a.f * x.f) : fromI(wrapMul(a.i, x.i));
@@ -313,6 +317,12 @@ bool runReduction(const std::string& op, const HostTensor& self,
         r = floatAcc ? fromF(0) : fromI(0);
     }
     if (op == "mean") r = fromF(r.f / double(count[pos]));
+    if (spread) { // sum((x - mean)^2) / max(0, n - correction)
+      double mean = r.f / double(count[pos]), squares = 0;
+      for (double x : members[pos]) squares += (x - mean) * (x - mean);
+      double var = squares / std::max(0.0, double(count[pos]) - correction);
+      r = fromF(op == "std" ? std::sqrt(var) : var);
+    }
     if (logical) r = fromBool(truthy(r));
     if (isArg) r = fromI(argIndex[pos]);
     store(out, idx, r);

@@ -27,8 +27,9 @@ void eachIndex(const std::vector<int64_t>& sizes,
 bool runPointwise(const std::string& op, const std::vector<const HostTensor*>& operands,
                   const std::vector<Operand>& kinds, double alpha, const std::string& mode,
                   HostTensor& out);
-// `dims` absent: every dim.
+// `dims` absent: every dim. `correction`: var's and std's.
 bool runReduction(const std::string& op, const HostTensor& self,
-                  const std::optional<std::vector<int64_t>>& dims, HostTensor& out);
+                  const std::optional<std::vector<int64_t>>& dims, double correction,
+                  HostTensor& out);
 
 } // namespace kiln::ir::detail
