@@ -304,6 +304,26 @@ TEST_F(Interpret, IntegerPowAndSymbolicScalarOperands) {
   EXPECT_EQ(out[1].toInts(), std::vector<int64_t>({12, -18, 60}));
 }
 
+TEST_F(Interpret, CreationOps) {
+  ValueId x = input(DType::Int32, {s0});
+  graph.setOutputs(
+      {graph.call("full", {}, {{"size", std::vector<sym::Expr>{s0}}, {"fill_value", 2.5}}),
+       graph.call("ones_like", {x}),
+       graph.call("zeros", {}, {{"size", std::vector<int64_t>{2}}, {"dtype", DType::Bool}}),
+       graph.call("arange", {},
+                  {{"end", int64_t{-3}}, {"start", int64_t{2}}, {"step", int64_t{-2}}}),
+       graph.call("arange", {}, {{"end", 1.0}, {"step", 0.25}})});
+  std::vector<HostTensor> out = interpret(graph, {t(DType::Int32, {2}, {7, 7})});
+  EXPECT_EQ(out[0].dtype, DType::Float32);
+  EXPECT_EQ(out[0].toDoubles(), Doubles({2.5, 2.5}));
+  EXPECT_EQ(out[1].dtype, DType::Int32);
+  EXPECT_EQ(out[1].toInts(), std::vector<int64_t>({1, 1}));
+  EXPECT_EQ(out[2].toInts(), std::vector<int64_t>({0, 0}));
+  EXPECT_EQ(out[3].dtype, DType::Int64);
+  EXPECT_EQ(out[3].toInts(), std::vector<int64_t>({2, 0, -2}));
+  EXPECT_EQ(out[4].toDoubles(), Doubles({0, 0.25, 0.5, 0.75}));
+}
+
 TEST_F(Interpret, ViewsAliasTheirInput) {
   ValueId x = input(DType::Float32, {s0, s1});
   ValueId tr = graph.call("transpose", {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});

@@ -18,7 +18,7 @@
 #include "kiln/sym/range.h"
 
 // TODO(issue 3): the interpreter does not run yet: matmul/bmm/linear, gather/index
-// ops, creation ops (full, zeros, arange, ...), nn ops (softmax,
+// ops, nn ops (softmax,
 // log_softmax, layer_norm, dropout, attention, losses), complex dtypes, and
 // unbacked (data-dependent) sizes. Float floor division is floor(a / b), not
 // torch's fmod-based formula, which differs in the last bit at times.
@@ -444,6 +444,41 @@ HostTensor concatenate(const std::string& op, const std::vector<HostTensor>& ins
   return out;
 }
 
+// full, zeros, ones, empty and their _like forms (empty is zeroed), and arange.
+bool create(const std::string& op, const Args& args, HostTensor& out) {
+  if (op == "arange") {
+    const HostTensor* start = args.tensor("start");
+    const HostTensor* step = args.tensor("step");
+    bool integral = !isFloating(args.tensor("end")->dtype) &&
+                    !(start && isFloating(start->dtype)) && !(step && isFloating(step->dtype));
+    std::vector<int64_t> i(1, 0);
+    for (; i[0] < out.sizes[0]; ++i[0]) {
+      if (integral) {
+        int64_t from = start ? start->toInts()[0] : 0, by = step ? step->toInts()[0] : 1;
+        detail::storeElementI(out, i, from + i[0] * by);
+      } else {
+        double from = start ? start->toDoubles()[0] : 0, by = step ? step->toDoubles()[0] : 1;
+        detail::storeElementF(out, i, from + double(i[0]) * by);
+      }
+    }
+    return true;
+  }
+  std::string base =
+      op.size() > 5 && op.substr(op.size() - 5) == "_like" ? op.substr(0, op.size() - 5) : op;
+  if (base != "full" && base != "zeros" && base != "ones" && base != "empty") return false;
+  const HostTensor* fill = base == "full" ? args.tensor("fill_value") : nullptr;
+  bool isFloat = fill && isFloating(fill->dtype);
+  double f = isFloat ? fill->toDoubles()[0] : 0;
+  int64_t n = fill && !isFloat ? fill->toInts()[0] : base == "ones" ? 1 : 0;
+  detail::eachIndex(out.sizes, [&](const std::vector<int64_t>& idx) {
+    if (isFloat)
+      detail::storeElementF(out, idx, f);
+    else
+      detail::storeElementI(out, idx, n);
+  });
+  return true;
+}
+
 HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostTensor>& values,
                    const sym::Binding& binding) {
   const OpInfo& op = getOp(node.target);
@@ -470,6 +505,7 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
                sym::evaluate(meta.storageOffset, binding));
   if (name == "cat" || name == "stack")
     return concatenate(name, args.list(), std::get<int64_t>(args.attr("dim")), out);
+  if (create(name, args, out)) return out;
   std::string base = name;
   if (op.mutates) {
     base.pop_back();
