@@ -75,13 +75,15 @@ TEST_F(Interpret, RejectsAWrongConstantSize) {
 }
 
 TEST_F(Interpret, UnimplementedOpIsUnsupported) {
-  ValueId x = input(DType::Float32, ints(table, {2, 2}));
+  ValueId x = input(DType::Float32, ints(table, {2}));
+  ValueId i = input(DType::Int64, ints(table, {2}));
   try {
-    run1(graph.call("matmul", {x, x}), {t(DType::Float32, {2, 2}, {1, 2, 3, 4})});
+    run1(graph.call("scatter_add", {x, i, x}, {{"dim", int64_t{0}}}),
+         {t(DType::Float32, {2}, {1, 2}), t(DType::Int64, {2}, {0, 0})});
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::Unsupported);
-    EXPECT_NE(e.message().find("matmul"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("scatter_add"), std::string::npos) << e.message();
   }
 }
 
@@ -322,6 +324,59 @@ TEST_F(Interpret, CreationOps) {
   EXPECT_EQ(out[3].dtype, DType::Int64);
   EXPECT_EQ(out[3].toInts(), std::vector<int64_t>({2, 0, -2}));
   EXPECT_EQ(out[4].toDoubles(), Doubles({0, 0.25, 0.5, 0.75}));
+}
+
+TEST_F(Interpret, MatrixProductsBroadcastAndDropVectorDims) {
+  ValueId a = input(DType::Float32, ints(table, {2, 1, 2, 3}));
+  ValueId b = input(DType::Float32, ints(table, {3, 2}));
+  ValueId v = input(DType::Float32, ints(table, {3}));
+  ValueId bias = input(DType::Float32, ints(table, {2}));
+  graph.setOutputs(
+      {graph.call("matmul", {a, b}), graph.call("matmul", {v, b}), graph.call("matmul", {v, v}),
+       graph.call("linear", {bias, b, v}),
+       graph.call(
+           "addmm",
+           {bias, graph.call("transpose", {b}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}}), b},
+           {{"alpha", 2.0}})});
+  HostTensor at = t(DType::Float32, {2, 1, 2, 3}, {1, 0, 0, 0, 1, 0, 0, 0, 1, 1, 1, 1});
+  HostTensor bt = t(DType::Float32, {3, 2}, {1, 2, 3, 4, 5, 6});
+  std::vector<HostTensor> out = interpret(
+      graph, {at, bt, t(DType::Float32, {3}, {1, -1, 2}), t(DType::Float32, {2}, {10, 20})});
+  EXPECT_EQ(out[0].sizes, std::vector<int64_t>({2, 1, 2, 2}));
+  EXPECT_EQ(out[0].toDoubles(), Doubles({1, 2, 3, 4, 5, 6, 9, 12}));
+  EXPECT_EQ(out[1].toDoubles(), Doubles({8, 10}));
+  EXPECT_EQ(out[2].sizes, std::vector<int64_t>{});
+  EXPECT_EQ(out[2].toDoubles(), Doubles({6}));
+  EXPECT_EQ(out[3].toDoubles(), Doubles({51, 109, 172}));     // [10, 20] @ b^T + [1, -1, 2]
+  EXPECT_EQ(out[4].toDoubles(), Doubles({80, 108, 98, 132})); // 2 * b^T @ b + [10, 20]
+}
+
+TEST_F(Interpret, IndexingOpsAndSoftmax) {
+  ValueId x = input(DType::Float32, ints(table, {2, 3}));
+  ValueId i = input(DType::Int64, ints(table, {2}));
+  ValueId g = input(DType::Int64, ints(table, {2, 1}));
+  ValueId e = input(DType::Int64, ints(table, {2}));
+  graph.setOutputs({graph.call("index_select", {x, i}, {{"dim", int64_t{1}}}),
+                    graph.call("gather", {x, g}, {{"dim", int64_t{1}}}),
+                    graph.call("embedding", {x, e}),
+                    graph.call("softmax", {x}, {{"dim", int64_t{-1}}}),
+                    graph.call("log_softmax", {x}, {{"dim", int64_t{0}}})});
+  HostTensor xt = t(DType::Float32, {2, 3}, {1, 2, 3, 0, 0, 0});
+  std::vector<HostTensor> out =
+      interpret(graph, {xt, t(DType::Int64, {2}, {2, 0}), t(DType::Int64, {2, 1}, {1, 2}),
+                        t(DType::Int64, {2}, {1, 0})});
+  EXPECT_EQ(out[0].toDoubles(), Doubles({3, 1, 0, 0}));
+  EXPECT_EQ(out[1].toDoubles(), Doubles({2, 0}));
+  EXPECT_EQ(out[2].toDoubles(), Doubles({0, 0, 0, 1, 2, 3}));
+  std::vector<double> s = out[3].toDoubles();
+  double z = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  EXPECT_FLOAT_EQ(s[0], std::exp(1.0) / z);
+  EXPECT_FLOAT_EQ(s[2], std::exp(3.0) / z);
+  EXPECT_FLOAT_EQ(s[4], 1.0 / 3);
+  EXPECT_FLOAT_EQ(out[4].toDoubles()[1], 2 - std::log(std::exp(2.0) + 1));
+  EXPECT_THROW(interpret(graph, {xt, t(DType::Int64, {2}, {3, 0}), t(DType::Int64, {2, 1}, {1, 2}),
+                                 t(DType::Int64, {2}, {1, 0})}),
+               Error); // index 3 of 3 columns
 }
 
 TEST_F(Interpret, ViewsAliasTheirInput) {

@@ -17,11 +17,9 @@
 #include "kiln/sym/print.h"
 #include "kiln/sym/range.h"
 
-// TODO(issue 3): the interpreter does not run yet: matmul/bmm/linear, gather/index
-// ops, nn ops (softmax,
-// log_softmax, layer_norm, dropout, attention, losses), complex dtypes, and
-// unbacked (data-dependent) sizes. Float floor division is floor(a / b), not
-// torch's fmod-based formula, which differs in the last bit at times.
+// TODO(issue 3): the interpreter does not run yet: scatter_add, nn ops (layer_norm, dropout,
+// attention, losses), complex dtypes, and unbacked (data-dependent) sizes. Float floor division is
+// floor(a / b), not torch's fmod-based formula, which differs in the last bit at times.
 
 namespace kiln::ir {
 namespace {
@@ -529,6 +527,9 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
   if (base == "clamp")
     mode = std::string(args.tensor("min") ? "min" : "") + (args.tensor("max") ? "max" : "");
   if (detail::runPointwise(base, operands, kinds, alpha, mode, out)) return out;
+  auto tensorArg = [&](std::string_view a) { return args.tensor(a); };
+  auto numberArg = [&](std::string_view a) { return args.number(a); };
+  if (detail::runLinalg(base, tensorArg, numberArg, out)) return out;
 
   std::optional<std::vector<int64_t>> dims;
   if (op.args.size() > 1 && op.args[1].name == "dim" && args.has("dim")) dims = args.intList("dim");

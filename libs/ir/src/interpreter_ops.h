@@ -4,6 +4,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/ir/dtype.h"
@@ -31,5 +32,13 @@ bool runPointwise(const std::string& op, const std::vector<const HostTensor*>& o
 bool runReduction(const std::string& op, const HostTensor& self,
                   const std::optional<std::vector<int64_t>>& dims, double correction,
                   HostTensor& out);
+
+// Matrix products (mm bmm matmul addmm linear), index_select, gather,
+// embedding, softmax and log_softmax, with their arguments looked up by name
+// (nullptr: an absent optional tensor).
+using TensorArg = std::function<const HostTensor*(std::string_view)>;
+using NumberArg = std::function<double(std::string_view)>;
+bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& number,
+               HostTensor& out);
 
 } // namespace kiln::ir::detail

@@ -1,0 +1,139 @@
+// The reference interpreter's matrix products, indexing ops and softmax, one
+// element at a time with double (or int64) accumulation.
+#include <cmath>
+
+#include "interpreter_ops.h"
+#include "kiln/common/error.h"
+
+namespace kiln::ir::detail {
+namespace {
+
+[[noreturn]] void invalid(const std::string& op, const std::string& message) {
+  throw Error(ErrorCode::InvalidArgument, "interpret: " + op + ": " + message);
+}
+
+// The last two dims swapped: a view.
+HostTensor transposed(HostTensor t) {
+  size_t r = t.sizes.size();
+  if (r >= 2) {
+    std::swap(t.sizes[r - 1], t.sizes[r - 2]);
+    std::swap(t.strides[r - 1], t.strides[r - 2]);
+  }
+  return t;
+}
+
+// out = beta * bias + alpha * (a @ b), torch.matmul's cases: a 1-d a gains a
+// leading dim of 1 and a 1-d b a trailing one, which the result drops; batch
+// dims broadcast (indices align to the right, as `at` reads them).
+void matmul(const HostTensor& a, const HostTensor& b, const HostTensor* bias, double alpha,
+            double beta, const HostTensor& out) {
+  bool vectorA = a.sizes.size() == 1, vectorB = b.sizes.size() == 1;
+  int64_t inner = a.sizes.back();
+  size_t rank = out.sizes.size();
+  size_t batch = rank - (vectorA ? 0 : 1) - (vectorB ? 0 : 1);
+  bool isFloat = isFloating(out.dtype);
+  eachIndex(out.sizes, [&](const std::vector<int64_t>& idx) {
+    std::vector<int64_t> ai(idx.begin(), idx.begin() + batch), bi = ai;
+    if (!vectorA) ai.push_back(idx[batch]);
+    ai.push_back(0);
+    bi.push_back(0);
+    if (!vectorB) bi.push_back(idx[rank - 1]);
+    size_t ak = ai.size() - 1, bk = vectorB ? bi.size() - 1 : bi.size() - 2;
+    double f = 0;
+    int64_t n = 0;
+    for (int64_t k = 0; k < inner; ++k) {
+      ai[ak] = bi[bk] = k;
+      if (isFloat)
+        f += castToF(out.dtype, loadElementF(a, ai)) * castToF(out.dtype, loadElementF(b, bi));
+      else
+        n += loadElementI(a, ai) * loadElementI(b, bi);
+    }
+    if (isFloat) {
+      double v = alpha * f + (bias ? beta * loadElementF(*bias, idx) : 0.0);
+      storeElementF(out, idx, v);
+    } else {
+      int64_t v = int64_t(alpha) * n + (bias ? int64_t(beta) * loadElementI(*bias, idx) : 0);
+      storeElementI(out, idx, v);
+    }
+  });
+}
+
+int64_t checkedIndex(const std::string& op, int64_t i, int64_t size) {
+  if (i < 0 || i >= size)
+    invalid(op, "index " + std::to_string(i) + " is out of range for size " + std::to_string(size));
+  return i;
+}
+
+void copyElement(const HostTensor& from, const std::vector<int64_t>& at, const HostTensor& out,
+                 const std::vector<int64_t>& idx) {
+  if (isFloating(from.dtype))
+    storeElementF(out, idx, loadElementF(from, at));
+  else
+    storeElementI(out, idx, loadElementI(from, at));
+}
+
+} // namespace
+
+bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& number,
+               HostTensor& out) {
+  if (op == "mm" || op == "bmm") {
+    matmul(*tensor("self"), *tensor("mat2"), nullptr, 1, 0, out);
+  } else if (op == "matmul") {
+    matmul(*tensor("self"), *tensor("other"), nullptr, 1, 0, out);
+  } else if (op == "addmm") {
+    matmul(*tensor("mat1"), *tensor("mat2"), tensor("self"), number("alpha"), number("beta"), out);
+  } else if (op == "linear") {
+    matmul(*tensor("input"), transposed(*tensor("weight")), tensor("bias"), 1, 1, out);
+  } else if (op == "index_select" || op == "gather") {
+    const HostTensor& self = *tensor("self");
+    const HostTensor& index = *tensor("index");
+    int64_t rank = std::max<int64_t>(int64_t(self.sizes.size()), 1);
+    int64_t dim = int64_t(number("dim"));
+    size_t d = size_t(dim < 0 ? dim + rank : dim);
+    eachIndex(out.sizes, [&](const std::vector<int64_t>& idx) {
+      std::vector<int64_t> at = idx;
+      if (!self.sizes.empty()) {
+        std::vector<int64_t> which =
+            op == "gather" ? idx : std::vector<int64_t>(index.sizes.size(), idx[d]);
+        at[d] = checkedIndex(op, loadElementI(index, which), self.sizes[d]);
+      }
+      copyElement(self, at, out, idx);
+    });
+  } else if (op == "embedding") {
+    const HostTensor& weight = *tensor("weight");
+    const HostTensor& indices = *tensor("indices");
+    eachIndex(out.sizes, [&](const std::vector<int64_t>& idx) {
+      std::vector<int64_t> row(idx.begin(), idx.end() - 1);
+      int64_t i = checkedIndex(op, loadElementI(indices, row), weight.sizes[0]);
+      copyElement(weight, {i, idx.back()}, out, idx);
+    });
+  } else if (op == "softmax" || op == "log_softmax") {
+    const HostTensor& self = *tensor("self");
+    int64_t rank = std::max<int64_t>(int64_t(self.sizes.size()), 1);
+    int64_t dim = int64_t(number("dim"));
+    size_t d = size_t(dim < 0 ? dim + rank : dim);
+    std::vector<int64_t> outer = out.sizes;
+    int64_t n = outer.empty() ? 1 : outer[d];
+    if (!outer.empty()) outer[d] = 1;
+    eachIndex(outer, [&](std::vector<int64_t> idx) { // one slice along d at a time
+      std::vector<double> x(n);
+      double max = -INFINITY, sum = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        if (!idx.empty()) idx[d] = k;
+        x[k] = castToF(out.dtype, loadElementF(self, idx));
+        max = std::max(max, x[k]);
+      }
+      for (double v : x) sum += std::exp(v - max);
+      for (int64_t k = 0; k < n; ++k) {
+        if (!idx.empty()) idx[d] = k;
+        double v = op == "softmax" ? std::exp(x[k] - max) / sum : x[k] - max - std::log(sum);
+        storeElementF(out, idx, v);
+      }
+    });
+  } else {
+    return false;
+  }
+  return true;
+}
+
+} // namespace kiln::ir::detail
