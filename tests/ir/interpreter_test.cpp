@@ -75,15 +75,15 @@ TEST_F(Interpret, RejectsAWrongConstantSize) {
 }
 
 TEST_F(Interpret, UnimplementedOpIsUnsupported) {
-  ValueId x = input(DType::Float32, ints(table, {2}));
+  ValueId x = input(DType::Float32, ints(table, {2, 3}));
   ValueId i = input(DType::Int64, ints(table, {2}));
   try {
-    run1(graph.call("scatter_add", {x, i, x}, {{"dim", int64_t{0}}}),
-         {t(DType::Float32, {2}, {1, 2}), t(DType::Int64, {2}, {0, 0})});
+    run1(graph.call("cross_entropy", {x, i}),
+         {t(DType::Float32, {2, 3}, {1, 2, 3, 4, 5, 6}), t(DType::Int64, {2}, {0, 0})});
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::Unsupported);
-    EXPECT_NE(e.message().find("scatter_add"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("cross_entropy"), std::string::npos) << e.message();
   }
 }
 
@@ -377,6 +377,33 @@ TEST_F(Interpret, IndexingOpsAndSoftmax) {
   EXPECT_THROW(interpret(graph, {xt, t(DType::Int64, {2}, {3, 0}), t(DType::Int64, {2, 1}, {1, 2}),
                                  t(DType::Int64, {2}, {1, 0})}),
                Error); // index 3 of 3 columns
+}
+
+TEST_F(Interpret, ScatterAddAccumulatesRepeatedIndices) {
+  ValueId x = input(DType::Float32, ints(table, {3}));
+  ValueId i = input(DType::Int64, ints(table, {4}));
+  ValueId src = input(DType::Float32, ints(table, {4}));
+  HostTensor out = run1(graph.call("scatter_add", {x, i, src}, {{"dim", int64_t{0}}}),
+                        {t(DType::Float32, {3}, {1, 1, 1}), t(DType::Int64, {4}, {2, 0, 2, 2}),
+                         t(DType::Float32, {4}, {1, 2, 3, 4})});
+  EXPECT_EQ(out.toDoubles(), Doubles({3, 1, 9}));
+}
+
+TEST_F(Interpret, LayerNormAndRmsNorm) {
+  ValueId x = input(DType::Float64, ints(table, {2, 2}));
+  ValueId w = input(DType::Float64, ints(table, {2}));
+  std::vector<int64_t> last = {2};
+  graph.setOutputs({graph.call("layer_norm", {x, w, w}, {{"normalized_shape", last}, {"eps", 0.0}}),
+                    graph.call("rms_norm", {x}, {{"normalized_shape", last}, {"eps", 0.0}}),
+                    graph.call("layer_norm", {x},
+                               {{"normalized_shape", std::vector<int64_t>{2, 2}}, {"eps", 0.0}})});
+  std::vector<HostTensor> out =
+      interpret(graph, {t(DType::Float64, {2, 2}, {1, 3, -2, 2}), t(DType::Float64, {2}, {2, 10})});
+  EXPECT_EQ(out[0].toDoubles(), Doubles({0, 20, -0, 20})); // (x - mean) / std * w + w
+  EXPECT_EQ(out[1].toDoubles()[1], 3 / std::sqrt(5.0));
+  EXPECT_EQ(out[1].toDoubles()[2], -1);
+  // mean 1, variance (0 + 4 + 9 + 1) / 4 = 3.5
+  EXPECT_DOUBLE_EQ(out[2].toDoubles()[3], 1 / std::sqrt(3.5));
 }
 
 TEST_F(Interpret, ViewsAliasTheirInput) {

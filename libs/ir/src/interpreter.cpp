@@ -17,9 +17,9 @@
 #include "kiln/sym/print.h"
 #include "kiln/sym/range.h"
 
-// TODO(issue 3): the interpreter does not run yet: scatter_add, nn ops (layer_norm, dropout,
-// attention, losses), complex dtypes, and unbacked (data-dependent) sizes. Float floor division is
-// floor(a / b), not torch's fmod-based formula, which differs in the last bit at times.
+// TODO(issue 3): the interpreter does not run yet: dropout, attention, cross_entropy, complex
+// dtypes, and unbacked (data-dependent) sizes. Float floor division is floor(a / b), not torch's
+// fmod-based formula, which differs in the last bit at times.
 
 namespace kiln::ir {
 namespace {
@@ -528,7 +528,13 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
     mode = std::string(args.tensor("min") ? "min" : "") + (args.tensor("max") ? "max" : "");
   if (detail::runPointwise(base, operands, kinds, alpha, mode, out)) return out;
   auto tensorArg = [&](std::string_view a) { return args.tensor(a); };
-  auto numberArg = [&](std::string_view a) { return args.number(a); };
+  auto numberArg = [&](std::string_view a) {
+    if (!args.has(a)) return std::numeric_limits<double>::quiet_NaN();
+    const AttrValue& v = args.attr(a);
+    if (auto* ints = std::get_if<std::vector<int64_t>>(&v)) return double(ints->size());
+    if (auto* exprs = std::get_if<std::vector<sym::Expr>>(&v)) return double(exprs->size());
+    return args.number(a);
+  };
   if (detail::runLinalg(base, tensorArg, numberArg, out)) return out;
 
   std::optional<std::vector<int64_t>> dims;

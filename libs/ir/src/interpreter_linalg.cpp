@@ -1,5 +1,5 @@
-// The reference interpreter's matrix products, indexing ops and softmax, one
-// element at a time with double (or int64) accumulation.
+// The reference interpreter's matrix products, indexing ops, softmax and
+// normalizations, one element at a time with double (or int64) accumulation.
 #include <cmath>
 
 #include "interpreter_ops.h"
@@ -72,6 +72,43 @@ void copyElement(const HostTensor& from, const std::vector<int64_t>& at, const H
     storeElementI(out, idx, loadElementI(from, at));
 }
 
+// The machine epsilon of a floating dtype (rms_norm's default eps).
+double epsilonOf(DType t) {
+  switch (t) {
+  case DType::Float64: return std::ldexp(1.0, -52);
+  case DType::Float16: return std::ldexp(1.0, -10);
+  case DType::BFloat16: return std::ldexp(1.0, -7);
+  default: return std::ldexp(1.0, -23);
+  }
+}
+
+// layer_norm and rms_norm over the last `k` dims.
+void normalize(const std::string& op, const HostTensor& x, size_t k, const HostTensor* weight,
+               const HostTensor* bias, double eps, const HostTensor& out) {
+  std::vector<int64_t> outer(out.sizes.begin(), out.sizes.end() - k);
+  std::vector<int64_t> inner(out.sizes.end() - k, out.sizes.end());
+  if (std::isnan(eps)) eps = epsilonOf(out.dtype);
+  eachIndex(outer, [&](const std::vector<int64_t>& o) {
+    std::vector<std::vector<int64_t>> where;
+    std::vector<double> v;
+    eachIndex(inner, [&](const std::vector<int64_t>& i) {
+      std::vector<int64_t> idx = o;
+      idx.insert(idx.end(), i.begin(), i.end());
+      where.push_back(idx);
+      v.push_back(loadElementF(x, idx));
+    });
+    double n = double(v.size()), mean = 0, squares = 0;
+    for (double e : v) mean += e / n;
+    for (double e : v) squares += (op == "rms_norm" ? e * e : (e - mean) * (e - mean)) / n;
+    for (size_t j = 0; j < v.size(); ++j) {
+      double y = (op == "rms_norm" ? v[j] : v[j] - mean) / std::sqrt(squares + eps);
+      if (weight) y *= loadElementF(*weight, where[j]);
+      if (bias) y += loadElementF(*bias, where[j]);
+      storeElementF(out, where[j], y);
+    }
+  });
+}
+
 } // namespace
 
 bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& number,
@@ -99,6 +136,26 @@ bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& 
       }
       copyElement(self, at, out, idx);
     });
+  } else if (op == "scatter_add") {
+    const HostTensor& self = *tensor("self");
+    const HostTensor& index = *tensor("index");
+    const HostTensor& src = *tensor("src");
+    eachIndex(out.sizes,
+              [&](const std::vector<int64_t>& idx) { copyElement(self, idx, out, idx); });
+    int64_t rank = std::max<int64_t>(int64_t(self.sizes.size()), 1);
+    int64_t dim = int64_t(number("dim"));
+    size_t d = size_t(dim < 0 ? dim + rank : dim);
+    eachIndex(index.sizes, [&](const std::vector<int64_t>& idx) {
+      std::vector<int64_t> at = idx;
+      if (!at.empty()) at[d] = checkedIndex(op, loadElementI(index, idx), out.sizes[d]);
+      if (isFloating(out.dtype))
+        storeElementF(out, at, loadElementF(out, at) + loadElementF(src, idx));
+      else
+        storeElementI(out, at, loadElementI(out, at) + loadElementI(src, idx));
+    });
+  } else if (op == "layer_norm" || op == "rms_norm") {
+    normalize(op, *tensor("input"), size_t(number("normalized_shape")), tensor("weight"),
+              tensor("bias"), number("eps"), out);
   } else if (op == "embedding") {
     const HostTensor& weight = *tensor("weight");
     const HostTensor& indices = *tensor("indices");

@@ -34,8 +34,9 @@ bool runReduction(const std::string& op, const HostTensor& self,
                   HostTensor& out);
 
 // Matrix products (mm bmm matmul addmm linear), index_select, gather,
-// embedding, softmax and log_softmax, with their arguments looked up by name
-// (nullptr: an absent optional tensor).
+// scatter_add, embedding, softmax, log_softmax, layer_norm and rms_norm, with
+// their arguments looked up by name (nullptr: an absent optional tensor; NaN:
+// an absent number; a list: its length).
 using TensorArg = std::function<const HostTensor*(std::string_view)>;
 using NumberArg = std::function<double(std::string_view)>;
 bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& number,
