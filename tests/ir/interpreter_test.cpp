@@ -78,7 +78,7 @@ TEST_F(Interpret, UnimplementedOpIsUnsupported) {
   ValueId x = input(DType::Float32, ints(table, {2, 3}));
   ValueId i = input(DType::Int64, ints(table, {2}));
   try {
-    run1(graph.call("cross_entropy", {x, i}),
+    run1(graph.call("cross_entropy", {x, i}, {{"label_smoothing", 0.1}}),
          {t(DType::Float32, {2, 3}, {1, 2, 3, 4, 5, 6}), t(DType::Int64, {2}, {0, 0})});
     FAIL() << "no error";
   } catch (const Error& e) {
@@ -404,6 +404,40 @@ TEST_F(Interpret, LayerNormAndRmsNorm) {
   EXPECT_EQ(out[1].toDoubles()[2], -1);
   // mean 1, variance (0 + 4 + 9 + 1) / 4 = 3.5
   EXPECT_DOUBLE_EQ(out[2].toDoubles()[3], 1 / std::sqrt(3.5));
+}
+
+TEST_F(Interpret, AttentionWithCausalMask) {
+  ValueId q = input(DType::Float64, ints(table, {1, 2, 2}));
+  ValueId v = input(DType::Float64, ints(table, {1, 2, 1}));
+  graph.setOutputs({graph.call("scaled_dot_product_attention", {q, q, v}),
+                    graph.call("scaled_dot_product_attention", {q, q, v}, {{"is_causal", true}})});
+  std::vector<HostTensor> out = interpret(
+      graph, {t(DType::Float64, {1, 2, 2}, {1, 0, 0, 1}), t(DType::Float64, {1, 2, 1}, {1, 3})});
+  double e = std::exp(1 / std::sqrt(2.0));
+  EXPECT_DOUBLE_EQ(out[0].toDoubles()[0], (e * 1 + 3) / (e + 1));
+  EXPECT_DOUBLE_EQ(out[0].toDoubles()[1], (1 + e * 3) / (1 + e));
+  EXPECT_DOUBLE_EQ(out[1].toDoubles()[0], 1);
+  EXPECT_DOUBLE_EQ(out[1].toDoubles()[1], (1 + e * 3) / (1 + e));
+}
+
+TEST_F(Interpret, CrossEntropyWeightsAndIgnoresClasses) {
+  ValueId x = input(DType::Float64, ints(table, {2, 3}));
+  ValueId y = input(DType::Int64, ints(table, {2}));
+  ValueId w = input(DType::Float64, ints(table, {3}));
+  graph.setOutputs({graph.call("cross_entropy", {x, y}),
+                    graph.call("cross_entropy", {x, y}, {{"ignore_index", int64_t{0}}}),
+                    graph.call("cross_entropy", {x, y, w}),
+                    graph.call("cross_entropy", {x, y}, {{"reduction", std::string("none")}})});
+  std::vector<HostTensor> out =
+      interpret(graph, {t(DType::Float64, {2, 3}, {0, 0, 0, 1, 2, 3}), t(DType::Int64, {2}, {0, 2}),
+                        t(DType::Float64, {3}, {1, 1, 2})});
+  double loss0 = std::log(3.0);
+  double loss1 = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 3;
+  EXPECT_NEAR(out[0].toDoubles()[0], (loss0 + loss1) / 2, 1e-12);
+  EXPECT_NEAR(out[1].toDoubles()[0], loss1, 1e-12);
+  EXPECT_NEAR(out[2].toDoubles()[0], (loss0 + 2 * loss1) / 3, 1e-12);
+  EXPECT_EQ(out[3].sizes, std::vector<int64_t>({2}));
+  EXPECT_NEAR(out[3].toDoubles()[1], loss1, 1e-12);
 }
 
 TEST_F(Interpret, ViewsAliasTheirInput) {

@@ -17,7 +17,8 @@
 #include "kiln/sym/print.h"
 #include "kiln/sym/range.h"
 
-// TODO(issue 3): the interpreter does not run yet: dropout, attention, cross_entropy, complex
+// TODO(issue 3): the interpreter does not run yet: dropout (and attention's dropout_p),
+// cross_entropy's label smoothing and probability targets, complex
 // dtypes, and unbacked (data-dependent) sizes. Float floor division is floor(a / b), not torch's
 // fmod-based formula, which differs in the last bit at times.
 
@@ -535,7 +536,8 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
     if (auto* exprs = std::get_if<std::vector<sym::Expr>>(&v)) return double(exprs->size());
     return args.number(a);
   };
-  if (detail::runLinalg(base, tensorArg, numberArg, out)) return out;
+  auto stringArg = [&](std::string_view a) { return std::get<std::string>(args.attr(a)); };
+  if (detail::runLinalg(base, tensorArg, numberArg, stringArg, out)) return out;
 
   std::optional<std::vector<int64_t>> dims;
   if (op.args.size() > 1 && op.args[1].name == "dim" && args.has("dim")) dims = args.intList("dim");

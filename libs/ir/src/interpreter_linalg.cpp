@@ -109,10 +109,82 @@ void normalize(const std::string& op, const HostTensor& x, size_t k, const HostT
   });
 }
 
+// softmax(q k^T / sqrt(E) + mask) v, one query row at a time; a bool mask
+// keeps where true, a float mask is added; is_causal keeps s <= l.
+void attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
+               const HostTensor* mask, bool causal, const HostTensor& out) {
+  size_t n = q.sizes.size();
+  int64_t embed = q.sizes[n - 1], seq = k.sizes[n - 2];
+  std::vector<int64_t> rows = out.sizes;
+  rows[n - 1] = 1;
+  eachIndex(rows, [&](std::vector<int64_t> idx) {
+    int64_t l = idx[n - 2];
+    std::vector<double> w(seq);
+    double max = -INFINITY, sum = 0;
+    for (int64_t s = 0; s < seq; ++s) {
+      std::vector<int64_t> qi = idx, ki = idx, mi = idx;
+      ki[n - 2] = s;
+      mi[n - 1] = s;
+      double dot = 0;
+      for (int64_t e = 0; e < embed; ++e) {
+        qi[n - 1] = ki[n - 1] = e;
+        dot += loadElementF(q, qi) * loadElementF(k, ki);
+      }
+      w[s] = dot / std::sqrt(double(embed));
+      if (causal && s > l) w[s] = -INFINITY;
+      if (mask && mask->dtype == DType::Bool && !loadElementI(*mask, mi)) w[s] = -INFINITY;
+      if (mask && mask->dtype != DType::Bool) w[s] += loadElementF(*mask, mi);
+      max = std::max(max, w[s]);
+    }
+    for (double& x : w) sum += (x = std::exp(x - max));
+    for (int64_t e = 0; e < out.sizes[n - 1]; ++e) {
+      std::vector<int64_t> vi = idx, oi = idx;
+      oi[n - 1] = vi[n - 1] = e;
+      double acc = 0;
+      for (int64_t s = 0; s < seq; ++s) {
+        vi[n - 2] = s;
+        acc += w[s] / sum * loadElementF(v, vi);
+      }
+      storeElementF(out, oi, acc);
+    }
+  });
+}
+
+// cross_entropy with class-index targets: -w[y] * log_softmax(x)[y] per
+// sample, ignore_index skipped, reduced by sum or by the weights' mean.
+void crossEntropy(const HostTensor& x, const HostTensor& target, const HostTensor* weight,
+                  const std::string& reduction, int64_t ignore, const HostTensor& out) {
+  size_t classDim = x.sizes.size() == 1 ? 0 : 1;
+  int64_t classes = x.sizes[classDim];
+  double total = 0, weights = 0;
+  eachIndex(target.sizes, [&](const std::vector<int64_t>& b) {
+    int64_t y = loadElementI(target, b);
+    double loss = 0;
+    if (y != ignore) {
+      y = checkedIndex("cross_entropy", y, classes);
+      std::vector<int64_t> xi = b;
+      xi.insert(xi.begin() + classDim, 0);
+      double max = -INFINITY, sum = 0;
+      for (int64_t c = 0; c < classes; ++c)
+        xi[classDim] = c, max = std::max(max, loadElementF(x, xi));
+      for (int64_t c = 0; c < classes; ++c)
+        xi[classDim] = c, sum += std::exp(loadElementF(x, xi) - max);
+      xi[classDim] = y;
+      double w = weight ? loadElementF(*weight, {y}) : 1;
+      loss = -w * (loadElementF(x, xi) - max - std::log(sum));
+      weights += w;
+    }
+    total += loss;
+    if (reduction == "none") storeElementF(out, b, loss);
+  });
+  if (reduction == "sum") storeElementF(out, {}, total);
+  if (reduction == "mean") storeElementF(out, {}, total / weights);
+}
+
 } // namespace
 
 bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& number,
-               HostTensor& out) {
+               const StringArg& string, HostTensor& out) {
   if (op == "mm" || op == "bmm") {
     matmul(*tensor("self"), *tensor("mat2"), nullptr, 1, 0, out);
   } else if (op == "matmul") {
@@ -156,6 +228,17 @@ bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& 
   } else if (op == "layer_norm" || op == "rms_norm") {
     normalize(op, *tensor("input"), size_t(number("normalized_shape")), tensor("weight"),
               tensor("bias"), number("eps"), out);
+  } else if (op == "scaled_dot_product_attention") {
+    if (number("dropout_p") != 0)
+      throw Error(ErrorCode::Unsupported, "interpret: scaled_dot_product_attention with dropout");
+    attention(*tensor("query"), *tensor("key"), *tensor("value"), tensor("attn_mask"),
+              number("is_causal") != 0, out);
+  } else if (op == "cross_entropy") {
+    if (number("label_smoothing") != 0 || tensor("target")->dtype != DType::Int64)
+      throw Error(ErrorCode::Unsupported,
+                  "interpret: cross_entropy with label smoothing or probability targets");
+    crossEntropy(*tensor("input"), *tensor("target"), tensor("weight"), string("reduction"),
+                 int64_t(number("ignore_index")), out);
   } else if (op == "embedding") {
     const HostTensor& weight = *tensor("weight");
     const HostTensor& indices = *tensor("indices");

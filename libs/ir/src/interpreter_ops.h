@@ -34,12 +34,14 @@ bool runReduction(const std::string& op, const HostTensor& self,
                   HostTensor& out);
 
 // Matrix products (mm bmm matmul addmm linear), index_select, gather,
-// scatter_add, embedding, softmax, log_softmax, layer_norm and rms_norm, with
+// scatter_add, embedding, softmax, log_softmax, layer_norm, rms_norm,
+// scaled_dot_product_attention and cross_entropy, with
 // their arguments looked up by name (nullptr: an absent optional tensor; NaN:
 // an absent number; a list: its length).
 using TensorArg = std::function<const HostTensor*(std::string_view)>;
 using NumberArg = std::function<double(std::string_view)>;
+using StringArg = std::function<std::string(std::string_view)>;
 bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& number,
-               HostTensor& out);
+               const StringArg& string, HostTensor& out);
 
 } // namespace kiln::ir::detail
