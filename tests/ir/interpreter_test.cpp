@@ -7,6 +7,7 @@
 #include "helpers.h"
 #include "kiln/common/error.h"
 #include "kiln/ir/interpreter.h"
+#include "kiln/ir/passes.h"
 
 namespace kiln::ir {
 namespace {
@@ -438,6 +439,36 @@ TEST_F(Interpret, CrossEntropyWeightsAndIgnoresClasses) {
   EXPECT_NEAR(out[2].toDoubles()[0], (loss0 + 2 * loss1) / 3, 1e-12);
   EXPECT_EQ(out[3].sizes, std::vector<int64_t>({2}));
   EXPECT_NEAR(out[3].toDoubles()[1], loss1, 1e-12);
+}
+
+TEST_F(Interpret, DecompositionsKeepTheValues) {
+  ValueId x = input(DType::Float64, ints(table, {2, 3}));
+  ValueId w = input(DType::Float64, ints(table, {4, 3}));
+  ValueId b = input(DType::Float64, ints(table, {3}));
+  ValueId y = input(DType::Int64, ints(table, {2}));
+  std::vector<int64_t> last = {3};
+  graph.setOutputs({graph.call("gelu", {x}),
+                    graph.call("gelu", {x}, {{"approximate", std::string("tanh")}}),
+                    graph.call("silu", {x}), graph.call("softmax", {x}, {{"dim", int64_t{0}}}),
+                    graph.call("log_softmax", {x}, {{"dim", int64_t{1}}}),
+                    graph.call("linear", {x, w}), graph.call("var", {x}, {{"dim", int64_t{1}}}),
+                    graph.call("std", {x}, {{"correction", int64_t{0}}}),
+                    graph.call("layer_norm", {x, b, b}, {{"normalized_shape", last}}),
+                    graph.call("rms_norm", {x, b}, {{"normalized_shape", last}}),
+                    graph.call("cross_entropy", {x, y})});
+  std::vector<HostTensor> inputs = {
+      t(DType::Float64, {2, 3}, {-1.5, 0.25, 2, 3, -0.5, 1}),
+      t(DType::Float64, {4, 3}, {1, 2, 3, 4, 5, 6, -1, -2, -3, 0.5, 0, 1}),
+      t(DType::Float64, {3}, {0.5, -1, 2}), t(DType::Int64, {2}, {2, 0})};
+  std::vector<HostTensor> direct = interpret(graph, inputs);
+  std::vector<HostTensor> decomposed = interpret(decompose(graph), inputs);
+  ASSERT_EQ(direct.size(), decomposed.size());
+  for (size_t i = 0; i < direct.size(); ++i) {
+    EXPECT_EQ(direct[i].sizes, decomposed[i].sizes) << "output " << i;
+    std::vector<double> a = direct[i].toDoubles(), c = decomposed[i].toDoubles();
+    ASSERT_EQ(a.size(), c.size()) << "output " << i;
+    for (size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(a[j], c[j], 1e-12) << "output " << i;
+  }
 }
 
 TEST_F(Interpret, ViewsAliasTheirInput) {
