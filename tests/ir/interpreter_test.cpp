@@ -231,6 +231,17 @@ TEST_F(Interpret, ReadsNonContiguousInputs) {
   EXPECT_THROW(interpret(graph, {wrong}), Error);
 }
 
+TEST_F(Interpret, ViewsOfAnOffsetInputCountFromItsOffset) {
+  ValueId x = input(DType::Float32, ints(table, {2, 2}));
+  ValueId row = graph.call("select", {x}, {{"dim", int64_t{0}}, {"index", int64_t{1}}});
+  HostTensor in = t(DType::Float32, {3, 2}, {1, 2, 3, 4, 5, 6});
+  in.sizes = {2, 2};
+  in.storageOffset = 2; // rows 1 and 2 of the [3, 2] tensor
+  HostTensor out = run1(row, {in});
+  EXPECT_EQ(out.storageOffset, 4);
+  EXPECT_EQ(out.toDoubles(), Doubles({5, 6}));
+}
+
 TEST_F(Interpret, Reductions) {
   ValueId x = input(DType::Float32, ints(table, {2, 3}));
   graph.setOutputs({graph.call("sum", {x}, {{"dim", std::vector<int64_t>{1}}}),

@@ -493,7 +493,12 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
     HostTensor out = *args.tensor("self");
     out.sizes = evalAll(meta.sizes, binding);
     out.strides = evalAll(meta.strides, binding);
-    out.storageOffset = sym::evaluate(meta.storageOffset, binding);
+    int64_t offset = sym::evaluate(meta.storageOffset, binding);
+    // The inferred offset counts from the input's inferred one (as_strided's is absolute).
+    if (name != "as_strided")
+      offset +=
+          out.storageOffset - sym::evaluate(graph.meta(node.inputs[0]).storageOffset, binding);
+    out.storageOffset = offset;
     return out;
   }
   if (name == "reshape" || name == "flatten" || name == "contiguous" || name == "clone")
@@ -586,7 +591,8 @@ std::vector<HostTensor> interpret(const Graph& graph, std::vector<HostTensor> in
     for (size_t d = 0; d < m.dim(); ++d)
       if (t.sizes[d] != 1)
         binder.bind(m.strides[d], t.strides[d], who + " stride " + std::to_string(d));
-    binder.bind(m.storageOffset, t.storageOffset, who + " storage offset");
+    if (!m.storageOffset.asInteger()) // a constant offset may differ: views are relative
+      binder.bind(m.storageOffset, t.storageOffset, who + " storage offset");
   }
   binder.checkDeferred();
 

@@ -33,10 +33,13 @@ struct HostTensor {
 
 // Runs `graph` on `inputs` (one per placeholder, in order) and returns its
 // outputs (a symbolic-scalar output as a 0-d i64 tensor). The graph's symbols
-// are bound from the inputs' sizes, strides and offsets: Error{InvalidArgument}
-// naming the input or symbol when they disagree (a symbol bound twice to
-// different values, a wrong rank, dtype or constant size). Error{Unsupported}
-// naming an op the interpreter does not implement.
+// are bound from the inputs' sizes, strides (of dims not of size 1) and
+// symbolic storage offsets; a constant offset may be any (views count from
+// it). Error{InvalidArgument} naming the input or symbol when they disagree (a
+// symbol bound twice to different values or outside its range, a wrong rank,
+// dtype, constant size or stride). Error{Unsupported} naming an op the
+// interpreter does not implement. Views share their input's bytes; in-place
+// ops write them.
 std::vector<HostTensor> interpret(const Graph& graph, std::vector<HostTensor> inputs);
 
 // Conversions of one value to the nearest value of a floating dtype, rounding
