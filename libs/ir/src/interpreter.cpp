@@ -202,7 +202,6 @@ std::byte* at(const HostTensor& t, const std::vector<int64_t>& idx) {
 
 class Binder {
 public:
-  explicit Binder(const std::string& where) : where_(where) {}
   // Binds a symbol to v, checks a constant, and defers anything else.
   void bind(sym::Expr e, int64_t v, const std::string& what) {
     if (e.isSymbol()) {
@@ -235,7 +234,6 @@ private:
     int64_t v;
     std::string what;
   };
-  std::string where_;
   sym::Binding binding_;
   std::vector<Deferred> deferred_;
 };
@@ -554,7 +552,7 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
 } // namespace
 
 std::vector<HostTensor> interpret(const Graph& graph, std::vector<HostTensor> inputs) {
-  Binder binder("inputs");
+  Binder binder;
   std::vector<const Node*> placeholders;
   for (const Node& n : graph.nodes())
     if (n.kind == NodeKind::Placeholder) placeholders.push_back(&n);
