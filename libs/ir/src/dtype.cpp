@@ -5,20 +5,14 @@
 namespace kiln::ir {
 namespace {
 
-struct Info {
-  std::string_view name;
-  size_t size;
-};
+// The printer's short names, by DType value.
+constexpr std::string_view kNames[kDTypeCount] = {"f32", "f64", "f16", "bf16", "i8",  "i16",
+                                                  "i32", "i64", "u8",  "b8",   "c64", "c128"};
 
-constexpr Info kInfo[kDTypeCount] = {
-    {"f32", 4}, {"f64", 8}, {"f16", 2}, {"bf16", 2}, {"i8", 1},  {"i16", 2},
-    {"i32", 4}, {"i64", 8}, {"u8", 1},  {"b8", 1},   {"c64", 8}, {"c128", 16},
-};
-
-const Info& info(DType t) {
+std::string_view shortName(DType t) {
   auto i = static_cast<int>(t);
   if (i < 0 || i >= kDTypeCount) throw Error(ErrorCode::Internal, "not a dtype");
-  return kInfo[i];
+  return kNames[i];
 }
 
 int category(DType t) {
@@ -48,16 +42,13 @@ std::optional<DType> combine(std::optional<DType> higher, std::optional<DType> l
 
 } // namespace
 
-size_t elementSize(DType t) {
-  return info(t).size;
-}
 std::string_view name(DType t) {
-  return info(t).name;
+  return shortName(t);
 }
 
 std::optional<DType> dtypeFromName(std::string_view n) {
   for (int i = 0; i < kDTypeCount; ++i)
-    if (kInfo[i].name == n) return static_cast<DType>(i);
+    if (kNames[i] == n) return static_cast<DType>(i);
   return std::nullopt;
 }
 

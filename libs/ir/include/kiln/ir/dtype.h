@@ -1,32 +1,20 @@
-// kiln::ir::DType: the element type of a tensor, with PyTorch's type promotion.
+// kiln::ir::DType (kiln::DType from libs/common) with PyTorch's type promotion.
 #pragma once
 
 #include <cstddef>
 #include <optional>
 #include <string_view>
 
+#include "kiln/common/dtype.h"
+
 namespace kiln::ir {
 
-// Mirrors schema::DType (schemas/common.capnp); keep the two in step.
-enum class DType {
-  Float32 = 0,
-  Float64 = 1,
-  Float16 = 2,
-  BFloat16 = 3,
-  Int8 = 4,
-  Int16 = 5,
-  Int32 = 6,
-  Int64 = 7,
-  UInt8 = 8,
-  Bool = 9,
-  Complex64 = 10,
-  Complex128 = 11,
-};
+using kiln::DType;
+using kiln::elementSize;
+using kiln::kDTypeCount;
 
-constexpr int kDTypeCount = 12;
 constexpr DType kDefaultFloat = DType::Float32; // torch.get_default_dtype()
 
-size_t elementSize(DType t);    // bytes per element
 std::string_view name(DType t); // the printer's short name: f32 f64 f16 bf16 i8 ... b8 c64
 std::optional<DType> dtypeFromName(std::string_view name);
 

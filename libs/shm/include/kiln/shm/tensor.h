@@ -7,28 +7,13 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/common/dtype.h"
+
 namespace kiln::shm {
 
-// Mirrors schema::DType (schemas/common.capnp); keep the two in step.
-enum class DType : int32_t {
-  Float32 = 0,
-  Float64 = 1,
-  Float16 = 2,
-  BFloat16 = 3,
-  Int8 = 4,
-  Int16 = 5,
-  Int32 = 6,
-  Int64 = 7,
-  UInt8 = 8,
-  Bool = 9,
-  Complex64 = 10,
-  Complex128 = 11,
-};
-
-// Bytes per element; throws Error{InvalidArgument} for a value outside the enum.
-size_t elementSize(DType dtype);
-// The schema's spelling: "float32", "bfloat16", "complex64", ...; "?" outside the enum.
-std::string_view dtypeName(DType dtype);
+using kiln::DType;
+using kiln::dtypeName;
+using kiln::elementSize;
 
 struct TensorMeta {
   DType dtype = DType::Float32;
