@@ -6,12 +6,14 @@
 from kiln._kiln import KilnError, ShmStore, Stack
 from kiln._shm import shm_empty, shm_free, shm_get, shm_put
 from kiln._stack import connect, status
+from kiln import ir
 
 __all__ = [
     "KilnError",
     "ShmStore",
     "Stack",
     "connect",
+    "ir",
     "shm_empty",
     "shm_free",
     "shm_get",

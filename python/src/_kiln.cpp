@@ -1,4 +1,5 @@
-// _kiln: the Python bindings of the client SDK (libs/client, libs/shm).
+// _kiln: the Python bindings of the client SDK (libs/client, libs/shm) and of
+// libs/ir (ir_bindings.cpp).
 // Conversion only: each binding calls the C++ library with the GIL released
 // and turns what comes back into plain Python values; kiln::Error becomes
 // kiln.KilnError. Whatever is more than that belongs in python/kiln.
@@ -18,6 +19,7 @@
 #include "kiln/client/stack_paths.h"
 #include "kiln/common/error.h"
 #include "kiln/shm/store.h"
+#include "ir_bindings.h"
 
 namespace py = pybind11;
 
@@ -347,4 +349,5 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::bindError(m);
   kiln::python::bindStack(m);
   kiln::python::bindShm(m);
+  kiln::python::bindIr(m);
 }

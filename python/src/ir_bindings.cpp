@@ -1,0 +1,484 @@
+// _kiln.ir: graphs of libs/ir built from Python, and the reference interpreter
+// run on raw tensor bytes. Conversion only, as in _kiln.cpp; torch tensors are
+// turned into bytes and back in python/kiln/ir.py.
+#include "ir_bindings.h"
+
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kiln/common/error.h"
+#include "kiln/ir/graph.h"
+#include "kiln/ir/hash.h"
+#include "kiln/ir/interpreter.h"
+#include "kiln/ir/op_registry.h"
+#include "kiln/ir/passes.h"
+#include "kiln/ir/print.h"
+#include "kiln/ir/verify.h"
+#include "kiln/ir/wire.h"
+#include "kiln/sym/print.h"
+#include "kiln/sym/range.h"
+#include "kiln/sym/symbol_table.h"
+
+namespace py = pybind11;
+
+namespace kiln::python {
+namespace {
+
+[[noreturn]] void invalid(const std::string& message) {
+  throw Error(ErrorCode::InvalidArgument, message);
+}
+
+// A graph and the symbol table it lives in; values and symbols handed to
+// Python hold it, so neither outlives the table their nodes point into.
+struct GraphState {
+  explicit GraphState(std::shared_ptr<sym::SymbolTable> t) : table(std::move(t)), graph(*table) {}
+  GraphState(std::shared_ptr<sym::SymbolTable> t, ir::Graph g)
+      : table(std::move(t)), graph(std::move(g)) {}
+  std::shared_ptr<sym::SymbolTable> table;
+  ir::Graph graph;
+};
+
+// A symbolic integer (or boolean) of one graph's table.
+struct PySym {
+  std::shared_ptr<GraphState> owner;
+  sym::Expr expr;
+};
+
+// One value of a graph, as call() takes it.
+struct PyValue {
+  std::shared_ptr<GraphState> owner;
+  ir::ValueId id;
+};
+
+// --- Python values to IR values -------------------------------------------
+
+DType parseDType(py::handle h) {
+  std::string name = py::str(h);
+  if (name.rfind("torch.", 0) == 0) name = name.substr(6);
+  for (int i = 0; i < kDTypeCount; ++i)
+    if (dtypeName(static_cast<DType>(i)) == name) return static_cast<DType>(i);
+  if (auto t = ir::dtypeFromName(name)) return *t;
+  invalid(fmt::format("unknown dtype '{}'", name));
+}
+
+sym::Expr symOf(const GraphState& graph, py::handle h) {
+  if (py::isinstance<PySym>(h)) {
+    const PySym& s = h.cast<const PySym&>();
+    if (s.owner->table != graph.table) invalid("a symbol of another graph");
+    return s.expr;
+  }
+  if (py::isinstance<py::str>(h)) {
+    std::string name = h.cast<std::string>();
+    if (auto s = graph.table->lookup(name)) return *s;
+    invalid(fmt::format("no symbol named '{}' (declare it with Graph.symbol)", name));
+  }
+  if (py::isinstance<py::int_>(h) && !py::isinstance<py::bool_>(h))
+    return graph.table->integer(h.cast<int64_t>());
+  invalid(fmt::format("expected an int or a symbol, got {}", std::string(py::repr(h))));
+}
+
+ir::Shape shapeOf(const GraphState& graph, py::handle list) {
+  ir::Shape shape;
+  for (py::handle item : list) shape.push_back(symOf(graph, item));
+  return shape;
+}
+
+bool isIntLike(py::handle h) {
+  return py::isinstance<py::int_>(h) && !py::isinstance<py::bool_>(h);
+}
+
+// An attribute value of the kind the schema wants; anything else is passed on
+// as the closest AttrValue and the registry's check says what is wrong.
+ir::AttrValue attrOf(const GraphState& graph, ir::ArgKind kind, py::handle h) {
+  if (h.is_none()) return std::monostate{};
+  if (kind == ir::ArgKind::DType) return parseDType(h);
+  if (py::isinstance<py::bool_>(h)) return h.cast<bool>();
+  if (isIntLike(h)) return h.cast<int64_t>();
+  if (py::isinstance<py::float_>(h)) return h.cast<double>();
+  if (py::isinstance<py::str>(h)) return h.cast<std::string>();
+  if (py::isinstance<PySym>(h)) return symOf(graph, h);
+  if (py::isinstance<py::list>(h) || py::isinstance<py::tuple>(h)) {
+    std::vector<int64_t> ints;
+    bool allInts = true;
+    for (py::handle item : h) {
+      if (!isIntLike(item)) allInts = false;
+      else ints.push_back(item.cast<int64_t>());
+    }
+    if (allInts) return ints;
+    return shapeOf(graph, h);
+  }
+  if (std::string(py::str(h.get_type().attr("__name__"))) == "dtype") return parseDType(h);
+  invalid(fmt::format("cannot pass {} to the graph", std::string(py::repr(h))));
+}
+
+bool isInputKind(ir::ArgKind kind) {
+  return kind == ir::ArgKind::Tensor || kind == ir::ArgKind::TensorList ||
+         kind == ir::ArgKind::SymInt;
+}
+
+// Binds Python arguments to the op's schema: graph values become inputs in
+// schema order, everything else attributes named as in the schema.
+PyValue call(const std::shared_ptr<GraphState>& graph, const std::string& opName,
+                 py::args args, py::kwargs kwargs) {
+  const ir::OpInfo& op = ir::getOp(opName);
+  std::vector<ir::ValueId> inputs;
+  std::vector<ir::Attr> attrs;
+  auto valueId = [&](const ir::ArgSpec& spec, py::handle h) {
+    const PyValue& v = h.cast<const PyValue&>();
+    if (v.owner != graph)
+      invalid(fmt::format("{}: argument '{}': a value of another graph", opName, spec.name));
+    return v.id;
+  };
+  size_t next = 0;
+  for (const ir::ArgSpec& spec : op.args) {
+    py::object arg = py::none();
+    bool given = false;
+    if (next < args.size()) {
+      arg = args[next++];
+      given = true;
+    } else if (kwargs.contains(spec.name.c_str())) {
+      arg = kwargs[spec.name.c_str()];
+      PyDict_DelItemString(kwargs.ptr(), spec.name.c_str());
+      given = true;
+    }
+    if (!given) continue;
+    if (spec.kind == ir::ArgKind::TensorList) {
+      if (py::isinstance<PyValue>(arg)) invalid(fmt::format(
+          "{}: argument '{}': expected a list of graph values", opName, spec.name));
+      for (py::handle item : arg) {
+        if (!py::isinstance<PyValue>(item))
+          invalid(fmt::format("{}: argument '{}': expected graph values, got {}", opName,
+                              spec.name, std::string(py::repr(item))));
+        inputs.push_back(valueId(spec, item));
+      }
+    } else if (py::isinstance<PyValue>(arg)) {
+      if (!isInputKind(spec.kind) && spec.kind != ir::ArgKind::Scalar)
+        invalid(fmt::format("{}: argument '{}': expected {}, got a graph value", opName,
+                            spec.name, ir::argKindName(spec.kind)));
+      inputs.push_back(valueId(spec, arg));
+    } else if (isInputKind(spec.kind)) {
+      if (!arg.is_none())
+        invalid(fmt::format("{}: argument '{}': expected a graph value, got {}", opName,
+                            spec.name, std::string(py::repr(arg))));
+    } else {
+      try {
+        attrs.push_back({spec.name, attrOf(*graph, spec.kind, arg)});
+      } catch (const Error& e) {
+        invalid(fmt::format("{}: argument '{}': {}", opName, spec.name, e.message()));
+      }
+    }
+  }
+  if (next < args.size())
+    invalid(fmt::format("{}: takes {} arguments, got {}", opName, op.args.size(), args.size()));
+  for (auto item : kwargs)
+    invalid(fmt::format("{}: no argument named '{}'", opName, std::string(py::str(item.first))));
+  return {graph, graph->graph.call(opName, std::move(inputs), std::move(attrs))};
+}
+
+// --- IR values to Python values ---------------------------------------------
+
+py::object toPython(const std::shared_ptr<GraphState>& graph, sym::Expr e) {
+  if (auto v = e.asInteger()) return py::int_(*v);
+  if (auto b = e.asBoolean()) return py::bool_(*b);
+  return py::cast(PySym{graph, e});
+}
+
+py::list toPython(const std::shared_ptr<GraphState>& graph, const ir::Shape& shape) {
+  py::list out;
+  for (sym::Expr e : shape) out.append(toPython(graph, e));
+  return out;
+}
+
+py::object toPython(const std::shared_ptr<GraphState>& graph, const ir::AttrValue& v) {
+  return std::visit(
+      [&](const auto& x) -> py::object {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::monostate>) return py::none();
+        else if constexpr (std::is_same_v<T, sym::Expr>) return toPython(graph, x);
+        else if constexpr (std::is_same_v<T, std::vector<sym::Expr>>) return toPython(graph, x);
+        else if constexpr (std::is_same_v<T, DType>) return py::str(std::string(dtypeName(x)));
+        else return py::cast(x);
+      },
+      v);
+}
+
+py::dict metaDict(const std::shared_ptr<GraphState>& graph, const ir::TensorMeta& meta) {
+  py::dict out;
+  out["dtype"] = std::string(dtypeName(meta.dtype));
+  out["sizes"] = toPython(graph, meta.sizes);
+  out["strides"] = toPython(graph, meta.strides);
+  out["storage_offset"] = toPython(graph, meta.storageOffset);
+  out["device"] = ir::toString(meta.device);
+  out["requires_grad"] = meta.requiresGrad;
+  return out;
+}
+
+py::object valueInfo(const std::shared_ptr<GraphState>& graph, const ir::Value& value) {
+  if (value.isTensor()) return metaDict(graph, value.tensor());
+  py::dict out;
+  out["sym"] = toPython(graph, value.symInt());
+  return out;
+}
+
+// --- the interpreter on raw bytes -------------------------------------------
+
+// A tensor as Python hands it over: dtype, sizes, strides, storage offset and
+// the bytes of its storage (from the start up to its last element).
+using RawTensor = std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>, int64_t,
+                             py::buffer>;
+
+ir::HostTensor hostTensor(const RawTensor& raw, size_t index) {
+  const auto& [dtypeText, sizes, strides, offset, buffer] = raw;
+  ir::HostTensor t;
+  t.dtype = parseDType(py::str(dtypeText));
+  t.sizes = sizes;
+  t.strides = strides;
+  t.storageOffset = offset;
+  if (sizes.size() != strides.size())
+    invalid(fmt::format("input {}: {} sizes but {} strides", index, sizes.size(), strides.size()));
+  py::buffer_info info = buffer.request();
+  size_t bytes = static_cast<size_t>(info.size * info.itemsize);
+  int64_t last = offset;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) last = offset - 1;
+    if (sizes[d] < 0 || strides[d] < 0)
+      invalid(fmt::format("input {}: negative size or stride at dim {}", index, d));
+  }
+  if (last >= offset)
+    for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
+  if (last >= 0 && static_cast<size_t>(last + 1) * elementSize(t.dtype) > bytes)
+    invalid(fmt::format("input {}: {} bytes do not hold element {}", index, bytes, last));
+  t.storage = std::make_shared<std::vector<std::byte>>(bytes);
+  if (bytes) std::memcpy(t.storage->data(), info.ptr, bytes);
+  return t;
+}
+
+py::tuple rawTensor(const ir::HostTensor& t) {
+  py::bytes bytes(reinterpret_cast<const char*>(t.storage ? t.storage->data() : nullptr),
+                  t.storage ? t.storage->size() : 0);
+  return py::make_tuple(std::string(dtypeName(t.dtype)), t.sizes, t.strides, t.storageOffset,
+                        bytes);
+}
+
+py::list interpret(const GraphState& graph, const std::vector<RawTensor>& raw) {
+  std::vector<ir::HostTensor> inputs;
+  for (size_t i = 0; i < raw.size(); ++i) inputs.push_back(hostTensor(raw[i], i));
+  std::vector<ir::HostTensor> outputs;
+  {
+    py::gil_scoped_release nogil;
+    outputs = ir::interpret(graph.graph, std::move(inputs));
+  }
+  py::list out;
+  for (const ir::HostTensor& t : outputs) out.append(rawTensor(t));
+  return out;
+}
+
+// --- bindings ----------------------------------------------------------------
+
+using GraphPtr = std::shared_ptr<GraphState>;
+
+GraphPtr derived(const GraphPtr& graph, ir::Graph result) {
+  return std::make_shared<GraphState>(graph->table, std::move(result));
+}
+
+PyValue placeholder(const GraphPtr& graph, const std::string& name, py::handle dtype,
+                    py::handle sizes, py::handle strides, py::handle storageOffset,
+                    const std::string& device, bool requiresGrad) {
+  ir::TensorMeta meta;
+  meta.dtype = parseDType(dtype);
+  meta.sizes = shapeOf(*graph, sizes);
+  meta.strides = strides.is_none() ? ir::contiguousStrides(meta.sizes, *graph->table)
+                                   : shapeOf(*graph, strides);
+  meta.storageOffset = symOf(*graph, storageOffset);
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0)
+    meta.device = {ir::DeviceType::Cuda,
+                   static_cast<int16_t>(device == "cuda" ? -1 : std::stoi(device.substr(5)))};
+  else if (device != "cpu")
+    invalid(fmt::format("unknown device '{}'", device));
+  meta.requiresGrad = requiresGrad;
+  if (meta.sizes.size() != meta.strides.size())
+    invalid(fmt::format("placeholder '{}': {} sizes but {} strides", name, meta.sizes.size(),
+                        meta.strides.size()));
+  return {graph, graph->graph.placeholder(name, ir::Value(std::move(meta)))};
+}
+
+void bindSym(py::module_& m) {
+  auto binary = [](sym::Expr (*f)(sym::Expr, sym::Expr)) {
+    return [f](const PySym& a, py::handle b) {
+      return PySym{a.owner, f(a.expr, symOf(*a.owner, b))};
+    };
+  };
+  auto reflected = [](sym::Expr (*f)(sym::Expr, sym::Expr)) {
+    return [f](const PySym& a, py::handle b) {
+      return PySym{a.owner, f(symOf(*a.owner, b), a.expr)};
+    };
+  };
+  using F = sym::Expr (*)(sym::Expr, sym::Expr);
+  F add = [](sym::Expr a, sym::Expr b) { return a + b; };
+  F sub = [](sym::Expr a, sym::Expr b) { return a - b; };
+  F mul = [](sym::Expr a, sym::Expr b) { return a * b; };
+  F div = [](sym::Expr a, sym::Expr b) { return sym::floorDiv(a, b); };
+  F mod = [](sym::Expr a, sym::Expr b) { return sym::mod(a, b); };
+  py::class_<PySym>(m, "Sym", "A symbolic integer of one graph: s0, 2*s0 + 1, ...")
+      .def("__add__", binary(add))
+      .def("__radd__", reflected(add))
+      .def("__sub__", binary(sub))
+      .def("__rsub__", reflected(sub))
+      .def("__mul__", binary(mul))
+      .def("__rmul__", reflected(mul))
+      .def("__floordiv__", binary(div))
+      .def("__rfloordiv__", reflected(div))
+      .def("__mod__", binary(mod))
+      .def("__rmod__", reflected(mod))
+      .def("__neg__", [](const PySym& a) { return PySym{a.owner, -a.expr}; })
+      .def("__eq__",
+           [](const PySym& a, py::handle b) {
+             if (!py::isinstance<PySym>(b) && !isIntLike(b)) return false;
+             return a.expr == symOf(*a.owner, b);
+           })
+      .def("__hash__", [](const PySym& a) { return a.expr.hash(); })
+      .def("__str__", [](const PySym& a) { return sym::toString(a.expr); })
+      .def("__repr__", [](const PySym& a) { return "Sym(" + sym::toString(a.expr) + ")"; })
+      .def_property_readonly("range", [](const PySym& a) {
+        sym::Range r = sym::range(a.expr);
+        auto end = [](int64_t v, int64_t inf) { return v == inf ? py::object(py::none()) : py::int_(v); };
+        return py::make_tuple(end(r.lo, sym::kNegInf), end(r.hi, sym::kInf));
+      });
+}
+
+void bindValue(py::module_& m) {
+  py::class_<PyValue>(m, "Value", "One value of a graph: pass it to Graph.call.")
+      .def_property_readonly("id", [](const PyValue& v) { return v.id; })
+      .def_property_readonly(
+          "meta", [](const PyValue& v) { return valueInfo(v.owner, v.owner->graph.value(v.id)); },
+          "dtype, sizes, strides, storage_offset, device, requires_grad; or {'sym': ...}")
+      .def("__repr__", [](const PyValue& v) {
+        return fmt::format("%{} : {}", v.id, ir::toString(v.owner->graph.value(v.id)));
+      });
+}
+
+void bindGraph(py::module_& m) {
+  py::class_<GraphState, GraphPtr>(m, "Graph", "A graph of libs/ir, built op by op.")
+      .def(py::init([] { return std::make_shared<GraphState>(std::make_shared<sym::SymbolTable>()); }))
+      .def(
+          "symbol",
+          [](const GraphPtr& g, const std::string& name, std::optional<int64_t> hint,
+             std::optional<int64_t> lo, std::optional<int64_t> hi) {
+            sym::Range range{lo.value_or(0), hi.value_or(sym::kInf)};
+            return PySym{g, g->table->declare(name, hint, range)};
+          },
+          py::arg("name"), py::arg("hint") = py::none(), py::arg("min") = py::none(),
+          py::arg("max") = py::none(),
+          "A size symbol: backed when it has a hint, unbacked otherwise; in [min, max] "
+          "(default [0, inf]).")
+      .def("placeholder", &placeholder, py::arg("name"), py::arg("dtype"), py::arg("sizes"),
+           py::arg("strides") = py::none(), py::arg("storage_offset") = 0,
+           py::arg("device") = "cpu", py::arg("requires_grad") = false,
+           "A tensor input; sizes and strides are ints or symbols (strides default to "
+           "contiguous).")
+      .def(
+          "scalar_placeholder",
+          [](const GraphPtr& g, const std::string& name, py::handle value) {
+            return PyValue{g, g->graph.placeholder(name, ir::Value(symOf(*g, value)))};
+          },
+          py::arg("name"), py::arg("value"), "A symbolic-int input.")
+      .def("call", &call, py::arg("op"),
+           "Applies a registered op: graph values go to tensor arguments, other Python values "
+           "(numbers, lists, dtypes, strings, symbols) are attributes; by position or name.")
+      .def(
+          "set_outputs",
+          [](const GraphPtr& g, const std::vector<PyValue>& outputs) {
+            std::vector<ir::ValueId> ids;
+            for (const PyValue& v : outputs) {
+              if (v.owner != g) invalid("set_outputs: a value of another graph");
+              ids.push_back(v.id);
+            }
+            g->graph.setOutputs(std::move(ids));
+          },
+          py::arg("outputs"))
+      .def_property_readonly("outputs",
+                             [](const GraphPtr& g) {
+                               std::vector<PyValue> out;
+                               for (ir::ValueId id : g->graph.outputs()) out.push_back({g, id});
+                               return out;
+                             })
+      .def("__len__", [](const GraphPtr& g) { return g->graph.size(); })
+      .def(
+          "value",
+          [](const GraphPtr& g, ir::ValueId id) {
+            g->graph.node(id); // range check
+            return PyValue{g, id};
+          },
+          py::arg("id"))
+      .def(
+          "node",
+          [](const GraphPtr& g, ir::ValueId id) {
+            const ir::Node& node = g->graph.node(id);
+            py::dict attrs;
+            for (const ir::Attr& a : node.attrs) attrs[a.name.c_str()] = toPython(g, a.value);
+            py::dict out;
+            out["kind"] = node.kind == ir::NodeKind::Placeholder ? "placeholder" : "call";
+            out["target"] = node.target;
+            out["inputs"] = node.inputs;
+            out["attrs"] = attrs;
+            out["value"] = valueInfo(g, node.value);
+            return out;
+          },
+          py::arg("id"), "kind, target, inputs (ids), attrs and value of one node.")
+      .def("__str__", [](const GraphPtr& g) { return ir::print(g->graph); })
+      .def("structural_hash", [](const GraphPtr& g) { return ir::structuralHash(g->graph); })
+      .def("verify", [](const GraphPtr& g) { ir::verify(g->graph); })
+      .def("dce", [](const GraphPtr& g) { return derived(g, ir::eliminateDeadCode(g->graph)); })
+      .def("cse",
+           [](const GraphPtr& g) { return derived(g, ir::eliminateCommonSubexpressions(g->graph)); })
+      .def("decompose", [](const GraphPtr& g) { return derived(g, ir::decompose(g->graph)); })
+      .def("to_bytes", [](const GraphPtr& g) { return py::bytes(ir::toBytes(g->graph)); },
+           "The graph as a graph.capnp message.")
+      .def_static(
+          "from_bytes",
+          [](const py::bytes& bytes) {
+            auto table = std::make_shared<sym::SymbolTable>();
+            ir::Graph graph = ir::fromBytes(std::string_view(bytes), *table);
+            return std::make_shared<GraphState>(table, std::move(graph));
+          },
+          py::arg("data"), "A graph read from to_bytes' message, over a fresh symbol table.")
+      .def("interpret", &interpret, py::arg("inputs"),
+           "Runs the reference interpreter on (dtype, sizes, strides, storage_offset, buffer) "
+           "inputs; returns outputs in the same form with bytes. Use kiln.ir.run instead.");
+}
+
+} // namespace
+
+void bindIr(py::module_& parent) {
+  py::module_ m = parent.def_submodule("ir", "libs/ir: graphs and the reference interpreter.");
+  bindSym(m);
+  bindValue(m);
+  bindGraph(m);
+  m.def("op_names", &ir::opNames, "Every registered op, sorted.");
+  m.def(
+      "op_schema",
+      [](const std::string& name) {
+        py::list args;
+        for (const ir::ArgSpec& a : ir::getOp(name).args) {
+          py::dict arg;
+          arg["name"] = a.name;
+          arg["kind"] = std::string(ir::argKindName(a.kind));
+          arg["optional"] = a.optional;
+          if (!std::holds_alternative<std::monostate>(a.defaultValue))
+            arg["default"] = toPython(nullptr, a.defaultValue);
+          args.append(arg);
+        }
+        return args;
+      },
+      py::arg("op"), "The op's arguments: name, kind, optional and default.");
+}
+
+} // namespace kiln::python
