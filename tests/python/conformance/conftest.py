@@ -1,0 +1,54 @@
+"""The op conformance suite's tally: an op conforms when every one of its cases passes.
+
+Each case carries `pytest.mark.op(name)` (harness.cases adds it). At the end the run prints
+
+    ops: N conform, M fail
+
+then the failing ops with their failed case count, and the registered ops no case covers.
+"""
+import collections
+
+import pytest
+
+_case_op: dict[str, str] = {}
+_failed: collections.Counter = collections.Counter()
+_passed: collections.Counter = collections.Counter()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "op(name): the kiln op a conformance case checks")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        marker = item.get_closest_marker("op")
+        if marker is not None:
+            _case_op[item.nodeid] = marker.args[0]
+
+
+def pytest_runtest_logreport(report):
+    op = _case_op.get(report.nodeid)
+    if op is None:
+        return
+    if report.failed:
+        _failed[op] += 1
+    elif report.when == "call" and report.passed:
+        _passed[op] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _case_op:
+        return
+    from kiln import ir
+
+    tested = set(_case_op.values())
+    failing = sorted(op for op in tested if _failed[op])
+    conforming = sorted(op for op in tested if not _failed[op] and _passed[op])
+    write = terminalreporter.write_line
+    write("")
+    write(f"ops: {len(conforming)} conform, {len(failing)} fail")
+    for op in failing:
+        write(f"  fails: {op} ({_failed[op]} of {_failed[op] + _passed[op]} cases)")
+    untested = sorted(set(ir.op_names()) - tested)
+    if untested:
+        write(f"  no cases yet ({len(untested)}): {' '.join(untested)}")

@@ -1,0 +1,86 @@
+"""Runs one op through kiln's IR (inference + reference interpreter) and checks it against torch.
+
+    check("add", torch.add, a, b, alpha=2)
+
+compares the interpreter's result with torch's (values with per-dtype tolerances, NaNs equal;
+dtype exactly) and the inferred meta with torch's output (dtype, sizes, and strides of the dims
+of size > 1, where a layout is decided). Where torch 1.13 has no CPU kernel for a half-precision
+dtype, the reference is torch's result on float32 copies rounded to that dtype, which is what
+opmath computation on a GPU gives.
+"""
+from typing import Callable
+
+import pytest
+import torch
+
+from kiln import ir
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def cases(op: str, params, ids=None):
+    """Values for one parametrized argument, each marked with `op` for the tally:
+
+        @pytest.mark.parametrize("shape", cases("neg", [(2, 3), (0, 3), ()]))
+    """
+    return [
+        pytest.param(p, marks=pytest.mark.op(op), id=None if ids is None else ids[i])
+        for i, p in enumerate(params)
+    ]
+
+
+def _upcast(arg):
+    if isinstance(arg, torch.Tensor) and arg.dtype in _HALF:
+        return arg.float()
+    if isinstance(arg, (list, tuple)):
+        return type(arg)(_upcast(a) for a in arg)
+    return arg
+
+
+def _half_dtype(args) -> torch.dtype | None:
+    for arg in args:
+        if isinstance(arg, torch.Tensor) and arg.dtype in _HALF:
+            return arg.dtype
+        if isinstance(arg, (list, tuple)):
+            found = _half_dtype(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def reference(fn: Callable, *args, **kwargs):
+    """torch's result, through float32 where torch 1.13 lacks the half-precision CPU kernel."""
+    try:
+        return fn(*args, **kwargs)
+    except RuntimeError as e:
+        half = _half_dtype(list(args) + list(kwargs.values()))
+        if half is None or "not implemented for" not in str(e):
+            raise
+    result = fn(*_upcast(args), **{k: _upcast(v) for k, v in kwargs.items()})
+    return result.to(half) if result.is_floating_point() else result
+
+
+def assert_meta_matches(meta: dict, expected: torch.Tensor):
+    assert meta["dtype"] == ir.dtype_name(expected.dtype), "inferred dtype"
+    assert meta["sizes"] == list(expected.shape), "inferred sizes"
+    decided = [d for d, size in enumerate(expected.shape) if size > 1]
+    assert [meta["strides"][d] for d in decided] == [expected.stride(d) for d in decided], (
+        f"inferred strides {meta['strides']} vs torch's {list(expected.stride())}"
+    )
+
+
+def assert_values_match(actual: torch.Tensor, expected: torch.Tensor, atol=None, rtol=None):
+    assert actual.dtype == expected.dtype
+    torch.testing.assert_close(actual, expected, atol=atol, rtol=rtol, equal_nan=True,
+                               check_stride=False)
+
+
+def check(op: str, fn: Callable, *args, atol=None, rtol=None, torch_kwargs=None, **kwargs):
+    """kiln's `op` on args/kwargs against `fn` (torch) on the same arguments (or torch_kwargs).
+
+    Returns kiln's result for further checks."""
+    expected = reference(fn, *args, **(kwargs if torch_kwargs is None else torch_kwargs))
+    actual, meta = ir.eval_op(op, *args, **kwargs)
+    assert_meta_matches(meta, expected)
+    assert_values_match(actual, expected, atol, rtol)
+    return actual
