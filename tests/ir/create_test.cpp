@@ -11,9 +11,7 @@ namespace {
 using testing::ints;
 using testing::tensorOf;
 
-struct Create : ::testing::Test {
-  sym::SymbolTable table;
-  Graph graph{table};
+struct Create : testing::GraphTest {
   sym::Expr s0 = table.createBacked(8, {2, sym::kInf});
 
   TensorMeta make(std::string_view op, std::vector<Attr> attrs, std::vector<ValueId> in = {}) {

@@ -24,6 +24,8 @@ void expectDecomposes(std::string_view op, std::vector<TensorMeta> inputs, std::
   g.setOutputs({y});
   Graph d = decompose(g);
   ASSERT_NO_THROW(verify(d)) << print(d);
+  testing::expectRoundTrip(g);
+  testing::expectRoundTrip(d);
   for (const Node& n : d.nodes())
     if (n.kind == NodeKind::Call) {
       EXPECT_EQ(getOp(n.target).decompose, nullptr) << print(d);

@@ -16,9 +16,7 @@ using testing::ints;
 using testing::tensorOf;
 using Doubles = std::vector<double>;
 
-struct Interpret : ::testing::Test {
-  sym::SymbolTable table;
-  Graph graph{table};
+struct Interpret : testing::GraphTest {
   sym::Expr s0 = table.createBacked(3, {2, sym::kInf});
   sym::Expr s1 = table.createBacked(2, {0, sym::kInf});
 

@@ -11,9 +11,7 @@ namespace {
 using testing::ints;
 using testing::tensorOf;
 
-struct Nn : ::testing::Test {
-  sym::SymbolTable table;
-  Graph graph{table};
+struct Nn : testing::GraphTest {
   sym::Expr s0 = table.createBacked(8, {2, sym::kInf});
 
   ValueId input(DType dtype, Shape sizes) {

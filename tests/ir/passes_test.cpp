@@ -27,6 +27,7 @@ TEST(Passes, DeadCodeEliminationDropsUnusedCallsOnly) {
   EXPECT_EQ(d.node(0).target, "x");
   EXPECT_EQ(d.node(1).target, "w");
   EXPECT_EQ(structuralHash(eliminateDeadCode(d)), structuralHash(d)); // idempotent
+  testing::expectRoundTrip(d);
 }
 
 TEST(Passes, CommonSubexpressionEliminationMergesIdenticalCalls) {
@@ -41,6 +42,7 @@ TEST(Passes, CommonSubexpressionEliminationMergesIdenticalCalls) {
   Graph both = eliminateDeadCode(c);
   EXPECT_EQ(both.size(), g.size() - 2);
   EXPECT_EQ(print(eliminateCommonSubexpressions(both)), print(both));
+  testing::expectRoundTrip(both);
 }
 
 TEST(Passes, MutationsAreNeitherDroppedNorMerged) {
@@ -54,6 +56,7 @@ TEST(Passes, MutationsAreNeitherDroppedNorMerged) {
   g.setOutputs({y});
   EXPECT_EQ(countOp(eliminateDeadCode(g), "add_"), 2u);
   EXPECT_EQ(countOp(eliminateCommonSubexpressions(g), "add_"), 2u);
+  testing::expectRoundTrip(g);
 }
 
 TEST(Passes, CseKeepsCallsWithDifferentAttributes) {

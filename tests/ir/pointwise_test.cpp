@@ -12,9 +12,7 @@ namespace {
 using testing::ints;
 using testing::tensorOf;
 
-struct Pointwise : ::testing::Test {
-  sym::SymbolTable table;
-  Graph graph{table};
+struct Pointwise : testing::GraphTest {
   sym::Expr s0 = table.createBacked(8, {2, sym::kInf});
   sym::Expr s1 = table.createBacked(5, {2, sym::kInf});
   sym::Expr one = table.integer(1);

@@ -9,9 +9,7 @@ namespace {
 
 using testing::tensorOf;
 
-struct Reduce : ::testing::Test {
-  sym::SymbolTable table;
-  Graph graph{table};
+struct Reduce : testing::GraphTest {
   sym::Expr s0 = table.createBacked(8, {2, sym::kInf});
   sym::Expr k = table.integer(768);
   ValueId f = graph.placeholder("f", tensorOf(table, DType::Float16, {s0, k}));

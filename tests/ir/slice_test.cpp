@@ -11,9 +11,7 @@ namespace {
 using testing::ints;
 using testing::tensorOf;
 
-struct Slice : ::testing::Test {
-  sym::SymbolTable table;
-  Graph graph{table};
+struct Slice : testing::GraphTest {
   ValueId x = graph.placeholder("x", tensorOf(table, DType::Float32, ints(table, {6, 4, 5})));
 
   TensorMeta apply(std::string_view op, ValueId in, std::vector<Attr> attrs) {

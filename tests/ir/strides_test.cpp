@@ -10,9 +10,7 @@ namespace {
 
 using testing::ints;
 
-struct Strides : ::testing::Test {
-  sym::SymbolTable table;
-  Graph graph{table};
+struct Strides : testing::GraphTest {
 
   ValueId strided(std::initializer_list<int64_t> sizes, std::initializer_list<int64_t> strides) {
     TensorMeta m = TensorMeta::contiguous(DType::Float32, ints(table, sizes), table);

@@ -11,9 +11,7 @@ namespace {
 using testing::ints;
 using testing::tensorOf;
 
-struct View : ::testing::Test {
-  sym::SymbolTable table;
-  Graph graph{table};
+struct View : testing::GraphTest {
   sym::Expr s0 = table.createBacked(8, {2, sym::kInf});
   sym::Expr one = table.integer(1);
 
