@@ -148,6 +148,15 @@ TEST_F(Split, ChunkOfAMultipleOfASymbol) {
   EXPECT_EQ(t[2].storageOffset, s0 * 2);
 }
 
+TEST_F(Split, SplitByASymbolicSize) {
+  ValueId n = graph.placeholder("n", Value(s0));
+  EXPECT_EQ(graph.value(graph.call("split", {input({s0}), n})).tuple().size(), 1u);
+  const Value::Tuple& t = graph.value(graph.call("split", {input({s0 * 2 + 1}), n})).tuple();
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[2].sizes[0], table.integer(1));
+  EXPECT_EQ(t[2].storageOffset, s0 * 2);
+}
+
 TEST_F(Split, CountsThatDependOnASymbolAreUnsupported) {
   ValueId x = input({s0, table.integer(3)});
   std::string message;

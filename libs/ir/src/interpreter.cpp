@@ -430,7 +430,8 @@ int64_t offsetBase(const Graph& graph, ValueId input, const std::vector<HostTens
   return values[input].storageOffset - sym::evaluate(graph.meta(input).storageOffset, b);
 }
 
-// split, split_with_sizes, chunk, unbind: every piece a view of the input.
+// split, split_with_sizes, chunk, unbind: every piece a view of the input (so
+// far every op giving a tuple gives views of its first input).
 std::vector<HostTensor> runPieces(const Graph& graph, const Node& node,
                                   const std::vector<HostTensor>& values, const sym::Binding& b) {
   ValueId self = node.inputs.at(0);
