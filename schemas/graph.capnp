@@ -21,11 +21,13 @@ struct Symbol {
   hiUnbounded @6 :Bool;
 }
 
-# What a value is: a tensor, or a symbolic integer scalar.
+# What a value is: a tensor, a symbolic integer scalar, or a tuple of tensors
+# (the results of split, chunk, unbind; taken apart by getitem nodes).
 struct Value {
   union {
     tensor @0 :Common.TensorMeta;
     symInt @1 :Common.SymExpr;
+    tuple @2 :List(Common.TensorMeta);
   }
 }
 

@@ -13,18 +13,39 @@
 
 namespace kiln::ir {
 
+namespace {
+
+const char* kindName(const Value& v) {
+  return v.isTensor() ? "a tensor" : v.isSymInt() ? "a symbolic scalar" : "a tuple";
+}
+
+} // namespace
+
 const TensorMeta& Value::tensor() const {
-  if (!isTensor()) throw Error(ErrorCode::InvalidArgument, "a symbolic scalar is not a tensor");
+  if (!isTensor())
+    throw Error(ErrorCode::InvalidArgument, std::string(kindName(*this)) + " is not a tensor");
   return std::get<TensorMeta>(v_);
 }
 
 sym::Expr Value::symInt() const {
-  if (isTensor()) throw Error(ErrorCode::InvalidArgument, "a tensor is not a symbolic scalar");
+  if (!isSymInt())
+    throw Error(ErrorCode::InvalidArgument,
+                std::string(kindName(*this)) + " is not a symbolic scalar");
   return std::get<sym::Expr>(v_);
 }
 
+const Value::Tuple& Value::tuple() const {
+  if (!isTuple())
+    throw Error(ErrorCode::InvalidArgument, std::string(kindName(*this)) + " is not a tuple");
+  return std::get<Tuple>(v_);
+}
+
 std::string toString(const Value& v) {
-  return v.isTensor() ? toString(v.tensor()) : "sym(" + sym::toString(v.symInt()) + ")";
+  if (v.isTensor()) return toString(v.tensor());
+  if (v.isSymInt()) return "sym(" + sym::toString(v.symInt()) + ")";
+  std::string out = "(";
+  for (size_t i = 0; i < v.tuple().size(); ++i) out += (i ? ", " : "") + toString(v.tuple()[i]);
+  return out + ")";
 }
 
 namespace {
@@ -74,6 +95,9 @@ const AttrValue* Node::attr(std::string_view name) const {
 }
 
 ValueId Graph::placeholder(std::string name, Value value) {
+  if (value.isTuple())
+    throw Error(ErrorCode::InvalidArgument,
+                "placeholder '" + name + "': a tuple cannot be an input");
   if (value.isTensor()) {
     TensorMeta meta = value.tensor();
     if (meta.sizes.size() != meta.strides.size())
@@ -99,9 +123,13 @@ ValueId Graph::call(std::string_view op, std::vector<ValueId> inputs, std::vecto
 }
 
 void Graph::setOutputs(std::vector<ValueId> outputs) {
-  for (ValueId id : outputs)
+  for (ValueId id : outputs) {
     if (id >= nodes_.size())
       throw Error(ErrorCode::InvalidArgument, "output %" + std::to_string(id) + " is not defined");
+    if (nodes_[id].value.isTuple())
+      throw Error(ErrorCode::InvalidArgument,
+                  "output %" + std::to_string(id) + " is a tuple; return its getitems");
+  }
   outputs_ = std::move(outputs);
 }
 
@@ -123,15 +151,16 @@ std::vector<sym::Expr> mentionedSymbols(const Graph& graph) {
     for (sym::Expr s : sym::freeSymbols(e))
       if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
   };
+  auto addMeta = [&](const TensorMeta& m) {
+    for (sym::Expr e : m.sizes) add(e);
+    for (sym::Expr e : m.strides) add(e);
+    add(m.storageOffset);
+  };
   for (const Node& n : graph.nodes()) {
-    if (!n.value.isTensor())
-      add(n.value.symInt());
-    else {
-      const TensorMeta& m = n.value.tensor();
-      for (sym::Expr e : m.sizes) add(e);
-      for (sym::Expr e : m.strides) add(e);
-      add(m.storageOffset);
-    }
+    if (n.value.isSymInt()) add(n.value.symInt());
+    if (n.value.isTensor()) addMeta(n.value.tensor());
+    if (n.value.isTuple())
+      for (const TensorMeta& m : n.value.tuple()) addMeta(m);
     for (const Attr& a : n.attrs) {
       if (auto* e = std::get_if<sym::Expr>(&a.value)) add(*e);
       if (auto* es = std::get_if<std::vector<sym::Expr>>(&a.value))

@@ -48,9 +48,15 @@ struct Hasher {
   }
 
   void mix(const Value& v) {
-    mix(v.isTensor());
-    if (!v.isTensor()) return mix(v.symInt());
-    const TensorMeta& m = v.tensor();
+    // Kinds as 1 tensor, 0 scalar (the hashes of graphs without tuples stay as they were), 2 tuple.
+    mix(uint64_t{v.isTensor() ? 1u : v.isSymInt() ? 0u : 2u});
+    if (v.isSymInt()) return mix(v.symInt());
+    if (v.isTensor()) return mix(v.tensor());
+    mix(v.tuple().size());
+    for (const TensorMeta& m : v.tuple()) mix(m);
+  }
+
+  void mix(const TensorMeta& m) {
     mix(static_cast<uint64_t>(m.dtype));
     mix(static_cast<uint64_t>(m.device.type) << 16 | static_cast<uint16_t>(m.device.index));
     mix(m.sizes);

@@ -255,7 +255,7 @@ public:
       } else if (isInput && next < node.inputs.size()) {
         ValueId id = node.inputs[next++];
         tensors_.emplace_back(a.name, values[id]);
-        if (!graph.value(id).isTensor()) scalars_.push_back(a.name);
+        if (graph.value(id).isSymInt()) scalars_.push_back(a.name);
       } else if (a.kind == ArgKind::Scalar && node.attr(a.name)) {
         tensors_.emplace_back(a.name, scalarTensor(*node.attr(a.name), binding));
         scalars_.push_back(a.name);
@@ -413,6 +413,34 @@ HostTensor materialize(const HostTensor& src, const TensorMeta& meta, const sym:
   return out;
 }
 
+// `self`'s bytes laid out as `meta`. An inferred offset counts from the
+// input's inferred one, which `base` maps to the input's actual offset.
+HostTensor alias(const HostTensor& self, const TensorMeta& meta, int64_t base,
+                 const sym::Binding& b) {
+  HostTensor out = self;
+  out.sizes = evalAll(meta.sizes, b);
+  out.strides = evalAll(meta.strides, b);
+  out.storageOffset = base + sym::evaluate(meta.storageOffset, b);
+  return out;
+}
+
+// What an input's inferred offset of 0 is in its actual bytes.
+int64_t offsetBase(const Graph& graph, ValueId input, const std::vector<HostTensor>& values,
+                   const sym::Binding& b) {
+  return values[input].storageOffset - sym::evaluate(graph.meta(input).storageOffset, b);
+}
+
+// split, split_with_sizes, chunk, unbind: every piece a view of the input (so
+// far every op giving a tuple gives views of its first input).
+std::vector<HostTensor> runPieces(const Graph& graph, const Node& node,
+                                  const std::vector<HostTensor>& values, const sym::Binding& b) {
+  ValueId self = node.inputs.at(0);
+  int64_t base = offsetBase(graph, self, values, b);
+  std::vector<HostTensor> out;
+  for (const TensorMeta& m : node.value.tuple()) out.push_back(alias(values[self], m, base, b));
+  return out;
+}
+
 bool isView(const std::string& op) {
   for (const char* v : {"view", "permute", "transpose", "expand", "squeeze", "unsqueeze", "slice",
                         "select", "narrow", "unflatten", "as_strided"})
@@ -480,25 +508,17 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
                    const sym::Binding& binding) {
   const OpInfo& op = getOp(node.target);
   Args args(graph, node, op, values, binding);
-  if (!node.value.isTensor()) {
+  if (node.value.isSymInt()) {
     HostTensor t = allocate(DType::Int64, {}, {}, 0);
     storeI(DType::Int64, t.storage->data(), sym::evaluate(node.value.symInt(), binding));
     return t;
   }
   const TensorMeta& meta = node.value.tensor();
   const std::string& name = op.name;
-  if (isView(name)) { // aliases its input, with the inferred layout
-    HostTensor out = *args.tensor("self");
-    out.sizes = evalAll(meta.sizes, binding);
-    out.strides = evalAll(meta.strides, binding);
-    int64_t offset = sym::evaluate(meta.storageOffset, binding);
-    // The inferred offset counts from the input's inferred one (as_strided's is absolute).
-    if (name != "as_strided")
-      offset +=
-          out.storageOffset - sym::evaluate(graph.meta(node.inputs[0]).storageOffset, binding);
-    out.storageOffset = offset;
-    return out;
-  }
+  if (isView(name)) // aliases its input, with the inferred layout (as_strided's offset is absolute)
+    return alias(*args.tensor("self"), meta,
+                 name == "as_strided" ? 0 : offsetBase(graph, node.inputs[0], values, binding),
+                 binding);
   if (name == "reshape" || name == "flatten" || name == "contiguous" || name == "clone")
     return materialize(*args.tensor("self"), meta, binding);
 
@@ -595,11 +615,16 @@ std::vector<HostTensor> interpret(const Graph& graph, std::vector<HostTensor> in
   binder.checkDeferred();
 
   std::vector<HostTensor> values(graph.size());
+  std::vector<std::vector<HostTensor>> tuples(graph.size()); // of the nodes defining tuples
   size_t next = 0;
   for (size_t id = 0; id < graph.size(); ++id) {
     const Node& n = graph.nodes()[id];
     if (n.kind == NodeKind::Placeholder)
       values[id] = inputs[next++];
+    else if (n.value.isTuple())
+      tuples[id] = runPieces(graph, n, values, binder.binding());
+    else if (n.target == "getitem")
+      values[id] = tuples.at(n.inputs.at(0)).at(std::get<int64_t>(*n.attr("index")));
     else
       values[id] = runCall(graph, n, values, binder.binding());
   }

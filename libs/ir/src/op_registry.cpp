@@ -57,7 +57,8 @@ bool attrFits(ArgKind kind, const AttrValue& v) {
 }
 
 bool isInputKind(ArgKind kind) {
-  return kind == ArgKind::Tensor || kind == ArgKind::SymInt || kind == ArgKind::TensorList;
+  return kind == ArgKind::Tensor || kind == ArgKind::SymInt || kind == ArgKind::TensorList ||
+         kind == ArgKind::Tuple;
 }
 
 } // namespace
@@ -66,6 +67,7 @@ std::string_view argKindName(ArgKind kind) {
   switch (kind) {
   case ArgKind::Tensor: return "tensor";
   case ArgKind::TensorList: return "tensor list";
+  case ArgKind::Tuple: return "tuple";
   case ArgKind::Scalar: return "scalar";
   case ArgKind::SymInt: return "symbolic int";
   case ArgKind::Int: return "int";
@@ -135,8 +137,14 @@ OpCall::OpCall(const OpInfo& op, const std::vector<const Value*>& inputs,
       const Value* v = inputs[next++];
       if (spec.kind == ArgKind::Tensor && !v->isTensor())
         fail(spec.name, "expected a tensor, got " + toString(*v));
-      if (spec.kind == ArgKind::SymInt && v->isTensor())
+      if (spec.kind == ArgKind::SymInt && !v->isSymInt())
         fail(spec.name, "expected a symbolic int, got " + toString(*v));
+      if (spec.kind == ArgKind::Tuple && !v->isTuple())
+        fail(spec.name, "expected a tuple, got " + toString(*v));
+      // A tuple stands for no scalar: only getitem takes one.
+      if (spec.kind == ArgKind::Scalar && v->isTuple())
+        fail(spec.name, "expected a tensor or a symbolic scalar, got the tuple " + toString(*v) +
+                            "; take an element with getitem");
       b.input = v;
     } else if (!std::holds_alternative<std::monostate>(spec.defaultValue)) {
       b.attr = &spec.defaultValue;
@@ -177,6 +185,12 @@ std::vector<const TensorMeta*> OpCall::tensors(std::string_view arg) const {
   return out;
 }
 
+const Value::Tuple& OpCall::tuple(std::string_view arg) const {
+  const Value* v = bound(arg).input;
+  if (!v || !v->isTuple()) fail(arg, "expected a tuple");
+  return v->tuple();
+}
+
 const TensorMeta& OpCall::tensor(std::string_view arg) const {
   const Value* v = bound(arg).input;
   if (!v || !v->isTensor()) fail(arg, "expected a tensor");
@@ -213,7 +227,7 @@ Shape OpCall::symIntList(std::string_view arg) const {
 
 sym::Expr OpCall::symInt(std::string_view arg) const {
   const Bound& b = bound(arg);
-  if (b.input && !b.input->isTensor()) return b.input->symInt();
+  if (b.input && b.input->isSymInt()) return b.input->symInt();
   if (b.attr) {
     if (auto* i = std::get_if<int64_t>(b.attr)) return table_->integer(*i);
     if (auto* e = std::get_if<sym::Expr>(b.attr); e && &e->table() == table_) return *e;

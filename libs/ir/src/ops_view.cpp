@@ -1,5 +1,6 @@
 // Views: ops whose result shares its input's storage, with the sizes, strides
-// and offset that say how; and sym_size, which reads a size as a scalar.
+// and offset that say how (split, chunk and unbind give a tuple of such views);
+// and sym_size, which reads a size as a scalar.
 #include <algorithm>
 #include <string>
 
@@ -390,6 +391,129 @@ Value inferAsStrided(const OpCall& call) {
   return m;
 }
 
+// --- multi-output views: split, split_with_sizes, chunk, unbind, and getitem ---
+
+// The dim a multi-output view cuts along; 0-d tensors have none (as torch).
+size_t cutDim(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  if (self.dim() == 0)
+    call.fail("self", call.op().name + " expects at least a 1-dimensional tensor");
+  return static_cast<size_t>(wrapDim(call, "dim", call.intArg("dim"), self.dim()));
+}
+
+// A tuple's length must be a number: a count that depends on a symbol's value
+// is Error{Unsupported} until the caller guards on it.
+[[noreturn]] void countDependsOnSymbol(const OpCall& call, std::string_view arg, sym::Expr size) {
+  throw Error(ErrorCode::Unsupported, call.op().name + ": argument '" + std::string(arg) +
+                                          "': the number of chunks of " + sym::toString(size) +
+                                          " depends on a symbol; guard on it first");
+}
+
+// How many pieces of `chunk` elements cover `size`: ceil(size / chunk), the
+// last piece short. Decided by the ranges, or by `size` fitting in one piece.
+// TODO(issue 3): counts fixed by arithmetic the ranges miss are Unsupported
+// until a guard pins the size (chunk(x, 2) of s0 >= 2 is always 2 pieces).
+int64_t pieceCount(const OpCall& call, std::string_view arg, sym::Expr size, sym::Expr chunk) {
+  if (provable(sym::le(size, chunk))) return 1;
+  if (std::optional<int64_t> n = sym::range(sym::floorDiv(size + chunk - 1, chunk)).value())
+    return *n;
+  countDependsOnSymbol(call, arg, size);
+}
+
+// Consecutive pieces of `self` along dim d, of these sizes: views with the
+// input's strides, each starting where the one before ended.
+Value::Tuple pieces(const TensorMeta& self, size_t d, const Shape& sizes) {
+  Value::Tuple out;
+  sym::Expr offset = self.storageOffset;
+  for (sym::Expr size : sizes) {
+    TensorMeta m = self;
+    m.sizes[d] = size;
+    m.storageOffset = offset;
+    out.push_back(std::move(m));
+    offset = offset + size * self.strides[d];
+  }
+  return out;
+}
+
+// `count` pieces of `chunk` elements along d, the last one taking what is left.
+Value::Tuple evenPieces(const TensorMeta& self, size_t d, sym::Expr chunk, int64_t count) {
+  Shape sizes(static_cast<size_t>(count), chunk);
+  sizes.back() = self.sizes[d] - chunk * (count - 1);
+  return pieces(self, d, sizes);
+}
+
+// split(split_size, dim): pieces of split_size, the last smaller; at least
+// one piece, and a split_size of 0 only for a size of 0 (as torch).
+Value inferSplit(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  size_t d = cutDim(call);
+  sym::Expr size = self.sizes[d], chunk = call.symInt("split_size");
+  require(call, "split_size", sym::ge(chunk, 0),
+          "must be non-negative, got " + sym::toString(chunk));
+  if (provable(sym::eq(chunk, 0))) {
+    require(call, "split_size", sym::eq(size, 0),
+            "can only be 0 if the size is 0, got size " + sym::toString(size));
+    return Value(pieces(self, d, {size}));
+  }
+  require(call, "split_size", sym::ge(chunk, 1),
+          "can only be 0 if the size is 0, got size " + sym::toString(size));
+  return Value(evenPieces(self, d, chunk, pieceCount(call, "split_size", size, chunk)));
+}
+
+// split_with_sizes(split_sizes, dim): exactly these pieces, which must cover the dim.
+Value inferSplitWithSizes(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  size_t d = cutDim(call);
+  Shape sizes = call.symIntList("split_sizes");
+  sym::Expr total = call.table().integer(0);
+  for (sym::Expr s : sizes) {
+    require(call, "split_sizes", sym::ge(s, 0), "negative size " + sym::toString(s));
+    total = total + s;
+  }
+  requireEqual(call, "split_sizes", total, self.sizes[d],
+               "must sum to the size at dim " + std::to_string(d));
+  return Value(pieces(self, d, sizes));
+}
+
+// chunk(chunks, dim): pieces of ceil(size / chunks), so possibly fewer than
+// asked; a size of 0 gives `chunks` empty pieces (as torch).
+Value inferChunk(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  size_t d = cutDim(call);
+  int64_t chunks = call.intArg("chunks");
+  if (chunks <= 0) call.fail("chunks", "must be positive, got " + std::to_string(chunks));
+  sym::Expr size = self.sizes[d];
+  std::optional<bool> empty = sym::staticallyKnown(sym::eq(size, 0));
+  if (!empty) countDependsOnSymbol(call, "chunks", size);
+  if (*empty) return Value(evenPieces(self, d, size, chunks));
+  sym::Expr chunk = sym::floorDiv(size + (chunks - 1), chunks);
+  return Value(evenPieces(self, d, chunk, pieceCount(call, "chunks", size, chunk)));
+}
+
+// unbind(dim): select(dim, i) for every i.
+Value inferUnbind(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  size_t d = cutDim(call);
+  std::optional<int64_t> count = sym::range(self.sizes[d]).value();
+  if (!count) countDependsOnSymbol(call, "dim", self.sizes[d]);
+  Value::Tuple out = pieces(self, d, Shape(static_cast<size_t>(*count), call.table().integer(1)));
+  for (TensorMeta& m : out) {
+    m.sizes.erase(m.sizes.begin() + d);
+    m.strides.erase(m.strides.begin() + d);
+  }
+  return Value(std::move(out));
+}
+
+// getitem(self, index): one element of a tuple.
+Value inferGetitem(const OpCall& call) {
+  const Value::Tuple& tuple = call.tuple("self");
+  int64_t index = call.intArg("index");
+  if (index < 0 || index >= static_cast<int64_t>(tuple.size()))
+    call.fail("index", "index " + std::to_string(index) + " out of range for a tuple of " +
+                           std::to_string(tuple.size()));
+  return tuple[static_cast<size_t>(index)];
+}
+
 Value inferSymSize(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   if (self.dim() == 0) call.fail("self", "a 0-d tensor has no sizes");
@@ -440,7 +564,15 @@ void addViewOps(std::vector<OpInfo>& ops) {
                    inferCat});
   ops.push_back({"contiguous", {self}, inferCopy});
   ops.push_back({"clone", {self}, inferCopy});
-  // TODO(issue 3): split/chunk (need multi-output nodes); cat's legacy empty
+  ArgSpec dim0{"dim", ArgKind::Int, false, int64_t{0}};
+  ops.push_back({"split", {self, {"split_size", ArgKind::Scalar}, dim0}, inferSplit});
+  ops.push_back({"split_with_sizes",
+                 {self, {"split_sizes", ArgKind::SymIntList}, dim0},
+                 inferSplitWithSizes});
+  ops.push_back({"chunk", {self, {"chunks", ArgKind::Int}, dim0}, inferChunk});
+  ops.push_back({"unbind", {self, dim0}, inferUnbind});
+  ops.push_back({"getitem", {{"self", ArgKind::Tuple}, {"index", ArgKind::Int}}, inferGetitem});
+  // TODO(issue 3): cat's legacy empty
   // 1-d inputs; decompositions for composite ops; in-place and out= forms as mutation ops to be
   // functionalized later.
 }

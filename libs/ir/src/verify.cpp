@@ -17,6 +17,7 @@ void verify(const Graph& graph) {
     };
     if (n.kind == NodeKind::Placeholder) {
       if (!n.inputs.empty() || !n.attrs.empty()) bad("a placeholder takes no arguments");
+      if (n.value.isTuple()) bad("a placeholder cannot be a tuple");
       continue;
     }
     std::vector<const Value*> inputs;
@@ -35,9 +36,12 @@ void verify(const Graph& graph) {
     if (*inferred != n.value)
       bad("stored " + toString(n.value) + " but inference gives " + toString(*inferred));
   }
-  for (ValueId out : graph.outputs())
+  for (ValueId out : graph.outputs()) {
     if (out >= nodes.size())
       throw Error(ErrorCode::InvalidArgument, "output %" + std::to_string(out) + " is not defined");
+    if (nodes[out].value.isTuple()) // a graph's results are flat, as its inputs are
+      throw Error(ErrorCode::InvalidArgument, "output %" + std::to_string(out) + " is a tuple");
+  }
 }
 
 } // namespace kiln::ir

@@ -34,6 +34,11 @@ void writeMeta(const TensorMeta& m, schema::TensorMeta::Builder out) {
   out.setRequiresGrad(m.requiresGrad);
 }
 
+void writeTuple(const Value::Tuple& tuple, schema::Value::Builder out) {
+  auto list = out.initTuple(static_cast<unsigned>(tuple.size()));
+  for (unsigned i = 0; i < tuple.size(); ++i) writeMeta(tuple[i], list[i]);
+}
+
 DType readDType(schema::DType t) {
   auto i = static_cast<int>(t);
   if (i < 0 || i >= kDTypeCount) malformed("unknown dtype " + std::to_string(i));
@@ -160,6 +165,11 @@ Graph read(schema::Graph::Reader in, sym::SymbolTable& table) {
       switch (v.which()) {
       case schema::Value::TENSOR: return readMeta(v.getTensor(), table);
       case schema::Value::SYM_INT: return readInt(v.getSymInt(), table);
+      case schema::Value::TUPLE: {
+        Value::Tuple tuple;
+        for (auto m : v.getTuple()) tuple.push_back(readMeta(m, table));
+        return tuple;
+      }
       default: malformed("unknown value kind of value " + std::to_string(id));
       }
     }();
@@ -206,8 +216,10 @@ void toWire(const Graph& graph, schema::Graph::Builder out) {
     const Value& v = nodes[id].value;
     if (v.isTensor())
       writeMeta(v.tensor(), values[id].initTensor());
-    else
+    else if (v.isSymInt())
       sym::toWire(v.symInt(), values[id].initSymInt());
+    else
+      writeTuple(v.tuple(), values[id]);
     placeholderCount += nodes[id].kind == NodeKind::Placeholder;
   }
   auto placeholders = out.initPlaceholders(placeholderCount);

@@ -1,8 +1,10 @@
 // kiln::ir::Graph: an SSA graph of tensor operations over the symbols of one
 // SymbolTable, FX-like. Every node defines one value, whose id is the node's
-// index; placeholders are the graph's inputs, call nodes apply a registered op
-// to earlier values and attributes, and the outputs name the returned values.
-// Nodes are in topological order: a node only uses values of smaller ids.
+// index (an op with several results, such as split, defines one tuple value
+// that getitem nodes take apart, as FX does); placeholders are the graph's
+// inputs, call nodes apply a registered op to earlier values and attributes,
+// and the outputs name the returned values. Nodes are in topological order: a
+// node only uses values of smaller ids.
 #pragma once
 
 #include <cstdint>
@@ -18,25 +20,34 @@ namespace kiln::ir {
 
 using ValueId = uint32_t;
 
-// What a value is: a tensor, or a symbolic integer scalar (a size read off a
-// tensor, an .item() result).
+// What a value is: a tensor, a symbolic integer scalar (a size read off a
+// tensor, an .item() result), or a tuple of tensors (the results of split,
+// chunk, unbind; only getitem takes one apart).
 class Value {
 public:
+  using Tuple = std::vector<TensorMeta>;
+
   Value(TensorMeta meta) : v_(std::move(meta)) {}
   Value(sym::Expr symInt) : v_(symInt) {}
+  Value(Tuple tuple) : v_(std::move(tuple)) {}
 
   bool isTensor() const { return v_.index() == 0; }
-  const TensorMeta& tensor() const; // Error{InvalidArgument} for a scalar
-  sym::Expr symInt() const;         // Error{InvalidArgument} for a tensor
+  bool isSymInt() const { return v_.index() == 1; }
+  bool isTuple() const { return v_.index() == 2; }
+  // Each Error{InvalidArgument} for a value of another kind.
+  const TensorMeta& tensor() const;
+  sym::Expr symInt() const;
+  const Tuple& tuple() const;
 
   friend bool operator==(const Value& a, const Value& b) { return a.v_ == b.v_; }
   friend bool operator!=(const Value& a, const Value& b) { return !(a == b); }
 
 private:
-  std::variant<TensorMeta, sym::Expr> v_;
+  std::variant<TensorMeta, sym::Expr, Tuple> v_;
 };
 
-std::string toString(const Value& v); // "f32[s0, 768]" or "sym(s0*2)"
+// "f32[s0, 768]", "sym(s0*2)" or "(f32[2, 3], f32[1, 3])".
+std::string toString(const Value& v);
 
 using AttrValue = std::variant<std::monostate, int64_t, double, bool, std::string,
                                std::vector<int64_t>, sym::Expr, std::vector<sym::Expr>, DType>;
@@ -73,7 +84,9 @@ public:
   // the result through the registry: Error{NotFound} for an unknown op,
   // Error{InvalidArgument} naming the op and argument for anything else wrong
   // (Error{Unsupported} for a broadcast the symbols' ranges cannot decide).
-  // A placeholder's null storage offset becomes 0.
+  // A placeholder's null storage offset becomes 0. Placeholders and outputs
+  // are tensors or symbolic scalars, never tuples (Error{InvalidArgument}):
+  // a graph's signature is flat, as Dynamo's is.
   ValueId placeholder(std::string name, Value value);
   ValueId call(std::string_view op, std::vector<ValueId> inputs, std::vector<Attr> attrs = {});
   void setOutputs(std::vector<ValueId> outputs);

@@ -2,13 +2,12 @@
 // and the inference of its result over symbolic sizes (shape, strides, dtype)
 // with PyTorch's broadcasting and type-promotion rules.
 //
-// Arguments map onto a node as follows: Tensor and SymInt arguments are inputs
-// (value ids) in schema order, a TensorList takes all remaining inputs; a Scalar argument is either
-// the next input (a tensor or a symbolic scalar) or, when the node has an attribute of its name,
-// that attribute (int, float, bool or SymExpr); every other argument is an
-// attribute named as in the schema. An optional Tensor argument is absent when
-// the inputs run out. Attributes equal to their default are dropped, so one
-// call has one spelling.
+// Arguments map onto a node as follows: Tensor, SymInt and Tuple arguments are
+// inputs (value ids) in schema order, a TensorList takes all remaining inputs;
+// a Scalar argument is either the next input (a tensor or a symbolic scalar) or, when the node has
+// an attribute of its name, that attribute (int, float, bool or SymExpr); every other argument is
+// an attribute named as in the schema. An optional Tensor argument is absent when the inputs run
+// out. Attributes equal to their default are dropped, so one call has one spelling.
 #pragma once
 
 #include <string>
@@ -26,6 +25,7 @@ namespace kiln::ir {
 enum class ArgKind {
   Tensor,
   TensorList, // every remaining input (at least one)
+  Tuple,      // a tuple input (getitem's)
   Scalar,     // a tensor or symbolic scalar input, or a number attribute
   SymInt,     // a symbolic scalar input
   Int,        // int attribute
@@ -47,6 +47,7 @@ struct ArgSpec {
 };
 
 class OpCall;
+// Gives the result's Value: a tensor, a symbolic scalar or a tuple of tensors.
 using InferFn = Value (*)(const OpCall& call);
 // Emits core ops computing `node` into `graph`, where `inputs` are its inputs,
 // and returns the value standing for its result (see passes.h: decompose).
@@ -90,6 +91,7 @@ public:
   bool has(std::string_view arg) const;   // present (not None)
   const TensorMeta& tensor(std::string_view arg) const;
   std::vector<const TensorMeta*> tensors(std::string_view arg) const; // a TensorList
+  const Value::Tuple& tuple(std::string_view arg) const;
   const Value* input(std::string_view arg) const;    // a Scalar/Tensor/SymInt bound to an input
   const AttrValue& attr(std::string_view arg) const; // the attribute or its default
   int64_t intArg(std::string_view arg) const;
