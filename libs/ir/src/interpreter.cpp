@@ -562,6 +562,9 @@ void copyInto(const HostTensor& src, const HostTensor& dst) {
 
 // An out= form: the functional op's result (computed apart, so that `out` may
 // alias an input), cast into out's bytes. The value is `out` itself.
+// TODO(issue 3): torch computes some out= forms in out's dtype (exp of an integral
+// input into an f64 out, sum into a wider out); kiln casts the functional result,
+// which can differ in the last bits.
 HostTensor runOutForm(const Graph& graph, const Node& node, const OpInfo& op,
                       const std::vector<HostTensor>& values, const sym::Binding& binding) {
   Node functional = node;
