@@ -193,6 +193,20 @@ TEST_F(Out, CommonSubexpressionEliminationNeverMergesOutCalls) {
   EXPECT_NO_THROW(verify(c));
 }
 
+TEST_F(Out, CommonSubexpressionEliminationDoesNotReuseAReadAcrossAWrite) {
+  ValueId x = input(DType::Float32, ints(table, {4}));
+  ValueId out = input(DType::Float32, ints(table, {4}));
+  ValueId before = graph.call("exp", {out});
+  graph.call("exp_out", {x, out});
+  ValueId after = graph.call("exp", {out}); // reads what exp_out wrote
+  ValueId again = graph.call("exp", {out});
+  graph.setOutputs({before, after, again});
+  Graph c = eliminateCommonSubexpressions(graph);
+  EXPECT_EQ(countOp(c, "exp"), 2u);
+  EXPECT_NE(c.outputs()[0], c.outputs()[1]);
+  EXPECT_EQ(c.outputs()[1], c.outputs()[2]); // two reads after the write still merge
+}
+
 TEST_F(Out, DecompositionLeavesOutFormsOfCompositesAlone) {
   ValueId x = input(DType::Float32, {s0, four});
   ValueId out = input(DType::Float32, {s0, four});
