@@ -9,8 +9,8 @@
 // attribute named as in the schema. An optional Tensor argument is absent when
 // the inputs run out. The argument a mutation op writes, when it is the
 // schema's last (an out= form's `out`), is the last input: a TensorList or an
-// absent optional argument before it cannot take it. Attributes equal to their default are dropped,
-// so one call has one spelling.
+// absent optional argument before it cannot take it. Attributes equal to their
+// default are dropped, so one call has one spelling.
 #pragma once
 
 #include <optional>
@@ -63,9 +63,10 @@ struct OpInfo {
   // The argument it writes, by schema index, for a mutation op: 0 (`self`) for
   // an in-place form ("add_"), the trailing `out` for an out= form ("add_out").
   // Its result is that tensor, with that tensor's meta. Such nodes have an
-  // effect: DCE keeps them and CSE never merges them, until functionalization
-  // rewrites them as `functional` and a copy. The written argument is the
-  // schema's first or last, so that it is the node's first or last input.
+  // effect: DCE keeps them and CSE neither merges them nor reuses a call from
+  // before them, until functionalization rewrites them as `functional` and a
+  // copy. The written argument is the schema's first or last, so that it is the
+  // node's first or last input.
   std::optional<size_t> mutates = std::nullopt;
   // For a mutation op, the pure op whose result it writes ("add" for add_ and
   // add_out); it takes the same arguments, less an out= form's `out`.
