@@ -18,6 +18,7 @@ void addMatmulOps(std::vector<OpInfo>& ops);
 void addCreationOps(std::vector<OpInfo>& ops);
 void addNnOps(std::vector<OpInfo>& ops);
 void addDecompositions(std::vector<OpInfo>& ops);
+void addOutForms(std::vector<OpInfo>& ops);
 
 // Provably true for every binding within the symbols' ranges.
 bool provable(sym::Expr condition);

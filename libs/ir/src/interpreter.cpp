@@ -529,8 +529,8 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
     return concatenate(name, args.list(), std::get<int64_t>(args.attr("dim")), out);
   if (create(name, args, out)) return out;
   std::string base = name;
-  if (op.mutates) {
-    base.pop_back();
+  if (op.mutates) { // an in-place form: computes into self
+    base = op.functional;
     out = *args.tensor("self");
   }
   std::vector<const HostTensor*> operands;
@@ -567,6 +567,42 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
   double correction = base == "var" || base == "std" ? args.number("correction") : 0;
   if (detail::runReduction(base, *args.tensor("self"), dims, correction, out)) return out;
   fail(ErrorCode::Unsupported, "op " + name + " is not implemented yet");
+}
+
+// Writes each element of `src` into `dst` of the same sizes, cast to dst's dtype.
+void copyInto(const HostTensor& src, const HostTensor& dst) {
+  bool isFloat = isFloating(src.dtype);
+  forEachIndex(dst.sizes, [&](const std::vector<int64_t>& idx) {
+    if (isFloat)
+      storeF(dst.dtype, at(dst, idx), loadF(src.dtype, at(src, idx)));
+    else
+      storeI(dst.dtype, at(dst, idx), loadI(src.dtype, at(src, idx)));
+  });
+}
+
+// An out= form: the functional op's result (computed apart, so that `out` may
+// alias an input), cast into out's bytes. The value is `out` itself.
+// TODO(issue 3): torch computes some out= forms in out's dtype (exp of an integral
+// input into an f64 out, sum into a wider out); kiln casts the functional result,
+// which can differ in the last bits.
+HostTensor runOutForm(const Graph& graph, const Node& node, const OpInfo& op,
+                      const std::vector<HostTensor>& values, const sym::Binding& binding) {
+  Node functional = node;
+  functional.target = op.functional;
+  functional.inputs.pop_back();
+  std::vector<const Value*> inputs;
+  for (ValueId in : functional.inputs) inputs.push_back(&graph.value(in));
+  functional.value = inferCall(functional.target, inputs, functional.attrs, graph.symbols());
+  HostTensor out = values[node.inputs.back()];
+  copyInto(runCall(graph, functional, values, binding), out);
+  return out;
+}
+
+HostTensor runNode(const Graph& graph, const Node& node, const std::vector<HostTensor>& values,
+                   const sym::Binding& binding) {
+  const OpInfo& op = getOp(node.target);
+  if (isOutForm(op)) return runOutForm(graph, node, op, values, binding);
+  return runCall(graph, node, values, binding);
 }
 
 } // namespace
@@ -626,7 +662,7 @@ std::vector<HostTensor> interpret(const Graph& graph, std::vector<HostTensor> in
     else if (n.target == "getitem")
       values[id] = tuples.at(n.inputs.at(0)).at(std::get<int64_t>(*n.attr("index")));
     else
-      values[id] = runCall(graph, n, values, binder.binding());
+      values[id] = runNode(graph, n, values, binder.binding());
   }
   std::vector<HostTensor> outputs;
   for (ValueId id : graph.outputs()) outputs.push_back(values.at(id));

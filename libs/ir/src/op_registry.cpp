@@ -12,6 +12,24 @@
 namespace kiln::ir {
 namespace {
 
+// The argument the op writes when it is the schema's last (and not its only one,
+// which binds as any first argument does).
+std::optional<size_t> writtenLast(const OpInfo& op) {
+  if (op.mutates && *op.mutates > 0 && *op.mutates + 1 == op.args.size()) return op.mutates;
+  return std::nullopt;
+}
+
+// A broken mutation op is a bug of ours: refuse to start rather than misbind.
+void checkMutation(const OpInfo& op,
+                   const std::unordered_map<std::string_view, const OpInfo*>& byName) {
+  if (!op.mutates) return;
+  size_t w = *op.mutates;
+  if (w >= op.args.size() || op.args[w].kind != ArgKind::Tensor ||
+      (w != 0 && w + 1 != op.args.size()) || !byName.count(op.functional))
+    throw Error(ErrorCode::Internal,
+                "mutation op " + op.name + ": bad written argument or functional op");
+}
+
 struct Registry {
   std::vector<OpInfo> ops;
   std::unordered_map<std::string_view, const OpInfo*> byName;
@@ -24,9 +42,11 @@ struct Registry {
     detail::addCreationOps(ops);
     detail::addNnOps(ops);
     detail::addDecompositions(ops);
+    detail::addOutForms(ops); // last: copies of the ops above, without their decompositions
     for (const OpInfo& op : ops)
       if (!byName.emplace(op.name, &op).second)
         throw Error(ErrorCode::Internal, "op registered twice: " + op.name);
+    for (const OpInfo& op : ops) checkMutation(op, byName);
   }
 };
 
@@ -81,6 +101,10 @@ std::string_view argKindName(ArgKind kind) {
   return "?";
 }
 
+bool isOutForm(const OpInfo& op) {
+  return writtenLast(op) && op.args.back().name == "out";
+}
+
 const OpInfo* findOp(std::string_view name) {
   const auto& byName = registry().byName;
   auto it = byName.find(name);
@@ -111,9 +135,16 @@ OpCall::OpCall(const OpInfo& op, const std::vector<const Value*>& inputs,
     for (size_t j = 0; j < i; ++j)
       if (attrs[j].name == name) fail(name, "given twice");
   }
-  size_t next = 0;
+  size_t next = 0, end = inputs.size();
+  std::optional<size_t> last = writtenLast(op);
+  if (last && end > 0) {
+    if (!inputs[--end]->isTensor())
+      fail(op.args[*last].name, "expected a tensor, got " + toString(*inputs[end]));
+    bound_[*last].input = inputs[end];
+  }
   for (size_t i = 0; i < op.args.size(); ++i) {
     const ArgSpec& spec = op.args[i];
+    if (bound_[i].input) continue; // the written last argument, bound above
     auto attr = std::find_if(attrs.begin(), attrs.end(),
                              [&](const Attr& a) { return a.name == spec.name; });
     Bound& b = bound_[i];
@@ -125,7 +156,7 @@ OpCall::OpCall(const OpInfo& op, const std::vector<const Value*>& inputs,
     } else if (attr != attrs.end() && !spec.optional) {
       fail(spec.name, "is not optional");
     } else if (spec.kind == ArgKind::TensorList && attr == attrs.end()) {
-      for (; next < inputs.size(); ++next) {
+      for (; next < end; ++next) {
         if (!inputs[next]->isTensor())
           fail(spec.name, "expected tensors, got " + toString(*inputs[next]));
         b.list.push_back(inputs[next]);
@@ -133,7 +164,7 @@ OpCall::OpCall(const OpInfo& op, const std::vector<const Value*>& inputs,
       if (b.list.empty()) fail(spec.name, "needs at least one tensor");
       b.input = b.list[0];
     } else if ((isInputKind(spec.kind) || spec.kind == ArgKind::Scalar) && attr == attrs.end() &&
-               next < inputs.size()) {
+               next < end) {
       const Value* v = inputs[next++];
       if (spec.kind == ArgKind::Tensor && !v->isTensor())
         fail(spec.name, "expected a tensor, got " + toString(*v));
@@ -152,10 +183,10 @@ OpCall::OpCall(const OpInfo& op, const std::vector<const Value*>& inputs,
       fail(spec.name, "missing");
     }
   }
-  if (next != inputs.size())
-    throw Error(ErrorCode::InvalidArgument, op.name + ": takes at most " + std::to_string(next) +
-                                                " inputs here, got " +
-                                                std::to_string(inputs.size()));
+  if (next != end)
+    throw Error(ErrorCode::InvalidArgument,
+                op.name + ": takes at most " + std::to_string(next + inputs.size() - end) +
+                    " inputs here, got " + std::to_string(inputs.size()));
 }
 
 const OpCall::Bound& OpCall::bound(std::string_view arg) const {

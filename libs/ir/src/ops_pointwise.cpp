@@ -120,8 +120,7 @@ Value inferToDType(const OpCall& call) {
 // The in-place form "op_" of a pointwise op: the out-of-place result must keep
 // self's sizes (self does not broadcast) and cast to self's dtype.
 Value inferInPlace(const OpCall& call) {
-  const std::string& name = call.op().name;
-  const OpInfo& base = getOp(std::string_view(name).substr(0, name.size() - 1));
+  const OpInfo& base = getOp(call.op().functional);
   const TensorMeta& self = call.tensor("self");
   Value result = base.infer(call.rebind(base));
   const TensorMeta& out = result.tensor();
@@ -177,10 +176,10 @@ void addPointwiseOps(std::vector<OpInfo>& ops) {
     OpInfo inPlace = ops[i];
     inPlace.name += "_";
     inPlace.infer = inferInPlace;
-    inPlace.mutates = true;
+    inPlace.mutates = 0; // self
+    inPlace.functional = ops[i].name;
     ops.push_back(std::move(inPlace));
   }
-  // TODO(issue 3): out= forms, as mutation ops of their `out` argument.
 }
 
 } // namespace kiln::ir::detail

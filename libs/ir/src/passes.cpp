@@ -53,7 +53,10 @@ Graph eliminateCommonSubexpressions(const Graph& graph) {
   for (ValueId id = 0; id < graph.size(); ++id) {
     Node n = graph.node(id);
     if (n.kind == NodeKind::Placeholder) continue;
-    if (const OpInfo* op = findOp(n.target); op && op->mutates) continue;
+    if (const OpInfo* op = findOp(n.target); op && op->mutates) {
+      seen.clear(); // a call after a write may read other bytes (through any alias)
+      continue;
+    }
     for (ValueId& in : n.inputs) // compare against the representatives
       if (replace[in] != kDropped) in = replace[in];
     uint64_t h = nodeHash(n);

@@ -39,8 +39,8 @@ struct HostTensor {
 // symbol bound twice to different values or outside its range, a wrong rank,
 // dtype, constant size or stride). Error{Unsupported} naming an op the
 // interpreter does not implement. Views (and the pieces of split, chunk and
-// unbind, which getitem hands out) share their input's bytes; in-place ops
-// write them.
+// unbind, which getitem hands out) share their input's bytes; in-place ops and
+// out= forms write them.
 std::vector<HostTensor> interpret(const Graph& graph, std::vector<HostTensor> inputs);
 
 // Conversions of one value to the nearest value of a floating dtype, rounding

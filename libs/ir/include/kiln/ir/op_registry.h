@@ -7,9 +7,12 @@
 // a Scalar argument is either the next input (a tensor or a symbolic scalar) or, when the node has
 // an attribute of its name, that attribute (int, float, bool or SymExpr); every other argument is
 // an attribute named as in the schema. An optional Tensor argument is absent when the inputs run
-// out. Attributes equal to their default are dropped, so one call has one spelling.
+// out. The argument a mutation op writes, when it is the schema's last (an out= form's `out`), is
+// the last input: a TensorList or an absent optional argument before it cannot take it.
+// Attributes equal to their default are dropped, so one call has one spelling.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,11 +61,22 @@ struct OpInfo {
   std::vector<ArgSpec> args;
   InferFn infer;
   DecomposeFn decompose = nullptr; // set for composite ops
-  // Writes its first argument in place ("add_"): its result is that tensor,
-  // with that tensor's meta. Such nodes have an effect: DCE keeps them and CSE
-  // never merges them, until functionalization rewrites them.
-  bool mutates = false;
+  // The argument it writes, by schema index, for a mutation op: 0 (`self`) for
+  // an in-place form ("add_"), the trailing `out` for an out= form ("add_out").
+  // Its result is that tensor, with that tensor's meta. Such nodes have an
+  // effect: DCE keeps them and CSE neither merges them nor reuses a call from
+  // before them, until functionalization rewrites them as `functional` and a
+  // copy. The written argument is the schema's first or last, so that it is the
+  // node's first or last input.
+  std::optional<size_t> mutates = std::nullopt;
+  // For a mutation op, the pure op whose result it writes ("add" for add_ and
+  // add_out); it takes the same arguments, less an out= form's `out`.
+  std::string functional = {};
 };
+
+// An out= form "<op>_out": `functional`'s schema plus a trailing Tensor `out`
+// that it writes (bound to the node's last input).
+bool isOutForm(const OpInfo& op);
 
 const OpInfo* findOp(std::string_view name); // nullptr when unknown
 const OpInfo& getOp(std::string_view name);  // Error{NotFound} when unknown
@@ -86,6 +100,8 @@ public:
   // The same arguments bound to another op of the same schema.
   OpCall rebind(const OpInfo& op) const { return OpCall(op, *inputs_, *attrs_, *table_); }
   sym::SymbolTable& table() const { return *table_; }
+  const std::vector<const Value*>& inputs() const { return *inputs_; }
+  const std::vector<Attr>& attrs() const { return *attrs_; }
 
   bool takes(std::string_view arg) const; // the schema has this argument
   bool has(std::string_view arg) const;   // present (not None)
