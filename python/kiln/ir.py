@@ -105,7 +105,8 @@ def run(graph: Graph, *inputs: torch.Tensor) -> list[torch.Tensor]:
 
 def eval_op(op: str, *args, **kwargs):
     """Runs one op through the IR: a graph with a placeholder per tensor argument, the call, and
-    its result. Returns (result tensor, inferred meta) — handy to compare against torch.
+    its result. Returns (result tensor, inferred meta) — handy to compare against torch; for an op
+    giving a tuple (split, chunk, unbind), a list of tensors and a list of metas.
 
         out, meta = ir.eval_op("add", torch.ones(2, 3), torch.ones(3), alpha=2)
     """
@@ -121,9 +122,13 @@ def eval_op(op: str, *args, **kwargs):
         return arg
 
     value = graph.call(op, *[lift(a) for a in args], **{k: lift(v) for k, v in kwargs.items()})
+    meta = value.meta
+    if isinstance(meta, list):  # a tuple: its pieces are the outputs
+        graph.set_outputs([graph.call("getitem", value, index=i) for i in range(len(meta))])
+        return run(graph, *tensors), meta
     graph.set_outputs([value])
     (result,) = run(graph, *tensors)
-    return result, value.meta
+    return result, meta
 
 
 __all__ = [

@@ -121,7 +121,7 @@ ir::AttrValue attrOf(const GraphState& graph, ir::ArgKind kind, py::handle h) {
 
 bool isInputKind(ir::ArgKind kind) {
   return kind == ir::ArgKind::Tensor || kind == ir::ArgKind::TensorList ||
-         kind == ir::ArgKind::SymInt;
+         kind == ir::ArgKind::SymInt || kind == ir::ArgKind::Tuple;
 }
 
 // Binds Python arguments to the op's schema: graph values become inputs in
@@ -221,8 +221,14 @@ py::dict metaDict(const std::shared_ptr<GraphState>& graph, const ir::TensorMeta
   return out;
 }
 
+// A tensor's meta dict, a tuple's list of them, or {"sym": ...}.
 py::object valueInfo(const std::shared_ptr<GraphState>& graph, const ir::Value& value) {
   if (value.isTensor()) return metaDict(graph, value.tensor());
+  if (value.isTuple()) {
+    py::list out;
+    for (const ir::TensorMeta& meta : value.tuple()) out.append(metaDict(graph, meta));
+    return out;
+  }
   py::dict out;
   out["sym"] = toPython(graph, value.symInt());
   return out;
@@ -359,7 +365,8 @@ void bindValue(py::module_& m) {
       .def_property_readonly("id", [](const PyValue& v) { return v.id; })
       .def_property_readonly(
           "meta", [](const PyValue& v) { return valueInfo(v.owner, v.owner->graph.value(v.id)); },
-          "dtype, sizes, strides, storage_offset, device, requires_grad; or {'sym': ...}")
+          "dtype, sizes, strides, storage_offset, device, requires_grad; a list of those for a "
+          "tuple; or {'sym': ...}")
       .def("__repr__", [](const PyValue& v) {
         return fmt::format("%{} : {}", v.id, ir::toString(v.owner->graph.value(v.id)));
       });

@@ -133,3 +133,11 @@ def test_empty_tensors_and_inputs_that_disagree():
     with pytest.raises(kiln.KilnError) as err:
         ir.run(g, torch.zeros(3, 1, dtype=torch.int64))
     assert err.value.code == "invalid_argument"
+
+
+def test_tuple_results_come_back_piece_by_piece():
+    x = torch.arange(10.0).reshape(5, 2)
+    pieces, metas = ir.eval_op("split", x, 2)
+    assert [p.tolist() for p in pieces] == [p.tolist() for p in torch.split(x, 2)]
+    assert [m["sizes"] for m in metas] == [[2, 2], [2, 2], [1, 2]]
+    assert [m["storage_offset"] for m in metas] == [0, 4, 8]
