@@ -1,0 +1,127 @@
+// kiln::codegen loop-level IR: what a graph becomes before kernels are emitted.
+// Shared by every target (the CPU and CUDA emitters differ only in how they
+// print it).
+//
+// A program is a list of buffers in execution order. Each buffer is one of
+//   - an input: a graph placeholder's storage;
+//   - computed: a loop nest over `ranges` (symbolic sizes) whose body gives
+//     the element at index (i0, i1, ...) as a scalar expression: pointwise;
+//     or, with `reductionRanges` and a reduce op, the reduction over
+//     (r0, r1, ...) of such an expression;
+//   - extern: a call of a library routine (the matmul family, attention) on
+//     earlier buffers.
+// Loads name a buffer and a flat element index, an expression over the index
+// variables and the graph's size symbols: views are folded into it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/ir/dtype.h"
+#include "kiln/ir/graph.h"
+#include "kiln/sym/expr.h"
+
+namespace kiln::codegen {
+
+using ir::DType;
+using ir::Shape;
+using BufferId = uint32_t;
+
+enum class ScalarKind {
+  Load,     // buffer[index]
+  Constant, // a number of the node's dtype
+  IndexOf,  // the value of an integer index expression (arange, masks)
+  Unary,    // op(arg)
+  Binary,   // op(a, b)
+  Where,    // args[0] ? args[1] : args[2]; only the chosen branch is evaluated (cat's
+            // branches load out of range otherwise)
+  Cast,     // arg converted to dtype
+};
+
+struct ScalarNode;
+using Scalar = std::shared_ptr<const ScalarNode>;
+
+// One node of a loop body's expression tree; immutable once built.
+struct ScalarNode {
+  ScalarKind kind = ScalarKind::Constant;
+  DType dtype = DType::Float32;
+  std::string op;         // Unary and Binary: the op's name ("exp", "add", "maximum", ...)
+  BufferId buffer = 0;    // Load
+  sym::Expr index;        // Load: flat element index; IndexOf: the value
+  // Load through loaded values (embedding, gather): `index` also mentions these
+  // symbols, each bound to the value of the arg at the same position.
+  std::vector<sym::Expr> indirect;
+  double number = 0;      // Constant of a floating dtype
+  int64_t integer = 0;    // Constant of an integral or bool dtype
+  std::vector<Scalar> args;
+};
+
+Scalar load(DType dtype, BufferId buffer, sym::Expr index);
+Scalar indirectLoad(DType dtype, BufferId buffer, sym::Expr index, std::vector<sym::Expr> symbols,
+                    std::vector<Scalar> values);
+Scalar constantF(DType dtype, double value);
+Scalar constantI(DType dtype, int64_t value);
+Scalar indexOf(DType dtype, sym::Expr value);
+Scalar unary(std::string op, DType dtype, Scalar arg);
+Scalar binary(std::string op, DType dtype, Scalar a, Scalar b);
+Scalar where(Scalar condition, Scalar a, Scalar b); // dtype of a (and b)
+Scalar cast(DType dtype, Scalar arg);               // arg itself when already of dtype
+
+// The scalar with index variables replaced (loads' indices and IndexOf values).
+Scalar substitute(const Scalar& s, const std::unordered_map<sym::Expr, sym::Expr>& vars);
+size_t opCount(const Scalar& s); // nodes in the tree: the cost of recomputing it
+
+enum class ReduceOp { None, Sum, Prod, Max, Min, ArgMax, ArgMin, Any, All };
+std::string_view reduceOpName(ReduceOp op);
+
+// A loop nest: pointwise when reduce is None.
+struct Loops {
+  std::vector<sym::Expr> vars; // i0.. one per range
+  Shape ranges;
+  std::vector<sym::Expr> reductionVars; // r0..
+  Shape reductionRanges;
+  ReduceOp reduce = ReduceOp::None;
+  DType accumulator = DType::Float32; // the reduction's accumulation dtype
+  Scalar body;
+};
+
+struct ExternCall {
+  std::string op; // the IR op ("mm", "bmm", "addmm", "scaled_dot_product_attention", ...)
+  std::vector<BufferId> inputs;
+  std::vector<ir::TensorMeta> inputViews; // each input's layout (views folded)
+  std::vector<ir::Attr> attrs;
+};
+
+enum class BufferKind { Input, Computed, Extern };
+
+struct Buffer {
+  BufferKind kind = BufferKind::Computed;
+  std::string name;       // buf3, or the placeholder's name
+  ir::TensorMeta layout;  // dtype, sizes and strides of what is stored (offset 0)
+  uint32_t placeholder = 0; // Input: which graph input
+  Loops loops;            // Computed
+  ExternCall call;        // Extern
+};
+
+// A graph output: a view (offset, sizes, strides) of a buffer.
+struct Output {
+  BufferId buffer;
+  ir::TensorMeta view;
+};
+
+struct Program {
+  std::vector<Buffer> buffers;
+  std::vector<Output> outputs;
+};
+
+// The text form, one buffer per line group:
+//   buf2 : f32[s0, 768] = pointwise [s0, 768]
+//     exp(load(x, 768*i0 + i1))
+std::string print(const Program& program);
+std::string print(const Scalar& scalar, const Program& program);
+
+} // namespace kiln::codegen

@@ -1,0 +1,208 @@
+#include "kiln/codegen/loop_ir.h"
+
+#include <sstream>
+
+#include "kiln/common/error.h"
+#include "kiln/sym/eval.h"
+#include "kiln/sym/print.h"
+
+namespace kiln::codegen {
+namespace {
+
+ScalarNode nodeOf(ScalarKind kind, DType dtype) {
+  ScalarNode n;
+  n.kind = kind;
+  n.dtype = dtype;
+  return n;
+}
+
+Scalar make(ScalarNode node) {
+  return std::make_shared<const ScalarNode>(std::move(node));
+}
+
+std::string numberText(const ScalarNode& n) {
+  if (!ir::isFloating(n.dtype)) {
+    if (n.dtype == DType::Bool) return n.integer ? "True" : "False";
+    return std::to_string(n.integer);
+  }
+  std::ostringstream out;
+  out.precision(17);
+  out << n.number;
+  return out.str();
+}
+
+} // namespace
+
+Scalar load(DType dtype, BufferId buffer, sym::Expr index) {
+  ScalarNode n = nodeOf(ScalarKind::Load, dtype);
+  n.buffer = buffer;
+  n.index = index;
+  return make(std::move(n));
+}
+
+Scalar indirectLoad(DType dtype, BufferId buffer, sym::Expr index, std::vector<sym::Expr> symbols,
+                    std::vector<Scalar> values) {
+  if (symbols.size() != values.size())
+    throw Error(ErrorCode::Internal, "indirectLoad: one value per indirect symbol");
+  ScalarNode n = nodeOf(ScalarKind::Load, dtype);
+  n.buffer = buffer;
+  n.index = index;
+  n.indirect = std::move(symbols);
+  n.args = std::move(values);
+  return make(std::move(n));
+}
+
+Scalar constantF(DType dtype, double value) {
+  ScalarNode n = nodeOf(ScalarKind::Constant, dtype);
+  n.number = value;
+  n.integer = static_cast<int64_t>(value);
+  return make(std::move(n));
+}
+
+Scalar constantI(DType dtype, int64_t value) {
+  ScalarNode n = nodeOf(ScalarKind::Constant, dtype);
+  n.integer = value;
+  n.number = static_cast<double>(value);
+  return make(std::move(n));
+}
+
+Scalar indexOf(DType dtype, sym::Expr value) {
+  ScalarNode n = nodeOf(ScalarKind::IndexOf, dtype);
+  n.index = value;
+  return make(std::move(n));
+}
+
+Scalar unary(std::string op, DType dtype, Scalar arg) {
+  ScalarNode n = nodeOf(ScalarKind::Unary, dtype);
+  n.op = std::move(op);
+  n.args = {std::move(arg)};
+  return make(std::move(n));
+}
+
+Scalar binary(std::string op, DType dtype, Scalar a, Scalar b) {
+  ScalarNode n = nodeOf(ScalarKind::Binary, dtype);
+  n.op = std::move(op);
+  n.args = {std::move(a), std::move(b)};
+  return make(std::move(n));
+}
+
+Scalar where(Scalar condition, Scalar a, Scalar b) {
+  ScalarNode n = nodeOf(ScalarKind::Where, a->dtype);
+  n.args = {std::move(condition), std::move(a), std::move(b)};
+  return make(std::move(n));
+}
+
+Scalar cast(DType dtype, Scalar arg) {
+  if (arg->dtype == dtype) return arg;
+  ScalarNode n = nodeOf(ScalarKind::Cast, dtype);
+  n.args = {std::move(arg)};
+  return make(std::move(n));
+}
+
+Scalar substitute(const Scalar& s, const std::unordered_map<sym::Expr, sym::Expr>& vars) {
+  ScalarNode n = *s;
+  if (!n.index.isNull()) n.index = sym::substitute(n.index, vars);
+  for (Scalar& a : n.args) a = substitute(a, vars);
+  return make(std::move(n));
+}
+
+size_t opCount(const Scalar& s) {
+  size_t n = 1;
+  for (const Scalar& a : s->args) n += opCount(a);
+  return n;
+}
+
+std::string_view reduceOpName(ReduceOp op) {
+  switch (op) {
+  case ReduceOp::None: return "none";
+  case ReduceOp::Sum: return "sum";
+  case ReduceOp::Prod: return "prod";
+  case ReduceOp::Max: return "max";
+  case ReduceOp::Min: return "min";
+  case ReduceOp::ArgMax: return "argmax";
+  case ReduceOp::ArgMin: return "argmin";
+  case ReduceOp::Any: return "any";
+  case ReduceOp::All: return "all";
+  }
+  return "?";
+}
+
+std::string print(const Scalar& s, const Program& program) {
+  const ScalarNode& n = *s;
+  auto args = [&](size_t from) {
+    std::string out;
+    for (size_t i = from; i < n.args.size(); ++i)
+      out += (i > from ? ", " : "") + print(n.args[i], program);
+    return out;
+  };
+  switch (n.kind) {
+  case ScalarKind::Load: {
+    std::string text = "load(" + program.buffers.at(n.buffer).name + ", " + sym::toString(n.index);
+    for (size_t i = 0; i < n.indirect.size(); ++i)
+      text += ", " + sym::toString(n.indirect[i]) + "=" + print(n.args[i], program);
+    return text + ")";
+  }
+  case ScalarKind::Constant: return numberText(n);
+  case ScalarKind::IndexOf: return "index(" + sym::toString(n.index) + ")";
+  case ScalarKind::Unary:
+  case ScalarKind::Binary: return n.op + "(" + args(0) + ")";
+  case ScalarKind::Where: return "where(" + args(0) + ")";
+  case ScalarKind::Cast: return "to_" + std::string(ir::name(n.dtype)) + "(" + args(0) + ")";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string shapeText(const Shape& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + sym::toString(shape[i]);
+  return out + "]";
+}
+
+std::string varsText(const std::vector<sym::Expr>& vars) {
+  std::string out;
+  for (size_t i = 0; i < vars.size(); ++i) out += (i ? ", " : "") + sym::toString(vars[i]);
+  return out;
+}
+
+} // namespace
+
+std::string print(const Program& program) {
+  std::ostringstream out;
+  for (const Buffer& b : program.buffers) {
+    out << b.name << " : " << ir::toString(b.layout) << " = ";
+    switch (b.kind) {
+    case BufferKind::Input: out << "input " << b.placeholder << "\n"; break;
+    case BufferKind::Computed: {
+      const Loops& l = b.loops;
+      if (l.reduce == ReduceOp::None) {
+        out << "pointwise " << shapeText(l.ranges) << " over (" << varsText(l.vars) << ")\n";
+      } else {
+        out << reduceOpName(l.reduce) << " " << shapeText(l.ranges) << " over ("
+            << varsText(l.vars) << ") of " << shapeText(l.reductionRanges) << " over ("
+            << varsText(l.reductionVars) << ") in " << ir::name(l.accumulator) << "\n";
+      }
+      out << "  " << print(l.body, program) << "\n";
+      break;
+    }
+    case BufferKind::Extern: {
+      out << "extern " << b.call.op << "(";
+      for (size_t i = 0; i < b.call.inputs.size(); ++i)
+        out << (i ? ", " : "") << program.buffers.at(b.call.inputs[i]).name << " as "
+            << ir::toString(b.call.inputViews[i]);
+      for (const ir::Attr& a : b.call.attrs) out << ", " << a.name << "=" << ir::toString(a.value);
+      out << ")\n";
+      break;
+    }
+    }
+  }
+  out << "return (";
+  for (size_t i = 0; i < program.outputs.size(); ++i)
+    out << (i ? ", " : "") << program.buffers.at(program.outputs[i].buffer).name << " as "
+        << ir::toString(program.outputs[i].view);
+  out << ")\n";
+  return out.str();
+}
+
+} // namespace kiln::codegen

@@ -1,0 +1,636 @@
+// Lowering, node by node in graph order: each value becomes a stored buffer
+// or a body over index variables that its consumers inline (see lower.h).
+#include "kiln/codegen/lower.h"
+
+#include <functional>
+#include <optional>
+#include <unordered_map>
+
+#include "kiln/common/error.h"
+#include "kiln/ir/op_registry.h"
+#include "kiln/ir/passes.h"
+#include "kiln/sym/range.h"
+#include "kiln/sym/symbol_table.h"
+
+namespace kiln::codegen {
+namespace {
+
+using ir::TensorMeta;
+using ir::ValueId;
+using Index = std::vector<sym::Expr>;
+
+// The dtype f16/bf16 arithmetic is done in, as torch's opmath.
+DType opmath(DType t) {
+  return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t;
+}
+
+// What lowering knows of one graph value.
+struct Lowered {
+  enum Kind { Tensor, SymInt, Tuple } kind = Tensor;
+  sym::Expr symInt;
+  std::vector<Lowered> pieces;
+  TensorMeta meta;
+  // Stored: `buffer` holds the storage, its element 0 at the value's inferred
+  // storage offset `base`.
+  std::optional<BufferId> buffer;
+  sym::Expr base;
+  // Not stored: the element at index `vars` is `body`.
+  Index vars;
+  Scalar body;
+};
+
+bool isViewOp(const std::string& op) {
+  for (const char* v : {"view", "permute", "transpose", "expand", "squeeze", "unsqueeze", "slice",
+                        "select", "narrow", "unflatten", "as_strided"})
+    if (op == v) return true;
+  return false;
+}
+
+bool isExternOp(const std::string& op) {
+  // TODO(issue 4): scatter_add as a scatter loop and dropout as a pointwise
+  // body with a counter-based RNG; extern until then.
+  for (const char* e : {"mm", "bmm", "addmm", "matmul", "scaled_dot_product_attention",
+                        "scatter_add", "dropout"})
+    if (op == e) return true;
+  return false;
+}
+
+ReduceOp reduceOpOf(const std::string& op) {
+  if (op == "sum" || op == "mean") return ReduceOp::Sum;
+  if (op == "prod") return ReduceOp::Prod;
+  if (op == "amax") return ReduceOp::Max;
+  if (op == "amin") return ReduceOp::Min;
+  if (op == "argmax") return ReduceOp::ArgMax;
+  if (op == "argmin") return ReduceOp::ArgMin;
+  if (op == "any") return ReduceOp::Any;
+  if (op == "all") return ReduceOp::All;
+  return ReduceOp::None;
+}
+
+bool isUnaryMath(const std::string& op) {
+  for (const char* u : {"exp", "exp2", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos",
+                        "tan", "tanh", "sigmoid", "erf", "reciprocal", "neg", "abs", "relu",
+                        "floor", "ceil", "round", "trunc", "sign"})
+    if (op == u) return true;
+  return false;
+}
+
+bool isComparison(const std::string& op) {
+  return op == "eq" || op == "ne" || op == "lt" || op == "le" || op == "gt" || op == "ge";
+}
+
+bool isArithmetic(const std::string& op) {
+  for (const char* b : {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod",
+                        "remainder", "bitwise_and", "bitwise_or", "bitwise_xor"})
+    if (op == b) return true;
+  return false;
+}
+
+class Lowering {
+public:
+  explicit Lowering(const ir::Graph& graph) : graph_(graph), table_(graph.symbols()) {}
+
+  Program run() {
+    countUses();
+    for (ValueId id = 0; id < graph_.size(); ++id) {
+      const ir::Node& node = graph_.node(id);
+      values_.push_back(node.kind == ir::NodeKind::Placeholder ? lowerPlaceholder(node, id)
+                                                               : lowerCall(node, id));
+      Lowered& v = values_.back();
+      if (v.kind == Lowered::Tensor && !v.buffer && uses_[id] > 1 && opCount(v.body) > kInlineLimit)
+        realize(v);
+    }
+    for (ValueId out : graph_.outputs()) {
+      Lowered& v = values_.at(out);
+      if (v.kind != Lowered::Tensor)
+        throw Error(ErrorCode::Unsupported,
+                    "codegen: a symbolic-int graph output is not supported yet");
+      // TODO(issue 4): symbolic-int outputs, returned through the plan.
+      realize(v);
+      TensorMeta view = v.meta;
+      view.storageOffset = v.meta.storageOffset - v.base;
+      program_.outputs.push_back({*v.buffer, view});
+    }
+    return std::move(program_);
+  }
+
+private:
+  void countUses() {
+    uses_.assign(graph_.size(), 0);
+    for (const ir::Node& n : graph_.nodes())
+      for (ValueId in : n.inputs) ++uses_.at(in);
+    for (ValueId out : graph_.outputs()) ++uses_.at(out);
+  }
+
+  // Fresh index variables, one per range, named <prefix><n>; constant ranges
+  // bound them (which lets index arithmetic simplify).
+  Index freshVars(const char* prefix, const Shape& ranges) {
+    Index vars;
+    for (sym::Expr size : ranges) {
+      std::string name;
+      do name = prefix + std::to_string(nextVar_++);
+      while (table_.lookup(name));
+      std::optional<int64_t> n = size.asInteger();
+      sym::Range range{0, n && *n > 0 ? *n - 1 : sym::kInf};
+      vars.push_back(table_.declare(name, std::nullopt, range));
+    }
+    return vars;
+  }
+
+  BufferId addBuffer(Buffer buffer) {
+    buffer.name = buffer.kind == BufferKind::Input ? buffer.name
+                                                   : "buf" + std::to_string(program_.buffers.size());
+    program_.buffers.push_back(std::move(buffer));
+    return static_cast<BufferId>(program_.buffers.size() - 1);
+  }
+
+  // The element of `v` at `idx` (one index per dim of v).
+  Scalar loadAt(const Lowered& v, const Index& idx) {
+    if (v.buffer) {
+      sym::Expr flat = v.meta.storageOffset - v.base;
+      for (size_t k = 0; k < idx.size(); ++k) flat = flat + idx[k] * v.meta.strides[k];
+      return load(v.meta.dtype, *v.buffer, flat);
+    }
+    std::unordered_map<sym::Expr, sym::Expr> bind;
+    for (size_t k = 0; k < idx.size(); ++k) bind.emplace(v.vars[k], idx[k]);
+    return substitute(v.body, bind);
+  }
+
+  // `v`'s index for the output index `idx` of an op that broadcast v to `sizes`.
+  Index broadcastIndex(const TensorMeta& v, const Index& idx, const Shape& sizes) {
+    Index out;
+    size_t lead = sizes.size() - v.dim();
+    for (size_t k = 0; k < v.dim(); ++k) {
+      bool broadcast = v.sizes[k].asInteger() == 1 && sizes[lead + k].asInteger() != 1;
+      out.push_back(broadcast ? table_.integer(0) : idx[lead + k]);
+    }
+    return out;
+  }
+
+  // Stores a body into a new buffer laid out as its meta.
+  void realize(Lowered& v) {
+    if (v.buffer) return;
+    Buffer b;
+    b.kind = BufferKind::Computed;
+    b.layout = v.meta;
+    b.layout.storageOffset = table_.integer(0);
+    b.loops.vars = v.vars;
+    b.loops.ranges = v.meta.sizes;
+    b.loops.body = cast(v.meta.dtype, v.body);
+    v.buffer = addBuffer(std::move(b));
+    v.base = v.meta.storageOffset;
+  }
+
+  Lowered pointwise(const TensorMeta& meta, const std::function<Scalar(const Index&)>& fn) {
+    Lowered v;
+    v.meta = meta;
+    v.vars = freshVars("i", meta.sizes);
+    v.body = cast(meta.dtype, fn(v.vars));
+    return v;
+  }
+
+  Lowered lowerPlaceholder(const ir::Node& node, ValueId id) {
+    Lowered v;
+    if (node.value.isSymInt()) {
+      v.kind = Lowered::SymInt;
+      v.symInt = node.value.symInt();
+      return v;
+    }
+    Buffer b;
+    b.kind = BufferKind::Input;
+    b.name = node.target;
+    b.layout = node.value.tensor();
+    b.layout.storageOffset = table_.integer(0);
+    b.placeholder = inputCount_++;
+    (void)id;
+    v.meta = node.value.tensor();
+    v.base = v.meta.storageOffset;
+    v.buffer = addBuffer(std::move(b));
+    return v;
+  }
+
+  // --- arguments ---
+
+  struct Args {
+    std::unique_ptr<ir::OpCall> call;
+    std::vector<const ir::Value*> inputs;
+    std::vector<ir::Attr> attrs;
+  };
+
+  Args bind(const ir::Node& node) {
+    Args a;
+    for (ValueId in : node.inputs) a.inputs.push_back(&graph_.value(in));
+    a.attrs = node.attrs;
+    a.call = std::make_unique<ir::OpCall>(ir::getOp(node.target), a.inputs, a.attrs, table_);
+    return a;
+  }
+
+  // The lowered input bound to a tensor argument, or nullptr when absent.
+  Lowered* inputOf(const ir::Node& node, const Args& a, std::string_view arg) {
+    const ir::Value* v = a.call->input(arg);
+    if (!v) return nullptr;
+    for (size_t i = 0; i < a.inputs.size(); ++i)
+      if (a.inputs[i] == v) return &values_.at(node.inputs[i]);
+    return nullptr;
+  }
+
+  // A Scalar argument's dtype and kind for type promotion.
+  void addOperand(ir::ResultType& rt, const ir::Node& node, const Args& a, std::string_view arg) {
+    if (!a.call->has(arg)) return;
+    if (Lowered* in = inputOf(node, a, arg)) {
+      if (in->kind == Lowered::SymInt) return rt.add(DType::Int64, ir::Operand::Scalar);
+      return rt.add(in->meta.dtype, in->meta.dim() ? ir::Operand::Tensor : ir::Operand::ZeroDim);
+    }
+    const ir::AttrValue& v = a.call->attr(arg);
+    DType t = std::holds_alternative<double>(v) ? DType::Float64
+              : std::holds_alternative<bool>(v) ? DType::Bool
+                                                 : DType::Int64;
+    rt.add(t, ir::Operand::Scalar);
+  }
+
+  // A Scalar or Tensor argument's element for the output index `idx` over `sizes`.
+  Scalar operand(const ir::Node& node, const Args& a, std::string_view arg, const Index& idx,
+                 const Shape& sizes) {
+    if (Lowered* in = inputOf(node, a, arg)) {
+      if (in->kind == Lowered::SymInt) return indexOf(DType::Int64, in->symInt);
+      return loadAt(*in, broadcastIndex(in->meta, idx, sizes));
+    }
+    const ir::AttrValue& v = a.call->attr(arg);
+    if (auto* d = std::get_if<double>(&v)) return constantF(DType::Float64, *d);
+    if (auto* b = std::get_if<bool>(&v)) return constantI(DType::Bool, *b);
+    if (auto* i = std::get_if<int64_t>(&v)) return constantI(DType::Int64, *i);
+    if (auto* e = std::get_if<sym::Expr>(&v)) return indexOf(DType::Int64, *e);
+    throw Error(ErrorCode::Internal, "codegen: argument " + std::string(arg) + " has no value");
+  }
+
+  // --- ops ---
+
+  Lowered lowerCall(const ir::Node& node, ValueId id) {
+    const std::string& op = node.target;
+    const ir::OpInfo& info = ir::getOp(op);
+    if (info.mutates)
+      throw Error(ErrorCode::Unsupported,
+                  "codegen: " + op + " mutates its input; functionalize the graph first");
+    Args a = bind(node);
+    if (node.value.isSymInt()) {
+      Lowered v;
+      v.kind = Lowered::SymInt;
+      v.symInt = node.value.symInt();
+      return v;
+    }
+    if (node.value.isTuple()) return lowerPieces(node, a);
+    const TensorMeta& meta = node.value.tensor();
+    if (op == "getitem") {
+      Lowered piece = values_.at(node.inputs[0]).pieces.at(std::get<int64_t>(node.attrs[0].value));
+      return piece;
+    }
+    if (isViewOp(op)) return lowerView(node, meta);
+    if (isExternOp(op)) return lowerExtern(node, meta);
+    if (ReduceOp r = reduceOpOf(op); r != ReduceOp::None) return lowerReduction(node, a, meta, r);
+    if (std::optional<Lowered> v = lowerPointwise(node, a, meta)) return std::move(*v);
+    if (std::optional<Lowered> v = lowerCopy(node, a, meta)) return std::move(*v);
+    if (std::optional<Lowered> v = lowerCreation(node, a, meta)) return std::move(*v);
+    if (std::optional<Lowered> v = lowerIndexing(node, a, meta)) return std::move(*v);
+    (void)id;
+    throw Error(ErrorCode::Unsupported, "codegen: no lowering for op '" + op + "' yet");
+  }
+
+  // Views alias their input's storage: the input is stored, the view keeps its meta.
+  // TODO(issue 4): fold views of bodies into index arithmetic instead of storing them.
+  Lowered lowerView(const ir::Node& node, const TensorMeta& meta) {
+    Lowered& in = values_.at(node.inputs[0]);
+    realize(in);
+    Lowered v;
+    v.meta = meta;
+    v.buffer = in.buffer;
+    // as_strided's offset is absolute in the storage; others count from the input's.
+    v.base = node.target == "as_strided" ? in.base - in.meta.storageOffset : in.base;
+    return v;
+  }
+
+  Lowered lowerPieces(const ir::Node& node, const Args&) {
+    Lowered& in = values_.at(node.inputs[0]);
+    realize(in);
+    Lowered v;
+    v.kind = Lowered::Tuple;
+    for (const TensorMeta& m : node.value.tuple()) {
+      Lowered piece;
+      piece.meta = m;
+      piece.buffer = in.buffer;
+      piece.base = in.base;
+      v.pieces.push_back(std::move(piece));
+    }
+    return v;
+  }
+
+  Lowered lowerExtern(const ir::Node& node, const TensorMeta& meta) {
+    Buffer b;
+    b.kind = BufferKind::Extern;
+    b.layout = meta;
+    b.layout.storageOffset = table_.integer(0);
+    b.call.op = node.target;
+    b.call.attrs = node.attrs;
+    for (ValueId in : node.inputs) {
+      Lowered& v = values_.at(in);
+      if (v.kind != Lowered::Tensor)
+        throw Error(ErrorCode::Unsupported, "codegen: extern " + node.target +
+                                                " with a non-tensor input is not supported yet");
+      realize(v);
+      TensorMeta view = v.meta;
+      view.storageOffset = v.meta.storageOffset - v.base;
+      b.call.inputs.push_back(*v.buffer);
+      b.call.inputViews.push_back(view);
+    }
+    Lowered v;
+    v.meta = meta;
+    v.base = meta.storageOffset;
+    v.buffer = addBuffer(std::move(b));
+    return v;
+  }
+
+  Lowered lowerReduction(const ir::Node& node, const Args& a, const TensorMeta& meta, ReduceOp r) {
+    const std::string& op = node.target;
+    Lowered& in = values_.at(node.inputs[0]);
+    size_t rank = in.meta.dim();
+    std::vector<bool> reduced(rank, !a.call->has("dim"));
+    if (a.call->has("dim")) {
+      std::vector<int64_t> dims = a.call->intList("dim");
+      if (dims.empty()) reduced.assign(rank, true);
+      for (int64_t d : dims)
+        if (rank) reduced.at(static_cast<size_t>(d < 0 ? d + int64_t(rank) : d)) = true;
+    }
+    bool keepdim = a.call->boolArg("keepdim");
+    Shape reductionRanges;
+    for (size_t k = 0; k < rank; ++k)
+      if (reduced[k]) reductionRanges.push_back(in.meta.sizes[k]);
+
+    DType out = meta.dtype;
+    Buffer b;
+    b.kind = BufferKind::Computed;
+    Loops& l = b.loops;
+    l.reduce = r;
+    l.ranges = meta.sizes;
+    l.vars = freshVars("i", meta.sizes);
+    l.reductionRanges = reductionRanges;
+    l.reductionVars = freshVars("r", reductionRanges);
+    Index idx;
+    size_t outDim = 0, redDim = 0;
+    for (size_t k = 0; k < rank; ++k) {
+      if (reduced[k]) {
+        idx.push_back(l.reductionVars[redDim++]);
+        if (keepdim) ++outDim;
+      } else {
+        idx.push_back(l.vars[outDim++]);
+      }
+    }
+    Scalar element = loadAt(in, idx);
+    switch (r) {
+    case ReduceOp::Sum:
+    case ReduceOp::Prod:
+      l.accumulator = opmath(out);
+      element = cast(l.accumulator, cast(out, element));
+      break;
+    case ReduceOp::Max:
+    case ReduceOp::Min:
+    case ReduceOp::ArgMax:
+    case ReduceOp::ArgMin:
+      l.accumulator = opmath(in.meta.dtype);
+      element = cast(l.accumulator, element);
+      break;
+    case ReduceOp::Any:
+    case ReduceOp::All:
+      l.accumulator = DType::Bool;
+      element = cast(DType::Bool, element);
+      break;
+    case ReduceOp::None: break;
+    }
+    l.body = element;
+    b.layout = meta;
+    b.layout.storageOffset = table_.integer(0);
+    if (op == "mean") b.layout.dtype = l.accumulator;
+    BufferId id = addBuffer(std::move(b));
+    Lowered v;
+    v.meta = meta;
+    v.buffer = id;
+    v.base = meta.storageOffset;
+    if (op != "mean") return v;
+    // mean: the sum, then a pointwise division by the count
+    Lowered sum = v;
+    sum.meta.dtype = l.accumulator;
+    sym::Expr count = table_.integer(1);
+    for (sym::Expr s : reductionRanges) count = count * s;
+    DType acc = program_.buffers[id].loops.accumulator;
+    return pointwise(meta, [&, sum](const Index& i) {
+      return binary("div", acc, loadAt(sum, i), cast(acc, indexOf(DType::Int64, count)));
+    });
+  }
+
+  std::optional<Lowered> lowerPointwise(const ir::Node& node, const Args& a,
+                                        const TensorMeta& meta) {
+    const std::string& op = node.target;
+    const Shape& sizes = meta.sizes;
+    DType out = meta.dtype;
+    if (isUnaryMath(op)) {
+      DType compute = opmath(out);
+      return pointwise(meta, [&](const Index& i) {
+        return unary(op, compute, cast(compute, operand(node, a, "self", i, sizes)));
+      });
+    }
+    if (op == "logical_not" || op == "isnan" || op == "isinf") {
+      return pointwise(meta, [&](const Index& i) {
+        return unary(op, DType::Bool, operand(node, a, "self", i, sizes));
+      });
+    }
+    if (op == "to_dtype")
+      return pointwise(meta, [&](const Index& i) { return operand(node, a, "self", i, sizes); });
+    if (op == "logical_and" || op == "logical_or") {
+      return pointwise(meta, [&](const Index& i) {
+        return binary(op, DType::Bool, operand(node, a, "self", i, sizes),
+                      operand(node, a, "other", i, sizes));
+      });
+    }
+    if (isComparison(op) || isArithmetic(op)) {
+      ir::ResultType rt;
+      addOperand(rt, node, a, "self");
+      addOperand(rt, node, a, "other");
+      DType promoted = rt.result();
+      DType compute = opmath(isComparison(op) ? promoted : out);
+      std::string name = op;
+      if (op == "div" && a.call->has("rounding_mode"))
+        name = "div_" + a.call->string("rounding_mode"); // div_floor, div_trunc
+      double alpha = a.call->takes("alpha") ? a.call->floatArg("alpha") : 1.0;
+      return pointwise(meta, [&, name, alpha](const Index& i) {
+        Scalar x = cast(compute, operand(node, a, "self", i, sizes));
+        Scalar y = cast(compute, operand(node, a, "other", i, sizes));
+        if (alpha != 1.0)
+          y = binary("mul", compute, y,
+                     ir::isFloating(compute) ? constantF(compute, alpha)
+                                             : constantI(compute, static_cast<int64_t>(alpha)));
+        return binary(name, isComparison(op) ? DType::Bool : compute, x, y);
+      });
+    }
+    if (op == "where") {
+      DType compute = opmath(out);
+      return pointwise(meta, [&](const Index& i) {
+        return where(cast(DType::Bool, operand(node, a, "condition", i, sizes)),
+                     cast(compute, operand(node, a, "self", i, sizes)),
+                     cast(compute, operand(node, a, "other", i, sizes)));
+      });
+    }
+    if (op == "clamp") {
+      DType compute = opmath(out);
+      return pointwise(meta, [&](const Index& i) {
+        Scalar x = cast(compute, operand(node, a, "self", i, sizes));
+        if (a.call->has("min"))
+          x = binary("clamp_min", compute, x, cast(compute, operand(node, a, "min", i, sizes)));
+        if (a.call->has("max"))
+          x = binary("clamp_max", compute, x, cast(compute, operand(node, a, "max", i, sizes)));
+        return x;
+      });
+    }
+    return std::nullopt;
+  }
+
+  // Copies: clone and contiguous read the input at the same index; reshape
+  // and flatten at the same row-major position.
+  std::optional<Lowered> lowerCopy(const ir::Node& node, const Args&, const TensorMeta& meta) {
+    const std::string& op = node.target;
+    if (op == "clone" || op == "contiguous") {
+      const Lowered& in = values_.at(node.inputs[0]);
+      return pointwise(meta, [&](const Index& i) { return loadAt(in, i); });
+    }
+    if (op == "reshape" || op == "flatten") {
+      const Lowered& in = values_.at(node.inputs[0]);
+      return pointwise(meta, [&](const Index& i) {
+        sym::Expr flat = table_.integer(0);
+        for (size_t k = 0; k < i.size(); ++k) flat = flat * meta.sizes[k] + i[k];
+        Index at(in.meta.dim());
+        for (size_t k = in.meta.dim(); k-- > 0;) {
+          at[k] = k == 0 ? flat : sym::mod(flat, in.meta.sizes[k]);
+          flat = sym::floorDiv(flat, in.meta.sizes[k]);
+        }
+        return loadAt(in, at);
+      });
+    }
+    if (op == "cat" || op == "stack") return lowerConcat(node, meta);
+    return std::nullopt;
+  }
+
+  // The element comes from the input whose range along `dim` holds the index;
+  // Where evaluates only the chosen branch, so the others never load.
+  Lowered lowerConcat(const ir::Node& node, const TensorMeta& meta) {
+    bool stack = node.target == "stack";
+    int64_t dim = std::get<int64_t>(node.attr("dim") ? *node.attr("dim") : ir::AttrValue(int64_t{0}));
+    size_t d = static_cast<size_t>(dim < 0 ? dim + int64_t(meta.dim()) : dim);
+    return pointwise(meta, [&](const Index& i) {
+      Scalar result;
+      sym::Expr end = table_.integer(0);
+      std::vector<std::pair<sym::Expr, Scalar>> branches; // (upper bound, element)
+      for (ValueId id : node.inputs) {
+        const Lowered& in = values_.at(id);
+        if (!stack && in.meta.dim() == 1 && in.meta.sizes[0].asInteger() == 0 && meta.dim() != 1)
+          continue; // torch's legacy empty 1-d inputs of cat
+        sym::Expr start = end;
+        end = stack ? end + 1 : end + in.meta.sizes[d];
+        Index at = i;
+        if (stack)
+          at.erase(at.begin() + static_cast<std::ptrdiff_t>(d));
+        else
+          at[d] = i[d] - start;
+        branches.push_back({end, cast(meta.dtype, loadAt(in, at))});
+      }
+      result = branches.back().second;
+      for (size_t k = branches.size() - 1; k-- > 0;)
+        result = where(indexOf(DType::Bool, sym::lt(i[d], branches[k].first)), branches[k].second,
+                       result);
+      return result;
+    });
+  }
+
+  std::optional<Lowered> lowerCreation(const ir::Node& node, const Args& a,
+                                       const TensorMeta& meta) {
+    const std::string& op = node.target;
+    std::string base = op.size() > 5 && op.compare(op.size() - 5, 5, "_like") == 0
+                           ? op.substr(0, op.size() - 5)
+                           : op;
+    if (base == "zeros" || base == "empty") // empty is zeroed, as in the interpreter
+      return pointwise(meta, [&](const Index&) { return constantI(meta.dtype, 0); });
+    if (base == "ones")
+      return pointwise(meta, [&](const Index&) { return constantI(meta.dtype, 1); });
+    if (base == "full")
+      return pointwise(meta, [&](const Index& i) {
+        return cast(meta.dtype, operand(node, a, "fill_value", i, meta.sizes));
+      });
+    if (op == "arange") {
+      return pointwise(meta, [&](const Index& i) {
+        Scalar start = a.call->has("start") ? operand(node, a, "start", {}, {})
+                                            : constantI(DType::Int64, 0);
+        Scalar step =
+            a.call->has("step") ? operand(node, a, "step", {}, {}) : constantI(DType::Int64, 1);
+        Scalar end = operand(node, a, "end", {}, {});
+        bool integral = !ir::isFloating(start->dtype) && !ir::isFloating(step->dtype) &&
+                        !ir::isFloating(end->dtype);
+        DType compute = integral ? DType::Int64 : DType::Float64;
+        return binary("add", compute, cast(compute, start),
+                      binary("mul", compute, cast(compute, indexOf(DType::Int64, i[0])),
+                             cast(compute, step)));
+      });
+    }
+    return std::nullopt;
+  }
+
+  // index_select, embedding and gather: loads through a loaded index.
+  std::optional<Lowered> lowerIndexing(const ir::Node& node, const Args& a,
+                                       const TensorMeta& meta) {
+    const std::string& op = node.target;
+    if (op != "index_select" && op != "embedding" && op != "gather") return std::nullopt;
+    const Lowered& self = values_.at(node.inputs[0]);
+    const Lowered& index = values_.at(node.inputs[1]);
+    Lowered& source = values_.at(node.inputs[0]);
+    realize(source); // TODO(issue 4): indirect loads of bodies
+    size_t dim = 0;
+    if (op != "embedding") {
+      int64_t d = a.call->intArg("dim");
+      dim = static_cast<size_t>(d < 0 ? d + int64_t(std::max<size_t>(self.meta.dim(), 1)) : d);
+    }
+    return pointwise(meta, [&, dim](const Index& i) {
+      sym::Expr picked = freshVars("t", {table_.integer(0)})[0];
+      Index at;
+      Scalar indexValue;
+      if (op == "embedding") { // weight[indices[i0..ik-1], ik]
+        Index outer(i.begin(), i.end() - 1);
+        indexValue = loadAt(index, outer);
+        at = {picked, i.back()};
+      } else if (op == "index_select") { // self[.., index[i_dim], ..]
+        indexValue = loadAt(index, index.meta.dim() ? Index{i[dim]} : Index{});
+        at = i;
+        if (!at.empty()) at[dim] = picked;
+      } else { // gather: self[.., index[i], ..]
+        indexValue = loadAt(index, i);
+        at = i;
+        if (!at.empty()) at[dim] = picked;
+      }
+      sym::Expr flat = source.meta.storageOffset - source.base;
+      for (size_t k = 0; k < at.size(); ++k) flat = flat + at[k] * source.meta.strides[k];
+      return indirectLoad(source.meta.dtype, *source.buffer, flat, {picked},
+                          {cast(DType::Int64, indexValue)});
+    });
+  }
+
+  const ir::Graph& graph_;
+  sym::SymbolTable& table_;
+  std::vector<Lowered> values_;
+  std::vector<size_t> uses_;
+  Program program_;
+  uint32_t inputCount_ = 0;
+  uint32_t nextVar_ = 0;
+};
+
+} // namespace
+
+Program lower(const ir::Graph& graph) {
+  ir::Graph core = ir::decompose(graph);
+  return Lowering(core).run();
+}
+
+} // namespace kiln::codegen

@@ -1,0 +1,249 @@
+// Lowering to the loop-level IR: every program must compute what the reference
+// interpreter computes on the graph, and bodies must fuse as designed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kiln/codegen/loop_eval.h"
+#include "kiln/codegen/lower.h"
+#include "kiln/common/error.h"
+#include "kiln/ir/interpreter.h"
+#include "kiln/ir/print.h"
+#include "kiln/sym/symbol_table.h"
+
+namespace kiln::codegen {
+namespace {
+
+using ir::Attr;
+using ir::DType;
+using ir::HostTensor;
+using ir::TensorMeta;
+using ir::ValueId;
+
+struct Lower : ::testing::Test {
+  sym::SymbolTable table;
+  ir::Graph graph{table};
+  sym::Expr s0 = table.createBacked(4, {2, sym::kInf});
+  std::mt19937 rng{7};
+
+  ir::Shape ints(std::initializer_list<int64_t> xs) {
+    ir::Shape out;
+    for (int64_t x : xs) out.push_back(table.integer(x));
+    return out;
+  }
+  ValueId input(const char* name, DType dtype, ir::Shape sizes) {
+    return graph.placeholder(name, ir::Value(TensorMeta::contiguous(dtype, sizes, table)));
+  }
+  HostTensor random(DType dtype, std::vector<int64_t> sizes, double lo = -2, double hi = 2) {
+    int64_t n = 1;
+    for (int64_t s : sizes) n *= s;
+    std::vector<double> values;
+    std::uniform_real_distribution<double> dist(lo, hi);
+    for (int64_t i = 0; i < n; ++i)
+      values.push_back(ir::isFloating(dtype) ? dist(rng) : std::floor(dist(rng)));
+    return HostTensor::fromDoubles(dtype, std::move(sizes), values);
+  }
+  size_t countKind(const Program& p, BufferKind kind) {
+    size_t n = 0;
+    for (const Buffer& b : p.buffers) n += b.kind == kind;
+    return n;
+  }
+
+  // Lowers the graph and checks the program against the interpreter.
+  Program expectSameValues(const std::vector<HostTensor>& inputs, double tolerance = 1e-5) {
+    Program program = lower(graph);
+    std::vector<HostTensor> expected = ir::interpret(graph, inputs);
+    std::vector<HostTensor> actual = evaluate(program, graph, inputs);
+    EXPECT_EQ(actual.size(), expected.size());
+    for (size_t k = 0; k < expected.size() && k < actual.size(); ++k) {
+      EXPECT_EQ(actual[k].sizes, expected[k].sizes) << "output " << k;
+      EXPECT_EQ(actual[k].dtype, expected[k].dtype) << "output " << k;
+      std::vector<double> a = actual[k].toDoubles(), e = expected[k].toDoubles();
+      EXPECT_EQ(a.size(), e.size());
+      for (size_t i = 0; i < e.size() && i < a.size(); ++i) {
+        if (std::isnan(e[i])) {
+          EXPECT_TRUE(std::isnan(a[i])) << "output " << k << " element " << i;
+        } else {
+          EXPECT_NEAR(a[i], e[i], tolerance * (1 + std::fabs(e[i])))
+              << "output " << k << " element " << i << "\n"
+              << print(program);
+        }
+      }
+    }
+    return program;
+  }
+};
+
+TEST_F(Lower, PointwiseChainIsOneBody) {
+  ValueId x = input("x", DType::Float32, {s0, table.integer(8)});
+  ValueId a = input("a", DType::Float32, ints({8}));
+  ValueId b = input("b", DType::Float32, ints({8}));
+  ValueId xa = graph.call("mul", {x, a});
+  ValueId y = graph.call("gelu", {graph.call("add", {xa, b})});
+  graph.setOutputs({graph.call("mul", {y, graph.call("sigmoid", {x})})});
+  Program p = expectSameValues({random(DType::Float32, {4, 8}), random(DType::Float32, {8}),
+                                random(DType::Float32, {8})});
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 1u) << print(p);
+  EXPECT_EQ(countKind(p, BufferKind::Input), 3u);
+}
+
+TEST_F(Lower, SymbolicSizesRunForEveryBinding) {
+  sym::Expr batch = table.createBacked(8, {1, sym::kInf});
+  ValueId x = input("x", DType::Float32, {batch, table.integer(3)});
+  graph.setOutputs({graph.call("exp", {graph.call("neg", {x})}),
+                    graph.call("sum", {x}, {{"dim", std::vector<int64_t>{0}}})});
+  Program p = lower(graph);
+  for (int64_t n : {1, 7, 64, 1000}) {
+    std::vector<HostTensor> in = {random(DType::Float32, {n, 3})};
+    std::vector<HostTensor> expected = ir::interpret(graph, in);
+    std::vector<HostTensor> actual = evaluate(p, graph, in);
+    for (size_t k = 0; k < 2; ++k) {
+      std::vector<double> a = actual[k].toDoubles(), e = expected[k].toDoubles();
+      ASSERT_EQ(a.size(), e.size());
+      for (size_t i = 0; i < e.size(); ++i) EXPECT_NEAR(a[i], e[i], 1e-4) << n;
+    }
+  }
+}
+
+TEST_F(Lower, SoftmaxIsReductionsAndBodies) {
+  ValueId x = input("x", DType::Float32, {s0, table.integer(16)});
+  graph.setOutputs({graph.call("softmax", {x}, {{"dim", int64_t{-1}}})});
+  Program p = expectSameValues({random(DType::Float32, {4, 16}, -20, 20)});
+  size_t reductions = 0;
+  for (const Buffer& b : p.buffers)
+    reductions += b.kind == BufferKind::Computed && b.loops.reduce != ReduceOp::None;
+  EXPECT_EQ(reductions, 2u) << print(p); // max, then the sum of exp(x - max)
+}
+
+TEST_F(Lower, ReductionsOfEveryKind) {
+  ValueId x = input("x", DType::Float32, ints({3, 4, 5}));
+  ValueId i = input("i", DType::Int32, ints({3, 4}));
+  graph.setOutputs({
+      graph.call("sum", {x}, {{"dim", std::vector<int64_t>{0, 2}}, {"keepdim", true}}),
+      graph.call("mean", {x}, {{"dim", std::vector<int64_t>{-1}}}),
+      graph.call("amax", {x}, {{"dim", std::vector<int64_t>{1}}}),
+      graph.call("amin", {x}),
+      graph.call("argmax", {x}, {{"dim", int64_t{1}}}),
+      graph.call("argmin", {x}),
+      graph.call("prod", {i}, {{"dim", int64_t{1}}}),
+      graph.call("sum", {i}),
+      graph.call("any", {graph.call("gt", {x}, {{"other", 1.5}})}, {{"dim", int64_t{2}}}),
+      graph.call("all", {graph.call("gt", {x}, {{"other", -1.5}})}),
+  });
+  expectSameValues({random(DType::Float32, {3, 4, 5}), random(DType::Int32, {3, 4}, -3, 3)});
+}
+
+TEST_F(Lower, ViewsFoldIntoLoads) {
+  ValueId x = input("x", DType::Float32, ints({4, 6}));
+  ValueId t = graph.call("transpose", {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+  ValueId s = graph.call("slice", {t}, {{"dim", int64_t{0}}, {"start", int64_t{1}},
+                                        {"end", int64_t{5}}, {"step", int64_t{2}}});
+  graph.setOutputs({graph.call("add", {s}, {{"other", 1.0}}), t});
+  Program p = expectSameValues({random(DType::Float32, {4, 6})});
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 1u) << print(p);
+}
+
+TEST_F(Lower, ViewsOfBodiesAndCopies) {
+  ValueId x = input("x", DType::Float32, ints({4, 6}));
+  ValueId e = graph.call("exp", {x});
+  ValueId t = graph.call("permute", {e}, {{"dims", std::vector<int64_t>{1, 0}}});
+  ValueId r = graph.call("reshape", {t}, {{"size", std::vector<int64_t>{3, 8}}});
+  graph.setOutputs({graph.call("mul", {r}, {{"other", 2.0}}),
+                    graph.call("flatten", {graph.call("clone", {t})})});
+  expectSameValues({random(DType::Float32, {4, 6})});
+}
+
+TEST_F(Lower, CatAndStackChooseTheirSource) {
+  ValueId a = input("a", DType::Float32, ints({2, 3}));
+  ValueId b = input("b", DType::Int64, ints({2, 2}));
+  ValueId c = input("c", DType::Float32, ints({2, 3}));
+  graph.setOutputs({graph.call("cat", {a, b, a}, {{"dim", int64_t{1}}}),
+                    graph.call("stack", {a, c}, {{"dim", int64_t{-1}}})});
+  expectSameValues({random(DType::Float32, {2, 3}), random(DType::Int64, {2, 2}, -5, 5),
+                    random(DType::Float32, {2, 3})});
+}
+
+TEST_F(Lower, IndexingLoadsThroughIndices) {
+  ValueId w = input("w", DType::Float32, ints({10, 4}));
+  ValueId ids = input("ids", DType::Int64, ints({2, 3}));
+  ValueId idx = input("idx", DType::Int64, ints({5}));
+  ValueId g = input("g", DType::Int64, ints({10, 2}));
+  graph.setOutputs({graph.call("embedding", {w, ids}),
+                    graph.call("index_select", {w, idx}, {{"dim", int64_t{0}}}),
+                    graph.call("gather", {w, g}, {{"dim", int64_t{1}}})});
+  expectSameValues({random(DType::Float32, {10, 4}), random(DType::Int64, {2, 3}, 0, 10),
+                    random(DType::Int64, {5}, 0, 10), random(DType::Int64, {10, 2}, 0, 4)});
+}
+
+TEST_F(Lower, MatmulsAreExternCalls) {
+  ValueId x = input("x", DType::Float32, {s0, table.integer(8)});
+  ValueId w = input("w", DType::Float32, ints({16, 8}));
+  ValueId b = input("b", DType::Float32, ints({16}));
+  ValueId w2 = input("w2", DType::Float32, ints({4, 16}));
+  ValueId h = graph.call("relu", {graph.call("linear", {x, w, b})});
+  ValueId w2t = graph.call("transpose", {w2}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+  graph.setOutputs({graph.call("matmul", {h, w2t})});
+  Program p = expectSameValues({random(DType::Float32, {4, 8}), random(DType::Float32, {16, 8}),
+                                random(DType::Float32, {16}), random(DType::Float32, {4, 16})},
+                               1e-4);
+  EXPECT_EQ(countKind(p, BufferKind::Extern), 2u) << print(p);
+}
+
+TEST_F(Lower, TypePromotionAndHalfPrecision) {
+  ValueId h = input("h", DType::Float16, ints({6}));
+  ValueId i = input("i", DType::Int32, ints({6}));
+  ValueId u = input("u", DType::UInt8, ints({6}));
+  graph.setOutputs({graph.call("add", {h, i}), graph.call("mul", {i}, {{"other", 2.5}}),
+                    graph.call("div", {i, u}, {{"rounding_mode", std::string("floor")}}),
+                    graph.call("where", {graph.call("gt", {h}, {{"other", 0.0}}), h, i}),
+                    graph.call("clamp", {i}, {{"min", int64_t{-1}}, {"max", int64_t{1}}}),
+                    graph.call("to_dtype", {h}, {{"dtype", DType::Int8}}),
+                    graph.call("remainder", {i}, {{"other", int64_t{-3}}})});
+  expectSameValues({random(DType::Float16, {6}), random(DType::Int32, {6}, -9, 9),
+                    random(DType::UInt8, {6}, 1, 9)},
+                   1e-3);
+}
+
+TEST_F(Lower, CreationOps) {
+  ValueId x = input("x", DType::Float32, {s0, table.integer(2)});
+  graph.setOutputs({graph.call("add", {x, graph.call("ones_like", {x})}),
+                    graph.call("arange", {}, {{"end", int64_t{7}}, {"start", int64_t{2}}}),
+                    graph.call("arange", {}, {{"end", 2.0}, {"step", 0.25}}),
+                    graph.call("full", {}, {{"size", std::vector<sym::Expr>{s0}}, {"fill_value", 1.5}})});
+  expectSameValues({random(DType::Float32, {4, 2})});
+}
+
+TEST_F(Lower, SharedBigBodiesAreStoredOnce) {
+  ValueId x = input("x", DType::Float32, ints({8}));
+  ValueId y = x;
+  for (int k = 0; k < 8; ++k) y = graph.call(k % 2 ? "sin" : "exp", {graph.call("neg", {y})});
+  graph.setOutputs({graph.call("add", {y}, {{"other", 1.0}}), graph.call("mul", {y, y})});
+  Program p = expectSameValues({random(DType::Float32, {8}, -1, 1)});
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 3u) << print(p); // y, then each output
+}
+
+TEST_F(Lower, MutationsNeedFunctionalizationFirst) {
+  ValueId x = input("x", DType::Float32, ints({3}));
+  graph.setOutputs({graph.call("add_", {x}, {{"other", 1.0}})});
+  try {
+    lower(graph);
+    FAIL() << "lowered a mutation";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Unsupported);
+    EXPECT_NE(e.message().find("add_"), std::string::npos) << e.message();
+  }
+}
+
+TEST_F(Lower, PrintsBuffersAndBodies) {
+  ValueId x = input("x", DType::Float32, {s0, table.integer(3)});
+  graph.setOutputs({graph.call("exp", {x})});
+  std::string text = print(lower(graph));
+  EXPECT_NE(text.find("x : f32[s0, 3] = input 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("buf1 : f32[s0, 3] = pointwise [s0, 3]"), std::string::npos) << text;
+  EXPECT_NE(text.find("exp(load(x, "), std::string::npos) << text;
+  EXPECT_NE(text.find("return (buf1 as f32[s0, 3])"), std::string::npos) << text;
+}
+
+} // namespace
+} // namespace kiln::codegen
