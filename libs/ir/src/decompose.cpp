@@ -291,6 +291,11 @@ Graph decompose(const Graph& graph) {
         continue;
       }
       ValueId result = op->decompose(out, n, n.inputs);
+      // Core pointwise ops follow their inputs' layout; a composite whose result is
+      // contiguous (softmax, layer_norm, ...) copies into it.
+      if (out.value(result) != n.value && n.value.isTensor() && n.value.tensor().isContiguous() &&
+          out.meta(result).sizes == n.value.tensor().sizes)
+        result = out.call("contiguous", {result});
       if (out.value(result) != n.value)
         throw Error(ErrorCode::Internal, n.target + ": decomposition gives " +
                                              toString(out.value(result)) + ", not " +

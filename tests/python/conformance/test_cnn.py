@@ -178,6 +178,15 @@ def test_matmul_dtype_errors(op):
     raises("dtype", op, b, b)
 
 
+@pytest.mark.parametrize("op", cases("mm", ["mm"]) + cases("matmul", ["matmul"]))
+def test_matmul_complex_is_unsupported(op):
+    # torch multiplies complex matrices; kiln's interpreter has no complex dtypes yet.
+    a = torch.randn(2, 2, dtype=torch.complex64)
+    with pytest.raises(KilnError) as info:
+        ir.eval_op(op, a, a)
+    assert info.value.code == "unsupported" and "c64" in str(info.value)
+
+
 @pytest.mark.op("matmul")
 def test_matmul_0d_error():
     with pytest.raises(RuntimeError):
@@ -387,12 +396,23 @@ def test_layer_norm_dtypes(dtype):
 
 
 @pytest.mark.parametrize("case", cases("layer_norm", ["bias_only"]))
-@pytest.mark.xfail(strict=True, reason="an absent optional tensor before a present one cannot be "
-                   "spelled: a node's optional tensors are absent only at the end of its inputs, "
-                   "so kiln refuses layer_norm(x, shape, None, bias)")
+@pytest.mark.xfail(strict=True, raises=KilnError,
+                   reason="an absent optional tensor before a given one cannot be spelled: a "
+                   "node's optional tensors are absent only at the end of its inputs, so kiln "
+                   "refuses layer_norm(x, shape, None, bias)")
 def test_layer_norm_bias_without_weight(case):
     x, b = make((3, 4)), make((4,))
     check("layer_norm", F.layer_norm, x, [4], None, b)
+
+
+@pytest.mark.op("layer_norm")
+def test_layer_norm_bias_without_weight_is_refused_not_misbound():
+    # Until a node can spell an absent optional tensor before a given one, kiln must refuse
+    # rather than bind the bias to the weight.
+    raises("'weight': cannot be absent when 'bias' is given", "layer_norm", make((3, 4)), [4],
+           None, make((4,)))
+    raises("'weight': cannot be absent when 'bias' is given", "layer_norm", make((3, 4)), [4],
+           bias=make((4,)))
 
 
 @pytest.mark.parametrize("case", cases("layer_norm", ["shape", "empty_shape", "weight",
@@ -946,3 +966,71 @@ def test_attention_errors(case):
                code="unsupported")
         return
     raises(match, "scaled_dot_product_attention", q, k, v, **kwargs)
+
+
+# --- decompositions ---------------------------------------------------------------------------
+# Composite ops decompose into core ops (ir.Graph.decompose); the decomposed graph must give
+# torch's values too.
+
+def eval_decomposed(op, *args, **kwargs):
+    graph, tensors = ir.Graph(), []
+
+    def lift(arg):
+        if isinstance(arg, torch.Tensor):
+            tensors.append(arg)
+            return ir.placeholder_like(graph, f"arg{len(tensors) - 1}", arg)
+        return arg
+
+    value = graph.call(op, *[lift(a) for a in args], **{k: lift(v) for k, v in kwargs.items()})
+    graph.set_outputs([value])
+    (result,) = ir.run(graph.decompose(), *tensors)
+    return result
+
+
+def _ce_probs(shape):
+    return torch.softmax(make(shape), 1 if len(shape) > 1 else 0)
+
+
+DECOMPOSED = [
+    ("softmax", torch.softmax, lambda: (make((3, 4), layout="transposed"), 0), {}),
+    ("log_softmax", torch.log_softmax, lambda: (make((2, 3, 4)), -1), {"dtype": torch.float64}),
+    ("addmm", torch.addmm, lambda: (make((4,)), make((2, 3)), make((3, 4))),
+     {"beta": 0.5, "alpha": 2.0}),
+    ("addmm", torch.addmm, lambda: (torch.full((2, 4), float("nan")), make((2, 3)),
+                                    make((3, 4))), {"beta": 0}),
+    ("linear", F.linear, lambda: (make((2, 3, 4)), make((5, 4)), make((5,))), {}),
+    ("linear", F.linear, lambda: (make((3, 4)), make((4,))), {}),
+    ("layer_norm", F.layer_norm, lambda: (make((2, 3, 4), layout="transposed"), [3, 4],
+                                          make((3, 4)), make((3, 4))), {"eps": 1e-3}),
+    ("rms_norm", rms_norm_reference, lambda: (make((3, 4)) * 1e-4, [4], make((4,))), {}),
+    ("cross_entropy", F.cross_entropy, lambda: (make((4, 5)), index((4,), 5)),
+     {"reduction": "sum", "weight": make((5,)).abs(), "label_smoothing": 0.1}),
+    ("cross_entropy", F.cross_entropy,
+     lambda: (make((2, 5, 3)), torch.tensor([[0, 1, 2], [3, -100, 4]])),
+     {"weight": make((5,)).abs(), "label_smoothing": 0.3}),
+    ("cross_entropy", F.cross_entropy, lambda: (make((4, 5)), _ce_probs((4, 5))),
+     {"weight": make((5,)).abs(), "label_smoothing": 0.2}),
+    ("cross_entropy", F.cross_entropy, lambda: (make((5,)), _ce_probs((5,))),
+     {"reduction": "none"}),
+    ("cross_entropy", F.cross_entropy,
+     lambda: (make((2, 5, 3), layout="transposed"), index((3, 2), 5).t()), {"reduction": "none"}),
+    ("rms_norm", rms_norm_reference, lambda: (make((3, 4), layout="transposed"), [4]), {}),
+    ("scaled_dot_product_attention", sdpa_reference,
+     lambda: (make((2, 4, 8), layout="transposed"), make((2, 5, 8)), make((2, 5, 3))), {}),
+    ("scaled_dot_product_attention", sdpa_reference,
+     lambda: (make((2, 4, 8)), make((2, 4, 8)), make((2, 4, 3))), {"is_causal": True}),
+    ("scaled_dot_product_attention", sdpa_reference,
+     lambda: (make((4, 8)), make((5, 8)), make((5, 3)), torch.rand(4, 5) < 0.7),
+     {"scale": 0.3}),
+    ("scaled_dot_product_attention", sdpa_reference,
+     lambda: (make((4, 8)), make((5, 8)), make((5, 3)), make((5,))), {}),
+]
+
+
+@pytest.mark.parametrize("op,fn,args,kwargs", [
+    pytest.param(*case, marks=pytest.mark.op(case[0]), id=f"{case[0]}-{i}")
+    for i, case in enumerate(DECOMPOSED)])
+def test_decomposition_matches_torch(op, fn, args, kwargs):
+    args = args()
+    expected = reference(fn, *args, **kwargs)
+    assert_values_match(eval_decomposed(op, *args, **kwargs), expected, **tol(expected.dtype))
