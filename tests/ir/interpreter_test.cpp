@@ -499,6 +499,30 @@ TEST_F(Interpret, AddmmDropsTheTermOfAZeroFactor) {
   EXPECT_EQ(out[1].toDoubles(), Doubles({1, 2})); // and the product's
 }
 
+// A 0-d tensor stands for one of size 1 beside 1-d ones, as torch's ensure_nonempty.
+TEST_F(Interpret, GatherAndScatterAddMixZeroAndOneDims) {
+  ValueId scalar = input(DType::Float32, {});
+  ValueId vec = input(DType::Float32, ints(table, {3}));
+  ValueId i0 = input(DType::Int64, {});
+  ValueId i1 = input(DType::Int64, ints(table, {1}));
+  std::vector<Attr> dim0 = {{"dim", int64_t{0}}};
+  graph.setOutputs({graph.call("gather", {vec, i0}, dim0), graph.call("gather", {scalar, i1}, dim0),
+                    graph.call("scatter_add", {vec, i1, scalar}, dim0),
+                    graph.call("scatter_add", {scalar, i1, scalar}, dim0)});
+  std::vector<HostTensor> out =
+      interpret(graph, {t(DType::Float32, {}, {5}), t(DType::Float32, {3}, {1, 2, 3}),
+                        t(DType::Int64, {}, {2}), t(DType::Int64, {1}, {0})});
+  EXPECT_EQ(out[0].toDoubles(), Doubles({3}));
+  EXPECT_EQ(out[1].toDoubles(), Doubles({5}));
+  EXPECT_EQ(out[2].toDoubles(), Doubles({6, 2, 3}));
+  EXPECT_EQ(out[3].toDoubles(), Doubles({10}));
+  EXPECT_EQ(out[3].sizes, std::vector<int64_t>{});
+  // i1 = [1] is out of range for the 0-d self, of size 1
+  EXPECT_THROW(interpret(graph, {t(DType::Float32, {}, {5}), t(DType::Float32, {3}, {1, 2, 3}),
+                                 t(DType::Int64, {}, {2}), t(DType::Int64, {1}, {1})}),
+               Error);
+}
+
 // The stream is Philox-4x32-10 (docs/ir.md): its known answer for key 0 and
 // counter 0 is 0x6627e8d5, so element 0 of seed 0, offset 0 draws
 // 0x6627e8 / 2^24 = 0.39904...; elements are kept when their draw is >= p.

@@ -68,6 +68,21 @@ int64_t checkedIndex(const std::string& op, int64_t i, int64_t size) {
   return i;
 }
 
+// gather's and scatter_add's tensors are of one rank, except that 0-d and 1-d
+// stand for each other (a 0-d tensor acts as one of size 1, as in torch): the
+// position `idx` in a tensor of `rank` dims.
+std::vector<int64_t> asRank(std::vector<int64_t> idx, size_t rank) {
+  idx.resize(rank, 0);
+  return idx;
+}
+int64_t sizeAt(const HostTensor& t, size_t d) {
+  return t.sizes.empty() ? 1 : t.sizes[d];
+}
+size_t wrapped(double dim, size_t rank) {
+  int64_t r = std::max<int64_t>(int64_t(rank), 1), i = int64_t(dim);
+  return size_t(i < 0 ? i + r : i);
+}
+
 void copyElement(const HostTensor& from, const std::vector<int64_t>& at, const HostTensor& out,
                  const std::vector<int64_t>& idx) {
   if (isFloating(from.dtype))
@@ -243,16 +258,13 @@ bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& 
   } else if (op == "index_select" || op == "gather") {
     const HostTensor& self = *tensor("self");
     const HostTensor& index = *tensor("index");
-    int64_t rank = std::max<int64_t>(int64_t(self.sizes.size()), 1);
-    int64_t dim = int64_t(number("dim"));
-    size_t d = size_t(dim < 0 ? dim + rank : dim);
+    size_t d = wrapped(number("dim"), self.sizes.size());
     eachIndex(out.sizes, [&](const std::vector<int64_t>& idx) {
-      std::vector<int64_t> at = idx;
-      if (!self.sizes.empty()) {
-        std::vector<int64_t> which =
-            op == "gather" ? idx : std::vector<int64_t>(index.sizes.size(), idx[d]);
-        at[d] = checkedIndex(op, loadElementI(index, which), self.sizes[d]);
-      }
+      std::vector<int64_t> which =
+          op == "gather" ? idx : asRank({idx.empty() ? 0 : idx[d]}, index.sizes.size());
+      int64_t i = checkedIndex(op, loadElementI(index, which), sizeAt(self, d));
+      std::vector<int64_t> at = asRank(idx, self.sizes.size());
+      if (!at.empty()) at[d] = i;
       copyElement(self, at, out, idx);
     });
   } else if (op == "scatter_add") {
@@ -261,16 +273,16 @@ bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& 
     const HostTensor& src = *tensor("src");
     eachIndex(out.sizes,
               [&](const std::vector<int64_t>& idx) { copyElement(self, idx, out, idx); });
-    int64_t rank = std::max<int64_t>(int64_t(self.sizes.size()), 1);
-    int64_t dim = int64_t(number("dim"));
-    size_t d = size_t(dim < 0 ? dim + rank : dim);
+    size_t d = wrapped(number("dim"), self.sizes.size());
     eachIndex(index.sizes, [&](const std::vector<int64_t>& idx) {
-      std::vector<int64_t> at = idx;
-      if (!at.empty()) at[d] = checkedIndex(op, loadElementI(index, idx), out.sizes[d]);
+      int64_t i = checkedIndex(op, loadElementI(index, idx), sizeAt(out, d));
+      std::vector<int64_t> at = asRank(idx, out.sizes.size());
+      std::vector<int64_t> from = asRank(idx, src.sizes.size());
+      if (!at.empty()) at[d] = i;
       if (isFloating(out.dtype))
-        storeElementF(out, at, loadElementF(out, at) + loadElementF(src, idx));
+        storeElementF(out, at, loadElementF(out, at) + loadElementF(src, from));
       else
-        storeElementI(out, at, loadElementI(out, at) + loadElementI(src, idx));
+        storeElementI(out, at, loadElementI(out, at) + loadElementI(src, from));
     });
   } else if (op == "layer_norm" || op == "rms_norm") {
     normalize(op, *tensor("input"), size_t(number("normalized_shape")), tensor("weight"),

@@ -232,7 +232,7 @@ def test_addmm_zero_factor_ignores_nan(which):
     check("addmm", torch.addmm, self, a, b, **{which: 0.0})
 
 
-@pytest.mark.parametrize("case", cases("addmm", ["self_3d", "self_shape", "mixed_dtype",
+@pytest.mark.parametrize("case", cases("addmm", ["self_3d", "self_shape", "mixed_dtype", "bool",
                                                  "float_alpha_for_ints"]))
 def test_addmm_errors(case):
     a, b = make((2, 3)), make((3, 4))
@@ -243,6 +243,8 @@ def test_addmm_errors(case):
         self = make((3, 4))
     elif case == "mixed_dtype":
         self = self.double()
+    elif case == "bool":
+        self, a, b = self.bool(), a.bool(), b.bool()
     else:
         self, a, b = self.long(), a.long(), b.long()
         kwargs = {"alpha": 0.5}
@@ -284,6 +286,14 @@ def test_linear(shapes, layout):
 def test_linear_dtypes(dtype):
     x, w, b = make((2, 3, 4), dtype, "step"), make((5, 4), dtype), make((5,), dtype)
     check("linear", F.linear, x, w, b, **tol(dtype))
+
+
+@pytest.mark.op("linear")
+def test_linear_bool_error():
+    x, w = make((3, 4), torch.bool), make((2, 4), torch.bool)
+    with pytest.raises(RuntimeError):
+        F.linear(x, w)
+    raises("dtype bool", "linear", x, w)
 
 
 @pytest.mark.parametrize("shapes", cases("linear", [
@@ -559,8 +569,11 @@ GATHER_CASES = [
     ((2, 3, 4), 1, (2, 2, 3), "step"),
     ((3, 4), 0, (2, 3), "offset"),
     ((), 0, (), "contiguous"),
+    ((), 0, (3,), "contiguous"),  # a 0-d self counts as size 1
+    ((5,), -1, (), "contiguous"),
     ((3, 4), 1, (0, 2), "contiguous"),
     ((3, 4), 1, (3, 0), "contiguous"),
+    ((3, 4), 1, (4, 0), "contiguous"),  # an empty index is not checked against self
 ]
 
 
@@ -573,17 +586,19 @@ def test_gather(dtype, shape, dim, idx_shape, layout):
 
 
 @pytest.mark.parametrize("case", cases("gather", ["index_size", "rank", "int32", "dim",
-                                                  "out_of_range"]))
+                                                  "out_of_range", "out_of_range_0d"]))
 def test_gather_errors(case):
     x = make((3, 4))
     args = {"index_size": (x, 1, index((4, 2), 4)),  # index.size(0) > self.size(0)
             "rank": (x, 1, index((3,), 4)),
             "int32": (x, 1, index((3, 2), 4, dtype=torch.int32)),
             "dim": (x, 2, index((3, 2), 3)),
-            "out_of_range": (x, 1, torch.tensor([[4]]))}[case]
+            "out_of_range": (x, 1, torch.tensor([[4]])),
+            "out_of_range_0d": (torch.tensor(1.0), 0, torch.tensor([1]))}[case]
     with pytest.raises((RuntimeError, IndexError)):
         torch.gather(*args)
-    raises({"dim": "dim", "out_of_range": "out of range"}.get(case, "index"), "gather", *args)
+    match = {"dim": "dim", "out_of_range": "out of range", "out_of_range_0d": "out of range"}
+    raises(match.get(case, "index"), "gather", *args)
 
 
 SCATTER_CASES = [
@@ -594,7 +609,10 @@ SCATTER_CASES = [
     ((2, 3, 4), 1, (2, 2, 3), (2, 2, 3), "step"),
     ((3, 4), 0, (2, 3), (2, 3), "offset"),
     ((), 0, (), (), "contiguous"),
+    ((), 0, (2,), (3,), "contiguous"),  # a 0-d self counts as size 1
+    ((4,), 0, (1,), (), "contiguous"),  # and so does a 0-d src
     ((3, 4), 1, (0, 2), (1, 2), "contiguous"),
+    ((3, 4), 1, (4, 0), (1, 1), "contiguous"),  # an empty index is not checked
 ]
 
 
@@ -610,7 +628,7 @@ def test_scatter_add(dtype, shape, dim, idx_shape, src_shape, layout):
 
 @pytest.mark.parametrize("case", cases("scatter_add", ["index_vs_self", "index_vs_src",
                                                        "src_dtype", "rank", "dim",
-                                                       "out_of_range"]))
+                                                       "out_of_range", "src_0d"]))
 def test_scatter_add_errors(case):
     x = make((3, 4))
     args = {"index_vs_self": (x, 1, index((4, 2), 4), make((4, 2))),
@@ -618,7 +636,8 @@ def test_scatter_add_errors(case):
             "src_dtype": (x, 1, index((3, 2), 4), make((3, 2), torch.float64)),
             "rank": (x, 1, index((3,), 4), make((3,))),
             "dim": (x, 2, index((3, 2), 3), make((3, 2))),
-            "out_of_range": (x, 1, torch.tensor([[4]]), make((1, 1)))}[case]
+            "out_of_range": (x, 1, torch.tensor([[4]]), make((1, 1))),
+            "src_0d": (make((4,)), 0, index((3,), 4), make(()))}[case]
     with pytest.raises((RuntimeError, IndexError)):
         torch.scatter_add(*args)
     match = {"dim": "dim", "out_of_range": "out of range", "src_dtype": "src",
