@@ -193,12 +193,16 @@ void crossEntropy(const HostTensor& x, const HostTensor& target, const HostTenso
     for (int64_t c = 0; c < classes; ++c)
       xi[classDim] = c, max = std::max(max, logp[c] = loadElementF(x, xi));
     for (int64_t c = 0; c < classes; ++c) sum += std::exp(logp[c] - max);
-    for (double& l : logp) l = l - max - std::log(sum);
+    for (double& l : logp) l = castToF(x.dtype, l - max - std::log(sum)); // log_softmax's dtype
     double loss = 0;
     if (probabilities) {
       for (int64_t c = 0; c < classes; ++c) {
         xi[classDim] = c;
-        double t = loadElementF(target, xi) * (1 - smoothing) + smoothing / double(classes);
+        double t = loadElementF(target, xi);
+        if (smoothing != 0) { // in the target's dtype, scalars included, as torch
+          auto in = [&](double v) { return castToF(target.dtype, v); };
+          t = in(in(t * in(1 - smoothing)) + in(smoothing / double(classes)));
+        }
         loss -= w(c) * logp[c] * t;
       }
       divisor += 1;

@@ -53,8 +53,8 @@ Value inferNorm(const OpCall& call) {
 }
 
 // cross_entropy(input [N, C] or [C], target): class indices (i64, [N] or []) or
-// class probabilities (input's sizes and dtype). The loss is 0-d unless
-// reduction is 'none', where it has the batch sizes.
+// class probabilities (input's sizes, a floating dtype promoting with input's). The loss is 0-d
+// unless reduction is 'none', where it has the batch sizes.
 Value inferCrossEntropy(const OpCall& call) {
   const TensorMeta& in = call.tensor("input");
   const TensorMeta& target = call.tensor("target");
@@ -68,7 +68,7 @@ Value inferCrossEntropy(const OpCall& call) {
       requireEqual(call, "target", target.sizes[i], batch[i],
                    "size at dim " + std::to_string(i) + " differs");
   } else {
-    requireSameDType(call, "target", in.dtype);
+    requireFloating(call, "target");
     if (call.intArg("ignore_index") != -100)
       call.fail("ignore_index", "is not supported for probability targets");
     if (target.dim() != in.dim()) call.fail("target", "probabilities must have the input's sizes");
@@ -88,7 +88,9 @@ Value inferCrossEntropy(const OpCall& call) {
     call.fail("reduction", "expected 'mean', 'sum' or 'none', got '" + reduction + "'");
   double smoothing = call.floatArg("label_smoothing");
   if (smoothing < 0 || smoothing > 1) call.fail("label_smoothing", "must lie in [0, 1]");
-  return fresh(call, in.dtype, reduction == "none" ? batch : Shape{}, in.device,
+  // Probabilities multiply the log-probabilities: their dtypes promote, as in torch.
+  DType out = target.dtype == DType::Int64 ? in.dtype : promoteTypes(in.dtype, target.dtype);
+  return fresh(call, out, reduction == "none" ? batch : Shape{}, in.device,
                anyRequiresGrad(call, {"input", "target", "weight"}));
 }
 

@@ -751,11 +751,17 @@ def test_cross_entropy_probabilities(shape, reduction, smoothing, weight):
     check("cross_entropy", F.cross_entropy, x, target, **kwargs, **tol(torch.float32))
 
 
-@pytest.mark.parametrize("dtype", cases("cross_entropy", [torch.float64, torch.bfloat16]),
-                         ids=dtype_id)
-def test_cross_entropy_probabilities_dtypes(dtype):
-    x, target = make((3, 4), dtype), torch.softmax(make((3, 4)), 1).to(dtype)
-    check("cross_entropy", F.cross_entropy, x, target, label_smoothing=0.1, **tol(dtype))
+@pytest.mark.parametrize("dtype,target_dtype", tuple_cases("cross_entropy", [
+    (torch.float64, torch.float64), (torch.bfloat16, torch.bfloat16),
+    (torch.float16, torch.float16), (torch.float32, torch.float64),
+    (torch.float64, torch.float32), (torch.bfloat16, torch.float32),
+]), ids=dtype_id)
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_cross_entropy_probabilities_dtypes(dtype, target_dtype, reduction):
+    # Mixed dtypes promote, as the probabilities multiply the log-probabilities.
+    x, target = make((3, 4), dtype), torch.softmax(make((3, 4)), 1).to(target_dtype)
+    check("cross_entropy", F.cross_entropy, x, target, label_smoothing=0.1, reduction=reduction,
+          **tol(dtype))
 
 
 @pytest.mark.parametrize("case", cases("cross_entropy", [
