@@ -215,7 +215,8 @@ ADDMM_CASES = [
 @pytest.mark.parametrize("shape,beta,alpha,dtype", tuple_cases("addmm", ADDMM_CASES))
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])
 def test_addmm(shape, beta, alpha, dtype, layout):
-    self, a, b = make(shape, dtype, layout), make((2, 3), dtype, layout), make((3, 4), dtype, layout)
+    self = make(shape, dtype, layout)
+    a, b = make((2, 3), dtype, layout), make((3, 4), dtype, layout)
     check("addmm", torch.addmm, self, a, b, beta=beta, alpha=alpha, **tol(dtype))
 
 
@@ -675,10 +676,11 @@ def ce_inputs(shape, dtype=torch.float32, layout="contiguous"):
     x = make(shape, dtype, layout)
     batch = shape[:1] + shape[2:] if len(shape) > 1 else ()
     classes = shape[1] if len(shape) > 1 else shape[0]
-    return x, index(batch, classes), classes
+    return x, index(batch, classes, layout), classes
 
 
-@pytest.mark.parametrize("shape,reduction,ignore,weight", tuple_cases("cross_entropy", CE_INDEX_CASES))
+@pytest.mark.parametrize("shape,reduction,ignore,weight",
+                         tuple_cases("cross_entropy", CE_INDEX_CASES))
 def test_cross_entropy_class_indices(shape, reduction, ignore, weight):
     x, target, classes = ce_inputs(shape)
     kwargs = {"reduction": reduction}
@@ -699,10 +701,12 @@ def test_cross_entropy_all_ignored(reduction):
 
 
 @pytest.mark.parametrize("dtype", cases("cross_entropy", FLOATS), ids=dtype_id)
-@pytest.mark.parametrize("layout", ["transposed", "step"])
-def test_cross_entropy_dtypes(dtype, layout):
-    x, target, _ = ce_inputs((4, 5), dtype, layout)
+@pytest.mark.parametrize("shape,layout", [((4, 5), "transposed"), ((2, 5, 3), "transposed"),
+                                          ((4, 5), "step")])
+def test_cross_entropy_dtypes(dtype, shape, layout):
+    x, target, _ = ce_inputs(shape, dtype, layout)
     check("cross_entropy", F.cross_entropy, x, target, **tol(dtype))
+    check("cross_entropy", F.cross_entropy, x, target, reduction="none", **tol(dtype))
 
 
 CE_SMOOTHING_CASES = [
@@ -745,7 +749,8 @@ CE_PROB_CASES = [
 ]
 
 
-@pytest.mark.parametrize("shape,reduction,smoothing,weight", tuple_cases("cross_entropy", CE_PROB_CASES))
+@pytest.mark.parametrize("shape,reduction,smoothing,weight",
+                         tuple_cases("cross_entropy", CE_PROB_CASES))
 def test_cross_entropy_probabilities(shape, reduction, smoothing, weight):
     x = make(shape, layout="transposed")
     class_dim = 1 if len(shape) > 1 else 0
@@ -805,8 +810,8 @@ def dropout(x, p, seed=0, offset=0, **kwargs):
 
 
 @pytest.mark.parametrize("dtype", cases("dropout", FLOATS), ids=dtype_id)
-@pytest.mark.parametrize("shape,layout", [((4, 5), "transposed"), ((6,), "step"), ((), "contiguous"),
-                                          ((0, 3), "contiguous")])
+@pytest.mark.parametrize("shape,layout", [((4, 5), "transposed"), ((6,), "step"),
+                                          ((), "contiguous"), ((0, 3), "contiguous")])
 def test_dropout_meta_and_identities(dtype, shape, layout):
     x = make(shape, dtype, layout)
     expected = reference(F.dropout, x, 0.5, True)
