@@ -207,7 +207,9 @@ void addNnOps(std::vector<OpInfo>& ops) {
                   {"index", ArgKind::Tensor},
                   {"src", ArgKind::Tensor}},
                  inferScatterAdd});
-  // TODO(issue 3): dropout's seed and offset produced by a philox-style state op.
+  // TODO(issue 3): dropout's seed and offset produced by a philox-style state op; an absent
+  // optional tensor before a given one (layer_norm(x, shape, None, bias)), which a node's
+  // inputs cannot spell yet (the Python binding refuses it).
 }
 
 } // namespace kiln::ir::detail
