@@ -64,7 +64,7 @@ TEST(Decompose, CompositeOpsBecomeCoreOpsWithTheSameResult) {
                    {{"normalized_shape", std::vector<int64_t>{16}}}, table);
 }
 
-TEST(Decompose, CrossEntropyWithClassIndices) {
+TEST(Decompose, CrossEntropyInEveryForm) {
   sym::SymbolTable table;
   sym::Expr s0 = table.createBacked(8, {2, sym::kInf});
   auto t = [&](DType dtype, Shape s) { return tensorOf(table, dtype, std::move(s)); };
@@ -78,11 +78,32 @@ TEST(Decompose, CrossEntropyWithClassIndices) {
                    {{"ignore_index", int64_t{0}}}, table);
   expectDecomposes("cross_entropy", {t(DType::Float32, ints(table, {10})), t(DType::Int64, {})}, {},
                    table);
-  Graph g(table);
-  ValueId x = g.placeholder("x", t(DType::Float32, {s0, table.integer(10)}));
-  ValueId p = g.placeholder("p", t(DType::Float32, {s0, table.integer(10)}));
-  g.setOutputs({g.call("cross_entropy", {x, p})});
-  EXPECT_THROW(decompose(g), Error);
+  sym::Expr c = table.createBacked(10, {2, sym::kInf}); // a symbolic class count
+  TensorMeta x = t(DType::Float32, {s0, c, table.integer(7)});
+  TensorMeta w = t(DType::Float32, {c});
+  for (const char* reduction : {"mean", "sum", "none"}) {
+    std::vector<Attr> attrs = {{"reduction", std::string(reduction)}, {"label_smoothing", 0.1}};
+    expectDecomposes("cross_entropy", {x, t(DType::Int64, {s0, table.integer(7)}), w}, attrs,
+                     table);
+    expectDecomposes("cross_entropy", {x, x, w}, attrs, table); // probabilities
+  }
+  expectDecomposes("cross_entropy", {t(DType::Float32, {c}), t(DType::Float32, {c})}, {}, table);
+}
+
+TEST(Decompose, AttentionAsSoftmaxOfScores) {
+  sym::SymbolTable table;
+  sym::Expr l = table.createBacked(8, {2, sym::kInf});
+  sym::Expr e = table.createBacked(16, {2, sym::kInf});
+  auto t = [&](DType dtype, Shape s) { return tensorOf(table, dtype, std::move(s)); };
+  TensorMeta q = t(DType::Float32, {table.integer(2), l, e});
+  TensorMeta k = t(DType::Float32, {table.integer(2), table.integer(5), e});
+  TensorMeta v = t(DType::Float32, {table.integer(2), table.integer(5), table.integer(3)});
+  expectDecomposes("scaled_dot_product_attention", {q, k, v}, {}, table);
+  expectDecomposes("scaled_dot_product_attention", {q, q, q}, {{"is_causal", true}}, table);
+  expectDecomposes("scaled_dot_product_attention", {q, k, v, t(DType::Bool, {l, table.integer(5)})},
+                   {{"scale", 0.5}}, table);
+  expectDecomposes("scaled_dot_product_attention", {q, k, v, t(DType::Float32, {table.integer(5)})},
+                   {}, table);
 }
 
 TEST(Decompose, LeavesCoreGraphsAlone) {

@@ -75,5 +75,21 @@ TEST_F(Nn, ScatterAddKeepsSelf) {
   EXPECT_THROW(call("scatter_add", {self, src, src}, {{"dim", int64_t{0}}}), Error);
 }
 
+// torch's gather_shape_check and scatter_shape_check: index.size(d) <= self.size(d)
+// for d != dim, <= src.size(d) for every d; an empty index is not checked.
+TEST_F(Nn, GatherAndScatterAddBoundTheIndexSizes) {
+  ValueId self = input(DType::Float32, ints(table, {3, 4}));
+  auto index = [&](int64_t a, int64_t b) { return input(DType::Int64, ints(table, {a, b})); };
+  std::vector<Attr> dim1 = {{"dim", int64_t{1}}};
+  EXPECT_EQ(call("gather", {self, index(2, 6)}, dim1).sizes, ints(table, {2, 6}));
+  EXPECT_THROW(call("gather", {self, index(4, 2)}, dim1), Error);
+  EXPECT_EQ(call("gather", {self, index(4, 0)}, dim1).sizes, ints(table, {4, 0}));
+  ValueId src = input(DType::Float32, ints(table, {3, 2}));
+  EXPECT_NO_THROW(call("scatter_add", {self, index(3, 2), src}, dim1));
+  EXPECT_THROW(call("scatter_add", {self, index(3, 3), src}, dim1), Error);
+  ValueId tall = input(DType::Float32, ints(table, {4, 1}));
+  EXPECT_THROW(call("scatter_add", {self, index(4, 1), tall}, dim1), Error);
+}
+
 } // namespace
 } // namespace kiln::ir

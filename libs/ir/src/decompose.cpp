@@ -1,5 +1,6 @@
 // Decompositions of composite ops into core ops, and the pass applying them.
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "infer.h"
@@ -65,18 +66,36 @@ ValueId softmax(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   return g.call("sub", {shifted, g.call("log", {total})});
 }
 
+// addmm: alpha * (mat1 @ mat2) + beta * self, where a factor of 0 drops its
+// term (NaNs included), as torch.
 ValueId addmm(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   ValueId product = g.call("mm", {in[1], in[2]});
   const AttrValue* alpha = node.attr("alpha");
   const AttrValue* beta = node.attr("beta");
-  if (alpha) product = scalarOp(g, "mul", product, *alpha);
+  auto isZero = [](const AttrValue* v) {
+    return v && std::visit(
+                    [](const auto& x) {
+                      using V = std::decay_t<decltype(x)>;
+                      if constexpr (std::is_same_v<V, int64_t> || std::is_same_v<V, double>)
+                        return x == 0;
+                      return false;
+                    },
+                    *v);
+  };
+  if (isZero(alpha))
+    product = g.call("zeros_like", {product});
+  else if (alpha)
+    product = scalarOp(g, "mul", product, *alpha);
+  if (isZero(beta)) return product;
   ValueId self = beta ? scalarOp(g, "mul", in[0], *beta) : in[0];
   return g.call("add", {product, self});
 }
 
 ValueId linear(Graph& g, const Node&, const std::vector<ValueId>& in) {
-  ValueId wt = g.call("transpose", {in[1]}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
-  ValueId y = g.call("matmul", {in[0], wt});
+  ValueId w = in[1];
+  if (g.meta(w).dim() == 2)
+    w = g.call("transpose", {w}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+  ValueId y = g.call("matmul", {in[0], w});
   return in.size() > 2 ? g.call("add", {y, in[2]}) : y;
 }
 
@@ -136,30 +155,104 @@ ValueId norm(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   return y;
 }
 
-// cross_entropy with class indices: -log_softmax(input)[target] along the class
-// dim, zero where target == ignore_index, then reduced ('mean' over the targets
-// not ignored).
+// weight [C] viewed to broadcast along the class dim of an input of `rank` dims.
+ValueId alongClasses(Graph& g, ValueId weight, size_t rank) {
+  for (size_t i = 2; i < rank; ++i) weight = g.call("unsqueeze", {weight}, {{"dim", int64_t{-1}}});
+  return weight;
+}
+
+// cross_entropy as torch computes it (interpreter_linalg.cpp says the formulas):
+// from logp = log_softmax(input) along the class dim, with class indices the
+// nll of the target class (weighted, ignore_index zeroed) mixed with the
+// weighted sum over classes by label_smoothing, 'mean' dividing by the summed
+// weights of the targets kept; with class probabilities the smoothed targets'
+// weighted cross entropy, 'mean' dividing by the number of samples.
 ValueId crossEntropy(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   ValueId x = in[0], target = in[1];
-  if (g.meta(target).dtype != DType::Int64 || in.size() > 2 ||
-      attrOr<double>(node, "label_smoothing", 0.0) != 0.0)
-    // TODO(issue 3): class-probability targets, class weights and label smoothing.
-    throw Error(ErrorCode::Unsupported,
-                "cross_entropy: only class-index targets without weights or smoothing decompose");
-  int64_t classDim = g.meta(x).dim() == 1 ? 0 : 1;
+  std::optional<ValueId> weight;
+  if (in.size() > 2) weight = in[2];
+  const TensorMeta m = g.meta(x); // a copy: calls grow the graph
+  int64_t classDim = m.dim() == 1 ? 0 : 1;
+  sym::Expr classes = m.sizes[classDim];
+  double smoothing = attrOr<double>(node, "label_smoothing", 0.0);
+  std::string reduction = attrOr<std::string>(node, "reduction", "mean");
+  std::vector<Attr> overClasses = {{"dim", std::vector<int64_t>{classDim}}};
+  ValueId logp = g.call("log_softmax", {x}, {{"dim", classDim}});
+  ValueId weighted = weight ? g.call("mul", {logp, alongClasses(g, *weight, m.dim())}) : logp;
+  // -sum_c w[c] * logp[c] * t[c] per sample, t a tensor or 1.
+  auto perSample = [&](std::optional<ValueId> t) {
+    return g.call("neg",
+                  {g.call("sum", {t ? g.call("mul", {weighted, *t}) : weighted}, overClasses)});
+  };
+  if (g.meta(target).dtype != DType::Int64) {
+    ValueId t = target;
+    if (smoothing != 0) {
+      ValueId uniform = g.call("full_like", {t}, {{"fill_value", smoothing}});
+      t = g.call("add",
+                 {scalarOp(g, "mul", t, 1 - smoothing), scalarOp(g, "div", uniform, classes)});
+    }
+    ValueId loss = perSample(t);
+    if (reduction == "none") return loss;
+    ValueId total = g.call("sum", {loss});
+    if (reduction == "sum") return total;
+    sym::Expr samples = g.symbols().integer(1);
+    for (size_t i = 0; i < m.dim(); ++i)
+      if (static_cast<int64_t>(i) != classDim) samples = samples * m.sizes[i];
+    return scalarOp(g, "div", total, samples);
+  }
   int64_t ignore = attrOr<int64_t>(node, "ignore_index", -100);
   ValueId kept = scalarOp(g, "ne", target, ignore);
   ValueId safe = g.call("where", {kept, target}, {{"other", int64_t{0}}});
-  ValueId logp = g.call("log_softmax", {x}, {{"dim", classDim}});
   ValueId index = g.call("unsqueeze", {safe}, {{"dim", classDim}});
-  ValueId picked = g.call("gather", {logp, index}, {{"dim", classDim}});
-  ValueId nll = g.call("neg", {g.call("squeeze", {picked}, {{"dim", classDim}})});
-  ValueId loss = g.call("where", {kept, nll}, {{"other", 0.0}});
-  std::string reduction = attrOr<std::string>(node, "reduction", "mean");
+  ValueId picked = g.call("gather", {weighted, index}, {{"dim", classDim}});
+  ValueId loss = g.call("neg", {g.call("squeeze", {picked}, {{"dim", classDim}})});
+  if (smoothing != 0) {
+    ValueId smooth = scalarOp(g, "div", perSample(std::nullopt), classes);
+    loss = g.call("add",
+                  {scalarOp(g, "mul", loss, 1 - smoothing), scalarOp(g, "mul", smooth, smoothing)});
+  }
+  loss = g.call("where", {kept, loss}, {{"other", 0.0}});
   if (reduction == "none") return loss;
   ValueId total = g.call("sum", {loss});
   if (reduction == "sum") return total;
-  return g.call("div", {total, g.call("sum", {kept})});
+  ValueId counted = kept;
+  if (weight) {
+    ValueId table = g.call("unsqueeze", {*weight}, {{"dim", int64_t{1}}});
+    ValueId wy = g.call("squeeze", {g.call("embedding", {table, safe})}, {{"dim", int64_t{-1}}});
+    counted = g.call("where", {kept, wy}, {{"other", 0.0}});
+  }
+  return g.call("div", {total, g.call("sum", {counted})});
+}
+
+// scaled_dot_product_attention: softmax(q @ k^T * scale + mask) @ v, where a
+// bool mask (and is_causal's lower triangle) sets the scores it drops to -inf.
+ValueId attention(Graph& g, const Node& node, const std::vector<ValueId>& in) {
+  const TensorMeta q = g.meta(in[0]); // a copy: calls grow the graph
+  int64_t n = static_cast<int64_t>(q.dim());
+  ValueId kt = g.call("transpose", {in[1]}, {{"dim0", n - 2}, {"dim1", n - 1}});
+  ValueId scores = g.call("matmul", {in[0], kt});
+  if (const AttrValue* scale = node.attr("scale")) {
+    scores = scalarOp(g, "mul", scores, *scale);
+  } else if (auto e = q.sizes[n - 1].asInteger()) { // 1 / sqrt(E)
+    scores = scalarOp(g, "mul", scores, 1 / std::sqrt(static_cast<double>(*e)));
+  } else {
+    ValueId width = g.call("full_like", {scores}, {{"fill_value", q.sizes[n - 1]}});
+    scores = g.call("mul", {scores, g.call("rsqrt", {width})});
+  }
+  if (attrOr<bool>(node, "is_causal", false)) {
+    sym::Expr l = q.sizes[n - 2], s = g.meta(in[1]).sizes[n - 2];
+    ValueId rows = g.call("unsqueeze", {g.call("arange", {}, {{"end", l}})}, {{"dim", int64_t{1}}});
+    ValueId keep = g.call("ge", {rows, g.call("arange", {}, {{"end", s}})});
+    scores = g.call("where", {keep, scores}, {{"other", -INFINITY}});
+  }
+  if (in.size() > 3) {
+    if (g.meta(in[3]).dtype == DType::Bool)
+      scores = g.call("where", {in[3], scores}, {{"other", -INFINITY}});
+    else
+      scores = g.call("add", {scores, in[3]});
+  }
+  ValueId weights = g.call("softmax", {scores}, {{"dim", int64_t{-1}}});
+  return g.call("matmul", {weights, in[2]});
 }
 
 } // namespace
@@ -178,7 +271,7 @@ void addDecompositions(std::vector<OpInfo>& ops) {
   set({"layer_norm", "rms_norm"}, norm);
   set({"cross_entropy"}, crossEntropy);
   set({"addmm"}, addmm);
-  // TODO(issue 3): scaled_dot_product_attention's reference composition.
+  set({"scaled_dot_product_attention"}, attention);
 }
 
 } // namespace detail
@@ -198,6 +291,11 @@ Graph decompose(const Graph& graph) {
         continue;
       }
       ValueId result = op->decompose(out, n, n.inputs);
+      // Core pointwise ops follow their inputs' layout; a composite whose result is
+      // contiguous (softmax, layer_norm, ...) copies into it.
+      if (out.value(result) != n.value && n.value.isTensor() && n.value.tensor().isContiguous() &&
+          out.meta(result).sizes == n.value.tensor().sizes)
+        result = out.call("contiguous", {result});
       if (out.value(result) != n.value)
         throw Error(ErrorCode::Internal, n.target + ": decomposition gives " +
                                              toString(out.value(result)) + ", not " +

@@ -61,6 +61,10 @@ void require(const OpCall& call, std::string_view arg, sym::Expr condition,
 Shape pointwiseStrides(const OpCall& call, std::initializer_list<std::string_view> args,
                        const Shape& sizes);
 
+// The index of gather (src empty) and scatter_add: i64, self's rank, and the
+// sizes torch's gather/scatter shape checks allow.
+void checkScatterIndex(const OpCall& call, std::string_view src);
+
 // A new tensor of these sizes with pointwiseStrides over `args`.
 TensorMeta freshLike(const OpCall& call, std::initializer_list<std::string_view> args, DType dtype,
                      Shape sizes, Device device, bool requiresGrad);

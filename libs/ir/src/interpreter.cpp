@@ -17,9 +17,8 @@
 #include "kiln/sym/print.h"
 #include "kiln/sym/range.h"
 
-// TODO(issue 3): the interpreter does not run yet: dropout (and attention's dropout_p),
-// cross_entropy's label smoothing and probability targets, complex
-// dtypes, and unbacked (data-dependent) sizes. Float floor division is floor(a / b), not torch's
+// TODO(issue 3): the interpreter does not run yet: complex dtypes, and unbacked
+// (data-dependent) sizes. Float floor division is floor(a / b), not torch's
 // fmod-based formula, which differs in the last bit at times.
 
 namespace kiln::ir {

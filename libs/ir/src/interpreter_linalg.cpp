@@ -1,6 +1,7 @@
 // The reference interpreter's matrix products, indexing ops, softmax and
 // normalizations, one element at a time with double (or int64) accumulation.
 #include <cmath>
+#include <cstdint>
 
 #include "interpreter_ops.h"
 #include "kiln/common/error.h"
@@ -48,11 +49,14 @@ void matmul(const HostTensor& a, const HostTensor& b, const HostTensor* bias, do
       else
         n += loadElementI(a, ai) * loadElementI(b, bi);
     }
+    // A factor of 0 drops its term, NaNs included, as torch's addmm.
+    bool withBias = bias && beta != 0;
     if (isFloat) {
-      double v = alpha * f + (bias ? beta * loadElementF(*bias, idx) : 0.0);
+      double v =
+          (alpha != 0 ? alpha * f : 0.0) + (withBias ? beta * loadElementF(*bias, idx) : 0.0);
       storeElementF(out, idx, v);
     } else {
-      int64_t v = int64_t(alpha) * n + (bias ? int64_t(beta) * loadElementI(*bias, idx) : 0);
+      int64_t v = int64_t(alpha) * n + (withBias ? int64_t(beta) * loadElementI(*bias, idx) : 0);
       storeElementI(out, idx, v);
     }
   });
@@ -62,6 +66,21 @@ int64_t checkedIndex(const std::string& op, int64_t i, int64_t size) {
   if (i < 0 || i >= size)
     invalid(op, "index " + std::to_string(i) + " is out of range for size " + std::to_string(size));
   return i;
+}
+
+// gather's and scatter_add's tensors are of one rank, except that 0-d and 1-d
+// stand for each other (a 0-d tensor acts as one of size 1, as in torch): the
+// position `idx` in a tensor of `rank` dims.
+std::vector<int64_t> asRank(std::vector<int64_t> idx, size_t rank) {
+  idx.resize(rank, 0);
+  return idx;
+}
+int64_t sizeAt(const HostTensor& t, size_t d) {
+  return t.sizes.empty() ? 1 : t.sizes[d];
+}
+size_t wrapped(double dim, size_t rank) {
+  int64_t r = std::max<int64_t>(int64_t(rank), 1), i = int64_t(dim);
+  return size_t(i < 0 ? i + r : i);
 }
 
 void copyElement(const HostTensor& from, const std::vector<int64_t>& at, const HostTensor& out,
@@ -109,10 +128,10 @@ void normalize(const std::string& op, const HostTensor& x, size_t k, const HostT
   });
 }
 
-// softmax(q k^T / sqrt(E) + mask) v, one query row at a time; a bool mask
+// softmax(q k^T * scale + mask) v, one query row at a time; a bool mask
 // keeps where true, a float mask is added; is_causal keeps s <= l.
 void attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
-               const HostTensor* mask, bool causal, const HostTensor& out) {
+               const HostTensor* mask, bool causal, double scale, const HostTensor& out) {
   size_t n = q.sizes.size();
   int64_t embed = q.sizes[n - 1], seq = k.sizes[n - 2];
   std::vector<int64_t> rows = out.sizes;
@@ -130,7 +149,7 @@ void attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
         qi[n - 1] = ki[n - 1] = e;
         dot += loadElementF(q, qi) * loadElementF(k, ki);
       }
-      w[s] = dot / std::sqrt(double(embed));
+      w[s] = dot * scale;
       if (causal && s > l) w[s] = -INFINITY;
       if (mask && mask->dtype == DType::Bool && !loadElementI(*mask, mi)) w[s] = -INFINITY;
       if (mask && mask->dtype != DType::Bool) w[s] += loadElementF(*mask, mi);
@@ -150,35 +169,82 @@ void attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
   });
 }
 
-// cross_entropy with class-index targets: -w[y] * log_softmax(x)[y] per
-// sample, ignore_index skipped, reduced by sum or by the weights' mean.
+// cross_entropy as torch: with class indices, the weighted nll of the target
+// class mixed with the weighted mean over classes by label_smoothing ls:
+// (1 - ls) * -w[y] * logp[y] + ls / C * -sum_c w[c] * logp[c], ignore_index
+// skipped, 'mean' dividing by the summed w[y] of the targets kept; with class
+// probabilities t, -sum_c w[c] * logp[c] * (t[c] * (1 - ls) + ls / C), 'mean'
+// dividing by the number of samples.
 void crossEntropy(const HostTensor& x, const HostTensor& target, const HostTensor* weight,
-                  const std::string& reduction, int64_t ignore, const HostTensor& out) {
+                  const std::string& reduction, int64_t ignore, double smoothing,
+                  const HostTensor& out) {
   size_t classDim = x.sizes.size() == 1 ? 0 : 1;
   int64_t classes = x.sizes[classDim];
-  double total = 0, weights = 0;
-  eachIndex(target.sizes, [&](const std::vector<int64_t>& b) {
-    int64_t y = loadElementI(target, b);
+  bool probabilities = isFloating(target.dtype);
+  std::vector<int64_t> batch = x.sizes;
+  batch.erase(batch.begin() + classDim);
+  double total = 0, divisor = 0;
+  auto w = [&](int64_t c) { return weight ? loadElementF(*weight, {c}) : 1.0; };
+  eachIndex(batch, [&](const std::vector<int64_t>& b) {
+    std::vector<int64_t> xi = b;
+    xi.insert(xi.begin() + classDim, 0);
+    std::vector<double> logp(classes);
+    double max = -INFINITY, sum = 0;
+    for (int64_t c = 0; c < classes; ++c)
+      xi[classDim] = c, max = std::max(max, logp[c] = loadElementF(x, xi));
+    for (int64_t c = 0; c < classes; ++c) sum += std::exp(logp[c] - max);
+    for (double& l : logp) l = castToF(x.dtype, l - max - std::log(sum)); // log_softmax's dtype
     double loss = 0;
-    if (y != ignore) {
+    if (probabilities) {
+      for (int64_t c = 0; c < classes; ++c) {
+        xi[classDim] = c;
+        double t = loadElementF(target, xi);
+        if (smoothing != 0) { // in the target's dtype, scalars included, as torch
+          auto in = [&](double v) { return castToF(target.dtype, v); };
+          t = in(in(t * in(1 - smoothing)) + in(smoothing / double(classes)));
+        }
+        loss -= w(c) * logp[c] * t;
+      }
+      divisor += 1;
+    } else if (int64_t y = loadElementI(target, b); y != ignore) {
       y = checkedIndex("cross_entropy", y, classes);
-      std::vector<int64_t> xi = b;
-      xi.insert(xi.begin() + classDim, 0);
-      double max = -INFINITY, sum = 0;
-      for (int64_t c = 0; c < classes; ++c)
-        xi[classDim] = c, max = std::max(max, loadElementF(x, xi));
-      for (int64_t c = 0; c < classes; ++c)
-        xi[classDim] = c, sum += std::exp(loadElementF(x, xi) - max);
-      xi[classDim] = y;
-      double w = weight ? loadElementF(*weight, {y}) : 1;
-      loss = -w * (loadElementF(x, xi) - max - std::log(sum));
-      weights += w;
+      double smooth = 0;
+      for (int64_t c = 0; c < classes; ++c) smooth -= w(c) * logp[c];
+      loss = -(1 - smoothing) * w(y) * logp[y] + smoothing / double(classes) * smooth;
+      divisor += w(y);
     }
     total += loss;
     if (reduction == "none") storeElementF(out, b, loss);
   });
   if (reduction == "sum") storeElementF(out, {}, total);
-  if (reduction == "mean") storeElementF(out, {}, total / weights);
+  if (reduction == "mean") storeElementF(out, {}, total / divisor);
+}
+
+// The uniform draw in [0, 1) of element `counter` of the stream `seed`: the
+// first word of Philox-4x32-10 (counter in the low two words, seed as the key),
+// its top 24 bits.
+double philoxUniform(uint64_t seed, uint64_t counter) {
+  uint32_t c[4] = {uint32_t(counter), uint32_t(counter >> 32), 0, 0};
+  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    uint64_t p0 = uint64_t(0xD2511F53u) * c[0], p1 = uint64_t(0xCD9E8D57u) * c[2];
+    uint32_t n0 = uint32_t(p1 >> 32) ^ c[1] ^ k0, n2 = uint32_t(p0 >> 32) ^ c[3] ^ k1;
+    c[1] = uint32_t(p1), c[3] = uint32_t(p0), c[0] = n0, c[2] = n2;
+    k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+  }
+  return std::ldexp(double(c[0] >> 8), -24);
+}
+
+// dropout: element i (row-major over the result) is kept, scaled by 1 / (1 - p),
+// when its draw from counter offset + i is >= p; train=False copies.
+void dropout(const HostTensor& x, int64_t seed, int64_t offset, double p, bool train,
+             const HostTensor& out) {
+  uint64_t i = 0;
+  eachIndex(out.sizes, [&](const std::vector<int64_t>& idx) {
+    bool keep = !train || philoxUniform(uint64_t(seed), uint64_t(offset) + i++) >= p;
+    double scale = train ? 1 / (1 - p) : 1.0;
+    storeElementF(out, idx, keep ? loadElementF(x, idx) * scale : 0.0);
+  });
 }
 
 } // namespace
@@ -196,16 +262,13 @@ bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& 
   } else if (op == "index_select" || op == "gather") {
     const HostTensor& self = *tensor("self");
     const HostTensor& index = *tensor("index");
-    int64_t rank = std::max<int64_t>(int64_t(self.sizes.size()), 1);
-    int64_t dim = int64_t(number("dim"));
-    size_t d = size_t(dim < 0 ? dim + rank : dim);
+    size_t d = wrapped(number("dim"), self.sizes.size());
     eachIndex(out.sizes, [&](const std::vector<int64_t>& idx) {
-      std::vector<int64_t> at = idx;
-      if (!self.sizes.empty()) {
-        std::vector<int64_t> which =
-            op == "gather" ? idx : std::vector<int64_t>(index.sizes.size(), idx[d]);
-        at[d] = checkedIndex(op, loadElementI(index, which), self.sizes[d]);
-      }
+      std::vector<int64_t> which =
+          op == "gather" ? idx : asRank({idx.empty() ? 0 : idx[d]}, index.sizes.size());
+      int64_t i = checkedIndex(op, loadElementI(index, which), sizeAt(self, d));
+      std::vector<int64_t> at = asRank(idx, self.sizes.size());
+      if (!at.empty()) at[d] = i;
       copyElement(self, at, out, idx);
     });
   } else if (op == "scatter_add") {
@@ -214,31 +277,31 @@ bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& 
     const HostTensor& src = *tensor("src");
     eachIndex(out.sizes,
               [&](const std::vector<int64_t>& idx) { copyElement(self, idx, out, idx); });
-    int64_t rank = std::max<int64_t>(int64_t(self.sizes.size()), 1);
-    int64_t dim = int64_t(number("dim"));
-    size_t d = size_t(dim < 0 ? dim + rank : dim);
+    size_t d = wrapped(number("dim"), self.sizes.size());
     eachIndex(index.sizes, [&](const std::vector<int64_t>& idx) {
-      std::vector<int64_t> at = idx;
-      if (!at.empty()) at[d] = checkedIndex(op, loadElementI(index, idx), out.sizes[d]);
+      int64_t i = checkedIndex(op, loadElementI(index, idx), sizeAt(out, d));
+      std::vector<int64_t> at = asRank(idx, out.sizes.size());
+      std::vector<int64_t> from = asRank(idx, src.sizes.size());
+      if (!at.empty()) at[d] = i;
       if (isFloating(out.dtype))
-        storeElementF(out, at, loadElementF(out, at) + loadElementF(src, idx));
+        storeElementF(out, at, loadElementF(out, at) + loadElementF(src, from));
       else
-        storeElementI(out, at, loadElementI(out, at) + loadElementI(src, idx));
+        storeElementI(out, at, loadElementI(out, at) + loadElementI(src, from));
     });
   } else if (op == "layer_norm" || op == "rms_norm") {
     normalize(op, *tensor("input"), size_t(number("normalized_shape")), tensor("weight"),
               tensor("bias"), number("eps"), out);
   } else if (op == "scaled_dot_product_attention") {
-    if (number("dropout_p") != 0)
-      throw Error(ErrorCode::Unsupported, "interpret: scaled_dot_product_attention with dropout");
+    double scale = number("scale"); // NaN when absent: 1 / sqrt(E)
+    if (std::isnan(scale)) scale = 1 / std::sqrt(double(tensor("query")->sizes.back()));
     attention(*tensor("query"), *tensor("key"), *tensor("value"), tensor("attn_mask"),
-              number("is_causal") != 0, out);
+              number("is_causal") != 0, scale, out);
   } else if (op == "cross_entropy") {
-    if (number("label_smoothing") != 0 || tensor("target")->dtype != DType::Int64)
-      throw Error(ErrorCode::Unsupported,
-                  "interpret: cross_entropy with label smoothing or probability targets");
     crossEntropy(*tensor("input"), *tensor("target"), tensor("weight"), string("reduction"),
-                 int64_t(number("ignore_index")), out);
+                 int64_t(number("ignore_index")), number("label_smoothing"), out);
+  } else if (op == "dropout") {
+    dropout(*tensor("input"), tensor("seed")->toInts().at(0), tensor("offset")->toInts().at(0),
+            number("p"), number("train") != 0, out);
   } else if (op == "embedding") {
     const HostTensor& weight = *tensor("weight");
     const HostTensor& indices = *tensor("indices");

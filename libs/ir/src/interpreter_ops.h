@@ -35,7 +35,7 @@ bool runReduction(const std::string& op, const HostTensor& self,
 
 // Matrix products (mm bmm matmul addmm linear), index_select, gather,
 // scatter_add, embedding, softmax, log_softmax, layer_norm, rms_norm,
-// scaled_dot_product_attention and cross_entropy, with
+// scaled_dot_product_attention, cross_entropy and dropout, with
 // their arguments looked up by name (nullptr: an absent optional tensor; NaN:
 // an absent number; a list: its length).
 using TensorArg = std::function<const HostTensor*(std::string_view)>;

@@ -15,15 +15,25 @@ void requireRank(const OpCall& call, std::string_view arg, size_t rank) {
                        "-d");
 }
 
+// The operands of a matrix product: equal dtypes, not bool (torch has no bool
+// kernel for them on any device).
+void requireProductDType(const OpCall& call, std::string_view first,
+                         std::initializer_list<std::string_view> others) {
+  DType t = call.tensor(first).dtype;
+  if (t == DType::Bool) call.fail(first, "dtype bool is not supported by matrix products");
+  for (std::string_view arg : others)
+    if (call.has(arg) && call.tensor(arg).dtype != t)
+      call.fail(arg, "expected dtype " + std::string(name(t)) + ", got " +
+                         std::string(name(call.tensor(arg).dtype)));
+}
+
 // mm: [n, k] @ [k, m]; bmm: [b, n, k] @ [b, k, m]. Same dtypes, as torch requires.
 template <size_t rank> Value inferMatmul(const OpCall& call) {
   requireRank(call, "self", rank);
   requireRank(call, "mat2", rank);
   const TensorMeta& a = call.tensor("self");
   const TensorMeta& b = call.tensor("mat2");
-  if (a.dtype != b.dtype)
-    call.fail("mat2", "expected dtype " + std::string(name(a.dtype)) + ", got " +
-                          std::string(name(b.dtype)));
+  requireProductDType(call, "self", {"mat2"});
   if (rank == 3) requireEqual(call, "mat2", a.sizes[0], b.sizes[0], "batch sizes differ");
   requireEqual(call, "mat2", a.sizes[rank - 1], b.sizes[rank - 2], "inner sizes differ");
   Shape sizes(a.sizes.begin(), a.sizes.end() - 1);
@@ -40,10 +50,7 @@ Value inferAddmm(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   const TensorMeta& a = call.tensor("mat1");
   const TensorMeta& b = call.tensor("mat2");
-  for (std::string_view arg : {"mat1", "mat2"})
-    if (call.tensor(arg).dtype != self.dtype)
-      call.fail(arg, "expected dtype " + std::string(name(self.dtype)) + ", got " +
-                         std::string(name(call.tensor(arg).dtype)));
+  requireProductDType(call, "self", {"mat1", "mat2"});
   requireEqual(call, "mat2", a.sizes[1], b.sizes[0], "inner sizes differ");
   Shape sizes = {a.sizes[0], b.sizes[1]};
   if (self.dim() > 2) call.fail("self", "must have at most 2 dims");
@@ -66,9 +73,7 @@ Value inferMatmulGeneral(const OpCall& call) {
   const TensorMeta& a = call.tensor("self");
   const TensorMeta& b = call.tensor("other");
   if (a.dim() == 0 || b.dim() == 0) call.fail(a.dim() == 0 ? "self" : "other", "must not be 0-d");
-  if (a.dtype != b.dtype)
-    call.fail("other", "expected dtype " + std::string(name(a.dtype)) + ", got " +
-                           std::string(name(b.dtype)));
+  requireProductDType(call, "self", {"other"});
   sym::Expr one = call.table().integer(1);
   Shape x = a.sizes, y = b.sizes;
   bool vectorA = x.size() == 1, vectorB = y.size() == 1;
@@ -94,24 +99,26 @@ Value inferMatmulGeneral(const OpCall& call) {
                anyRequiresGrad(call, {"self", "other"}));
 }
 
-// linear: input [..., in] with weight [out, in] and an optional bias [out].
+// linear: input [..., in] with weight [out, in] (or [in]: the out dim drops, as
+// torch's matmul) and an optional bias broadcasting to the result.
 Value inferLinear(const OpCall& call) {
   const TensorMeta& in = call.tensor("input");
-  requireRank(call, "weight", 2);
   const TensorMeta& w = call.tensor("weight");
+  if (w.dim() != 1 && w.dim() != 2) call.fail("weight", "must be 1-d or 2-d");
   if (in.dim() == 0) call.fail("input", "must not be 0-d");
-  if (in.dtype != w.dtype)
-    call.fail("weight", "expected dtype " + std::string(name(in.dtype)) + ", got " +
-                            std::string(name(w.dtype)));
-  requireEqual(call, "weight", in.sizes.back(), w.sizes[1], "in_features differ");
+  requireProductDType(call, "input", {"weight", "bias"});
+  requireEqual(call, "weight", in.sizes.back(), w.sizes.back(), "in_features differ");
   Shape sizes(in.sizes.begin(), in.sizes.end() - 1);
-  sizes.push_back(w.sizes[0]);
+  if (w.dim() == 2) sizes.push_back(w.sizes[0]);
   if (call.has("bias")) {
     const TensorMeta& bias = call.tensor("bias");
-    if (bias.dtype != in.dtype) call.fail("bias", "expected dtype " + std::string(name(in.dtype)));
-    if (bias.dim() > 1) call.fail("bias", "must be 0-d or 1-d");
-    if (bias.dim() == 1 && !provable(sym::eq(bias.sizes[0], 1)))
-      requireEqual(call, "bias", bias.sizes[0], w.sizes[0], "out_features differ");
+    if (w.dim() == 1) call.fail("bias", "needs a 2-d weight"); // as torch's addmm path
+    if (bias.dim() > sizes.size()) call.fail("bias", "does not broadcast to the result");
+    for (size_t i = 0; i < bias.dim(); ++i) {
+      sym::Expr have = bias.sizes[i], want = sizes[sizes.size() - bias.dim() + i];
+      if (!provable(sym::eq(have, 1)))
+        requireEqual(call, "bias", have, want, "does not broadcast to the result");
+    }
   }
   return fresh(call, in.dtype, sizes, commonDevice(call, {"input", "weight", "bias"}),
                anyRequiresGrad(call, {"input", "weight", "bias"}));
@@ -137,15 +144,42 @@ Value inferIndexSelect(const OpCall& call) {
   return fresh(call, self.dtype, sizes, commonDevice(call, {"self", "index"}), self.requiresGrad);
 }
 
-// gather(dim, index): the result has the index's sizes.
-Value inferGather(const OpCall& call) {
+} // namespace
+
+// gather's and scatter_add's index (torch's gather_shape_check and
+// scatter_shape_check): i64, as many dims as self, and unless it is empty,
+// index.size(d) <= self.size(d) for d != dim and, when `src` is given,
+// index.size(d) <= src.size(d) for every d (a 0-d tensor counts as size 1).
+void checkScatterIndex(const OpCall& call, std::string_view src) {
   const TensorMeta& self = call.tensor("self");
   const TensorMeta& index = call.tensor("index");
   if (index.dtype != DType::Int64)
     call.fail("index", "expected dtype i64, got " + std::string(name(index.dtype)));
-  if (std::max<size_t>(index.dim(), 1) != std::max<size_t>(self.dim(), 1))
-    call.fail("index", "must have as many dims as self");
-  wrapDim(call, "dim", call.intArg("dim"), self.dim());
+  size_t d = static_cast<size_t>(wrapDim(call, "dim", call.intArg("dim"), self.dim()));
+  for (std::string_view arg : {std::string_view("index"), src})
+    if (!arg.empty() &&
+        std::max<size_t>(call.tensor(arg).dim(), 1) != std::max<size_t>(self.dim(), 1))
+      call.fail(arg, "must have as many dims as self");
+  for (const sym::Expr& size : index.sizes)
+    if (provable(sym::eq(size, 0))) return;
+  auto sizeAt = [&](const TensorMeta& t, size_t i) {
+    return t.dim() ? t.sizes[i] : call.table().integer(1);
+  };
+  for (size_t i = 0; i < index.dim(); ++i) {
+    std::string at = "size " + std::to_string(i) + " exceeds that of ";
+    if (i != d) require(call, "index", sym::le(index.sizes[i], sizeAt(self, i)), at + "self");
+    if (!src.empty())
+      require(call, "index", sym::le(index.sizes[i], sizeAt(call.tensor(src), i)), at + "src");
+  }
+}
+
+namespace {
+
+// gather(dim, index): the result has the index's sizes.
+Value inferGather(const OpCall& call) {
+  const TensorMeta& self = call.tensor("self");
+  const TensorMeta& index = call.tensor("index");
+  checkScatterIndex(call, "");
   return fresh(call, self.dtype, index.sizes, commonDevice(call, {"self", "index"}),
                self.requiresGrad);
 }
@@ -196,7 +230,6 @@ void addMatmulOps(std::vector<OpInfo>& ops) {
   ops.push_back({"gather", {self, dim, index}, inferGather});
   ops.push_back(
       {"embedding", {{"weight", ArgKind::Tensor}, {"indices", ArgKind::Tensor}}, inferEmbedding});
-  // TODO(issue 3): gather's index sizes checked against self's.
 }
 
 } // namespace kiln::ir::detail

@@ -1,9 +1,11 @@
 // Neural-network ops with inference of their own (some decompose: decompose.cpp):
 // normalisations, losses, dropout, attention, scatter_add.
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "infer.h"
+#include "kiln/common/error.h"
 #include "kiln/sym/print.h"
 
 namespace kiln::ir::detail {
@@ -26,6 +28,7 @@ Value inferNorm(const OpCall& call) {
   const TensorMeta& in = call.tensor("input");
   requireFloating(call, "input");
   Shape normalized = call.symIntList("normalized_shape");
+  if (normalized.empty()) call.fail("normalized_shape", "must have at least one dim");
   if (normalized.size() > in.dim()) call.fail("normalized_shape", "has more dims than the input");
   size_t shift = in.dim() - normalized.size();
   for (size_t i = 0; i < normalized.size(); ++i)
@@ -42,12 +45,16 @@ Value inferNorm(const OpCall& call) {
       requireEqual(call, arg, p.sizes[i], normalized[i],
                    "size at dim " + std::to_string(i) + " differs");
   }
+  // layer_norm's kernel writes a contiguous result; rms_norm is pointwise ops
+  // over the input (PyTorch 2's composite), whose layout it keeps.
+  if (call.op().name == "rms_norm")
+    return freshLike(call, {"input"}, in.dtype, in.sizes, in.device, grad);
   return fresh(call, in.dtype, in.sizes, in.device, grad);
 }
 
 // cross_entropy(input [N, C] or [C], target): class indices (i64, [N] or []) or
-// class probabilities (input's sizes and dtype). The loss is 0-d unless
-// reduction is 'none', where it has the batch sizes.
+// class probabilities (input's sizes, a floating dtype promoting with input's). The loss is 0-d
+// unless reduction is 'none', where it has the batch sizes.
 Value inferCrossEntropy(const OpCall& call) {
   const TensorMeta& in = call.tensor("input");
   const TensorMeta& target = call.tensor("target");
@@ -61,7 +68,9 @@ Value inferCrossEntropy(const OpCall& call) {
       requireEqual(call, "target", target.sizes[i], batch[i],
                    "size at dim " + std::to_string(i) + " differs");
   } else {
-    requireSameDType(call, "target", in.dtype);
+    requireFloating(call, "target");
+    if (call.intArg("ignore_index") != -100)
+      call.fail("ignore_index", "is not supported for probability targets");
     if (target.dim() != in.dim()) call.fail("target", "probabilities must have the input's sizes");
     for (size_t i = 0; i < in.dim(); ++i)
       requireEqual(call, "target", target.sizes[i], in.sizes[i],
@@ -79,12 +88,15 @@ Value inferCrossEntropy(const OpCall& call) {
     call.fail("reduction", "expected 'mean', 'sum' or 'none', got '" + reduction + "'");
   double smoothing = call.floatArg("label_smoothing");
   if (smoothing < 0 || smoothing > 1) call.fail("label_smoothing", "must lie in [0, 1]");
-  return fresh(call, in.dtype, reduction == "none" ? batch : Shape{}, in.device,
+  // Probabilities multiply the log-probabilities: their dtypes promote, as in torch.
+  DType out = target.dtype == DType::Int64 ? in.dtype : promoteTypes(in.dtype, target.dtype);
+  return fresh(call, out, reduction == "none" ? batch : Shape{}, in.device,
                anyRequiresGrad(call, {"input", "target", "weight"}));
 }
 
-// dropout(input, seed, offset): the random stream is explicit, a 0-d i64 seed
-// and offset each, so the graph stays pure and replayable.
+// dropout(input, seed, offset, p, train): the random stream is explicit, a 0-d
+// i64 seed and offset each, so the graph stays pure and replayable (the
+// interpreter's stream: docs/ir.md). train=False is the identity.
 Value inferDropout(const OpCall& call) {
   const TensorMeta& in = call.tensor("input");
   requireFloating(call, "input");
@@ -98,7 +110,10 @@ Value inferDropout(const OpCall& call) {
 }
 
 // scaled_dot_product_attention(query [..., L, E], key [..., S, E], value [..., S, Ev]):
-// [..., L, Ev]. Batch dims must match exactly (no broadcasting, as the fused kernels).
+// [..., L, Ev]. Batch dims must match exactly (no broadcasting, as the fused kernels);
+// attn_mask is bool or query's dtype and broadcasts to [..., L, S]. dropout_p must
+// be 0: the graph's random streams are explicit, so attention with dropout is
+// spelled as its composition with `dropout`.
 Value inferAttention(const OpCall& call) {
   const TensorMeta& q = call.tensor("query");
   const TensorMeta& k = call.tensor("key");
@@ -116,25 +131,40 @@ Value inferAttention(const OpCall& call) {
   }
   requireEqual(call, "key", k.sizes[n - 1], q.sizes[n - 1], "embedding sizes differ");
   requireEqual(call, "value", v.sizes[n - 2], k.sizes[n - 2], "sequence sizes differ");
-  if (call.has("attn_mask") && call.boolArg("is_causal"))
-    call.fail("attn_mask", "cannot be given with is_causal");
+  if (call.has("attn_mask")) {
+    const TensorMeta& mask = call.tensor("attn_mask");
+    if (call.boolArg("is_causal")) call.fail("attn_mask", "cannot be given with is_causal");
+    if (mask.dtype != DType::Bool && mask.dtype != q.dtype)
+      call.fail("attn_mask", "expected dtype bool or " + std::string(name(q.dtype)) + ", got " +
+                                 std::string(name(mask.dtype)));
+    Shape scores = q.sizes;
+    scores[n - 1] = k.sizes[n - 2];
+    if (mask.dim() > n) call.fail("attn_mask", "has more dims than the scores [..., L, S]");
+    for (size_t i = 0; i < mask.dim(); ++i) {
+      sym::Expr have = mask.sizes[i], want = scores[n - mask.dim() + i];
+      if (!provable(sym::eq(have, 1)))
+        requireEqual(call, "attn_mask", have, want,
+                     "does not broadcast to the scores [..., L, S] at dim " + std::to_string(i));
+    }
+  }
+  if (call.floatArg("dropout_p") != 0)
+    throw Error(ErrorCode::Unsupported,
+                "scaled_dot_product_attention: argument 'dropout_p': attention with dropout "
+                "needs an explicit random stream: spell it as softmax, dropout and matmul");
+  if (call.has("scale") && !std::isfinite(call.floatArg("scale")))
+    call.fail("scale", "must be finite");
   Shape sizes = q.sizes;
   sizes[n - 1] = v.sizes[n - 1];
   return fresh(call, q.dtype, sizes, q.device, anyRequiresGrad(call, {"query", "key", "value"}));
 }
 
-// scatter_add(self, dim, index, src): self's meta; index and src of equal rank.
+// scatter_add(self, dim, index, src): self's meta; index and src of self's rank.
 Value inferScatterAdd(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
-  const TensorMeta& index = call.tensor("index");
-  if (index.dtype != DType::Int64) call.fail("index", "expected dtype i64");
   requireSameDType(call, "src", self.dtype);
-  wrapDim(call, "dim", call.intArg("dim"), self.dim());
-  for (std::string_view arg : {"index", "src"})
-    if (std::max<size_t>(call.tensor(arg).dim(), 1) != std::max<size_t>(self.dim(), 1))
-      call.fail(arg, "must have as many dims as self");
-  return freshLike(call, {"self"}, self.dtype, self.sizes, self.device,
-                   anyRequiresGrad(call, {"self", "src"}));
+  checkScatterIndex(call, "src");
+  // Contiguous whatever self's layout: torch's structured scatter_add allocates it so.
+  return fresh(call, self.dtype, self.sizes, self.device, anyRequiresGrad(call, {"self", "src"}));
 }
 
 } // namespace
@@ -159,7 +189,8 @@ void addNnOps(std::vector<OpInfo>& ops) {
                  {input,
                   {"seed", ArgKind::Tensor},
                   {"offset", ArgKind::Tensor},
-                  {"p", ArgKind::Float, false, 0.5}},
+                  {"p", ArgKind::Float, false, 0.5},
+                  {"train", ArgKind::Bool, false, true}},
                  inferDropout});
   ops.push_back({"scaled_dot_product_attention",
                  {{"query", ArgKind::Tensor},
@@ -167,7 +198,8 @@ void addNnOps(std::vector<OpInfo>& ops) {
                   {"value", ArgKind::Tensor},
                   {"attn_mask", ArgKind::Tensor, true},
                   {"dropout_p", ArgKind::Float, false, 0.0},
-                  {"is_causal", ArgKind::Bool, false, false}},
+                  {"is_causal", ArgKind::Bool, false, false},
+                  {"scale", ArgKind::Float, true}},
                  inferAttention});
   ops.push_back({"scatter_add",
                  {{"self", ArgKind::Tensor},
@@ -175,8 +207,9 @@ void addNnOps(std::vector<OpInfo>& ops) {
                   {"index", ArgKind::Tensor},
                   {"src", ArgKind::Tensor}},
                  inferScatterAdd});
-  // TODO(issue 3): attn_mask's broadcast checked against [..., L, S]; dropout's seed and
-  // offset produced by a philox-style state op.
+  // TODO(issue 3): dropout's seed and offset produced by a philox-style state op; an absent
+  // optional tensor before a given one (layer_norm(x, shape, None, bias)), which a node's
+  // inputs cannot spell yet (the Python binding refuses it).
 }
 
 } // namespace kiln::ir::detail
