@@ -138,9 +138,6 @@ PyValue call(const std::shared_ptr<GraphState>& graph, const std::string& opName
     return v.id;
   };
   size_t next = 0;
-  // A node's optional tensors are absent only at the end of its inputs: one left
-  // out before a given one would bind the later tensor to it.
-  std::string skipped;
   for (const ir::ArgSpec& spec : op.args) {
     py::object arg = py::none();
     bool given = false;
@@ -152,8 +149,11 @@ PyValue call(const std::shared_ptr<GraphState>& graph, const std::string& opName
       PyDict_DelItemString(kwargs.ptr(), spec.name.c_str());
       given = true;
     }
-    if ((!given || arg.is_none()) && spec.kind == ir::ArgKind::Tensor && skipped.empty())
-      skipped = spec.name;
+    bool mayBeInput = spec.kind == ir::ArgKind::Tensor || spec.kind == ir::ArgKind::Scalar;
+    if ((!given || arg.is_none()) && spec.optional && mayBeInput) {
+      attrs.push_back({spec.name, std::monostate{}}); // absent: later inputs bind past it
+      continue;
+    }
     if (!given) continue;
     if (spec.kind == ir::ArgKind::TensorList) {
       if (py::isinstance<PyValue>(arg)) invalid(fmt::format(
@@ -168,9 +168,6 @@ PyValue call(const std::shared_ptr<GraphState>& graph, const std::string& opName
       if (!isInputKind(spec.kind) && spec.kind != ir::ArgKind::Scalar)
         invalid(fmt::format("{}: argument '{}': expected {}, got a graph value", opName,
                             spec.name, ir::argKindName(spec.kind)));
-      if (!skipped.empty())
-        invalid(fmt::format("{}: argument '{}': cannot be absent when '{}' is given", opName,
-                            skipped, spec.name));
       inputs.push_back(valueId(spec, arg));
     } else if (isInputKind(spec.kind)) {
       if (!arg.is_none())

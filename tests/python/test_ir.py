@@ -141,3 +141,20 @@ def test_tuple_results_come_back_piece_by_piece():
     assert [p.tolist() for p in pieces] == [p.tolist() for p in torch.split(x, 2)]
     assert [m["sizes"] for m in metas] == [[2, 2], [2, 2], [1, 2]]
     assert [m["storage_offset"] for m in metas] == [0, 4, 8]
+
+
+def test_absent_optional_arguments_before_given_ones_are_marked():
+    g = ir.Graph()
+    x = g.placeholder("x", "float32", [5])
+    hi = g.placeholder("hi", "float32", [5])
+    y = g.call("clamp", x, max=hi)  # min is absent: hi must not bind to it
+    assert g.node(y.id)["attrs"] == {"min": None}
+    assert "clamp(%0, %1, min=None)" in str(g)
+    g.set_outputs([y, g.call("clamp", x, hi)])  # given as min: no marker needed
+    assert g.node(g.outputs[1].id)["attrs"] == {}
+    a, b = torch.randn(5), torch.zeros(5)
+    low_capped, high_floored = ir.run(g, a, b)
+    assert torch.equal(low_capped, torch.clamp(a, max=b))
+    assert torch.equal(high_floored, torch.clamp(a, min=b))
+    h = ir.Graph.from_bytes(g.to_bytes())
+    assert h.structural_hash() == g.structural_hash() and str(h) == str(g)

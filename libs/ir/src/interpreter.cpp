@@ -247,6 +247,8 @@ public:
       : node_(node), op_(op) {
     size_t next = 0;
     for (const ArgSpec& a : op.args) {
+      const AttrValue* given = node.attr(a.name);
+      if (given && std::holds_alternative<std::monostate>(*given)) continue; // marked absent
       bool isInput = a.kind == ArgKind::Tensor || a.kind == ArgKind::SymInt ||
                      (a.kind == ArgKind::Scalar && !node.attr(a.name));
       if (a.kind == ArgKind::TensorList) {

@@ -76,6 +76,18 @@ bool attrFits(ArgKind kind, const AttrValue& v) {
   }
 }
 
+// Whether argument i's None attribute must stay: it is an absent optional
+// tensor or scalar before an argument bound to an input, which would take
+// that input without it.
+bool marksAbsentInput(const OpInfo& op, const OpCall& call, size_t i) {
+  const ArgSpec& spec = op.args[i];
+  if (!spec.optional || (spec.kind != ArgKind::Tensor && spec.kind != ArgKind::Scalar))
+    return false;
+  for (size_t later = i + 1; later < op.args.size(); ++later)
+    if (call.input(op.args[later].name) && (!op.mutates || later != *op.mutates)) return true;
+  return false;
+}
+
 bool isInputKind(ArgKind kind) {
   return kind == ArgKind::Tensor || kind == ArgKind::SymInt || kind == ArgKind::TensorList ||
          kind == ArgKind::Tuple;
@@ -131,7 +143,9 @@ OpCall::OpCall(const OpInfo& op, const std::vector<const Value*>& inputs,
     auto spec = std::find_if(op.args.begin(), op.args.end(),
                              [&](const ArgSpec& a) { return a.name == name; });
     if (spec == op.args.end()) fail(name, "no such argument");
-    if (isInputKind(spec->kind)) fail(name, "is an input, not an attribute");
+    bool absent = std::holds_alternative<std::monostate>(attrs[i].value);
+    if (isInputKind(spec->kind) && !(absent && spec->optional))
+      fail(name, "is an input, not an attribute");
     for (size_t j = 0; j < i; ++j)
       if (attrs[j].name == name) fail(name, "given twice");
   }
@@ -292,12 +306,13 @@ Value inferCall(std::string_view opName, const std::vector<const Value*>& inputs
   const OpInfo& op = getOp(opName);
   OpCall call(op, inputs, attrs, table);
   std::vector<Attr> canonical;
-  for (const ArgSpec& spec : op.args) {
+  for (size_t i = 0; i < op.args.size(); ++i) {
+    const ArgSpec& spec = op.args[i];
     auto attr = std::find_if(attrs.begin(), attrs.end(),
                              [&](const Attr& a) { return a.name == spec.name; });
-    if (attr == attrs.end() || std::holds_alternative<std::monostate>(attr->value) ||
-        attr->value == spec.defaultValue)
-      continue;
+    if (attr == attrs.end()) continue;
+    bool absent = std::holds_alternative<std::monostate>(attr->value);
+    if (absent ? !marksAbsentInput(op, call, i) : attr->value == spec.defaultValue) continue;
     canonical.push_back(*attr);
   }
   Value result = op.infer(call);

@@ -207,9 +207,7 @@ void addNnOps(std::vector<OpInfo>& ops) {
                   {"index", ArgKind::Tensor},
                   {"src", ArgKind::Tensor}},
                  inferScatterAdd});
-  // TODO(issue 3): dropout's seed and offset produced by a philox-style state op; an absent
-  // optional tensor before a given one (layer_norm(x, shape, None, bias)), which a node's
-  // inputs cannot spell yet (the Python binding refuses it).
+  // TODO(issue 3): dropout's seed and offset produced by a philox-style state op.
 }
 
 } // namespace kiln::ir::detail

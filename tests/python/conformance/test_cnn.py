@@ -411,24 +411,14 @@ def test_layer_norm_dtypes(dtype):
     check("layer_norm", F.layer_norm, x, [4], w, b, **tol(dtype))
 
 
-@pytest.mark.parametrize("case", cases("layer_norm", ["bias_only"]))
-@pytest.mark.xfail(strict=True, raises=KilnError,
-                   reason="an absent optional tensor before a given one cannot be spelled: a "
-                   "node's optional tensors are absent only at the end of its inputs, so kiln "
-                   "refuses layer_norm(x, shape, None, bias)")
+@pytest.mark.parametrize("case", cases("layer_norm", ["bias_only_positional", "bias_only_keyword"]))
 def test_layer_norm_bias_without_weight(case):
+    # The absent weight is marked (weight=None), so the bias never binds to it.
     x, b = make((3, 4)), make((4,))
-    check("layer_norm", F.layer_norm, x, [4], None, b)
-
-
-@pytest.mark.op("layer_norm")
-def test_layer_norm_bias_without_weight_is_refused_not_misbound():
-    # Until a node can spell an absent optional tensor before a given one, kiln must refuse
-    # rather than bind the bias to the weight.
-    raises("'weight': cannot be absent when 'bias' is given", "layer_norm", make((3, 4)), [4],
-           None, make((4,)))
-    raises("'weight': cannot be absent when 'bias' is given", "layer_norm", make((3, 4)), [4],
-           bias=make((4,)))
+    if case == "bias_only_positional":
+        check("layer_norm", F.layer_norm, x, [4], None, b)
+    else:
+        check("layer_norm", F.layer_norm, x, [4], bias=b)
 
 
 @pytest.mark.parametrize("case", cases("layer_norm", ["shape", "empty_shape", "weight",

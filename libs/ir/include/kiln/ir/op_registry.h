@@ -9,7 +9,10 @@
 // an attribute named as in the schema. An optional Tensor argument is absent when the inputs run
 // out. The argument a mutation op writes, when it is the schema's last (an out= form's `out`), is
 // the last input: a TensorList or an absent optional argument before it cannot take it.
-// Attributes equal to their default are dropped, so one call has one spelling.
+// An optional Tensor or Scalar argument left out before one given as an input
+// is spelled as an attribute of its name with no value (None): `clamp(x, t,
+// min=None)` clamps from above. Attributes equal to their default, and None
+// attributes nothing needs, are dropped, so one call has one spelling.
 #pragma once
 
 #include <optional>
