@@ -149,7 +149,12 @@ PyValue call(const std::shared_ptr<GraphState>& graph, const std::string& opName
       PyDict_DelItemString(kwargs.ptr(), spec.name.c_str());
       given = true;
     }
-    if (!given) continue;
+    if (!given) {
+      // Absent, so that a later graph value does not bind to it (clamp(x, max=t)).
+      if (spec.kind == ir::ArgKind::Scalar && spec.optional)
+        attrs.push_back({spec.name, std::monostate{}});
+      continue;
+    }
     if (spec.kind == ir::ArgKind::TensorList) {
       if (py::isinstance<PyValue>(arg)) invalid(fmt::format(
           "{}: argument '{}': expected a list of graph values", opName, spec.name));

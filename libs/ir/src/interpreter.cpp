@@ -19,8 +19,7 @@
 
 // TODO(issue 3): the interpreter does not run yet: dropout (and attention's dropout_p),
 // cross_entropy's label smoothing and probability targets, complex
-// dtypes, and unbacked (data-dependent) sizes. Float floor division is floor(a / b), not torch's
-// fmod-based formula, which differs in the last bit at times.
+// dtypes, and unbacked (data-dependent) sizes.
 
 namespace kiln::ir {
 namespace {
@@ -248,6 +247,8 @@ public:
       : node_(node), op_(op) {
     size_t next = 0;
     for (const ArgSpec& a : op.args) {
+      const AttrValue* given = node.attr(a.name);
+      if (given && std::holds_alternative<std::monostate>(*given)) continue; // absent
       bool isInput = a.kind == ArgKind::Tensor || a.kind == ArgKind::SymInt ||
                      (a.kind == ArgKind::Scalar && !node.attr(a.name));
       if (a.kind == ArgKind::TensorList) {
@@ -530,7 +531,7 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
   if (base == "gelu") mode = std::get<std::string>(args.attr("approximate"));
   if (base == "clamp")
     mode = std::string(args.tensor("min") ? "min" : "") + (args.tensor("max") ? "max" : "");
-  if (detail::runPointwise(base, operands, kinds, alpha, mode, out)) return out;
+  if (detail::runPointwise(base, operands, kinds, alpha, mode, op.mutates, out)) return out;
   auto tensorArg = [&](std::string_view a) { return args.tensor(a); };
   auto numberArg = [&](std::string_view a) {
     if (!args.has(a)) return std::numeric_limits<double>::quiet_NaN();

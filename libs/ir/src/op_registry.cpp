@@ -247,12 +247,18 @@ Value inferCall(std::string_view opName, const std::vector<const Value*>& inputs
   const OpInfo& op = getOp(opName);
   OpCall call(op, inputs, attrs, table);
   std::vector<Attr> canonical;
-  for (const ArgSpec& spec : op.args) {
+  for (size_t i = 0; i < op.args.size(); ++i) {
+    const ArgSpec& spec = op.args[i];
     auto attr = std::find_if(attrs.begin(), attrs.end(),
                              [&](const Attr& a) { return a.name == spec.name; });
-    if (attr == attrs.end() || std::holds_alternative<std::monostate>(attr->value) ||
-        attr->value == spec.defaultValue)
-      continue;
+    if (attr == attrs.end()) continue;
+    // An explicit None for a Scalar stays when a later argument is an input, which would
+    // otherwise bind to it (clamp(x, max=t) is not clamp(x, min=t)).
+    bool none = std::holds_alternative<std::monostate>(attr->value);
+    bool holdsPlace = none && spec.kind == ArgKind::Scalar &&
+                      std::any_of(op.args.begin() + i + 1, op.args.end(),
+                                  [&](const ArgSpec& a) { return call.input(a.name) != nullptr; });
+    if (!holdsPlace && (none || attr->value == spec.defaultValue)) continue;
     canonical.push_back(*attr);
   }
   Value result = op.infer(call);
@@ -406,7 +412,10 @@ Shape pointwiseStrides(const OpCall& call, std::initializer_list<std::string_vie
     const Value* v = call.input(arg);
     if (!v || !v->isTensor()) continue;
     const TensorMeta& t = v->tensor();
-    allContiguous = allContiguous && t.sizes == sizes && t.isContiguous();
+    // torch counts an empty tensor as contiguous
+    bool empty = std::any_of(t.sizes.begin(), t.sizes.end(),
+                             [](sym::Expr s) { return provable(sym::eq(s, 0)); });
+    allContiguous = allContiguous && t.sizes == sizes && (empty || t.isContiguous());
     Shape strides(n, table.integer(0));
     for (size_t i = 0; i < t.dim(); ++i) {
       size_t j = n - t.dim() + i;
