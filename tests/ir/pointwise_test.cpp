@@ -131,6 +131,17 @@ TEST_F(Pointwise, RefusesBoolsAndNumbersWhereTorchDoes) {
   for (const char* op : {"isnan_", "isinf_", "maximum_", "minimum_", "where_", "to_dtype_"})
     EXPECT_EQ(findOp(op), nullptr) << op; // torch has no such in-place form
   EXPECT_NE(findOp("logical_not_"), nullptr);
+  EXPECT_EQ(graph.meta(graph.call("add", {b, b}, {{"alpha", true}})).dtype, DType::Bool);
+  EXPECT_EQ(codeOf("add", {i, i}, {{"alpha", true}}), ErrorCode::InvalidArgument);
+}
+
+TEST_F(Pointwise, InPlaceRefusesAnExpandedSelf) {
+  ValueId x = input(DType::Float32, {s0, table.integer(3)});
+  ValueId row = input(DType::Float32, {one, table.integer(3)});
+  ValueId wide = graph.call("expand", {row}, {{"size", Shape{s0, table.integer(3)}}});
+  EXPECT_EQ(codeOf("add_", {wide, x}), ErrorCode::InvalidArgument); // s0 >= 2 rows, one place
+  EXPECT_EQ(codeOf("neg_", {wide}), ErrorCode::InvalidArgument);
+  EXPECT_EQ(graph.value(graph.call("neg_", {row})), graph.value(row));
 }
 
 TEST_F(Pointwise, ANoneKeepsALaterInputFromBindingToIt) {

@@ -47,8 +47,9 @@ bool attrFits(ArgKind kind, const AttrValue& v) {
   case ArgKind::SymIntList:
     return std::holds_alternative<std::vector<int64_t>>(v) ||
            std::holds_alternative<std::vector<sym::Expr>>(v);
-  case ArgKind::Float:
-    return std::holds_alternative<double>(v) || std::holds_alternative<int64_t>(v);
+  case ArgKind::Float: // a bool is a number too, as in Python (add's alpha=True)
+    return std::holds_alternative<double>(v) || std::holds_alternative<int64_t>(v) ||
+           std::holds_alternative<bool>(v);
   case ArgKind::Bool: return std::holds_alternative<bool>(v);
   case ArgKind::DType: return std::holds_alternative<DType>(v);
   case ArgKind::String: return std::holds_alternative<std::string>(v);
@@ -224,6 +225,7 @@ sym::Expr OpCall::symInt(std::string_view arg) const {
 double OpCall::floatArg(std::string_view arg) const {
   const AttrValue& v = attr(arg);
   if (auto* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
+  if (auto* b = std::get_if<bool>(&v)) return *b;
   return std::get<double>(v);
 }
 

@@ -111,6 +111,8 @@ template <Binary rule> Value inferBinary(const OpCall& call) {
   bool hasAlpha = call.op().args.size() == 3 && call.op().args[2].name == "alpha";
   if (hasAlpha && isIntegral(promoted, true) && std::holds_alternative<double>(call.attr("alpha")))
     call.fail("alpha", "must not be a floating point number for integral inputs");
+  if (hasAlpha && promoted != DType::Bool && std::holds_alternative<bool>(call.attr("alpha")))
+    call.fail("alpha", "a bool alpha needs bool operands");
   return freshLike(call, {"self", "other"}, out, sizes, device,
                    anyRequiresGrad(call, {"self", "other"}));
 }
@@ -160,6 +162,10 @@ Value inferInPlace(const OpCall& call) {
   for (size_t i = 0; i < self.dim(); ++i)
     requireEqual(call, "self", out.sizes[i], self.sizes[i],
                  "the broadcast result differs at dim " + std::to_string(i));
+  for (size_t i = 0; i < self.dim(); ++i) // as torch: no two elements written at one place
+    if (provable(sym::eq(self.strides[i], 0)) && provable(sym::lt(1, self.sizes[i])))
+      call.fail("self", "dim " + std::to_string(i) +
+                            " has stride 0: more than one element would be written to one place");
   if (!canCast(out.dtype, self.dtype))
     call.fail("self", "result dtype " + std::string(ir::name(out.dtype)) + " cannot be cast to " +
                           std::string(ir::name(self.dtype)));
