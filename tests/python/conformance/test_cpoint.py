@@ -239,6 +239,11 @@ BINARY = {
 }
 
 
+SCALARS = {v: (2, -1.5, True) for v in BINARY}
+SCALARS.update({"pow": (2, 0.5, True), "div_floor": (2, -1.5), "div_trunc": (2, -1.5),
+                "fmod": (2, -1.5), "remainder": (2, -1.5)})
+
+
 def _binary_cases(dtypes):
     return [
         pytest.param(v, d, marks=pytest.mark.op(BINARY[v][0]), id=f"{v}-{_name(d)}")
@@ -255,6 +260,10 @@ def test_binary(variant, dtype):
         b = make(sb, dtype, seed=100 + k, low=lo_b, high=hi_b, layout=lb, nonzero=nonzero)
         if not conform(op, fn, a, b, **kwargs):
             break
+    a = make((2, 3), dtype, seed=9, low=lo_a, high=hi_a, layout="t")
+    for number in SCALARS[variant]:  # a Python number: its category alone can promote
+        with case_of(number):
+            conform(op, fn, a, number, **kwargs)
 
 
 # Mixed operands: (self dtype, other as a dtype of a tensor / 0-d tensor, or a Python scalar).
@@ -514,17 +523,18 @@ def _inplace_reference(op, x, *args, **kwargs):
     kernel go through float32 as in harness.reference."""
     target = clone_view(x)
     fn = _torch_inplace(op)
-    try:
-        result = fn(target, *args, **kwargs)
-    except RuntimeError as e:
-        if x.dtype not in _HALF or "not implemented for" not in str(e):
-            raise
-        up = [a.float() if isinstance(a, torch.Tensor) and a.dtype in _HALF else a for a in args]
-        target32 = x.float()
-        fn(target32, *up, **kwargs)
-        target.copy_(target32)
-        result = target
-    return result, target
+    if (op, x.dtype) not in _NO_HALF_KERNEL:
+        try:
+            return fn(target, *args, **kwargs), target
+        except RuntimeError as e:
+            if x.dtype not in _HALF or "not implemented for" not in str(e):
+                raise
+        _NO_HALF_KERNEL.add((op, x.dtype))
+    up = [a.float() if isinstance(a, torch.Tensor) and a.dtype in _HALF else a for a in args]
+    target32 = x.float()
+    fn(target32, *up, **kwargs)
+    target.copy_(target32)
+    return target, target
 
 
 def check_inplace(op, x, *args, opmath_fn=None, **kwargs):
@@ -622,6 +632,10 @@ def test_binary_inplace(variant):
             with case_of(dtype, sa, la, sb, lb):
                 if not check_inplace(op + "_", a, b, opmath_fn=ref, **kwargs):
                     break
+        for number in SCALARS[variant]:
+            a = make((2, 3), dtype, seed=9, low=lo_a, high=hi_a, layout="t")
+            with case_of(dtype, number):
+                check_inplace(op + "_", a, number, opmath_fn=ref, **kwargs)
 
 
 # self dtype, other: torch computes in the promoted dtype, then casts to self's
