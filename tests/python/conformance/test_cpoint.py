@@ -18,7 +18,6 @@ from kiln import KilnError, ir
 f64, f32, f16, bf16 = torch.float64, torch.float32, torch.float16, torch.bfloat16
 i64, i32, i8, u8, b8 = torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool
 DTYPES = [f64, f32, f16, bf16, i64, i32, i8, u8, b8]
-FLOATS = [f64, f32, f16, bf16]
 
 
 def _name(dtype):
@@ -165,12 +164,10 @@ def _op(variant):
     return variant.split("_tanh")[0]
 
 
-UNARY_CASES = [(v, d) for v in UNARY for d in DTYPES]
-
-
 @pytest.mark.parametrize(
     "variant,dtype",
-    [pytest.param(v, d, marks=pytest.mark.op(_op(v)), id=f"{v}-{_name(d)}") for v, d in UNARY_CASES],
+    [pytest.param(v, d, marks=pytest.mark.op(_op(v)), id=f"{v}-{_name(d)}")
+     for v in UNARY for d in DTYPES],
 )
 def test_unary(variant, dtype):
     fn, kwargs, (low, high) = UNARY[variant]
@@ -355,11 +352,10 @@ def test_integer_pow_of_negative_scalar_is_refused(dtype):
     assert "'other'" in message
 
 
-@pytest.mark.parametrize(
-    "case", cases("add", [(i8, 100, 100), (u8, 200, 100), (i32, 2**31 - 1, 1), (i64, 2**63 - 1, 1)])
-)
+@pytest.mark.parametrize("case", cases("add", [(i8, 100, 100), (u8, 200, 100)]))
 def test_integer_overflow_wraps(case):
-    # torch's integer arithmetic wraps (two's complement)
+    # u8 wraps (unsigned arithmetic), i8 is computed in int and narrowed: both defined in C++,
+    # unlike overflow of i32 and i64, which is not tested
     dtype, a, b = case
     x = torch.tensor([a, -a if dtype != u8 else a], dtype=dtype)
     check("add", torch.add, x, torch.tensor([b, b], dtype=dtype))
@@ -495,8 +491,7 @@ def test_to_dtype(src):
 def test_to_dtype_wraps_integers(dst):
     # int -> narrower int wraps (two's complement); int/float -> bool is "nonzero"
     x = torch.tensor([300, -1, 200, -129, 0, 2**40 + 5], dtype=i64)
-    check("to_dtype", _to_copy, x, dtype=ir.dtype_name(dst),
-              torch_kwargs={"dtype": dst})
+    check("to_dtype", _to_copy, x, dtype=ir.dtype_name(dst), torch_kwargs={"dtype": dst})
     y = torch.tensor([2.5, -0.0, float("nan"), float("inf"), 0.0, -1e-30], dtype=f32)
     if dst in (b8, f16):
         check("to_dtype", _to_copy, y, dtype=ir.dtype_name(dst),
@@ -685,8 +680,9 @@ def test_bool_alpha(variant):
     else:
         conform(variant, getattr(torch, variant), a, b, alpha=True)
     f = make((2, 3), f32, seed=3)
+    torch_fn = _torch_inplace(variant) if variant.endswith("_") else getattr(torch, variant)
     with pytest.raises(RuntimeError):
-        torch.add(f, f, alpha=True)
+        torch_fn(f.clone(), f, alpha=True)
     assert "'alpha'" in expect_refusal(variant, f, f, alpha=True)
 
 
