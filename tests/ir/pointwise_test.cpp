@@ -126,6 +126,7 @@ TEST_F(Pointwise, RefusesBoolsAndNumbersWhereTorchDoes) {
   EXPECT_EQ(graph.meta(graph.call("pow", {i, i})).dtype, DType::Int64); // values decide
   EXPECT_EQ(codeOf("clamp", {b}, {{"min", true}}), ErrorCode::InvalidArgument);
   EXPECT_EQ(graph.meta(graph.call("clamp", {b, b})).dtype, DType::Bool); // tensor bounds
+  EXPECT_EQ(codeOf("clamp", {i, i}, {{"max", 1.0}}), ErrorCode::InvalidArgument); // mixed
   EXPECT_EQ(graph.meta(graph.call("where", {u, i, i})).dtype, DType::Int64);
   EXPECT_EQ(codeOf("logical_and", {b}, {{"other", true}}), ErrorCode::InvalidArgument);
   for (const char* op : {"isnan_", "isinf_", "maximum_", "minimum_", "where_", "to_dtype_"})

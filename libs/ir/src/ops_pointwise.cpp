@@ -130,6 +130,12 @@ Value inferWhere(const OpCall& call) {
 
 Value inferClamp(const OpCall& call) {
   if (!call.has("min") && !call.has("max")) call.fail("min", "at least one of min, max is needed");
+  auto isTensor = [&](const char* bound) {
+    const Value* v = call.input(bound);
+    return v && v->isTensor();
+  };
+  if (call.has("min") && call.has("max") && isTensor("min") != isTensor("max"))
+    call.fail(isTensor("min") ? "max" : "min", "must be a tensor too, as the other bound is");
   Shape sizes = broadcast(call, {"self", "min", "max"});
   Device device = commonDevice(call, {"self", "min", "max"});
   DType out = resultType(call, {"self", "min", "max"});

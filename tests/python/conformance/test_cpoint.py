@@ -124,8 +124,8 @@ OPMATH = {"gelu", "gelu_tanh", "add_alpha", "sub_alpha"}
 # --- unary ------------------------------------------------------------------------------------
 
 UNARY_LAYOUTS = [
-    ((2, 3), "contig"), ((), "contig"), ((1, 4), "contig"), ((0, 3), "contig"),
-    ((3, 4), "t"), ((2, 5), "step"), ((2, 3), "offset"), ((2, 1, 3), "t"),
+    ((2, 3), "contig"), ((), "contig"), ((2, 1, 3), "t"), ((0, 3), "contig"),
+    ((3, 4), "t"), ((2, 5), "step"), ((2, 3), "offset"),
 ]
 # op -> (torch function, kwargs, value range)
 UNARY = {
@@ -201,11 +201,11 @@ BINARY_SHAPES = [
     ((4, 1), "contig", (1, 3), "contig"),  # both broadcast
     ((), "contig", (2, 3), "contig"),  # 0-d self
     ((2, 3), "t", (), "contig"),  # 0-d tensor other
-    ((0, 3), "contig", (1, 3), "contig"),  # empty
     ((3, 4), "t", (3, 4), "step"),  # non-contiguous both
     ((2, 3), "offset", (2, 1), "t"),
-    ((1,), "contig", (1,), "contig"),
-    ((0, 3), "t", (3,), "contig"),  # empty and transposed: torch's result is contiguous
+    ((0, 3), "t", (1, 3), "contig"),  # empty and transposed: torch's result is contiguous
+    ((2, 3, 4), "t", (3, 1), "contig"),  # the result follows self's order
+    ((4, 1, 3), "step", (2, 1), "t"),  # size 1 against size 2
 ]
 # variant -> (kiln op, torch function, kwargs, self range, other range, other nonzero)
 BINARY = {
@@ -441,6 +441,8 @@ CLAMP_CASES = [
     (f32, (), {"min": ("t", (2, 3), f32)}),  # the bound broadcasts self
     (b8, (2, 3), {"min": ("t", (2, 3), b8)}),
     (u8, (2, 3), {"min": ("t", (3,), i8)}),
+    (f32, (2, 3), {"min": ("t", (3,), f32), "max": 1.0}),  # torch has no mixed overload
+    (f32, (2, 3), {"min": 0.0, "max": ("t", (3,), f32)}),
 ]
 
 
@@ -496,6 +498,16 @@ def test_to_dtype_wraps_integers(dst):
     if dst in (b8, f16):
         check("to_dtype", _to_copy, y, dtype=ir.dtype_name(dst),
               torch_kwargs={"dtype": dst})
+
+
+@pytest.mark.parametrize("case", cases("to_dtype", [(f32, f16), (f32, bf16), (f64, f32),
+                                                   (f64, f16), (bf16, f16)]))
+def test_to_dtype_rounds_to_nearest_even_and_overflows_to_infinity(case):
+    src, dst = case
+    x = torch.tensor([7e4, -1e10, 65519.0, 65520.0, 3.4e38, 1e39, 1 + 2**-11, 1 + 3 * 2**-11,
+                      1 + 2**-8, 1e-8, -6e-8, 2**-25], dtype=f64).to(src)
+    check("to_dtype", _to_copy, x, dtype=ir.dtype_name(dst), torch_kwargs={"dtype": dst},
+          atol=0, rtol=0)
 
 
 # --- in-place forms -------------------------------------------------------------------------
