@@ -306,20 +306,19 @@ def test_binary_promotion(variant):
             conform(op, fn, a, b, **kwargs)  # maximum/minimum: numbers are refused
 
 
-@pytest.mark.parametrize("op", cases("div", ["div"]) + cases("fmod", ["fmod"])
-                         + cases("remainder", ["remainder"]) + cases("pow", ["pow"])
-                         + cases("maximum", ["maximum"]) + cases("minimum", ["minimum"]))
-@pytest.mark.parametrize("dtype", [f32, f64])
-def test_binary_special_values(op, dtype):
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.op(BINARY[v][0]), id=v)
+                                     for v in BINARY if not v.startswith("bitwise")])
+def test_binary_special_values(variant):
+    # every pair of signed zeros, infinities, nan and a few finite values; for floor division
+    # torch's fmod-based formula (-7 // inf is -1, where floor(-7 / inf) would be -0)
+    op, fn, kwargs = BINARY[variant][:3]
+    fn = opmath(fn) if variant in OPMATH else fn
     values = [0.0, -0.0, 1.5, -1.5, 7.0, -7.0, float("inf"), float("-inf"), float("nan")]
-    a = torch.tensor(values, dtype=dtype).repeat_interleave(len(values))
-    b = torch.tensor(values, dtype=dtype).repeat(len(values))
-    fn = getattr(torch, op)
-    check(op, fn, a, b)
-    if op == "div":
-        # torch's floor division: fmod-based, exact where floor(a / b) would round
-        check(op, fn, a, b, rounding_mode="floor")
-        check(op, fn, a, b, rounding_mode="trunc")
+    for dtype in (f64, f32, f16, bf16):
+        a = torch.tensor(values, dtype=dtype).repeat_interleave(len(values))
+        b = torch.tensor(values, dtype=dtype).repeat(len(values))
+        with case_of(dtype):
+            conform(op, fn, a, b, **kwargs)
 
 
 @pytest.mark.parametrize("dtype", cases("div", [f32, f64, f16, bf16]))
