@@ -8,6 +8,7 @@
 #include "kiln/common/error.h"
 #include "kiln/ir/interpreter.h"
 #include "kiln/ir/passes.h"
+#include "kiln/ir/wire.h"
 
 namespace kiln::ir {
 namespace {
@@ -601,6 +602,55 @@ TEST_F(Interpret, ReshapeCopiesWhenItMust) {
   HostTensor out = run1(graph.call("reshape", {tr}, {{"size", std::vector<int64_t>{-1}}}),
                         {t(DType::Float32, {2, 3}, {1, 2, 3, 4, 5, 6})});
   EXPECT_EQ(out.toDoubles(), Doubles({1, 4, 2, 5, 3, 6}));
+}
+
+TEST_F(Interpret, IntegerPowOfNegativeTensorExponentsIsTorchs) {
+  ValueId x = input(DType::Int64, ints(table, {4}));
+  ValueId y = input(DType::Int64, ints(table, {4}));
+  HostTensor out = run1(graph.call("pow", {x, y}), {t(DType::Int64, {4}, {1, -1, -1, 2}),
+                                                    t(DType::Int64, {4}, {-3, -3, -2, -1})});
+  EXPECT_EQ(out.toInts(), std::vector<int64_t>({1, -1, 1, 0}));
+}
+
+TEST_F(Interpret, FloatFloorDivisionIsTorchsFmodFormula) {
+  // floor(a / b) would give 10, -0 and -0: 1 / 0.1f rounds up to 10 in float, and -7 / inf
+  // is -0; torch computes (a - fmod(a, b)) / b, then corrects toward the floor.
+  double inf = std::numeric_limits<double>::infinity();
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    Graph g{table};
+    ValueId a = g.placeholder("a", tensorOf(table, dtype, ints(table, {3})));
+    ValueId b = g.placeholder("b", tensorOf(table, dtype, ints(table, {3})));
+    g.setOutputs({g.call("div", {a, b}, {{"rounding_mode", std::string("floor")}})});
+    HostTensor out =
+        interpret(g, {t(dtype, {3}, {1, -7, 7}), t(dtype, {3}, {0.1, inf, -inf})}).at(0);
+    EXPECT_EQ(out.toDoubles(), Doubles({9, -1, -1}));
+  }
+}
+
+TEST_F(Interpret, InPlaceOpsComputeInThePromotedDType) {
+  // torch: u8 % i8 is computed in i16 (5 % -3 = -1), then cast to u8
+  ValueId x = input(DType::UInt8, ints(table, {2}));
+  ValueId y = input(DType::Int8, ints(table, {2}));
+  graph.call("remainder_", {x, y});
+  HostTensor in = t(DType::UInt8, {2}, {5, 7});
+  graph.setOutputs({x});
+  interpret(graph, {in, t(DType::Int8, {2}, {-3, 2})});
+  EXPECT_EQ(in.toInts(), std::vector<int64_t>({255, 1}));
+}
+
+TEST_F(Interpret, ClampWithOnlyAMaxTensor) {
+  ValueId x = input(DType::Float32, ints(table, {3}));
+  ValueId hi = input(DType::Float32, ints(table, {3}));
+  ValueId c = graph.call("clamp", {x, hi}, {{"min", std::monostate{}}});
+  graph.setOutputs({c});
+  sym::SymbolTable other;
+  Graph back = fromBytes(toBytes(graph), other);
+  for (const Graph* g : {&graph, &back}) {
+    HostTensor out =
+        interpret(*g, {t(DType::Float32, {3}, {-5, 0, 5}), t(DType::Float32, {3}, {1, 1, 1})})
+            .at(0);
+    EXPECT_EQ(out.toDoubles(), Doubles({-5, 0, 1}));
+  }
 }
 
 TEST_F(Interpret, InPlaceOpsWriteTheirInput) {

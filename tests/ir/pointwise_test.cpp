@@ -108,6 +108,52 @@ TEST_F(Pointwise, ChecksDTypesOfBitwiseWhereAndClamp) {
             DType::BFloat16);
 }
 
+TEST_F(Pointwise, RefusesBoolsAndNumbersWhereTorchDoes) {
+  ValueId i = input(DType::Int64, {s0});
+  ValueId b = input(DType::Bool, {s0});
+  ValueId u = input(DType::UInt8, {s0});
+  EXPECT_EQ(codeOf("sub", {i, b}), ErrorCode::InvalidArgument); // any bool operand
+  EXPECT_EQ(codeOf("sub", {b}, {{"other", int64_t{1}}}), ErrorCode::InvalidArgument);
+  EXPECT_EQ(codeOf("sub", {i}, {{"other", true}}), ErrorCode::InvalidArgument);
+  for (const char* op : {"pow", "fmod", "remainder"})
+    EXPECT_EQ(codeOf(op, {b, b}), ErrorCode::InvalidArgument) << op;
+  EXPECT_EQ(codeOf("div", {b, b}, {{"rounding_mode", std::string("floor")}}),
+            ErrorCode::InvalidArgument);
+  EXPECT_EQ(graph.meta(graph.call("div", {b, b})).dtype, DType::Float32);
+  EXPECT_EQ(codeOf("pow", {i}, {{"other", int64_t{-1}}}), ErrorCode::InvalidArgument);
+  EXPECT_EQ(graph.meta(graph.call("pow", {i, i})).dtype, DType::Int64); // values decide
+  EXPECT_EQ(codeOf("clamp", {b}, {{"min", true}}), ErrorCode::InvalidArgument);
+  EXPECT_EQ(graph.meta(graph.call("clamp", {b, b})).dtype, DType::Bool); // tensor bounds
+  EXPECT_EQ(codeOf("clamp", {i, i}, {{"max", 1.0}}), ErrorCode::InvalidArgument); // mixed
+  EXPECT_EQ(graph.meta(graph.call("where", {u, i, i})).dtype, DType::Int64);
+  EXPECT_EQ(codeOf("logical_and", {b}, {{"other", true}}), ErrorCode::InvalidArgument);
+  for (const char* op : {"isnan_", "isinf_", "maximum_", "minimum_", "where_", "to_dtype_"})
+    EXPECT_EQ(findOp(op), nullptr) << op; // torch has no such in-place form
+  EXPECT_NE(findOp("logical_not_"), nullptr);
+  EXPECT_EQ(graph.meta(graph.call("add", {b, b}, {{"alpha", true}})).dtype, DType::Bool);
+  EXPECT_EQ(codeOf("add", {i, i}, {{"alpha", true}}), ErrorCode::InvalidArgument);
+}
+
+TEST_F(Pointwise, InPlaceRefusesAnExpandedSelf) {
+  ValueId x = input(DType::Float32, {s0, table.integer(3)});
+  ValueId row = input(DType::Float32, {one, table.integer(3)});
+  ValueId wide = graph.call("expand", {row}, {{"size", Shape{s0, table.integer(3)}}});
+  EXPECT_EQ(codeOf("add_", {wide, x}), ErrorCode::InvalidArgument); // s0 >= 2 rows, one place
+  EXPECT_EQ(codeOf("neg_", {wide}), ErrorCode::InvalidArgument);
+  EXPECT_EQ(graph.value(graph.call("neg_", {row})), graph.value(row));
+}
+
+TEST_F(Pointwise, ANoneKeepsALaterInputFromBindingToIt) {
+  ValueId x = input(DType::Float32, {s0});
+  ValueId hi = input(DType::Float32, {s0});
+  const Node& n = graph.node(graph.call("clamp", {x, hi}, {{"min", std::monostate{}}}));
+  ASSERT_EQ(n.attrs.size(), 1u); // clamp(x, max=hi), not clamp(x, min=hi)
+  EXPECT_EQ(n.attrs[0].name, "min");
+  EXPECT_EQ(
+      graph.node(graph.call("clamp", {x}, {{"min", std::monostate{}}, {"max", 1.0}})).attrs.size(),
+      1u); // no later input: the None goes
+}
+
 TEST_F(Pointwise, AlphaScalesOtherAndIsCanonicalWhenOne) {
   ValueId f = input(DType::Float32, {s0});
   ValueId i = input(DType::Int64, {s0});

@@ -17,9 +17,8 @@
 #include "kiln/sym/print.h"
 #include "kiln/sym/range.h"
 
-// TODO(issue 3): the interpreter does not run yet: complex dtypes, and unbacked
-// (data-dependent) sizes. Float floor division is floor(a / b), not torch's
-// fmod-based formula, which differs in the last bit at times.
+// Complex dtypes are refused (Error{Unsupported}): the IR carries them, but no stage
+// computes with them yet.
 
 namespace kiln::ir {
 namespace {
@@ -551,7 +550,7 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
   if (base == "gelu") mode = std::get<std::string>(args.attr("approximate"));
   if (base == "clamp")
     mode = std::string(args.tensor("min") ? "min" : "") + (args.tensor("max") ? "max" : "");
-  if (detail::runPointwise(base, operands, kinds, alpha, mode, out)) return out;
+  if (detail::runPointwise(base, operands, kinds, alpha, mode, op.mutates.has_value(), out)) return out;
   auto tensorArg = [&](std::string_view a) { return args.tensor(a); };
   auto numberArg = [&](std::string_view a) {
     if (!args.has(a)) return std::numeric_limits<double>::quiet_NaN();

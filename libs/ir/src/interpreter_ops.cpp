@@ -112,7 +112,7 @@ Num unary(const std::string& op, Num a, const std::string& mode) {
   if (op == "ceil") return fromF(std::ceil(x));
   if (op == "round") return fromF(std::nearbyint(x)); // half to even
   if (op == "trunc") return fromF(std::trunc(x));
-  if (op == "sign") return fromF(std::isnan(x) ? x : double((x > 0) - (x < 0)));
+  if (op == "sign") return fromF(double((x > 0) - (x < 0))); // torch: sign(nan) = 0
   return {};
 }
 
@@ -138,7 +138,22 @@ Num compare(const std::string& op, Num a, Num b) {
   return fromBool(a.isFloat ? cmp(a.f, b.f) : cmp(a.i, b.i));
 }
 
-Num binary(const std::string& op, Num a, Num b, double alpha, const std::string& mode) {
+// torch's floor division of floats (div_floor_floating): exact where floor(x / y) would round
+// up to an integer, each step rounded to `t` as torch computes it in `t`.
+double floorDivide(DType t, double x, double y) {
+  if (y == 0) return x / y;
+  auto in = [&](double v) { return castToF(t, v); };
+  double mod = std::fmod(x, y);
+  double div = in(in(x - mod) / y);
+  if (mod != 0 && (y < 0) != (mod < 0)) div = in(div - 1);
+  if (div == 0) return std::copysign(0.0, in(x / y));
+  double floored = std::floor(div);
+  return div - floored > 0.5 ? floored + 1 : floored;
+}
+
+// `compute`: the dtype torch computes in, for the ops whose steps round.
+Num binary(const std::string& op, Num a, Num b, double alpha, const std::string& mode,
+           DType compute) {
   if (kCompare.count(op)) return compare(op, a, b);
   if (op == "logical_and") return fromBool(truthy(a) && truthy(b));
   if (op == "logical_or") return fromBool(truthy(a) || truthy(b));
@@ -159,7 +174,8 @@ Num binary(const std::string& op, Num a, Num b, double alpha, const std::string&
       return fromI(x % y);
     }
     if (op == "pow") {
-      if (y < 0) invalid(op, "integers to negative integer powers are not allowed");
+      if (y < 0) // as torch's powi: only 1 and -1 have integral reciprocals
+        return fromI(x == 1 ? 1 : x == -1 ? (y % 2 ? -1 : 1) : 0);
       int64_t r = 1;
       for (; y > 0; y >>= 1, x = wrapMul(x, x)) // by squaring
         if (y & 1) r = wrapMul(r, x);
@@ -176,8 +192,8 @@ Num binary(const std::string& op, Num a, Num b, double alpha, const std::string&
   if (op == "add") return fromF(x + alpha * y);
   if (op == "sub") return fromF(x - alpha * y);
   if (op == "mul") return fromF(x * y);
-  if (op == "div" && mode == "floor") return fromF(std::floor(x / y));
-  if (op == "div" && mode == "trunc") return fromF(std::trunc(x / y));
+  if (op == "div" && mode == "floor") return fromF(floorDivide(compute, x, y));
+  if (op == "div" && mode == "trunc") return fromF(std::trunc(castToF(compute, x / y)));
   if (op == "div") return fromF(x / y);
   if (op == "pow") return fromF(std::pow(x, y));
   if (op == "fmod") return fromF(std::fmod(x, y));
@@ -196,20 +212,22 @@ Num binary(const std::string& op, Num a, Num b, double alpha, const std::string&
 
 bool runPointwise(const std::string& op, const std::vector<const HostTensor*>& operands,
                   const std::vector<Operand>& kinds, double alpha, const std::string& mode,
-                  HostTensor& out) {
+                  bool inPlace, HostTensor& out) {
   bool isUnary = kUnary.count(op) > 0, isBinary = kBinary.count(op) > 0;
   if (!isUnary && !isBinary && op != "where" && op != "clamp" && op != "to_dtype") return false;
-  // The dtype each operand is cast to before computing; nullopt: its own.
-  std::vector<std::optional<DType>> as(operands.size(), out.dtype);
+  ResultType promoted;
+  for (size_t j = 0; j < operands.size(); ++j) {
+    DType d = operands[j]->dtype;
+    if (kinds[j] == Operand::Scalar)
+      d = isFloating(d) ? DType::Float64 : d == DType::Bool ? DType::Bool : DType::Int64;
+    promoted.add(d, kinds[j]);
+  }
+  // The dtype each operand is cast to before computing; nullopt: its own. In place, torch
+  // computes in the promoted dtype and casts the result to self's.
+  DType compute = inPlace ? promoted.result() : out.dtype;
+  std::vector<std::optional<DType>> as(operands.size(), compute);
   if (kCompare.count(op)) {
-    ResultType rt;
-    for (size_t j = 0; j < operands.size(); ++j) {
-      DType d = operands[j]->dtype;
-      if (kinds[j] == Operand::Scalar)
-        d = isFloating(d) ? DType::Float64 : d == DType::Bool ? DType::Bool : DType::Int64;
-      rt.add(d, kinds[j]);
-    }
-    as.assign(operands.size(), rt.result());
+    as.assign(operands.size(), promoted.result());
   } else if (op == "logical_and" || op == "logical_or" || op == "logical_not" || op == "isnan" ||
              op == "isinf" || op == "to_dtype") {
     as.assign(operands.size(), std::nullopt);
@@ -241,7 +259,7 @@ bool runPointwise(const std::string& op, const std::vector<const HostTensor*>& o
     } else if (isUnary)
       r = unary(op, v[0], mode);
     else
-      r = binary(op, v[0], v[1], alpha, mode);
+      r = binary(op, v[0], v[1], alpha, mode, compute);
     store(out, idx, r);
   });
   return true;

@@ -24,10 +24,11 @@ void eachIndex(const std::vector<int64_t>& sizes,
 
 // Compute `op` into `out` (already laid out as the node's result); false when
 // `op` is not of the family. `mode` is div's rounding mode, gelu's
-// approximation, or which of clamp's bounds are given ("min", "max", "minmax").
+// approximation, or which of clamp's bounds are given ("min", "max", "minmax"). `inPlace`:
+// `out` is self, computed in the operands' promoted dtype and cast to self's.
 bool runPointwise(const std::string& op, const std::vector<const HostTensor*>& operands,
                   const std::vector<Operand>& kinds, double alpha, const std::string& mode,
-                  HostTensor& out);
+                  bool inPlace, HostTensor& out);
 // `dims` absent: every dim. `correction`: var's and std's.
 bool runReduction(const std::string& op, const HostTensor& self,
                   const std::optional<std::vector<int64_t>>& dims, double correction,

@@ -67,8 +67,9 @@ bool attrFits(ArgKind kind, const AttrValue& v) {
   case ArgKind::SymIntList:
     return std::holds_alternative<std::vector<int64_t>>(v) ||
            std::holds_alternative<std::vector<sym::Expr>>(v);
-  case ArgKind::Float:
-    return std::holds_alternative<double>(v) || std::holds_alternative<int64_t>(v);
+  case ArgKind::Float: // a bool is a number too, as in Python (add's alpha=True)
+    return std::holds_alternative<double>(v) || std::holds_alternative<int64_t>(v) ||
+           std::holds_alternative<bool>(v);
   case ArgKind::Bool: return std::holds_alternative<bool>(v);
   case ArgKind::DType: return std::holds_alternative<DType>(v);
   case ArgKind::String: return std::holds_alternative<std::string>(v);
@@ -283,6 +284,7 @@ sym::Expr OpCall::symInt(std::string_view arg) const {
 double OpCall::floatArg(std::string_view arg) const {
   const AttrValue& v = attr(arg);
   if (auto* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
+  if (auto* b = std::get_if<bool>(&v)) return *b;
   return std::get<double>(v);
 }
 
@@ -466,7 +468,10 @@ Shape pointwiseStrides(const OpCall& call, std::initializer_list<std::string_vie
     const Value* v = call.input(arg);
     if (!v || !v->isTensor()) continue;
     const TensorMeta& t = v->tensor();
-    allContiguous = allContiguous && t.sizes == sizes && t.isContiguous();
+    // torch counts an empty tensor as contiguous
+    bool empty = std::any_of(t.sizes.begin(), t.sizes.end(),
+                             [](sym::Expr s) { return provable(sym::eq(s, 0)); });
+    allContiguous = allContiguous && t.sizes == sizes && (empty || t.isContiguous());
     Shape strides(n, table.integer(0));
     for (size_t i = 0; i < t.dim(); ++i) {
       size_t j = n - t.dim() + i;

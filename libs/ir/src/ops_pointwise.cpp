@@ -25,6 +25,12 @@ enum class Unary {
   ToBool,    // bool result (logical_not, isnan, isinf)
 };
 
+bool isEmpty(const Shape& sizes) {
+  for (sym::Expr s : sizes)
+    if (provable(sym::eq(s, 0))) return true;
+  return false;
+}
+
 template <Unary rule> Value inferUnary(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   DType out = self.dtype;
@@ -52,13 +58,20 @@ template <Unary rule> Value inferUnary(const OpCall& call) {
 
 // How a binary op's result dtype follows the promoted dtype of its operands.
 enum class Binary {
-  Promote, // add mul pow maximum minimum fmod remainder
-  NoBool,  // sub: two bools are refused
-  Divide,  // true division gives a float for integral operands
-  Compare, // bool result
-  Logical, // bool result, any operand dtypes
-  Bitwise, // integral or bool operands only
+  Promote,  // add mul maximum minimum
+  NoBool,   // pow fmod remainder: bool operands are refused
+  Subtract, // sub: any bool operand is refused
+  Divide,   // true division gives a float for integral operands; floor and trunc refuse bool
+  Compare,  // bool result
+  Logical,  // bool result, any operand dtypes
+  Bitwise,  // integral or bool operands only
 };
+
+// Whether the argument is a bool tensor or a bool number.
+bool isBool(const OpCall& call, std::string_view arg) {
+  if (const Value* v = call.input(arg)) return v->isTensor() && v->tensor().dtype == DType::Bool;
+  return call.has(arg) && std::holds_alternative<bool>(call.attr(arg));
+}
 
 template <Binary rule> Value inferBinary(const OpCall& call) {
   Shape sizes = broadcast(call, {"self", "other"});
@@ -68,13 +81,24 @@ template <Binary rule> Value inferBinary(const OpCall& call) {
   switch (rule) {
   case Binary::Promote: break;
   case Binary::NoBool:
-    if (promoted == DType::Bool) call.fail("other", "subtraction of two bools is not supported");
+    if (promoted == DType::Bool) call.fail("other", "not supported for two bool operands");
+    if (call.op().name == "pow" && isIntegral(call.tensor("self").dtype, true) &&
+        !call.input("other") && std::holds_alternative<int64_t>(call.attr("other")) &&
+        std::get<int64_t>(call.attr("other")) < 0)
+      call.fail("other", "integers to negative integer powers are not allowed");
+    break;
+  case Binary::Subtract: // as torch: a bool tensor or number on either side
+    for (const char* arg : {"self", "other"})
+      if (isBool(call, arg))
+        call.fail(arg, "subtraction of a bool is not supported; use logical_not or bitwise_xor");
     break;
   case Binary::Divide: {
     std::string mode = call.has("rounding_mode") ? call.string("rounding_mode") : "none";
     if (mode != "none" && mode != "floor" && mode != "trunc")
       call.fail("rounding_mode", "expected 'floor', 'trunc' or none, got '" + mode + "'");
     if (mode == "none" && isIntegral(promoted, true)) out = kDefaultFloat;
+    if (mode != "none" && promoted == DType::Bool)
+      call.fail("other", "rounding division of two bool operands is not supported");
     break;
   }
   case Binary::Compare:
@@ -87,14 +111,16 @@ template <Binary rule> Value inferBinary(const OpCall& call) {
   bool hasAlpha = call.op().args.size() == 3 && call.op().args[2].name == "alpha";
   if (hasAlpha && isIntegral(promoted, true) && std::holds_alternative<double>(call.attr("alpha")))
     call.fail("alpha", "must not be a floating point number for integral inputs");
+  if (hasAlpha && promoted != DType::Bool && std::holds_alternative<bool>(call.attr("alpha")))
+    call.fail("alpha", "a bool alpha needs bool operands");
   return freshLike(call, {"self", "other"}, out, sizes, device,
                    anyRequiresGrad(call, {"self", "other"}));
 }
 
 Value inferWhere(const OpCall& call) {
-  if (call.tensor("condition").dtype != DType::Bool)
-    call.fail("condition",
-              "expected dtype b8, got " + std::string(name(call.tensor("condition").dtype)));
+  DType condition = call.tensor("condition").dtype;
+  if (condition != DType::Bool && condition != DType::UInt8) // u8: deprecated in torch, accepted
+    call.fail("condition", "expected dtype b8, got " + std::string(name(condition)));
   Shape sizes = broadcast(call, {"condition", "self", "other"});
   Device device = commonDevice(call, {"condition", "self", "other"});
   DType out = resultType(call, {"self", "other"});
@@ -104,17 +130,29 @@ Value inferWhere(const OpCall& call) {
 
 Value inferClamp(const OpCall& call) {
   if (!call.has("min") && !call.has("max")) call.fail("min", "at least one of min, max is needed");
+  auto isTensor = [&](const char* bound) {
+    const Value* v = call.input(bound);
+    return v && v->isTensor();
+  };
+  if (call.has("min") && call.has("max") && isTensor("min") != isTensor("max"))
+    call.fail(isTensor("min") ? "max" : "min", "must be a tensor too, as the other bound is");
   Shape sizes = broadcast(call, {"self", "min", "max"});
   Device device = commonDevice(call, {"self", "min", "max"});
   DType out = resultType(call, {"self", "min", "max"});
-  if (out == DType::Bool) call.fail("self", "not supported for dtype b8");
+  // torch clamps bools only between tensor bounds (clamp.Tensor is maximum/minimum)
+  for (const char* bound : {"min", "max"})
+    if (out == DType::Bool && call.has(bound) && !call.input(bound))
+      call.fail(bound, "a number bound is not supported for dtype b8");
   return freshLike(call, {"self", "min", "max"}, out, sizes, device,
                    anyRequiresGrad(call, {"self", "min", "max"}));
 }
 
 Value inferToDType(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
-  return freshLike(call, {"self"}, call.dtype("dtype"), self.sizes, self.device, self.requiresGrad);
+  TensorMeta out =
+      freshLike(call, {"self"}, call.dtype("dtype"), self.sizes, self.device, self.requiresGrad);
+  if (isEmpty(self.sizes)) out.strides = self.strides; // as torch's empty_like: kept when dense
+  return out;
 }
 
 // The in-place form "op_" of a pointwise op: the out-of-place result must keep
@@ -129,6 +167,10 @@ Value inferInPlace(const OpCall& call) {
   for (size_t i = 0; i < self.dim(); ++i)
     requireEqual(call, "self", out.sizes[i], self.sizes[i],
                  "the broadcast result differs at dim " + std::to_string(i));
+  for (size_t i = 0; i < self.dim(); ++i) // as torch: no two elements written at one place
+    if (provable(sym::eq(self.strides[i], 0)) && provable(sym::lt(1, self.sizes[i])))
+      call.fail("self", "dim " + std::to_string(i) +
+                            " has stride 0: more than one element would be written to one place");
   if (!canCast(out.dtype, self.dtype))
     call.fail("self", "result dtype " + std::string(ir::name(out.dtype)) + " cannot be cast to " +
                           std::string(ir::name(self.dtype)));
@@ -157,11 +199,13 @@ void addPointwiseOps(std::vector<OpInfo>& ops) {
   };
   ArgSpec alpha{"alpha", ArgKind::Float, false, int64_t{1}}; // other is scaled by it
   ops.push_back({"add", {tensor("self"), scalar("other"), alpha}, inferBinary<Binary::Promote>});
-  ops.push_back({"sub", {tensor("self"), scalar("other"), alpha}, inferBinary<Binary::NoBool>});
-  binary({"mul", "pow", "fmod", "remainder"}, inferBinary<Binary::Promote>);
+  ops.push_back({"sub", {tensor("self"), scalar("other"), alpha}, inferBinary<Binary::Subtract>});
+  binary({"mul"}, inferBinary<Binary::Promote>);
+  binary({"pow", "fmod", "remainder"}, inferBinary<Binary::NoBool>);
   binary({"eq", "ne", "lt", "le", "gt", "ge"}, inferBinary<Binary::Compare>);
-  binary({"logical_and", "logical_or"}, inferBinary<Binary::Logical>);
   binary({"bitwise_and", "bitwise_or", "bitwise_xor"}, inferBinary<Binary::Bitwise>);
+  for (const char* n : {"logical_and", "logical_or"}) // tensors only, as torch
+    ops.push_back({n, {tensor("self"), tensor("other")}, inferBinary<Binary::Logical>});
   for (const char* n : {"maximum", "minimum"})
     ops.push_back({n, {tensor("self"), tensor("other")}, inferBinary<Binary::Promote>});
   ops.push_back({"div",
@@ -170,9 +214,13 @@ void addPointwiseOps(std::vector<OpInfo>& ops) {
   ops.push_back({"where", {tensor("condition"), scalar("self"), scalar("other")}, inferWhere});
   ops.push_back({"clamp", {tensor("self"), scalar("min", true), scalar("max", true)}, inferClamp});
   ops.push_back({"to_dtype", {tensor("self"), {"dtype", ArgKind::DType}}, inferToDType});
+  // In-place forms, as torch has them: none for isnan, isinf, maximum, minimum, where, to_dtype.
   size_t outOfPlace = ops.size();
   for (size_t i = 0; i < outOfPlace; ++i) {
-    if (ops[i].name == "to_dtype" || ops[i].args[0].name != "self") continue;
+    const std::string& n = ops[i].name;
+    if (n == "isnan" || n == "isinf" || n == "maximum" || n == "minimum" || n == "where" ||
+        n == "to_dtype")
+      continue;
     OpInfo inPlace = ops[i];
     inPlace.name += "_";
     inPlace.infer = inferInPlace;
