@@ -1,0 +1,60 @@
+// Scheduling: which computed buffers of a program share one kernel.
+//
+// A kernel is one loop nest over `outer` (the dims a target parallelises
+// over: OpenMP on the CPU, the grid on CUDA) holding several buffers in
+// order; at each outer index every buffer runs its own inner part: a
+// reduction over its reduction ranges (its result kept in a register), a
+// pointwise buffer over the rest of its ranges. Buffers join the kernel before
+// them (vertical and horizontal fusion) when
+//   - their ranges, without size-1 dims, start with the kernel's outer ranges
+//     (a reduction's are exactly them; a kernel of pointwise buffers narrows
+//     its outer ranges to a reduction's when that reduction joins);
+//   - everything they read from buffers of the kernel is at the same outer
+//     index: a reduction's result at the outer index, a pointwise buffer's
+//     element at the very index it was stored at;
+//   - no extern call comes between them (extern calls are steps of their own).
+// Buffers nothing reads once fused stay buffers (the plan stores them only if
+// they are outputs; see plan.h, TODO(issue 4)).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kiln/codegen/loop_ir.h"
+
+namespace kiln::codegen {
+
+struct Kernel {
+  Shape outer;
+  std::vector<BufferId> buffers; // in execution order
+};
+
+struct Step {
+  enum Kind { RunKernel, CallExtern } kind;
+  size_t kernel = 0;    // RunKernel: index into Schedule::kernels
+  BufferId buffer = 0;  // CallExtern: the extern buffer
+};
+
+struct Schedule {
+  std::vector<Kernel> kernels;
+  std::vector<Step> steps;
+};
+
+Schedule schedule(const Program& program);
+
+// The `explain` view of a schedule: one block per step, naming each kernel's
+// buffers and what they compute.
+//
+//   kernel 0 over [s0]: buf2 (max of [16]), buf3 (sum of [16]), buf4 (pointwise [16])
+//   extern buf5 = mm(buf4, w)
+std::string explain(const Schedule& schedule, const Program& program);
+
+// The ranges of a computed buffer without its size-1 dims (always 0), and the
+// variables they bind.
+struct LoopShape {
+  Shape ranges;
+  std::vector<sym::Expr> vars;
+};
+LoopShape withoutUnitDims(const Loops& loops);
+
+} // namespace kiln::codegen

@@ -1,0 +1,245 @@
+// Greedy fusion in program order (see schedule.h for the rules).
+#include "kiln/codegen/schedule.h"
+
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <unordered_map>
+
+#include "kiln/sym/eval.h"
+#include "kiln/sym/print.h"
+#include "kiln/sym/range.h"
+#include "kiln/sym/symbol_table.h"
+
+namespace kiln::codegen {
+namespace {
+
+using VarMap = std::unordered_map<sym::Expr, sym::Expr>;
+
+bool isReduction(const Buffer& b) {
+  return b.loops.reduce != ReduceOp::None;
+}
+
+bool startsWith(const Shape& shape, const Shape& prefix) {
+  if (prefix.size() > shape.size()) return false;
+  for (size_t k = 0; k < prefix.size(); ++k)
+    if (shape[k] != prefix[k]) return false;
+  return true;
+}
+
+// Where a buffer stores the element at its index variables.
+sym::Expr storeIndex(const Buffer& b) {
+  sym::Expr at = b.layout.storageOffset; // 0: buffers are laid out from their start
+  for (size_t k = 0; k < b.loops.vars.size(); ++k) at = at + b.loops.vars[k] * b.layout.strides[k];
+  return at;
+}
+
+void forEachLoad(const Scalar& s, const std::function<void(const ScalarNode&)>& fn) {
+  if (s->kind == ScalarKind::Load) fn(*s);
+  for (const Scalar& a : s->args) forEachLoad(a, fn);
+}
+
+// One buffer as the kernel sees it: its loop without unit dims, split into the
+// kernel's outer part and its own inner part.
+struct Member {
+  BufferId id;
+  LoopShape shape;
+  std::vector<sym::Expr> inner; // inner vars: reduction vars, or the pointwise dims past outer
+  Shape innerRanges;
+};
+
+class Fuser {
+public:
+  explicit Fuser(const Program& program) : program_(program) {}
+
+  Schedule run() {
+    for (BufferId id = 0; id < program_.buffers.size(); ++id) {
+      const Buffer& b = program_.buffers[id];
+      if (b.kind == BufferKind::Input) continue;
+      if (b.kind == BufferKind::Extern) {
+        close();
+        schedule_.steps.push_back({Step::CallExtern, 0, id});
+        continue;
+      }
+      if (!open_ || !tryJoin(id)) {
+        close();
+        start(id);
+      }
+    }
+    close();
+    return std::move(schedule_);
+  }
+
+private:
+  void start(BufferId id) {
+    open_ = true;
+    const Buffer& b = program_.buffers[id];
+    LoopShape shape = withoutUnitDims(b.loops);
+    outer_ = shape.ranges;
+    reductions_ = isReduction(b);
+    members_.clear();
+    members_.push_back(member(id, outer_.size()));
+  }
+
+  Member member(BufferId id, size_t outerRank) {
+    const Buffer& b = program_.buffers[id];
+    Member m{id, withoutUnitDims(b.loops), {}, {}};
+    if (isReduction(b)) {
+      m.inner = b.loops.reductionVars;
+      m.innerRanges = b.loops.reductionRanges;
+    } else {
+      m.inner.assign(m.shape.vars.begin() + static_cast<std::ptrdiff_t>(outerRank), m.shape.vars.end());
+      m.innerRanges.assign(m.shape.ranges.begin() + static_cast<std::ptrdiff_t>(outerRank),
+                           m.shape.ranges.end());
+    }
+    return m;
+  }
+
+  void close() {
+    if (!open_) return;
+    Kernel k;
+    k.outer = outer_;
+    for (const Member& m : members_) k.buffers.push_back(m.id);
+    schedule_.steps.push_back({Step::RunKernel, schedule_.kernels.size(), 0});
+    schedule_.kernels.push_back(std::move(k));
+    open_ = false;
+  }
+
+  // The outer ranges the kernel would have with `b` in it, if any.
+  std::optional<Shape> outerWith(const Buffer& b, const LoopShape& shape) {
+    if (isReduction(b)) {
+      if (reductions_) return shape.ranges == outer_ ? std::optional<Shape>(outer_) : std::nullopt;
+      return startsWith(outer_, shape.ranges) ? std::optional<Shape>(shape.ranges) : std::nullopt;
+    }
+    return startsWith(shape.ranges, outer_) ? std::optional<Shape>(outer_) : std::nullopt;
+  }
+
+  // Maps a member's outer vars to canonical ones (the kernel's, by position)
+  // and its inner vars to `innerTarget`'s when their ranges agree.
+  VarMap mapping(const Member& m, size_t outerRank, const std::vector<sym::Expr>& innerTarget,
+                 const Shape& innerTargetRanges) {
+    VarMap map;
+    for (size_t k = 0; k < outerRank; ++k) map.emplace(m.shape.vars[k], canonical(k));
+    const Buffer& b = program_.buffers[m.id];
+    for (size_t k = 0; k < b.loops.vars.size(); ++k) // unit dims are 0
+      if (b.loops.ranges[k].asInteger() == 1) map.emplace(b.loops.vars[k], zero());
+    if (m.innerRanges == innerTargetRanges)
+      for (size_t k = 0; k < m.inner.size(); ++k) map.emplace(m.inner[k], innerTarget[k]);
+    return map;
+  }
+
+  bool tryJoin(BufferId id) {
+    const Buffer& b = program_.buffers[id];
+    LoopShape shape = withoutUnitDims(b.loops);
+    std::optional<Shape> outer = outerWith(b, shape);
+    if (!outer) return false;
+    size_t rank = outer->size();
+    std::vector<Member> members;
+    for (const Member& m : members_) members.push_back(member(m.id, rank));
+    Member candidate = member(id, rank);
+    bool ok = true;
+    VarMap self = mapping(candidate, rank, candidate.inner, candidate.innerRanges);
+    forEachLoad(b.loops.body, [&](const ScalarNode& load) {
+      for (const Member& producer : members) {
+        if (producer.id != load.buffer) continue;
+        const Buffer& p = program_.buffers[producer.id];
+        // The producer's element read must be the one stored at this outer
+        // index (and, for a pointwise producer, at the reader's inner index).
+        if (!isReduction(p) && producer.innerRanges != candidate.innerRanges) {
+          ok = false;
+          return;
+        }
+        VarMap theirs = mapping(producer, rank, candidate.inner, candidate.innerRanges);
+        sym::Expr wanted = sym::substitute(storeIndex(p), theirs);
+        if (sym::substitute(load.index, self) != wanted || !load.indirect.empty()) ok = false;
+      }
+    });
+    if (!ok) return false;
+    outer_ = *outer;
+    reductions_ = reductions_ || isReduction(b);
+    members.push_back(candidate);
+    members_ = std::move(members);
+    return true;
+  }
+
+  sym::Expr canonical(size_t k) {
+    while (canonical_.size() <= k) {
+      sym::SymbolTable& table = tableOf(program_);
+      std::string name;
+      do name = "k" + std::to_string(nextCanonical_++);
+      while (table.lookup(name));
+      canonical_.push_back(table.declare(name, std::nullopt, sym::Range{0, sym::kInf}));
+    }
+    return canonical_[k];
+  }
+
+  sym::Expr zero() { return tableOf(program_).integer(0); }
+
+  static sym::SymbolTable& tableOf(const Program& program) {
+    return program.buffers.front().layout.storageOffset.table();
+  }
+
+  const Program& program_;
+  Schedule schedule_;
+  bool open_ = false;
+  Shape outer_;
+  bool reductions_ = false;
+  std::vector<Member> members_;
+  std::vector<sym::Expr> canonical_;
+  uint32_t nextCanonical_ = 0;
+};
+
+std::string shapeText(const Shape& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + sym::toString(shape[i]);
+  return out + "]";
+}
+
+} // namespace
+
+LoopShape withoutUnitDims(const Loops& loops) {
+  LoopShape out;
+  for (size_t k = 0; k < loops.ranges.size(); ++k) {
+    if (loops.ranges[k].asInteger() == 1) continue;
+    out.ranges.push_back(loops.ranges[k]);
+    out.vars.push_back(loops.vars[k]);
+  }
+  return out;
+}
+
+Schedule schedule(const Program& program) {
+  return Fuser(program).run();
+}
+
+std::string explain(const Schedule& schedule, const Program& program) {
+  std::ostringstream out;
+  for (const Step& step : schedule.steps) {
+    if (step.kind == Step::CallExtern) {
+      const Buffer& b = program.buffers[step.buffer];
+      out << "extern " << b.name << " = " << b.call.op << "(";
+      for (size_t i = 0; i < b.call.inputs.size(); ++i)
+        out << (i ? ", " : "") << program.buffers[b.call.inputs[i]].name;
+      out << ")\n";
+      continue;
+    }
+    const Kernel& k = schedule.kernels[step.kernel];
+    out << "kernel " << step.kernel << " over " << shapeText(k.outer) << ":";
+    for (size_t i = 0; i < k.buffers.size(); ++i) {
+      const Buffer& b = program.buffers[k.buffers[i]];
+      LoopShape shape = withoutUnitDims(b.loops);
+      Shape inner(shape.ranges.begin() + static_cast<std::ptrdiff_t>(
+                                             std::min(k.outer.size(), shape.ranges.size())),
+                  shape.ranges.end());
+      out << (i ? ", " : " ") << b.name << " (";
+      if (b.loops.reduce != ReduceOp::None)
+        out << reduceOpName(b.loops.reduce) << " of " << shapeText(b.loops.reductionRanges);
+      else
+        out << "pointwise " << shapeText(inner);
+      out << ")";
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+} // namespace kiln::codegen
