@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 
+#include <unistd.h>
+
+#include "kiln/codegen/cpu_run.h"
 #include "kiln/codegen/loop_eval.h"
 #include "kiln/codegen/lower.h"
 #include "kiln/common/error.h"
@@ -50,11 +54,31 @@ struct Lower : ::testing::Test {
     return n;
   }
 
-  // Lowers the graph and checks the program against the interpreter.
+  // Lowers the graph and checks the program against the interpreter: the
+  // loop evaluator's results, and the compiled CPU kernels'.
   Program expectSameValues(const std::vector<HostTensor>& inputs, double tolerance = 1e-5) {
     Program program = lower(graph);
     std::vector<HostTensor> expected = ir::interpret(graph, inputs);
-    std::vector<HostTensor> actual = evaluate(program, graph, inputs);
+    expectClose(evaluate(program, graph, inputs), expected, tolerance, program, "evaluated");
+    Schedule plan = schedule(program);
+    CpuSource source = emitCpu(program, plan);
+    std::string so = ::testing::TempDir() + "kiln_lower_" + std::to_string(::getpid()) + ".so";
+    try {
+      compileCpu(source.code, so);
+    } catch (const Error& e) {
+      ADD_FAILURE() << e.message() << "\n" << e.detail();
+      return program;
+    }
+    auto library = CpuLibrary::load(so);
+    std::remove(so.c_str());
+    expectClose(runCpu(program, plan, source, *library, graph, inputs), expected, tolerance, program,
+                "compiled");
+    return program;
+  }
+
+  void expectClose(const std::vector<HostTensor>& actual, const std::vector<HostTensor>& expected,
+                   double tolerance, const Program& program, const char* how) {
+    SCOPED_TRACE(how);
     EXPECT_EQ(actual.size(), expected.size());
     for (size_t k = 0; k < expected.size() && k < actual.size(); ++k) {
       EXPECT_EQ(actual[k].sizes, expected[k].sizes) << "output " << k;
@@ -71,7 +95,6 @@ struct Lower : ::testing::Test {
         }
       }
     }
-    return program;
   }
 };
 

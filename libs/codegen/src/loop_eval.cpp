@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 
+#include "host_buffers.h"
 #include "kiln/common/error.h"
 #include "kiln/ir/op_registry.h"
 #include "kiln/sym/eval.h"
@@ -13,6 +14,9 @@
 
 namespace kiln::codegen {
 namespace {
+
+using detail::HostBuffers;
+using detail::Storage;
 
 [[noreturn]] void fail(ErrorCode code, const std::string& message) {
   throw Error(code, "loop evaluator: " + message);
@@ -67,11 +71,6 @@ Val convert(DType from, DType to, Val v) {
 
 // --- storage access ---
 
-struct Storage {
-  DType dtype;
-  std::byte* data; // element 0
-  int64_t elements;
-};
 
 Val read(const Storage& s, int64_t at) {
   if (at < 0 || at >= s.elements)
@@ -242,104 +241,22 @@ bool truth(DType t, Val v) {
 
 class Evaluator {
 public:
-  Evaluator(const Program& program, const ir::Graph& graph) : program_(program), graph_(graph) {}
+  Evaluator(const Program& program, const ir::Graph& graph, std::vector<ir::HostTensor> inputs)
+      : program_(program), buffers_(program, graph, std::move(inputs)),
+        binding_(buffers_.binding()) {}
 
-  std::vector<ir::HostTensor> run(std::vector<ir::HostTensor> inputs) {
-    bindInputs(inputs);
+  std::vector<ir::HostTensor> run() {
     for (BufferId id = 0; id < program_.buffers.size(); ++id) {
       const Buffer& b = program_.buffers[id];
-      switch (b.kind) {
-      case BufferKind::Input: storage_.push_back(inputStorage(inputs.at(b.placeholder))); break;
-      case BufferKind::Computed: storage_.push_back(allocate(b.layout)); compute(b, id); break;
-      case BufferKind::Extern: storage_.push_back(runExtern(b)); break;
-      }
+      if (b.kind == BufferKind::Computed) compute(b, id);
+      if (b.kind == BufferKind::Extern) buffers_.runExtern(id);
     }
     std::vector<ir::HostTensor> outputs;
-    for (const Output& o : program_.outputs) outputs.push_back(view(o.buffer, o.view));
+    for (const Output& o : program_.outputs) outputs.push_back(buffers_.output(o));
     return outputs;
   }
 
 private:
-  void bindInputs(const std::vector<ir::HostTensor>& inputs) {
-    std::vector<const ir::Node*> placeholders;
-    for (const ir::Node& n : graph_.nodes())
-      if (n.kind == ir::NodeKind::Placeholder) placeholders.push_back(&n);
-    if (inputs.size() != placeholders.size())
-      fail(ErrorCode::InvalidArgument, std::to_string(placeholders.size()) + " inputs expected, got " +
-                                           std::to_string(inputs.size()));
-    auto bindOne = [&](sym::Expr e, int64_t actual) {
-      if (e.isSymbol() && !binding_.count(e)) binding_[e] = actual;
-    };
-    for (size_t k = 0; k < inputs.size(); ++k) {
-      const ir::Value& v = placeholders[k]->value;
-      if (!v.isTensor()) {
-        bindOne(v.symInt(), inputs[k].toInts().at(0));
-        continue;
-      }
-      const ir::TensorMeta& m = v.tensor();
-      if (m.dim() != inputs[k].sizes.size())
-        fail(ErrorCode::InvalidArgument, "input " + std::to_string(k) + " has the wrong rank");
-      for (size_t d = 0; d < m.dim(); ++d) {
-        bindOne(m.sizes[d], inputs[k].sizes[d]);
-        if (inputs[k].sizes[d] != 1) bindOne(m.strides[d], inputs[k].strides[d]);
-      }
-    }
-    for (size_t k = 0; k < inputs.size(); ++k) {
-      const ir::Value& v = placeholders[k]->value;
-      if (!v.isTensor()) continue;
-      const ir::TensorMeta& m = v.tensor();
-      for (size_t d = 0; d < m.dim(); ++d)
-        if (sym::evaluate(m.sizes[d], binding_) != inputs[k].sizes[d])
-          fail(ErrorCode::InvalidArgument,
-               "input " + std::to_string(k) + ": size " + std::to_string(d) + " is not " +
-                   sym::toString(m.sizes[d]));
-      for (size_t d = 0; d < m.dim(); ++d)
-        if (inputs[k].sizes[d] != 1 && sym::evaluate(m.strides[d], binding_) != inputs[k].strides[d])
-          fail(ErrorCode::InvalidArgument,
-               "input " + std::to_string(k) + ": stride " + std::to_string(d) + " is not " +
-                   sym::toString(m.strides[d]));
-    }
-  }
-
-  Storage inputStorage(const ir::HostTensor& t) {
-    int64_t size = static_cast<int64_t>(t.storage ? t.storage->size() / elementSize(t.dtype) : 0);
-    std::byte* data = t.storage ? t.storage->data() + t.storageOffset * elementSize(t.dtype) : nullptr;
-    return {t.dtype, data, size - t.storageOffset};
-  }
-
-  int64_t extent(const ir::TensorMeta& layout) {
-    int64_t last = 0;
-    for (size_t d = 0; d < layout.dim(); ++d) {
-      int64_t size = sym::evaluate(layout.sizes[d], binding_);
-      if (size == 0) return 0;
-      last += (size - 1) * sym::evaluate(layout.strides[d], binding_);
-    }
-    return last + 1;
-  }
-
-  Storage allocate(const ir::TensorMeta& layout) {
-    int64_t n = extent(layout);
-    auto bytes = std::make_shared<std::vector<std::byte>>(
-        static_cast<size_t>(std::max<int64_t>(n, 1)) * elementSize(layout.dtype));
-    owned_.push_back(bytes);
-    return {layout.dtype, bytes->data(), n};
-  }
-
-  ir::HostTensor view(BufferId id, const ir::TensorMeta& meta) {
-    const Storage& s = storage_.at(id);
-    ir::HostTensor t;
-    t.dtype = meta.dtype;
-    for (size_t d = 0; d < meta.dim(); ++d) {
-      t.sizes.push_back(sym::evaluate(meta.sizes[d], binding_));
-      t.strides.push_back(sym::evaluate(meta.strides[d], binding_));
-    }
-    t.storageOffset = sym::evaluate(meta.storageOffset, binding_);
-    // A copy of the storage, so the tensor owns its bytes.
-    size_t bytes = static_cast<size_t>(std::max<int64_t>(s.elements, 0)) * elementSize(s.dtype);
-    t.storage = std::make_shared<std::vector<std::byte>>(s.data, s.data + bytes);
-    return t;
-  }
-
   // Calls `fn` for every index of `ranges`, binding `vars` to it.
   void forEach(const std::vector<sym::Expr>& vars, const Shape& ranges,
                const std::function<void()>& fn) {
@@ -359,7 +276,7 @@ private:
 
   void compute(const Buffer& b, BufferId id) {
     const Loops& l = b.loops;
-    const Storage& out = storage_[id];
+    const Storage& out = buffers_.storage(id);
     forEach(l.vars, l.ranges, [&] {
       int64_t at = 0;
       for (size_t k = 0; k < l.vars.size(); ++k)
@@ -446,8 +363,14 @@ private:
     Val out;
     switch (n.kind) {
     case ScalarKind::Load: {
-      for (size_t k = 0; k < n.indirect.size(); ++k) binding_[n.indirect[k]] = eval(n.args[k]).i;
-      return read(storage_.at(n.buffer), sym::evaluate(n.index, binding_));
+      for (size_t k = 0; k < n.indirect.size(); ++k) {
+        int64_t at = eval(n.args[k]).i, size = sym::evaluate(n.indirectSizes[k], binding_);
+        if (at < 0 || at >= size)
+          fail(ErrorCode::InvalidArgument,
+               "index " + std::to_string(at) + " is out of bounds for size " + std::to_string(size));
+        binding_[n.indirect[k]] = at;
+      }
+      return read(buffers_.storage(n.buffer), sym::evaluate(n.index, binding_));
     }
     case ScalarKind::Constant:
       out.f = roundTo(t, n.number);
@@ -488,66 +411,16 @@ private:
     fail(ErrorCode::Internal, "unknown scalar kind");
   }
 
-  // An extern call runs through the reference interpreter on views of its inputs.
-  Storage runExtern(const Buffer& b) {
-    sym::SymbolTable table;
-    ir::Graph g(table);
-    std::vector<ir::HostTensor> ins;
-    for (size_t k = 0; k < b.call.inputs.size(); ++k) {
-      ir::HostTensor t = view(b.call.inputs[k], b.call.inputViews[k]);
-      ir::TensorMeta m;
-      m.dtype = t.dtype;
-      for (size_t d = 0; d < t.sizes.size(); ++d) {
-        m.sizes.push_back(table.integer(t.sizes[d]));
-        m.strides.push_back(table.integer(t.strides[d]));
-      }
-      m.storageOffset = table.integer(t.storageOffset);
-      g.placeholder("in" + std::to_string(k), ir::Value(m));
-      ins.push_back(std::move(t));
-    }
-    std::vector<ir::ValueId> ids;
-    for (ir::ValueId k = 0; k < ins.size(); ++k) ids.push_back(k);
-    std::vector<ir::Attr> attrs;
-    for (const ir::Attr& a : b.call.attrs) {
-      ir::AttrValue v = a.value;
-      if (auto* e = std::get_if<sym::Expr>(&v)) v = sym::evaluate(*e, binding_);
-      attrs.push_back({a.name, v});
-    }
-    g.setOutputs({g.call(b.call.op, ids, attrs)});
-    ir::HostTensor result = ir::interpret(g, std::move(ins)).at(0);
-    Storage out = allocate(b.layout);
-    // copy into the buffer's layout element by element
-    std::vector<int64_t> sizes = result.sizes, strides;
-    for (sym::Expr s : b.layout.strides) strides.push_back(sym::evaluate(s, binding_));
-    Storage from = inputStorage(result);
-    std::vector<int64_t> idx(sizes.size(), 0);
-    for (int64_t x : sizes)
-      if (x == 0) return out;
-    while (true) {
-      int64_t src = 0, dst = 0;
-      for (size_t k = 0; k < idx.size(); ++k) {
-        src += idx[k] * result.strides[k];
-        dst += idx[k] * strides[k];
-      }
-      write(out, dst, read(from, src));
-      size_t k = idx.size();
-      while (k > 0 && ++idx[k - 1] == sizes[k - 1]) idx[--k] = 0;
-      if (k == 0) return out;
-    }
-  }
-
   const Program& program_;
-  const ir::Graph& graph_;
-  sym::Binding binding_;
-  std::vector<Storage> storage_;
-  std::vector<std::shared_ptr<std::vector<std::byte>>> owned_;
+  HostBuffers buffers_;
+  sym::Binding& binding_;
 };
 
 } // namespace
 
 std::vector<ir::HostTensor> evaluate(const Program& program, const ir::Graph& graph,
                                      std::vector<ir::HostTensor> inputs) {
-  return Evaluator(program, graph).run(std::move(inputs));
+  return Evaluator(program, graph, std::move(inputs)).run();
 }
 
 } // namespace kiln::codegen

@@ -41,13 +41,14 @@ Scalar load(DType dtype, BufferId buffer, sym::Expr index) {
 }
 
 Scalar indirectLoad(DType dtype, BufferId buffer, sym::Expr index, std::vector<sym::Expr> symbols,
-                    std::vector<Scalar> values) {
-  if (symbols.size() != values.size())
-    throw Error(ErrorCode::Internal, "indirectLoad: one value per indirect symbol");
+                    std::vector<Scalar> values, std::vector<sym::Expr> sizes) {
+  if (symbols.size() != values.size() || symbols.size() != sizes.size())
+    throw Error(ErrorCode::Internal, "indirectLoad: one value and size per indirect symbol");
   ScalarNode n = nodeOf(ScalarKind::Load, dtype);
   n.buffer = buffer;
   n.index = index;
   n.indirect = std::move(symbols);
+  n.indirectSizes = std::move(sizes);
   n.args = std::move(values);
   return make(std::move(n));
 }
@@ -102,6 +103,7 @@ Scalar cast(DType dtype, Scalar arg) {
 Scalar substitute(const Scalar& s, const std::unordered_map<sym::Expr, sym::Expr>& vars) {
   ScalarNode n = *s;
   if (!n.index.isNull()) n.index = sym::substitute(n.index, vars);
+  for (sym::Expr& size : n.indirectSizes) size = sym::substitute(size, vars);
   for (Scalar& a : n.args) a = substitute(a, vars);
   return make(std::move(n));
 }

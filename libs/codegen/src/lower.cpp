@@ -612,8 +612,9 @@ private:
       }
       sym::Expr flat = source.meta.storageOffset - source.base;
       for (size_t k = 0; k < at.size(); ++k) flat = flat + at[k] * source.meta.strides[k];
+      sym::Expr bound = source.meta.dim() ? source.meta.sizes[dim] : table_.integer(1);
       return indirectLoad(source.meta.dtype, *source.buffer, flat, {picked},
-                          {cast(DType::Int64, indexValue)});
+                          {cast(DType::Int64, indexValue)}, {bound});
     });
   }
 

@@ -53,8 +53,10 @@ struct ScalarNode {
   BufferId buffer = 0;    // Load
   sym::Expr index;        // Load: flat element index; IndexOf: the value
   // Load through loaded values (embedding, gather): `index` also mentions these
-  // symbols, each bound to the value of the arg at the same position.
+  // symbols, each bound to the value of the arg at the same position, which
+  // must lie in [0, indirectSizes[k]) (else the load is an index error).
   std::vector<sym::Expr> indirect;
+  std::vector<sym::Expr> indirectSizes;
   double number = 0;      // Constant of a floating dtype
   int64_t integer = 0;    // Constant of an integral or bool dtype
   std::vector<Scalar> args;
@@ -62,7 +64,7 @@ struct ScalarNode {
 
 Scalar load(DType dtype, BufferId buffer, sym::Expr index);
 Scalar indirectLoad(DType dtype, BufferId buffer, sym::Expr index, std::vector<sym::Expr> symbols,
-                    std::vector<Scalar> values);
+                    std::vector<Scalar> values, std::vector<sym::Expr> sizes);
 Scalar constantF(DType dtype, double value);
 Scalar constantI(DType dtype, int64_t value);
 Scalar indexOf(DType dtype, sym::Expr value);
