@@ -213,6 +213,34 @@ TEST_F(Lower, MatmulsAreExternCalls) {
   EXPECT_EQ(countKind(p, BufferKind::Extern), 2u) << print(p);
 }
 
+TEST_F(Lower, MatrixProductsOfEveryLayout) {
+  ValueId a = input("a", DType::Float32, ints({5, 3}));
+  ValueId b = input("b", DType::Float32, ints({4, 3}));
+  ValueId c = input("c", DType::Float64, ints({2, 3, 4}));
+  ValueId d = input("d", DType::Float64, ints({2, 4, 5}));
+  ValueId bias = input("bias", DType::Float32, ints({4}));
+  ValueId e = input("e", DType::Float32, ints({5, 0}));
+  ValueId f = input("f", DType::Float32, ints({0, 4}));
+  ValueId bt = graph.call("transpose", {b}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+  ValueId at = graph.call("transpose", {a}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+  ValueId stepped = graph.call("slice", {a}, {{"dim", int64_t{1}}, {"step", int64_t{2}}});
+  graph.setOutputs({
+      graph.call("mm", {a, bt}),                                          // B transposed
+      graph.call("mm", {graph.call("transpose", {at}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}}), bt}),
+      graph.call("addmm", {bias, a, bt}, {{"beta", 0.5}, {"alpha", 2.0}}), // broadcast bias
+      graph.call("bmm", {c, d}),
+      graph.call("matmul", {c, graph.call("select", {d}, {{"dim", int64_t{0}}, {"index", int64_t{1}}})}),
+      graph.call("mm", {stepped, graph.call("slice", {bt}, {{"dim", int64_t{0}}, {"step", int64_t{2}}})}),
+      graph.call("mm", {e, f}),                                           // an empty sum
+  });
+  Program p = expectSameValues({random(DType::Float32, {5, 3}), random(DType::Float32, {4, 3}),
+                                random(DType::Float64, {2, 3, 4}), random(DType::Float64, {2, 4, 5}),
+                                random(DType::Float32, {4}), random(DType::Float32, {5, 0}),
+                                random(DType::Float32, {0, 4})},
+                               1e-5);
+  EXPECT_EQ(countKind(p, BufferKind::Extern), 7u) << print(p);
+}
+
 TEST_F(Lower, TypePromotionAndHalfPrecision) {
   ValueId h = input("h", DType::Float16, ints({6}));
   ValueId i = input("i", DType::Int32, ints({6}));

@@ -1,5 +1,7 @@
 #include "host_buffers.h"
 
+#include "cpu_blas.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -126,12 +128,35 @@ ir::HostTensor HostBuffers::view(BufferId id, const ir::TensorMeta& meta) const 
   return t;
 }
 
+HostView HostBuffers::hostView(BufferId id, const ir::TensorMeta& meta) const {
+  const Storage& s = storage_.at(id);
+  int64_t offset = sym::evaluate(meta.storageOffset, binding_);
+  return {meta.dtype, s.data + offset * static_cast<int64_t>(elementSize(s.dtype)),
+          evaluateAll(meta.sizes, binding_), evaluateAll(meta.strides, binding_)};
+}
+
+bool HostBuffers::runWithBlas(const Buffer& b, BufferId id) {
+  std::vector<HostView> inputs;
+  for (size_t k = 0; k < b.call.inputs.size(); ++k)
+    inputs.push_back(hostView(b.call.inputs[k], b.call.inputViews[k]));
+  auto number = [&](const char* name) {
+    for (const ir::Attr& a : b.call.attrs) {
+      if (a.name != name) continue;
+      if (auto* d = std::get_if<double>(&a.value)) return *d;
+      if (auto* i = std::get_if<int64_t>(&a.value)) return static_cast<double>(*i);
+    }
+    return 1.0;
+  };
+  return blasMatmul(b.call.op, inputs, number("alpha"), number("beta"), hostView(id, b.layout));
+}
+
 ir::HostTensor HostBuffers::output(const Output& out) const {
   return view(out.buffer, out.view);
 }
 
 void HostBuffers::runExtern(BufferId id) {
   const Buffer& b = program_.buffers.at(id);
+  if (runWithBlas(b, id)) return;
   sym::SymbolTable table;
   ir::Graph g(table);
   std::vector<ir::HostTensor> ins;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "cpu_blas.h"
 #include "kiln/codegen/loop_ir.h"
 #include "kiln/ir/interpreter.h"
 #include "kiln/sym/eval.h"
@@ -30,8 +31,10 @@ public:
   // Element 0 of every buffer, by id: what a kernel takes.
   char* const* pointers() const { return pointers_.data(); }
 
-  // Runs an extern buffer's call into its storage.
-  // TODO(issue 4): the matmul family through OpenBLAS, not the interpreter.
+  // Runs an extern buffer's call into its storage: matrix products of f32
+  // and f64 through BLAS, everything else through the reference interpreter.
+  // TODO(issue 4): attention, scatter_add, dropout and the other dtypes'
+  // products as kernels of their own.
   void runExtern(BufferId id);
 
   // A graph output as a tensor owning a copy of its buffer's bytes.
@@ -40,6 +43,8 @@ public:
 private:
   void bindSymbols(const ir::Graph& graph);
   ir::HostTensor view(BufferId id, const ir::TensorMeta& meta) const;
+  HostView hostView(BufferId id, const ir::TensorMeta& meta) const;
+  bool runWithBlas(const Buffer& b, BufferId id);
 
   const Program& program_;
   std::vector<ir::HostTensor> inputs_;
