@@ -1,33 +1,37 @@
 #include "kiln/codegen/cpu_run.h"
 
-#include "host_buffers.h"
-#include "kiln/common/error.h"
-#include "kiln/sym/print.h"
+#include <cstring>
+
+#include "kiln/codegen/plan.h"
+#include "kiln/runtime/runtime.h"
 
 namespace kiln::codegen {
 
 std::vector<ir::HostTensor> runCpu(const Program& program, const Schedule& schedule,
                                    const CpuSource& source, const CpuLibrary& library,
                                    const ir::Graph& graph, std::vector<ir::HostTensor> inputs) {
-  detail::HostBuffers buffers(program, graph, std::move(inputs));
-  std::vector<int64_t> symbols;
-  for (sym::Expr s : source.symbols) symbols.push_back(sym::evaluate(s, buffers.binding()));
-  for (const Step& step : schedule.steps) {
-    if (step.kind == Step::CallExtern) {
-      buffers.runExtern(step.buffer);
-      continue;
-    }
-    const std::string& name = source.kernels.at(step.kernel);
-    int status = library.kernel(name)(buffers.pointers(), symbols.data());
-    if (status == kDivisionByZero)
-      throw Error(ErrorCode::InvalidArgument, name + ": integer division by zero");
-    if (status == kIndexOutOfRange)
-      throw Error(ErrorCode::InvalidArgument, name + ": an index is out of range");
-    if (status != kKernelOk)
-      throw Error(ErrorCode::Internal, name + ": failed with status " + std::to_string(status));
-  }
+  runtime::Plan plan = buildPlan(graph, program, schedule, source);
+  std::vector<runtime::Tensor> tensors;
+  for (ir::HostTensor& t : inputs)
+    tensors.push_back({t.dtype,
+                       t.storage ? t.storage->data() + t.storageOffset * static_cast<int64_t>(elementSize(t.dtype))
+                                 : nullptr,
+                       t.sizes, t.strides});
+  runtime::HostAllocator allocator;
+  runtime::RunResult result = runtime::run(
+      plan, [&](const std::string& name) { return library.kernel(name); }, tensors, allocator);
   std::vector<ir::HostTensor> outputs;
-  for (const Output& out : program.outputs) outputs.push_back(buffers.output(out));
+  for (const runtime::Tensor& t : result.outputs) { // copied out, contiguous bytes of its span
+    ir::HostTensor h;
+    h.dtype = t.dtype;
+    h.sizes = t.sizes;
+    h.strides = t.strides;
+    size_t bytes = static_cast<size_t>(runtime::extent(t.sizes, t.strides)) * elementSize(t.dtype);
+    auto* from = static_cast<std::byte*>(t.data);
+    h.storage = std::make_shared<std::vector<std::byte>>(from, from + bytes);
+    outputs.push_back(std::move(h));
+  }
+  for (void* b : result.buffers) allocator.release(b);
   return outputs;
 }
 

@@ -1,14 +1,14 @@
 // Internal to libs/codegen: the buffers of a program laid out in host memory
-// for one run, shared by the loop evaluator and the CPU runner: symbols bound
-// from the inputs, inputs used in place, every other buffer allocated zeroed,
-// extern calls run through the reference interpreter, outputs copied out.
+// for one run of the loop evaluator: symbols bound from the inputs, inputs
+// used in place, every other buffer allocated zeroed, extern calls run as the
+// runtime runs them, outputs copied out.
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <vector>
 
-#include "cpu_blas.h"
+#include "kiln/runtime/runtime.h"
 #include "kiln/codegen/loop_ir.h"
 #include "kiln/ir/interpreter.h"
 #include "kiln/sym/eval.h"
@@ -31,10 +31,7 @@ public:
   // Element 0 of every buffer, by id: what a kernel takes.
   char* const* pointers() const { return pointers_.data(); }
 
-  // Runs an extern buffer's call into its storage: matrix products of f32
-  // and f64 through BLAS, everything else through the reference interpreter.
-  // TODO(issue 4): attention, scatter_add, dropout and the other dtypes'
-  // products as kernels of their own.
+  // Runs an extern buffer's call into its storage (runtime::runExtern).
   void runExtern(BufferId id);
 
   // A graph output as a tensor owning a copy of its buffer's bytes.
@@ -43,8 +40,7 @@ public:
 private:
   void bindSymbols(const ir::Graph& graph);
   ir::HostTensor view(BufferId id, const ir::TensorMeta& meta) const;
-  HostView hostView(BufferId id, const ir::TensorMeta& meta) const;
-  bool runWithBlas(const Buffer& b, BufferId id);
+  runtime::Tensor tensor(BufferId id, const ir::TensorMeta& meta) const;
 
   const Program& program_;
   std::vector<ir::HostTensor> inputs_;

@@ -1,4 +1,4 @@
-#include "cpu_blas.h"
+#include "blas.h"
 
 #include <cstring>
 
@@ -6,7 +6,7 @@
 #include <cblas.h>
 #endif
 
-namespace kiln::codegen::detail {
+namespace kiln::runtime::detail {
 namespace {
 
 // One matrix operand of a gemm: rows x cols at `data` with a leading
@@ -33,7 +33,7 @@ bool asMatrix(const std::byte* data, int64_t rows, int64_t cols, int64_t rowStri
   return false;
 }
 
-template <class T> void copyDense(const HostView& v, size_t batchDims, int64_t batch, std::vector<T>& into) {
+template <class T> void copyDense(const Tensor& v, size_t batchDims, int64_t batch, std::vector<T>& into) {
   // A contiguous copy of one batch entry of `v` (its last two dims).
   size_t r = v.sizes.size();
   int64_t rows = v.sizes[r - 2], cols = v.sizes[r - 1];
@@ -60,8 +60,8 @@ void gemm(const Matrix& a, const Matrix& b, T* c, int64_t ldc, T alpha, T beta) 
 
 // One gemm per batch entry; operands of rank 2 are shared by every entry.
 template <class T>
-bool batched(const HostView& a, const HostView& b, const HostView* bias, T alpha, T beta,
-             const HostView& out) {
+bool batched(const Tensor& a, const Tensor& b, const Tensor* bias, T alpha, T beta,
+             const Tensor& out) {
   size_t ro = out.sizes.size();
   int64_t batches = ro == 3 ? out.sizes[0] : 1;
   int64_t m = out.sizes[ro - 2], n = out.sizes[ro - 1];
@@ -81,10 +81,10 @@ bool batched(const HostView& a, const HostView& b, const HostView* bias, T alpha
         for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = s[i * si + j * sj];
       betaHere = beta;
     }
-    auto operand = [&](const HostView& v, std::vector<T>& dense, Matrix& mat) {
+    auto operand = [&](const Tensor& v, std::vector<T>& dense, Matrix& mat) {
       size_t r = v.sizes.size();
       int64_t off = r == 3 ? e * v.strides[0] : 0;
-      const std::byte* at = v.data + off * static_cast<int64_t>(sizeof(T));
+      const std::byte* at = static_cast<const std::byte*>(v.data) + off * static_cast<int64_t>(sizeof(T));
       if (asMatrix(at, v.sizes[r - 2], v.sizes[r - 1], v.strides[r - 2], v.strides[r - 1], mat)) return;
       copyDense<T>(v, r == 3, e, dense);
       mat = {reinterpret_cast<const std::byte*>(dense.data()), v.sizes[r - 2], v.sizes[r - 1],
@@ -115,14 +115,14 @@ bool haveBlas() {
 #endif
 }
 
-bool blasMatmul(const std::string& op, const std::vector<HostView>& inputs, double alpha,
-                double beta, const HostView& out) {
+bool blasMatmul(const std::string& op, const std::vector<Tensor>& inputs, double alpha,
+                double beta, const Tensor& out) {
 #ifdef KILN_HAVE_CBLAS
   if (out.dtype != ir::DType::Float32 && out.dtype != ir::DType::Float64) return false;
-  for (const HostView& v : inputs)
+  for (const Tensor& v : inputs)
     if (v.dtype != out.dtype) return false;
-  const HostView* bias = nullptr;
-  const HostView *a, *b;
+  const Tensor* bias = nullptr;
+  const Tensor *a, *b;
   if (op == "addmm") {
     if (inputs.size() != 3 || inputs[1].sizes.size() != 2 || inputs[2].sizes.size() != 2) return false;
     bias = &inputs[0];
@@ -152,4 +152,4 @@ bool blasMatmul(const std::string& op, const std::vector<HostView>& inputs, doub
 #endif
 }
 
-} // namespace kiln::codegen::detail
+} // namespace kiln::runtime::detail

@@ -1,0 +1,80 @@
+#include "kiln/codegen/plan.h"
+
+#include <functional>
+#include <set>
+
+namespace kiln::codegen {
+namespace {
+
+void forEachLoad(const Scalar& s, const std::function<void(BufferId)>& fn) {
+  if (s->kind == ScalarKind::Load) fn(s->buffer);
+  for (const Scalar& a : s->args) forEachLoad(a, fn);
+}
+
+// The buffers a step reads or writes.
+std::set<BufferId> touched(const Program& program, const Schedule& schedule, const Step& step) {
+  std::set<BufferId> out;
+  if (step.kind == Step::CallExtern) {
+    out.insert(step.buffer);
+    for (BufferId in : program.buffers[step.buffer].call.inputs) out.insert(in);
+    return out;
+  }
+  for (BufferId id : schedule.kernels[step.kernel].buffers) {
+    out.insert(id);
+    forEachLoad(program.buffers[id].loops.body, [&](BufferId b) { out.insert(b); });
+  }
+  return out;
+}
+
+} // namespace
+
+runtime::Plan buildPlan(const ir::Graph& graph, const Program& program, const Schedule& schedule,
+                        const CpuSource& source) {
+  runtime::Plan plan;
+  for (const ir::Node& n : graph.nodes())
+    if (n.kind == ir::NodeKind::Placeholder) plan.inputs.push_back(n.value);
+  for (const Buffer& b : program.buffers)
+    plan.buffers.push_back(
+        {b.name, b.layout, b.kind == BufferKind::Input ? static_cast<int32_t>(b.placeholder) : -1});
+  plan.kernels = source.kernels;
+  plan.symbols = source.symbols;
+
+  std::set<BufferId> kept; // inputs and outputs are never freed
+  for (BufferId id = 0; id < program.buffers.size(); ++id)
+    if (program.buffers[id].kind == BufferKind::Input) kept.insert(id);
+  for (const Output& o : program.outputs) kept.insert(o.buffer);
+  std::vector<size_t> lastUse(program.buffers.size(), 0);
+  for (size_t k = 0; k < schedule.steps.size(); ++k)
+    for (BufferId id : touched(program, schedule, schedule.steps[k])) lastUse[id] = k;
+
+  for (size_t k = 0; k < schedule.steps.size(); ++k) {
+    const Step& s = schedule.steps[k];
+    runtime::Step step;
+    if (s.kind == Step::RunKernel) {
+      step.kind = runtime::Step::RunKernel;
+      step.kernel = static_cast<uint32_t>(s.kernel);
+      step.writes.assign(schedule.kernels[s.kernel].buffers.begin(),
+                         schedule.kernels[s.kernel].buffers.end());
+    } else {
+      const ExternCall& call = program.buffers[s.buffer].call;
+      step.kind = runtime::Step::CallExtern;
+      step.buffer = s.buffer;
+      step.op = call.op;
+      step.attrs = call.attrs;
+      for (size_t i = 0; i < call.inputs.size(); ++i)
+        step.inputs.push_back({call.inputs[i], call.inputViews[i]});
+    }
+    plan.steps.push_back(std::move(step));
+    for (BufferId id : touched(program, schedule, s))
+      if (lastUse[id] == k && !kept.count(id)) {
+        runtime::Step free;
+        free.kind = runtime::Step::Free;
+        free.buffer = id;
+        plan.steps.push_back(std::move(free));
+      }
+  }
+  for (const Output& o : program.outputs) plan.outputs.push_back({o.buffer, o.view});
+  return plan;
+}
+
+} // namespace kiln::codegen

@@ -1,0 +1,52 @@
+// kiln::runtime::Plan: what a compiled artifact runs, as data. The runtime
+// interprets it (no generated host code to trust); the same plan runs from
+// Python or a C++ application, for every binding of its symbols that its
+// guards admit.
+//
+// Buffers are numbered: graph inputs (used in place) and the buffers the plan
+// allocates, each laid out by its (symbolic) sizes and strides. Steps run in
+// order: a kernel of the artifact's library, an extern call (a library
+// routine on views of earlier buffers, into a buffer), or freeing a buffer no
+// later step reads. The outputs are views of buffers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/ir/graph.h"
+
+namespace kiln::runtime {
+
+// A view of a buffer: sizes, strides and offset counted from its element 0.
+struct View {
+  uint32_t buffer = 0;
+  ir::TensorMeta meta;
+};
+
+struct PlanBuffer {
+  std::string name;
+  ir::TensorMeta layout;
+  int32_t input = -1; // which graph input it is, or -1: allocated by the plan
+};
+
+struct Step {
+  enum Kind { RunKernel, CallExtern, Free } kind = RunKernel;
+  uint32_t kernel = 0; // RunKernel: index into Plan::kernels
+  std::vector<uint32_t> writes; // RunKernel: the buffers it stores into
+  uint32_t buffer = 0; // CallExtern: the result; Free: the buffer freed
+  std::string op;      // CallExtern: the IR op
+  std::vector<View> inputs;
+  std::vector<ir::Attr> attrs;
+};
+
+struct Plan {
+  std::vector<ir::Value> inputs; // the graph's placeholders: tensors or symbolic ints
+  std::vector<PlanBuffer> buffers;
+  std::vector<std::string> kernels; // function names in the library
+  std::vector<sym::Expr> symbols;   // kernels' symbol slots, in order
+  std::vector<Step> steps;
+  std::vector<View> outputs;
+};
+
+} // namespace kiln::runtime

@@ -1,0 +1,69 @@
+// kiln::runtime: runs a Plan on tensors given as pointers, sizes and strides,
+// with compiled kernels from a loaded library and extern calls implemented
+// here; memory for the plan's buffers comes from an Allocator (the Python SDK
+// passes one backed by torch).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "kiln/ir/dtype.h"
+#include "kiln/runtime/plan.h"
+#include "kiln/sym/eval.h"
+
+namespace kiln::runtime {
+
+// A tensor in host memory: `data` points at its element 0 (torch's data_ptr).
+// A symbolic-int input is a 0-d Int64 tensor.
+struct Tensor {
+  ir::DType dtype = ir::DType::Float32;
+  void* data = nullptr;
+  std::vector<int64_t> sizes, strides;
+};
+
+class Allocator {
+public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t bytes) = 0; // aligned to 64 bytes; Error{ResourceExhausted}
+  virtual void release(void* data) = 0;
+};
+
+// Memory from the C++ heap; what it gives stays until released.
+class HostAllocator : public Allocator {
+public:
+  void* allocate(size_t bytes) override;
+  void release(void* data) override;
+};
+
+// A kernel: (buffers, symbol values) -> status (0 ok, 1 division by zero, 2 index out of range).
+using KernelFn = int (*)(char* const* buffers, const int64_t* symbols);
+using KernelLookup = std::function<KernelFn(const std::string& name)>;
+
+// The symbols of `inputs` bound from the tensors' sizes and strides.
+// Error{InvalidArgument} naming the input whose rank, dtype, size or stride
+// disagrees (a symbol bound twice to different values, or outside its range).
+sym::Binding bindInputs(const std::vector<ir::Value>& inputs, const std::vector<Tensor>& tensors);
+
+struct RunResult {
+  std::vector<Tensor> outputs; // views of inputs or of `buffers`
+  std::vector<void*> buffers;  // what the allocator gave for the outputs: the caller's to release
+};
+
+// Runs the plan. Intermediates are released as the plan frees them, and all
+// of them if a step fails. Error{InvalidArgument} for bad inputs and a
+// kernel's reported error.
+RunResult run(const Plan& plan, const KernelLookup& kernels, const std::vector<Tensor>& inputs,
+              Allocator& allocator);
+
+// An extern call on host memory: `inputs` are views (element 0 at `data`),
+// `out` laid out as given. Matrix products of f32/f64 go through BLAS, the rest
+// through the reference interpreter.
+void runExtern(const std::string& op, const std::vector<Tensor>& inputs,
+               const std::vector<ir::Attr>& attrs, const Tensor& out);
+
+// The number of elements a layout spans (its last element's position + 1).
+int64_t extent(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides);
+
+} // namespace kiln::runtime

@@ -1,0 +1,282 @@
+// The plan's interpreter: binds symbols, allocates buffers as steps need them,
+// runs kernels and extern calls in order, frees what the plan frees.
+#include "kiln/runtime/runtime.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "blas.h"
+#include "kiln/common/error.h"
+#include "kiln/ir/interpreter.h"
+#include "kiln/sym/print.h"
+#include "kiln/sym/range.h"
+#include "kiln/sym/symbol_table.h"
+
+namespace kiln::runtime {
+namespace {
+
+[[noreturn]] void invalid(const std::string& message) {
+  throw Error(ErrorCode::InvalidArgument, message);
+}
+
+std::vector<int64_t> evaluateAll(const ir::Shape& shape, const sym::Binding& binding) {
+  std::vector<int64_t> out;
+  for (sym::Expr e : shape) out.push_back(sym::evaluate(e, binding));
+  return out;
+}
+
+std::byte* at(void* data, int64_t offset, ir::DType dtype) {
+  return static_cast<std::byte*>(data) + offset * static_cast<int64_t>(elementSize(dtype));
+}
+
+// A tensor's bytes copied into a HostTensor for the reference interpreter.
+ir::HostTensor hostCopy(const Tensor& t) {
+  ir::HostTensor h;
+  h.dtype = t.dtype;
+  h.sizes = t.sizes;
+  h.strides = t.strides;
+  size_t bytes = static_cast<size_t>(extent(t.sizes, t.strides)) * elementSize(t.dtype);
+  auto* from = static_cast<std::byte*>(t.data);
+  h.storage = std::make_shared<std::vector<std::byte>>(from, from + bytes);
+  return h;
+}
+
+// Copies `from` into `to` element by element (same dtype and sizes).
+void copyInto(const ir::HostTensor& from, const Tensor& to) {
+  for (int64_t s : to.sizes)
+    if (s == 0) return;
+  size_t size = elementSize(to.dtype);
+  std::vector<int64_t> idx(to.sizes.size(), 0);
+  const std::byte* base = from.storage->data() + from.storageOffset * static_cast<int64_t>(size);
+  while (true) {
+    int64_t src = 0, dst = 0;
+    for (size_t k = 0; k < idx.size(); ++k) {
+      src += idx[k] * from.strides[k];
+      dst += idx[k] * to.strides[k];
+    }
+    std::memcpy(at(to.data, dst, to.dtype), base + src * static_cast<int64_t>(size), size);
+    size_t k = idx.size();
+    while (k > 0 && ++idx[k - 1] == to.sizes[k - 1]) idx[--k] = 0;
+    if (k == 0) return;
+  }
+}
+
+double numberAttr(const std::vector<ir::Attr>& attrs, const char* name) {
+  for (const ir::Attr& a : attrs) {
+    if (a.name != name) continue;
+    if (auto* d = std::get_if<double>(&a.value)) return *d;
+    if (auto* i = std::get_if<int64_t>(&a.value)) return static_cast<double>(*i);
+  }
+  return 1.0;
+}
+
+// The plan's buffers during one run; releases what it allocated unless handed out.
+class Buffers {
+public:
+  Buffers(const Plan& plan, const std::vector<Tensor>& inputs, Allocator& allocator,
+          const sym::Binding& binding)
+      : plan_(plan), allocator_(allocator), binding_(binding), data_(plan.buffers.size(), nullptr),
+        owned_(plan.buffers.size(), false) {
+    for (size_t k = 0; k < plan.buffers.size(); ++k)
+      if (plan.buffers[k].input >= 0) data_[k] = inputs.at(static_cast<size_t>(plan.buffers[k].input)).data;
+  }
+  ~Buffers() {
+    for (size_t k = 0; k < data_.size(); ++k)
+      if (owned_[k] && data_[k]) allocator_.release(data_[k]);
+  }
+
+  // Element 0 of every buffer (null for those not allocated or freed).
+  char* const* pointers() { return reinterpret_cast<char* const*>(data_.data()); }
+
+  void* ensure(uint32_t id) {
+    if (data_[id] || plan_.buffers[id].input >= 0) return data_[id];
+    const ir::TensorMeta& layout = plan_.buffers[id].layout;
+    int64_t n = extent(evaluateAll(layout.sizes, binding_), evaluateAll(layout.strides, binding_));
+    data_[id] = allocator_.allocate(static_cast<size_t>(std::max<int64_t>(n, 1)) *
+                                    elementSize(layout.dtype));
+    owned_[id] = true;
+    return data_[id];
+  }
+
+  void free(uint32_t id) {
+    if (owned_[id] && data_[id]) allocator_.release(data_[id]);
+    data_[id] = nullptr;
+    owned_[id] = false;
+  }
+
+  Tensor view(const View& v) {
+    Tensor t;
+    t.dtype = v.meta.dtype;
+    t.sizes = evaluateAll(v.meta.sizes, binding_);
+    t.strides = evaluateAll(v.meta.strides, binding_);
+    t.data = at(ensure(v.buffer), sym::evaluate(v.meta.storageOffset, binding_), v.meta.dtype);
+    return t;
+  }
+
+  // The outputs: views of buffers now owned by the caller.
+  RunResult handOut(const std::vector<View>& outputs) {
+    RunResult result;
+    for (const View& v : outputs) result.outputs.push_back(view(v));
+    for (const View& v : outputs) {
+      if (!owned_[v.buffer]) continue;
+      result.buffers.push_back(data_[v.buffer]);
+      owned_[v.buffer] = false;
+    }
+    return result;
+  }
+
+private:
+  const Plan& plan_;
+  Allocator& allocator_;
+  const sym::Binding& binding_;
+  std::vector<void*> data_;
+  std::vector<bool> owned_;
+};
+
+} // namespace
+
+void* HostAllocator::allocate(size_t bytes) {
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) throw Error(ErrorCode::ResourceExhausted, "runtime: out of memory for " + std::to_string(bytes) + " bytes");
+  return p;
+}
+
+void HostAllocator::release(void* data) {
+  std::free(data);
+}
+
+int64_t extent(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  int64_t last = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return 0;
+    last += (sizes[d] - 1) * strides[d];
+  }
+  return last + 1;
+}
+
+sym::Binding bindInputs(const std::vector<ir::Value>& inputs, const std::vector<Tensor>& tensors) {
+  if (inputs.size() != tensors.size())
+    invalid(std::to_string(inputs.size()) + " inputs expected, got " + std::to_string(tensors.size()));
+  sym::Binding binding;
+  auto bindOne = [&](sym::Expr e, int64_t actual) {
+    if (e.isSymbol() && !binding.count(e)) binding[e] = actual;
+  };
+  for (size_t k = 0; k < inputs.size(); ++k) { // check ranks and dtypes first
+    const Tensor& t = tensors[k];
+    if (!inputs[k].isTensor()) {
+      if (t.dtype != ir::DType::Int64 || !t.sizes.empty())
+        invalid("input " + std::to_string(k) + " must be a 0-d int64 tensor (a symbolic int)");
+      continue;
+    }
+    const ir::TensorMeta& m = inputs[k].tensor();
+    if (m.dim() != t.sizes.size() || t.strides.size() != t.sizes.size())
+      invalid("input " + std::to_string(k) + ": rank " + std::to_string(t.sizes.size()) +
+              ", expected " + std::to_string(m.dim()));
+    if (m.dtype != t.dtype)
+      invalid("input " + std::to_string(k) + ": dtype " + std::string(ir::name(t.dtype)) +
+              ", expected " + std::string(ir::name(m.dtype)));
+  }
+  // Sizes bind first, then strides (of dims not of size 1), then symbolic ints,
+  // so a wrong stride is reported as one rather than as a size.
+  for (int pass = 0; pass < 3; ++pass)
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const Tensor& t = tensors[k];
+      if (!inputs[k].isTensor()) {
+        if (pass == 2) bindOne(inputs[k].symInt(), *static_cast<const int64_t*>(t.data));
+        continue;
+      }
+      const ir::TensorMeta& m = inputs[k].tensor();
+      for (size_t d = 0; d < m.dim(); ++d) {
+        if (pass == 0) bindOne(m.sizes[d], t.sizes[d]);
+        if (pass == 1 && t.sizes[d] != 1) bindOne(m.strides[d], t.strides[d]);
+      }
+    }
+  for (auto& [symbol, value] : binding)
+    if (!sym::range(symbol).contains(value))
+      invalid("symbol " + sym::toString(symbol) + " = " + std::to_string(value) +
+              " lies outside its range");
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Tensor& t = tensors[k];
+    if (!inputs[k].isTensor()) {
+      int64_t value = *static_cast<const int64_t*>(t.data);
+      if (sym::evaluate(inputs[k].symInt(), binding) != value)
+        invalid("input " + std::to_string(k) + ": " + std::to_string(value) + ", expected " +
+                sym::toString(inputs[k].symInt()));
+      continue;
+    }
+    const ir::TensorMeta& m = inputs[k].tensor();
+    for (size_t d = 0; d < m.dim(); ++d) {
+      if (sym::evaluate(m.sizes[d], binding) != t.sizes[d])
+        invalid("input " + std::to_string(k) + ": size " + std::to_string(t.sizes[d]) + " at dim " +
+                std::to_string(d) + ", expected " + sym::toString(m.sizes[d]));
+      if (t.sizes[d] != 1 && sym::evaluate(m.strides[d], binding) != t.strides[d])
+        invalid("input " + std::to_string(k) + ": stride " + std::to_string(t.strides[d]) +
+                " at dim " + std::to_string(d) + ", expected " + sym::toString(m.strides[d]));
+    }
+  }
+  return binding;
+}
+
+void runExtern(const std::string& op, const std::vector<Tensor>& inputs,
+               const std::vector<ir::Attr>& attrs, const Tensor& out) {
+  if (detail::blasMatmul(op, inputs, numberAttr(attrs, "alpha"), numberAttr(attrs, "beta"), out))
+    return;
+  // TODO(issue 4): attention, scatter_add, dropout and products of other dtypes
+  // as kernels of their own rather than through the reference interpreter.
+  sym::SymbolTable table;
+  ir::Graph g(table);
+  std::vector<ir::HostTensor> hosts;
+  std::vector<ir::ValueId> ids;
+  for (const Tensor& t : inputs) {
+    ir::TensorMeta m;
+    m.dtype = t.dtype;
+    for (size_t d = 0; d < t.sizes.size(); ++d) {
+      m.sizes.push_back(table.integer(t.sizes[d]));
+      m.strides.push_back(table.integer(t.strides[d]));
+    }
+    m.storageOffset = table.integer(0);
+    ids.push_back(g.placeholder("in" + std::to_string(ids.size()), ir::Value(m)));
+    hosts.push_back(hostCopy(t));
+  }
+  g.setOutputs({g.call(op, ids, attrs)});
+  copyInto(ir::interpret(g, std::move(hosts)).at(0), out);
+}
+
+RunResult run(const Plan& plan, const KernelLookup& kernels, const std::vector<Tensor>& inputs,
+              Allocator& allocator) {
+  sym::Binding binding = bindInputs(plan.inputs, inputs);
+  std::vector<int64_t> symbols;
+  for (sym::Expr s : plan.symbols) symbols.push_back(sym::evaluate(s, binding));
+  std::vector<KernelFn> fns;
+  for (const std::string& name : plan.kernels) fns.push_back(kernels(name));
+  Buffers buffers(plan, inputs, allocator, binding);
+  for (const Step& step : plan.steps) {
+    switch (step.kind) {
+    case Step::RunKernel: {
+      for (uint32_t b : step.writes) buffers.ensure(b);
+      int status = fns.at(step.kernel)(buffers.pointers(), symbols.data());
+      if (status == 1) invalid(plan.kernels[step.kernel] + ": integer division by zero");
+      if (status == 2) invalid(plan.kernels[step.kernel] + ": an index is out of range");
+      if (status != 0)
+        throw Error(ErrorCode::Internal, plan.kernels[step.kernel] + ": status " + std::to_string(status));
+      break;
+    }
+    case Step::CallExtern: {
+      std::vector<Tensor> args;
+      for (const View& v : step.inputs) args.push_back(buffers.view(v));
+      View whole{step.buffer, plan.buffers[step.buffer].layout};
+      whole.meta.storageOffset = plan.buffers[step.buffer].layout.storageOffset;
+      std::vector<ir::Attr> attrs = step.attrs;
+      for (ir::Attr& a : attrs)
+        if (auto* e = std::get_if<sym::Expr>(&a.value)) a.value = sym::evaluate(*e, binding);
+      runExtern(step.op, args, attrs, buffers.view(whole));
+      break;
+    }
+    case Step::Free: buffers.free(step.buffer); break;
+    }
+  }
+  return buffers.handOut(plan.outputs);
+}
+
+} // namespace kiln::runtime

@@ -1,0 +1,176 @@
+// The plan interpreter: binding inputs, buffer lifetimes, kernels' statuses
+// and extern calls.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "kiln/common/error.h"
+#include "kiln/runtime/runtime.h"
+#include "kiln/sym/range.h"
+#include "kiln/sym/symbol_table.h"
+
+namespace kiln::runtime {
+namespace {
+
+using ir::DType;
+
+// Counts what is outstanding, so tests see every release.
+class CountingAllocator : public Allocator {
+public:
+  void* allocate(size_t bytes) override {
+    void* p = host_.allocate(bytes);
+    live_[p] = bytes;
+    ++allocations;
+    return p;
+  }
+  void release(void* data) override {
+    ASSERT_EQ(live_.erase(data), 1u) << "released twice or never allocated";
+    host_.release(data);
+  }
+  size_t live() const { return live_.size(); }
+  size_t allocations = 0;
+
+private:
+  HostAllocator host_;
+  std::map<void*, size_t> live_;
+};
+
+// y[i] = 2 * x[i] over s0 elements (buffers: 0 = x, 1 = y).
+int twice(char* const* buffers, const int64_t* symbols) {
+  auto* x = reinterpret_cast<const float*>(buffers[0]);
+  auto* y = reinterpret_cast<float*>(buffers[1]);
+  for (int64_t i = 0; i < symbols[0]; ++i) y[i] = 2 * x[i];
+  return 0;
+}
+// z[i] = y[i] + 1 (buffers: 1 = y, 2 = z).
+int plusOne(char* const* buffers, const int64_t* symbols) {
+  auto* y = reinterpret_cast<const float*>(buffers[1]);
+  auto* z = reinterpret_cast<float*>(buffers[2]);
+  for (int64_t i = 0; i < symbols[0]; ++i) z[i] = y[i] + 1;
+  return 0;
+}
+int divides(char* const*, const int64_t*) {
+  return 1; // as an emitted kernel reports an integer division by zero
+}
+
+struct Runtime : ::testing::Test {
+  sym::SymbolTable table;
+  sym::Expr s0 = table.createBacked(4, {1, sym::kInf});
+
+  ir::TensorMeta vector(sym::Expr n) { return ir::TensorMeta::contiguous(DType::Float32, {n}, table); }
+
+  // x -> y = 2x (freed after use) -> z = y + 1 (the output).
+  Plan twoKernels(KernelFn second = plusOne) {
+    Plan plan;
+    plan.inputs = {ir::Value(vector(s0))};
+    plan.buffers = {{"x", vector(s0), 0}, {"y", vector(s0), -1}, {"z", vector(s0), -1}};
+    plan.kernels = {"twice", second == plusOne ? "plus_one" : "divides"};
+    plan.symbols = {s0};
+    Step first;
+    first.kernel = 0;
+    first.writes = {1};
+    Step then;
+    then.kernel = 1;
+    then.writes = {2};
+    Step free;
+    free.kind = Step::Free;
+    free.buffer = 1;
+    plan.steps = {first, then, free};
+    plan.outputs = {{2, vector(s0)}};
+    return plan;
+  }
+  KernelLookup kernels() {
+    return [](const std::string& name) -> KernelFn {
+      if (name == "twice") return twice;
+      if (name == "plus_one") return plusOne;
+      return divides;
+    };
+  }
+};
+
+TEST_F(Runtime, RunsStepsAndHandsTheOutputsOver) {
+  std::vector<float> x = {1, 2, 3};
+  CountingAllocator allocator;
+  RunResult r = run(twoKernels(), kernels(), {{DType::Float32, x.data(), {3}, {1}}}, allocator);
+  ASSERT_EQ(r.outputs.size(), 1u);
+  auto* z = static_cast<float*>(r.outputs[0].data);
+  EXPECT_EQ(std::vector<float>(z, z + 3), (std::vector<float>{3, 5, 7}));
+  EXPECT_EQ(allocator.allocations, 2u);
+  EXPECT_EQ(allocator.live(), 1u); // y was freed, z is the caller's
+  ASSERT_EQ(r.buffers.size(), 1u);
+  allocator.release(r.buffers[0]);
+}
+
+TEST_F(Runtime, AFailingKernelReleasesEverything) {
+  std::vector<float> x = {1, 2};
+  CountingAllocator allocator;
+  try {
+    run(twoKernels(divides), kernels(), {{DType::Float32, x.data(), {2}, {1}}}, allocator);
+    FAIL() << "ran past a kernel's error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(e.message().find("division by zero"), std::string::npos) << e.message();
+  }
+  EXPECT_EQ(allocator.live(), 0u);
+}
+
+TEST_F(Runtime, BindsSymbolsAndNamesWhatDisagrees) {
+  sym::Expr s1 = table.createBacked(3, {2, 10});
+  std::vector<ir::Value> inputs = {
+      ir::Value(ir::TensorMeta::contiguous(DType::Float32, {s0, s1}, table)),
+      ir::Value(ir::TensorMeta::contiguous(DType::Float32, {s1}, table)),
+      ir::Value(s0)};
+  std::vector<float> a(12), b(3);
+  int64_t four = 4, five = 5;
+  sym::Binding binding = bindInputs(
+      inputs, {{DType::Float32, a.data(), {4, 3}, {3, 1}}, {DType::Float32, b.data(), {3}, {1}},
+               {DType::Int64, &four, {}, {}}});
+  EXPECT_EQ(binding.at(s0), 4);
+  EXPECT_EQ(binding.at(s1), 3);
+  auto expectInvalid = [&](std::vector<Tensor> tensors, const std::string& says) {
+    try {
+      bindInputs(inputs, tensors);
+      ADD_FAILURE() << "accepted: " << says;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+      EXPECT_NE(e.message().find(says), std::string::npos) << e.message();
+    }
+  };
+  Tensor good0{DType::Float32, a.data(), {4, 3}, {3, 1}}, good1{DType::Float32, b.data(), {3}, {1}};
+  Tensor scalar{DType::Int64, &four, {}, {}};
+  expectInvalid({good0, {DType::Float32, b.data(), {2}, {1}}, scalar}, "input 1: size 2");
+  expectInvalid({good0, {DType::Float64, b.data(), {3}, {1}}, scalar}, "dtype f64");
+  expectInvalid({good0, good1, {DType::Int64, &five, {}, {}}}, "input 2: 5, expected s0");
+  expectInvalid({{DType::Float32, a.data(), {4, 3}, {1, 4}}, good1, scalar}, "stride");
+  expectInvalid({{DType::Float32, a.data(), {1, 12}, {12, 1}}, {DType::Float32, b.data(), {12}, {1}},
+                 {DType::Int64, &four, {}, {}}},
+                "outside its range");
+  expectInvalid({good0, good1}, "3 inputs expected, got 2");
+}
+
+TEST_F(Runtime, ExternMatrixProductsMatchTheInterpreter) {
+  // addmm with a broadcast bias, beta and alpha, B transposed: BLAS where built
+  // with it; the same values either way.
+  std::vector<float> bias = {1, -1}, a = {1, 2, 3, 4, 5, 6}, bT = {1, 0, 1, 0, 1, 1}, out(6);
+  std::vector<ir::Attr> attrs = {{"beta", 0.5}, {"alpha", 2.0}};
+  runExtern("addmm",
+            {{DType::Float32, bias.data(), {2}, {1}}, {DType::Float32, a.data(), {3, 2}, {2, 1}},
+             {DType::Float32, bT.data(), {2, 2}, {1, 3}}},
+            attrs, {DType::Float32, out.data(), {3, 2}, {2, 1}});
+  // a @ b where b = [[1, 0], [0, 1]] read column-major from bT's first 4 elements ...
+  std::vector<float> expected;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 2; ++j) {
+      float dot = 0;
+      for (int k = 0; k < 2; ++k) dot += a[i * 2 + k] * bT[j * 3 + k];
+      expected.push_back(0.5f * bias[j] + 2 * dot);
+    }
+  EXPECT_EQ(out, expected);
+  std::vector<int64_t> ia = {1, 2, 3, 4}, ib = {1, 1, 1, 1}, iout(4);
+  runExtern("mm", {{DType::Int64, ia.data(), {2, 2}, {2, 1}}, {DType::Int64, ib.data(), {2, 2}, {2, 1}}},
+            {}, {DType::Int64, iout.data(), {2, 2}, {2, 1}}); // not BLAS: the interpreter
+  EXPECT_EQ(iout, (std::vector<int64_t>{3, 3, 7, 7}));
+}
+
+} // namespace
+} // namespace kiln::runtime
