@@ -1,15 +1,75 @@
-# Requests and replies of the codegen service. Members 0 and 1 are the verbs every
-# service answers (see Common.CommonRequest); for now it has only those,
-# its real verbs come with its own issue.
+# The codegen service and what it produces. Members 0 and 1 of the request and
+# reply unions are the verbs every service answers (see Common.CommonRequest).
 @0xa2f63c313263c011;
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("kiln::schema");
 using Common = import "common.capnp";
+using Graph = import "graph.capnp";
+
+# A view of a plan buffer: sizes, strides and offset counted from its element 0.
+struct View {
+  buffer @0 :UInt32;
+  meta @1 :Common.TensorMeta;
+}
+
+struct PlanBuffer {
+  name @0 :Text;
+  layout @1 :Common.TensorMeta;
+  input @2 :Int32;              # the graph input it is, or -1: allocated by the plan
+}
+
+struct PlanStep {
+  union {
+    kernel :group {
+      index @0 :UInt32;         # into Plan.kernels
+      writes @1 :List(UInt32);  # the buffers it stores into
+    }
+    extern :group {
+      buffer @2 :UInt32;        # the result
+      op @3 :Text;              # the IR op (mm, bmm, addmm, matmul, ...)
+      inputs @4 :List(View);
+      attributes @5 :List(Graph.Attribute);
+    }
+    free @6 :UInt32;            # a buffer no later step reads
+  }
+}
+
+# What libs/runtime runs (kiln/runtime/plan.h).
+struct Plan {
+  symbols @0 :List(Graph.Symbol);   # every symbol the plan mentions
+  inputs @1 :List(Graph.Value);     # the graph's placeholders, in order
+  buffers @2 :List(PlanBuffer);
+  kernels @3 :List(Text);           # function names in the library
+  kernelSymbols @4 :List(Text);     # the kernels' symbol slots, by name
+  steps @5 :List(PlanStep);
+  outputs @6 :List(View);
+}
+
+# A compiled graph: one artifact serves every binding its plan's symbols admit.
+struct Artifact {
+  target @0 :Text;      # "cpu"
+  key @1 :Text;         # the content key it is cached under
+  plan @2 :Plan;
+  source @3 :Text;      # the generated code
+  library @4 :Data;     # the compiled shared object
+  explain @5 :Text;     # the scheduled kernels, as `explain` shows them
+}
+
+struct CompileRequest {
+  graph @0 :Graph.Graph;
+  target @1 :Text;      # "cpu"
+}
+
+struct CompileReply {
+  artifact @0 :Artifact;
+  cacheHit @1 :Bool;    # served from the artifact cache: no compiler ran
+}
 
 struct CodegenRequest {
   union {
     ping @0 :Common.Ping;
     info @1 :Void;
+    compile @2 :CompileRequest;
   }
 }
 
@@ -17,5 +77,6 @@ struct CodegenReply {
   union {
     pong @0 :Common.Ping;
     info @1 :Common.ServiceInfo;
+    compile @2 :CompileReply;
   }
 }

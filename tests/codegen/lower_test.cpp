@@ -69,7 +69,7 @@ struct Lower : ::testing::Test {
       ADD_FAILURE() << e.message() << "\n" << e.detail();
       return program;
     }
-    auto library = CpuLibrary::load(so);
+    auto library = runtime::Library::load(so);
     std::remove(so.c_str());
     expectClose(runCpu(program, plan, source, *library, graph, inputs), expected, tolerance, program,
                 "compiled");

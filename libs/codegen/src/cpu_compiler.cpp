@@ -1,6 +1,5 @@
 #include "kiln/codegen/cpu_compiler.h"
 
-#include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,22 +52,6 @@ void compileCpu(const std::string& code, const std::string& soPath) {
   }
   if (std::rename(object.c_str(), soPath.c_str()) != 0)
     throw Error(ErrorCode::Io, "codegen: cannot move the compiled kernels to " + soPath);
-}
-
-std::shared_ptr<CpuLibrary> CpuLibrary::load(const std::string& soPath) {
-  void* handle = ::dlopen(soPath.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle) throw Error(ErrorCode::NotFound, std::string("codegen: cannot load ") + ::dlerror());
-  return std::shared_ptr<CpuLibrary>(new CpuLibrary(handle));
-}
-
-CpuLibrary::~CpuLibrary() {
-  ::dlclose(handle_);
-}
-
-CpuLibrary::KernelFn CpuLibrary::kernel(const std::string& name) const {
-  void* fn = ::dlsym(handle_, name.c_str());
-  if (!fn) throw Error(ErrorCode::NotFound, "codegen: no kernel " + name + " in the library");
-  return reinterpret_cast<KernelFn>(fn);
 }
 
 } // namespace kiln::codegen

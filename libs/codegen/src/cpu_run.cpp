@@ -8,7 +8,7 @@
 namespace kiln::codegen {
 
 std::vector<ir::HostTensor> runCpu(const Program& program, const Schedule& schedule,
-                                   const CpuSource& source, const CpuLibrary& library,
+                                   const CpuSource& source, const runtime::Library& library,
                                    const ir::Graph& graph, std::vector<ir::HostTensor> inputs) {
   runtime::Plan plan = buildPlan(graph, program, schedule, source);
   std::vector<runtime::Tensor> tensors;

@@ -19,6 +19,8 @@ namespace {
   throw Error(ErrorCode::Malformed, "graph: " + message);
 }
 
+} // namespace
+
 void writeMeta(const TensorMeta& m, schema::TensorMeta::Builder out) {
   out.setDtype(static_cast<schema::DType>(m.dtype));
   out.getDevice().setType(static_cast<schema::DeviceType>(m.device.type));
@@ -33,6 +35,8 @@ void writeMeta(const TensorMeta& m, schema::TensorMeta::Builder out) {
     sym::toWire(m.storageOffset, out.initStorageOffset());
   out.setRequiresGrad(m.requiresGrad);
 }
+
+namespace {
 
 void writeTuple(const Value::Tuple& tuple, schema::Value::Builder out) {
   auto list = out.initTuple(static_cast<unsigned>(tuple.size()));
@@ -50,6 +54,8 @@ sym::Expr readInt(schema::SymExpr::Reader e, sym::SymbolTable& table) {
   if (x.isBool()) malformed("a boolean where a size is expected");
   return x;
 }
+
+} // namespace
 
 TensorMeta readMeta(schema::TensorMeta::Reader in, sym::SymbolTable& table) {
   TensorMeta m;
@@ -131,6 +137,43 @@ void readSymbol(schema::Symbol::Reader in, sym::SymbolTable& table) {
   table.declare(name, hint, range);
 }
 
+void writeSymbol(sym::Expr symbol, schema::Symbol::Builder s) {
+  s.setName(symbol.name());
+  if (auto hint = symbol.table().hint(symbol))
+    s.getHint().setValue(*hint);
+  else
+    s.getHint().setNone();
+  sym::Range r = sym::range(symbol);
+  s.setLo(r.lo);
+  s.setHi(r.hi);
+  s.setLoUnbounded(r.lo == sym::kNegInf);
+  s.setHiUnbounded(r.hi == sym::kInf);
+}
+
+void writeValue(const Value& v, schema::Value::Builder out) {
+  if (v.isTensor())
+    writeMeta(v.tensor(), out.initTensor());
+  else if (v.isSymInt())
+    sym::toWire(v.symInt(), out.initSymInt());
+  else
+    writeTuple(v.tuple(), out);
+}
+
+Value readValue(schema::Value::Reader v, sym::SymbolTable& table) {
+  switch (v.which()) {
+  case schema::Value::TENSOR: return readMeta(v.getTensor(), table);
+  case schema::Value::SYM_INT: return readInt(v.getSymInt(), table);
+  case schema::Value::TUPLE: {
+    Value::Tuple tuple;
+    for (auto m : v.getTuple()) tuple.push_back(readMeta(m, table));
+    return tuple;
+  }
+  default: malformed("unknown value kind");
+  }
+}
+
+namespace {
+
 Graph read(schema::Graph::Reader in, sym::SymbolTable& table) {
   for (auto s : in.getSymbols()) readSymbol(s, table);
   auto values = in.getValues();
@@ -160,19 +203,7 @@ Graph read(schema::Graph::Reader in, sym::SymbolTable& table) {
 
   Graph graph(table);
   for (size_t id = 0; id < count; ++id) {
-    auto v = values[static_cast<unsigned>(id)];
-    Value value = [&]() -> Value {
-      switch (v.which()) {
-      case schema::Value::TENSOR: return readMeta(v.getTensor(), table);
-      case schema::Value::SYM_INT: return readInt(v.getSymInt(), table);
-      case schema::Value::TUPLE: {
-        Value::Tuple tuple;
-        for (auto m : v.getTuple()) tuple.push_back(readMeta(m, table));
-        return tuple;
-      }
-      default: malformed("unknown value kind of value " + std::to_string(id));
-      }
-    }();
+    Value value = readValue(values[static_cast<unsigned>(id)], table);
     if (definer[id] < 0) {
       auto p = placeholders[static_cast<unsigned>(-1 - definer[id])];
       graph.append(Node{NodeKind::Placeholder, p.getName(), {}, {}, std::move(value)});
@@ -196,30 +227,12 @@ Graph read(schema::Graph::Reader in, sym::SymbolTable& table) {
 void toWire(const Graph& graph, schema::Graph::Builder out) {
   std::vector<sym::Expr> symbols = mentionedSymbols(graph);
   auto syms = out.initSymbols(static_cast<unsigned>(symbols.size()));
-  for (unsigned i = 0; i < symbols.size(); ++i) {
-    auto s = syms[i];
-    s.setName(symbols[i].name());
-    if (auto hint = graph.symbols().hint(symbols[i]))
-      s.getHint().setValue(*hint);
-    else
-      s.getHint().setNone();
-    sym::Range r = sym::range(symbols[i]);
-    s.setLo(r.lo);
-    s.setHi(r.hi);
-    s.setLoUnbounded(r.lo == sym::kNegInf);
-    s.setHiUnbounded(r.hi == sym::kInf);
-  }
+  for (unsigned i = 0; i < symbols.size(); ++i) writeSymbol(symbols[i], syms[i]);
   const std::vector<Node>& nodes = graph.nodes();
   auto values = out.initValues(static_cast<unsigned>(nodes.size()));
   unsigned placeholderCount = 0;
   for (unsigned id = 0; id < nodes.size(); ++id) {
-    const Value& v = nodes[id].value;
-    if (v.isTensor())
-      writeMeta(v.tensor(), values[id].initTensor());
-    else if (v.isSymInt())
-      sym::toWire(v.symInt(), values[id].initSymInt());
-    else
-      writeTuple(v.tuple(), values[id]);
+    writeValue(nodes[id].value, values[id]);
     placeholderCount += nodes[id].kind == NodeKind::Placeholder;
   }
   auto placeholders = out.initPlaceholders(placeholderCount);

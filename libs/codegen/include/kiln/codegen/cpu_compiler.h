@@ -1,8 +1,7 @@
-// Building emitted C++ into a shared object with the system compiler, and
-// loading one.
+// Building emitted C++ into a shared object with the system compiler (loading
+// one is libs/runtime's: runtime::Library).
 #pragma once
 
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,23 +16,5 @@ std::vector<std::string> cpuCompilerCommand();
 // naming the compiler's exit on failure, with the compiler's messages and the
 // source in the error's detail.
 void compileCpu(const std::string& code, const std::string& soPath);
-
-// A loaded shared object of kernels (dlopen); unloaded when the last owner goes.
-class CpuLibrary {
-public:
-  using KernelFn = int (*)(char* const* buffers, const int64_t* symbols);
-
-  // Error{NotFound} when the file cannot be loaded.
-  static std::shared_ptr<CpuLibrary> load(const std::string& soPath);
-  ~CpuLibrary();
-  CpuLibrary(const CpuLibrary&) = delete;
-  CpuLibrary& operator=(const CpuLibrary&) = delete;
-
-  KernelFn kernel(const std::string& name) const; // Error{NotFound} when absent
-
-private:
-  explicit CpuLibrary(void* handle) : handle_(handle) {}
-  void* handle_;
-};
 
 } // namespace kiln::codegen

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kiln/codegen/cpu_compiler.h"
+#include "kiln/runtime/artifact.h"
 #include "kiln/codegen/cpu_emitter.h"
 #include "kiln/codegen/schedule.h"
 #include "kiln/ir/interpreter.h"
@@ -16,7 +17,7 @@ namespace kiln::codegen {
 // from). Error{InvalidArgument} for inputs that disagree with the graph, and
 // for a kernel's integer division by zero or index out of range.
 std::vector<ir::HostTensor> runCpu(const Program& program, const Schedule& schedule,
-                                   const CpuSource& source, const CpuLibrary& library,
+                                   const CpuSource& source, const runtime::Library& library,
                                    const ir::Graph& graph, std::vector<ir::HostTensor> inputs);
 
 } // namespace kiln::codegen

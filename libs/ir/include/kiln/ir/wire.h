@@ -25,4 +25,16 @@ Graph fromWire(schema::Graph::Reader in, sym::SymbolTable& table);
 std::string toBytes(const Graph& graph);
 Graph fromBytes(std::string_view bytes, sym::SymbolTable& table);
 
+// The pieces, for other schemas that carry metas, values, attributes and
+// symbols (codegen's plans). Readers throw Error{Malformed}; readSymbol
+// declares the symbol in `table`, or narrows it when it exists.
+void writeMeta(const TensorMeta& meta, schema::TensorMeta::Builder out);
+TensorMeta readMeta(schema::TensorMeta::Reader in, sym::SymbolTable& table);
+void writeValue(const Value& value, schema::Value::Builder out);
+Value readValue(schema::Value::Reader in, sym::SymbolTable& table);
+void writeAttr(const Attr& attr, schema::Attribute::Builder out);
+Attr readAttr(schema::Attribute::Reader in, sym::SymbolTable& table);
+void writeSymbol(sym::Expr symbol, schema::Symbol::Builder out);
+void readSymbol(schema::Symbol::Reader in, sym::SymbolTable& table);
+
 } // namespace kiln::ir

@@ -1,0 +1,272 @@
+#include "kiln/runtime/artifact.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
+#include <cctype>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+
+#include "kiln/common/error.h"
+#include "kiln/ir/wire.h"
+#include "kiln/sym/eval.h"
+#include "kiln/sym/symbol_table.h"
+#include "kiln/sym/wire.h"
+
+namespace kiln::runtime {
+namespace {
+
+[[noreturn]] void malformed(const std::string& message) {
+  throw Error(ErrorCode::Malformed, "artifact: " + message);
+}
+
+using SymbolSet = std::set<std::string>;
+
+void collect(sym::Expr e, std::vector<sym::Expr>& out, SymbolSet& seen) {
+  if (e.isNull()) return;
+  for (sym::Expr s : sym::freeSymbols(e))
+    if (seen.insert(s.name()).second) out.push_back(s);
+}
+
+void collect(const ir::TensorMeta& m, std::vector<sym::Expr>& out, SymbolSet& seen) {
+  for (sym::Expr e : m.sizes) collect(e, out, seen);
+  for (sym::Expr e : m.strides) collect(e, out, seen);
+  collect(m.storageOffset, out, seen);
+}
+
+// Every symbol the plan mentions, each once.
+std::vector<sym::Expr> mentioned(const Plan& plan) {
+  std::vector<sym::Expr> out;
+  SymbolSet seen;
+  for (const ir::Value& v : plan.inputs) {
+    if (v.isTensor()) collect(v.tensor(), out, seen);
+    else if (v.isSymInt()) collect(v.symInt(), out, seen);
+  }
+  for (const PlanBuffer& b : plan.buffers) collect(b.layout, out, seen);
+  for (sym::Expr s : plan.symbols) collect(s, out, seen);
+  for (const Step& s : plan.steps) {
+    for (const View& v : s.inputs) collect(v.meta, out, seen);
+    for (const ir::Attr& a : s.attrs) {
+      if (auto* e = std::get_if<sym::Expr>(&a.value)) collect(*e, out, seen);
+      if (auto* es = std::get_if<std::vector<sym::Expr>>(&a.value))
+        for (sym::Expr e : *es) collect(e, out, seen);
+    }
+  }
+  for (const View& v : plan.outputs) collect(v.meta, out, seen);
+  return out;
+}
+
+void writeView(const View& v, schema::View::Builder out) {
+  out.setBuffer(v.buffer);
+  ir::writeMeta(v.meta, out.initMeta());
+}
+
+View readView(schema::View::Reader in, sym::SymbolTable& table, size_t buffers) {
+  if (in.getBuffer() >= buffers) malformed("a view of buffer " + std::to_string(in.getBuffer()));
+  return {in.getBuffer(), ir::readMeta(in.getMeta(), table)};
+}
+
+void writePlan(const Plan& plan, schema::Plan::Builder out) {
+  std::vector<sym::Expr> symbols = mentioned(plan);
+  auto syms = out.initSymbols(static_cast<unsigned>(symbols.size()));
+  for (unsigned i = 0; i < symbols.size(); ++i) ir::writeSymbol(symbols[i], syms[i]);
+  auto inputs = out.initInputs(static_cast<unsigned>(plan.inputs.size()));
+  for (unsigned i = 0; i < plan.inputs.size(); ++i) ir::writeValue(plan.inputs[i], inputs[i]);
+  auto buffers = out.initBuffers(static_cast<unsigned>(plan.buffers.size()));
+  for (unsigned i = 0; i < plan.buffers.size(); ++i) {
+    buffers[i].setName(plan.buffers[i].name);
+    ir::writeMeta(plan.buffers[i].layout, buffers[i].initLayout());
+    buffers[i].setInput(plan.buffers[i].input);
+  }
+  auto kernels = out.initKernels(static_cast<unsigned>(plan.kernels.size()));
+  for (unsigned i = 0; i < plan.kernels.size(); ++i) kernels.set(i, plan.kernels[i]);
+  auto slots = out.initKernelSymbols(static_cast<unsigned>(plan.symbols.size()));
+  for (unsigned i = 0; i < plan.symbols.size(); ++i) slots.set(i, plan.symbols[i].name());
+  auto steps = out.initSteps(static_cast<unsigned>(plan.steps.size()));
+  for (unsigned i = 0; i < plan.steps.size(); ++i) {
+    const Step& s = plan.steps[i];
+    switch (s.kind) {
+    case Step::RunKernel: {
+      auto k = steps[i].initKernel();
+      k.setIndex(s.kernel);
+      auto writes = k.initWrites(static_cast<unsigned>(s.writes.size()));
+      for (unsigned w = 0; w < s.writes.size(); ++w) writes.set(w, s.writes[w]);
+      break;
+    }
+    case Step::CallExtern: {
+      auto e = steps[i].initExtern();
+      e.setBuffer(s.buffer);
+      e.setOp(s.op);
+      auto views = e.initInputs(static_cast<unsigned>(s.inputs.size()));
+      for (unsigned v = 0; v < s.inputs.size(); ++v) writeView(s.inputs[v], views[v]);
+      auto attrs = e.initAttributes(static_cast<unsigned>(s.attrs.size()));
+      for (unsigned a = 0; a < s.attrs.size(); ++a) ir::writeAttr(s.attrs[a], attrs[a]);
+      break;
+    }
+    case Step::Free: steps[i].setFree(s.buffer); break;
+    }
+  }
+  auto outputs = out.initOutputs(static_cast<unsigned>(plan.outputs.size()));
+  for (unsigned i = 0; i < plan.outputs.size(); ++i) writeView(plan.outputs[i], outputs[i]);
+}
+
+Plan readPlan(schema::Plan::Reader in, sym::SymbolTable& table) {
+  Plan plan;
+  for (auto s : in.getSymbols()) ir::readSymbol(s, table);
+  for (auto v : in.getInputs()) plan.inputs.push_back(ir::readValue(v, table));
+  for (auto b : in.getBuffers()) {
+    int32_t input = b.getInput();
+    if (input < -1 || input >= static_cast<int32_t>(plan.inputs.size()))
+      malformed("a buffer of input " + std::to_string(input));
+    plan.buffers.push_back({b.getName(), ir::readMeta(b.getLayout(), table), input});
+  }
+  size_t count = plan.buffers.size();
+  auto buffer = [&](uint32_t id) {
+    if (id >= count) malformed("buffer " + std::to_string(id) + " of " + std::to_string(count));
+    return id;
+  };
+  for (auto k : in.getKernels()) plan.kernels.push_back(k);
+  for (auto name : in.getKernelSymbols()) {
+    auto s = table.lookup(std::string(name));
+    if (!s) malformed("kernel symbol " + std::string(name) + " is not declared");
+    plan.symbols.push_back(*s);
+  }
+  for (auto s : in.getSteps()) {
+    Step step;
+    switch (s.which()) {
+    case schema::PlanStep::KERNEL:
+      step.kind = Step::RunKernel;
+      step.kernel = s.getKernel().getIndex();
+      if (step.kernel >= plan.kernels.size()) malformed("kernel " + std::to_string(step.kernel));
+      for (uint32_t w : s.getKernel().getWrites()) step.writes.push_back(buffer(w));
+      break;
+    case schema::PlanStep::EXTERN:
+      step.kind = Step::CallExtern;
+      step.buffer = buffer(s.getExtern().getBuffer());
+      step.op = s.getExtern().getOp();
+      for (auto v : s.getExtern().getInputs()) step.inputs.push_back(readView(v, table, count));
+      for (auto a : s.getExtern().getAttributes()) step.attrs.push_back(ir::readAttr(a, table));
+      break;
+    case schema::PlanStep::FREE:
+      step.kind = Step::Free;
+      step.buffer = buffer(s.getFree());
+      break;
+    default: malformed("unknown step kind");
+    }
+    plan.steps.push_back(std::move(step));
+  }
+  for (auto v : in.getOutputs()) plan.outputs.push_back(readView(v, table, count));
+  return plan;
+}
+
+std::string keyFileName(const std::string& key) {
+  std::string out;
+  for (char c : key)
+    if (std::isalnum(static_cast<unsigned char>(c))) out += c;
+  if (out.empty()) malformed("an artifact without a key");
+  return out;
+}
+
+} // namespace
+
+void toWire(const Artifact& a, schema::Artifact::Builder out) {
+  out.setTarget(a.target);
+  out.setKey(a.key);
+  writePlan(a.plan, out.initPlan());
+  out.setSource(a.source);
+  out.setLibrary(kj::arrayPtr(reinterpret_cast<const kj::byte*>(a.library.data()), a.library.size()));
+  out.setExplain(a.explain);
+}
+
+Artifact fromWire(schema::Artifact::Reader in, sym::SymbolTable& table) {
+  try {
+    Artifact a;
+    a.target = in.getTarget();
+    a.key = in.getKey();
+    a.plan = readPlan(in.getPlan(), table);
+    a.source = in.getSource();
+    auto library = in.getLibrary();
+    a.library.assign(reinterpret_cast<const char*>(library.begin()), library.size());
+    a.explain = in.getExplain();
+    return a;
+  } catch (const kj::Exception& e) {
+    malformed(e.getDescription().cStr());
+  }
+}
+
+std::string toBytes(const Artifact& artifact) {
+  capnp::MallocMessageBuilder message;
+  toWire(artifact, message.initRoot<schema::Artifact>());
+  kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
+  auto bytes = words.asBytes();
+  return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+}
+
+Artifact fromBytes(std::string_view bytes, sym::SymbolTable& table) {
+  if (bytes.size() % sizeof(capnp::word) != 0) malformed("not a whole number of words");
+  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
+  std::memcpy(words.begin(), bytes.data(), bytes.size());
+  try {
+    capnp::ReaderOptions options;
+    options.traversalLimitInWords = uint64_t{1} << 30;
+    capnp::FlatArrayMessageReader reader(words, options);
+    return fromWire(reader.getRoot<schema::Artifact>(), table);
+  } catch (const kj::Exception& e) {
+    malformed(e.getDescription().cStr());
+  }
+}
+
+std::shared_ptr<Library> Library::load(const std::string& path) {
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) throw Error(ErrorCode::NotFound, std::string("runtime: cannot load ") + ::dlerror());
+  return std::shared_ptr<Library>(new Library(handle));
+}
+
+Library::~Library() {
+  ::dlclose(handle_);
+}
+
+KernelFn Library::kernel(const std::string& name) const {
+  void* fn = ::dlsym(handle_, name.c_str());
+  if (!fn) throw Error(ErrorCode::NotFound, "runtime: no kernel " + name + " in the library");
+  return reinterpret_cast<KernelFn>(fn);
+}
+
+std::shared_ptr<LoadedArtifact> LoadedArtifact::load(std::string_view bytes, const std::string& dir) {
+  std::shared_ptr<LoadedArtifact> loaded(new LoadedArtifact());
+  loaded->table_ = std::make_unique<sym::SymbolTable>();
+  loaded->artifact_ = fromBytes(bytes, *loaded->table_);
+  const Artifact& a = loaded->artifact_;
+  if (!a.plan.kernels.empty()) {
+    std::string path = dir + "/" + keyFileName(a.key) + ".so";
+    if (::access(path.c_str(), R_OK) != 0) { // written once, atomically
+      std::string temp = path + ".tmp" + std::to_string(::getpid());
+      {
+        std::ofstream out(temp, std::ios::binary);
+        out.write(a.library.data(), static_cast<std::streamsize>(a.library.size()));
+        if (!out) throw Error(ErrorCode::Io, "runtime: cannot write " + temp);
+      }
+      if (std::rename(temp.c_str(), path.c_str()) != 0)
+        throw Error(ErrorCode::Io, "runtime: cannot move the library to " + path);
+    }
+    loaded->library_ = Library::load(path);
+  }
+  return loaded;
+}
+
+RunResult LoadedArtifact::run(const std::vector<Tensor>& inputs, Allocator& allocator) const {
+  return runtime::run(
+      artifact_.plan,
+      [&](const std::string& name) -> KernelFn {
+        if (!library_) throw Error(ErrorCode::NotFound, "runtime: the artifact has no library");
+        return library_->kernel(name);
+      },
+      inputs, allocator);
+}
+
+} // namespace kiln::runtime
