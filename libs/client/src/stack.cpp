@@ -3,9 +3,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include <capnp/serialize.h>
 #include <fmt/format.h>
 
 #include "kiln/common/process.h"
+#include "kiln/ir/wire.h"
+#include "kiln/schema/codegen.capnp.h"
 #include "kiln/schema/common.capnp.h"
 #include "kiln/schema/launcher.capnp.h"
 
@@ -117,6 +120,25 @@ std::string Stack::ping(const std::string& service, const std::string& payload, 
     if (!root.isPong()) throw Error(ErrorCode::Malformed, "reply to `ping` is not pong", service);
     auto bytes = root.getPong().getPayload();
     return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+  });
+}
+
+Compiled Stack::compile(const ir::Graph& graph, const std::string& target, Millis timeout) {
+  capnp::MallocMessageBuilder request;
+  auto compile = request.initRoot<schema::CodegenRequest>().initCompile();
+  ir::toWire(graph, compile.initGraph());
+  compile.setTarget(target);
+  auto reply = rpc_->call("codegen", request, timeout);
+  return rpc::decoding([&] {
+    auto root = reply->root<schema::CodegenReply>();
+    if (!root.isCompile())
+      throw Error(ErrorCode::Malformed, "reply to `compile` is not compile", "codegen");
+    capnp::MallocMessageBuilder artifact;
+    artifact.setRoot(root.getCompile().getArtifact());
+    auto words = capnp::messageToFlatArray(artifact);
+    auto bytes = words.asBytes();
+    return Compiled{std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size()),
+                    root.getCompile().getCacheHit()};
   });
 }
 

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -13,6 +14,8 @@
 namespace kiln::codegen {
 namespace {
 
+std::atomic<size_t> runs{0};
+
 std::string readFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
@@ -21,6 +24,10 @@ std::string readFile(const std::string& path) {
 }
 
 } // namespace
+
+size_t compilerRuns() {
+  return runs.load();
+}
 
 std::vector<std::string> cpuCompilerCommand() {
   const char* cxx = std::getenv("KILN_CXX");
@@ -39,6 +46,7 @@ void compileCpu(const std::string& code, const std::string& soPath) {
   std::string command;
   for (const std::string& part : cpuCompilerCommand()) command += part + " ";
   command += "-o '" + object + "' '" + source + "' > '" + log + "' 2>&1";
+  ++runs;
   int status = std::system(command.c_str());
   std::string messages = readFile(log);
   std::remove(source.c_str());

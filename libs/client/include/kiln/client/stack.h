@@ -9,6 +9,7 @@
 #include "kiln/client/stack_paths.h"
 #include "kiln/client/status.h"
 #include "kiln/common/clock.h"
+#include "kiln/ir/graph.h"
 #include "kiln/rpc/client.h"
 
 namespace kiln::client {
@@ -19,6 +20,13 @@ struct ServiceInfo {
   int pid = 0;
   uint64_t uptimeMs = 0;
   std::string buildId;
+};
+
+// A graph compiled by the codegen service: the artifact's bytes
+// (schemas/codegen.capnp; kiln::runtime::LoadedArtifact loads them).
+struct Compiled {
+  std::string artifact;
+  bool cacheHit = false; // served from the artifact cache: no compiler ran
 };
 
 struct SwapResult {
@@ -39,6 +47,11 @@ public:
   std::string ping(const std::string& service, const std::string& payload = {},
                    Millis timeout = Millis(5000));
   StackStatus status(Millis timeout = Millis(5000));
+  // Compiles `graph` for `target` ("cpu") through the codegen service. A
+  // compiler failure is Error{internal} with the compiler's messages and the
+  // generated source in its detail; an op without a lowering Error{unsupported}.
+  Compiled compile(const ir::Graph& graph, const std::string& target = "cpu",
+                   Millis timeout = Millis(120000));
   // Asks the launcher to drain and stop every service and exit; returns once it agreed.
   void down(Millis timeout = Millis(5000));
   // Starts `binary` for `service`, waits for it to register, drains the old workers.

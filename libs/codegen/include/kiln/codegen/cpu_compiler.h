@@ -2,6 +2,7 @@
 // one is libs/runtime's: runtime::Library).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -16,5 +17,8 @@ std::vector<std::string> cpuCompilerCommand();
 // naming the compiler's exit on failure, with the compiler's messages and the
 // source in the error's detail.
 void compileCpu(const std::string& code, const std::string& soPath);
+
+// How many times this process ran the compiler (cache tests assert a hit ran none).
+size_t compilerRuns();
 
 } // namespace kiln::codegen
