@@ -40,6 +40,12 @@ struct Node {
   Table* table;       // the owner
   int64_t value;      // Integer/Boolean: the value; Sum: the constant; Product: the degree
   SymbolInfo* symbol; // Symbol: its entry; nullptr otherwise
+  // The range of an inner integer node, valid while rangeEpoch equals its
+  // table's (see rangeOfNode): a DAG's shared subexpressions are walked once,
+  // and a builder does not rewalk the operands it was given.
+  mutable std::atomic<uint64_t> rangeEpoch{0};
+  mutable std::atomic<int64_t> rangeLo{kNegInf};
+  mutable std::atomic<int64_t> rangeHi{kInf};
 
   const Term* terms() const { return reinterpret_cast<const Term*>(this + 1); }
   const Term* end() const { return terms() + size; }
@@ -66,6 +72,9 @@ public:
   size_t nodeCount() const;
 
   Expr integer(int64_t v) { return Expr(intern(Kind::Integer, v, nullptr, 0)); }
+  // Changes whenever a symbol's range narrows, which makes every cached node
+  // range stale (still sound, but maybe wider than it now needs to be).
+  uint64_t rangeEpoch() const { return rangeEpoch_.load(std::memory_order_acquire); }
   Expr boolean(bool v) { return v ? trueNode_ : falseNode_; }
 
   SymbolTable& owner;
@@ -85,6 +94,7 @@ private:
   std::unordered_map<std::string, const Node*> byName_;
   uint64_t counters_[2] = {0, 0}; // next s<n>, u<n>
   Expr trueNode_, falseNode_;
+  std::atomic<uint64_t> rangeEpoch_{1}; // 0 marks a node range never computed
 };
 
 inline Table& tableOf(Expr e) {

@@ -183,6 +183,7 @@ void Table::narrow(SymbolInfo& info, Range range) {
                                                 " excludes its hint " + std::to_string(*info.hint));
   info.lo.store(next.lo, std::memory_order_relaxed);
   info.hi.store(next.hi, std::memory_order_relaxed);
+  rangeEpoch_.fetch_add(1, std::memory_order_acq_rel); // after the bounds: see rangeOfNode
 }
 
 size_t Table::nodeCount() const {
