@@ -76,18 +76,40 @@ bool hasArgument(const Node* c, const Node* x) {
   return std::binary_search(c->terms(), c->end(), Term{Expr(x), 1}, lessNode);
 }
 
+// The non-constant terms of one side of a relation, as stored.
+Terms sideTerms(const Node* side, Term& single) {
+  if (side->kind == Kind::Integer) return Terms(nullptr, 0);
+  if (side->kind == Kind::Sum) return Terms(side->terms(), side->size);
+  single = {Expr(side), 1};
+  return Terms(&single, 1);
+}
+
+bool sameTerms(Terms a, Terms b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](const Term& x, const Term& y) {
+           return x.expr == y.expr && x.coeff == y.coeff;
+         });
+}
+
+int64_t sideConstant(const Node* side) {
+  return side->kind == Kind::Integer || side->kind == Kind::Sum ? side->value : 0;
+}
+
 // Le(a1, b1) and Le(a2, b2) say d1 = b1 - a1 >= 0 and d2 >= 0; over integers
-// one is the other's negation iff d2 == -d1 - 1, i.e. d1 + d2 == -1.
+// one is the other's negation iff d2 == -d1 - 1. The sides of a stored
+// relation share no monomial, so that is: a2 and b1 have the same terms, b2
+// and a1 too, and the constants of d1 and d2 add up to -1.
 bool oppositeLe(const Node* x, const Node* y) {
-  auto difference = [](const Node* r) {
-    return combine(polyOf(r->terms()[1].expr.node()), polyOf(r->terms()[0].expr.node()), -1);
-  };
-  try {
-    const Poly sum = combine(difference(x), difference(y), 1);
-    return sum.terms.empty() && sum.constant == -1;
-  } catch (const Error&) { // overflow: not provably opposite
+  const Node *a1 = x->terms()[0].expr.node(), *b1 = x->terms()[1].expr.node();
+  const Node *a2 = y->terms()[0].expr.node(), *b2 = y->terms()[1].expr.node();
+  Term s1, s2, s3, s4;
+  if (!sameTerms(sideTerms(a2, s1), sideTerms(b1, s2)) ||
+      !sameTerms(sideTerms(b2, s3), sideTerms(a1, s4)))
     return false;
-  }
+  int64_t d1, d2, sum;
+  return !__builtin_sub_overflow(sideConstant(b1), sideConstant(a1), &d1) &&
+         !__builtin_sub_overflow(sideConstant(b2), sideConstant(a2), &d2) &&
+         !__builtin_add_overflow(d1, d2, &sum) && sum == -1;
 }
 
 // Whether y is the negation of x. Both are canonical, so a negated relation is
