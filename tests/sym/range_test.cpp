@@ -102,3 +102,12 @@ TEST_F(Ranges, FollowsNarrowingAfterACachedRange) {
   EXPECT_EQ(range(e), (Range{0, 250}));
   EXPECT_EQ(range(floorDiv(n, a)), (Range{0, 50}));
 }
+
+TEST_F(Ranges, ForgetsCachedRangesWhenTheStampWraps) {
+  // The cache's stamp has 16 bits: after 65535 narrowings it comes round again.
+  const Expr e = 2 * n + floorDiv(n, a);
+  EXPECT_EQ(range(e), (Range{0, 300}));
+  table.narrow(a, {2, 5});
+  for (int i = 1; i < 65535; ++i) table.narrow(a, {2, 5}); // changes nothing but the stamp
+  EXPECT_EQ(range(e), (Range{0, 250}));
+}

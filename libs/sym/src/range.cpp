@@ -200,10 +200,11 @@ Range computeRange(const Node* n) {
 
 } // namespace
 
-// Inner integer nodes cache their range, stamped with the table's range epoch:
-// a stamp equal to the current epoch means no symbol narrowed since. Threads
+// Inner integer nodes cache their range, stamped with the table's range stamp:
+// a stamp equal to the current one means no symbol narrowed since. Threads
 // may race on one node's cache; every value any of them stores is sound for
-// the symbols' current ranges, so a mix of two stores is sound too.
+// the symbols' current ranges (narrowing only shrinks them), so a mix of two
+// stores is sound too.
 Range rangeOfNode(const Node* n) {
   switch (n->kind) {
   case Kind::Integer: return Range::point(n->value);
@@ -214,13 +215,10 @@ Range rangeOfNode(const Node* n) {
     const auto known = knownNode(n);
     return known ? Range::point(*known ? 1 : 0) : Range{0, 1};
   }
-  const uint64_t epoch = n->table->rangeEpoch();
-  if (n->rangeEpoch.load(std::memory_order_acquire) == epoch)
-    return {n->rangeLo.load(std::memory_order_relaxed), n->rangeHi.load(std::memory_order_relaxed)};
+  const uint16_t stamp = n->table->rangeStamp();
+  if (const auto cached = n->cachedRange(stamp)) return *cached;
   const Range r = computeRange(n);
-  n->rangeLo.store(r.lo, std::memory_order_relaxed);
-  n->rangeHi.store(r.hi, std::memory_order_relaxed);
-  n->rangeEpoch.store(epoch, std::memory_order_release);
+  n->cacheRange(stamp, r);
   return r;
 }
 
