@@ -127,3 +127,51 @@ TEST_F(Arith, FoldsAndDecidesMinMax) {
   EXPECT_EQ(min(min(s0, 3), 2), min(s0, 2));
   EXPECT_EQ(toString(max(max(s0, u0), 3)), "max(3, s0, u0)");
 }
+
+TEST_F(Arith, DividesConstantMultiplesExactly) {
+  EXPECT_EQ(floorDiv(4 * s0 + 8, 4), s0 + 2);
+  EXPECT_EQ(toString(floorDiv(6 * u0, 4)), "(3*u0)//2"); // not u0 + u0//2 or 3*(u0//2)
+  EXPECT_EQ(mod(4 * u0 + 2, 4), c(2));
+  EXPECT_EQ(mod(4 * u0 - 2, 4), c(2)); // floor semantics: -2 % 4 == 2
+}
+
+TEST_F(Arith, DividesByMonomialsWithACoefficient) {
+  // (c*m*q + r) // (c*m) == q + r // (c*m), for any sign of m.
+  EXPECT_EQ(toString(floorDiv(4 * s0 * u0, 2 * u0)), "2*s0");
+  EXPECT_EQ(toString(floorDiv(4 * s0 * u0 + 2 * u0 + s0, 2 * u0)), "2*s0 + s0//(2*u0) + 1");
+  EXPECT_EQ(mod(4 * s0 * u0 + 2 * u0 + s0, 2 * u0), mod(s0, 2 * u0));
+  EXPECT_EQ(mod(6 * s0 * u0, 3 * u0), c(0));
+  // A coefficient that does not divide stays in the remainder: 3 = 2*1 + 1 is
+  // not split off, as with constant divisors.
+  EXPECT_EQ(toString(floorDiv(3 * s0 * u0, 2 * u0)), "(3*s0)//2");
+}
+
+TEST_F(Arith, CancelsCommonFactorsOfSymbolicDivisors) {
+  // r // b == (r/g) // (b/g) and r % b == g * ((r/g) % (b/g)) for g != 0.
+  EXPECT_EQ(toString(floorDiv(6 * s0 * u0, 4 * u0)), "(3*s0)//2");
+  EXPECT_EQ(toString(mod(6 * s0 * u0, 4 * u0)), "2*u0*(s0 % 2)");
+  EXPECT_EQ(toString(floorDiv(s0 * u0 + s0, s0 * s1)), "(u0 + 1)//s1");
+  EXPECT_EQ(toString(floorDiv(2 * u0 + 4, 2 * s0 + 2)), "(u0 + 2)//(s0 + 1)");
+  EXPECT_EQ(toString(mod(2 * u0 + 4, 2 * s0 + 2)), "2*((u0 + 2) % (s0 + 1))");
+  EXPECT_EQ(mod(s0 * s1, 2 * s0 * s1), s0 * s1); // x % (2*x) == x * (1 % 2) == x
+}
+
+TEST_F(Arith, NormalisesTheSignOfSymbolicDivisors) {
+  EXPECT_EQ(floorDiv(u0, -2 * s0), floorDiv(-u0, 2 * s0));
+  EXPECT_EQ(mod(u0, -s0), -mod(-u0, s0));
+  EXPECT_EQ(toString(floorDiv(u0 + 1, 3 - s0)), "(-u0 - 1)//(s0 - 3)");
+  const Expr u1 = table.createUnbacked();
+  auto floorQuotient = [](int64_t a, int64_t b) { // written out from the definition
+    int64_t q = a / b;
+    return q * b != a && ((a < 0) != (b < 0)) ? q - 1 : q;
+  };
+  for (int64_t a = -9; a <= 9; ++a)
+    for (int64_t b = -4; b <= 4; ++b) {
+      if (b == 0) continue;
+      const Binding at{{u0, a}, {u1, b}};
+      EXPECT_EQ(evaluate(floorDiv(u0, -2 * u1), at), floorQuotient(a, -2 * b)) << a << " " << b;
+      EXPECT_EQ(evaluate(mod(u0, -u1), at), a + b * floorQuotient(a, -b)) << a << " " << b;
+      EXPECT_EQ(evaluate(mod(6 * u0 * u1, 4 * u1), at),
+                6 * a * b - 4 * b * floorQuotient(6 * a * b, 4 * b));
+    }
+}

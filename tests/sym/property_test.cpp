@@ -186,7 +186,13 @@ TEST(SymProperty, SubstitutionAgreesWithEvaluation) {
       continue;
     }
     // s0 (a size) := s1 + s3 (both >= 0): inside s0's range, so e's rules still hold.
-    const Expr replaced = substitute(e, {{u.s[0], u.s[1] + u.s[3]}});
+    Expr replaced;
+    try {
+      replaced = substitute(e, {{u.s[0], u.s[1] + u.s[3]}});
+    } catch (const Error& error) { // a divisor folds to 0 there: e is undefined there too
+      ASSERT_NE(error.message().find("by zero"), std::string::npos) << error.what() << ": " << e;
+      continue;
+    }
     for (int b = 0; b < kBindings; ++b) {
       auto values = u.randomValues(rng);
       values[0] = values[1] + values[3];
@@ -199,4 +205,89 @@ TEST(SymProperty, SubstitutionAgreesWithEvaluation) {
       ASSERT_EQ(evaluate(replaced, u.binding(values)), expected) << e << " -> " << replaced;
     }
   }
+}
+
+TEST(SymProperty, EqualRelationsAreTheSameNode) {
+  test::Universe u;
+  std::mt19937_64 rng(6);
+  int checked = 0;
+  for (int i = 0; i < kExpressions; ++i) {
+    test::RawTree tree;
+    const int x = tree.randomInt(rng, 2), y = tree.randomInt(rng, 2);
+    const int p = tree.randomBool(rng, 2);
+    Expr a, b, r;
+    try {
+      a = tree.build(x, u), b = tree.build(y, u), r = tree.build(p, u);
+    } catch (const Error&) { // a folded division by zero, or an overflow
+      continue;
+    }
+    try { // over integers a < b is a + 1 <= b, and b < a is !(a <= b)
+      ASSERT_EQ(lt(a, b), le(a + 1, b)) << a << " < " << b;
+      ASSERT_EQ(gt(a, b), ge(a, b + 1)) << a << " > " << b;
+      ASSERT_EQ(logicalNot(le(a, b)), lt(b, a)) << a << " <= " << b;
+      ASSERT_EQ(lt(2 * a, 2 * b + 1), le(a, b)) << a << ", " << b;
+    } catch (const Error& error) {
+      ASSERT_TRUE(isOverflow(error)) << error.what();
+      continue;
+    }
+    // A boolean and its negation: never both, always one.
+    ASSERT_EQ(logicalAnd(r, logicalNot(r)), u.table.boolean(false)) << r;
+    ASSERT_EQ(logicalOr(logicalNot(r), r), u.table.boolean(true)) << r;
+    ++checked;
+  }
+  EXPECT_GT(checked, kExpressions / 2);
+}
+
+// Divisors that share a factor with the dividend: g*(sum of monomials), with g
+// a coefficient of either sign times a monomial. The result keeps the value,
+// and a quotient or remainder node rebuilt from its own operands is itself.
+TEST(SymProperty, SymbolicDivisorsWithCommonFactors) {
+  test::Universe u;
+  std::mt19937_64 rng(7);
+  auto monomial = [&] {
+    Expr m = u.table.integer(1);
+    for (uint64_t i = rng() % 3; i > 0; --i) m = m * u.s[rng() % 4];
+    return m;
+  };
+  auto polynomial = [&](size_t terms) {
+    Expr p = u.table.integer(0);
+    for (size_t i = 0; i < terms; ++i) p = p + monomial() * (static_cast<int64_t>(rng() % 7) - 3);
+    return p;
+  };
+  int checked = 0;
+  for (int i = 0; i < kExpressions; ++i) {
+    const Expr g = monomial() * (static_cast<int64_t>(rng() % 7) - 3);
+    const Expr r = g * polynomial(1 + rng() % 3) + polynomial(rng() % 2);
+    const Expr b = g * polynomial(1 + rng() % 2);
+    Expr q, m;
+    try {
+      q = floorDiv(r, b), m = mod(r, b);
+    } catch (const Error&) { // a constant zero divisor
+      continue;
+    }
+    for (const Expr e : {q, m}) {
+      if (e.kind() != Kind::FloorDiv && e.kind() != Kind::Mod) continue;
+      const Expr x = e.terms()[0].expr, y = e.terms()[1].expr;
+      ASSERT_EQ(e.kind() == Kind::FloorDiv ? floorDiv(x, y) : mod(x, y), e) << e;
+    }
+    for (int k = 0; k < kBindings; ++k) {
+      const auto values = u.randomValues(rng);
+      const Binding at = u.binding(values);
+      int64_t rv, bv;
+      try {
+        rv = evaluate(r, at), bv = evaluate(b, at);
+      } catch (const Error&) {
+        continue;
+      }
+      if (bv == 0) continue;
+      int64_t quotient = rv / bv;
+      if (quotient * bv != rv && ((rv < 0) != (bv < 0))) --quotient;
+      ASSERT_EQ(evaluate(q, at), quotient)
+          << r << " // " << b << " -> " << q << " at " << u.describe(values);
+      ASSERT_EQ(evaluate(m, at), rv - quotient * bv)
+          << r << " % " << b << " -> " << m << " at " << u.describe(values);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, kExpressions * kBindings / 4);
 }

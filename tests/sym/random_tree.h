@@ -78,16 +78,29 @@ public:
     static constexpr Op kOps[] = {Add,      Add,      Sub, Mul, Mul, Neg,
                                   FloorDiv, FloorDiv, Mod, Mod, Min, Max};
     const Op op = kOps[rng() % (sizeof kOps / sizeof kOps[0])];
-    const int a = randomInt(rng, depth - 1);
+    int a = randomInt(rng, depth - 1);
     if (op == Neg) return add({Neg, 0, a, -1});
+    const bool division = op == FloorDiv || op == Mod;
     int b;
-    if ((op == FloorDiv || op == Mod) && rng() % 3 != 0) { // mostly by a constant, rarely 0
+    if (division && rng() % 3 != 0) { // mostly by a constant, rarely 0
       int64_t k = static_cast<int64_t>(rng() % 21) - 10;
       if (k == 0 && rng() % 4 != 0) k = 1 + static_cast<int64_t>(rng() % 8);
       b = add({Const, k, -1, -1});
+    } else if (division && rng() % 2 == 0) {
+      b = randomMonomial(rng); // c*m, and often a dividend with a multiple of it
+      if (rng() % 2) a = add({Add, 0, add({Mul, 0, randomInt(rng, 1), b}), a});
     } else
       b = randomInt(rng, depth - 1);
     return add({op, 0, a, b});
+  }
+
+  // k * s_i (* s_j), k in [-4, 4] without 0: a divisor of either sign.
+  int randomMonomial(std::mt19937_64& rng) {
+    int64_t k = static_cast<int64_t>(rng() % 8) - 4;
+    if (k >= 0) ++k;
+    int m = add({Sym, static_cast<int64_t>(rng() % 4), -1, -1});
+    if (rng() % 2) m = add({Mul, 0, m, add({Sym, static_cast<int64_t>(rng() % 4), -1, -1})});
+    return add({Mul, 0, add({Const, k, -1, -1}), m});
   }
 
   int randomBool(std::mt19937_64& rng, int depth) {
@@ -101,7 +114,12 @@ public:
     static constexpr Op kOps[] = {And, Or, Not};
     const Op op = kOps[rng() % 3];
     const int a = randomBool(rng, depth - 1);
-    return add({op, 0, a, op == Not ? -1 : randomBool(rng, depth - 1)});
+    if (op == Not) return add({Not, 0, a, -1});
+    switch (rng() % 6) { // sometimes x op !x, or x op (x op' y), for the folding rules
+    case 0: return add({op, 0, a, add({Not, 0, a, -1})});
+    case 1: return add({op, 0, add({op == And ? Or : And, 0, randomBool(rng, depth - 1), a}), a});
+    default: return add({op, 0, a, randomBool(rng, depth - 1)});
+    }
   }
 
   int64_t eval(int i, const std::array<int64_t, 4>& v) const {

@@ -86,3 +86,28 @@ TEST_F(Ranges, CombinesKnowledgeThroughConnectives) {
 TEST_F(Ranges, StaticallyKnownWantsABoolean) {
   EXPECT_THROW(staticallyKnown(a + 1), Error);
 }
+
+TEST_F(Ranges, WalksSharedSubexpressionsOnce) {
+  // Each level uses the one below twice: 2^48 paths, 96 nodes.
+  Expr x = n;
+  for (int i = 0; i < 48; ++i) x = floorDiv(x, a) + floorDiv(x, a + 1);
+  EXPECT_EQ(range(x).lo, 0);
+  EXPECT_EQ(range(floorDiv(x, a)).lo, 0);
+}
+
+TEST_F(Ranges, FollowsNarrowingAfterACachedRange) {
+  const Expr e = 2 * n + floorDiv(n, a);
+  EXPECT_EQ(range(e), (Range{0, 300}));
+  table.narrow(a, {2, 5}); // n // a was [0, 100]
+  EXPECT_EQ(range(e), (Range{0, 250}));
+  EXPECT_EQ(range(floorDiv(n, a)), (Range{0, 50}));
+}
+
+TEST_F(Ranges, ForgetsCachedRangesWhenTheStampWraps) {
+  // The cache's stamp has 16 bits: after 65535 narrowings it comes round again.
+  const Expr e = 2 * n + floorDiv(n, a);
+  EXPECT_EQ(range(e), (Range{0, 300}));
+  table.narrow(a, {2, 5});
+  for (int i = 1; i < 65535; ++i) table.narrow(a, {2, 5}); // changes nothing but the stamp
+  EXPECT_EQ(range(e), (Range{0, 250}));
+}

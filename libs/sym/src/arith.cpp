@@ -52,17 +52,19 @@ std::optional<const Node*> divideMonomial(Table& t, const Node* m, const Node* d
   return t.intern(Kind::Product, degree, out.data(), static_cast<uint32_t>(out.size()));
 }
 
-// Moves the terms of p that the monomial d divides into the quotient q.
-void splitDivisible(Table& t, const Poly& p, const Node* d, Poly& q, Poly& r) {
+// Moves the terms of p that c*d divides (the monomial d divides the term's
+// monomial and c its coefficient) into the quotient q: p == c*d*q + r.
+void splitDivisible(Table& t, const Poly& p, int64_t c, const Node* d, Poly& q, Poly& r) {
   r.constant = p.constant;
   for (const Term& term : p.terms) {
-    const auto quotient = divideMonomial(t, term.expr.node(), d);
+    const auto quotient =
+        term.coeff % c == 0 ? divideMonomial(t, term.expr.node(), d) : std::nullopt;
     if (!quotient)
       r.terms.push_back(term);
     else if (!*quotient)
-      q.constant = checkedAdd(q.constant, term.coeff);
+      q.constant = checkedAdd(q.constant, term.coeff / c);
     else
-      q.terms.push_back({Expr(*quotient), term.coeff});
+      q.terms.push_back({Expr(*quotient), term.coeff / c});
   }
   normalize(q.terms);
 }
@@ -131,12 +133,119 @@ Expr floorDivPositive(Table& t, const Node* a, int64_t k) {
 }
 
 // Whether 0 <= r < b for every binding: then r // b == 0 and r % b == r.
-bool knownRemainder(const Poly& r, const Node* b) {
+bool knownRemainder(const Poly& r, const Poly& b) {
   try {
-    return rangeOfPoly(r).lo >= 0 && rangeOfPoly(combine(polyOf(b), r, -1)).lo >= 1;
+    return rangeOfPoly(r).lo >= 0 && rangeOfPoly(combine(b, r, -1)).lo >= 1;
   } catch (const Error&) { // b - r overflows: say nothing
     return false;
   }
+}
+
+// The factors of monomial m that every term of p has too, each to the lowest
+// exponent among them; nullptr when there are none.
+const Node* commonFactor(Table& t, const Node* m, const Poly& p) {
+  const Term single{Expr(m), 1};
+  TermVec common;
+  if (m->kind == Kind::Product)
+    common.assign(m->terms(), m->end());
+  else
+    common.push_back(single);
+  for (const Term& term : p.terms) {
+    const Node* n = term.expr.node();
+    const Term own{Expr(n), 1};
+    const Term* first = n->kind == Kind::Product ? n->terms() : &own;
+    const Term* last = n->kind == Kind::Product ? n->end() : &own + 1;
+    for (Term& f : common) {
+      const Term* hit = std::find_if(first, last, [&](const Term& g) { return g.expr == f.expr; });
+      f.coeff = hit == last ? 0 : std::min(f.coeff, hit->coeff);
+    }
+    common.erase(
+        std::remove_if(common.begin(), common.end(), [](const Term& f) { return f.coeff == 0; }),
+        common.end());
+    if (common.empty()) return nullptr;
+  }
+  if (common.size() == 1 && common[0].coeff == 1) return common[0].expr.node();
+  int64_t degree = 0;
+  for (const Term& f : common) degree += f.coeff;
+  return t.intern(Kind::Product, degree, common.data(), static_cast<uint32_t>(common.size()));
+}
+
+// p divided by the monomial d, which divides every term (see commonFactor).
+void divideByMonomial(Table& t, Poly& p, const Node* d) {
+  TermVec terms;
+  for (const Term& term : p.terms) {
+    if (const Node* quotient = *divideMonomial(t, term.expr.node(), d))
+      terms.push_back({Expr(quotient), term.coeff});
+    else
+      p.constant = checkedAdd(p.constant, term.coeff); // the term was d itself
+  }
+  normalize(terms);
+  p.terms = std::move(terms);
+}
+
+// A dividend r and divisor b with their common factor g = k*m (a positive
+// integer times a monomial) divided out. Over the reals r/b == (r/g)/(b/g), so
+// r // b == (r/g) // (b/g) and r % b == g * ((r/g) % (b/g)) for any g != 0,
+// which holds wherever b != 0.
+struct Reduced {
+  Poly r, b;
+  int64_t k = 1;
+  const Node* m = nullptr;
+};
+
+Reduced cancelCommonFactor(Table& t, Poly r, Poly b) {
+  Reduced out;
+  out.k = gcd(gcdOf(r, 0), gcdOf(b, 0));
+  if (out.k > 1) {
+    divideBy(r, out.k);
+    divideBy(b, out.k);
+  }
+  if (r.constant == 0 && b.constant == 0 && !r.terms.empty()) {
+    out.m = commonFactor(t, b.terms[0].expr.node(), b);
+    if (out.m) out.m = commonFactor(t, out.m, r);
+    if (out.m) {
+      divideByMonomial(t, r, out.m);
+      divideByMonomial(t, b, out.m);
+    }
+  }
+  out.r = std::move(r);
+  out.b = std::move(b);
+  return out;
+}
+
+// The divisor's only monomial when it is c*m: nullptr for a sum of several.
+const Node* monomialOf(const Poly& b) {
+  return b.constant == 0 && b.terms.size() == 1 ? b.terms[0].expr.node() : nullptr;
+}
+
+Expr floorDivNodes(Table& t, const Node* a, const Node* b);
+Expr modNodes(Table& t, const Node* a, const Node* b);
+
+// r // b for a symbolic b (leading coefficient > 0) that divides no term of r.
+Expr floorDivSymbolic(Table& t, const Poly& r, const Poly& b) {
+  if (r.terms.empty() && r.constant == 0) return t.integer(0);
+  const Reduced red = cancelCommonFactor(t, r, b);
+  if (red.b.terms.empty()) return floorDivNodes(t, build(t, red.r).node(), build(t, red.b).node());
+  if (knownRemainder(red.r, red.b)) return t.integer(0);
+  const Term args[2] = {{build(t, red.r), 1}, {build(t, red.b), 1}};
+  return Expr(t.intern(Kind::FloorDiv, 0, args, 2));
+}
+
+// r % b as floorDivSymbolic, times the common factor it cancelled.
+Expr modSymbolic(Table& t, const Poly& r, const Poly& b) {
+  if (r.terms.empty() && r.constant == 0) return t.integer(0);
+  const Reduced red = cancelCommonFactor(t, r, b);
+  Expr rest;
+  if (red.b.terms.empty())
+    rest = modNodes(t, build(t, red.r).node(), build(t, red.b).node());
+  else if (knownRemainder(red.r, red.b))
+    rest = build(t, red.r);
+  else {
+    const Term args[2] = {{build(t, red.r), 1}, {build(t, red.b), 1}};
+    rest = Expr(t.intern(Kind::Mod, 0, args, 2));
+  }
+  if (red.m) rest = multiply(t, red.m, rest.node());
+  return scale(t, rest.node(), red.k);
 }
 
 Expr floorDivNodes(Table& t, const Node* a, const Node* b) {
@@ -149,19 +258,16 @@ Expr floorDivNodes(Table& t, const Node* a, const Node* b) {
     return floorDivPositive(t, a, k);
   }
   // A symbolic divisor: wherever the quotient is defined, b != 0.
-  // TODO(issue 3): divisors with a coefficient, (4*s0*s1)//(2*s1), are not divided yet.
   if (a == b) return t.integer(1);
+  const Poly pb = polyOf(b);
+  if (pb.terms[0].coeff < 0) // a // b == (-a) // (-b): one sign for the divisor
+    return floorDivNodes(t, scale(t, a, -1).node(), scale(t, b, -1).node());
   Poly q, r;
-  if (b->kind != Kind::Sum)
-    splitDivisible(t, polyOf(a), b, q, r); // (q*b + r) // b == q + r // b
+  if (const Node* m = monomialOf(pb))
+    splitDivisible(t, polyOf(a), pb.terms[0].coeff, m, q, r); // (q*b + r) // b == q + r // b
   else
     r = polyOf(a);
-  Expr rest = t.integer(0);
-  if (!(r.terms.empty() && r.constant == 0) && !knownRemainder(r, b)) {
-    const Term args[2] = {{build(t, r), 1}, {Expr(b), 1}};
-    rest = Expr(t.intern(Kind::FloorDiv, 0, args, 2));
-  }
-  return plus(t, q, rest);
+  return plus(t, q, floorDivSymbolic(t, r, pb));
 }
 
 Expr modPositive(Table& t, const Node* a, int64_t k);
@@ -215,15 +321,15 @@ Expr modNodes(Table& t, const Node* a, const Node* b) {
     return modPositive(t, a, k);
   }
   if (a == b) return t.integer(0);
+  const Poly pb = polyOf(b);
+  if (pb.terms[0].coeff < 0) // a % b == -((-a) % (-b))
+    return scale(t, modNodes(t, scale(t, a, -1).node(), scale(t, b, -1).node()).node(), -1);
   Poly q, r;
-  if (b->kind != Kind::Sum)
-    splitDivisible(t, polyOf(a), b, q, r); // (q*b + r) % b == r % b
+  if (const Node* m = monomialOf(pb))
+    splitDivisible(t, polyOf(a), pb.terms[0].coeff, m, q, r); // (q*b + r) % b == r % b
   else
     r = polyOf(a);
-  if (r.terms.empty() && r.constant == 0) return t.integer(0);
-  if (knownRemainder(r, b)) return build(t, r);
-  const Term args[2] = {{build(t, r), 1}, {Expr(b), 1}};
-  return Expr(t.intern(Kind::Mod, 0, args, 2));
+  return modSymbolic(t, r, pb);
 }
 
 // Whether x <= y for every binding in the ranges.

@@ -32,20 +32,46 @@ struct SymbolInfo {
   }
 };
 
-// Immutable once interned. The children (Terms) follow the node in memory.
+// Immutable once interned, but for the range cache. The children (Terms)
+// follow the node in memory.
 struct Node {
   Kind kind;
-  uint32_t size;      // number of children
-  uint64_t hash;      // structural
-  Table* table;       // the owner
-  int64_t value;      // Integer/Boolean: the value; Sum: the constant; Product: the degree
-  SymbolInfo* symbol; // Symbol: its entry; nullptr otherwise
+  uint16_t rangeStamp; // the table's range stamp the cached range was computed under; 0: none
+  uint32_t size;       // number of children
+  uint64_t hash;       // structural
+  Table* table;        // the owner
+  int64_t value;       // Integer/Boolean: the value; Sum: the constant; Product: the degree
+  union {
+    SymbolInfo* symbol; // Symbol: its entry
+    int64_t rangeLo;    // an inner integer node: its cached range (see cachedRange)
+  };
+  int64_t rangeHi;
 
   const Term* terms() const { return reinterpret_cast<const Term*>(this + 1); }
   const Term* end() const { return terms() + size; }
   Expr expr() const { return Expr(this); }
+
+  // The range of an inner integer node, cached so that a DAG's shared
+  // subexpressions are walked once and a builder does not rewalk the operands
+  // it was given; valid while `stamp` is the table's (see rangeOfNode). The
+  // fields are read and written atomically: threads may race on one node.
+  std::optional<Range> cachedRange(uint16_t stamp) const {
+    if (__atomic_load_n(&rangeStamp, __ATOMIC_ACQUIRE) != stamp) return std::nullopt;
+    return Range{__atomic_load_n(&rangeLo, __ATOMIC_RELAXED),
+                 __atomic_load_n(&rangeHi, __ATOMIC_RELAXED)};
+  }
+  void cacheRange(uint16_t stamp, Range r) const {
+    Node& self = const_cast<Node&>(*this); // every node is created non-const (Table::intern)
+    __atomic_store_n(&self.rangeLo, r.lo, __ATOMIC_RELAXED);
+    __atomic_store_n(&self.rangeHi, r.hi, __ATOMIC_RELAXED);
+    __atomic_store_n(&self.rangeStamp, stamp, __ATOMIC_RELEASE);
+  }
+  void forgetRange() const {
+    __atomic_store_n(&const_cast<Node&>(*this).rangeStamp, uint16_t{0}, __ATOMIC_RELAXED);
+  }
 };
 static_assert(sizeof(Node) % alignof(Term) == 0);
+static_assert(sizeof(Node) == 48); // the cache fits in the padding and in `symbol`
 
 inline bool isBoolKind(Kind k) {
   return k == Kind::Boolean || k >= Kind::Eq;
@@ -66,6 +92,9 @@ public:
   size_t nodeCount() const;
 
   Expr integer(int64_t v) { return Expr(intern(Kind::Integer, v, nullptr, 0)); }
+  // Changes whenever a symbol's range narrows, which makes every cached node
+  // range stale (still sound, but maybe wider than it now needs to be).
+  uint16_t rangeStamp() const { return rangeStamp_.load(std::memory_order_acquire); }
   Expr boolean(bool v) { return v ? trueNode_ : falseNode_; }
 
   SymbolTable& owner;
@@ -73,18 +102,23 @@ public:
 private:
   void* allocate(size_t bytes); // from the arena; caller holds mutex_
   void grow();                  // caller holds mutex_
+  void advanceRangeStamp();     // caller holds mutex_
 
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<char[]>> blocks_;
   char* cursor_ = nullptr;
   size_t left_ = 0;
-  std::vector<const Node*> slots_; // open addressing, power-of-two size
+  // Open addressing, power-of-two size. A slot is a node's address with three
+  // bits of its hash in the low bits (nodes are 8-byte aligned), so most probes
+  // that miss do not touch the node's memory; 0 is an empty slot.
+  std::vector<uintptr_t> slots_;
   size_t count_ = 0;
   std::deque<SymbolInfo> symbols_;
   std::vector<const Node*> symbolNodes_;
   std::unordered_map<std::string, const Node*> byName_;
   uint64_t counters_[2] = {0, 0}; // next s<n>, u<n>
   Expr trueNode_, falseNode_;
+  std::atomic<uint16_t> rangeStamp_{1}; // 1 to 65535: 0 marks a node range never computed
 };
 
 inline Table& tableOf(Expr e) {

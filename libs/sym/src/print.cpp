@@ -38,7 +38,7 @@ public:
     case Kind::Eq: return relation(n, " == ");
     case Kind::Ne: return relation(n, " != ");
     case Kind::Lt: return relation(n, " < ");
-    case Kind::Le: return relation(n, " <= ");
+    case Kind::Le: return lessEqual(n);
     case Kind::And: return connective(n, " && ");
     case Kind::Or: return connective(n, " || ");
     case Kind::Not:
@@ -91,7 +91,8 @@ private:
     }
   }
 
-  void sum(const Node* n) {
+  // A sum printed with its constant moved by `shift` (see lessEqual).
+  void sum(const Node* n, int64_t shift = 0) {
     if (cpp_) out += '(';
     bool first = true;
     for (const Term& t : Terms(n->terms(), n->size)) {
@@ -106,7 +107,8 @@ private:
         monomial(m);
       first = false;
     }
-    if (n->value != 0) out += (n->value < 0 ? " - " : " + ") + magnitude(n->value);
+    const int64_t constant = n->value + shift;
+    if (constant != 0) out += (constant < 0 ? " - " : " + ") + magnitude(constant);
     if (cpp_) out += ')';
   }
 
@@ -159,6 +161,24 @@ private:
     if (cpp_) out += '(';
     node(n->terms()[0].expr.node());
     out += op;
+    node(n->terms()[1].expr.node());
+    if (cpp_) out += ')';
+  }
+
+  // The builders store a < b as a + 1 <= b, so a left side with the constant 1
+  // is shown as the strict relation it most likely came from.
+  void lessEqual(const Node* n) {
+    const Node* lhs = n->terms()[0].expr.node();
+    const int64_t c = lhs->kind == Kind::Integer || lhs->kind == Kind::Sum ? lhs->value : 0;
+    if (c != 1) return relation(n, " <= ");
+    if (cpp_) out += '(';
+    if (lhs->kind == Kind::Integer)
+      integer(0);
+    else if (lhs->size == 1 && lhs->terms()[0].coeff == 1) // x + 1: just x
+      node(lhs->terms()[0].expr.node());
+    else
+      sum(lhs, -1);
+    out += " < ";
     node(n->terms()[1].expr.node());
     if (cpp_) out += ')';
   }

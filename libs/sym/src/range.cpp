@@ -161,13 +161,12 @@ Range rangeOfPoly(const Poly& p) {
   return r;
 }
 
-// TODO(issue 3): memoise over shared subexpressions; a DAG that reuses one node
-// in several children of each level is walked once per path.
-Range rangeOfNode(const Node* n) {
+namespace {
+
+// The range of an inner integer node from its children's (cached) ranges.
+Range computeRange(const Node* n) {
   const Term* args = n->terms();
   switch (n->kind) {
-  case Kind::Integer: return Range::point(n->value);
-  case Kind::Symbol: return n->symbol->range();
   case Kind::Sum: {
     Range r = Range::point(n->value);
     for (const Term& t : Terms(args, n->size))
@@ -195,11 +194,32 @@ Range rangeOfNode(const Node* n) {
     }
     return r;
   }
-  default: {
+  default: throw Error(ErrorCode::Internal, "computeRange of a leaf or boolean node");
+  }
+}
+
+} // namespace
+
+// Inner integer nodes cache their range, stamped with the table's range stamp:
+// a stamp equal to the current one means no symbol narrowed since. Threads
+// may race on one node's cache; every value any of them stores is sound for
+// the symbols' current ranges (narrowing only shrinks them), so a mix of two
+// stores is sound too.
+Range rangeOfNode(const Node* n) {
+  switch (n->kind) {
+  case Kind::Integer: return Range::point(n->value);
+  case Kind::Symbol: return n->symbol->range();
+  default: break;
+  }
+  if (isBoolKind(n->kind)) {
     const auto known = knownNode(n);
     return known ? Range::point(*known ? 1 : 0) : Range{0, 1};
   }
-  }
+  const uint16_t stamp = n->table->rangeStamp();
+  if (const auto cached = n->cachedRange(stamp)) return *cached;
+  const Range r = computeRange(n);
+  n->cacheRange(stamp, r);
+  return r;
 }
 
 std::optional<bool> decide(Kind relation, Range d) { // d: the range of rhs - lhs

@@ -50,6 +50,13 @@ bool sameContents(const Node* n, Kind kind, int64_t value, const Term* terms, ui
   return true;
 }
 
+constexpr uintptr_t kTagMask = 7;  // the low bits of a slot: see Table::slots_
+static_assert(alignof(Node) >= 8); // and allocate() keeps every node 8-byte aligned
+
+const Node* nodeOf(uintptr_t slot) {
+  return reinterpret_cast<const Node*>(slot & ~kTagMask);
+}
+
 bool isIdentifier(std::string_view name) {
   if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
@@ -59,7 +66,7 @@ bool isIdentifier(std::string_view name) {
 
 } // namespace
 
-Table::Table(SymbolTable& owner) : owner(owner), slots_(kInitialSlots, nullptr) {
+Table::Table(SymbolTable& owner) : owner(owner), slots_(kInitialSlots, 0) {
   trueNode_ = Expr(intern(Kind::Boolean, 1, nullptr, 0));
   falseNode_ = Expr(intern(Kind::Boolean, 0, nullptr, 0));
 }
@@ -70,7 +77,7 @@ void* Table::allocate(size_t bytes) {
   bytes = (bytes + 7) & ~size_t{7};
   if (bytes > left_) {
     const size_t blockBytes = std::max(bytes, kBlockBytes);
-    blocks_.push_back(std::make_unique<char[]>(blockBytes));
+    blocks_.emplace_back(new char[blockBytes]); // not zeroed: every node is constructed in full
     cursor_ = blocks_.back().get();
     left_ = blockBytes;
   }
@@ -81,32 +88,34 @@ void* Table::allocate(size_t bytes) {
 }
 
 void Table::grow() {
-  std::vector<const Node*> old(slots_.size() * 2, nullptr);
+  std::vector<uintptr_t> old(slots_.size() * 2, 0);
   old.swap(slots_);
   const size_t mask = slots_.size() - 1;
-  for (const Node* n : old) {
-    if (!n) continue;
-    size_t i = n->hash & mask;
+  for (const uintptr_t slot : old) {
+    if (!slot) continue;
+    size_t i = nodeOf(slot)->hash & mask;
     while (slots_[i]) i = (i + 1) & mask;
-    slots_[i] = n;
+    slots_[i] = slot;
   }
 }
 
 const Node* Table::intern(Kind kind, int64_t value, const Term* terms, uint32_t size) {
   const uint64_t hash = hashOf(kind, value, terms, size);
+  const uintptr_t tag = hash >> 61;
   std::lock_guard<std::mutex> lock(mutex_);
   if (2 * (count_ + 1) > slots_.size()) grow();
   const size_t mask = slots_.size() - 1;
   size_t i = hash & mask;
   for (; slots_[i]; i = (i + 1) & mask) {
-    const Node* n = slots_[i];
+    if ((slots_[i] & kTagMask) != tag) continue;
+    const Node* n = nodeOf(slots_[i]);
     if (n->hash == hash && sameContents(n, kind, value, terms, size)) return n;
   }
   auto* node = static_cast<Node*>(allocate(sizeof(Node) + size * sizeof(Term)));
-  new (node) Node{kind, size, hash, this, value, nullptr};
+  new (node) Node{kind, 0, size, hash, this, value, {nullptr}, 0};
   auto* children = reinterpret_cast<Term*>(node + 1);
   for (uint32_t k = 0; k < size; ++k) new (children + k) Term(terms[k]);
-  slots_[i] = node;
+  slots_[i] = reinterpret_cast<uintptr_t>(node) | tag;
   ++count_;
   return node;
 }
@@ -149,10 +158,12 @@ const Node* Table::symbol(std::string_view name, std::optional<int64_t> hint, Ra
   auto* node = static_cast<Node*>(allocate(sizeof(Node)));
   new (node) Node{Kind::Symbol,
                   0,
+                  0,
                   finish(mix(static_cast<uint64_t>(Kind::Symbol) + 1, hashName(info.name))),
                   this,
                   static_cast<int64_t>(symbolNodes_.size()),
-                  &info};
+                  {&info},
+                  0};
   symbolNodes_.push_back(node);
   byName_.emplace(info.name, node);
   return node;
@@ -183,6 +194,18 @@ void Table::narrow(SymbolInfo& info, Range range) {
                                                 " excludes its hint " + std::to_string(*info.hint));
   info.lo.store(next.lo, std::memory_order_relaxed);
   info.hi.store(next.hi, std::memory_order_relaxed);
+  advanceRangeStamp(); // after the bounds: see rangeOfNode
+}
+
+// A 16-bit stamp keeps nodes small; when it wraps, every node forgets its
+// cached range, so a stamp never matches a range from 65535 narrowings ago.
+void Table::advanceRangeStamp() {
+  const uint16_t now = rangeStamp_.load(std::memory_order_relaxed);
+  if (now == UINT16_MAX) {
+    for (const uintptr_t slot : slots_)
+      if (slot) nodeOf(slot)->forgetRange();
+  }
+  rangeStamp_.store(now == UINT16_MAX ? 1 : now + 1, std::memory_order_release);
 }
 
 size_t Table::nodeCount() const {

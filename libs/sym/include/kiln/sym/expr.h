@@ -13,8 +13,9 @@
 //   - constants fold everywhere (// and % with floor semantics: the sign of a % b
 //     is the sign of b); floor-div and mod rules for indexing; min/max decided
 //     from ranges where they are known.
-//   - relations are ==, !=, <, <= (> and >= swap operands), normalised so that
-//     both sides have positive coefficients; decided from ranges when possible.
+//   - relations are ==, != and <= (a < b is a + 1 <= b; > and >= swap operands),
+//     normalised so that both sides have positive coefficients; decided from
+//     ranges when possible. and/or fold x && !x and absorb x && (x || y).
 // Builders throw kiln::Error{InvalidArgument} for a boolean where an integer is
 // expected (and the reverse), for operands of different tables, for division by
 // a constant zero and for int64 overflow of a folded constant; Error{TooLarge}
@@ -49,7 +50,7 @@ enum class Kind : uint8_t {
   Max, // n-ary
   Eq,
   Ne,
-  Lt,
+  Lt, // accepted, never built: a < b is stored as a + 1 <= b
   Le,
   And, // n-ary
   Or,  // n-ary
