@@ -226,14 +226,12 @@ def test_addmm_empty_and_unit_inner(k):
     check("addmm", torch.addmm, self, a, b, beta=2.0, alpha=3.0)
 
 
-@pytest.mark.parametrize("which", cases("addmm", ["beta", "alpha"]))
+@pytest.mark.parametrize("which", cases("addmm", ["beta"]))
 def test_addmm_zero_factor_ignores_nan(which):
-    # torch: beta=0 ignores self and alpha=0 ignores the product, NaNs included.
-    self, a, b = make((2, 3)), make((2, 4)), make((4, 3))
-    if which == "beta":
-        self = torch.full((2, 3), float("nan"))
-    else:
-        a = torch.full((2, 4), float("nan"))
+    # torch documents that beta=0 ignores self, NaNs included. (Whether alpha=0
+    # ignores a NaN product depends on the BLAS torch runs on: the reference
+    # BLAS skips it, OpenBLAS does not; kiln's interpreter skips it.)
+    self, a, b = torch.full((2, 3), float("nan")), make((2, 4)), make((4, 3))
     check("addmm", torch.addmm, self, a, b, **{which: 0.0})
 
 
