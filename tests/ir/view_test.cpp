@@ -103,5 +103,28 @@ TEST_F(View, ViewOfNonContiguousIsRefusedButReshapeCopies) {
   EXPECT_TRUE(r.isContiguous());
 }
 
+TEST_F(View, CatSkipsLegacyEmptyInputsAndKeepsChannelsLast) {
+  ValueId x = input(ints(table, {2, 3, 4, 5}));
+  ValueId empty = graph.placeholder("e", tensorOf(table, DType::Float64, ints(table, {0})));
+  const TensorMeta& m = graph.meta(graph.call("cat", {x, empty}, {{"dim", int64_t{1}}}));
+  EXPECT_EQ(m.sizes, ints(table, {2, 3, 4, 5}));
+  EXPECT_EQ(m.dtype, DType::Float64); // the skipped input's dtype still counts, as in torch
+  TensorMeta last = tensorOf(table, DType::Float32, ints(table, {2, 3, 4, 5}));
+  last.strides = ints(table, {60, 1, 15, 3});
+  ValueId cl = graph.placeholder("cl", last);
+  EXPECT_EQ(graph.meta(graph.call("cat", {cl, cl}, {{"dim", int64_t{1}}})).strides,
+            ints(table, {120, 1, 30, 6}));
+  EXPECT_EQ(graph.meta(graph.call("cat", {cl, x}, {{"dim", int64_t{1}}})).strides,
+            ints(table, {120, 20, 5, 1}));
+}
+
+TEST_F(View, ContiguousOfAnEmptyTensorIsItself) {
+  TensorMeta t = tensorOf(table, DType::Float32, ints(table, {0, 3}));
+  t.strides = ints(table, {1, 1});
+  ValueId x = graph.placeholder("x", t);
+  EXPECT_EQ(apply("contiguous", x, {}).strides, t.strides);
+  EXPECT_EQ(apply("clone", x, {}).strides, t.strides);
+}
+
 } // namespace
 } // namespace kiln::ir

@@ -413,6 +413,23 @@ HostTensor materialize(const HostTensor& src, const TensorMeta& meta, const sym:
   return out;
 }
 
+// Whether `view` reads the elements of `t` at the same addresses, in row-major order (t's
+// elements seen through another shape).
+bool sameElements(const HostTensor& view, const HostTensor& t) {
+  if (view.numel() != t.numel()) return false;
+  auto address = [](const HostTensor& x, int64_t k) {
+    int64_t off = x.storageOffset;
+    for (size_t i = x.sizes.size(); i-- > 0;) {
+      off += (k % x.sizes[i]) * x.strides[i];
+      k /= x.sizes[i];
+    }
+    return off;
+  };
+  for (int64_t k = 0; k < t.numel(); ++k)
+    if (address(view, k) != address(t, k)) return false;
+  return true;
+}
+
 bool isView(const std::string& op) {
   for (const char* v : {"view", "permute", "transpose", "expand", "squeeze", "unsqueeze", "slice",
                         "select", "narrow", "unflatten", "as_strided"})
@@ -424,6 +441,9 @@ bool isView(const std::string& op) {
 HostTensor concatenate(const std::string& op, const std::vector<HostTensor>& ins, int64_t dim,
                        HostTensor out) {
   size_t d = static_cast<size_t>(dim < 0 ? dim + int64_t(out.sizes.size()) : dim);
+  std::vector<HostTensor> parts; // cat: inputs without elements add none (torch skips empty 1-d)
+  for (const HostTensor& t : ins)
+    if (op == "stack" || t.numel() > 0) parts.push_back(t);
   detail::eachIndex(out.sizes, [&](const std::vector<int64_t>& idx) {
     std::vector<int64_t> at = idx;
     size_t k = 0;
@@ -431,12 +451,12 @@ HostTensor concatenate(const std::string& op, const std::vector<HostTensor>& ins
       k = static_cast<size_t>(idx[d]);
       at.erase(at.begin() + d);
     } else {
-      while (at[d] >= ins[k].sizes[d]) at[d] -= ins[k++].sizes[d];
+      while (at[d] >= parts[k].sizes[d]) at[d] -= parts[k++].sizes[d];
     }
-    if (isFloating(ins[k].dtype))
-      detail::storeElementF(out, idx, detail::loadElementF(ins[k], at));
+    if (isFloating(parts[k].dtype))
+      detail::storeElementF(out, idx, detail::loadElementF(parts[k], at));
     else
-      detail::storeElementI(out, idx, detail::loadElementI(ins[k], at));
+      detail::storeElementI(out, idx, detail::loadElementI(parts[k], at));
   });
   return out;
 }
@@ -487,7 +507,10 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
   }
   const TensorMeta& meta = node.value.tensor();
   const std::string& name = op.name;
-  if (isView(name)) { // aliases its input, with the inferred layout
+  // reshape, flatten and contiguous give their input or a view of it where inference says so
+  // (the inferred layout reads the input's elements in place), else a copy.
+  bool mayView = name == "reshape" || name == "flatten" || name == "contiguous";
+  if (isView(name) || mayView) { // aliases its input, with the inferred layout
     HostTensor out = *args.tensor("self");
     out.sizes = evalAll(meta.sizes, binding);
     out.strides = evalAll(meta.strides, binding);
@@ -497,10 +520,9 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
       offset +=
           out.storageOffset - sym::evaluate(graph.meta(node.inputs[0]).storageOffset, binding);
     out.storageOffset = offset;
-    return out;
+    if (!mayView || sameElements(out, *args.tensor("self"))) return out;
   }
-  if (name == "reshape" || name == "flatten" || name == "contiguous" || name == "clone")
-    return materialize(*args.tensor("self"), meta, binding);
+  if (mayView || name == "clone") return materialize(*args.tensor("self"), meta, binding);
 
   HostTensor out =
       allocate(meta.dtype, evalAll(meta.sizes, binding), evalAll(meta.strides, binding),
@@ -569,6 +591,9 @@ std::vector<HostTensor> interpret(const Graph& graph, std::vector<HostTensor> in
       continue;
     }
     const TensorMeta& m = p.value.tensor();
+    if (isComplex(t.dtype))
+      fail(ErrorCode::Unsupported, who + ": complex dtypes (" + std::string(name(t.dtype)) +
+                                       ") are not supported by the interpreter yet");
     if (t.dtype != m.dtype)
       fail(ErrorCode::InvalidArgument, who + ": expected dtype " + std::string(name(m.dtype)) +
                                            ", got " + std::string(name(t.dtype)));

@@ -246,6 +246,8 @@ Value inferCall(std::string_view opName, const std::vector<const Value*>& inputs
                 std::vector<Attr>& attrs, sym::SymbolTable& table) {
   const OpInfo& op = getOp(opName);
   OpCall call(op, inputs, attrs, table);
+  Value result = op.infer(call);
+  if (op.canonical) op.canonical(call, result, attrs);
   std::vector<Attr> canonical;
   for (const ArgSpec& spec : op.args) {
     auto attr = std::find_if(attrs.begin(), attrs.end(),
@@ -255,7 +257,6 @@ Value inferCall(std::string_view opName, const std::vector<const Value*>& inputs
       continue;
     canonical.push_back(*attr);
   }
-  Value result = op.infer(call);
   attrs = std::move(canonical);
   return result;
 }

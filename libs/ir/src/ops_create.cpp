@@ -27,6 +27,18 @@ Number number(const OpCall& call, std::string_view arg) {
   return {call.symInt(arg)};
 }
 
+// The device asked for, as torch spells it: "cpu", "cuda" or "cuda:N"; `otherwise` when absent.
+Device deviceArg(const OpCall& call, Device otherwise = Device{}) {
+  if (!call.has("device")) return otherwise;
+  std::string text = call.string("device");
+  if (text == "cpu") return Device{};
+  if (text == "cuda") return Device{DeviceType::Cuda, -1};
+  if (text.rfind("cuda:", 0) == 0 && text.size() > 5 && text.size() < 10 &&
+      text.find_first_not_of("0123456789", 5) == std::string::npos)
+    return Device{DeviceType::Cuda, static_cast<int16_t>(std::stoi(text.substr(5)))};
+  call.fail("device", "expected \"cpu\", \"cuda\" or \"cuda:N\", got \"" + text + "\"");
+}
+
 Shape sizesArg(const OpCall& call) {
   Shape sizes = call.symIntList("size");
   for (sym::Expr s : sizes)
@@ -38,18 +50,18 @@ Value inferFull(const OpCall& call) {
   Number fill = number(call, "fill_value");
   DType dtype = fill.isBool ? DType::Bool : fill.integer ? DType::Int64 : kDefaultFloat;
   if (call.has("dtype")) dtype = call.dtype("dtype");
-  return fresh(call, dtype, sizesArg(call), Device{}, false);
+  return fresh(call, dtype, sizesArg(call), deviceArg(call), false);
 }
 
 Value inferFilled(const OpCall& call) { // zeros, ones, empty
   DType dtype = call.has("dtype") ? call.dtype("dtype") : kDefaultFloat;
-  return fresh(call, dtype, sizesArg(call), Device{}, false);
+  return fresh(call, dtype, sizesArg(call), deviceArg(call), false);
 }
 
 Value inferLike(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   DType dtype = call.has("dtype") ? call.dtype("dtype") : self.dtype;
-  return freshLike(call, {"self"}, dtype, self.sizes, self.device, false);
+  return preserveLike(call, self, dtype, deviceArg(call, self.device), false);
 }
 
 // arange(start, end, step): ceil((end - start) / step) elements; an error when
@@ -82,26 +94,39 @@ Value inferArange(const OpCall& call) {
     length =
         call.table().integer(std::max<int64_t>(0, static_cast<int64_t>(std::ceil((e - s) / d))));
   }
-  return fresh(call, dtype, {length}, Device{}, false);
+  return fresh(call, dtype, {length}, deviceArg(call), false);
 }
 
 } // namespace
 
+TensorMeta preserveLike(const OpCall& call, const TensorMeta& self, DType dtype, Device device,
+                        bool requiresGrad) {
+  TensorMeta m = freshLike(call, {"self"}, dtype, self.sizes, device, requiresGrad);
+  if (provable(sym::eq(numel(self.sizes, call.table()), 0))) m.strides = self.strides;
+  return m;
+}
+
 void addCreationOps(std::vector<OpInfo>& ops) {
   ArgSpec size{"size", ArgKind::SymIntList}, dtype{"dtype", ArgKind::DType, true};
-  ops.push_back({"full", {size, {"fill_value", ArgKind::Scalar}, dtype}, inferFull});
-  for (const char* n : {"zeros", "ones", "empty"}) ops.push_back({n, {size, dtype}, inferFilled});
+  // As torch: the CPU unless asked; *_like: the input's device unless asked.
+  ArgSpec device{"device", ArgKind::String, false, std::string("cpu")};
+  ops.push_back({"full", {size, {"fill_value", ArgKind::Scalar}, dtype, device}, inferFull});
+  for (const char* n : {"zeros", "ones", "empty"})
+    ops.push_back({n, {size, dtype, device}, inferFilled});
   ArgSpec self{"self", ArgKind::Tensor};
-  ops.push_back({"full_like", {self, {"fill_value", ArgKind::Scalar}, dtype}, inferLike});
+  ArgSpec likeDevice{"device", ArgKind::String, true};
+  ops.push_back(
+      {"full_like", {self, {"fill_value", ArgKind::Scalar}, dtype, likeDevice}, inferLike});
   for (const char* n : {"zeros_like", "ones_like", "empty_like"})
-    ops.push_back({n, {self, dtype}, inferLike});
+    ops.push_back({n, {self, dtype, likeDevice}, inferLike});
   ops.push_back({"arange",
                  {{"end", ArgKind::Scalar},
                   {"start", ArgKind::Scalar, true},
                   {"step", ArgKind::Scalar, true},
-                  dtype},
+                  dtype,
+                  device},
                  inferArange});
-  // TODO(issue 3): a device argument (everything is created on the CPU so far), requires_grad.
+  // TODO(issue 3): requires_grad.
 }
 
 } // namespace kiln::ir::detail

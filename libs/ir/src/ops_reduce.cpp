@@ -40,10 +40,22 @@ template <Reduce rule> Value inferReduce(const OpCall& call) {
     if (!isFloating(out) && !isComplex(out))
       call.fail(asked ? "dtype" : "self",
                 "needs a floating or complex dtype, got " + std::string(name(out)));
+    if (call.op().name != "mean" && isComplex(out)) // var, std: the real spread
+      out = out == DType::Complex64 ? DType::Float32 : DType::Float64;
     break;
   case Reduce::Same: break;
-  case Reduce::Index: out = DType::Int64; break;
+  case Reduce::Index:
+    if (out == DType::Bool) call.fail("self", "is not implemented for bool, as in torch");
+    out = DType::Int64;
+    break;
   case Reduce::Logical: out = self.dtype == DType::UInt8 ? DType::UInt8 : DType::Bool; break;
+  }
+  if (rule == Reduce::Same || rule == Reduce::Index) { // no identity: nothing to reduce is an error
+    for (size_t i = 0; i < rank; ++i)
+      if (reduced[i] && provable(sym::eq(self.sizes[i], 0)))
+        call.fail(call.has("dim") ? "dim" : "self",
+                  call.has("dim") ? "dim " + std::to_string(i) + " has size 0 and no identity"
+                                  : "is empty: give a dim to reduce");
   }
   bool keepdim = call.boolArg("keepdim");
   Shape sizes;
@@ -59,6 +71,7 @@ template <Reduce rule> Value inferReduce(const OpCall& call) {
 } // namespace
 
 void addReductionOps(std::vector<OpInfo>& ops) {
+  size_t first = ops.size();
   auto reduction = [&](const char* n, ArgKind dimKind, bool withDType, InferFn fn) {
     std::vector<ArgSpec> args = {{"self", ArgKind::Tensor},
                                  {"dim", dimKind, true},
@@ -82,8 +95,7 @@ void addReductionOps(std::vector<OpInfo>& ops) {
   reduction("argmin", ArgKind::Int, false, inferReduce<Reduce::Index>);
   reduction("any", ArgKind::Int, false, inferReduce<Reduce::Logical>);
   reduction("all", ArgKind::Int, false, inferReduce<Reduce::Logical>);
-  // TODO(issue 3): complex var/std give a real result; results of non-contiguous inputs
-  // follow the input layout (torch keeps the kept dims in the input order).
+  for (size_t i = first; i < ops.size(); ++i) ops[i].canonical = canonicalDims;
 }
 
 } // namespace kiln::ir::detail

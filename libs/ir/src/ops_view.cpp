@@ -297,47 +297,104 @@ Value inferFlatten(const OpCall& call) {
   return viewOf(self, std::move(sizes), std::move(strides));
 }
 
-// contiguous: the input itself when already contiguous, else a contiguous copy;
-// clone: always a copy.
+// contiguous: the input itself when already contiguous (as torch, an empty tensor always is),
+// else a contiguous copy; clone: always a copy, in the input's layout.
 Value inferCopy(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
-  if (call.op().name == "contiguous" && self.isContiguous()) return self;
-  if (call.op().name == "contiguous")
-    return fresh(call, self.dtype, self.sizes, self.device, self.requiresGrad);
-  return freshLike(call, {"self"}, self.dtype, self.sizes, self.device, self.requiresGrad);
+  if (call.op().name == "clone")
+    return preserveLike(call, self, self.dtype, self.device, self.requiresGrad);
+  if (self.isContiguous() || provable(sym::eq(numel(self.sizes, call.table()), 0))) return self;
+  return fresh(call, self.dtype, self.sizes, self.device, self.requiresGrad);
 }
 
-// cat: along dim, sizes add up; the other dims must be provably equal. stack:
-// the same after unsqueezing every input at dim. Operand dtypes are promoted.
+// Whether torch suggests channels-last for a 4-d (5-d: channels-last-3d) tensor, as
+// c10::is_channels_last_strides_2d/3d: strides ascending over dims 1, last.., 2, 0. nullopt when
+// the ranges cannot decide.
+std::optional<bool> channelsLast(const TensorMeta& t) {
+  size_t r = t.dim();
+  if (r != 4 && r != 5) return false;
+  auto known = [](sym::Expr c) { return sym::staticallyKnown(c); };
+  std::optional<bool> zero = known(sym::eq(t.strides[1], 0));
+  if (!zero || *zero) return zero ? std::optional<bool>(false) : std::nullopt;
+  std::vector<size_t> order = {1};
+  for (size_t d = r - 1; d >= 2; --d) order.push_back(d);
+  order.push_back(0);
+  std::optional<sym::Expr> min;
+  for (size_t d : order) {
+    std::optional<bool> empty = known(sym::eq(t.sizes[d], 0));
+    std::optional<bool> below = min ? known(sym::lt(t.strides[d], *min)) : false;
+    std::optional<bool> tie = d == 0 && min ? known(sym::eq(*min, t.strides[1])) : false;
+    if (!empty || !below || !tie) return std::nullopt;
+    if (*empty || *below || *tie) return false;
+    std::optional<bool> many = known(sym::gt(t.sizes[d], 1));
+    if (!many) return std::nullopt;
+    min = *many ? t.strides[d] * t.sizes[d] : t.strides[d];
+  }
+  return true;
+}
+
+// Channels-last strides of sizes (N, C, [D,] H, W): C fastest, then W, H, [D,] N.
+Shape channelsLastStrides(const Shape& sizes, sym::SymbolTable& table) {
+  size_t r = sizes.size();
+  Shape strides(r);
+  sym::Expr running = table.integer(1);
+  strides[1] = running;
+  running = sizes[1];
+  for (size_t d = r - 1; d >= 2; --d) {
+    strides[d] = running;
+    running = running * sizes[d];
+  }
+  strides[0] = running;
+  return strides;
+}
+
+// cat: along dim, sizes add up; the other dims must be provably equal. 1-d inputs of size 0 are
+// skipped, as torch's legacy rule (their dtype still counts). The result is channels-last when
+// every input is (torch's cat_compute_output_memory_format). stack: the same after unsqueezing
+// every input at dim. Operand dtypes are promoted.
 Value inferCat(const OpCall& call) {
-  std::vector<const TensorMeta*> ins = call.tensors("tensors");
+  std::vector<const TensorMeta*> all = call.tensors("tensors");
   bool stack = call.op().name == "stack";
+  ResultType dtype;
+  std::vector<const TensorMeta*> ins;
+  for (const TensorMeta* t : all) {
+    dtype.add(t->dtype, Operand::Tensor);
+    bool legacyEmpty = !stack && t->dim() == 1 && provable(sym::eq(t->sizes[0], 0));
+    if (!legacyEmpty) ins.push_back(t);
+  }
+  if (ins.empty()) ins.push_back(all[0]); // only empty 1-d inputs: an empty 1-d result
   const TensorMeta& first = *ins[0];
   size_t rank = first.dim() + (stack ? 1 : 0);
   if (rank == 0) call.fail("tensors", "zero-dimensional tensors cannot be concatenated");
   auto d = static_cast<size_t>(wrapDim(call, "dim", call.intArg("dim"), rank));
   Shape sizes = first.sizes;
   if (stack) sizes.insert(sizes.begin() + d, call.table().integer(0));
-  ResultType dtype;
-  for (size_t k = 0; k < ins.size(); ++k) {
-    const TensorMeta& t = *ins[k];
+  bool grad = false, allChannelsLast = !stack, started = false;
+  for (size_t k = 0; k < all.size(); ++k) {
+    const TensorMeta& t = *all[k];
     std::string which = "tensor " + std::to_string(k);
+    grad = grad || t.requiresGrad;
+    if (t.device != first.device) call.fail("tensors", which + " is on another device");
+    if (std::find(ins.begin(), ins.end(), &t) == ins.end()) {
+      allChannelsLast = false; // a skipped input counts as contiguous, as in torch
+      continue;
+    }
     if (t.dim() != first.dim())
       call.fail("tensors", which + " has " + std::to_string(t.dim()) + " dims, tensor 0 has " +
                                std::to_string(first.dim()));
-    if (t.device != first.device) call.fail("tensors", which + " is on another device");
-    dtype.add(t.dtype, Operand::Tensor);
     for (size_t i = 0; i < t.dim(); ++i) {
       size_t at = stack && i >= d ? i + 1 : i;
       if (at == d && !stack) continue;
       requireEqual(call, "tensors", t.sizes[i], first.sizes[i],
                    which + " differs at dim " + std::to_string(i));
     }
-    sizes[d] = stack ? sizes[d] + 1 : (k == 0 ? t.sizes[d] : sizes[d] + t.sizes[d]);
+    sizes[d] = stack ? sizes[d] + 1 : (started ? sizes[d] + t.sizes[d] : t.sizes[d]);
+    started = true;
+    allChannelsLast = allChannelsLast && channelsLast(t) == std::optional<bool>(true);
   }
-  bool grad = false;
-  for (const TensorMeta* t : ins) grad = grad || t->requiresGrad;
-  return fresh(call, dtype.result(), sizes, first.device, grad);
+  TensorMeta m = fresh(call, dtype.result(), sizes, first.device, grad);
+  if (allChannelsLast) m.strides = channelsLastStrides(m.sizes, call.table());
+  return m;
 }
 
 // unflatten(dim, sizes): dim split into sizes (one may be -1); always a view.
@@ -398,7 +455,39 @@ Value inferSymSize(const OpCall& call) {
 
 } // namespace
 
+void canonicalDims(const OpCall& call, const Value& result, std::vector<Attr>& attrs) {
+  const std::string& op = call.op().name;
+  bool ofResult = op == "unsqueeze" || op == "cat" || op == "stack";
+  size_t rank = ofResult ? result.tensor().dim() : call.tensor("self").dim();
+  auto n = static_cast<int64_t>(std::max<size_t>(rank, 1));
+  auto wrap = [&](int64_t d) { return d < 0 ? d + n : d; };
+  for (const ArgSpec& spec : call.op().args) {
+    const std::string& a = spec.name;
+    if (a != "dim" && a != "dims" && a != "dim0" && a != "dim1" && a != "start_dim" &&
+        a != "end_dim")
+      continue;
+    auto it = std::find_if(attrs.begin(), attrs.end(), [&](const Attr& x) { return x.name == a; });
+    if (it == attrs.end()) continue;
+    if (auto* d = std::get_if<int64_t>(&it->value)) {
+      if (spec.kind == ArgKind::IntList)
+        it->value = std::vector<int64_t>{wrap(*d)};
+      else
+        *d = wrap(*d);
+    }
+    if (auto* list = std::get_if<std::vector<int64_t>>(&it->value)) {
+      for (int64_t& d : *list) d = wrap(d);
+      if (a == "dim") { // a set of dims
+        std::sort(list->begin(), list->end());
+        list->erase(std::unique(list->begin(), list->end()), list->end());
+      }
+    }
+    if (auto* d = std::get_if<int64_t>(&spec.defaultValue); d && it->value == AttrValue(wrap(*d)))
+      attrs.erase(it);
+  }
+}
+
 void addViewOps(std::vector<OpInfo>& ops) {
+  size_t first = ops.size();
   ArgSpec self{"self", ArgKind::Tensor};
   ops.push_back({"view", {self, {"size", ArgKind::SymIntList}}, inferView});
   ops.push_back({"reshape", {self, {"size", ArgKind::SymIntList}}, inferView});
@@ -438,10 +527,11 @@ void addViewOps(std::vector<OpInfo>& ops) {
     ops.push_back({n,
                    {{"tensors", ArgKind::TensorList}, {"dim", ArgKind::Int, false, int64_t{0}}},
                    inferCat});
+  for (size_t i = first; i < ops.size(); ++i) ops[i].canonical = canonicalDims;
   ops.push_back({"contiguous", {self}, inferCopy});
   ops.push_back({"clone", {self}, inferCopy});
-  // TODO(issue 3): split/chunk (need multi-output nodes); cat's legacy empty
-  // 1-d inputs; decompositions for composite ops; in-place and out= forms as mutation ops to be
+  // TODO(issue 3): split/chunk (need multi-output nodes); stack's layout for channels-last
+  // inputs; decompositions for composite ops; in-place and out= forms as mutation ops to be
   // functionalized later.
 }
 

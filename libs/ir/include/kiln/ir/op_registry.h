@@ -51,6 +51,9 @@ using InferFn = Value (*)(const OpCall& call);
 // Emits core ops computing `node` into `graph`, where `inputs` are its inputs,
 // and returns the value standing for its result (see passes.h: decompose).
 using DecomposeFn = ValueId (*)(Graph& graph, const Node& node, const std::vector<ValueId>& inputs);
+// Rewrites a valid call's attributes into their one spelling (dims non-negative, dim sets sorted),
+// so that calls meaning the same hash and compare equal.
+using CanonicalFn = void (*)(const OpCall& call, const Value& result, std::vector<Attr>& attrs);
 
 struct OpInfo {
   std::string name;
@@ -61,6 +64,7 @@ struct OpInfo {
   // with that tensor's meta. Such nodes have an effect: DCE keeps them and CSE
   // never merges them, until functionalization rewrites them.
   bool mutates = false;
+  CanonicalFn canonical = nullptr;
 };
 
 const OpInfo* findOp(std::string_view name); // nullptr when unknown
