@@ -103,7 +103,7 @@ TEST_F(View, ViewOfNonContiguousIsRefusedButReshapeCopies) {
   EXPECT_TRUE(r.isContiguous());
 }
 
-TEST_F(View, CatSkipsLegacyEmptyInputsAndKeepsChannelsLast) {
+TEST_F(View, CatSkipsLegacyEmptyInputsAndStaysChannelsLast) {
   ValueId x = input(ints(table, {2, 3, 4, 5}));
   ValueId empty = graph.placeholder("e", tensorOf(table, DType::Float64, ints(table, {0})));
   const TensorMeta& m = graph.meta(graph.call("cat", {x, empty}, {{"dim", int64_t{1}}}));
@@ -116,6 +116,9 @@ TEST_F(View, CatSkipsLegacyEmptyInputsAndKeepsChannelsLast) {
             ints(table, {120, 1, 30, 6}));
   EXPECT_EQ(graph.meta(graph.call("cat", {cl, x}, {{"dim", int64_t{1}}})).strides,
             ints(table, {120, 20, 5, 1}));
+  // stack: torch 1.13 views a cat along dim split in two
+  EXPECT_EQ(graph.meta(graph.call("stack", {cl, cl}, {{"dim", int64_t{1}}})).strides,
+            ints(table, {120, 3, 1, 30, 6}));
 }
 
 TEST_F(View, ContiguousOfAnEmptyTensorIsItself) {

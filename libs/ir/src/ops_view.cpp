@@ -350,8 +350,9 @@ Shape channelsLastStrides(const Shape& sizes, sym::SymbolTable& table) {
 
 // cat: along dim, sizes add up; the other dims must be provably equal. 1-d inputs of size 0 are
 // skipped, as torch's legacy rule (their dtype still counts). The result is channels-last when
-// every input is (torch's cat_compute_output_memory_format). stack: the same after unsqueezing
-// every input at dim. Operand dtypes are promoted.
+// every input is (torch's cat_compute_output_memory_format). stack: as torch 1.13 computes it,
+// cat along dim then a view splitting it (at the last dim: cat of the inputs unsqueezed there).
+// Operand dtypes are promoted.
 Value inferCat(const OpCall& call) {
   std::vector<const TensorMeta*> all = call.tensors("tensors");
   bool stack = call.op().name == "stack";
@@ -369,7 +370,7 @@ Value inferCat(const OpCall& call) {
   auto d = static_cast<size_t>(wrapDim(call, "dim", call.intArg("dim"), rank));
   Shape sizes = first.sizes;
   if (stack) sizes.insert(sizes.begin() + d, call.table().integer(0));
-  bool grad = false, allChannelsLast = !stack, started = false;
+  bool grad = false, allChannelsLast = true, started = false;
   for (size_t k = 0; k < all.size(); ++k) {
     const TensorMeta& t = *all[k];
     std::string which = "tensor " + std::to_string(k);
@@ -390,10 +391,23 @@ Value inferCat(const OpCall& call) {
     }
     sizes[d] = stack ? sizes[d] + 1 : (started ? sizes[d] + t.sizes[d] : t.sizes[d]);
     started = true;
-    allChannelsLast = allChannelsLast && channelsLast(t) == std::optional<bool>(true);
+    TensorMeta u = t; // what torch's stack concatenates
+    if (stack && d == t.dim()) {
+      u.sizes.push_back(call.table().integer(1));
+      u.strides.push_back(call.table().integer(1));
+    }
+    allChannelsLast = allChannelsLast && channelsLast(u) == std::optional<bool>(true);
   }
   TensorMeta m = fresh(call, dtype.result(), sizes, first.device, grad);
-  if (allChannelsLast) m.strides = channelsLastStrides(m.sizes, call.table());
+  if (!allChannelsLast) return m;
+  if (!stack || d == first.dim()) {
+    m.strides = channelsLastStrides(m.sizes, call.table());
+    return m;
+  }
+  Shape catSizes = first.sizes; // stack: a channels-last cat along d, viewed split
+  catSizes[d] = catSizes[d] * static_cast<int64_t>(all.size());
+  m.strides = channelsLastStrides(catSizes, call.table());
+  m.strides.insert(m.strides.begin() + d, m.strides[d] * first.sizes[d]);
   return m;
 }
 
@@ -530,8 +544,7 @@ void addViewOps(std::vector<OpInfo>& ops) {
   for (size_t i = first; i < ops.size(); ++i) ops[i].canonical = canonicalDims;
   ops.push_back({"contiguous", {self}, inferCopy});
   ops.push_back({"clone", {self}, inferCopy});
-  // TODO(issue 3): split/chunk (need multi-output nodes); stack's layout for channels-last
-  // inputs; decompositions for composite ops; in-place and out= forms as mutation ops to be
+  // TODO(issue 3): split/chunk (need multi-output nodes); decompositions for composite ops; in-place and out= forms as mutation ops to be
   // functionalized later.
 }
 

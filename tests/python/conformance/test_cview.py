@@ -681,6 +681,17 @@ def test_stack(inputs, dim):
     check("stack", torch.stack, [layout(s, k) for s, k in inputs], dim=dim)
 
 
+@pytest.mark.parametrize("dim", cases("stack", [0, 1, 2, 3, 4, -1]))
+def test_stack_of_channels_last_inputs(dim):
+    # torch 1.13's stack is cat along dim viewed split (at the last dim: cat of unsqueezed inputs)
+    a = rand((2, 3, 4, 5)).to(memory_format=torch.channels_last)
+    check("stack", torch.stack, [a, a], dim=dim)
+    check("stack", torch.stack, [a, a.contiguous()], dim=dim)
+    b = rand((3, 1, 2)).permute(1, 2, 0)  # 3-d, channels-last once unsqueezed at the end
+    if dim < 4:
+        check("stack", torch.stack, [b, b], dim=min(dim, 3))
+
+
 @pytest.mark.parametrize("dtypes", cases("stack", [
     (torch.float32, torch.float64), (torch.int32, torch.bool), (torch.bfloat16, torch.bfloat16)],
     ids=["f", "i", "bf"]))
