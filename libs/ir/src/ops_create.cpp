@@ -39,6 +39,15 @@ Device deviceArg(const OpCall& call, Device otherwise = Device{}) {
   call.fail("device", "expected \"cpu\", \"cuda\" or \"cuda:N\", got \"" + text + "\"");
 }
 
+// requires_grad, which torch allows only for floating and complex tensors.
+bool gradArg(const OpCall& call, DType dtype) {
+  bool grad = call.boolArg("requires_grad");
+  if (grad && !isFloating(dtype) && !isComplex(dtype))
+    call.fail("requires_grad", "only floating and complex tensors can require grad, got " +
+                                   std::string(name(dtype)));
+  return grad;
+}
+
 Shape sizesArg(const OpCall& call) {
   Shape sizes = call.symIntList("size");
   for (sym::Expr s : sizes)
@@ -50,18 +59,18 @@ Value inferFull(const OpCall& call) {
   Number fill = number(call, "fill_value");
   DType dtype = fill.isBool ? DType::Bool : fill.integer ? DType::Int64 : kDefaultFloat;
   if (call.has("dtype")) dtype = call.dtype("dtype");
-  return fresh(call, dtype, sizesArg(call), deviceArg(call), false);
+  return fresh(call, dtype, sizesArg(call), deviceArg(call), gradArg(call, dtype));
 }
 
 Value inferFilled(const OpCall& call) { // zeros, ones, empty
   DType dtype = call.has("dtype") ? call.dtype("dtype") : kDefaultFloat;
-  return fresh(call, dtype, sizesArg(call), deviceArg(call), false);
+  return fresh(call, dtype, sizesArg(call), deviceArg(call), gradArg(call, dtype));
 }
 
 Value inferLike(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   DType dtype = call.has("dtype") ? call.dtype("dtype") : self.dtype;
-  return preserveLike(call, self, dtype, deviceArg(call, self.device), false);
+  return preserveLike(call, self, dtype, deviceArg(call, self.device), gradArg(call, dtype));
 }
 
 // arange(start, end, step): ceil((end - start) / step) elements; an error when
@@ -94,7 +103,7 @@ Value inferArange(const OpCall& call) {
     length =
         call.table().integer(std::max<int64_t>(0, static_cast<int64_t>(std::ceil((e - s) / d))));
   }
-  return fresh(call, dtype, {length}, deviceArg(call), false);
+  return fresh(call, dtype, {length}, deviceArg(call), gradArg(call, dtype));
 }
 
 } // namespace
@@ -110,23 +119,24 @@ void addCreationOps(std::vector<OpInfo>& ops) {
   ArgSpec size{"size", ArgKind::SymIntList}, dtype{"dtype", ArgKind::DType, true};
   // As torch: the CPU unless asked; *_like: the input's device unless asked.
   ArgSpec device{"device", ArgKind::String, false, std::string("cpu")};
-  ops.push_back({"full", {size, {"fill_value", ArgKind::Scalar}, dtype, device}, inferFull});
+  ArgSpec grad{"requires_grad", ArgKind::Bool, false, false};
+  ops.push_back({"full", {size, {"fill_value", ArgKind::Scalar}, dtype, device, grad}, inferFull});
   for (const char* n : {"zeros", "ones", "empty"})
-    ops.push_back({n, {size, dtype, device}, inferFilled});
+    ops.push_back({n, {size, dtype, device, grad}, inferFilled});
   ArgSpec self{"self", ArgKind::Tensor};
   ArgSpec likeDevice{"device", ArgKind::String, true};
   ops.push_back(
-      {"full_like", {self, {"fill_value", ArgKind::Scalar}, dtype, likeDevice}, inferLike});
+      {"full_like", {self, {"fill_value", ArgKind::Scalar}, dtype, likeDevice, grad}, inferLike});
   for (const char* n : {"zeros_like", "ones_like", "empty_like"})
-    ops.push_back({n, {self, dtype, likeDevice}, inferLike});
+    ops.push_back({n, {self, dtype, likeDevice, grad}, inferLike});
   ops.push_back({"arange",
                  {{"end", ArgKind::Scalar},
                   {"start", ArgKind::Scalar, true},
                   {"step", ArgKind::Scalar, true},
                   dtype,
-                  device},
+                  device,
+                  grad},
                  inferArange});
-  // TODO(issue 3): requires_grad.
 }
 
 } // namespace kiln::ir::detail

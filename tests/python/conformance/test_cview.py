@@ -849,6 +849,23 @@ def test_creation_device(op, args):
         graph.call(op, *args, device="tpu")
 
 
+@pytest.mark.parametrize("op,args", [
+    pytest.param(op, a, marks=pytest.mark.op(op), id=op) for op, a in (
+        ("full", ([2], 1.0)), ("zeros", ([2],)), ("ones", ([2],)), ("empty", ([2],)),
+        ("arange", (4.0,)), ("zeros_like", (rand((2, 3)),)), ("ones_like", (rand((2, 3)),)),
+        ("empty_like", (rand((2, 3)),)), ("full_like", (rand((2, 3)), 1.0)))])
+def test_creation_requires_grad(op, args):
+    torch_args = (args[0] if len(args) == 1 else args[1],) if op == "arange" else args
+    expected = getattr(torch, op)(*torch_args, requires_grad=True)
+    _, meta = ir.eval_op(op, *args, requires_grad=True)
+    assert meta["requires_grad"] and expected.requires_grad
+    assert not ir.eval_op(op, *args)[1]["requires_grad"]
+    with pytest.raises(RuntimeError, match="floating point and complex"):
+        getattr(torch, op)(*torch_args, dtype=torch.int64, requires_grad=True)
+    raises(f"{op}: argument 'requires_grad'.*floating", op, *args, dtype=torch.int64,
+           requires_grad=True)
+
+
 @pytest.mark.parametrize("op", [pytest.param(op, marks=pytest.mark.op(op)) for op in
                                 ("zeros_like", "ones_like", "empty_like", "full_like")])
 def test_like_device(op):
