@@ -171,6 +171,17 @@ def test_var_std_correction(op, correction, dim):
     check(op, torch_reduce(op), x, dim=dim, correction=correction, keepdim=True)
 
 
+@pytest.mark.parametrize("op,unbiased", [
+    pytest.param(op, u, marks=pytest.mark.op(op), id=f"{op}-{u}")
+    for op in ("var", "std") for u in (False, True)])
+def test_var_std_unbiased_is_correction_1(op, unbiased):
+    x = layout((3, 4), "step", torch.float32)
+    fn = getattr(torch, op)
+    check(op, fn, x, correction=int(unbiased), torch_kwargs=dict(unbiased=unbiased))
+    check(op, fn, x, dim=[0], correction=int(unbiased), keepdim=True,
+          torch_kwargs=dict(dim=[0], unbiased=unbiased, keepdim=True))
+
+
 @pytest.mark.parametrize("op", cases("var", ["var"]) + cases("std", ["std"]))
 def test_var_std_of_too_few_elements_is_nan(op):
     check(op, torch_reduce(op), rand((1, 3), torch.float64), dim=[0])  # n - correction = 0
