@@ -617,6 +617,55 @@ def test_sym_size_feeds_narrow_and_bad_dims(op):
         graph.call("sym_size", scalar, dim=0)
 
 
+SYMBOLIC = [
+    ("transpose", dict(dim0=0, dim1=1), lambda x: x.transpose(0, 1)),
+    ("slice", dict(dim=0, start=1, end=-1), lambda x: x[1:-1]),
+    ("slice", dict(dim=0, start=-3, step=2), lambda x: x[-3::2]),
+    ("select", dict(dim=0, index=-1), lambda x: x[-1]),
+    ("narrow", dict(dim=0, start=1, length=2), lambda x: x.narrow(0, 1, 2)),
+    ("unsqueeze", dict(dim=1), lambda x: x.unsqueeze(1)),
+    ("flatten", {}, torch.flatten),
+    ("reshape", dict(size=[-1]), lambda x: x.reshape(-1)),
+    ("view", dict(size=[-1, 2, 2]), lambda x: x.view(-1, 2, 2)),
+    ("permute", dict(dims=[1, 0]), lambda x: x.permute(1, 0)),
+    ("expand", dict(size=[2, -1, -1]), lambda x: x.expand(2, -1, -1)),
+    ("sum", dict(dim=[0], keepdim=True), lambda x: x.sum(0, keepdim=True)),
+    ("amax", dict(dim=[1]), lambda x: x.amax(1)),
+    ("var", dict(dim=[0]), lambda x: x.var(0)),
+    ("argmin", dict(dim=0, keepdim=True), lambda x: x.argmin(0, keepdim=True)),
+    ("clone", {}, torch.clone), ("contiguous", {}, torch.Tensor.contiguous),
+    ("zeros_like", {}, torch.zeros_like), ("full_like", dict(fill_value=2.0),
+                                           lambda x: torch.full_like(x, 2.0)),
+]
+
+
+@pytest.mark.parametrize("op,kwargs,fn", [
+    pytest.param(op, kw, fn, marks=pytest.mark.op(op), id=f"{op}-{i}")
+    for i, (op, kw, fn) in enumerate(SYMBOLIC)])
+@pytest.mark.parametrize("transposed", [False, True], ids=["contig", "t"])
+def test_symbolic_sizes_evaluate_to_torchs_layout(op, kwargs, fn, transposed):
+    # x: [s0, 4] with s0 in [3, inf], contiguous or the transpose of a [4, s0] tensor.
+    graph = ir.Graph()
+    s0 = graph.symbol("s0", hint=6, min=3)
+    strides = [1, s0] if transposed else [4, 1]
+    p = graph.placeholder("x", "float32", [s0, 4], strides)
+    if op == "view" and transposed:
+        kwargs, fn = dict(size=[4, -1]), lambda x: x.t().reshape(4, -1)  # a view of x.t()
+        p = graph.call("transpose", p, dim0=0, dim1=1)
+    value = graph.call(op, p, **kwargs)
+    graph.set_outputs([value])
+    for n in (3, 6):
+        x = rand((4, n)).t() if transposed else rand((n, 4))
+        expected = fn(x)
+        (actual,) = ir.run(graph, x)
+        assert list(actual.shape) == list(expected.shape)
+        assert list(actual.stride()) == list(expected.stride())
+        if op not in ("clone", "contiguous", "zeros_like", "full_like", "sum", "amax", "var",
+                      "argmin"):
+            assert actual.storage_offset() == expected.storage_offset()
+        assert_values_match(actual, expected, **tol(torch.float32))
+
+
 # --- copies -------------------------------------------------------------------------------
 
 
