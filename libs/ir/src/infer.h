@@ -64,9 +64,10 @@ Shape pointwiseStrides(const OpCall& call, std::initializer_list<std::string_vie
 TensorMeta freshLike(const OpCall& call, std::initializer_list<std::string_view> args, DType dtype,
                      Shape sizes, Device device, bool requiresGrad);
 
-// OpInfo::canonical for ops with dim attributes (dim, dims, dim0, dim1, start_dim, end_dim): each
-// made non-negative against the input's rank (the result's for unsqueeze, cat and stack), a `dim`
-// list sorted without repeats, and one equal to its default dropped.
+// OpInfo::canonical of every op with dim attributes of its input (dim, dims, dim0, dim1,
+// start_dim, end_dim; the registry sets it): each made non-negative against the input's rank (the
+// result's for unsqueeze, cat and stack), a `dim` list sorted without repeats, and one equal to its
+// default dropped.
 void canonicalDims(const OpCall& call, const Value& result, std::vector<Attr>& attrs);
 
 // The layout torch's empty_like(self) (memory_format=preserve) gives, as clone and the *_like ops

@@ -12,6 +12,19 @@
 namespace kiln::ir {
 namespace {
 
+// Whether the op takes dims of its input (self or tensors) as attributes: dim, dims, ...
+bool takesDims(const OpInfo& op) {
+  bool input = false, dims = false;
+  for (const ArgSpec& a : op.args) {
+    input = input || (a.name == "self" && a.kind == ArgKind::Tensor) ||
+            (a.name == "tensors" && a.kind == ArgKind::TensorList);
+    dims = dims || ((a.kind == ArgKind::Int || a.kind == ArgKind::IntList) &&
+                    (a.name == "dim" || a.name == "dims" || a.name == "dim0" || a.name == "dim1" ||
+                     a.name == "start_dim" || a.name == "end_dim"));
+  }
+  return input && dims;
+}
+
 struct Registry {
   std::vector<OpInfo> ops;
   std::unordered_map<std::string_view, const OpInfo*> byName;
@@ -24,6 +37,8 @@ struct Registry {
     detail::addCreationOps(ops);
     detail::addNnOps(ops);
     detail::addDecompositions(ops);
+    for (OpInfo& op : ops)
+      if (!op.canonical && takesDims(op)) op.canonical = detail::canonicalDims;
     for (const OpInfo& op : ops)
       if (!byName.emplace(op.name, &op).second)
         throw Error(ErrorCode::Internal, "op registered twice: " + op.name);

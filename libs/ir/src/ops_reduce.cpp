@@ -71,7 +71,6 @@ template <Reduce rule> Value inferReduce(const OpCall& call) {
 } // namespace
 
 void addReductionOps(std::vector<OpInfo>& ops) {
-  size_t first = ops.size();
   auto reduction = [&](const char* n, ArgKind dimKind, bool withDType, InferFn fn) {
     std::vector<ArgSpec> args = {{"self", ArgKind::Tensor},
                                  {"dim", dimKind, true},
@@ -95,7 +94,6 @@ void addReductionOps(std::vector<OpInfo>& ops) {
   reduction("argmin", ArgKind::Int, false, inferReduce<Reduce::Index>);
   reduction("any", ArgKind::Int, false, inferReduce<Reduce::Logical>);
   reduction("all", ArgKind::Int, false, inferReduce<Reduce::Logical>);
-  for (size_t i = first; i < ops.size(); ++i) ops[i].canonical = canonicalDims;
 }
 
 } // namespace kiln::ir::detail

@@ -501,7 +501,6 @@ void canonicalDims(const OpCall& call, const Value& result, std::vector<Attr>& a
 }
 
 void addViewOps(std::vector<OpInfo>& ops) {
-  size_t first = ops.size();
   ArgSpec self{"self", ArgKind::Tensor};
   ops.push_back({"view", {self, {"size", ArgKind::SymIntList}}, inferView});
   ops.push_back({"reshape", {self, {"size", ArgKind::SymIntList}}, inferView});
@@ -541,7 +540,6 @@ void addViewOps(std::vector<OpInfo>& ops) {
     ops.push_back({n,
                    {{"tensors", ArgKind::TensorList}, {"dim", ArgKind::Int, false, int64_t{0}}},
                    inferCat});
-  for (size_t i = first; i < ops.size(); ++i) ops[i].canonical = canonicalDims;
   ops.push_back({"contiguous", {self}, inferCopy});
   ops.push_back({"clone", {self}, inferCopy});
   // TODO(issue 3): split/chunk (need multi-output nodes); decompositions for composite ops; in-place and out= forms as mutation ops to be

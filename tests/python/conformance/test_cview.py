@@ -965,7 +965,8 @@ def test_like_device(op):
     ("select", dict(dim=-1, index=0), dict(dim=1, index=0)),
     ("permute", dict(dims=[-1, 0]), dict(dims=[1, 0])), ("squeeze", dict(dim=-2), dict(dim=[0])),
     ("flatten", dict(start_dim=-2), dict(start_dim=0, end_dim=1)),
-    ("slice", dict(dim=-1, start=1), dict(dim=1, start=1))])
+    ("slice", dict(dim=-1, start=1), dict(dim=1, start=1)),
+    ("softmax", dict(dim=-1), dict(dim=1))])
 def test_dims_written_two_ways_are_one_call(op, a, b):
     graph = ir.Graph()
     x = graph.placeholder("x", "float32", [1, 3])
