@@ -34,6 +34,14 @@ struct Interpret : ::testing::Test {
   }
 };
 
+TEST_F(Interpret, AViewPastTheStorageIsAnError) {
+  ValueId x = input(DType::Float32, ints(table, {2, 3}));
+  ValueId v =
+      graph.call("as_strided", {x},
+                 {{"size", std::vector<int64_t>{4, 2}}, {"stride", std::vector<int64_t>{2, 1}}});
+  EXPECT_THROW(run1(v, {t(DType::Float32, {2, 3}, {0, 1, 2, 3, 4, 5})}), Error);
+}
+
 TEST_F(Interpret, ReshapeAliasesWhereItViewsAndCopiesElsewhere) {
   ValueId x = input(DType::Float32, ints(table, {2, 3}));
   ValueId flat = graph.call("reshape", {x}, {{"size", std::vector<int64_t>{6}}});

@@ -520,6 +520,17 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
       offset +=
           out.storageOffset - sym::evaluate(graph.meta(node.inputs[0]).storageOffset, binding);
     out.storageOffset = offset;
+    // As torch's setStorage, a view must lie within the storage (reshape, flatten and contiguous
+    // view only where they read the input's own elements: sameElements).
+    if (!mayView && out.numel() > 0) {
+      int64_t last = offset;
+      for (size_t d = 0; d < out.sizes.size(); ++d) last += (out.sizes[d] - 1) * out.strides[d];
+      auto elements = static_cast<int64_t>(out.storage->size() / elementSize(out.dtype));
+      if (offset < 0 || last >= elements)
+        fail(ErrorCode::InvalidArgument, name + ": the view reaches element " +
+                                             std::to_string(last) + " of a storage of " +
+                                             std::to_string(elements));
+    }
     if (!mayView || sameElements(out, *args.tensor("self"))) return out;
   }
   if (mayView || name == "clone") return materialize(*args.tensor("self"), meta, binding);

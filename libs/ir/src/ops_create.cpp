@@ -82,6 +82,7 @@ Value inferArange(const OpCall& call) {
   Number step = call.has("step") ? number(call, "step") : Number{call.table().integer(1)};
   bool integral = end.integer && start.integer && step.integer;
   DType dtype = call.has("dtype") ? call.dtype("dtype") : integral ? DType::Int64 : kDefaultFloat;
+  if (dtype == DType::Bool) call.fail("dtype", "arange of bool is not implemented, as in torch");
   sym::Expr length;
   if (integral) {
     std::optional<int64_t> by = step.integer->asInteger();

@@ -1,4 +1,5 @@
 // Reductions over some or all dims, with keepdim and torch's dtype rules.
+#include <algorithm>
 #include <string>
 
 #include "infer.h"
@@ -20,13 +21,13 @@ template <Reduce rule> Value inferReduce(const OpCall& call) {
   std::vector<bool> reduced(rank, !call.has("dim"));
   if (call.has("dim")) {
     std::vector<int64_t> dims = call.intList("dim");
-    if (dims.empty()) reduced.assign(rank, true); // as torch: dim=[] reduces everything
-    std::vector<bool> seen(rank, false);
+    if (dims.empty()) reduced.assign(rank, true);             // as torch: dim=[] reduces everything
+    std::vector<bool> seen(std::max<size_t>(rank, 1), false); // a 0-d tensor takes 0 and -1
     for (int64_t d : dims) {
       int64_t w = wrapDim(call, "dim", d, rank);
-      if (rank == 0) continue;
       if (seen[w]) call.fail("dim", "dim " + std::to_string(d) + " appears twice");
-      seen[w] = reduced[w] = true;
+      seen[w] = true;
+      if (rank > 0) reduced[w] = true;
     }
   }
   DType out = self.dtype;

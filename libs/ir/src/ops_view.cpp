@@ -157,6 +157,9 @@ Value inferExpand(const OpCall& call) {
   Shape strides(sizes.size(), call.table().integer(0));
   for (size_t i = 0; i < sizes.size(); ++i) {
     bool keep = sizes[i].asInteger() == std::optional<int64_t>(-1);
+    if (!keep && provable(sym::lt(sizes[i], 0)))
+      call.fail("size",
+                "negative size " + sym::toString(sizes[i]) + " at dim " + std::to_string(i));
     if (i < shift) {
       if (keep || provable(sym::lt(sizes[i], 0)))
         call.fail("size", "a new leading dim needs a size, got " + sym::toString(sizes[i]));
@@ -181,8 +184,10 @@ Value inferSqueeze(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   std::vector<bool> chosen(self.dim(), !call.has("dim"));
   if (call.has("dim"))
-    for (int64_t d : call.intList("dim"))
-      if (self.dim()) chosen[wrapDim(call, "dim", d, self.dim())] = true;
+    for (int64_t d : call.intList("dim")) {
+      int64_t w = wrapDim(call, "dim", d, self.dim()); // a 0-d tensor takes 0 and -1
+      if (self.dim()) chosen[w] = true;
+    }
   Shape sizes, strides;
   for (size_t i = 0; i < self.dim(); ++i) {
     std::optional<bool> one = sym::staticallyKnown(sym::eq(self.sizes[i], 1));
@@ -275,13 +280,10 @@ Value inferNarrow(const OpCall& call) {
 // flatten(start_dim, end_dim): those dims merged into one (a 0-d tensor becomes [1]).
 Value inferFlatten(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
-  if (self.dim() == 0) {
-    TensorMeta m = viewOf(self, {call.table().integer(1)}, {call.table().integer(1)});
-    return m;
-  }
   auto first =
       static_cast<size_t>(wrapDim(call, "start_dim", call.intArg("start_dim"), self.dim()));
   auto last = static_cast<size_t>(wrapDim(call, "end_dim", call.intArg("end_dim"), self.dim()));
+  if (self.dim() == 0) return viewOf(self, {call.table().integer(1)}, {call.table().integer(1)});
   if (first > last) call.fail("start_dim", "comes after end_dim");
   Shape sizes(self.sizes.begin(), self.sizes.begin() + first);
   Shape merged(self.sizes.begin() + first, self.sizes.begin() + last + 1);
@@ -542,8 +544,8 @@ void addViewOps(std::vector<OpInfo>& ops) {
                    inferCat});
   ops.push_back({"contiguous", {self}, inferCopy});
   ops.push_back({"clone", {self}, inferCopy});
-  // TODO(issue 3): split/chunk (need multi-output nodes); decompositions for composite ops; in-place and out= forms as mutation ops to be
-  // functionalized later.
+  // TODO(issue 3): split/chunk (need multi-output nodes); decompositions for composite ops;
+  // in-place and out= forms as mutation ops to be functionalized later.
 }
 
 } // namespace kiln::ir::detail

@@ -249,6 +249,12 @@ def test_reduction_bad_arguments(op):
         raises(f"{op}: argument 'self'.*bool", op, rand((2, 3), torch.bool))
 
 
+def test_reduction_of_0d_rejects_a_dim_twice():
+    with pytest.raises(RuntimeError, match="multiple times"):
+        torch.tensor(1.0).sum([0, -1])
+    raises("sum: argument 'dim'.*twice", "sum", rand(()), dim=[0, -1])
+
+
 def test_reduction_bad_dtype_argument():
     raises("mean: argument 'dtype'", "mean", rand((2, 3)), dtype=torch.int64)
 
@@ -425,6 +431,7 @@ def test_expand_bad_arguments():
     raises("expand: argument 'size'.*cannot expand", "expand", rand((2, 3)), size=[4, 3])
     raises("expand: argument 'size'", "expand", rand((2, 3)), size=[3])
     raises("expand: argument 'size'.*leading", "expand", rand((2, 3)), size=[-1, 2, 3])
+    raises("expand: argument 'size'.*negative", "expand", rand((3, 1)), size=[3, -2])
 
 
 @pytest.mark.parametrize("shape,kind,dim", multi("squeeze", [
@@ -447,6 +454,9 @@ def test_unsqueeze(shape, kind, dim):
 def test_squeeze_unsqueeze_bad_arguments():
     raises("unsqueeze: argument 'dim'.*out of range", "unsqueeze", rand((2, 3)), dim=3)
     raises("squeeze: argument 'dim'.*out of range", "squeeze", rand((2, 3)), dim=2)
+    with pytest.raises(IndexError):
+        torch.tensor(1.0).squeeze(1)
+    raises("squeeze: argument 'dim'.*out of range", "squeeze", rand(()), dim=1)
 
 
 @pytest.mark.parametrize("shape,kind,args", multi("slice", [
@@ -562,6 +572,9 @@ def test_flatten_bad_arguments():
     raises("flatten: argument 'start_dim'.*after", "flatten", rand((2, 3, 4)), start_dim=2,
            end_dim=1)
     raises("flatten: argument 'end_dim'.*out of range", "flatten", rand((2, 3)), end_dim=2)
+    with pytest.raises(IndexError):
+        torch.tensor(1.0).flatten(0, 1)
+    raises("flatten: argument 'end_dim'.*out of range", "flatten", rand(()), end_dim=1)
 
 
 @pytest.mark.parametrize("shape,kind,dim,sizes", multi("unflatten", [
@@ -590,6 +603,15 @@ def test_as_strided(shape, kind, size, stride, offset):
         kwargs["storage_offset"] = offset
     x = layout(shape, kind)
     check_view("as_strided", TORCH_VIEWS["as_strided"], x, **kwargs)
+
+
+def test_as_strided_past_the_storage_is_an_error():
+    x = rand((2, 3))
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        torch.as_strided(x, (4, 2), (2, 1))
+    with pytest.raises(KilnError, match="as_strided: the view reaches element 7") as info:
+        ir.eval_op("as_strided", x, size=[4, 2], stride=[2, 1])
+    assert info.value.code == "invalid_argument"
 
 
 def test_as_strided_bad_arguments():
@@ -901,6 +923,9 @@ def test_creation_with_symbolic_sizes(op):
 
 
 def test_arange_bad_arguments():
+    with pytest.raises(RuntimeError, match="not implemented for 'Bool'"):
+        torch.arange(3, dtype=torch.bool)
+    raises("arange: argument 'dtype'.*bool", "arange", end=3, dtype=torch.bool)
     raises("arange: argument 'step'", "arange", end=5, step=0)
     raises("arange: argument 'end'.*sign", "arange", end=0, start=5)
     raises("arange: argument 'step'", "arange", end=float("inf"))
