@@ -71,8 +71,8 @@ TensorMeta freshLike(const OpCall& call, std::initializer_list<std::string_view>
 void canonicalDims(const OpCall& call, const Value& result, std::vector<Attr>& attrs);
 
 // The layout torch's empty_like(self) (memory_format=preserve) gives, as clone and the *_like ops
-// use it: self's own strides when it has no elements (torch counts it contiguous, so dense),
-// else pointwiseStrides over self.
+// use it: self's own strides when it is non-overlapping and dense (an empty tensor is, as
+// contiguous), else pointwiseStrides over self.
 TensorMeta preserveLike(const OpCall& call, const TensorMeta& self, DType dtype, Device device,
                         bool requiresGrad);
 

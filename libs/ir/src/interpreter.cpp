@@ -466,8 +466,9 @@ bool create(const std::string& op, const Args& args, HostTensor& out) {
   if (op == "arange") {
     const HostTensor* start = args.tensor("start");
     const HostTensor* step = args.tensor("step");
-    bool integral = !isFloating(args.tensor("end")->dtype) &&
-                    !(start && isFloating(start->dtype)) && !(step && isFloating(step->dtype));
+    // As torch: start + i * step in the result dtype's accumulator, int64 (truncated bounds) for
+    // integral results, double otherwise.
+    bool integral = !isFloating(out.dtype);
     std::vector<int64_t> i(1, 0);
     for (; i[0] < out.sizes[0]; ++i[0]) {
       if (integral) {

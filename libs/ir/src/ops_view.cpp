@@ -63,10 +63,11 @@ Shape viewSizes(const OpCall& call) {
   return sizes;
 }
 
-// Strides that let `sizes` view a non-contiguous input, as torch computes them:
+// Strides that let `sizes` view the input, as torch's computeStride gives them:
 // the input's dims fall into chunks that are contiguous among themselves, and
-// each chunk must be exactly covered by consecutive new dims. nullopt when the
-// view is impossible; Error{Unsupported} when the ranges cannot decide.
+// each chunk must be exactly covered by consecutive new dims (a new dim of size 1 takes the
+// stride where it stands). nullopt when the view is impossible; Error{Unsupported} when the
+// ranges cannot decide.
 std::optional<Shape> viewStrides(const OpCall& call, const TensorMeta& self, const Shape& sizes) {
   auto known = [&](sym::Expr condition) {
     std::optional<bool> k = sym::staticallyKnown(condition);
@@ -76,8 +77,8 @@ std::optional<Shape> viewStrides(const OpCall& call, const TensorMeta& self, con
     return *k;
   };
   sym::SymbolTable& table = call.table();
-  if (!known(sym::ne(numel(self.sizes, table), 0)))
-    return contiguousStrides(sizes, table); // no elements: any strides will do
+  if (!known(sym::ne(numel(self.sizes, table), 0))) // no elements: as torch, like a fresh tensor
+    return sizes == self.sizes ? self.strides : contiguousStrides(sizes, table);
   Shape strides(sizes.size());
   auto view = static_cast<int64_t>(sizes.size()) - 1;
   sym::Expr base = self.strides.back(), chunkNumel = table.integer(1), viewNumel = table.integer(1);
@@ -101,11 +102,30 @@ std::optional<Shape> viewStrides(const OpCall& call, const TensorMeta& self, con
   return strides;
 }
 
+// viewStrides, or nullopt also where the ranges cannot decide.
+std::optional<Shape> decidedViewStrides(const OpCall& call, const TensorMeta& self,
+                                        const Shape& sizes) {
+  try {
+    return viewStrides(call, self, sizes);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::Unsupported) throw;
+    return std::nullopt;
+  }
+}
+
+// The strides torch gives `sizes` viewing a contiguous input: viewStrides, which differ from
+// contiguous strides only at dims of size 1, so those stand in where the ranges cannot decide.
+Shape contiguousViewStrides(const OpCall& call, const TensorMeta& self, const Shape& sizes) {
+  Shape contiguous = contiguousStrides(sizes, call.table());
+  if (self.dim() == 0) return contiguous; // torch: all 1, as contiguous strides of sizes all 1
+  return decidedViewStrides(call, self, sizes).value_or(contiguous);
+}
+
 Value inferView(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   Shape sizes = viewSizes(call);
   if (self.isContiguous()) {
-    Shape strides = contiguousStrides(sizes, call.table());
+    Shape strides = contiguousViewStrides(call, self, sizes);
     return viewOf(self, std::move(sizes), std::move(strides));
   }
   if (self.dim() > 0)
@@ -263,7 +283,8 @@ Value inferNarrow(const OpCall& call) {
   size_t d = static_cast<size_t>(wrapDim(call, "dim", call.intArg("dim"), self.dim()));
   sym::Expr size = self.sizes[d];
   int64_t startArg = call.intArg("start");
-  sym::Expr start = startArg < 0 ? size + startArg : call.table().integer(startArg);
+  // A negative start counts from the end, as torch wraps a dim: a size of 0 counts as 1.
+  sym::Expr start = startArg < 0 ? sym::max(size, 1) + startArg : call.table().integer(startArg);
   sym::Expr length = call.symInt("length");
   require(call, "length",
           sym::logicalAnd(sym::logicalAnd(sym::ge(start, 0), sym::ge(length, 0)),
@@ -295,7 +316,7 @@ Value inferFlatten(const OpCall& call) {
       return viewOf(self, std::move(sizes), std::move(*strides));
     return fresh(call, self.dtype, sizes, self.device, self.requiresGrad);
   }
-  Shape strides = contiguousStrides(sizes, call.table());
+  Shape strides = contiguousViewStrides(call, self, sizes);
   return viewOf(self, std::move(sizes), std::move(strides));
 }
 
@@ -413,7 +434,7 @@ Value inferCat(const OpCall& call) {
   return m;
 }
 
-// unflatten(dim, sizes): dim split into sizes (one may be -1); always a view.
+// unflatten(dim, sizes): dim split into sizes (one may be -1); always a view, as torch's view.
 Value inferUnflatten(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   if (self.dim() == 0) call.fail("self", "a 0-d tensor cannot be unflattened");
@@ -447,7 +468,8 @@ Value inferUnflatten(const OpCall& call) {
   sizes.insert(sizes.begin() + d, parts.begin(), parts.end());
   strides.erase(strides.begin() + d);
   strides.insert(strides.begin() + d, inner.begin(), inner.end());
-  return viewOf(self, sizes, strides);
+  // torch views: computeStride's strides, which differ from these only at dims of size 1.
+  return viewOf(self, sizes, decidedViewStrides(call, self, sizes).value_or(strides));
 }
 
 // as_strided(size, stride, storage_offset): exactly the view asked for.

@@ -540,7 +540,8 @@ def test_select_bad_arguments():
 
 @pytest.mark.parametrize("shape,kind,dim,start,length", multi("narrow", [
     ((5, 4), "contig", 0, 1, 3), ((5, 4), "t", 1, -3, 2), ((5, 4), "step", -1, 0, 4),
-    ((5, 4), "offset", 0, 2, 0), ((2, 3, 4), "t", 1, 1, 2)]))
+    ((5, 4), "offset", 0, 2, 0), ((2, 3, 4), "t", 1, 1, 2), ((3, 0), "contig", 1, -1, 0),
+    ((3, 4), "contig", 1, 4, 0)]))
 def test_narrow(shape, kind, dim, start, length):
     check_view("narrow", TORCH_VIEWS["narrow"], layout(shape, kind), dim=dim, start=start,
                length=length)
@@ -887,8 +888,11 @@ def test_full_like_keeps_self_dtype(fill):
     ((7,), {"dtype": torch.float64}),
     ((5, 1), {"dtype": torch.int32}), ((2.5, -1, 0.25), {"dtype": torch.float16}),
     ((4,), {"dtype": torch.bfloat16}), ((6, 0, 2), {"dtype": torch.uint8}),
-    ((3,), {"dtype": torch.int8}), ((1, 0, 0.1), {}), ((True,), {})],
-    ids=[str(i) for i in range(17)]))
+    ((3,), {"dtype": torch.int8}), ((1, 0, 0.1), {}), ((True,), {}),
+    ((2.25,), {"dtype": torch.int64}), ((2.25,), {"dtype": torch.int32}),
+    ((0.5, -1.5), {"dtype": torch.int64}), ((0.5, -1.5), {"dtype": torch.int8}),
+    ((5.5, 0.5, 2), {"dtype": torch.int64}), ((0.5, 0.2), {"dtype": torch.int64})],
+    ids=[str(i) for i in range(23)]))
 def test_arange(args, kwargs):
     # kiln's arange(end, start, step) against torch.arange(start, end, step)
     names = ["end", "start", "step"]
@@ -926,9 +930,47 @@ def test_arange_bad_arguments():
     with pytest.raises(RuntimeError, match="not implemented for 'Bool'"):
         torch.arange(3, dtype=torch.bool)
     raises("arange: argument 'dtype'.*bool", "arange", end=3, dtype=torch.bool)
+    for kwargs, torch_args in ((dict(end=-1.5), (-1.5,)),
+                               (dict(end=0, start=5, step=2.25), (5, 0, 2.25)),
+                               (dict(end=0.5, start=5), (5, 0.5))):
+        with pytest.raises(RuntimeError, match="inconsistent with step sign"):
+            torch.arange(*torch_args)
+        raises("arange: argument 'end'.*sign", "arange", **kwargs)
+    with pytest.raises(RuntimeError, match="step must be nonzero"):
+        torch.arange(0, 3, 0.5, dtype=torch.int32)
+    raises("arange: argument 'step'", "arange", end=3, step=0.5, dtype=torch.int32)
     raises("arange: argument 'step'", "arange", end=5, step=0)
     raises("arange: argument 'end'.*sign", "arange", end=0, start=5)
     raises("arange: argument 'step'", "arange", end=float("inf"))
+
+
+@pytest.mark.parametrize("op,fill,dtype", [
+    pytest.param(op, f, d, marks=pytest.mark.op(op), id=f"{op}-{f}-{d}")
+    for op in ("full", "full_like") for f, d in (
+        (1e10, torch.float16), (70000.0, torch.float16), (3.5e38, torch.bfloat16),
+        (1e39, torch.float32), (300, torch.int8), (-128.7, torch.int8), (-256, torch.uint8),
+        (256, torch.uint8), (2**31, torch.int32), (float("nan"), torch.int32))])
+def test_fill_values_that_overflow_are_errors(op, fill, dtype):
+    args = ([2],) if op == "full" else (rand((2,)),)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        getattr(torch, op)(*args, fill, dtype=dtype)
+    raises(f"{op}: argument 'fill_value'.*overflow", op, *args, fill, dtype=dtype)
+
+
+@pytest.mark.parametrize("fill,dtype", multi("full", [
+    (65504.0, torch.float16), (float("inf"), torch.float16), (-1, torch.uint8), (-255, torch.uint8),
+    (5, torch.bool), (1e10, torch.bool), (float("nan"), torch.float32)],
+    ids=[str(i) for i in range(7)]))
+def test_fill_values_that_fit(fill, dtype):
+    check("full", lambda size, fill_value, **kw: torch.full(size, fill_value, **kw), [2], fill,
+          dtype=dtype)
+
+
+@pytest.mark.parametrize("op", cases("sum", ["sum"]) + cases("prod", ["prod"]))
+def test_reduction_to_bool_of_floats(op):
+    x = torch.tensor([[-0.5, 0.25, 2.0], [0.0, 1.5, -0.1]])
+    check(op, torch_reduce(op), x, dtype=torch.bool)
+    check(op, torch_reduce(op), x, dim=[1] if op == "sum" else 1, dtype=torch.bool)
 
 
 def test_creation_bad_arguments():
