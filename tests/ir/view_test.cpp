@@ -121,6 +121,15 @@ TEST_F(View, CatSkipsLegacyEmptyInputsAndStaysChannelsLast) {
             ints(table, {120, 3, 1, 30, 6}));
 }
 
+TEST_F(View, SizeOneDimsTakeTheStridesOfTorchsComputeStride) {
+  TensorMeta t = tensorOf(table, DType::Float32, ints(table, {3, 1}));
+  t.strides = ints(table, {1, 6}); // contiguous, with an odd stride at the size-1 dim
+  ValueId x = graph.placeholder("x", t);
+  EXPECT_EQ(apply("view", x, {{"size", std::vector<int64_t>{3, 1, 1}}}).strides,
+            ints(table, {1, 6, 6}));
+  EXPECT_EQ(apply("clone", x, {}).strides, t.strides); // dense: kept as they are
+}
+
 TEST_F(View, ContiguousOfAnEmptyTensorIsItself) {
   TensorMeta t = tensorOf(table, DType::Float32, ints(table, {0, 3}));
   t.strides = ints(table, {1, 1});

@@ -384,6 +384,38 @@ def test_reshape_that_copies(shape, kind, size, dtype):
     assert_copies("reshape", x, size=size)
 
 
+def odd(shape, strides):
+    """A tensor with odd strides at its size-1 dims (as slicing leaves them)."""
+    return rand((64,)).as_strided(shape, strides)
+
+
+@pytest.mark.parametrize("op,x,kwargs", [
+    pytest.param(op, x, kw, marks=pytest.mark.op(op), id=f"{op}-{i}")
+    for i, (op, x, kw) in enumerate((
+        ("view", odd((1,), (2,)), dict(size=[1, 1])),
+        ("view", odd((3, 1), (1, 6)), dict(size=[3, 1, 1])),
+        ("view", odd((2, 1, 3), (3, 7, 1)), dict(size=[1, 6, 1])),
+        ("reshape", odd((3, 1), (1, 6)), dict(size=[1, 3, 1])),
+        ("flatten", odd((2, 1, 3, 1), (3, 9, 1, 5)), dict(start_dim=1)),
+        ("unflatten", odd((2, 1, 3, 3), (8, 2, 2, 16)), dict(dim=-3, sizes=[1, 1])),
+        ("unflatten", odd((4, 3), (3, 1)), dict(dim=0, sizes=[1, 4, 1]))))])
+def test_views_give_size_1_dims_torchs_strides(op, x, kwargs):
+    check_view(op, TORCH_VIEWS[op], x, **kwargs)
+
+
+@pytest.mark.parametrize("op,x", [
+    pytest.param(op, x, marks=pytest.mark.op(op), id=f"{op}-{i}")
+    for op in ("clone", "zeros_like", "empty_like")
+    for i, x in enumerate((odd((4, 1), (1, 2)), odd((1, 4), (18, 1)), odd((2, 1, 3), (1, 5, 2))))])
+def test_copies_of_dense_inputs_keep_their_strides(op, x):
+    expected = getattr(torch, op)(x)
+    actual, meta = ir.eval_op(op, x)
+    assert meta["strides"] == list(expected.stride())
+    assert list(actual.stride()) == list(expected.stride())
+    if op != "empty_like":
+        assert_values_match(actual, expected)
+
+
 def test_view_bad_arguments():
     raises("view: argument 'self'.*reshape", "view", layout((3, 4), "t"), size=[12])
     for shape, kind, size in (((2, 3, 4), "t", [4, 3, 2, 1]), ((4, 3), "t", [3, 2, 2]),
