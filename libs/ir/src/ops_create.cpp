@@ -99,7 +99,9 @@ Value inferFilled(const OpCall& call) { // zeros, ones, empty
 Value inferLike(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   DType dtype = call.has("dtype") ? call.dtype("dtype") : self.dtype;
-  if (call.takes("fill_value")) requireFits(call, number(call, "fill_value"), dtype);
+  const Value* tensorFill = call.takes("fill_value") ? call.input("fill_value") : nullptr;
+  if (call.takes("fill_value") && !(tensorFill && tensorFill->isTensor())) // a number, not a tensor
+    requireFits(call, number(call, "fill_value"), dtype);
   return preserveLike(call, self, dtype, deviceArg(call, self.device), gradArg(call, dtype));
 }
 

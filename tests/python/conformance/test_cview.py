@@ -908,6 +908,13 @@ def test_like(op, shape, kind, dtype, to):
         assert_values_match(actual, expected)
 
 
+@pytest.mark.parametrize("fill", cases("full_like", [torch.tensor(2.5), torch.tensor(-3)],
+                                       ids=["f32", "i64"]))
+def test_full_like_takes_a_0d_tensor_fill(fill):
+    check("full_like", torch.full_like, layout((2, 3), "t"), fill)
+    check("full_like", torch.full_like, rand((2, 3), torch.int32), fill)
+
+
 @pytest.mark.parametrize("fill", cases("full_like", [2.5, True, -3]))
 def test_full_like_keeps_self_dtype(fill):
     for dtype in (torch.int32, torch.float16, torch.bool):
