@@ -142,6 +142,7 @@ Value inferArange(const OpCall& call) {
     if (!((xd > 0 && xe >= xs) || (xd < 0 && xe <= xs)))
       call.fail("end", "bounds are inconsistent with the step's sign");
     double n = dtype == DType::Int64 ? std::ceil((xe - xs) / xd) : std::ceil((e - s) / d);
+    if (n < 0) call.fail("end", "gives a negative length"); // torch: "invalid size"
     length = call.table().integer(static_cast<int64_t>(n));
   }
   return fresh(call, dtype, {length}, deviceArg(call), gradArg(call, dtype));

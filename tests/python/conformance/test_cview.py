@@ -975,6 +975,10 @@ def test_arange_bad_arguments():
         with pytest.raises(RuntimeError, match="inconsistent with step sign"):
             torch.arange(*torch_args)
         raises("arange: argument 'end'.*sign", "arange", **kwargs)
+    with pytest.raises(RuntimeError, match="invalid size"):
+        torch.arange(0.9, -0.9, dtype=torch.int32)  # bounds 0 and 0, but (end - start) / step < 0
+    raises("arange: argument 'end'.*negative length", "arange", end=-0.9, start=0.9,
+           dtype=torch.int32)
     with pytest.raises(RuntimeError, match="step must be nonzero"):
         torch.arange(0, 3, 0.5, dtype=torch.int32)
     raises("arange: argument 'step'", "arange", end=3, step=0.5, dtype=torch.int32)
