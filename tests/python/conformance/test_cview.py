@@ -1,11 +1,16 @@
 """Conformance of reductions, views, copies and creation ops against torch 1.13 on CPU.
 
 Reductions (sum mean amax amin prod argmax argmin any all var std): dims as None, int, list,
-negative and empty, keepdim, dtype=, correction, empty reductions, every dtype torch allows.
+negative and empty, keepdim, dtype=, correction, empty reductions, every dtype torch allows;
+torch 1.13 gives every reduction a contiguous result, whatever the input's layout.
 Views (view reshape permute transpose expand squeeze unsqueeze slice select narrow flatten
-unflatten as_strided): sizes, strides and storage offset exactly as torch's, and the result
-aliases its input (a write through the view shows in the input). Copies (contiguous clone cat
-stack) keep torch's layouts; creation ops (full zeros ones empty arange, *_like) torch's dtypes.
+unflatten as_strided): sizes, every stride and the storage offset exactly as torch's, and the
+result aliases its input (a write through the view shows in the input, checked with ir.run).
+Copies (contiguous clone cat stack) keep torch's layouts; creation ops (full zeros ones empty
+arange, *_like) torch's dtypes, devices and checks; sym_size reads a size. Inputs are contiguous,
+transposed, strided, offset or broadcast, with 0-d, size-1 and empty dims; complex inputs infer
+but the interpreter refuses them (KilnError unsupported). Bad arguments are KilnError
+invalid_argument naming the argument, where torch raises.
 """
 import itertools
 
