@@ -844,6 +844,17 @@ def test_stack_promotes_dtypes(dtypes):
     check("stack", torch.stack, [rand((2, 3), d) for d in dtypes], dim=1)
 
 
+@pytest.mark.parametrize("op", cases("cat", ["cat"]) + cases("stack", ["stack"]))
+def test_cat_stack_of_tensors_on_two_devices_is_an_error(op):
+    graph = ir.Graph()
+    a = graph.placeholder("a", "float32", [2, 3])
+    b = graph.placeholder("b", "float32", [2, 3], device="cuda:0")
+    with pytest.raises(KilnError, match=f"{op}: argument 'tensors'.*device") as info:
+        graph.call(op, [a, b])
+    assert info.value.code == "invalid_argument"
+    assert graph.call(op, [b, b]).meta["device"] == "cuda:0"
+
+
 def test_cat_stack_bad_arguments():
     raises("cat: argument 'tensors'.*differs at dim 1", "cat", [rand((2, 3)), rand((2, 4))], dim=0)
     raises("cat: argument 'tensors'.*dims", "cat", [rand((2, 3)), rand((2, 3, 1))])
