@@ -42,9 +42,9 @@ TEST_F(Create, FullRejectsAFillValueThatOverflowsTheDType) {
                Error);
   EXPECT_THROW(make("full", {{"size", size}, {"fill_value", int64_t{128}}, {"dtype", DType::Int8}}),
                Error);
-  EXPECT_EQ(make("full", {{"size", size}, {"fill_value", int64_t{-255}}, {"dtype", DType::UInt8}})
-                .dtype,
-            DType::UInt8); // wraps, as in torch
+  EXPECT_EQ(
+      make("full", {{"size", size}, {"fill_value", int64_t{-255}}, {"dtype", DType::UInt8}}).dtype,
+      DType::UInt8); // wraps, as in torch
 }
 
 TEST_F(Create, FullTakesItsDTypeFromTheFillValue) {
