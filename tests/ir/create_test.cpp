@@ -22,6 +22,29 @@ struct Create : testing::GraphTest {
   }
 };
 
+TEST_F(Create, ArangeOfFloatBoundsTruncatesThemForAnIntegralDType) {
+  // torch.arange(2.25, dtype=int64): the length from truncated bounds, 2; int32: from doubles, 3.
+  auto length = [&](DType dtype) {
+    return make("arange", {{"end", 2.25}, {"dtype", dtype}}).sizes.at(0).asInteger();
+  };
+  EXPECT_EQ(length(DType::Int64), 2);
+  EXPECT_EQ(length(DType::Int32), 3);
+  EXPECT_EQ(length(DType::Float32), 3);
+  EXPECT_THROW(make("arange", {{"end", -1.5}}), Error); // the step's sign
+  EXPECT_THROW(make("arange", {{"end", 3}, {"step", 0.5}, {"dtype", DType::Int32}}), Error);
+}
+
+TEST_F(Create, FullRejectsAFillValueThatOverflowsTheDType) {
+  std::vector<int64_t> size = {2};
+  EXPECT_THROW(make("full", {{"size", size}, {"fill_value", 70000.0}, {"dtype", DType::Float16}}),
+               Error);
+  EXPECT_THROW(make("full", {{"size", size}, {"fill_value", int64_t{128}}, {"dtype", DType::Int8}}),
+               Error);
+  EXPECT_EQ(
+      make("full", {{"size", size}, {"fill_value", int64_t{-255}}, {"dtype", DType::UInt8}}).dtype,
+      DType::UInt8); // wraps, as in torch
+}
+
 TEST_F(Create, FullTakesItsDTypeFromTheFillValue) {
   std::vector<sym::Expr> size = {s0, table.integer(3)};
   TensorMeta m = make("full", {{"size", size}, {"fill_value", int64_t{7}}});

@@ -33,6 +33,27 @@ struct Interpret : testing::GraphTest {
   }
 };
 
+TEST_F(Interpret, AViewPastTheStorageIsAnError) {
+  ValueId x = input(DType::Float32, ints(table, {2, 3}));
+  ValueId v =
+      graph.call("as_strided", {x},
+                 {{"size", std::vector<int64_t>{4, 2}}, {"stride", std::vector<int64_t>{2, 1}}});
+  EXPECT_THROW(run1(v, {t(DType::Float32, {2, 3}, {0, 1, 2, 3, 4, 5})}), Error);
+}
+
+TEST_F(Interpret, ReshapeAliasesWhereItViewsAndCopiesElsewhere) {
+  ValueId x = input(DType::Float32, ints(table, {2, 3}));
+  ValueId flat = graph.call("reshape", {x}, {{"size", std::vector<int64_t>{6}}});
+  ValueId tr = graph.call("transpose", {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+  ValueId copied = graph.call("reshape", {tr}, {{"size", std::vector<int64_t>{6}}});
+  graph.setOutputs({flat, copied});
+  HostTensor in = t(DType::Float32, {2, 3}, {0, 1, 2, 3, 4, 5});
+  std::vector<HostTensor> out = interpret(graph, {in});
+  EXPECT_EQ(out[0].storage, in.storage);
+  EXPECT_NE(out[1].storage, in.storage);
+  EXPECT_EQ(out[1].toDoubles(), Doubles({0, 3, 1, 4, 2, 5}));
+}
+
 TEST_F(Interpret, ReturnsInputsAndBindsSymbols) {
   ValueId x = input(DType::Float32, {s0, s1});
   ValueId n = graph.call("sym_size", {x}, {{"dim", int64_t{0}}});
@@ -280,8 +301,13 @@ TEST_F(Interpret, IntegralSumsGiveInt64AndEmptyReductionsTheirIdentity) {
   EXPECT_EQ(out[1].toInts(), std::vector<int64_t>({1, 1}));
   EXPECT_EQ(out[2].toInts(), std::vector<int64_t>({1, 1}));
   EXPECT_EQ(out[3].toInts(), std::vector<int64_t>({200}));
-  graph.setOutputs({graph.call("amax", {x}, {{"dim", std::vector<int64_t>{1}}})});
-  EXPECT_THROW(interpret(graph, {t(DType::Int8, {2, 0}, {}), t(DType::Int8, {2}, {1, 1})}), Error);
+  // amax has no identity: an error at inference where the dim is provably empty, else at run time.
+  EXPECT_THROW(graph.call("amax", {x}, {{"dim", std::vector<int64_t>{1}}}), Error);
+  ValueId z = input(DType::Int8, {table.integer(2), s1});
+  graph.setOutputs({graph.call("amax", {z}, {{"dim", std::vector<int64_t>{1}}})});
+  EXPECT_THROW(interpret(graph, {t(DType::Int8, {2, 0}, {}), t(DType::Int8, {2}, {1, 1}),
+                                 t(DType::Int8, {2, 0}, {})}),
+               Error);
 }
 
 TEST_F(Interpret, VarAndStdApplyTheCorrection) {

@@ -70,5 +70,21 @@ TEST(Passes, CseKeepsCallsWithDifferentAttributes) {
   EXPECT_EQ(eliminateCommonSubexpressions(g).size(), 3u);
 }
 
+TEST(Passes, DimsWrittenTwoWaysAreOneCall) {
+  sym::SymbolTable table;
+  Graph g(table);
+  ValueId x =
+      g.placeholder("x", testing::tensorOf(table, DType::Float32, testing::ints(table, {4, 4})));
+  ValueId a = g.call("sum", {x}, {{"dim", std::vector<int64_t>{-1, 0}}});
+  ValueId b = g.call("sum", {x}, {{"dim", std::vector<int64_t>{0, 1}}});
+  ValueId c = g.call("unsqueeze", {x}, {{"dim", int64_t{-1}}});
+  ValueId d = g.call("unsqueeze", {x}, {{"dim", int64_t{2}}});
+  ValueId e = g.call("flatten", {x}, {{"end_dim", int64_t{1}}}); // end_dim's default, -1
+  EXPECT_TRUE(g.node(e).attrs.empty());
+  EXPECT_EQ(*g.node(a).attr("dim"), AttrValue(std::vector<int64_t>{0, 1}));
+  g.setOutputs({a, b, c, d, e});
+  EXPECT_EQ(eliminateCommonSubexpressions(g).size(), 4u);
+}
+
 } // namespace
 } // namespace kiln::ir

@@ -101,5 +101,40 @@ TEST_F(View, ViewOfNonContiguousIsRefusedButReshapeCopies) {
   EXPECT_TRUE(r.isContiguous());
 }
 
+TEST_F(View, CatSkipsLegacyEmptyInputsAndStaysChannelsLast) {
+  ValueId x = input(ints(table, {2, 3, 4, 5}));
+  ValueId empty = graph.placeholder("e", tensorOf(table, DType::Float64, ints(table, {0})));
+  const TensorMeta& m = graph.meta(graph.call("cat", {x, empty}, {{"dim", int64_t{1}}}));
+  EXPECT_EQ(m.sizes, ints(table, {2, 3, 4, 5}));
+  EXPECT_EQ(m.dtype, DType::Float64); // the skipped input's dtype still counts, as in torch
+  TensorMeta last = tensorOf(table, DType::Float32, ints(table, {2, 3, 4, 5}));
+  last.strides = ints(table, {60, 1, 15, 3});
+  ValueId cl = graph.placeholder("cl", last);
+  EXPECT_EQ(graph.meta(graph.call("cat", {cl, cl}, {{"dim", int64_t{1}}})).strides,
+            ints(table, {120, 1, 30, 6}));
+  EXPECT_EQ(graph.meta(graph.call("cat", {cl, x}, {{"dim", int64_t{1}}})).strides,
+            ints(table, {120, 20, 5, 1}));
+  // stack: torch 1.13 views a cat along dim split in two
+  EXPECT_EQ(graph.meta(graph.call("stack", {cl, cl}, {{"dim", int64_t{1}}})).strides,
+            ints(table, {120, 3, 1, 30, 6}));
+}
+
+TEST_F(View, SizeOneDimsTakeTheStridesOfTorchsComputeStride) {
+  TensorMeta t = tensorOf(table, DType::Float32, ints(table, {3, 1}));
+  t.strides = ints(table, {1, 6}); // contiguous, with an odd stride at the size-1 dim
+  ValueId x = graph.placeholder("x", t);
+  EXPECT_EQ(apply("view", x, {{"size", std::vector<int64_t>{3, 1, 1}}}).strides,
+            ints(table, {1, 6, 6}));
+  EXPECT_EQ(apply("clone", x, {}).strides, t.strides); // dense: kept as they are
+}
+
+TEST_F(View, ContiguousOfAnEmptyTensorIsItself) {
+  TensorMeta t = tensorOf(table, DType::Float32, ints(table, {0, 3}));
+  t.strides = ints(table, {1, 1});
+  ValueId x = graph.placeholder("x", t);
+  EXPECT_EQ(apply("contiguous", x, {}).strides, t.strides);
+  EXPECT_EQ(apply("clone", x, {}).strides, t.strides);
+}
+
 } // namespace
 } // namespace kiln::ir

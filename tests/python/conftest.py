@@ -7,15 +7,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-BIN_DIR = Path(os.environ.get("KILN_BIN_DIR", REPO / "build" / "bin"))
-
-
-def kiln_cli(run_dir: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(BIN_DIR / "kiln"), "--run-dir", run_dir, *args],
-        capture_output=True, text=True, timeout=120,
-    )
+from kiln_cli import kiln_cli
 
 
 @pytest.fixture(scope="session")

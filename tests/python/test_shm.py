@@ -141,7 +141,7 @@ def test_unsupported_dtype_is_refused(stack):
 
 def test_stores_follow_a_restarted_stack(monkeypatch):
     # A stack of its own: restarting the session's stack would disturb other tests.
-    from conftest import kiln_cli
+    from kiln_cli import kiln_cli
 
     run_dir = tempfile.mkdtemp(prefix="kr", dir="/tmp")
     try:

@@ -69,6 +69,18 @@ void checkScatterIndex(const OpCall& call, std::string_view src);
 TensorMeta freshLike(const OpCall& call, std::initializer_list<std::string_view> args, DType dtype,
                      Shape sizes, Device device, bool requiresGrad);
 
+// OpInfo::canonical of every op with dim attributes of its input (dim, dims, dim0, dim1,
+// start_dim, end_dim; the registry sets it): each made non-negative against the input's rank (the
+// result's for unsqueeze, cat and stack), a `dim` list sorted without repeats, and one equal to its
+// default dropped.
+void canonicalDims(const OpCall& call, const Value& result, std::vector<Attr>& attrs);
+
+// The layout torch's empty_like(self) (memory_format=preserve) gives, as clone and the *_like ops
+// use it: self's own strides when it is non-overlapping and dense (an empty tensor is, as
+// contiguous), else pointwiseStrides over self.
+TensorMeta preserveLike(const OpCall& call, const TensorMeta& self, DType dtype, Device device,
+                        bool requiresGrad);
+
 // A new contiguous tensor of these sizes.
 TensorMeta fresh(const OpCall& call, DType dtype, Shape sizes, Device device, bool requiresGrad);
 

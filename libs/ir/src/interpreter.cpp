@@ -441,6 +441,23 @@ std::vector<HostTensor> runPieces(const Graph& graph, const Node& node,
   return out;
 }
 
+// Whether `view` reads the elements of `t` at the same addresses, in row-major order (t's
+// elements seen through another shape).
+bool sameElements(const HostTensor& view, const HostTensor& t) {
+  if (view.numel() != t.numel()) return false;
+  auto address = [](const HostTensor& x, int64_t k) {
+    int64_t off = x.storageOffset;
+    for (size_t i = x.sizes.size(); i-- > 0;) {
+      off += (k % x.sizes[i]) * x.strides[i];
+      k /= x.sizes[i];
+    }
+    return off;
+  };
+  for (int64_t k = 0; k < t.numel(); ++k)
+    if (address(view, k) != address(t, k)) return false;
+  return true;
+}
+
 bool isView(const std::string& op) {
   for (const char* v : {"view", "permute", "transpose", "expand", "squeeze", "unsqueeze", "slice",
                         "select", "narrow", "unflatten", "as_strided"})
@@ -452,6 +469,9 @@ bool isView(const std::string& op) {
 HostTensor concatenate(const std::string& op, const std::vector<HostTensor>& ins, int64_t dim,
                        HostTensor out) {
   size_t d = static_cast<size_t>(dim < 0 ? dim + int64_t(out.sizes.size()) : dim);
+  std::vector<HostTensor> parts; // cat: inputs without elements add none (torch skips empty 1-d)
+  for (const HostTensor& t : ins)
+    if (op == "stack" || t.numel() > 0) parts.push_back(t);
   detail::eachIndex(out.sizes, [&](const std::vector<int64_t>& idx) {
     std::vector<int64_t> at = idx;
     size_t k = 0;
@@ -459,12 +479,12 @@ HostTensor concatenate(const std::string& op, const std::vector<HostTensor>& ins
       k = static_cast<size_t>(idx[d]);
       at.erase(at.begin() + d);
     } else {
-      while (at[d] >= ins[k].sizes[d]) at[d] -= ins[k++].sizes[d];
+      while (at[d] >= parts[k].sizes[d]) at[d] -= parts[k++].sizes[d];
     }
-    if (isFloating(ins[k].dtype))
-      detail::storeElementF(out, idx, detail::loadElementF(ins[k], at));
+    if (isFloating(parts[k].dtype))
+      detail::storeElementF(out, idx, detail::loadElementF(parts[k], at));
     else
-      detail::storeElementI(out, idx, detail::loadElementI(ins[k], at));
+      detail::storeElementI(out, idx, detail::loadElementI(parts[k], at));
   });
   return out;
 }
@@ -474,8 +494,9 @@ bool create(const std::string& op, const Args& args, HostTensor& out) {
   if (op == "arange") {
     const HostTensor* start = args.tensor("start");
     const HostTensor* step = args.tensor("step");
-    bool integral = !isFloating(args.tensor("end")->dtype) &&
-                    !(start && isFloating(start->dtype)) && !(step && isFloating(step->dtype));
+    // As torch: start + i * step in the result dtype's accumulator, int64 (truncated bounds) for
+    // integral results, double otherwise.
+    bool integral = !isFloating(out.dtype);
     std::vector<int64_t> i(1, 0);
     for (; i[0] < out.sizes[0]; ++i[0]) {
       if (integral) {
@@ -515,12 +536,33 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
   }
   const TensorMeta& meta = node.value.tensor();
   const std::string& name = op.name;
-  if (isView(name)) // aliases its input, with the inferred layout (as_strided's offset is absolute)
-    return alias(*args.tensor("self"), meta,
-                 name == "as_strided" ? 0 : offsetBase(graph, node.inputs[0], values, binding),
-                 binding);
-  if (name == "reshape" || name == "flatten" || name == "contiguous" || name == "clone")
-    return materialize(*args.tensor("self"), meta, binding);
+  // reshape, flatten and contiguous give their input or a view of it where inference says so
+  // (the inferred layout reads the input's elements in place), else a copy.
+  bool mayView = name == "reshape" || name == "flatten" || name == "contiguous";
+  if (isView(name) || mayView) { // aliases its input, with the inferred layout
+    HostTensor out = *args.tensor("self");
+    out.sizes = evalAll(meta.sizes, binding);
+    out.strides = evalAll(meta.strides, binding);
+    int64_t offset = sym::evaluate(meta.storageOffset, binding);
+    // The inferred offset counts from the input's inferred one (as_strided's is absolute).
+    if (name != "as_strided")
+      offset +=
+          out.storageOffset - sym::evaluate(graph.meta(node.inputs[0]).storageOffset, binding);
+    out.storageOffset = offset;
+    // As torch's setStorage, a view must lie within the storage (reshape, flatten and contiguous
+    // view only where they read the input's own elements: sameElements).
+    if (!mayView && out.numel() > 0) {
+      int64_t last = offset;
+      for (size_t d = 0; d < out.sizes.size(); ++d) last += (out.sizes[d] - 1) * out.strides[d];
+      auto elements = static_cast<int64_t>(out.storage->size() / elementSize(out.dtype));
+      if (offset < 0 || last >= elements)
+        fail(ErrorCode::InvalidArgument, name + ": the view reaches element " +
+                                             std::to_string(last) + " of a storage of " +
+                                             std::to_string(elements));
+    }
+    if (!mayView || sameElements(out, *args.tensor("self"))) return out;
+  }
+  if (mayView || name == "clone") return materialize(*args.tensor("self"), meta, binding);
 
   HostTensor out =
       allocate(meta.dtype, evalAll(meta.sizes, binding), evalAll(meta.strides, binding),
@@ -625,6 +667,9 @@ std::vector<HostTensor> interpret(const Graph& graph, std::vector<HostTensor> in
       continue;
     }
     const TensorMeta& m = p.value.tensor();
+    if (isComplex(t.dtype))
+      fail(ErrorCode::Unsupported, who + ": complex dtypes (" + std::string(name(t.dtype)) +
+                                       ") are not supported by the interpreter yet");
     if (t.dtype != m.dtype)
       fail(ErrorCode::InvalidArgument, who + ": expected dtype " + std::string(name(m.dtype)) +
                                            ", got " + std::string(name(t.dtype)));

@@ -37,6 +37,7 @@ bool truthy(Num n) {
 Num load(const HostTensor& t, const std::vector<int64_t>& idx, std::optional<DType> as) {
   DType d = as.value_or(t.dtype);
   if (isFloating(d)) return fromF(castToF(d, loadElementF(t, idx)));
+  if (d == DType::Bool && isFloating(t.dtype)) return fromBool(loadElementF(t, idx) != 0);
   return fromI(castToI(d, loadElementI(t, idx)));
 }
 

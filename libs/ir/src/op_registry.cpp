@@ -30,6 +30,19 @@ void checkMutation(const OpInfo& op,
                 "mutation op " + op.name + ": bad written argument or functional op");
 }
 
+// Whether the op takes dims of its input (self or tensors) as attributes: dim, dims, ...
+bool takesDims(const OpInfo& op) {
+  bool input = false, dims = false;
+  for (const ArgSpec& a : op.args) {
+    input = input || (a.name == "self" && a.kind == ArgKind::Tensor) ||
+            (a.name == "tensors" && a.kind == ArgKind::TensorList);
+    dims = dims || ((a.kind == ArgKind::Int || a.kind == ArgKind::IntList) &&
+                    (a.name == "dim" || a.name == "dims" || a.name == "dim0" || a.name == "dim1" ||
+                     a.name == "start_dim" || a.name == "end_dim"));
+  }
+  return input && dims;
+}
+
 struct Registry {
   std::vector<OpInfo> ops;
   std::unordered_map<std::string_view, const OpInfo*> byName;
@@ -42,6 +55,8 @@ struct Registry {
     detail::addCreationOps(ops);
     detail::addNnOps(ops);
     detail::addDecompositions(ops);
+    for (OpInfo& op : ops)
+      if (!op.canonical && takesDims(op)) op.canonical = detail::canonicalDims;
     detail::addOutForms(ops); // last: copies of the ops above, without their decompositions
     for (const OpInfo& op : ops)
       if (!byName.emplace(op.name, &op).second)
@@ -307,6 +322,8 @@ Value inferCall(std::string_view opName, const std::vector<const Value*>& inputs
                 std::vector<Attr>& attrs, sym::SymbolTable& table) {
   const OpInfo& op = getOp(opName);
   OpCall call(op, inputs, attrs, table);
+  Value result = op.infer(call);
+  if (op.canonical) op.canonical(call, result, attrs);
   std::vector<Attr> canonical;
   for (size_t i = 0; i < op.args.size(); ++i) {
     const ArgSpec& spec = op.args[i];
@@ -317,7 +334,6 @@ Value inferCall(std::string_view opName, const std::vector<const Value*>& inputs
     if (absent ? !marksAbsentInput(op, call, i) : attr->value == spec.defaultValue) continue;
     canonical.push_back(*attr);
   }
-  Value result = op.infer(call);
   attrs = std::move(canonical);
   return result;
 }

@@ -1,4 +1,5 @@
 // Reductions over some or all dims, with keepdim and torch's dtype rules.
+#include <algorithm>
 #include <string>
 
 #include "infer.h"
@@ -20,13 +21,13 @@ template <Reduce rule> Value inferReduce(const OpCall& call) {
   std::vector<bool> reduced(rank, !call.has("dim"));
   if (call.has("dim")) {
     std::vector<int64_t> dims = call.intList("dim");
-    if (dims.empty()) reduced.assign(rank, true); // as torch: dim=[] reduces everything
-    std::vector<bool> seen(rank, false);
+    if (dims.empty()) reduced.assign(rank, true);             // as torch: dim=[] reduces everything
+    std::vector<bool> seen(std::max<size_t>(rank, 1), false); // a 0-d tensor takes 0 and -1
     for (int64_t d : dims) {
       int64_t w = wrapDim(call, "dim", d, rank);
-      if (rank == 0) continue;
       if (seen[w]) call.fail("dim", "dim " + std::to_string(d) + " appears twice");
-      seen[w] = reduced[w] = true;
+      seen[w] = true;
+      if (rank > 0) reduced[w] = true;
     }
   }
   DType out = self.dtype;
@@ -40,10 +41,22 @@ template <Reduce rule> Value inferReduce(const OpCall& call) {
     if (!isFloating(out) && !isComplex(out))
       call.fail(asked ? "dtype" : "self",
                 "needs a floating or complex dtype, got " + std::string(name(out)));
+    if (call.op().name != "mean" && isComplex(out)) // var, std: the real spread
+      out = out == DType::Complex64 ? DType::Float32 : DType::Float64;
     break;
   case Reduce::Same: break;
-  case Reduce::Index: out = DType::Int64; break;
+  case Reduce::Index:
+    if (out == DType::Bool) call.fail("self", "is not implemented for bool, as in torch");
+    out = DType::Int64;
+    break;
   case Reduce::Logical: out = self.dtype == DType::UInt8 ? DType::UInt8 : DType::Bool; break;
+  }
+  if (rule == Reduce::Same || rule == Reduce::Index) { // no identity: nothing to reduce is an error
+    for (size_t i = 0; i < rank; ++i)
+      if (reduced[i] && provable(sym::eq(self.sizes[i], 0)))
+        call.fail(call.has("dim") ? "dim" : "self",
+                  call.has("dim") ? "dim " + std::to_string(i) + " has size 0 and no identity"
+                                  : "is empty: give a dim to reduce");
   }
   bool keepdim = call.boolArg("keepdim");
   Shape sizes;
@@ -82,8 +95,6 @@ void addReductionOps(std::vector<OpInfo>& ops) {
   reduction("argmin", ArgKind::Int, false, inferReduce<Reduce::Index>);
   reduction("any", ArgKind::Int, false, inferReduce<Reduce::Logical>);
   reduction("all", ArgKind::Int, false, inferReduce<Reduce::Logical>);
-  // TODO(issue 3): complex var/std give a real result; results of non-contiguous inputs
-  // follow the input layout (torch keeps the kept dims in the input order).
 }
 
 } // namespace kiln::ir::detail

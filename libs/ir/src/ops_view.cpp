@@ -64,10 +64,11 @@ Shape viewSizes(const OpCall& call) {
   return sizes;
 }
 
-// Strides that let `sizes` view a non-contiguous input, as torch computes them:
+// Strides that let `sizes` view the input, as torch's computeStride gives them:
 // the input's dims fall into chunks that are contiguous among themselves, and
-// each chunk must be exactly covered by consecutive new dims. nullopt when the
-// view is impossible; Error{Unsupported} when the ranges cannot decide.
+// each chunk must be exactly covered by consecutive new dims (a new dim of size 1 takes the
+// stride where it stands). nullopt when the view is impossible; Error{Unsupported} when the
+// ranges cannot decide.
 std::optional<Shape> viewStrides(const OpCall& call, const TensorMeta& self, const Shape& sizes) {
   auto known = [&](sym::Expr condition) {
     std::optional<bool> k = sym::staticallyKnown(condition);
@@ -77,8 +78,8 @@ std::optional<Shape> viewStrides(const OpCall& call, const TensorMeta& self, con
     return *k;
   };
   sym::SymbolTable& table = call.table();
-  if (!known(sym::ne(numel(self.sizes, table), 0)))
-    return contiguousStrides(sizes, table); // no elements: any strides will do
+  if (!known(sym::ne(numel(self.sizes, table), 0))) // no elements: as torch, like a fresh tensor
+    return sizes == self.sizes ? self.strides : contiguousStrides(sizes, table);
   Shape strides(sizes.size());
   auto view = static_cast<int64_t>(sizes.size()) - 1;
   sym::Expr base = self.strides.back(), chunkNumel = table.integer(1), viewNumel = table.integer(1);
@@ -102,11 +103,30 @@ std::optional<Shape> viewStrides(const OpCall& call, const TensorMeta& self, con
   return strides;
 }
 
+// viewStrides, or nullopt also where the ranges cannot decide.
+std::optional<Shape> decidedViewStrides(const OpCall& call, const TensorMeta& self,
+                                        const Shape& sizes) {
+  try {
+    return viewStrides(call, self, sizes);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::Unsupported) throw;
+    return std::nullopt;
+  }
+}
+
+// The strides torch gives `sizes` viewing a contiguous input: viewStrides, which differ from
+// contiguous strides only at dims of size 1, so those stand in where the ranges cannot decide.
+Shape contiguousViewStrides(const OpCall& call, const TensorMeta& self, const Shape& sizes) {
+  Shape contiguous = contiguousStrides(sizes, call.table());
+  if (self.dim() == 0) return contiguous; // torch: all 1, as contiguous strides of sizes all 1
+  return decidedViewStrides(call, self, sizes).value_or(contiguous);
+}
+
 Value inferView(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   Shape sizes = viewSizes(call);
   if (self.isContiguous()) {
-    Shape strides = contiguousStrides(sizes, call.table());
+    Shape strides = contiguousViewStrides(call, self, sizes);
     return viewOf(self, std::move(sizes), std::move(strides));
   }
   if (self.dim() > 0)
@@ -158,6 +178,9 @@ Value inferExpand(const OpCall& call) {
   Shape strides(sizes.size(), call.table().integer(0));
   for (size_t i = 0; i < sizes.size(); ++i) {
     bool keep = sizes[i].asInteger() == std::optional<int64_t>(-1);
+    if (!keep && provable(sym::lt(sizes[i], 0)))
+      call.fail("size",
+                "negative size " + sym::toString(sizes[i]) + " at dim " + std::to_string(i));
     if (i < shift) {
       if (keep || provable(sym::lt(sizes[i], 0)))
         call.fail("size", "a new leading dim needs a size, got " + sym::toString(sizes[i]));
@@ -182,8 +205,10 @@ Value inferSqueeze(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   std::vector<bool> chosen(self.dim(), !call.has("dim"));
   if (call.has("dim"))
-    for (int64_t d : call.intList("dim"))
-      if (self.dim()) chosen[wrapDim(call, "dim", d, self.dim())] = true;
+    for (int64_t d : call.intList("dim")) {
+      int64_t w = wrapDim(call, "dim", d, self.dim()); // a 0-d tensor takes 0 and -1
+      if (self.dim()) chosen[w] = true;
+    }
   Shape sizes, strides;
   for (size_t i = 0; i < self.dim(); ++i) {
     std::optional<bool> one = sym::staticallyKnown(sym::eq(self.sizes[i], 1));
@@ -259,7 +284,8 @@ Value inferNarrow(const OpCall& call) {
   size_t d = static_cast<size_t>(wrapDim(call, "dim", call.intArg("dim"), self.dim()));
   sym::Expr size = self.sizes[d];
   int64_t startArg = call.intArg("start");
-  sym::Expr start = startArg < 0 ? size + startArg : call.table().integer(startArg);
+  // A negative start counts from the end, as torch wraps a dim: a size of 0 counts as 1.
+  sym::Expr start = startArg < 0 ? sym::max(size, 1) + startArg : call.table().integer(startArg);
   sym::Expr length = call.symInt("length");
   require(call, "length",
           sym::logicalAnd(sym::logicalAnd(sym::ge(start, 0), sym::ge(length, 0)),
@@ -276,13 +302,10 @@ Value inferNarrow(const OpCall& call) {
 // flatten(start_dim, end_dim): those dims merged into one (a 0-d tensor becomes [1]).
 Value inferFlatten(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
-  if (self.dim() == 0) {
-    TensorMeta m = viewOf(self, {call.table().integer(1)}, {call.table().integer(1)});
-    return m;
-  }
   auto first =
       static_cast<size_t>(wrapDim(call, "start_dim", call.intArg("start_dim"), self.dim()));
   auto last = static_cast<size_t>(wrapDim(call, "end_dim", call.intArg("end_dim"), self.dim()));
+  if (self.dim() == 0) return viewOf(self, {call.table().integer(1)}, {call.table().integer(1)});
   if (first > last) call.fail("start_dim", "comes after end_dim");
   Shape sizes(self.sizes.begin(), self.sizes.begin() + first);
   Shape merged(self.sizes.begin() + first, self.sizes.begin() + last + 1);
@@ -294,54 +317,125 @@ Value inferFlatten(const OpCall& call) {
       return viewOf(self, std::move(sizes), std::move(*strides));
     return fresh(call, self.dtype, sizes, self.device, self.requiresGrad);
   }
-  Shape strides = contiguousStrides(sizes, call.table());
+  Shape strides = contiguousViewStrides(call, self, sizes);
   return viewOf(self, std::move(sizes), std::move(strides));
 }
 
-// contiguous: the input itself when already contiguous, else a contiguous copy;
-// clone: always a copy.
+// contiguous: the input itself when already contiguous (as torch, an empty tensor always is),
+// else a contiguous copy; clone: always a copy, in the input's layout.
 Value inferCopy(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
-  if (call.op().name == "contiguous" && self.isContiguous()) return self;
-  if (call.op().name == "contiguous")
-    return fresh(call, self.dtype, self.sizes, self.device, self.requiresGrad);
-  return freshLike(call, {"self"}, self.dtype, self.sizes, self.device, self.requiresGrad);
+  if (call.op().name == "clone")
+    return preserveLike(call, self, self.dtype, self.device, self.requiresGrad);
+  if (self.isContiguous() || provable(sym::eq(numel(self.sizes, call.table()), 0))) return self;
+  return fresh(call, self.dtype, self.sizes, self.device, self.requiresGrad);
 }
 
-// cat: along dim, sizes add up; the other dims must be provably equal. stack:
-// the same after unsqueezing every input at dim. Operand dtypes are promoted.
+// Whether torch suggests channels-last for a 4-d (5-d: channels-last-3d) tensor, as
+// c10::is_channels_last_strides_2d/3d: strides ascending over dims 1, last.., 2, 0. nullopt when
+// the ranges cannot decide.
+std::optional<bool> channelsLast(const TensorMeta& t) {
+  size_t r = t.dim();
+  if (r != 4 && r != 5) return false;
+  auto known = [](sym::Expr c) { return sym::staticallyKnown(c); };
+  std::optional<bool> zero = known(sym::eq(t.strides[1], 0));
+  if (!zero || *zero) return zero ? std::optional<bool>(false) : std::nullopt;
+  std::vector<size_t> order = {1};
+  for (size_t d = r - 1; d >= 2; --d) order.push_back(d);
+  order.push_back(0);
+  std::optional<sym::Expr> min;
+  for (size_t d : order) {
+    std::optional<bool> empty = known(sym::eq(t.sizes[d], 0));
+    std::optional<bool> below = min ? known(sym::lt(t.strides[d], *min)) : false;
+    std::optional<bool> tie = d == 0 && min ? known(sym::eq(*min, t.strides[1])) : false;
+    if (!empty || !below || !tie) return std::nullopt;
+    if (*empty || *below || *tie) return false;
+    std::optional<bool> many = known(sym::gt(t.sizes[d], 1));
+    if (!many) return std::nullopt;
+    min = *many ? t.strides[d] * t.sizes[d] : t.strides[d];
+  }
+  return true;
+}
+
+// Channels-last strides of sizes (N, C, [D,] H, W): C fastest, then W, H, [D,] N.
+Shape channelsLastStrides(const Shape& sizes, sym::SymbolTable& table) {
+  size_t r = sizes.size();
+  Shape strides(r);
+  sym::Expr running = table.integer(1);
+  strides[1] = running;
+  running = sizes[1];
+  for (size_t d = r - 1; d >= 2; --d) {
+    strides[d] = running;
+    running = running * sizes[d];
+  }
+  strides[0] = running;
+  return strides;
+}
+
+// cat: along dim, sizes add up; the other dims must be provably equal. 1-d inputs of size 0 are
+// skipped, as torch's legacy rule (their dtype still counts). The result is channels-last when
+// every input is (torch's cat_compute_output_memory_format). stack: as torch 1.13 computes it,
+// cat along dim then a view splitting it (at the last dim: cat of the inputs unsqueezed there).
+// Operand dtypes are promoted.
 Value inferCat(const OpCall& call) {
-  std::vector<const TensorMeta*> ins = call.tensors("tensors");
+  std::vector<const TensorMeta*> all = call.tensors("tensors");
   bool stack = call.op().name == "stack";
+  ResultType dtype;
+  std::vector<const TensorMeta*> ins;
+  for (const TensorMeta* t : all) {
+    dtype.add(t->dtype, Operand::Tensor);
+    bool legacyEmpty = !stack && t->dim() == 1 && provable(sym::eq(t->sizes[0], 0));
+    if (!legacyEmpty) ins.push_back(t);
+  }
+  if (ins.empty()) ins.push_back(all[0]); // only empty 1-d inputs: an empty 1-d result
   const TensorMeta& first = *ins[0];
   size_t rank = first.dim() + (stack ? 1 : 0);
   if (rank == 0) call.fail("tensors", "zero-dimensional tensors cannot be concatenated");
   auto d = static_cast<size_t>(wrapDim(call, "dim", call.intArg("dim"), rank));
   Shape sizes = first.sizes;
   if (stack) sizes.insert(sizes.begin() + d, call.table().integer(0));
-  ResultType dtype;
-  for (size_t k = 0; k < ins.size(); ++k) {
-    const TensorMeta& t = *ins[k];
+  bool grad = false, allChannelsLast = true, started = false;
+  for (size_t k = 0; k < all.size(); ++k) {
+    const TensorMeta& t = *all[k];
     std::string which = "tensor " + std::to_string(k);
+    grad = grad || t.requiresGrad;
+    if (t.device != first.device) call.fail("tensors", which + " is on another device");
+    if (std::find(ins.begin(), ins.end(), &t) == ins.end()) {
+      allChannelsLast = false; // a skipped input counts as contiguous, as in torch
+      continue;
+    }
     if (t.dim() != first.dim())
       call.fail("tensors", which + " has " + std::to_string(t.dim()) + " dims, tensor 0 has " +
                                std::to_string(first.dim()));
-    if (t.device != first.device) call.fail("tensors", which + " is on another device");
-    dtype.add(t.dtype, Operand::Tensor);
     for (size_t i = 0; i < t.dim(); ++i) {
       size_t at = stack && i >= d ? i + 1 : i;
       if (at == d && !stack) continue;
       requireEqual(call, "tensors", t.sizes[i], first.sizes[i],
                    which + " differs at dim " + std::to_string(i));
     }
-    sizes[d] = stack ? sizes[d] + 1 : (k == 0 ? t.sizes[d] : sizes[d] + t.sizes[d]);
+    sizes[d] = stack ? sizes[d] + 1 : (started ? sizes[d] + t.sizes[d] : t.sizes[d]);
+    started = true;
+    TensorMeta u = t; // what torch's stack concatenates
+    if (stack && d == t.dim()) {
+      u.sizes.push_back(call.table().integer(1));
+      u.strides.push_back(call.table().integer(1));
+    }
+    allChannelsLast = allChannelsLast && channelsLast(u) == std::optional<bool>(true);
   }
-  bool grad = false;
-  for (const TensorMeta* t : ins) grad = grad || t->requiresGrad;
-  return fresh(call, dtype.result(), sizes, first.device, grad);
+  TensorMeta m = fresh(call, dtype.result(), sizes, first.device, grad);
+  if (!allChannelsLast) return m;
+  if (!stack || d == first.dim()) {
+    m.strides = channelsLastStrides(m.sizes, call.table());
+    return m;
+  }
+  Shape catSizes = first.sizes; // stack: a channels-last cat along d, viewed split
+  catSizes[d] = catSizes[d] * static_cast<int64_t>(all.size());
+  m.strides = channelsLastStrides(catSizes, call.table());
+  m.strides.insert(m.strides.begin() + d, m.strides[d] * first.sizes[d]);
+  return m;
 }
 
-// unflatten(dim, sizes): dim split into sizes (one may be -1); always a view.
+// unflatten(dim, sizes): dim split into sizes (one may be -1); always a view, as torch's view.
 Value inferUnflatten(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   if (self.dim() == 0) call.fail("self", "a 0-d tensor cannot be unflattened");
@@ -375,7 +469,8 @@ Value inferUnflatten(const OpCall& call) {
   sizes.insert(sizes.begin() + d, parts.begin(), parts.end());
   strides.erase(strides.begin() + d);
   strides.insert(strides.begin() + d, inner.begin(), inner.end());
-  return viewOf(self, sizes, strides);
+  // torch views: computeStride's strides, which differ from these only at dims of size 1.
+  return viewOf(self, sizes, decidedViewStrides(call, self, sizes).value_or(strides));
 }
 
 // as_strided(size, stride, storage_offset): exactly the view asked for.
@@ -522,6 +617,38 @@ Value inferSymSize(const OpCall& call) {
 
 } // namespace
 
+void canonicalDims(const OpCall& call, const Value& result, std::vector<Attr>& attrs) {
+  // An out= or in-place form counts dims as its functional op does.
+  const std::string& op = call.op().functional.empty() ? call.op().name : call.op().functional;
+  bool ofResult = op == "unsqueeze" || op == "cat" || op == "stack";
+  size_t rank = ofResult ? result.tensor().dim() : call.tensor("self").dim();
+  auto n = static_cast<int64_t>(std::max<size_t>(rank, 1));
+  auto wrap = [&](int64_t d) { return d < 0 ? d + n : d; };
+  for (const ArgSpec& spec : call.op().args) {
+    const std::string& a = spec.name;
+    if (a != "dim" && a != "dims" && a != "dim0" && a != "dim1" && a != "start_dim" &&
+        a != "end_dim")
+      continue;
+    auto it = std::find_if(attrs.begin(), attrs.end(), [&](const Attr& x) { return x.name == a; });
+    if (it == attrs.end()) continue;
+    if (auto* d = std::get_if<int64_t>(&it->value)) {
+      if (spec.kind == ArgKind::IntList)
+        it->value = std::vector<int64_t>{wrap(*d)};
+      else
+        *d = wrap(*d);
+    }
+    if (auto* list = std::get_if<std::vector<int64_t>>(&it->value)) {
+      for (int64_t& d : *list) d = wrap(d);
+      if (a == "dim") { // a set of dims
+        std::sort(list->begin(), list->end());
+        list->erase(std::unique(list->begin(), list->end()), list->end());
+      }
+    }
+    if (auto* d = std::get_if<int64_t>(&spec.defaultValue); d && it->value == AttrValue(wrap(*d)))
+      attrs.erase(it);
+  }
+}
+
 void addViewOps(std::vector<OpInfo>& ops) {
   ArgSpec self{"self", ArgKind::Tensor};
   ops.push_back({"view", {self, {"size", ArgKind::SymIntList}}, inferView});
@@ -572,9 +699,6 @@ void addViewOps(std::vector<OpInfo>& ops) {
   ops.push_back({"chunk", {self, {"chunks", ArgKind::Int}, dim0}, inferChunk});
   ops.push_back({"unbind", {self, dim0}, inferUnbind});
   ops.push_back({"getitem", {{"self", ArgKind::Tuple}, {"index", ArgKind::Int}}, inferGetitem});
-  // TODO(issue 3): cat's legacy empty
-  // 1-d inputs; decompositions for composite ops; in-place and out= forms as mutation ops to be
-  // functionalized later.
 }
 
 } // namespace kiln::ir::detail

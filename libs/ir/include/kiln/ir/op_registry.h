@@ -58,6 +58,9 @@ using InferFn = Value (*)(const OpCall& call);
 // Emits core ops computing `node` into `graph`, where `inputs` are its inputs,
 // and returns the value standing for its result (see passes.h: decompose).
 using DecomposeFn = ValueId (*)(Graph& graph, const Node& node, const std::vector<ValueId>& inputs);
+// Rewrites a valid call's attributes into their one spelling (dims non-negative, dim sets sorted),
+// so that calls meaning the same hash and compare equal.
+using CanonicalFn = void (*)(const OpCall& call, const Value& result, std::vector<Attr>& attrs);
 
 struct OpInfo {
   std::string name;
@@ -75,6 +78,7 @@ struct OpInfo {
   // For a mutation op, the pure op whose result it writes ("add" for add_ and
   // add_out); it takes the same arguments, less an out= form's `out`.
   std::string functional = {};
+  CanonicalFn canonical = nullptr;
 };
 
 // An out= form "<op>_out": `functional`'s schema plus a trailing Tensor `out`
