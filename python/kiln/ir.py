@@ -14,10 +14,12 @@ Graph.call binds its arguments to the op's schema (ir.op_schema(name)): graph va
 tensor arguments, numbers, lists, dtypes, strings and symbols become attributes.
 Errors are KilnError with code "invalid_argument", "not_found" or "unsupported".
 """
+import os
 from typing import Sequence
 
 import torch
 
+from kiln._kiln import Stack
 from kiln._kiln import ir as _ir
 
 Graph = _ir.Graph
@@ -103,13 +105,10 @@ def run(graph: Graph, *inputs: torch.Tensor) -> list[torch.Tensor]:
     return [_tensor(raw) for raw in graph.interpret([_raw(t) for t in inputs])]
 
 
-def eval_op(op: str, *args, **kwargs):
-    """Runs one op through the IR: a graph with a placeholder per tensor argument, the call, and
-    its result. Returns (result tensor, inferred meta) — handy to compare against torch; for an op
-    giving a tuple (split, chunk, unbind), a list of tensors and a list of metas.
-
-        out, meta = ir.eval_op("add", torch.ones(2, 3), torch.ones(3), alpha=2)
-    """
+def op_graph(op: str, *args, **kwargs) -> tuple[Graph, list[torch.Tensor]]:
+    """A graph applying one op: a placeholder per tensor argument (with its layout), the call,
+    and its result as the output (a tuple's pieces, for split and the like); and the tensors
+    to run it on, in placeholder order."""
     graph = Graph()
     tensors: list[torch.Tensor] = []
 
@@ -125,18 +124,94 @@ def eval_op(op: str, *args, **kwargs):
     meta = value.meta
     if isinstance(meta, list):  # a tuple: its pieces are the outputs
         graph.set_outputs([graph.call("getitem", value, index=i) for i in range(len(meta))])
-        return run(graph, *tensors), meta
-    graph.set_outputs([value])
-    (result,) = run(graph, *tensors)
-    return result, meta
+    else:
+        graph.set_outputs([value])
+    return graph, tensors
+
+
+def eval_op(op: str, *args, **kwargs):
+    """Runs one op through the IR (op_graph, then the interpreter). Returns (result tensor,
+    inferred meta) — handy to compare against torch; for an op giving a tuple (split, chunk,
+    unbind), a list of tensors and a list of metas.
+
+        out, meta = ir.eval_op("add", torch.ones(2, 3), torch.ones(3), alpha=2)
+    """
+    graph, tensors = op_graph(op, *args, **kwargs)
+    meta = graph.value(len(tensors)).meta
+    results = run(graph, *tensors)
+    return (results, meta) if isinstance(meta, list) else (results[0], meta)
+
+
+def _cache_dir() -> str:
+    # Where the codegen service caches artifacts; loaded libraries go there too.
+    if os.environ.get("KILN_CACHE_DIR"):
+        return os.environ["KILN_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "kiln")
+
+
+class Compiled:
+    """A graph compiled by the stack's codegen service, run in this process by libs/runtime.
+
+    Call it with CPU tensors (one per placeholder, laid out as the placeholders say; a
+    symbolic-int placeholder takes a 0-d int64 tensor); it returns new torch tensors (views
+    of memory torch allocated: no copies), or views of an input where the graph returns one.
+    """
+
+    def __init__(self, artifact: bytes, cache_hit: bool, cache_dir: str):
+        os.makedirs(cache_dir, exist_ok=True)
+        self._artifact = _ir.load_artifact(artifact, cache_dir)
+        self.cache_hit = cache_hit
+        self.explain = self._artifact.explain  # the scheduled kernels
+        self.source = self._artifact.source    # the generated C++
+
+    def __call__(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
+        inputs = []
+        for t in tensors:
+            if t.device.type != "cpu":
+                raise ValueError(f"kiln's CPU artifacts take CPU tensors, got one on {t.device}")
+            inputs.append((dtype_name(t.dtype), list(t.shape), list(t.stride()), t.data_ptr()))
+        raw = self._artifact.run(inputs, lambda nbytes: torch.empty(nbytes, dtype=torch.uint8))
+        return [self._tensor(r, tensors) for r in raw]
+
+    @staticmethod
+    def _tensor(raw, inputs):
+        name, sizes, strides, base, offset = raw
+        dtype = torch_dtype(name)
+        if base is not None:
+            return base.view(dtype).as_strided(sizes, strides, offset)
+        for t in inputs:  # a view of an input: `offset` is its address
+            start = t.data_ptr() - t.storage_offset() * t.element_size()
+            if t.dtype == dtype and start <= offset:
+                return t.as_strided(sizes, strides, (offset - start) // t.element_size())
+        raise RuntimeError("kiln: an output views memory that is not an input's")
+
+
+def compile(graph: Graph, stack: Stack | None = None, target: str = "cpu") -> Compiled:
+    """Compiles `graph` through the stack's codegen service (cached by content) and loads it.
+
+        compiled = ir.compile(g)              # the stack at $KILN_RUN_DIR, else the default one
+        (y,) = compiled(torch.randn(8, 768))  # any size its symbols admit
+        print(compiled.explain)
+    Raises KilnError: "unsupported" for an op without a lowering, "internal" when the C++
+    compiler failed (its messages and the source in `detail`).
+    """
+    from kiln._stack import connect
+
+    stack = stack or connect()
+    artifact, hit = stack.compile(graph, target)
+    return Compiled(artifact, hit, _cache_dir())
 
 
 __all__ = [
+    "Compiled",
     "Graph",
     "Sym",
     "Value",
+    "compile",
     "dtype_name",
     "eval_op",
+    "op_graph",
     "op_names",
     "op_schema",
     "placeholder_like",

@@ -239,6 +239,17 @@ void bindStack(py::module_& m) {
           py::arg("timeout_ms") = 5000,
           "Asks the launcher to stop every service and exit; returns once it agreed.")
       .def(
+          "compile",
+          [](PyStack& self, py::handle graph, const std::string& target, int64_t timeoutMs) {
+            const ir::Graph& g = graphOf(graph);
+            client::Compiled compiled = withoutGil([&] {
+              return self.locked([&](auto& s) { return s.compile(g, target, Millis(timeoutMs)); });
+            });
+            return py::make_tuple(py::bytes(compiled.artifact), compiled.cacheHit);
+          },
+          py::arg("graph"), py::arg("target") = "cpu", py::arg("timeout_ms") = 120000,
+          "Compiles a kiln.ir.Graph through the codegen service: (artifact bytes, cache hit).")
+      .def(
           "shm", [](PyStack& self) { return withoutGil([&] { return self.store(); }); },
           "The stack's shared-memory store (attached once, then shared).")
       .def_property_readonly("run_dir",

@@ -23,6 +23,7 @@
 #include "kiln/ir/print.h"
 #include "kiln/ir/verify.h"
 #include "kiln/ir/wire.h"
+#include "kiln/runtime/artifact.h"
 #include "kiln/sym/print.h"
 #include "kiln/sym/range.h"
 #include "kiln/sym/symbol_table.h"
@@ -467,13 +468,116 @@ void bindGraph(py::module_& m) {
            "inputs; returns outputs in the same form with bytes. Use kiln.ir.run instead.");
 }
 
+// An artifact loaded in this process, run on tensors given by address; the
+// plan's buffers come from a Python callable (kiln.ir passes one making torch
+// tensors), so outputs are torch tensors without a copy.
+class PyArtifact {
+public:
+  explicit PyArtifact(std::shared_ptr<runtime::LoadedArtifact> loaded) : loaded_(std::move(loaded)) {}
+
+  // inputs: (dtype, sizes, strides, data address) each; allocate(nbytes) ->
+  // a uint8 tensor-like object with .data_ptr(). Returns per output (dtype,
+  // sizes, strides, base, element offset): `base` is the allocated object the
+  // output views, or None when it views an input (then offset is an address).
+  py::list run(const std::vector<std::tuple<std::string, std::vector<int64_t>,
+                                            std::vector<int64_t>, uintptr_t>>& inputs,
+               py::function allocate) {
+    std::vector<runtime::Tensor> tensors;
+    for (const auto& [dtype, sizes, strides, address] : inputs)
+      tensors.push_back({parseDType(py::str(dtype)), reinterpret_cast<void*>(address), sizes, strides});
+    PyAllocator allocator(std::move(allocate));
+    runtime::RunResult result;
+    {
+      py::gil_scoped_release nogil;
+      result = loaded_->run(tensors, allocator);
+    }
+    py::list out;
+    for (const runtime::Tensor& t : result.outputs) {
+      auto [base, offset] = allocator.owner(t.data);
+      out.append(py::make_tuple(std::string(dtypeName(t.dtype)), t.sizes, t.strides, base,
+                                base.is_none() ? reinterpret_cast<uintptr_t>(t.data)
+                                               : static_cast<uintptr_t>(offset / elementSize(t.dtype))));
+    }
+    return out;
+  }
+
+  std::string explain() const { return loaded_->artifact().explain; }
+  std::string source() const { return loaded_->artifact().source; }
+  std::string key() const { return loaded_->artifact().key; }
+
+private:
+  class PyAllocator : public runtime::Allocator {
+  public:
+    explicit PyAllocator(py::function make) : make_(std::move(make)) {}
+    ~PyAllocator() override {
+      py::gil_scoped_acquire gil;
+      owners_.clear();
+    }
+    void* allocate(size_t bytes) override {
+      py::gil_scoped_acquire gil;
+      py::object tensor = make_(bytes);
+      auto* data = reinterpret_cast<void*>(tensor.attr("data_ptr")().cast<uintptr_t>());
+      owners_.push_back({data, bytes, std::move(tensor)});
+      return data;
+    }
+    void release(void* data) override {
+      py::gil_scoped_acquire gil;
+      for (auto it = owners_.begin(); it != owners_.end(); ++it)
+        if (it->data == data) {
+          owners_.erase(it);
+          return;
+        }
+    }
+    // The allocated object holding `data`, and the byte offset in it; None if not ours.
+    std::pair<py::object, size_t> owner(void* data) {
+      auto* at = static_cast<std::byte*>(data);
+      for (const Owner& o : owners_) {
+        auto* begin = static_cast<std::byte*>(o.data);
+        if (at >= begin && at <= begin + o.bytes)
+          return {o.object, static_cast<size_t>(at - begin)};
+      }
+      return {py::none(), 0};
+    }
+
+  private:
+    struct Owner {
+      void* data;
+      size_t bytes;
+      py::object object;
+    };
+    py::function make_;
+    std::vector<Owner> owners_;
+  };
+
+  std::shared_ptr<runtime::LoadedArtifact> loaded_;
+};
+
 } // namespace
+
+const ir::Graph& graphOf(py::handle graph) {
+  if (!py::isinstance<GraphState>(graph)) throw py::type_error("expected a kiln.ir.Graph");
+  return graph.cast<GraphState&>().graph;
+}
 
 void bindIr(py::module_& parent) {
   py::module_ m = parent.def_submodule("ir", "libs/ir: graphs and the reference interpreter.");
   bindSym(m);
   bindValue(m);
   bindGraph(m);
+  py::class_<PyArtifact>(m, "Artifact", "A compiled graph loaded in this process.")
+      .def("run", &PyArtifact::run, py::arg("inputs"), py::arg("allocate"),
+           "Runs on (dtype, sizes, strides, address) inputs; use kiln.ir.compile instead.")
+      .def_property_readonly("explain", &PyArtifact::explain)
+      .def_property_readonly("source", &PyArtifact::source)
+      .def_property_readonly("key", &PyArtifact::key);
+  m.def(
+      "load_artifact",
+      [](const py::bytes& data, const std::string& dir) {
+        std::string bytes = data;
+        return PyArtifact(runtime::LoadedArtifact::load(bytes, dir));
+      },
+      py::arg("data"), py::arg("dir"),
+      "Loads an artifact's bytes (its library written under `dir`).");
   m.def("op_names", &ir::opNames, "Every registered op, sorted.");
   m.def(
       "op_schema",

@@ -14,6 +14,10 @@ from kiln_cli import kiln_cli
 def run_dir():
     """The run dir of a stack that lives for the whole session (short: unix socket paths < 100)."""
     run_dir = tempfile.mkdtemp(prefix="kt", dir="/tmp")
+    # A cache of the session's own: the stack's codegen and kiln.ir.compile read
+    # KILN_CACHE_DIR, so tests neither see nor leave artifacts elsewhere.
+    cache_dir = tempfile.mkdtemp(prefix="kiln-cache-")
+    os.environ["KILN_CACHE_DIR"] = cache_dir
     try:
         up = kiln_cli(run_dir, "up")
         if up.returncode != 0:
@@ -22,6 +26,7 @@ def run_dir():
     finally:
         kiln_cli(run_dir, "down")
         shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(cache_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,16 @@ _failed: collections.Counter = collections.Counter()
 _passed: collections.Counter = collections.Counter()
 
 
+@pytest.fixture(autouse=True)
+def _compiled_mode(request):
+    """In compiled mode, the session's stack compiles each case (see harness.COMPILED)."""
+    import harness
+
+    if harness.COMPILED and harness.stack is None:
+        harness.stack = request.getfixturevalue("stack")
+    yield
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "op(name): the kiln op a conformance case checks")
 
@@ -49,6 +59,14 @@ def pytest_terminal_summary(terminalreporter):
     write(f"ops: {len(conforming)} conform, {len(failing)} fail")
     for op in failing:
         write(f"  fails: {op} ({_failed[op]} of {_failed[op] + _passed[op]} cases)")
+    import harness
+
+    if harness.COMPILED:
+        ok = {op for (op, how) in harness.compiled_tally if how == "ok"}
+        unsupported = {op for (op, how) in harness.compiled_tally if how == "unsupported"}
+        compiled_failing = sorted(op for op in failing)
+        write(f"compiled: {len(ok - set(compiled_failing))} ops ran compiled, "
+              f"{len(unsupported)} not lowered yet: {' '.join(sorted(unsupported))}")
     untested = sorted(set(ir.op_names()) - tested)
     if untested:
         write(f"  no cases yet ({len(untested)}): {' '.join(untested)}")

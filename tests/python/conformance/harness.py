@@ -8,12 +8,21 @@ of size > 1, where a layout is decided). Where torch 1.13 has no CPU kernel for 
 dtype, the reference is torch's result on float32 copies rounded to that dtype, which is what
 opmath computation on a GPU gives.
 """
+import collections
+import os
 from typing import Callable
 
 import pytest
 import torch
 
+import kiln
 from kiln import ir
+
+# KILN_CONFORMANCE_COMPILED=1: every case also runs compiled through the stack's codegen
+# service and must match the interpreter (conftest gives the stack; the tally adds a line).
+COMPILED = os.environ.get("KILN_CONFORMANCE_COMPILED") == "1"
+stack = None
+compiled_tally: collections.Counter = collections.Counter()  # (op, "ok" | "unsupported")
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -83,4 +92,23 @@ def check(op: str, fn: Callable, *args, atol=None, rtol=None, torch_kwargs=None,
     actual, meta = ir.eval_op(op, *args, **kwargs)
     assert_meta_matches(meta, expected)
     assert_values_match(actual, expected, atol, rtol)
+    if COMPILED:
+        check_compiled(op, actual, *args, **kwargs)
     return actual
+
+
+def check_compiled(op: str, interpreted: torch.Tensor, *args, **kwargs):
+    """The op compiled through the stack gives the interpreter's result (an op codegen cannot
+    lower yet is tallied as unsupported, not failed)."""
+    graph, tensors = ir.op_graph(op, *args, **kwargs)
+    try:
+        compiled = ir.compile(graph, stack)
+    except kiln.KilnError as e:
+        if e.code != "unsupported":
+            raise
+        compiled_tally[(op, "unsupported")] += 1
+        return
+    (result,) = compiled(*tensors)
+    assert_values_match(result, interpreted, rtol=1e-5 if result.is_floating_point() else None,
+                        atol=1e-5 if result.is_floating_point() else None)
+    compiled_tally[(op, "ok")] += 1

@@ -1,0 +1,61 @@
+"""kiln.ir.compile: graphs compiled by the stack's codegen service and run here on torch tensors."""
+import pytest
+import torch
+
+import kiln
+from kiln import ir
+
+
+def mlp_graph():
+    g = ir.Graph()
+    batch = g.symbol("s0", hint=8, min=1)
+    x = g.placeholder("x", "float32", [batch, 16])
+    w = g.placeholder("w", "float32", [32, 16])
+    b = g.placeholder("b", "float32", [32])
+    h = g.call("gelu", g.call("linear", x, w, b))
+    g.set_outputs([g.call("softmax", h, dim=-1), g.call("sum", h, dim=[1])])
+    return g
+
+
+def test_compiled_graph_matches_the_interpreter_for_every_batch(stack):
+    g = mlp_graph()
+    compiled = ir.compile(g, stack)
+    assert "extern" in compiled.explain and "kernel" in compiled.explain
+    w, b = torch.randn(32, 16), torch.randn(32)
+    for n in (1, 7, 64, 1000):
+        x = torch.randn(n, 16)
+        got = compiled(x, w, b)
+        expected = ir.run(g, x, w, b)
+        assert [t.shape for t in got] == [torch.Size([n, 32]), torch.Size([n])]
+        for a, e in zip(got, expected):
+            torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+    again = ir.compile(g, stack)
+    assert again.cache_hit
+
+
+def test_outputs_may_view_inputs_and_strided_inputs_run(stack):
+    g = ir.Graph()
+    x = g.placeholder("x", "float32", [4, 3], [1, 4])  # a transposed input
+    g.set_outputs([g.call("transpose", x, dim0=0, dim1=1), g.call("exp", x)])
+    compiled = ir.compile(g, stack)
+    base = torch.randn(3, 4)
+    t = base.t()
+    view, e = compiled(t)
+    assert view.data_ptr() == base.data_ptr() and torch.equal(view, base)
+    torch.testing.assert_close(e, t.exp())
+
+
+def test_what_cannot_compile_raises_typed_errors(stack):
+    g = ir.Graph()
+    x = g.placeholder("x", "float32", [3])
+    g.set_outputs([g.call("add_", x, 1.0)])
+    with pytest.raises(kiln.KilnError) as err:
+        ir.compile(g, stack)
+    assert err.value.code == "unsupported"
+    ok = ir.Graph()
+    y = ok.placeholder("y", "float32", [3])
+    ok.set_outputs([ok.call("neg", y)])
+    compiled = ir.compile(ok, stack)
+    with pytest.raises(kiln.KilnError) as err:
+        compiled(torch.zeros(4))
+    assert err.value.code == "invalid_argument" and "size 4" in str(err.value)
