@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "helpers.h"
+#include "kiln/ir/interpreter.h"
 #include "kiln/common/error.h"
 #include "kiln/ir/op_registry.h"
 #include "kiln/ir/passes.h"
@@ -104,6 +105,33 @@ TEST(Decompose, AttentionAsSoftmaxOfScores) {
                    {{"scale", 0.5}}, table);
   expectDecomposes("scaled_dot_product_attention", {q, k, v, t(DType::Float32, {table.integer(5)})},
                    {}, table);
+}
+
+TEST(Decompose, SoftmaxOverAnEmptyDimNeedsNoMax) {
+  sym::SymbolTable table;
+  Graph g(table);
+  ValueId x = g.placeholder("x", tensorOf(table, DType::Float32, ints(table, {3, 0})));
+  g.setOutputs({g.call("softmax", {x}, {{"dim", int64_t{1}}}),
+                g.call("log_softmax", {x}, {{"dim", int64_t{-1}}})});
+  Graph d = decompose(g);
+  EXPECT_NO_THROW(verify(d));
+  EXPECT_EQ(d.value(d.outputs()[0]), g.value(g.outputs()[0]));
+}
+
+TEST(Decompose, LayerNormTakesABiasWithoutAWeight) {
+  sym::SymbolTable table;
+  Graph g(table);
+  ValueId x = g.placeholder("x", tensorOf(table, DType::Float32, ints(table, {2, 3})));
+  ValueId b = g.placeholder("b", tensorOf(table, DType::Float32, ints(table, {3})));
+  g.setOutputs({g.call("layer_norm", {x, b},
+                       {{"normalized_shape", std::vector<int64_t>{3}}, {"weight", AttrValue{}}})});
+  Graph d = decompose(g);
+  std::vector<HostTensor> in = {HostTensor::fromDoubles(DType::Float32, {2, 3}, {1, 2, 4, -1, 0, 5}),
+                                HostTensor::fromDoubles(DType::Float32, {3}, {10, 20, 30})};
+  std::vector<double> expected = interpret(g, in)[0].toDoubles(), got = interpret(d, in)[0].toDoubles();
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5) << i;
+  EXPECT_NEAR(expected[0], 10 - 1.0690449, 1e-5); // (1 - 7/3) / std + bias 10
 }
 
 TEST(Decompose, LeavesCoreGraphsAlone) {

@@ -601,17 +601,19 @@ private:
         Index outer(i.begin(), i.end() - 1);
         indexValue = loadAt(index, outer);
         at = {picked, i.back()};
-      } else if (op == "index_select") { // self[.., index[i_dim], ..]
-        indexValue = loadAt(index, index.meta.dim() ? Index{i[dim]} : Index{});
-        at = i;
-        if (!at.empty()) at[dim] = picked;
-      } else { // gather: self[.., index[i], ..]
-        indexValue = loadAt(index, i);
-        at = i;
-        if (!at.empty()) at[dim] = picked;
+      } else { // index_select: self[.., index[i_dim], ..]; gather: self[.., index[i], ..]
+        if (op == "index_select")
+          indexValue = loadAt(index, index.meta.dim() && !i.empty() ? Index{i[dim]} : Index{});
+        else
+          indexValue = loadAt(index, i);
+        // self's index: `picked` along dim, the output's elsewhere (0 where a 0-d
+        // index or output has no such dim; a 0-d self is read at 0, which
+        // `picked` must be).
+        for (size_t k = 0; k < source.meta.dim(); ++k)
+          at.push_back(k == dim ? picked : k < i.size() ? i[k] : table_.integer(0));
       }
       sym::Expr flat = source.meta.storageOffset - source.base;
-      for (size_t k = 0; k < at.size(); ++k) flat = flat + at[k] * source.meta.strides[k];
+      for (size_t k = 0; k < at.size(); ++k) flat = flat + at[k] * source.meta.strides.at(k);
       sym::Expr bound = source.meta.dim() ? source.meta.sizes[dim] : table_.integer(1);
       return indirectLoad(source.meta.dtype, *source.buffer, flat, {picked},
                           {cast(DType::Int64, indexValue)}, {bound});

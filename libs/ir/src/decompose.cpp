@@ -59,7 +59,12 @@ ValueId softmax(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   if (const AttrValue* t = node.attr("dtype")) x = g.call("to_dtype", {x}, {{"dtype", *t}});
   std::vector<Attr> along = {{"dim", std::vector<int64_t>{attrOr<int64_t>(node, "dim", 0)}},
                              {"keepdim", true}};
-  ValueId shifted = g.call("sub", {x, g.call("amax", {x}, along)});
+  // Over an empty dim there is no max (nor any element): skip the shift.
+  const TensorMeta& m = g.meta(x);
+  int64_t d = attrOr<int64_t>(node, "dim", 0);
+  size_t at = static_cast<size_t>(d < 0 ? d + static_cast<int64_t>(std::max<size_t>(m.dim(), 1)) : d);
+  bool empty = m.dim() > 0 && m.sizes.at(at).asInteger() == 0;
+  ValueId shifted = empty ? x : g.call("sub", {x, g.call("amax", {x}, along)});
   ValueId e = g.call("exp", {shifted});
   ValueId total = g.call("sum", {e}, along);
   if (node.target == "softmax") return g.call("div", {e, total});
@@ -150,8 +155,15 @@ ValueId norm(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   ValueId centred = layer ? g.call("sub", {x, g.call("mean", {x}, along)}) : x;
   ValueId power = g.call("mean", {g.call("mul", {centred, centred})}, along);
   ValueId y = g.call("mul", {centred, g.call("rsqrt", {scalarOp(g, "add", power, eps)})});
-  if (in.size() > 1) y = g.call("mul", {y, in[1]});
-  if (in.size() > 2) y = g.call("add", {y, in[2]});
+  // The optional weight and bias follow x among the inputs; an absent weight
+  // before a given bias is marked (weight=None), so the bias is not taken for it.
+  size_t next = 1;
+  auto marked = [&](const char* arg) {
+    const AttrValue* a = node.attr(arg);
+    return a && std::holds_alternative<std::monostate>(*a);
+  };
+  if (!marked("weight") && next < in.size()) y = g.call("mul", {y, in[next++]});
+  if (layer && next < in.size()) y = g.call("add", {y, in[next++]});
   return y;
 }
 

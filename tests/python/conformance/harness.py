@@ -109,6 +109,18 @@ def check_compiled(op: str, interpreted: torch.Tensor, *args, **kwargs):
         compiled_tally[(op, "unsupported")] += 1
         return
     (result,) = compiled(*tensors)
-    assert_values_match(result, interpreted, rtol=1e-5 if result.is_floating_point() else None,
-                        atol=1e-5 if result.is_floating_point() else None)
+    assert_values_match(result, interpreted, **compiled_tolerance(result.dtype))
     compiled_tally[(op, "ok")] += 1
+
+
+def compiled_tolerance(dtype: torch.dtype) -> dict:
+    # The interpreter computes in double and rounds each op's result; compiled code
+    # computes f32 (and f16/bf16, as opmath) in float and accumulates reductions in
+    # float: f32 sums differ in the 5th digit, half results by a few units in the
+    # last place. Integers and bools are exact.
+    if dtype == torch.float32:
+        return {"rtol": 1e-4, "atol": 1e-5}
+    if dtype in (torch.float16, torch.bfloat16):
+        eps = torch.finfo(dtype).eps
+        return {"rtol": 4 * eps, "atol": 4 * eps}
+    return {}
