@@ -39,13 +39,6 @@ struct Lowered {
   Scalar body;
 };
 
-bool isViewOp(const std::string& op) {
-  for (const char* v : {"view", "permute", "transpose", "expand", "squeeze", "unsqueeze", "slice",
-                        "select", "narrow", "unflatten", "as_strided"})
-    if (op == v) return true;
-  return false;
-}
-
 bool isExternOp(const std::string& op) {
   // TODO(issue 4): scatter_add as a scatter loop and dropout as a pointwise
   // body with a counter-based RNG; extern until then.
@@ -284,7 +277,7 @@ private:
       Lowered piece = values_.at(node.inputs[0]).pieces.at(std::get<int64_t>(node.attrs[0].value));
       return piece;
     }
-    if (isViewOp(op)) return lowerView(node, meta);
+    if (ir::isViewOp(op)) return lowerView(node, meta);
     if (isExternOp(op)) return lowerExtern(node, meta);
     if (ReduceOp r = reduceOpOf(op); r != ReduceOp::None) return lowerReduction(node, a, meta, r);
     if (std::optional<Lowered> v = lowerPointwise(node, a, meta)) return std::move(*v);

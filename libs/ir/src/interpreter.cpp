@@ -458,13 +458,6 @@ bool sameElements(const HostTensor& view, const HostTensor& t) {
   return true;
 }
 
-bool isView(const std::string& op) {
-  for (const char* v : {"view", "permute", "transpose", "expand", "squeeze", "unsqueeze", "slice",
-                        "select", "narrow", "unflatten", "as_strided"})
-    if (op == v) return true;
-  return false;
-}
-
 // cat and stack: each output element read from the input holding it.
 HostTensor concatenate(const std::string& op, const std::vector<HostTensor>& ins, int64_t dim,
                        HostTensor out) {
@@ -539,7 +532,7 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
   // reshape, flatten and contiguous give their input or a view of it where inference says so
   // (the inferred layout reads the input's elements in place), else a copy.
   bool mayView = name == "reshape" || name == "flatten" || name == "contiguous";
-  if (isView(name) || mayView) { // aliases its input, with the inferred layout
+  if (isViewOp(name) || mayView) { // aliases its input, with the inferred layout
     HostTensor out = *args.tensor("self");
     out.sizes = evalAll(meta.sizes, binding);
     out.strides = evalAll(meta.strides, binding);

@@ -133,6 +133,13 @@ bool isOutForm(const OpInfo& op) {
   return writtenLast(op) && op.args.back().name == "out";
 }
 
+bool isViewOp(std::string_view op) {
+  for (const char* v : {"view", "permute", "transpose", "expand", "squeeze", "unsqueeze", "slice",
+                        "select", "narrow", "unflatten", "as_strided"})
+    if (op == v) return true;
+  return false;
+}
+
 const OpInfo* findOp(std::string_view name) {
   const auto& byName = registry().byName;
   auto it = byName.find(name);
