@@ -157,6 +157,19 @@ TEST_F(Lower, ReductionsOfEveryKind) {
   expectSameValues({random(DType::Float32, {3, 4, 5}), random(DType::Int32, {3, 4}, -3, 3)});
 }
 
+TEST_F(Lower, ExtremesOfRowsWithANaNAreNaN) {
+  ValueId x = input("x", DType::Float32, ints({3, 40}));
+  graph.setOutputs({graph.call("amax", {x}, {{"dim", std::vector<int64_t>{1}}}),
+                    graph.call("amin", {x}, {{"dim", std::vector<int64_t>{1}}}),
+                    graph.call("argmax", {x}, {{"dim", int64_t{1}}}),
+                    graph.call("softmax", {x}, {{"dim", int64_t{1}}})});
+  HostTensor in = random(DType::Float32, {3, 40});
+  std::vector<double> values = in.toDoubles();
+  values[40 + 17] = std::nan(""); // row 1 holds a NaN
+  values[2 * 40 + 39] = 1e30;     // row 2's extreme is its last element
+  expectSameValues({HostTensor::fromDoubles(DType::Float32, {3, 40}, values)});
+}
+
 TEST_F(Lower, ViewsFoldIntoLoads) {
   ValueId x = input("x", DType::Float32, ints({4, 6}));
   ValueId t = graph.call("transpose", {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});

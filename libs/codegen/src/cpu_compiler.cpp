@@ -45,7 +45,7 @@ void compileCpu(const std::string& code, const std::string& soPath) {
   }
   std::string command;
   for (const std::string& part : cpuCompilerCommand()) command += part + " ";
-  command += "-o '" + object + "' '" + source + "' > '" + log + "' 2>&1";
+  command += "-o '" + object + "' '" + source + "' -lmvec > '" + log + "' 2>&1";
   ++runs;
   int status = std::system(command.c_str());
   std::string messages = readFile(log);

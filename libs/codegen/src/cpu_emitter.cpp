@@ -25,6 +25,53 @@ const char* kPrelude = R"(#include <stdint.h>
 #include <cmath>
 #include <limits>
 
+/* Vector variants of the math functions exist in glibc's libmvec (linked with
+   -lmvec): declaring them lets `omp simd` loops call them instead of the
+   scalar functions (glibc declares them only under -ffast-math, whose other
+   effects on NaN and infinities kiln cannot have). */
+extern "C" {
+#pragma omp declare simd notinbranch
+float expf(float);
+#pragma omp declare simd notinbranch
+float exp2f(float);
+#pragma omp declare simd notinbranch
+float expm1f(float);
+#pragma omp declare simd notinbranch
+float logf(float);
+#pragma omp declare simd notinbranch
+float log1pf(float);
+#pragma omp declare simd notinbranch
+float sinf(float);
+#pragma omp declare simd notinbranch
+float cosf(float);
+#pragma omp declare simd notinbranch
+float tanf(float);
+#pragma omp declare simd notinbranch
+float tanhf(float);
+#pragma omp declare simd notinbranch
+float erff(float);
+#pragma omp declare simd notinbranch
+double exp(double);
+#pragma omp declare simd notinbranch
+double exp2(double);
+#pragma omp declare simd notinbranch
+double expm1(double);
+#pragma omp declare simd notinbranch
+double log(double);
+#pragma omp declare simd notinbranch
+double log1p(double);
+#pragma omp declare simd notinbranch
+double sin(double);
+#pragma omp declare simd notinbranch
+double cos(double);
+#pragma omp declare simd notinbranch
+double tan(double);
+#pragma omp declare simd notinbranch
+double tanh(double);
+#pragma omp declare simd notinbranch
+double erf(double);
+}
+
 typedef uint16_t kiln_half;
 typedef uint16_t kiln_bf16;
 
@@ -335,8 +382,22 @@ private:
     }
     lines += indent + type + " " + acc + " = " + init + ";\n";
     if (arg) lines += indent + "int64_t " + acc + "_at = -1, " + acc + "_pos = 0;\n";
+    bool extreme = l.reduce == ReduceOp::Max || l.reduce == ReduceOp::Min;
+    std::string nan = acc + "_nan";
+    if (extreme && floating) lines += indent + "bool " + nan + " = false;\n";
     std::string close;
+    // Sums and products may reassociate (vectorized partial sums), as torch's
+    // reductions do; max/min vectorize as plain max/min with a separate "saw a
+    // NaN" flag (a NaN wins, as in torch); arg* keep order for the first index.
+    std::string simd;
+    if (l.reduce == ReduceOp::Sum || l.reduce == ReduceOp::Prod)
+      simd = "#pragma omp simd reduction(" + std::string(l.reduce == ReduceOp::Sum ? "+" : "*") +
+             ":" + acc + ")\n";
+    if (extreme)
+      simd = "#pragma omp simd reduction(" + std::string(l.reduce == ReduceOp::Max ? "max" : "min") +
+             ":" + acc + ")" + (floating ? " reduction(||:" + nan + ")" : "") + "\n";
     for (size_t k = 0; k < l.reductionVars.size(); ++k) {
+      if (k + 1 == l.reductionVars.size() && !simd.empty()) lines += indent + simd;
       declared_.insert(l.reductionVars[k]);
       std::string v = sym::toString(l.reductionVars[k]);
       lines += indent + "for (int64_t " + v + " = 0; " + v + " < " + index(l.reductionRanges[k]) +
@@ -350,8 +411,13 @@ private:
     switch (l.reduce) {
     case ReduceOp::Sum: lines += indent + acc + " = " + acc + " + " + v + ";\n"; break;
     case ReduceOp::Prod: lines += indent + acc + " = " + acc + " * " + v + ";\n"; break;
-    case ReduceOp::Max: lines += indent + acc + " = kiln_maximum(" + acc + ", " + v + ");\n"; break;
-    case ReduceOp::Min: lines += indent + acc + " = kiln_minimum(" + acc + ", " + v + ");\n"; break;
+    case ReduceOp::Max:
+    case ReduceOp::Min: {
+      std::string keep = l.reduce == ReduceOp::Max ? " > " : " < ";
+      lines += indent + acc + " = " + v + keep + acc + " ? " + v + " : " + acc + ";\n";
+      if (floating) lines += indent + nan + " = " + nan + " || " + v + " != " + v + ";\n";
+      break;
+    }
     case ReduceOp::Any: lines += indent + acc + " = " + acc + " || " + v + ";\n"; break;
     case ReduceOp::All: lines += indent + acc + " = " + acc + " && " + v + ";\n"; break;
     case ReduceOp::ArgMax:
@@ -368,6 +434,8 @@ private:
     }
     indent = indent.substr(0, indent.size() - 2 * l.reductionVars.size());
     lines += close;
+    if (extreme && floating)
+      lines += indent + "if (" + nan + ") " + acc + " = std::numeric_limits<" + type + ">::quiet_NaN();\n";
     std::string result = arg ? acc + "_at" : acc;
     DType resultType = arg ? DType::Int64 : l.accumulator;
     lines += indent + pointer(id) + "[" + index(store) + "] = " +

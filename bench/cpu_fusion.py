@@ -1,0 +1,170 @@
+"""bench/cpu_fusion: kiln's compiled CPU kernels against torch eager, in one run.
+
+    PYTHONPATH=build/python KILN_BIN_DIR=build/bin /usr/bin/python3 bench/cpu_fusion.py
+
+Starts a private stack (its own run dir and artifact cache), compiles four graphs through the
+codegen service — a pointwise chain, softmax over the last dim, residual + layer_norm, a
+two-layer MLP — and times each compiled call against the same computation in torch eager on
+the same tensors (median of interleaved rounds). Also times compiling: cold (an empty cache,
+the C++ compiler runs) and warm (a cache hit through the stack). Prints the ratios and writes
+bench/results/cpu_fusion-<kind>-<date>.json. Ratios > 1 mean kiln is faster.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+BIN_DIR = Path(os.environ.get("KILN_BIN_DIR", REPO / "build" / "bin"))
+
+
+def graphs(batch: int):
+    """(name, graph, inputs, eager function) for each workload."""
+    from kiln import ir
+
+    out = []
+    d = 1024
+    g = ir.Graph()
+    s0 = g.symbol("s0", hint=batch, min=1)
+    x = g.placeholder("x", "float32", [s0, d])
+    a = g.placeholder("a", "float32", [d])
+    b = g.placeholder("b", "float32", [d])
+    y = g.call("gelu", g.call("add", g.call("mul", x, a), b))
+    g.set_outputs([g.call("mul", y, g.call("sigmoid", x))])
+    tx, ta, tb = torch.randn(batch, d), torch.randn(d), torch.randn(d)
+    eager = lambda x, a, b: torch.nn.functional.gelu(x * a + b) * torch.sigmoid(x)
+    out.append(("pointwise_chain", g, (tx, ta, tb), eager))
+
+    g = ir.Graph()
+    s0 = g.symbol("s0", hint=batch, min=1)
+    x = g.placeholder("x", "float32", [s0, d])
+    g.set_outputs([g.call("softmax", x, dim=-1)])
+    out.append(("softmax", g, (torch.randn(batch, d),), lambda x: torch.softmax(x, -1)))
+
+    g = ir.Graph()
+    s0 = g.symbol("s0", hint=batch, min=1)
+    x = g.placeholder("x", "float32", [s0, d])
+    r = g.placeholder("r", "float32", [s0, d])
+    w = g.placeholder("w", "float32", [d])
+    bb = g.placeholder("b", "float32", [d])
+    g.set_outputs([g.call("layer_norm", g.call("add", x, r), [d], w, bb)])
+    ins = (torch.randn(batch, d), torch.randn(batch, d), torch.randn(d), torch.randn(d))
+    eager = lambda x, r, w, b: torch.nn.functional.layer_norm(x + r, [d], w, b)
+    out.append(("residual_layer_norm", g, ins, eager))
+
+    g = ir.Graph()
+    s0 = g.symbol("s0", hint=batch, min=1)
+    x = g.placeholder("x", "float32", [s0, 512])
+    w1 = g.placeholder("w1", "float32", [2048, 512])
+    b1 = g.placeholder("b1", "float32", [2048])
+    w2 = g.placeholder("w2", "float32", [512, 2048])
+    b2 = g.placeholder("b2", "float32", [512])
+    h = g.call("gelu", g.call("linear", x, w1, b1))
+    g.set_outputs([g.call("linear", h, w2, b2)])
+    ins = (torch.randn(batch, 512), torch.randn(2048, 512) * 0.05, torch.randn(2048),
+           torch.randn(512, 2048) * 0.05, torch.randn(512))
+    F = torch.nn.functional
+    eager = lambda x, w1, b1, w2, b2: F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
+    out.append(("mlp_forward", g, ins, eager))
+    return out
+
+
+def median_seconds(fn, rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--kind", default=f"{os.cpu_count()}cpu", help="machine kind in the file name")
+    parser.add_argument("--out", help="results file (default: bench/results/...)")
+    args = parser.parse_args()
+
+    run_dir = tempfile.mkdtemp(prefix="kb", dir="/tmp")
+    cache = tempfile.mkdtemp(prefix="kiln-bench-cache-")
+    os.environ["KILN_CACHE_DIR"] = cache
+    up = subprocess.run([str(BIN_DIR / "kiln"), "--run-dir", run_dir, "up"], capture_output=True, text=True)
+    if up.returncode != 0:
+        sys.exit(f"kiln up failed: {up.stdout}{up.stderr}")
+    try:
+        import kiln
+        from kiln import ir
+
+        stack = kiln.connect(run_dir)
+        results = {}
+        for name, graph, inputs, eager in graphs(args.batch):
+            start = time.perf_counter()
+            compiled = ir.compile(graph, stack)
+            cold = time.perf_counter() - start
+            start = time.perf_counter()
+            warm_compiled = ir.compile(graph, stack)
+            warm = time.perf_counter() - start
+            assert warm_compiled.cache_hit and not compiled.cache_hit
+            expected = eager(*inputs)
+            (got,) = compiled(*inputs)
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+            for _ in range(3):  # warm up both
+                compiled(*inputs)
+                eager(*inputs)
+            kiln_s, eager_s = [], []
+            for _ in range(5):  # interleaved blocks: load from elsewhere falls on both
+                kiln_s.append(median_seconds(lambda: compiled(*inputs), args.rounds))
+                eager_s.append(median_seconds(lambda: eager(*inputs), args.rounds))
+            k, e = statistics.median(kiln_s), statistics.median(eager_s)
+            results[name] = {
+                "kiln_ms": round(k * 1e3, 4),
+                "eager_ms": round(e * 1e3, 4),
+                "speedup_vs_eager": round(e / k, 3),
+                "compile_cold_s": round(cold, 3),
+                "compile_warm_ms": round(warm * 1e3, 2),
+                "kernels": compiled.explain.count("kernel "),
+                "extern_calls": compiled.explain.count("extern "),
+            }
+            r = results[name]
+            print(f"{name:22s} kiln {r['kiln_ms']:9.3f} ms  eager {r['eager_ms']:9.3f} ms  "
+                  f"x{r['speedup_vs_eager']:.2f}  compile cold {r['compile_cold_s']:.2f} s "
+                  f"warm {r['compile_warm_ms']:.1f} ms  ({r['kernels']} kernels, "
+                  f"{r['extern_calls']} extern)")
+    finally:
+        subprocess.run([str(BIN_DIR / "kiln"), "--run-dir", run_dir, "down"], capture_output=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
+
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True, text=True).stdout.strip())
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    report = {
+        "benchmark": "cpu_fusion",
+        "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": {"hostname": platform.node(), "nproc": os.cpu_count(), "cpu": cpu},
+        "commit": commit,
+        "dirty": dirty,
+        "config": {"batch": args.batch, "rounds": args.rounds, "dtype": "float32",
+                   "torch": torch.__version__, "torch_threads": torch.get_num_threads()},
+        "target": {"speedup_vs_eager_fused": 1.5, "compile_cold_s": 1.5},
+        "results": results,
+    }
+    out = Path(args.out) if args.out else REPO / "bench" / "results" / f"cpu_fusion-{args.kind}-{now:%Y-%m-%d}.json"
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
