@@ -616,10 +616,9 @@ void copyInto(const HostTensor& src, const HostTensor& dst) {
 }
 
 // An out= form: the functional op's result (computed apart, so that `out` may
-// alias an input), cast into out's bytes. The value is `out` itself.
-// TODO(issue 3): torch computes some out= forms in out's dtype (exp of an integral
-// input into an f64 out, sum into a wider out); kiln casts the functional result,
-// which can differ in the last bits.
+// alias an input), cast into out's bytes. The value is `out` itself. As torch
+// 1.13, sum, mean and prod into a wider floating `out` accumulate in out's
+// dtype; pointwise ops compute in their own result dtype, then cast.
 HostTensor runOutForm(const Graph& graph, const Node& node, const OpInfo& op,
                       const std::vector<HostTensor>& values, const sym::Binding& binding) {
   Node functional = node;
@@ -629,6 +628,13 @@ HostTensor runOutForm(const Graph& graph, const Node& node, const OpInfo& op,
   for (ValueId in : functional.inputs) inputs.push_back(&graph.value(in));
   functional.value = inferCall(functional.target, inputs, functional.attrs, graph.symbols());
   HostTensor out = values[node.inputs.back()];
+  TensorMeta result = functional.value.tensor();
+  bool accumulates = op.functional == "sum" || op.functional == "mean" || op.functional == "prod";
+  if (accumulates && isFloating(result.dtype) && isFloating(out.dtype) &&
+      elementSize(out.dtype) > elementSize(result.dtype)) {
+    result.dtype = out.dtype;
+    functional.value = result;
+  }
   copyInto(runCall(graph, functional, values, binding), out);
   return out;
 }

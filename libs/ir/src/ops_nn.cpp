@@ -207,7 +207,8 @@ void addNnOps(std::vector<OpInfo>& ops) {
                   {"index", ArgKind::Tensor},
                   {"src", ArgKind::Tensor}},
                  inferScatterAdd});
-  // TODO(issue 3): dropout's seed and offset produced by a philox-style state op.
+  // TODO(issue 8): dropout's seed and offset produced by a philox-style state op when
+  // functionalization threads the RNG state through the graph.
 }
 
 } // namespace kiln::ir::detail

@@ -48,8 +48,8 @@ TensorMeta functionalResult(const OpCall& call) {
   return functional.infer(OpCall(functional, inputs, call.attrs(), call.table())).tensor();
 }
 
-// TODO(issue 3): torch refuses out= when grad mode is on and an argument requires
-// grad; the graph does not say whether grad mode is on, so this does not check it.
+// TODO(issue 6): torch refuses out= when grad mode is on and an argument requires
+// grad; the graph does not say whether grad mode is on, so the tracer must refuse it.
 template <OutDType rule> Value inferOut(const OpCall& call) {
   TensorMeta result = functionalResult(call);
   const TensorMeta& out = call.tensor("out");

@@ -506,8 +506,9 @@ size_t cutDim(const OpCall& call) {
 
 // How many pieces of `chunk` elements cover `size`: ceil(size / chunk), the
 // last piece short. Decided by the ranges, or by `size` fitting in one piece.
-// TODO(issue 3): counts fixed by arithmetic the ranges miss are Unsupported
-// until a guard pins the size (chunk(x, 2) of s0 >= 2 is always 2 pieces).
+// TODO(issue 9): counts fixed by arithmetic the ranges miss are Unsupported
+// until a guard pins the size (chunk(x, 2) of s0 >= 2 is always 2 pieces); the
+// shapes solver is the one to prove them.
 int64_t pieceCount(const OpCall& call, std::string_view arg, sym::Expr size, sym::Expr chunk) {
   if (provable(sym::le(size, chunk))) return 1;
   if (std::optional<int64_t> n = sym::range(sym::floorDiv(size + chunk - 1, chunk)).value())

@@ -84,11 +84,19 @@ def assert_values_match(actual: torch.Tensor, expected: torch.Tensor, atol=None,
                                check_stride=False)
 
 
+def assert_round_trips(graph: ir.Graph):
+    """The graph survives the Cap'n Proto round trip: the same structural hash and text."""
+    back = ir.Graph.from_bytes(graph.to_bytes())
+    assert back.structural_hash() == graph.structural_hash()
+    assert str(back) == str(graph)
+
+
 def check(op: str, fn: Callable, *args, atol=None, rtol=None, torch_kwargs=None, **kwargs):
     """kiln's `op` on args/kwargs against `fn` (torch) on the same arguments (or torch_kwargs).
 
     Returns kiln's result for further checks."""
     expected = reference(fn, *args, **(kwargs if torch_kwargs is None else torch_kwargs))
+    assert_round_trips(ir.op_graph(op, *args, **kwargs)[0])
     actual, meta = ir.eval_op(op, *args, **kwargs)
     assert_meta_matches(meta, expected)
     assert_values_match(actual, expected, atol, rtol)

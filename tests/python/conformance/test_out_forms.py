@@ -159,3 +159,15 @@ def test_out_keeps_its_own_layout(case):
     assert meta["strides"] == [1, 3]
     assert written.stride() == (1, 3)
     assert_values_match(written, expected)
+
+
+@pytest.mark.parametrize("case", cases("sum_out", ["wider"]))
+def test_sums_into_a_wider_out_accumulate_in_its_dtype(case):
+    # torch 1.13: sum/mean/prod accumulate in a wider out's dtype (exp and other
+    # pointwise ops compute in their own dtype, then cast).
+    x = torch.randn(1000)
+    out = torch.empty((), dtype=torch.float64)
+    expected = out.clone()
+    torch.sum(x, 0, out=expected)
+    written, _ = kiln_out("sum", (x,), {"dim": [0]}, out)
+    assert torch.equal(written, expected)
