@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <random>
 
 #include <capnp/message.h>
@@ -95,6 +97,13 @@ TEST(Wire, RejectsWrongMetasAndBadIds) {
   toWire(g, root);
   root.getOutputs().set(0, 1000);
   EXPECT_THROW(fromWire(root.asReader(), other), Error);
+}
+
+TEST(Wire, NaNAttributesRoundTrip) {
+  sym::SymbolTable table;
+  Graph g(table);
+  g.setOutputs({g.call("full", {}, {{"size", std::vector<int64_t>{2}}, {"fill_value", std::nan("")}})});
+  testing::expectRoundTrip(g); // verified on reading: NaN equals NaN as an attribute
 }
 
 } // namespace

@@ -13,6 +13,13 @@
 
 namespace kiln::ir {
 
+bool sameAttrValue(const AttrValue& a, const AttrValue& b) {
+  const double* x = std::get_if<double>(&a);
+  const double* y = std::get_if<double>(&b);
+  if (x && y && std::isnan(*x) && std::isnan(*y)) return true;
+  return a == b;
+}
+
 namespace {
 
 const char* kindName(const Value& v) {

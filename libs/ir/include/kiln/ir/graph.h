@@ -52,11 +52,15 @@ std::string toString(const Value& v);
 using AttrValue = std::variant<std::monostate, int64_t, double, bool, std::string,
                                std::vector<int64_t>, sym::Expr, std::vector<sym::Expr>, DType>;
 
+// Equal values, where two NaN floats count as equal (an attribute of NaN is
+// one spelling: `full(..., fill_value=nan)` must survive its own comparisons).
+bool sameAttrValue(const AttrValue& a, const AttrValue& b);
+
 struct Attr {
   std::string name;
   AttrValue value;
   friend bool operator==(const Attr& a, const Attr& b) {
-    return a.name == b.name && a.value == b.value;
+    return a.name == b.name && sameAttrValue(a.value, b.value);
   }
 };
 
