@@ -95,5 +95,17 @@ TEST(Artifact, CorruptBytesAreMalformedNeverLoaded) {
   }
 }
 
+TEST(Artifact, ReductionsReadInTheirKernelOnlyAreNeverStored) {
+  sym::SymbolTable table;
+  ir::Graph graph(table);
+  ir::ValueId x = graph.placeholder(
+      "x", ir::Value(ir::TensorMeta::contiguous(DType::Float32, {table.integer(4), table.integer(8)}, table)));
+  graph.setOutputs({graph.call("softmax", {x}, {{"dim", int64_t{-1}}})});
+  runtime::Artifact a = compileArtifact(graph, "cpu", tempDir());
+  ASSERT_EQ(a.plan.steps.size(), 1u) << a.explain;
+  EXPECT_EQ(a.plan.steps[0].writes.size(), 1u) << "the max and the sum live in registers";
+  EXPECT_EQ(a.plan.steps[0].writes[0], a.plan.outputs.at(0).buffer);
+}
+
 } // namespace
 } // namespace kiln::codegen

@@ -4,6 +4,7 @@
 // so only the chosen one runs (cat's other branches would load out of range).
 #include "kiln/codegen/cpu_emitter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -321,7 +322,8 @@ private:
   std::string member(BufferId id, const std::string& outerIndent) {
     const Buffer& b = program_.buffers[id];
     const Loops& l = b.loops;
-    buffers_.insert(id);
+    bool local = std::find(kernel_.local.begin(), kernel_.local.end(), id) != kernel_.local.end();
+    if (!local) buffers_.insert(id);
     std::string lines, indent = outerIndent;
     LoopShape shape = withoutUnitDims(l);
     size_t rank = kernel_.outer.size();
@@ -438,8 +440,9 @@ private:
       lines += indent + "if (" + nan + ") " + acc + " = std::numeric_limits<" + type + ">::quiet_NaN();\n";
     std::string result = arg ? acc + "_at" : acc;
     DType resultType = arg ? DType::Int64 : l.accumulator;
-    lines += indent + pointer(id) + "[" + index(store) + "] = " +
-             stored(b.layout.dtype, resultType, result) + ";\n";
+    if (std::find(kernel_.local.begin(), kernel_.local.end(), id) == kernel_.local.end())
+      lines += indent + pointer(id) + "[" + index(store) + "] = " +
+               stored(b.layout.dtype, resultType, result) + ";\n";
     registers_[id] = {result, resultType};
     return lines;
   }

@@ -1,5 +1,6 @@
 #include "kiln/codegen/plan.h"
 
+#include <algorithm>
 #include <functional>
 #include <set>
 
@@ -39,9 +40,10 @@ runtime::Plan buildPlan(const ir::Graph& graph, const Program& program, const Sc
   plan.kernels = source.kernels;
   plan.symbols = source.symbols;
 
-  std::set<BufferId> kept; // inputs and outputs are never freed
+  std::set<BufferId> kept; // inputs, outputs and registers-only buffers are never freed
   for (BufferId id = 0; id < program.buffers.size(); ++id)
     if (program.buffers[id].kind == BufferKind::Input) kept.insert(id);
+  for (const Kernel& k : schedule.kernels) kept.insert(k.local.begin(), k.local.end());
   for (const Output& o : program.outputs) kept.insert(o.buffer);
   std::vector<size_t> lastUse(program.buffers.size(), 0);
   for (size_t k = 0; k < schedule.steps.size(); ++k)
@@ -53,8 +55,10 @@ runtime::Plan buildPlan(const ir::Graph& graph, const Program& program, const Sc
     if (s.kind == Step::RunKernel) {
       step.kind = runtime::Step::RunKernel;
       step.kernel = static_cast<uint32_t>(s.kernel);
-      step.writes.assign(schedule.kernels[s.kernel].buffers.begin(),
-                         schedule.kernels[s.kernel].buffers.end());
+      const Kernel& kernel = schedule.kernels[s.kernel];
+      for (BufferId id : kernel.buffers) // registers only: never allocated
+        if (std::find(kernel.local.begin(), kernel.local.end(), id) == kernel.local.end())
+          step.writes.push_back(id);
     } else {
       const ExternCall& call = program.buffers[s.buffer].call;
       step.kind = runtime::Step::CallExtern;

@@ -208,7 +208,27 @@ LoopShape withoutUnitDims(const Loops& loops) {
 }
 
 Schedule schedule(const Program& program) {
-  return Fuser(program).run();
+  Schedule s = Fuser(program).run();
+  // Where each buffer is read: its kernel (or -1: an extern call, another
+  // kernel or an output, which need it in memory).
+  std::vector<int64_t> readBy(program.buffers.size(), -2); // -2: not read yet
+  auto note = [&](BufferId id, int64_t where) {
+    readBy[id] = readBy[id] == -2 || readBy[id] == where ? where : -1;
+  };
+  for (size_t k = 0; k < s.kernels.size(); ++k)
+    for (BufferId id : s.kernels[k].buffers)
+      forEachLoad(program.buffers[id].loops.body,
+                  [&](const ScalarNode& load) { note(load.buffer, static_cast<int64_t>(k)); });
+  for (const Buffer& b : program.buffers)
+    if (b.kind == BufferKind::Extern)
+      for (BufferId in : b.call.inputs) note(in, -1);
+  for (const Output& o : program.outputs) note(o.buffer, -1);
+  for (size_t k = 0; k < s.kernels.size(); ++k)
+    for (BufferId id : s.kernels[k].buffers)
+      if (program.buffers[id].loops.reduce != ReduceOp::None &&
+          readBy[id] == static_cast<int64_t>(k))
+        s.kernels[k].local.push_back(id);
+  return s;
 }
 
 std::string explain(const Schedule& schedule, const Program& program) {

@@ -13,8 +13,8 @@
 //     index: a reduction's result at the outer index, a pointwise buffer's
 //     element at the very index it was stored at;
 //   - no extern call comes between them (extern calls are steps of their own).
-// Buffers nothing reads once fused stay buffers (the plan stores them only if
-// they are outputs; see plan.h, TODO(issue 4)).
+// A reduction nothing outside its kernel reads, and that is no output, lives
+// in a register only (Kernel::local).
 #pragma once
 
 #include <string>
@@ -27,6 +27,9 @@ namespace kiln::codegen {
 struct Kernel {
   Shape outer;
   std::vector<BufferId> buffers; // in execution order
+  // Reductions only this kernel reads (from the register holding the result)
+  // and no output is: never stored, never allocated (dead buffer elimination).
+  std::vector<BufferId> local;
 };
 
 struct Step {
