@@ -30,47 +30,16 @@ const char* kPrelude = R"(#include <stdint.h>
    -lmvec): declaring them lets `omp simd` loops call them instead of the
    scalar functions (glibc declares them only under -ffast-math, whose other
    effects on NaN and infinities kiln cannot have). */
+#define KILN_VECTOR_MATH(type, name) _Pragma("omp declare simd notinbranch") type name(type);
 extern "C" {
-#pragma omp declare simd notinbranch
-float expf(float);
-#pragma omp declare simd notinbranch
-float exp2f(float);
-#pragma omp declare simd notinbranch
-float expm1f(float);
-#pragma omp declare simd notinbranch
-float logf(float);
-#pragma omp declare simd notinbranch
-float log1pf(float);
-#pragma omp declare simd notinbranch
-float sinf(float);
-#pragma omp declare simd notinbranch
-float cosf(float);
-#pragma omp declare simd notinbranch
-float tanf(float);
-#pragma omp declare simd notinbranch
-float tanhf(float);
-#pragma omp declare simd notinbranch
-float erff(float);
-#pragma omp declare simd notinbranch
-double exp(double);
-#pragma omp declare simd notinbranch
-double exp2(double);
-#pragma omp declare simd notinbranch
-double expm1(double);
-#pragma omp declare simd notinbranch
-double log(double);
-#pragma omp declare simd notinbranch
-double log1p(double);
-#pragma omp declare simd notinbranch
-double sin(double);
-#pragma omp declare simd notinbranch
-double cos(double);
-#pragma omp declare simd notinbranch
-double tan(double);
-#pragma omp declare simd notinbranch
-double tanh(double);
-#pragma omp declare simd notinbranch
-double erf(double);
+KILN_VECTOR_MATH(float, expf) KILN_VECTOR_MATH(float, exp2f) KILN_VECTOR_MATH(float, expm1f)
+KILN_VECTOR_MATH(float, logf) KILN_VECTOR_MATH(float, log1pf) KILN_VECTOR_MATH(float, sinf)
+KILN_VECTOR_MATH(float, cosf) KILN_VECTOR_MATH(float, tanf) KILN_VECTOR_MATH(float, tanhf)
+KILN_VECTOR_MATH(float, erff)
+KILN_VECTOR_MATH(double, exp) KILN_VECTOR_MATH(double, exp2) KILN_VECTOR_MATH(double, expm1)
+KILN_VECTOR_MATH(double, log) KILN_VECTOR_MATH(double, log1p) KILN_VECTOR_MATH(double, sin)
+KILN_VECTOR_MATH(double, cos) KILN_VECTOR_MATH(double, tan) KILN_VECTOR_MATH(double, tanh)
+KILN_VECTOR_MATH(double, erf)
 }
 
 typedef uint16_t kiln_half;
