@@ -5,11 +5,12 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
+#include "kiln/codegen/cpu_emitter.h"
 #include "kiln/common/error.h"
-#include <cstdlib>
 
 namespace kiln::codegen {
 namespace {
@@ -35,19 +36,79 @@ std::vector<std::string> cpuCompilerCommand() {
           "-fno-math-errno", "-fPIC", "-shared", "-w"};
 }
 
+namespace {
+
+std::string shellCommand(const std::vector<std::string>& extra, const std::string& log) {
+  std::string command;
+  for (const std::string& part : cpuCompilerCommand()) command += part + " ";
+  for (const std::string& part : extra) command += part + " ";
+  return command + "> '" + log + "' 2>&1";
+}
+
+uint64_t fnv(std::string_view text) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+// The prelude as a header with its precompiled form beside it in `dir`, built
+// once (atomically) per prelude and compiler command; empty when it cannot be
+// built, and the caller compiles the prelude as text.
+std::string preludeHeader(const std::string& dir) {
+  std::string command;
+  for (const std::string& part : cpuCompilerCommand()) command += part + " ";
+  char name[64];
+  std::snprintf(name, sizeof name, "/kiln-prelude-%016llx.h",
+                static_cast<unsigned long long>(fnv(cpuPrelude() + command)));
+  std::string header = dir + name, pch = header + ".gch";
+  if (::access(pch.c_str(), R_OK) == 0) return header;
+  std::string stem = header + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream out(stem + ".h");
+    out << "#pragma once\n" << cpuPrelude();
+    if (!out) return {};
+  }
+  ++runs;
+  std::string log = stem + ".log";
+  int status = std::system(
+      shellCommand({"-x", "c++-header", "'" + stem + ".h'", "-o", "'" + stem + ".gch'"}, log).c_str());
+  std::remove(log.c_str());
+  bool built = status == 0 && std::rename((stem + ".h").c_str(), header.c_str()) == 0 &&
+               std::rename((stem + ".gch").c_str(), pch.c_str()) == 0;
+  std::remove((stem + ".h").c_str());
+  std::remove((stem + ".gch").c_str());
+  return built ? header : std::string();
+}
+
+} // namespace
+
 void compileCpu(const std::string& code, const std::string& soPath) {
   std::string stem = soPath + ".tmp" + std::to_string(::getpid());
   std::string source = stem + ".cpp", object = stem + ".so", log = stem + ".log";
+  // The prelude comes precompiled where it can (most of a small kernel's
+  // compile time is parsing <cmath>); the source stays whole in the artifact.
+  std::string text = code;
+  std::vector<std::string> extra;
+  size_t at = code.find(cpuPrelude());
+  if (at != std::string::npos) {
+    size_t slash = soPath.find_last_of('/');
+    std::string header = preludeHeader(slash == std::string::npos ? "." : soPath.substr(0, slash));
+    if (!header.empty()) {
+      text = code.substr(0, at) + code.substr(at + cpuPrelude().size());
+      extra = {"-include", "'" + header + "'"};
+    }
+  }
   {
     std::ofstream out(source);
-    out << code;
+    out << text;
     if (!out) throw Error(ErrorCode::Io, "codegen: cannot write " + source);
   }
-  std::string command;
-  for (const std::string& part : cpuCompilerCommand()) command += part + " ";
-  command += "-o '" + object + "' '" + source + "' -lmvec > '" + log + "' 2>&1";
+  extra.insert(extra.end(), {"-o", "'" + object + "'", "'" + source + "'", "-lmvec"});
   ++runs;
-  int status = std::system(command.c_str());
+  int status = std::system(shellCommand(extra, log).c_str());
   std::string messages = readFile(log);
   std::remove(source.c_str());
   std::remove(log.c_str());

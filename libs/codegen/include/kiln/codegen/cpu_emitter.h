@@ -30,4 +30,8 @@ struct CpuSource {
 
 CpuSource emitCpu(const Program& program, const Schedule& schedule);
 
+// The helpers every emitted file starts with (CpuSource::code holds them
+// verbatim); the compiler builds them once into a precompiled header.
+const std::string& cpuPrelude();
+
 } // namespace kiln::codegen
