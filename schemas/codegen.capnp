@@ -10,6 +10,8 @@ using Graph = import "graph.capnp";
 struct View {
   buffer @0 :UInt32;
   meta @1 :Common.TensorMeta;
+  symInt @2 :Common.SymExpr;    # as an output, when isSymInt: this value (0-d i64) instead
+  isSymInt @3 :Bool;
 }
 
 struct PlanBuffer {

@@ -77,6 +77,9 @@ ir::HostTensor HostBuffers::view(BufferId id, const ir::TensorMeta& meta) const 
 }
 
 ir::HostTensor HostBuffers::output(const Output& out) const {
+  if (!out.symInt.isNull())
+    return ir::HostTensor::fromDoubles(DType::Int64, {},
+                                       {static_cast<double>(sym::evaluate(out.symInt, binding_))});
   return view(out.buffer, out.view);
 }
 

@@ -200,9 +200,14 @@ std::string print(const Program& program) {
     }
   }
   out << "return (";
-  for (size_t i = 0; i < program.outputs.size(); ++i)
-    out << (i ? ", " : "") << program.buffers.at(program.outputs[i].buffer).name << " as "
-        << ir::toString(program.outputs[i].view);
+  for (size_t i = 0; i < program.outputs.size(); ++i) {
+    const Output& o = program.outputs[i];
+    out << (i ? ", " : "");
+    if (!o.symInt.isNull())
+      out << "sym(" << sym::toString(o.symInt) << ")";
+    else
+      out << program.buffers.at(o.buffer).name << " as " << ir::toString(o.view);
+  }
   out << ")\n";
   return out.str();
 }

@@ -95,14 +95,18 @@ public:
     }
     for (ValueId out : graph_.outputs()) {
       Lowered& v = values_.at(out);
+      if (v.kind == Lowered::SymInt) {
+        Output o;
+        o.symInt = v.symInt;
+        program_.outputs.push_back(o);
+        continue;
+      }
       if (v.kind != Lowered::Tensor)
-        throw Error(ErrorCode::Unsupported,
-                    "codegen: a symbolic-int graph output is not supported yet");
-      // TODO(issue 4): symbolic-int outputs, returned through the plan.
+        throw Error(ErrorCode::Unsupported, "codegen: a tuple graph output (take its pieces)");
       realize(v);
       TensorMeta view = v.meta;
       view.storageOffset = v.meta.storageOffset - v.base;
-      program_.outputs.push_back({*v.buffer, view});
+      program_.outputs.push_back({*v.buffer, view, {}});
     }
     return std::move(program_);
   }

@@ -44,7 +44,8 @@ runtime::Plan buildPlan(const ir::Graph& graph, const Program& program, const Sc
   for (BufferId id = 0; id < program.buffers.size(); ++id)
     if (program.buffers[id].kind == BufferKind::Input) kept.insert(id);
   for (const Kernel& k : schedule.kernels) kept.insert(k.local.begin(), k.local.end());
-  for (const Output& o : program.outputs) kept.insert(o.buffer);
+  for (const Output& o : program.outputs)
+    if (o.symInt.isNull()) kept.insert(o.buffer);
   std::vector<size_t> lastUse(program.buffers.size(), 0);
   for (size_t k = 0; k < schedule.steps.size(); ++k)
     for (BufferId id : touched(program, schedule, schedule.steps[k])) lastUse[id] = k;
@@ -77,7 +78,7 @@ runtime::Plan buildPlan(const ir::Graph& graph, const Program& program, const Sc
         plan.steps.push_back(std::move(free));
       }
   }
-  for (const Output& o : program.outputs) plan.outputs.push_back({o.buffer, o.view});
+  for (const Output& o : program.outputs) plan.outputs.push_back({o.buffer, o.view, o.symInt});
   return plan;
 }
 

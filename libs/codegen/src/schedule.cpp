@@ -222,7 +222,8 @@ Schedule schedule(const Program& program) {
   for (const Buffer& b : program.buffers)
     if (b.kind == BufferKind::Extern)
       for (BufferId in : b.call.inputs) note(in, -1);
-  for (const Output& o : program.outputs) note(o.buffer, -1);
+  for (const Output& o : program.outputs)
+    if (o.symInt.isNull()) note(o.buffer, -1);
   for (size_t k = 0; k < s.kernels.size(); ++k)
     for (BufferId id : s.kernels[k].buffers)
       if (program.buffers[id].loops.reduce != ReduceOp::None &&

@@ -57,18 +57,33 @@ std::vector<sym::Expr> mentioned(const Plan& plan) {
         for (sym::Expr e : *es) collect(e, out, seen);
     }
   }
-  for (const View& v : plan.outputs) collect(v.meta, out, seen);
+  for (const View& v : plan.outputs) {
+    collect(v.meta, out, seen);
+    collect(v.symInt, out, seen);
+  }
   return out;
 }
 
 void writeView(const View& v, schema::View::Builder out) {
   out.setBuffer(v.buffer);
   ir::writeMeta(v.meta, out.initMeta());
+  if (!v.symInt.isNull()) {
+    out.setIsSymInt(true);
+    sym::toWire(v.symInt, out.initSymInt());
+  }
 }
 
 View readView(schema::View::Reader in, sym::SymbolTable& table, size_t buffers) {
+  View v;
+  if (in.getIsSymInt()) {
+    v.symInt = sym::fromWire(in.getSymInt(), table);
+    if (v.symInt.isBool()) malformed("a boolean output");
+    return v;
+  }
   if (in.getBuffer() >= buffers) malformed("a view of buffer " + std::to_string(in.getBuffer()));
-  return {in.getBuffer(), ir::readMeta(in.getMeta(), table)};
+  v.buffer = in.getBuffer();
+  v.meta = ir::readMeta(in.getMeta(), table);
+  return v;
 }
 
 void writePlan(const Plan& plan, schema::Plan::Builder out) {

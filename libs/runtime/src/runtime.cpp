@@ -117,9 +117,18 @@ public:
   // The outputs: views of buffers now owned by the caller.
   RunResult handOut(const std::vector<View>& outputs) {
     RunResult result;
-    for (const View& v : outputs) result.outputs.push_back(view(v));
     for (const View& v : outputs) {
-      if (!owned_[v.buffer]) continue;
+      if (v.symInt.isNull()) {
+        result.outputs.push_back(view(v));
+        continue;
+      }
+      void* data = allocator_.allocate(sizeof(int64_t)); // the caller's, as other outputs
+      *static_cast<int64_t*>(data) = sym::evaluate(v.symInt, binding_);
+      result.outputs.push_back({ir::DType::Int64, data, {}, {}});
+      result.buffers.push_back(data);
+    }
+    for (const View& v : outputs) {
+      if (!v.symInt.isNull() || !owned_[v.buffer]) continue;
       result.buffers.push_back(data_[v.buffer]);
       owned_[v.buffer] = false;
     }

@@ -20,7 +20,7 @@ def _compiled_mode(request):
     """In compiled mode, the session's stack compiles each case (see harness.COMPILED)."""
     import harness
 
-    if harness.COMPILED and harness.stack is None:
+    if harness.COMPILED != "off" and harness.stack is None:
         harness.stack = request.getfixturevalue("stack")
     yield
 
@@ -61,12 +61,17 @@ def pytest_terminal_summary(terminalreporter):
         write(f"  fails: {op} ({_failed[op]} of {_failed[op] + _passed[op]} cases)")
     import harness
 
-    if harness.COMPILED:
+    if harness.COMPILED != "off":
         ok = {op for (op, how) in harness.compiled_tally if how == "ok"}
         unsupported = {op for (op, how) in harness.compiled_tally if how == "unsupported"}
         compiled_failing = sorted(op for op in failing)
+        pure = {op for op in tested if not op.endswith("_") and not op.endswith("_out")}
         write(f"compiled: {len(ok - set(compiled_failing))} ops ran compiled, "
-              f"{len(unsupported)} not lowered yet: {' '.join(sorted(unsupported))}")
+              f"{len(unsupported)} not lowered yet {' '.join(sorted(unsupported))}; "
+              f"{len(tested - pure)} in-place and out= forms wait for functionalization")
+        unchecked = sorted(pure - ok - unsupported)
+        if unchecked:
+            write(f"  not run compiled by any case ({len(unchecked)}): {' '.join(unchecked)}")
     untested = sorted(set(ir.op_names()) - tested)
     if untested:
         write(f"  no cases yet ({len(untested)}): {' '.join(untested)}")

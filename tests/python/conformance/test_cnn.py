@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import assert_meta_matches, assert_values_match, cases, check, reference
+from harness import (assert_meta_matches, assert_values_match, cases, check,
+                     maybe_check_compiled, reference)
 from kiln import KilnError, ir
 
 FLOATS = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
@@ -794,7 +795,10 @@ def test_cross_entropy_errors(case):
 # inputs), so dropout is checked by its properties; the meta against torch's F.dropout.
 
 def dropout(x, p, seed=0, offset=0, **kwargs):
-    return ir.eval_op("dropout", x, torch.tensor(seed), torch.tensor(offset), p=p, **kwargs)
+    args = (x, torch.tensor(seed), torch.tensor(offset))
+    out, meta = ir.eval_op("dropout", *args, p=p, **kwargs)
+    maybe_check_compiled("dropout", out, *args, p=p, **kwargs)  # the same stream, compiled
+    return out, meta
 
 
 @pytest.mark.parametrize("dtype", cases("dropout", FLOATS), ids=dtype_id)

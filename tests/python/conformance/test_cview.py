@@ -17,7 +17,8 @@ import itertools
 import pytest
 import torch
 
-from harness import assert_meta_matches, assert_values_match, cases, check, reference
+from harness import (assert_meta_matches, assert_values_match, cases, check,
+                     maybe_check_compiled, reference)
 from kiln import KilnError, ir
 
 FLOATS = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
@@ -335,6 +336,7 @@ def check_view(op, fn, x, alias=True, **kwargs):
         assert list(actual.stride()) == list(expected.stride())
         assert actual.storage_offset() == expected.storage_offset()
     assert_values_match(actual, expected)
+    maybe_check_compiled(op, actual, x, **kwargs)
     overlapping = any(st == 0 and n > 1 for n, st in zip(expected.shape, expected.stride()))
     if not alias or expected.numel() == 0 or overlapping:  # torch refuses to write through
         return
@@ -674,6 +676,7 @@ def test_sym_size(dim, expected):
     graph.set_outputs([n])
     (out,) = ir.run(graph, rand((5, 3)))
     assert out.dtype == torch.int64 and out.shape == () and out.item() == rand((5, 3)).size(dim)
+    maybe_check_compiled("sym_size", out, rand((5, 3)), dim=dim)
 
 
 @pytest.mark.parametrize("op", cases("sym_size", ["sym_size"]))
@@ -895,6 +898,7 @@ def test_zeros_ones(op, size, dtype):
 def test_empty_meta(size, dtype):  # values are undefined: meta only
     kwargs = {} if dtype is None else {"dtype": dtype}
     actual, meta = ir.eval_op("empty", size, **kwargs)
+    maybe_check_compiled("empty", actual, size, **kwargs)  # both give zeros
     expected = torch.empty(size, **kwargs)
     assert_meta_matches(meta, expected)
     assert actual.shape == expected.shape and actual.dtype == expected.dtype
@@ -918,6 +922,7 @@ def test_like(op, shape, kind, dtype, to):
     args = (3,) if op == "full_like" else ()
     expected = getattr(torch, op)(x, *args, **kwargs)
     actual, meta = ir.eval_op(op, x, *args, **kwargs)
+    maybe_check_compiled(op, actual, x, *args, **kwargs)
     assert_meta_matches(meta, expected)
     assert list(actual.stride()) == list(expected.stride())
     if op != "empty_like":
@@ -957,6 +962,7 @@ def test_arange(args, kwargs):
         torch_args = (1,)
     expected = torch.arange(*torch_args, **kwargs)
     actual, meta = ir.eval_op("arange", **kiln_kwargs)
+    maybe_check_compiled("arange", actual, **kiln_kwargs)
     assert_meta_matches(meta, expected)
     assert_values_match(actual, expected)
 

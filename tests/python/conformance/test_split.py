@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from harness import assert_meta_matches, assert_values_match, cases
+from harness import assert_meta_matches, assert_values_match, cases, maybe_check_compiled
 import kiln
 from kiln import ir
 
@@ -22,6 +22,7 @@ INPUTS = {
 
 def check_pieces(op, expected, x, *args, **kwargs):
     pieces, metas = ir.eval_op(op, x, *args, **kwargs)
+    maybe_check_compiled(op, pieces, x, *args, **kwargs)
     assert len(pieces) == len(expected)
     for piece, meta, want in zip(pieces, metas, expected):
         assert_meta_matches(meta, want)

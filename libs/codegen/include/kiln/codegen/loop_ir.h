@@ -109,10 +109,12 @@ struct Buffer {
   ExternCall call;        // Extern
 };
 
-// A graph output: a view (offset, sizes, strides) of a buffer.
+// A graph output: a view (offset, sizes, strides) of a buffer, or a symbolic
+// int (sym_size and the like), returned as a 0-d i64 tensor.
 struct Output {
-  BufferId buffer;
+  BufferId buffer = 0;
   ir::TensorMeta view;
+  sym::Expr symInt; // non-null: this output is its value
 };
 
 struct Program {

@@ -19,9 +19,11 @@
 namespace kiln::runtime {
 
 // A view of a buffer: sizes, strides and offset counted from its element 0.
+// As an output, a non-null `symInt` makes it that value instead (a 0-d i64).
 struct View {
   uint32_t buffer = 0;
   ir::TensorMeta meta;
+  sym::Expr symInt;
 };
 
 struct PlanBuffer {
