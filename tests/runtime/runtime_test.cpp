@@ -76,7 +76,7 @@ struct Runtime : ::testing::Test {
     free.kind = Step::Free;
     free.buffer = 1;
     plan.steps = {first, then, free};
-    plan.outputs = {{2, vector(s0)}};
+    plan.outputs = {{2, vector(s0), {}}};
     return plan;
   }
   KernelLookup kernels() {
@@ -99,6 +99,38 @@ TEST_F(Runtime, RunsStepsAndHandsTheOutputsOver) {
   EXPECT_EQ(allocator.live(), 1u); // y was freed, z is the caller's
   ASSERT_EQ(r.buffers.size(), 1u);
   allocator.release(r.buffers[0]);
+}
+
+TEST_F(Runtime, FreedIntermediatesAreReusedWithinARun) {
+  // x -> y = 2x -> z = y + 1 (y freed) -> w = 2z into y's old memory -> output w.
+  Plan plan = twoKernels();
+  plan.buffers.push_back({"w", vector(s0), -1});
+  plan.kernels.push_back("twice_z");
+  Step third;
+  third.kernel = 2;
+  third.writes = {3};
+  plan.steps.push_back(third);
+  Step freeZ;
+  freeZ.kind = Step::Free;
+  freeZ.buffer = 2;
+  plan.steps.push_back(freeZ);
+  plan.outputs = {{3, vector(s0), {}}};
+  KernelLookup lookup = [&](const std::string& name) -> KernelFn {
+    if (name == "twice_z") return [](char* const* b, const int64_t* s) {
+      for (int64_t i = 0; i < s[0]; ++i)
+        reinterpret_cast<float*>(b[3])[i] = 2 * reinterpret_cast<const float*>(b[2])[i];
+      return 0;
+    };
+    return kernels()(name);
+  };
+  std::vector<float> x = {1, 2, 3};
+  CountingAllocator allocator;
+  RunResult r = run(plan, lookup, {{DType::Float32, x.data(), {3}, {1}}}, allocator);
+  auto* w = static_cast<float*>(r.outputs.at(0).data);
+  EXPECT_EQ(std::vector<float>(w, w + 3), (std::vector<float>{6, 10, 14}));
+  EXPECT_EQ(allocator.allocations, 2u) << "w should take y's freed memory";
+  EXPECT_EQ(allocator.live(), 1u); // z's memory went back at the run's end; w is the caller's
+  for (void* b : r.buffers) allocator.release(b);
 }
 
 TEST_F(Runtime, AFailingKernelReleasesEverything) {

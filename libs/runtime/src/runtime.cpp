@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 
 #include "blas.h"
@@ -84,6 +85,7 @@ public:
   ~Buffers() {
     for (size_t k = 0; k < data_.size(); ++k)
       if (owned_[k] && data_[k]) allocator_.release(data_[k]);
+    for (auto& [bytes, data] : pool_) allocator_.release(data);
   }
 
   // Element 0 of every buffer (null for those not allocated or freed).
@@ -93,14 +95,22 @@ public:
     if (data_[id] || plan_.buffers[id].input >= 0) return data_[id];
     const ir::TensorMeta& layout = plan_.buffers[id].layout;
     int64_t n = extent(evaluateAll(layout.sizes, binding_), evaluateAll(layout.strides, binding_));
-    data_[id] = allocator_.allocate(static_cast<size_t>(std::max<int64_t>(n, 1)) *
-                                    elementSize(layout.dtype));
+    size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * elementSize(layout.dtype);
+    // Buffer reuse: an intermediate freed earlier in this run, of the same size.
+    if (auto reuse = pool_.find(bytes); reuse != pool_.end()) {
+      data_[id] = reuse->second;
+      pool_.erase(reuse);
+    } else {
+      data_[id] = allocator_.allocate(bytes);
+    }
+    bytes_[id] = bytes;
     owned_[id] = true;
     return data_[id];
   }
 
+  // The buffer's memory goes back to the run's pool (released at its end).
   void free(uint32_t id) {
-    if (owned_[id] && data_[id]) allocator_.release(data_[id]);
+    if (owned_[id] && data_[id]) pool_.emplace(bytes_[id], data_[id]);
     data_[id] = nullptr;
     owned_[id] = false;
   }
@@ -141,6 +151,8 @@ private:
   const sym::Binding& binding_;
   std::vector<void*> data_;
   std::vector<bool> owned_;
+  std::vector<size_t> bytes_ = std::vector<size_t>(plan_.buffers.size(), 0);
+  std::multimap<size_t, void*> pool_; // freed intermediates by size
 };
 
 } // namespace
