@@ -139,6 +139,20 @@ TEST_F(Lower, SoftmaxIsReductionsAndBodies) {
   EXPECT_EQ(reductions, 2u) << print(p); // max, then the sum of exp(x - max)
 }
 
+TEST_F(Lower, ResidualLayerNormReusesItsRows) {
+  ValueId x = input("x", DType::Float32, {s0, table.integer(24)});
+  ValueId r = input("r", DType::Float32, {s0, table.integer(24)});
+  ValueId w = input("w", DType::Float32, ints({24}));
+  ValueId b = input("b", DType::Float32, ints({24}));
+  graph.setOutputs({graph.call("layer_norm", {graph.call("add", {x, r}), w, b},
+                               {{"normalized_shape", std::vector<int64_t>{24}}})});
+  Program p = expectSameValues({random(DType::Float32, {4, 24}), random(DType::Float32, {4, 24}),
+                                random(DType::Float32, {24}), random(DType::Float32, {24})},
+                               1e-4);
+  std::string code = emitCpu(p, schedule(p)).code;
+  EXPECT_NE(code.find("kiln_row"), std::string::npos) << "x + r computed once per element";
+}
+
 TEST_F(Lower, ReductionsOfEveryKind) {
   ValueId x = input("x", DType::Float32, ints({3, 4, 5}));
   ValueId i = input("i", DType::Int32, ints({3, 4}));

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -14,6 +15,7 @@
 #include "kiln/common/error.h"
 #include "kiln/sym/eval.h"
 #include "kiln/sym/print.h"
+#include "kiln/sym/symbol_table.h"
 
 namespace kiln::codegen {
 namespace {
@@ -22,6 +24,7 @@ namespace {
 // even), NaN-propagating min/max, Python-style integer division that reports
 // a zero divisor instead of trapping, and index checks.
 const char* kPrelude = R"(#include <stdint.h>
+#include <vector>
 #include <string.h>
 #include <cmath>
 #include <limits>
@@ -215,8 +218,19 @@ public:
     size_t parallel = simdLast ? rank - 1 : rank;
     std::string work = workExpr();
     std::string indent = "  ";
+    planReuse();
+    // Rows of reused bodies: one per thread, made once per call.
+    std::string rows;
+    for (const auto& [id, scratch] : scratch_)
+      rows += "std::vector<" + valueType(program_.buffers[id].loops.body->dtype) + "> " + scratch + ";\n";
+    bool block = !rows.empty() && parallel > 0;
+    if (!rows.empty() && !block) body << indent << rows;
     if (rank > 0) {
-      if (parallel > 0)
+      if (block) {
+        body << indent << "#pragma omp parallel if (" << work << " >= 32768)\n" << indent << "{\n";
+        indent += "  ";
+        body << indent << rows << indent << "#pragma omp for collapse(" << parallel << ")\n";
+      } else if (parallel > 0)
         body << indent << "#pragma omp parallel for collapse(" << parallel << ") if (" << work
              << " >= 32768)\n";
       else if (simdLast)
@@ -230,6 +244,10 @@ public:
     }
     for (BufferId id : kernel_.buffers) body << member(id, indent);
     for (size_t k = rank; k-- > 0;) {
+      indent.resize(indent.size() - 2);
+      body << indent << "}\n";
+    }
+    if (block && rank > 0) {
       indent.resize(indent.size() - 2);
       body << indent << "}\n";
     }
@@ -351,11 +369,14 @@ private:
     case ReduceOp::All: init = "true"; break;
     default: init = "0";
     }
+    if (auto scratch = scratch_.find(id); scratch != scratch_.end())
+      lines += indent + scratch->second + ".resize(" + numelText(l.reductionRanges) + ");\n";
     lines += indent + type + " " + acc + " = " + init + ";\n";
     if (arg) lines += indent + "int64_t " + acc + "_at = -1, " + acc + "_pos = 0;\n";
     bool extreme = l.reduce == ReduceOp::Max || l.reduce == ReduceOp::Min;
     std::string nan = acc + "_nan";
-    if (extreme && floating) lines += indent + "bool " + nan + " = false;\n";
+    // An int flag: GCC vectorizes `|` of ints, not `||` of bools.
+    if (extreme && floating) lines += indent + "int " + nan + " = 0;\n";
     std::string close;
     // Sums and products may reassociate (vectorized partial sums), as torch's
     // reductions do; max/min vectorize as plain max/min with a separate "saw a
@@ -366,7 +387,7 @@ private:
              ":" + acc + ")\n";
     if (extreme)
       simd = "#pragma omp simd reduction(" + std::string(l.reduce == ReduceOp::Max ? "max" : "min") +
-             ":" + acc + ")" + (floating ? " reduction(||:" + nan + ")" : "") + "\n";
+             ":" + acc + ")" + (floating ? " reduction(|:" + nan + ")" : "") + "\n";
     for (size_t k = 0; k < l.reductionVars.size(); ++k) {
       if (k + 1 == l.reductionVars.size() && !simd.empty()) lines += indent + simd;
       declared_.insert(l.reductionVars[k]);
@@ -377,7 +398,11 @@ private:
       close = indent.substr(2) + "}\n" + close;
     }
     Block block(indent);
-    std::string v = convert(l.body->dtype, l.accumulator, emit(l.body, block, false));
+    std::string raw = emit(l.body, block, false);
+    std::string v = convert(l.body->dtype, l.accumulator, raw);
+    if (auto scratch = scratch_.find(id); scratch != scratch_.end())
+      block.lines += block.indent + scratch->second + "[" + linear(l.reductionVars, l.reductionRanges) +
+                     "] = " + raw + ";\n";
     lines += block.lines;
     switch (l.reduce) {
     case ReduceOp::Sum: lines += indent + acc + " = " + acc + " + " + v + ";\n"; break;
@@ -386,7 +411,7 @@ private:
     case ReduceOp::Min: {
       std::string keep = l.reduce == ReduceOp::Max ? " > " : " < ";
       lines += indent + acc + " = " + v + keep + acc + " ? " + v + " : " + acc + ";\n";
-      if (floating) lines += indent + nan + " = " + nan + " || " + v + " != " + v + ";\n";
+      if (floating) lines += indent + nan + " |= " + v + " != " + v + ";\n";
       break;
     }
     case ReduceOp::Any: lines += indent + acc + " = " + acc + " || " + v + ";\n"; break;
@@ -440,6 +465,7 @@ private:
   }
 
   std::string expression(const Scalar& s, Block& block, bool lazy) {
+    if (auto reused = replaced_.find(s.get()); reused != replaced_.end()) return reused->second;
     const ScalarNode& n = *s;
     DType t = n.dtype;
     std::string type = valueType(t);
@@ -561,6 +587,86 @@ private:
            " : (" + x + " " + keep + " " + bound + " ? " + x + " : " + bound + ")))";
   }
 
+
+  // Reuse of a reduction's body: when a later buffer of the kernel (pointwise,
+  // or a reduction), over the same inner ranges, computes the very expression
+  // the reduction reduced (softmax's exp(x - max), layer_norm's x + r), the
+  // reduction keeps each value in a per-thread row and the later buffer reads
+  // it instead of recomputing.
+  void planReuse() {
+    size_t rank = kernel_.outer.size();
+    for (size_t p = 0; p < kernel_.buffers.size(); ++p) {
+      const Loops& pl = program_.buffers[kernel_.buffers[p]].loops;
+      LoopShape ps = withoutUnitDims(pl);
+      if (ps.vars.size() < rank) continue;
+      // The reader's inner loop: a reduction's ranges, or a pointwise buffer's dims past outer.
+      bool reduces = pl.reduce != ReduceOp::None;
+      std::vector<sym::Expr> inner = reduces ? pl.reductionVars
+                                             : std::vector<sym::Expr>(ps.vars.begin() + static_cast<std::ptrdiff_t>(rank), ps.vars.end());
+      Shape innerRanges = reduces ? pl.reductionRanges
+                                  : Shape(ps.ranges.begin() + static_cast<std::ptrdiff_t>(rank), ps.ranges.end());
+      std::unordered_map<sym::Expr, sym::Expr> pUnits; // P's size-1 vars are 0
+      for (size_t k = 0; k < pl.vars.size(); ++k)
+        if (pl.ranges[k].asInteger() == 1) pUnits.emplace(pl.vars[k], zero());
+      for (size_t r = 0; r < p; ++r) {
+        BufferId rid = kernel_.buffers[r];
+        const Loops& rl = program_.buffers[rid].loops;
+        if (rl.reduce == ReduceOp::None || rl.reductionRanges != innerRanges || innerRanges.empty() ||
+            opCount(rl.body) < 3)
+          continue;
+        LoopShape rs = withoutUnitDims(rl);
+        std::unordered_map<sym::Expr, sym::Expr> map;
+        for (size_t k = 0; k < rl.vars.size(); ++k)
+          if (rl.ranges[k].asInteger() == 1) map.emplace(rl.vars[k], zero());
+        for (size_t k = 0; k < rank && k < rs.vars.size(); ++k) map.emplace(rs.vars[k], ps.vars[k]);
+        for (size_t k = 0; k < inner.size(); ++k) map.emplace(rl.reductionVars[k], inner[k]);
+        Scalar wanted = codegen::substitute(rl.body, map);
+        const ScalarNode* found = find(pl.body, wanted, pUnits);
+        if (!found) continue;
+        std::string name = "kiln_row" + std::to_string(rid);
+        scratch_.emplace(rid, name);
+        replaced_[found] = name + "[" + linear(inner, innerRanges) + "]";
+      }
+    }
+  }
+
+  // The subtree of `tree` equal to `wanted` (tree's size-1 vars read as 0).
+  const ScalarNode* find(const Scalar& tree, const Scalar& wanted,
+                         const std::unordered_map<sym::Expr, sym::Expr>& units) {
+    if (same(wanted, tree, units)) return tree.get();
+    for (const Scalar& a : tree->args)
+      if (const ScalarNode* f = find(a, wanted, units)) return f;
+    return nullptr;
+  }
+
+  static bool same(const Scalar& a, const Scalar& b,
+                   const std::unordered_map<sym::Expr, sym::Expr>& units) {
+    if (a->kind != b->kind || a->dtype != b->dtype || a->op != b->op || a->buffer != b->buffer ||
+        a->number != b->number || a->integer != b->integer || a->args.size() != b->args.size() ||
+        !a->indirect.empty() || !b->indirect.empty() || a->index.isNull() != b->index.isNull())
+      return false;
+    if (!a->index.isNull() && a->index != sym::substitute(b->index, units)) return false;
+    for (size_t k = 0; k < a->args.size(); ++k)
+      if (!same(a->args[k], b->args[k], units)) return false;
+    return true;
+  }
+
+  // The row-major position of `vars` in `ranges`, as C++.
+  std::string linear(const std::vector<sym::Expr>& vars, const Shape& ranges) {
+    sym::Expr at = zero();
+    for (size_t k = 0; k < vars.size(); ++k) at = at * ranges[k] + vars[k];
+    return index(at);
+  }
+
+  std::string numelText(const Shape& ranges) {
+    sym::Expr n = zero() + 1;
+    for (sym::Expr r : ranges) n = n * r;
+    return index(n);
+  }
+
+  sym::Expr zero() { return kernel_.outer.empty() ? program_.buffers.front().layout.storageOffset.table().integer(0)
+                                                  : kernel_.outer.front().table().integer(0); }
+
   const Program& program_;
   const Kernel& kernel_;
   std::vector<sym::Expr>& symbols_;
@@ -570,6 +676,8 @@ private:
       [](sym::Expr a, sym::Expr b) { return sym::toString(a) < sym::toString(b); }};
   std::set<BufferId> buffers_;
   std::unordered_map<BufferId, std::pair<std::string, DType>> registers_;
+  std::map<BufferId, std::string> scratch_;                      // reduction -> its row of bodies
+  std::unordered_map<const ScalarNode*, std::string> replaced_; // subtree -> scratch element
   size_t next_ = 0;
 };
 
