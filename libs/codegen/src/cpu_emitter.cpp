@@ -122,6 +122,16 @@ template <class T> static inline T kiln_fdiv_floor(T a, T b) {
   }
   return floored;
 }
+/* kiln_fdiv_floor with each step rounded by `r` (torch computes it in f16/bf16). */
+template <class T, class R> static inline T kiln_fdiv_floor_rounded(T a, T b, R r) {
+  if (b == T(0)) return r(a / b);
+  T mod = std::fmod(a, b);
+  T div = r(r(a - mod) / b);
+  if (mod != T(0) && ((b < T(0)) != (mod < T(0)))) div = r(div - T(1));
+  if (div == T(0)) return std::copysign(T(0), r(a / b));
+  T floored = std::floor(div);
+  return div - floored > T(0.5) ? floored + T(1) : floored;
+}
 template <class T> static inline T kiln_fremainder(T a, T b) {
   T r = std::fmod(a, b);
   return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? r + b : r;
@@ -382,7 +392,8 @@ private:
     // reductions do; max/min vectorize as plain max/min with a separate "saw a
     // NaN" flag (a NaN wins, as in torch); arg* keep order for the first index.
     std::string simd;
-    if (l.reduce == ReduceOp::Sum || l.reduce == ReduceOp::Prod)
+    bool boolean = l.accumulator == DType::Bool; // a bool sum is `any`, a bool product `all`
+    if ((l.reduce == ReduceOp::Sum || l.reduce == ReduceOp::Prod) && !boolean)
       simd = "#pragma omp simd reduction(" + std::string(l.reduce == ReduceOp::Sum ? "+" : "*") +
              ":" + acc + ")\n";
     if (extreme)
@@ -405,8 +416,12 @@ private:
                      "] = " + raw + ";\n";
     lines += block.lines;
     switch (l.reduce) {
-    case ReduceOp::Sum: lines += indent + acc + " = " + acc + " + " + v + ";\n"; break;
-    case ReduceOp::Prod: lines += indent + acc + " = " + acc + " * " + v + ";\n"; break;
+    case ReduceOp::Sum:
+      lines += indent + acc + " = " + acc + (boolean ? " || " : " + ") + v + ";\n";
+      break;
+    case ReduceOp::Prod:
+      lines += indent + acc + " = " + acc + (boolean ? " && " : " * ") + v + ";\n";
+      break;
     case ReduceOp::Max:
     case ReduceOp::Min: {
       std::string keep = l.reduce == ReduceOp::Max ? " > " : " < ";
@@ -563,6 +578,11 @@ private:
     if (op == "bitwise_and") return typed(a + " & " + b);
     if (op == "bitwise_or") return typed(a + " | " + b);
     if (op == "bitwise_xor") return typed(a + " ^ " + b);
+    if (t == DType::Float16 || t == DType::BFloat16) { // a half-typed step: rounded
+      std::string r = t == DType::Float16 ? "kiln_round_h" : "kiln_round_b";
+      if (op == "div_trunc") return "std::trunc(" + r + "(" + a + " / " + b + "))";
+      if (op == "div_floor") return "kiln_fdiv_floor_rounded(" + a + ", " + b + ", " + r + ")";
+    }
     if (floating) {
       if (op == "div") return a + " / " + b;
       if (op == "div_trunc") return "std::trunc(" + a + " / " + b + ")";

@@ -180,6 +180,20 @@ double binaryF(const std::string& op, double a, double b) {
   fail(ErrorCode::Unsupported, "binary op '" + op + "' on floats");
 }
 
+// Floor and trunc division with each step rounded to `t`, as torch computes
+// them in t (an f32 or f64 t rounds as itself: the same as plain division).
+double roundedDivision(DType t, const std::string& op, double x, double y) {
+  auto in = [&](double v) { return roundTo(t, v); };
+  if (op == "div_trunc") return std::trunc(in(x / y));
+  if (y == 0) return x / y;
+  double mod = std::fmod(x, y);
+  double div = in(in(x - mod) / y);
+  if (mod != 0 && (y < 0) != (mod < 0)) div = in(div - 1);
+  if (div == 0) return std::copysign(0.0, in(x / y));
+  double floored = std::floor(div);
+  return div - floored > 0.5 ? floored + 1 : floored;
+}
+
 int64_t binaryI(const std::string& op, int64_t a, int64_t b) {
   auto wrapAdd = [](int64_t x, int64_t y) {
     return static_cast<int64_t>(static_cast<uint64_t>(x) + static_cast<uint64_t>(y));
@@ -403,6 +417,8 @@ private:
       else if (n.op == "logical_or") out.i = truth(at, a) || truth(n.args[1]->dtype, b);
       else if (isComparison(n.op))
         out.i = isFloat(at) ? compare(n.op, a.f, b.f) : compareI(n.op, a.i, b.i);
+      else if (isFloat(t) && (n.op == "div_trunc" || n.op == "div_floor"))
+        out.f = roundTo(t, roundedDivision(t, n.op, a.f, b.f));
       else if (isFloat(t)) out.f = roundTo(t, binaryF(n.op, a.f, b.f));
       else out.i = wrapTo(t, binaryI(n.op, a.i, b.i));
       return out;

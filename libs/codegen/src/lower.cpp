@@ -300,8 +300,9 @@ private:
     Lowered v;
     v.meta = meta;
     v.buffer = in.buffer;
-    // as_strided's offset is absolute in the storage; others count from the input's.
-    v.base = node.target == "as_strided" ? in.base - in.meta.storageOffset : in.base;
+    // Inferred offsets, as_strided's too, are in the coordinates of the root's
+    // storage: the view keeps its input's base.
+    v.base = in.base;
     return v;
   }
 
@@ -453,8 +454,12 @@ private:
       DType promoted = rt.result();
       DType compute = opmath(isComparison(op) ? promoted : out);
       std::string name = op;
-      if (op == "div" && a.call->has("rounding_mode"))
+      if (op == "div" && a.call->has("rounding_mode")) {
         name = "div_" + a.call->string("rounding_mode"); // div_floor, div_trunc
+        // torch rounds the quotient's steps to a half dtype before flooring or
+        // truncating: these compute in the half dtype itself.
+        if (out == DType::Float16 || out == DType::BFloat16) compute = out;
+      }
       double alpha = a.call->takes("alpha") ? a.call->floatArg("alpha") : 1.0;
       return pointwise(meta, [&, name, alpha](const Index& i) {
         Scalar x = cast(compute, operand(node, a, "self", i, sizes));
@@ -498,6 +503,9 @@ private:
     }
     if (op == "reshape" || op == "flatten") {
       const Lowered& in = values_.at(node.inputs[0]);
+      for (sym::Expr size : meta.sizes) // no element: nothing to read (and sizes of 0 to divide by)
+        if (size.asInteger() == 0)
+          return pointwise(meta, [&](const Index&) { return constantI(meta.dtype, 0); });
       return pointwise(meta, [&](const Index& i) {
         sym::Expr flat = table_.integer(0);
         for (size_t k = 0; k < i.size(); ++k) flat = flat * meta.sizes[k] + i[k];
