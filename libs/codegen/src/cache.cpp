@@ -1,5 +1,7 @@
 #include "kiln/codegen/cache.h"
 
+#include "fnv.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,12 +22,7 @@ constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'A', 'R', 'T', '1'};
 constexpr size_t kHeader = sizeof kMagic + 16; // magic, length, checksum
 
 uint64_t checksum(std::string_view bytes) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
+  return detail::fnv1a(bytes);
 }
 
 void makeDirs(const std::string& path) {

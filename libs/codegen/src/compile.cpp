@@ -1,5 +1,7 @@
 #include "kiln/codegen/compile.h"
 
+#include "fnv.h"
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -18,16 +20,6 @@
 
 namespace kiln::codegen {
 namespace {
-
-// FNV-1a, 64 bits, from a chosen basis: two bases give two independent halves.
-uint64_t fnv(std::string_view text, uint64_t basis) {
-  uint64_t h = basis;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
 
 // What `c++ --version` says, once per process.
 const std::string& compilerVersion() {
@@ -72,8 +64,9 @@ std::string artifactKey(const ir::Graph& graph, const std::string& target) {
   for (const std::string& part : cpuCompilerCommand()) text += " " + part;
   char key[33];
   std::snprintf(key, sizeof key, "%016llx%016llx",
-                static_cast<unsigned long long>(fnv(text, 0xcbf29ce484222325ULL)),
-                static_cast<unsigned long long>(fnv(text, 0x84222325cbf29ce4ULL)));
+                // two bases: two independent 64-bit halves
+                static_cast<unsigned long long>(detail::fnv1a(text)),
+                static_cast<unsigned long long>(detail::fnv1a(text, 0x84222325cbf29ce4ULL)));
   return key;
 }
 

@@ -1,5 +1,7 @@
 #include "kiln/codegen/cpu_compiler.h"
 
+#include "fnv.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,15 +47,6 @@ std::string shellCommand(const std::vector<std::string>& extra, const std::strin
   return command + "> '" + log + "' 2>&1";
 }
 
-uint64_t fnv(std::string_view text) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
-
 // The prelude as a header with its precompiled form beside it in `dir`, built
 // once (atomically) per prelude and compiler command; empty when it cannot be
 // built, and the caller compiles the prelude as text.
@@ -62,7 +55,7 @@ std::string preludeHeader(const std::string& dir) {
   for (const std::string& part : cpuCompilerCommand()) command += part + " ";
   char name[64];
   std::snprintf(name, sizeof name, "/kiln-prelude-%016llx.h",
-                static_cast<unsigned long long>(fnv(cpuPrelude() + command)));
+                static_cast<unsigned long long>(detail::fnv1a(cpuPrelude() + command)));
   std::string header = dir + name, pch = header + ".gch";
   if (::access(pch.c_str(), R_OK) == 0) return header;
   std::string stem = header + ".tmp" + std::to_string(::getpid());

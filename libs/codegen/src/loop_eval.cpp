@@ -183,15 +183,8 @@ double binaryF(const std::string& op, double a, double b) {
 // Floor and trunc division with each step rounded to `t`, as torch computes
 // them in t (an f32 or f64 t rounds as itself: the same as plain division).
 double roundedDivision(DType t, const std::string& op, double x, double y) {
-  auto in = [&](double v) { return roundTo(t, v); };
-  if (op == "div_trunc") return std::trunc(in(x / y));
-  if (y == 0) return x / y;
-  double mod = std::fmod(x, y);
-  double div = in(in(x - mod) / y);
-  if (mod != 0 && (y < 0) != (mod < 0)) div = in(div - 1);
-  if (div == 0) return std::copysign(0.0, in(x / y));
-  double floored = std::floor(div);
-  return div - floored > 0.5 ? floored + 1 : floored;
+  if (op == "div_trunc") return std::trunc(roundTo(t, x / y));
+  return ir::floorDivide(t, x, y);
 }
 
 int64_t binaryI(const std::string& op, int64_t a, int64_t b) {

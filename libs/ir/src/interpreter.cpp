@@ -315,6 +315,17 @@ private:
 
 } // namespace
 
+double floorDivide(DType t, double x, double y) {
+  if (y == 0) return x / y;
+  auto in = [&](double v) { return detail::castToF(t, v); };
+  double mod = std::fmod(x, y);
+  double div = in(in(x - mod) / y);
+  if (mod != 0 && (y < 0) != (mod < 0)) div = in(div - 1);
+  if (div == 0) return std::copysign(0.0, in(x / y));
+  double floored = std::floor(div);
+  return div - floored > 0.5 ? floored + 1 : floored;
+}
+
 uint16_t toHalfBits(double x) {
   return encodeSmallFloat(x, 10, 5);
 }

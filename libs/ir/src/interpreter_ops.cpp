@@ -139,19 +139,6 @@ Num compare(const std::string& op, Num a, Num b) {
   return fromBool(a.isFloat ? cmp(a.f, b.f) : cmp(a.i, b.i));
 }
 
-// torch's floor division of floats (div_floor_floating): exact where floor(x / y) would round
-// up to an integer, each step rounded to `t` as torch computes it in `t`.
-double floorDivide(DType t, double x, double y) {
-  if (y == 0) return x / y;
-  auto in = [&](double v) { return castToF(t, v); };
-  double mod = std::fmod(x, y);
-  double div = in(in(x - mod) / y);
-  if (mod != 0 && (y < 0) != (mod < 0)) div = in(div - 1);
-  if (div == 0) return std::copysign(0.0, in(x / y));
-  double floored = std::floor(div);
-  return div - floored > 0.5 ? floored + 1 : floored;
-}
-
 // `compute`: the dtype torch computes in, for the ops whose steps round.
 Num binary(const std::string& op, Num a, Num b, double alpha, const std::string& mode,
            DType compute) {

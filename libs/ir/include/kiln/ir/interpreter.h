@@ -43,6 +43,10 @@ struct HostTensor {
 // out= forms write them.
 std::vector<HostTensor> interpret(const Graph& graph, std::vector<HostTensor> inputs);
 
+// Floor division of floats as torch computes it in dtype `t` (fmod-based, each
+// step rounded to t): exact where floor(x / y) would round up to an integer.
+double floorDivide(DType t, double x, double y);
+
 // Conversions of one value to the nearest value of a floating dtype, rounding
 // to nearest even (bits of f16/bf16 as stored).
 uint16_t toHalfBits(double x);
