@@ -18,6 +18,7 @@ struct PlanBuffer {
   name @0 :Text;
   layout @1 :Common.TensorMeta;
   input @2 :Int32;              # the graph input it is, or -1: allocated by the plan
+  aliasOf @3 :Int32 = -1;       # >= 0: that buffer's memory (an in-place or out= write)
 }
 
 struct PlanStep {

@@ -182,7 +182,8 @@ class Compiled:
             return base.view(dtype).as_strided(sizes, strides, offset)
         for t in inputs:  # a view of an input: `offset` is its address
             start = t.data_ptr() - t.storage_offset() * t.element_size()
-            if t.dtype == dtype and start <= offset:
+            storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+            if t.dtype == dtype and start <= offset < start + max(storage.nbytes(), 1):
                 return t.as_strided(sizes, strides, (offset - start) // t.element_size())
         raise RuntimeError("kiln: an output views memory that is not an input's")
 

@@ -104,11 +104,12 @@ TEST_F(CompileTest, WhatCannotBeCompiledIsATypedErrorAndTheServiceLives) {
   ir::Graph graph(table);
   ir::ValueId x = graph.placeholder(
       "x", ir::Value(ir::TensorMeta::contiguous(ir::DType::Float32, {table.integer(3)}, table)));
-  graph.setOutputs({graph.call("add_", {x}, {{"other", 1.0}})}); // needs functionalization
+  // gelu_ has no lowering yet: its functional op is composite (TODO(issue 4)).
+  graph.setOutputs({graph.call("gelu_", {x})});
   auto stack = client::Stack::connect(runDir_);
   try {
     stack.compile(graph);
-    FAIL() << "compiled a mutation";
+    FAIL() << "compiled an op without a lowering";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::Unsupported) << e.what();
     EXPECT_EQ(e.service(), "codegen");

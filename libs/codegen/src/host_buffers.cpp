@@ -27,6 +27,11 @@ HostBuffers::HostBuffers(const Program& program, const ir::Graph& graph,
   for (const Buffer& b : program_.buffers) {
     Storage s;
     s.dtype = b.layout.dtype;
+    if (b.aliasOf) { // a mutation's writes land in its root's memory
+      storage_.push_back(storage_.at(*b.aliasOf));
+      pointers_.push_back(pointers_.at(*b.aliasOf));
+      continue;
+    }
     if (b.kind == BufferKind::Input) {
       const ir::HostTensor& t = inputs_.at(b.placeholder);
       size_t size = elementSize(t.dtype);

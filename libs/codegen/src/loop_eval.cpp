@@ -285,7 +285,7 @@ private:
     const Loops& l = b.loops;
     const Storage& out = buffers_.storage(id);
     forEach(l.vars, l.ranges, [&] {
-      int64_t at = 0;
+      int64_t at = sym::evaluate(b.layout.storageOffset, binding_);
       for (size_t k = 0; k < l.vars.size(); ++k)
         at += binding_[l.vars[k]] * sym::evaluate(b.layout.strides[k], binding_);
       DType valueType = l.reduce == ReduceOp::None ? l.body->dtype : resultType(l);

@@ -265,9 +265,7 @@ private:
   Lowered lowerCall(const ir::Node& node, ValueId id) {
     const std::string& op = node.target;
     const ir::OpInfo& info = ir::getOp(op);
-    if (info.mutates)
-      throw Error(ErrorCode::Unsupported,
-                  "codegen: " + op + " mutates its input; functionalize the graph first");
+    if (info.mutates) return lowerMutation(node, info, id);
     Args a = bind(node);
     if (node.value.isSymInt()) {
       Lowered v;
@@ -290,6 +288,54 @@ private:
     if (std::optional<Lowered> v = lowerIndexing(node, a, meta)) return std::move(*v);
     (void)id;
     throw Error(ErrorCode::Unsupported, "codegen: no lowering for op '" + op + "' yet");
+  }
+
+  // An in-place or out= op: its functional op's result, stored into the
+  // written tensor's memory (an alias buffer, never fused); its value is that
+  // tensor. Bodies that read the tensor's memory are stored first, so they
+  // read it as it was; a result that reads it is stored apart first too.
+  Lowered lowerMutation(const ir::Node& node, const ir::OpInfo& info, ValueId id) {
+    ValueId written = *info.mutates == 0 ? node.inputs.front() : node.inputs.back();
+    if (values_.at(written).kind != Lowered::Tensor)
+      throw Error(ErrorCode::Unsupported, "codegen: " + node.target + " writes a non-tensor");
+    realize(values_.at(written));
+    BufferId memory = *values_.at(written).buffer;
+    for (Lowered& v : values_)
+      if (v.kind == Lowered::Tensor && !v.buffer && reads(v.body, memory)) realize(v);
+    ir::Node functional = node;
+    functional.target = info.functional;
+    if (*info.mutates != 0) functional.inputs.pop_back();
+    std::vector<const ir::Value*> ins;
+    for (ValueId in : functional.inputs) ins.push_back(&graph_.value(in));
+    functional.value = ir::inferCall(functional.target, ins, functional.attrs, table_);
+    // TODO(issue 4): in-place and out= forms of composite ops (gelu_, softmax_out, ...):
+    // their functional op needs its decomposition here.
+    Lowered result = lowerCall(functional, id);
+    if (result.kind != Lowered::Tensor)
+      throw Error(ErrorCode::Unsupported, "codegen: " + node.target + " of a non-tensor result");
+    if (!result.buffer && reads(result.body, memory)) realize(result);
+    const Lowered& target = values_.at(written);
+    Buffer b;
+    b.kind = BufferKind::Computed;
+    b.layout = target.meta;
+    b.layout.storageOffset = target.meta.storageOffset - target.base;
+    b.aliasOf = memory;
+    b.loops.ranges = target.meta.sizes;
+    b.loops.vars = freshVars("i", target.meta.sizes);
+    b.loops.body = cast(target.meta.dtype, loadAt(result, b.loops.vars));
+    addBuffer(std::move(b));
+    Lowered v;
+    v.meta = target.meta;
+    v.buffer = target.buffer;
+    v.base = target.base;
+    return v;
+  }
+
+  static bool reads(const Scalar& s, BufferId buffer) {
+    if (s->kind == ScalarKind::Load && s->buffer == buffer) return true;
+    for (const Scalar& a : s->args)
+      if (reads(a, buffer)) return true;
+    return false;
   }
 
   // Views alias their input's storage: the input is stored, the view keeps its meta.

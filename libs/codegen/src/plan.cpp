@@ -22,6 +22,7 @@ std::set<BufferId> touched(const Program& program, const Schedule& schedule, con
   }
   for (BufferId id : schedule.kernels[step.kernel].buffers) {
     out.insert(id);
+    if (program.buffers[id].aliasOf) out.insert(*program.buffers[id].aliasOf); // written memory
     forEachLoad(program.buffers[id].loops.body, [&](BufferId b) { out.insert(b); });
   }
   return out;
@@ -35,8 +36,9 @@ runtime::Plan buildPlan(const ir::Graph& graph, const Program& program, const Sc
   for (const ir::Node& n : graph.nodes())
     if (n.kind == ir::NodeKind::Placeholder) plan.inputs.push_back(n.value);
   for (const Buffer& b : program.buffers)
-    plan.buffers.push_back(
-        {b.name, b.layout, b.kind == BufferKind::Input ? static_cast<int32_t>(b.placeholder) : -1});
+    plan.buffers.push_back({b.name, b.layout,
+                            b.kind == BufferKind::Input ? static_cast<int32_t>(b.placeholder) : -1,
+                            b.aliasOf ? static_cast<int32_t>(*b.aliasOf) : -1});
   plan.kernels = source.kernels;
   plan.symbols = source.symbols;
 
@@ -44,6 +46,8 @@ runtime::Plan buildPlan(const ir::Graph& graph, const Program& program, const Sc
   for (BufferId id = 0; id < program.buffers.size(); ++id)
     if (program.buffers[id].kind == BufferKind::Input) kept.insert(id);
   for (const Kernel& k : schedule.kernels) kept.insert(k.local.begin(), k.local.end());
+  for (BufferId id = 0; id < program.buffers.size(); ++id)
+    if (program.buffers[id].aliasOf) kept.insert(id); // its root's memory
   for (const Output& o : program.outputs)
     if (o.symInt.isNull()) kept.insert(o.buffer);
   std::vector<size_t> lastUse(program.buffers.size(), 0);

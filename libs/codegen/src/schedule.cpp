@@ -61,6 +61,12 @@ public:
         schedule_.steps.push_back({Step::CallExtern, 0, id});
         continue;
       }
+      if (b.aliasOf) { // a mutation: a kernel of its own, in order
+        close();
+        start(id);
+        close();
+        continue;
+      }
       if (!open_ || !tryJoin(id)) {
         close();
         start(id);

@@ -97,6 +97,7 @@ void writePlan(const Plan& plan, schema::Plan::Builder out) {
     buffers[i].setName(plan.buffers[i].name);
     ir::writeMeta(plan.buffers[i].layout, buffers[i].initLayout());
     buffers[i].setInput(plan.buffers[i].input);
+    buffers[i].setAliasOf(plan.buffers[i].aliasOf);
   }
   auto kernels = out.initKernels(static_cast<unsigned>(plan.kernels.size()));
   for (unsigned i = 0; i < plan.kernels.size(); ++i) kernels.set(i, plan.kernels[i]);
@@ -138,9 +139,14 @@ Plan readPlan(schema::Plan::Reader in, sym::SymbolTable& table) {
     int32_t input = b.getInput();
     if (input < -1 || input >= static_cast<int32_t>(plan.inputs.size()))
       malformed("a buffer of input " + std::to_string(input));
-    plan.buffers.push_back({b.getName(), ir::readMeta(b.getLayout(), table), input});
+    plan.buffers.push_back({b.getName(), ir::readMeta(b.getLayout(), table), input, b.getAliasOf()});
   }
   size_t count = plan.buffers.size();
+  for (size_t k = 0; k < count; ++k) {
+    int32_t alias = plan.buffers[k].aliasOf;
+    if (alias < -1 || alias >= static_cast<int32_t>(k)) // an earlier buffer, so no cycles
+      malformed("buffer " + std::to_string(k) + " aliases buffer " + std::to_string(alias));
+  }
   auto buffer = [&](uint32_t id) {
     if (id >= count) malformed("buffer " + std::to_string(id) + " of " + std::to_string(count));
     return id;

@@ -93,6 +93,8 @@ public:
 
   void* ensure(uint32_t id) {
     if (data_[id] || plan_.buffers[id].input >= 0) return data_[id];
+    if (int32_t root = plan_.buffers[id].aliasOf; root >= 0) // a mutation writes its target
+      return data_[id] = ensure(static_cast<uint32_t>(root));
     const ir::TensorMeta& layout = plan_.buffers[id].layout;
     int64_t n = extent(evaluateAll(layout.sizes, binding_), evaluateAll(layout.strides, binding_));
     size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * elementSize(layout.dtype);
@@ -110,6 +112,7 @@ public:
 
   // The buffer's memory goes back to the run's pool (released at its end).
   void free(uint32_t id) {
+    if (plan_.buffers[id].aliasOf >= 0) return; // its root's memory, freed as the root
     if (owned_[id] && data_[id]) pool_.emplace(bytes_[id], data_[id]);
     data_[id] = nullptr;
     owned_[id] = false;

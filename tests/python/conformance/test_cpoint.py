@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from harness import (_HALF, _half_dtype, _upcast, assert_meta_matches, assert_values_match, cases,
-                     check)
+                     check, maybe_check_compiled)
+
 from kiln import KilnError, ir
 
 f64, f32, f16, bf16 = torch.float64, torch.float32, torch.float16, torch.bfloat16
@@ -577,6 +578,7 @@ def check_inplace(op, x, *args, opmath_fn=None, **kwargs):
     assert meta["strides"] == list(x.stride())
     graph.set_outputs([value, lifted[0]])
     out, written = ir.run(graph, *inputs)
+    maybe_check_compiled(op, out, clone_view(x), *args, **kwargs)
     assert_meta_matches(meta, target)
     assert_values_match(out, target)
     assert_values_match(written, target)

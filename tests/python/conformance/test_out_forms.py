@@ -6,7 +6,7 @@ and an `out` of the same dtype and layout, and compares what ends up in `out` an
 import pytest
 import torch
 
-from harness import assert_meta_matches, assert_values_match, cases
+from harness import assert_meta_matches, assert_values_match, cases, maybe_check_compiled
 import kiln
 from kiln import ir
 
@@ -121,6 +121,7 @@ def kiln_out(op, args, kwargs, out):
     value = g.call(f"{op}_out", *lifted, **kwargs, out=lift(out))
     g.set_outputs([value])
     (written,) = ir.run(g, *tensors)
+    maybe_check_compiled(f"{op}_out", written, *args, **kwargs, out=out)
     return written, value.meta
 
 

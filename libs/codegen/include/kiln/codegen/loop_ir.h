@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -107,6 +108,10 @@ struct Buffer {
   uint32_t placeholder = 0; // Input: which graph input
   Loops loops;            // Computed
   ExternCall call;        // Extern
+  // A mutation (in-place or out= op): a computed buffer stored into the
+  // memory of buffer `aliasOf` (an input, or an earlier buffer) at its
+  // layout's offset, instead of memory of its own. Never fused.
+  std::optional<BufferId> aliasOf;
 };
 
 // A graph output: a view (offset, sizes, strides) of a buffer, or a symbolic

@@ -29,7 +29,8 @@ struct View {
 struct PlanBuffer {
   std::string name;
   ir::TensorMeta layout;
-  int32_t input = -1; // which graph input it is, or -1: allocated by the plan
+  int32_t input = -1;   // which graph input it is, or -1: allocated by the plan
+  int32_t aliasOf = -1; // >= 0: it is that buffer's memory (a mutation writes it)
 };
 
 struct Step {
