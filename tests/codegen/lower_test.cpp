@@ -318,11 +318,16 @@ TEST_F(Lower, MutationsWriteTheirTargetInOrder) {
   ValueId t = graph.call("transpose", {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
   ValueId sq = graph.call("mul_", {graph.call("slice", {x}, {{"dim", int64_t{1}}, {"step", int64_t{2}}})},
                           {{"other", -1.0}}); // a strided view written in place
-  graph.setOutputs({y, written, z, o, t, sq});
-  Program p = expectSameValues({random(DType::Float32, {3, 4}), random(DType::Float64, {3, 4})});
+  ValueId g = input("g", DType::Float32, ints({2, 5}));
+  ValueId s = input("s", DType::Float32, ints({2, 5}));
+  ValueId gelu = graph.call("gelu_", {g});                              // a composite's in-place form
+  ValueId soft = graph.call("softmax_out", {g, s}, {{"dim", int64_t{1}}}); // and out= form
+  graph.setOutputs({y, written, z, o, t, sq, gelu, soft});
+  Program p = expectSameValues({random(DType::Float32, {3, 4}), random(DType::Float64, {3, 4}),
+                                random(DType::Float32, {2, 5}), random(DType::Float32, {2, 5})});
   size_t aliases = 0;
   for (const Buffer& b : p.buffers) aliases += b.aliasOf.has_value();
-  EXPECT_EQ(aliases, 3u) << print(p);
+  EXPECT_EQ(aliases, 5u) << print(p);
 }
 
 TEST_F(Lower, PrintsBuffersAndBodies) {

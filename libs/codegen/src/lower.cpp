@@ -81,19 +81,19 @@ bool isArithmetic(const std::string& op) {
 
 class Lowering {
 public:
-  explicit Lowering(const ir::Graph& graph) : graph_(graph), table_(graph.symbols()) {}
+  explicit Lowering(const ir::Graph& graph) : graph_(&graph), table_(graph.symbols()) {}
 
   Program run() {
     countUses();
-    for (ValueId id = 0; id < graph_.size(); ++id) {
-      const ir::Node& node = graph_.node(id);
+    for (ValueId id = 0; id < graph_->size(); ++id) {
+      const ir::Node& node = graph_->node(id);
       values_.push_back(node.kind == ir::NodeKind::Placeholder ? lowerPlaceholder(node, id)
                                                                : lowerCall(node, id));
       Lowered& v = values_.back();
       if (v.kind == Lowered::Tensor && !v.buffer && uses_[id] > 1 && opCount(v.body) > kInlineLimit)
         realize(v);
     }
-    for (ValueId out : graph_.outputs()) {
+    for (ValueId out : graph_->outputs()) {
       Lowered& v = values_.at(out);
       if (v.kind == Lowered::SymInt) {
         Output o;
@@ -113,10 +113,10 @@ public:
 
 private:
   void countUses() {
-    uses_.assign(graph_.size(), 0);
-    for (const ir::Node& n : graph_.nodes())
+    uses_.assign(graph_->size(), 0);
+    for (const ir::Node& n : graph_->nodes())
       for (ValueId in : n.inputs) ++uses_.at(in);
-    for (ValueId out : graph_.outputs()) ++uses_.at(out);
+    for (ValueId out : graph_->outputs()) ++uses_.at(out);
   }
 
   // Fresh index variables, one per range, named <prefix><n>; constant ranges
@@ -216,7 +216,7 @@ private:
 
   Args bind(const ir::Node& node) {
     Args a;
-    for (ValueId in : node.inputs) a.inputs.push_back(&graph_.value(in));
+    for (ValueId in : node.inputs) a.inputs.push_back(&graph_->value(in));
     a.attrs = node.attrs;
     a.call = std::make_unique<ir::OpCall>(ir::getOp(node.target), a.inputs, a.attrs, table_);
     return a;
@@ -306,11 +306,10 @@ private:
     functional.target = info.functional;
     if (*info.mutates != 0) functional.inputs.pop_back();
     std::vector<const ir::Value*> ins;
-    for (ValueId in : functional.inputs) ins.push_back(&graph_.value(in));
+    for (ValueId in : functional.inputs) ins.push_back(&graph_->value(in));
     functional.value = ir::inferCall(functional.target, ins, functional.attrs, table_);
-    // TODO(issue 4): in-place and out= forms of composite ops (gelu_, softmax_out, ...):
-    // their functional op needs its decomposition here.
-    Lowered result = lowerCall(functional, id);
+    Lowered result = ir::getOp(functional.target).decompose ? lowerComposite(functional, id)
+                                                           : lowerCall(functional, id);
     if (result.kind != Lowered::Tensor)
       throw Error(ErrorCode::Unsupported, "codegen: " + node.target + " of a non-tensor result");
     if (!result.buffer && reads(result.body, memory)) realize(result);
@@ -329,6 +328,35 @@ private:
     v.buffer = target.buffer;
     v.base = target.base;
     return v;
+  }
+
+  // A composite op met outside the decomposed graph (the functional op of
+  // gelu_ or softmax_out): its decomposition, lowered with its inputs bound to
+  // the values lowered so far.
+  Lowered lowerComposite(const ir::Node& node, ValueId id) {
+    ir::Graph sub(table_);
+    std::vector<ValueId> ins;
+    for (ValueId in : node.inputs) ins.push_back(sub.placeholder("in", graph_->value(in)));
+    sub.setOutputs({sub.call(node.target, ins, node.attrs)});
+    ir::Graph core = ir::decompose(sub);
+    std::vector<Lowered> inner;
+    for (size_t k = 0; k < node.inputs.size(); ++k) inner.push_back(values_.at(node.inputs[k]));
+    std::swap(values_, inner);
+    const ir::Graph* outer = graph_;
+    graph_ = &core;
+    try {
+      for (ValueId k = static_cast<ValueId>(node.inputs.size()); k < core.size(); ++k)
+        values_.push_back(lowerCall(core.node(k), id));
+    } catch (...) {
+      graph_ = outer;
+      std::swap(values_, inner);
+      throw;
+    }
+    Lowered result = values_.at(core.outputs().at(0));
+    graph_ = outer;
+    std::swap(values_, inner);
+    // realized values of the decomposition stay buffers; bodies stay bodies
+    return result;
   }
 
   static bool reads(const Scalar& s, BufferId buffer) {
@@ -671,7 +699,7 @@ private:
     });
   }
 
-  const ir::Graph& graph_;
+  const ir::Graph* graph_; // the graph lowered (a composite's decomposition, for a while)
   sym::SymbolTable& table_;
   std::vector<Lowered> values_;
   std::vector<size_t> uses_;
