@@ -65,8 +65,9 @@ def pytest_terminal_summary(terminalreporter):
         ok = {op for (op, how) in harness.compiled_tally if how == "ok"}
         unsupported = {op for (op, how) in harness.compiled_tally if how == "unsupported"}
         compiled_failing = sorted(op for op in failing)
+        not_lowered = f": {' '.join(sorted(unsupported))}" if unsupported else ""
         write(f"compiled: {len(ok - set(compiled_failing))} ops ran compiled, "
-              f"{len(unsupported)} not lowered yet: {' '.join(sorted(unsupported))}")
+              f"{len(unsupported)} not lowered yet{not_lowered}")
         unchecked = sorted(tested - ok - unsupported)
         if unchecked:
             write(f"  not run compiled by any case ({len(unchecked)}): {' '.join(unchecked)}")
