@@ -308,6 +308,16 @@ private:
     std::vector<const ir::Value*> ins;
     for (ValueId in : functional.inputs) ins.push_back(&graph_->value(in));
     functional.value = ir::inferCall(functional.target, ins, functional.attrs, table_);
+    // As torch 1.13 (and the interpreter): sum, mean and prod into a wider
+    // floating out accumulate in out's dtype.
+    const ir::TensorMeta& out = graph_->value(written).tensor();
+    ir::TensorMeta r = functional.value.tensor();
+    bool accumulates = info.functional == "sum" || info.functional == "mean" || info.functional == "prod";
+    if (*info.mutates != 0 && accumulates && ir::isFloating(r.dtype) && ir::isFloating(out.dtype) &&
+        elementSize(out.dtype) > elementSize(r.dtype)) {
+      r.dtype = out.dtype;
+      functional.value = r;
+    }
     Lowered result = ir::getOp(functional.target).decompose ? lowerComposite(functional, id)
                                                            : lowerCall(functional, id);
     if (result.kind != Lowered::Tensor)
