@@ -108,21 +108,8 @@ template <class T> static inline T kiln_minimum(T a, T b) {
 template <class T> static inline T kiln_relu(T x) { return x != x ? x : (x > T(0) ? x : T(0)); }
 template <class T> static inline T kiln_sign(T x) { return x != x ? T(0) : T((x > T(0)) - (x < T(0))); }
 template <class T> static inline T kiln_sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
-template <class T> static inline T kiln_fdiv_floor(T a, T b) {
-  if (b == T(0)) return a / b;
-  T mod = std::fmod(a, b);
-  T div = (a - mod) / b;
-  if (mod != T(0) && ((b < T(0)) != (mod < T(0)))) div -= T(1);
-  T floored;
-  if (div != T(0)) {
-    floored = std::floor(div);
-    if (div - floored > T(0.5)) floored += T(1);
-  } else {
-    floored = std::copysign(T(0), a / b);
-  }
-  return floored;
-}
-/* kiln_fdiv_floor with each step rounded by `r` (torch computes it in f16/bf16). */
+/* torch's floor division of floats (fmod-based, exact where floor(a / b) would round up),
+   each step rounded by `r` (torch computes it in f16/bf16; f32 and f64 round as themselves). */
 template <class T, class R> static inline T kiln_fdiv_floor_rounded(T a, T b, R r) {
   if (b == T(0)) return r(a / b);
   T mod = std::fmod(a, b);
@@ -131,6 +118,9 @@ template <class T, class R> static inline T kiln_fdiv_floor_rounded(T a, T b, R 
   if (div == T(0)) return std::copysign(T(0), r(a / b));
   T floored = std::floor(div);
   return div - floored > T(0.5) ? floored + T(1) : floored;
+}
+template <class T> static inline T kiln_fdiv_floor(T a, T b) {
+  return kiln_fdiv_floor_rounded(a, b, [](T v) { return v; });
 }
 template <class T> static inline T kiln_fremainder(T a, T b) {
   T r = std::fmod(a, b);
