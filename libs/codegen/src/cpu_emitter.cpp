@@ -48,46 +48,41 @@ KILN_VECTOR_MATH(double, erf)
 typedef uint16_t kiln_half;
 typedef uint16_t kiln_bf16;
 
-static inline float kiln_h2f(kiln_half h) {
-  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-  if (exp == 0x1f) bits = sign | 0x7f800000u | (mant << 13);
-  else if (exp != 0) bits = sign | ((exp + 112) << 23) | (mant << 13);
-  else if (mant == 0) bits = sign;
-  else {
-    float f = std::ldexp((float)mant, -24);
-    return sign ? -f : f;
-  }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-static inline kiln_half kiln_f2h(float f) {
+/* A float's bits and back. */
+static inline uint32_t kiln_bits(float f) {
   uint32_t x;
   memcpy(&x, &f, 4);
+  return x;
+}
+static inline float kiln_float(uint32_t x) {
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+static inline float kiln_h2f(kiln_half h) {
+  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  if (exp == 0x1f) return kiln_float(sign | 0x7f800000u | (mant << 13));
+  if (exp != 0) return kiln_float(sign | ((exp + 112) << 23) | (mant << 13));
+  float f = std::ldexp((float)mant, -24); /* subnormal or zero */
+  return sign ? -f : f;
+}
+static inline kiln_half kiln_f2h(float f) {
+  uint32_t x = kiln_bits(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t abs = x & 0x7fffffffu;
   if (abs > 0x7f800000u) return (kiln_half)(sign | 0x7e00u);
   if (abs >= 0x477ff000u) return (kiln_half)(sign | 0x7c00u); /* rounds to infinity */
-  if (abs < 0x38800000u) { /* subnormal or zero: round at 2^-24 */
-    float a;
-    memcpy(&a, &abs, 4);
-    return (kiln_half)(sign | (uint32_t)std::nearbyint(a * 16777216.0f));
-  }
+  if (abs < 0x38800000u) /* subnormal or zero: round at 2^-24 */
+    return (kiln_half)(sign | (uint32_t)std::nearbyint(kiln_float(abs) * 16777216.0f));
   uint32_t mant = abs & 0x7fffffu, exp = (abs >> 23) - 112;
   uint32_t h = (exp << 10) | (mant >> 13);
   uint32_t rest = mant & 0x1fffu;
   if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
   return (kiln_half)(sign | h);
 }
-static inline float kiln_b2f(kiln_bf16 b) {
-  uint32_t bits = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
+static inline float kiln_b2f(kiln_bf16 b) { return kiln_float((uint32_t)b << 16); }
 static inline kiln_bf16 kiln_f2b(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
+  uint32_t x = kiln_bits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return (kiln_bf16)((x >> 16) | 0x40u);
   x += 0x7fffu + ((x >> 16) & 1u);
   return (kiln_bf16)(x >> 16);
@@ -319,8 +314,7 @@ private:
       if (l.ranges[k].asInteger() == 1) declare(l.vars[k], "0", lines, indent);
     for (size_t k = 0; k < rank && k < shape.vars.size(); ++k)
       declare(shape.vars[k], "kiln_o" + std::to_string(k), lines, indent);
-    sym::Expr store = b.layout.storageOffset;
-    for (size_t k = 0; k < l.vars.size(); ++k) store = store + l.vars[k] * b.layout.strides[k];
+    sym::Expr store = storeIndex(b);
 
     if (l.reduce == ReduceOp::None) {
       std::string close;

@@ -39,14 +39,8 @@ HostBuffers::HostBuffers(const Program& program, const ir::Graph& graph,
       s.data = t.storage ? t.storage->data() + t.storageOffset * static_cast<int64_t>(size) : nullptr;
       s.elements = total - t.storageOffset;
     } else {
-      int64_t last = 0;
-      bool empty = false;
-      for (size_t d = 0; d < b.layout.dim(); ++d) {
-        int64_t n = sym::evaluate(b.layout.sizes[d], binding_);
-        empty = empty || n == 0;
-        last += (n - 1) * sym::evaluate(b.layout.strides[d], binding_);
-      }
-      s.elements = empty ? 0 : last + 1;
+      s.elements = runtime::extent(evaluateAll(b.layout.sizes, binding_),
+                                   evaluateAll(b.layout.strides, binding_));
       owned_.emplace_back(static_cast<size_t>(std::max<int64_t>(s.elements, 1)) *
                           elementSize(s.dtype));
       s.data = owned_.back().data();

@@ -284,10 +284,9 @@ private:
   void compute(const Buffer& b, BufferId id) {
     const Loops& l = b.loops;
     const Storage& out = buffers_.storage(id);
+    sym::Expr store = storeIndex(b);
     forEach(l.vars, l.ranges, [&] {
-      int64_t at = sym::evaluate(b.layout.storageOffset, binding_);
-      for (size_t k = 0; k < l.vars.size(); ++k)
-        at += binding_[l.vars[k]] * sym::evaluate(b.layout.strides[k], binding_);
+      int64_t at = sym::evaluate(store, binding_);
       DType valueType = l.reduce == ReduceOp::None ? l.body->dtype : resultType(l);
       write(out, at, convert(valueType, b.layout.dtype, l.reduce == ReduceOp::None ? eval(l.body)
                                                                                    : reduce(l)));

@@ -108,6 +108,12 @@ Scalar substitute(const Scalar& s, const std::unordered_map<sym::Expr, sym::Expr
   return make(std::move(n));
 }
 
+sym::Expr storeIndex(const Buffer& b) {
+  sym::Expr at = b.layout.storageOffset;
+  for (size_t k = 0; k < b.loops.vars.size(); ++k) at = at + b.loops.vars[k] * b.layout.strides[k];
+  return at;
+}
+
 size_t opCount(const Scalar& s) {
   size_t n = 1;
   for (const Scalar& a : s->args) n += opCount(a);

@@ -27,13 +27,6 @@ bool startsWith(const Shape& shape, const Shape& prefix) {
   return true;
 }
 
-// Where a buffer stores the element at its index variables.
-sym::Expr storeIndex(const Buffer& b) {
-  sym::Expr at = b.layout.storageOffset; // 0: buffers are laid out from their start
-  for (size_t k = 0; k < b.loops.vars.size(); ++k) at = at + b.loops.vars[k] * b.layout.strides[k];
-  return at;
-}
-
 void forEachLoad(const Scalar& s, const std::function<void(const ScalarNode&)>& fn) {
   if (s->kind == ScalarKind::Load) fn(*s);
   for (const Scalar& a : s->args) forEachLoad(a, fn);

@@ -107,13 +107,7 @@ int64_t floorMod(int64_t a, int64_t b) {
 }
 
 int64_t checkedPow(int64_t base, int64_t exponent) {
-  int64_t result = 1;
-  while (exponent > 0) {
-    if (exponent & 1) result = checkedMul(result, base);
-    exponent >>= 1;
-    if (exponent) base = checkedMul(base, base);
-  }
-  return result;
+  return powBySquaring(base, exponent, checkedMul);
 }
 
 int64_t gcd(int64_t a, int64_t b) {

@@ -22,6 +22,18 @@ int64_t checkedNeg(int64_t a);
 int64_t floorDivide(int64_t a, int64_t b); // Python's a // b
 int64_t floorMod(int64_t a, int64_t b);    // Python's a % b
 int64_t checkedPow(int64_t base, int64_t exponent);
+
+// base^exponent (exponent >= 0) by squaring, multiplying with `mul`
+// (checkedMul, or boundMul for range bounds).
+template <class Mul> int64_t powBySquaring(int64_t base, int64_t exponent, Mul mul) {
+  int64_t result = 1;
+  while (exponent > 0) {
+    if (exponent & 1) result = mul(result, base);
+    exponent >>= 1;
+    if (exponent) base = mul(base, base);
+  }
+  return result;
+}
 int64_t gcd(int64_t a, int64_t b); // of absolute values; gcd(0, b) = |b|
 
 // An integer node as a polynomial: Integer -> constant; Sum -> its terms;

@@ -22,13 +22,7 @@ Range rangeNeg(Range r) {
 }
 
 int64_t boundPow(int64_t base, int64_t exponent) {
-  int64_t result = 1;
-  while (exponent > 0) {
-    if (exponent & 1) result = boundMul(result, base);
-    exponent >>= 1;
-    if (exponent) base = boundMul(base, base);
-  }
-  return result;
+  return powBySquaring(base, exponent, boundMul);
 }
 
 Range rangePow(Range r, int64_t exponent) {

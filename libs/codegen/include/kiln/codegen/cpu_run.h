@@ -1,6 +1,6 @@
-// Running a scheduled program with its compiled CPU kernels on host tensors:
-// what libs/runtime will do from a serialized plan (TODO(issue 4): the plan
-// and libs/runtime; this runs the schedule directly).
+// Running a scheduled program with its compiled CPU kernels on host tensors,
+// in process: its plan (plan.h) run by libs/runtime, outputs copied out. For
+// tests; applications load artifacts (runtime::LoadedArtifact).
 #pragma once
 
 #include <vector>

@@ -122,6 +122,10 @@ struct Output {
   sym::Expr symInt; // non-null: this output is its value
 };
 
+// Where a computed buffer stores the element at its index variables: its
+// layout's offset (non-zero for a mutation's view of its target) plus the strides.
+sym::Expr storeIndex(const Buffer& buffer);
+
 struct Program {
   std::vector<Buffer> buffers;
   std::vector<Output> outputs;
