@@ -92,9 +92,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads(N) first; kiln's kernels "
+                        "share torch's OpenMP runtime, so both run on N threads (default: torch's choice)")
     parser.add_argument("--kind", default=f"{os.cpu_count()}cpu", help="machine kind in the file name")
     parser.add_argument("--out", help="results file (default: bench/results/...)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     run_dir = tempfile.mkdtemp(prefix="kb", dir="/tmp")
     cache = tempfile.mkdtemp(prefix="kiln-bench-cache-")

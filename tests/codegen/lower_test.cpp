@@ -19,6 +19,12 @@
 namespace kiln::codegen {
 namespace {
 
+size_t occurrences(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
 using ir::Attr;
 using ir::DType;
 using ir::HostTensor;
@@ -156,7 +162,24 @@ TEST_F(Lower, ResidualLayerNormReusesItsRows) {
                                 random(DType::Float32, {24}), random(DType::Float32, {24})},
                                1e-4);
   std::string code = emitCpu(p, schedule(p)).code;
-  EXPECT_NE(code.find("kiln_row"), std::string::npos) << "x + r computed once per element";
+  // x + r computed once per element and kept in the output's row, which the variance and
+  // the normalization then read: x and r are each loaded once.
+  EXPECT_EQ(occurrences(code, "kiln_b0["), 1u) << code;
+  EXPECT_EQ(occurrences(code, "kiln_b1["), 1u) << code;
+  EXPECT_EQ(code.find("kiln_row"), std::string::npos) << code;
+}
+
+TEST_F(Lower, RowsReadOnlyByReductionsKeepAScratchRow) {
+  ValueId x = input("x", DType::Float32, {s0, table.integer(24)});
+  ValueId r = input("r", DType::Float32, {s0, table.integer(24)});
+  ValueId sum = graph.call("add", {x, r});
+  std::vector<Attr> lastDim = {{"dim", std::vector<int64_t>{-1}}};
+  graph.setOutputs({graph.call("sum", {sum}, lastDim),
+                    graph.call("sum", {graph.call("mul", {sum, sum})}, lastDim)});
+  Program p = expectSameValues({random(DType::Float32, {5, 24}), random(DType::Float32, {5, 24})}, 1e-4);
+  std::string code = emitCpu(p, schedule(p)).code;
+  EXPECT_NE(code.find("kiln_row"), std::string::npos) << code;
+  EXPECT_EQ(occurrences(code, "kiln_b0["), 1u) << code;
 }
 
 TEST_F(Lower, ReductionsOfEveryKind) {

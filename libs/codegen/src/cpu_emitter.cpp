@@ -395,9 +395,8 @@ private:
     Block block(indent);
     std::string raw = emit(l.body, block, false);
     std::string v = convert(l.body->dtype, l.accumulator, raw);
-    if (auto scratch = scratch_.find(id); scratch != scratch_.end())
-      block.lines += block.indent + scratch->second + "[" + linear(l.reductionVars, l.reductionRanges) +
-                     "] = " + raw + ";\n";
+    if (auto row = rowWrites_.find(id); row != rowWrites_.end())
+      block.lines += block.indent + row->second + " = " + raw + ";\n";
     lines += block.lines;
     switch (l.reduce) {
     case ReduceOp::Sum:
@@ -595,23 +594,30 @@ private:
   // Reuse of a reduction's body: when a later buffer of the kernel (pointwise,
   // or a reduction), over the same inner ranges, computes the very expression
   // the reduction reduced (softmax's exp(x - max), layer_norm's x + r), the
-  // reduction keeps each value in a per-thread row and the later buffer reads
-  // it instead of recomputing.
+  // reduction keeps each value in a row and the later buffers read it instead
+  // of recomputing. The row is the last reader's own output when that reader is
+  // pointwise and stores the row's values in their own type (it reads each
+  // element just before overwriting it); otherwise a per-thread scratch vector.
+  struct Match { // a later buffer's subtrees equal to a reduction's body
+    size_t reader;
+    std::vector<const ScalarNode*> nodes;
+    std::vector<sym::Expr> outer, inner; // the reader's outer and inner index variables
+  };
+
   void planReuse() {
     size_t rank = kernel_.outer.size();
+    std::map<BufferId, std::vector<Match>> matches;
     for (size_t p = 0; p < kernel_.buffers.size(); ++p) {
       const Loops& pl = program_.buffers[kernel_.buffers[p]].loops;
       LoopShape ps = withoutUnitDims(pl);
       if (ps.vars.size() < rank) continue;
       // The reader's inner loop: a reduction's ranges, or a pointwise buffer's dims past outer.
       bool reduces = pl.reduce != ReduceOp::None;
+      std::vector<sym::Expr> outer(ps.vars.begin(), ps.vars.begin() + static_cast<std::ptrdiff_t>(rank));
       std::vector<sym::Expr> inner = reduces ? pl.reductionVars
                                              : std::vector<sym::Expr>(ps.vars.begin() + static_cast<std::ptrdiff_t>(rank), ps.vars.end());
       Shape innerRanges = reduces ? pl.reductionRanges
                                   : Shape(ps.ranges.begin() + static_cast<std::ptrdiff_t>(rank), ps.ranges.end());
-      std::unordered_map<sym::Expr, sym::Expr> pUnits; // P's size-1 vars are 0
-      for (size_t k = 0; k < pl.vars.size(); ++k)
-        if (pl.ranges[k].asInteger() == 1) pUnits.emplace(pl.vars[k], zero());
       for (size_t r = 0; r < p; ++r) {
         BufferId rid = kernel_.buffers[r];
         const Loops& rl = program_.buffers[rid].loops;
@@ -619,28 +625,77 @@ private:
             opCount(rl.body) < 3)
           continue;
         LoopShape rs = withoutUnitDims(rl);
-        std::unordered_map<sym::Expr, sym::Expr> map;
-        for (size_t k = 0; k < rl.vars.size(); ++k)
-          if (rl.ranges[k].asInteger() == 1) map.emplace(rl.vars[k], zero());
+        std::unordered_map<sym::Expr, sym::Expr> map = unitsToZero(rl);
         for (size_t k = 0; k < rank && k < rs.vars.size(); ++k) map.emplace(rs.vars[k], ps.vars[k]);
         for (size_t k = 0; k < inner.size(); ++k) map.emplace(rl.reductionVars[k], inner[k]);
         Scalar wanted = codegen::substitute(rl.body, map);
-        const ScalarNode* found = find(pl.body, wanted, pUnits);
-        if (!found) continue;
-        std::string name = "kiln_row" + std::to_string(rid);
-        scratch_.emplace(rid, name);
-        replaced_[found] = name + "[" + linear(inner, innerRanges) + "]";
+        Match m{p, {}, outer, inner};
+        findAll(pl.body, wanted, unitsToZero(pl), m.nodes);
+        if (!m.nodes.empty()) matches[rid].push_back(std::move(m));
       }
+    }
+    for (const auto& [rid, found] : matches) {
+      const Loops& rl = program_.buffers[rid].loops;
+      LoopShape rs = withoutUnitDims(rl);
+      std::vector<sym::Expr> rOuter(rs.vars.begin(), rs.vars.begin() + static_cast<std::ptrdiff_t>(std::min(rank, rs.vars.size())));
+      if (rOuter.size() == rank && rowInOutput(rid, found.back())) {
+        BufferId out = kernel_.buffers[found.back().reader];
+        auto at = [&](const std::vector<sym::Expr>& outer, const std::vector<sym::Expr>& inner) {
+          const Match& last = found.back();
+          std::unordered_map<sym::Expr, sym::Expr> map = unitsToZero(program_.buffers[out].loops);
+          for (size_t k = 0; k < rank; ++k) map.emplace(last.outer[k], outer[k]);
+          for (size_t k = 0; k < inner.size(); ++k) map.emplace(last.inner[k], inner[k]);
+          return pointer(out) + "[" + index(sym::substitute(storeIndex(program_.buffers[out]), map)) + "]";
+        };
+        rowWrites_[rid] = at(rOuter, rl.reductionVars);
+        for (const Match& m : found)
+          for (const ScalarNode* f : m.nodes) replaced_[f] = at(m.outer, m.inner);
+        continue;
+      }
+      std::string name = "kiln_row" + std::to_string(rid);
+      scratch_.emplace(rid, name);
+      rowWrites_[rid] = name + "[" + linear(rl.reductionVars, rl.reductionRanges) + "]";
+      for (const Match& m : found)
+        for (const ScalarNode* f : m.nodes) replaced_[f] = name + "[" + linear(m.inner, rl.reductionRanges) + "]";
     }
   }
 
-  // The subtree of `tree` equal to `wanted` (tree's size-1 vars read as 0).
-  const ScalarNode* find(const Scalar& tree, const Scalar& wanted,
-                         const std::unordered_map<sym::Expr, sym::Expr>& units) {
-    if (same(wanted, tree, units)) return tree.get();
-    for (const Scalar& a : tree->args)
-      if (const ScalarNode* f = find(a, wanted, units)) return f;
-    return nullptr;
+  // Whether reduction `rid` may keep its row in the output of its last reader: a
+  // pointwise buffer of this kernel with memory of its own, storing values of the
+  // row's type, its inner dims contiguous.
+  bool rowInOutput(BufferId rid, const Match& last) {
+    BufferId out = kernel_.buffers[last.reader];
+    const Buffer& b = program_.buffers[out];
+    DType t = program_.buffers[rid].loops.body->dtype;
+    if (b.loops.reduce != ReduceOp::None || b.aliasOf || b.layout.dtype != t || t == DType::Float16 ||
+        t == DType::BFloat16 || t == DType::Bool || std::find(kernel_.local.begin(), kernel_.local.end(), out) != kernel_.local.end())
+      return false;
+    std::unordered_map<sym::Expr, sym::Expr> innerToZero;
+    for (sym::Expr v : last.inner) innerToZero.emplace(v, zero());
+    sym::Expr store = storeIndex(b);
+    const Shape& ranges = program_.buffers[rid].loops.reductionRanges;
+    sym::Expr offset = store - sym::substitute(store, innerToZero);
+    sym::Expr linearInner = zero();
+    for (size_t k = 0; k < last.inner.size(); ++k) linearInner = linearInner * ranges[k] + last.inner[k];
+    return offset == linearInner;
+  }
+
+  std::unordered_map<sym::Expr, sym::Expr> unitsToZero(const Loops& l) {
+    std::unordered_map<sym::Expr, sym::Expr> map;
+    for (size_t k = 0; k < l.vars.size(); ++k)
+      if (l.ranges[k].asInteger() == 1) map.emplace(l.vars[k], zero());
+    return map;
+  }
+
+  // Every subtree of `tree` equal to `wanted` (tree's size-1 vars read as 0): layer_norm's
+  // variance reads x + r twice, as both factors of its square.
+  void findAll(const Scalar& tree, const Scalar& wanted,
+               const std::unordered_map<sym::Expr, sym::Expr>& units, std::vector<const ScalarNode*>& found) {
+    if (same(wanted, tree, units)) {
+      found.push_back(tree.get());
+      return;
+    }
+    for (const Scalar& a : tree->args) findAll(a, wanted, units, found);
   }
 
   static bool same(const Scalar& a, const Scalar& b,
@@ -681,7 +736,8 @@ private:
   std::set<BufferId> buffers_;
   std::unordered_map<BufferId, std::pair<std::string, DType>> registers_;
   std::map<BufferId, std::string> scratch_;                      // reduction -> its row of bodies
-  std::unordered_map<const ScalarNode*, std::string> replaced_; // subtree -> scratch element
+  std::map<BufferId, std::string> rowWrites_;                     // reduction -> where it keeps each body
+  std::unordered_map<const ScalarNode*, std::string> replaced_; // subtree -> row element
   size_t next_ = 0;
 };
 

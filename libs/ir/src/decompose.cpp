@@ -67,7 +67,13 @@ ValueId softmax(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   ValueId shifted = empty ? x : g.call("sub", {x, g.call("amax", {x}, along)});
   ValueId e = g.call("exp", {shifted});
   ValueId total = g.call("sum", {e}, along);
-  if (node.target == "softmax") return g.call("div", {e, total});
+  if (node.target == "softmax") {
+    // torch's CPU kernels multiply by the sum's reciprocal: a multiply per element where a divide
+    // costs several times more. Half types keep the divide (a rounded reciprocal adds an error).
+    DType t = g.meta(e).dtype;
+    if (t == DType::Float32 || t == DType::Float64) return g.call("mul", {e, g.call("reciprocal", {total})});
+    return g.call("div", {e, total});
+  }
   return g.call("sub", {shifted, g.call("log", {total})});
 }
 
