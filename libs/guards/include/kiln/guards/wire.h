@@ -1,0 +1,41 @@
+// Guard sets, call inputs and frame states on the wire (schemas/guards.capnp).
+// Reading checks what the schema cannot (a node's parent comes before it, a
+// root step has no parent, symbols name nodes, shape guards are relations over
+// them, nesting within kMaxInputDepth) and throws Error{Malformed} naming the
+// problem; it never trusts an index it was given.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "kiln/guards/frame_state.h"
+#include "kiln/guards/guard_set.h"
+#include "kiln/guards/input.h"
+#include "kiln/schema/guards.capnp.h"
+
+namespace kiln::guards {
+
+constexpr int kMaxInputDepth = 64;
+
+void toWire(const GuardSet& set, schema::GuardSet::Builder out);
+GuardSet fromWire(schema::GuardSet::Reader in);
+
+void toWire(const CallInput& call, schema::CallInput::Builder out);
+CallInput fromWire(schema::CallInput::Reader in);
+
+void toWire(const FrameState& frame, schema::FrameState::Builder out);
+FrameState fromWire(schema::FrameState::Reader in);
+
+void toWire(const std::vector<FrameInput>& inputs, capnp::List<schema::FrameInput>::Builder out);
+std::vector<FrameInput> fromWire(capnp::List<schema::FrameInput>::Reader in);
+
+void toWire(const GlobalState& state, schema::GlobalState::Builder out);
+GlobalState fromWire(schema::GlobalState::Reader in);
+
+// Whole messages, as the SDK caches them and the service stores them.
+std::string toBytes(const GuardSet& set);
+GuardSet guardSetFromBytes(std::string_view bytes);
+std::string toBytes(const CallInput& call);
+CallInput callInputFromBytes(std::string_view bytes);
+
+} // namespace kiln::guards
