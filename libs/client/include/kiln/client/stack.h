@@ -3,12 +3,17 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "kiln/client/stack_paths.h"
 #include "kiln/client/status.h"
 #include "kiln/common/clock.h"
+#include "kiln/guards/entry.h"
+#include "kiln/guards/frame_state.h"
+#include "kiln/guards/input.h"
 #include "kiln/ir/graph.h"
 #include "kiln/rpc/client.h"
 
@@ -27,6 +32,25 @@ struct ServiceInfo {
 struct Compiled {
   std::string artifact;
   bool cacheHit = false; // served from the artifact cache: no compiler ran
+};
+
+// The guards service's answer to a lookup: the entry that holds, or why none did.
+struct GuardsLookup {
+  std::optional<guards::CompiledEntry> hit;
+  std::vector<std::pair<uint64_t, std::string>> reasons; // entry id -> why it failed, in entry order
+  bool runEagerly = false; // the function's cache limit is reached: do not compile again
+  guards::FrameState frame;
+};
+
+struct GuardsInsert {
+  uint64_t id = 0;
+  bool runEagerly = false; // over the cache limit: not stored
+};
+
+struct GuardsEntries {
+  std::vector<guards::CompiledEntry> entries;
+  guards::FrameState frame;
+  uint32_t limit = 0;
 };
 
 struct SwapResult {
@@ -52,6 +76,23 @@ public:
   // generated source in its detail; an op without a lowering Error{unsupported}.
   Compiled compile(const ir::Graph& graph, const std::string& target = "cpu",
                    Millis timeout = Millis(120000));
+  // The guards service (docs/guards.md). `lookup` checks the function's entries
+  // against a described call; `entries` hands them all over for the caller's own
+  // guard VM; `insert` stores one (its id assigned); `observe` records what a
+  // missing call saw and returns the frame state to trace with — for a job's
+  // rank it waits (polling) until every rank of the round reported, or
+  // `timeout` (Error{deadline_exceeded}); `mark` is mark_dynamic/mark_static.
+  GuardsLookup guardsLookup(const guards::FunctionKey& function, const guards::CallInput& call,
+                            Millis timeout = Millis(10000));
+  GuardsEntries guardsEntries(const guards::FunctionKey& function, Millis timeout = Millis(10000));
+  GuardsInsert guardsInsert(const guards::FunctionKey& function, const guards::CompiledEntry& entry,
+                            Millis timeout = Millis(10000));
+  guards::FrameState guardsObserve(const guards::FunctionKey& function, const std::vector<guards::FrameInput>& seen,
+                                   const std::optional<guards::JobMember>& job = std::nullopt,
+                                   Millis timeout = Millis(60000));
+  guards::FrameState guardsMark(const guards::FunctionKey& function, const std::string& dim, bool dynamic,
+                                Millis timeout = Millis(10000));
+
   // Asks the launcher to drain and stop every service and exit; returns once it agreed.
   void down(Millis timeout = Millis(5000));
   // Starts `binary` for `service`, waits for it to register, drains the old workers.
