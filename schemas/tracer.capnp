@@ -120,6 +120,7 @@ struct TraceRequest {
   frame @6 :Guards.FrameState;      # which dims and ints are dynamic
   state @7 :Guards.GlobalState;     # grad mode, default dtype, ...
   fullgraph @8 :Bool;
+  scope @9 :UInt64;                 # the calling process's token (identity guards hold within it)
 }
 
 struct TraceResult {

@@ -19,6 +19,7 @@
 #include "kiln/client/stack_paths.h"
 #include "kiln/common/error.h"
 #include "kiln/shm/store.h"
+#include "capnp_dict.h"
 #include "ir_bindings.h"
 
 namespace py = pybind11;
@@ -361,4 +362,5 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::bindStack(m);
   kiln::python::bindShm(m);
   kiln::python::bindIr(m);
+  kiln::python::bindCapnp(m);
 }
