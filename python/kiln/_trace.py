@@ -309,6 +309,8 @@ def global_state() -> dict:
 
 def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: bool = False,
           scope: int = 0) -> Traced:
+    if isinstance(fn, types.MethodType):  # module.forward: self is the first argument
+        fn, args = fn.__func__, (fn.__self__, *args)
     code = fn.__code__
     names = code.co_varnames
     request = {

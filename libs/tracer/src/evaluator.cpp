@@ -1126,7 +1126,8 @@ private:
         Var code = f.pop();
         auto info = std::make_shared<FunctionInfo>(*code->function);
         if (arg & 0x08) {
-          for (const Var& c : f.pop()->items) info->closure.push_back(c);
+          Var cells = f.pop();
+          info->closure = cells->items;
         }
         if (arg & 0x04) f.pop();
         if (arg & 0x02) {

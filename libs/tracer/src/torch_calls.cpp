@@ -37,7 +37,8 @@ Var TraceState::op(const std::string& name, std::vector<ir::ValueId> inputs, std
   if (value.isTensor()) return tensor(id);
   if (value.isSymInt()) return integer(value.symInt());
   std::vector<Var> items;
-  for (size_t k = 0; k < value.tuple().size(); ++k)
+  size_t count = value.tuple().size(); // `value` moves as getitem nodes are added
+  for (size_t k = 0; k < count; ++k)
     items.push_back(tensor(graph.call("getitem", {id}, {{"index", static_cast<int64_t>(k)}})));
   return sequence(Kind::Tuple, std::move(items));
 }
