@@ -307,10 +307,16 @@ def global_state() -> dict:
     }
 
 
+def normalize(fn, args: tuple):
+    """The function and arguments the tracer sees: a bound method's self is its first argument."""
+    if isinstance(fn, types.MethodType):
+        return fn.__func__, (fn.__self__, *args)
+    return fn, tuple(args)
+
+
 def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: bool = False,
           scope: int = 0) -> Traced:
-    if isinstance(fn, types.MethodType):  # module.forward: self is the first argument
-        fn, args = fn.__func__, (fn.__self__, *args)
+    fn, args = normalize(fn, args)
     code = fn.__code__
     names = code.co_varnames
     request = {

@@ -331,7 +331,11 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
     return sequence(Kind::Tuple, items);
   }
   if (m == "flatten" && !method && args.size() == 1 && kwargs.empty()) return s.callOp("flatten", args, {});
-  if (m == "matmul" || m == "mm" || m == "bmm") return std::nullopt;
+  if (m == "embedding" && isFunctional(name)) {
+    // F.embedding(input, weight, padding_idx=None, max_norm=None, ...): the IR takes (weight, indices).
+    if (args.size() != 2) unsupported("F.embedding with options");
+    return s.callOp("embedding", {args[1], args[0]}, {});
+  }
   return std::nullopt;
 }
 
