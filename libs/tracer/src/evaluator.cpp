@@ -480,6 +480,19 @@ private:
       return none();
     }
     if (self->kind == Kind::NnModule && name == "forward") return callModule(self, std::move(args), kwargs, depth);
+    if (self->kind == Kind::NnModule && args.empty() && kwargs.empty()) {
+      std::vector<Var> out;
+      auto names = self->desc->getModule().getModules();
+      std::vector<Var> kids = children(self);
+      for (size_t k = 0; k < kids.size(); ++k) {
+        Var key = string(names[static_cast<unsigned>(k)].cStr());
+        if (name == "items" || name == "named_children") out.push_back(sequence(Kind::Tuple, {key, kids[k]}));
+        else if (name == "keys") out.push_back(key);
+        else if (name == "values" || name == "children") out.push_back(kids[k]);
+        else unsupported("nn.Module." + name + "()");
+      }
+      return sequence(Kind::List, out);
+    }
     if (self->kind == Kind::Str && name == "format") unsupported("str.format");
     unsupported(kindName(self->kind) + "." + name + "()");
   }
@@ -693,6 +706,9 @@ private:
     case Kind::NnModule: {
       if (name == "training") return boolean(obj->desc->getModule().getTraining());
       if (name == "forward" || name == "__call__") return method(obj, "forward");
+      // The container protocol of Module, ModuleList and ModuleDict, over the described children.
+      if (name == "items" || name == "keys" || name == "values" || name == "children" || name == "named_children")
+        return method(obj, name);
       return realize(extend(*obj->path, guards::attr(name)));
     }
     case Kind::Object:

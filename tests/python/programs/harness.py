@@ -68,11 +68,18 @@ class Outcome:
 def run(p: Program, stack) -> Outcome:
     args, kwargs = arguments(p)
     eager_args, eager_kwargs = _clone(args), _clone(kwargs)
-    expected = p.fn(*eager_args, **eager_kwargs)
+    try:
+        expected = p.fn(*eager_args, **eager_kwargs)
+    except Exception as e:  # kiln must not compile what fails eagerly: it runs it eagerly, which raises
+        raised = e
+    else:
+        raised = None
     try:
         traced = _trace.trace(p.fn, args, kwargs)
     except _trace.Unsupported as e:
         return Outcome("fell back", str(e))
+    if raised is not None:
+        return Outcome("wrong", f"compiled a call that raises eagerly: {type(raised).__name__}: {raised}")
     fn, call_args = _trace.normalize(p.fn, args)
     compiled = ir.compile(traced.graph, stack)
     results = compiled(*_trace.graph_inputs(traced, fn, call_args, kwargs))
