@@ -315,7 +315,8 @@ def normalize(fn, args: tuple):
 
 
 def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: bool = False,
-          scope: int = 0) -> Traced:
+          scope: int = 0, stack=None) -> Traced:
+    """Traces `fn(*args, **kwargs)`: through `stack`'s tracer service when given, else in-process."""
     fn, args = normalize(fn, args)
     code = fn.__code__
     names = code.co_varnames
@@ -334,7 +335,8 @@ def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: b
     }
     seen = set()
     for _ in range(MAX_ROUNDS):
-        reply = _kiln.capnp_decode("TraceReply", _kiln.trace(_kiln.capnp_encode("TraceRequest", request)))
+        encoded = _kiln.capnp_encode("TraceRequest", request)
+        reply = _kiln.capnp_decode("TraceReply", stack.trace(encoded) if stack is not None else _kiln.trace(encoded))
         if "traced" in reply:
             return Traced(reply)
         if "unsupported" in reply:

@@ -1406,6 +1406,11 @@ private:
 
 } // namespace
 
+void trace(schema::TraceRequest::Reader request, schema::TraceReply::Builder reply) {
+  Evaluator evaluator(request);
+  evaluator.run(reply);
+}
+
 std::string trace(std::string_view request) {
   if (request.size() % sizeof(capnp::word) != 0) throw Error(ErrorCode::Malformed, "trace request: not whole words");
   kj::Array<capnp::word> words = kj::heapArray<capnp::word>(request.size() / sizeof(capnp::word));
@@ -1416,8 +1421,7 @@ std::string trace(std::string_view request) {
   capnp::MallocMessageBuilder reply;
   try {
     capnp::FlatArrayMessageReader message(words, options);
-    Evaluator evaluator(message.getRoot<schema::TraceRequest>());
-    evaluator.run(reply.initRoot<schema::TraceReply>());
+    trace(message.getRoot<schema::TraceRequest>(), reply.initRoot<schema::TraceReply>());
     kj::Array<capnp::word> out = capnp::messageToFlatArray(reply);
     auto bytes = out.asBytes();
     return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());

@@ -8,8 +8,8 @@ reason>"`. The run ends with
 
     programs: N compiled+correct, F fell back, W wrong
 
-Compiled here means: traced by the tracer (libs/tracer, in-process), compiled
-by the codegen service of the session's stack, run on the example inputs.
+Compiled here means: traced by the tracer service and compiled by the codegen
+service of the session's stack, run on the example inputs.
 """
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def run(p: Program, stack) -> Outcome:
     else:
         raised = None
     try:
-        traced = _trace.trace(p.fn, args, kwargs)
+        traced = _trace.trace(p.fn, args, kwargs, stack=stack)
     except _trace.Unsupported as e:
         return Outcome("fell back", str(e))
     if raised is not None:
