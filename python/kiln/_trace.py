@@ -315,8 +315,9 @@ def normalize(fn, args: tuple):
 
 
 def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: bool = False,
-          scope: int = 0, stack=None) -> Traced:
-    """Traces `fn(*args, **kwargs)`: through `stack`'s tracer service when given, else in-process."""
+          scope: int = 0, stack=None, record=None) -> Traced:
+    """Traces `fn(*args, **kwargs)`: through `stack`'s tracer service when given, else
+    in-process. `record(request_bytes)` sees the request that got the final answer."""
     fn, args = normalize(fn, args)
     code = fn.__code__
     names = code.co_varnames
@@ -337,6 +338,8 @@ def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: b
     for _ in range(MAX_ROUNDS):
         encoded = _kiln.capnp_encode("TraceRequest", request)
         reply = _kiln.capnp_decode("TraceReply", stack.trace(encoded) if stack is not None else _kiln.trace(encoded))
+        if record is not None and "needObjects" not in reply:
+            record(encoded)
         if "traced" in reply:
             return Traced(reply)
         if "unsupported" in reply:

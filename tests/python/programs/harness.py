@@ -13,9 +13,10 @@ service of the session's stack, run on the example inputs.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import inspect
+import os
+import pathlib
 from typing import Callable
 
 import torch
@@ -23,6 +24,9 @@ import torch
 from kiln import _trace, ir
 
 PROGRAMS: list["Program"] = []
+# Where to keep each program's final TraceRequest (the GPU machine's Python 3.12
+# requests become tests/python/programs/fixtures312, replayed on 3.11 in CI).
+CAPTURE = os.environ.get("KILN_CAPTURE_REQUESTS")
 
 
 @dataclasses.dataclass
@@ -75,7 +79,7 @@ def run(p: Program, stack) -> Outcome:
     else:
         raised = None
     try:
-        traced = _trace.trace(p.fn, args, kwargs, stack=stack)
+        traced = _trace.trace(p.fn, args, kwargs, stack=stack, record=_recorder(p))
     except _trace.Unsupported as e:
         return Outcome("fell back", str(e))
     if raised is not None:
@@ -93,6 +97,15 @@ def run(p: Program, stack) -> Outcome:
     return Outcome("compiled")
 
 
+def _recorder(p: Program):
+    if not CAPTURE:
+        return None
+    def record(request: bytes):
+        pathlib.Path(CAPTURE).mkdir(parents=True, exist_ok=True)
+        (pathlib.Path(CAPTURE) / f"{p.name}.bin").write_bytes(request)
+    return record
+
+
 def compare(got, expected, p: Program):
     if isinstance(expected, torch.Tensor):
         assert isinstance(got, torch.Tensor), f"expected a tensor, got {type(got).__name__}"
@@ -107,3 +120,10 @@ def compare(got, expected, p: Program):
             compare(got[k], expected[k], p)
     else:
         assert got == expected and type(got) is type(expected), f"expected {expected!r}, got {got!r}"
+
+
+def load_all():
+    """Imports every p_*.py once (each registers its programs)."""
+    import importlib
+    for path in sorted(pathlib.Path(__file__).parent.glob("p_*.py")):
+        importlib.import_module(path.stem)

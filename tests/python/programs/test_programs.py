@@ -1,14 +1,10 @@
 """Runs every program of the corpus (p_*.py) eagerly and through kiln."""
-import importlib
-import pathlib
-
 import pytest
 
 import harness
 from conftest import record
 
-for path in sorted(pathlib.Path(__file__).parent.glob("p_*.py")):
-    importlib.import_module(path.stem)
+harness.load_all()
 
 
 @pytest.mark.parametrize("p", harness.PROGRAMS, ids=[p.name for p in harness.PROGRAMS])
