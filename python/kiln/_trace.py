@@ -351,10 +351,10 @@ def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: b
                 raise Unsupported(f"the tracer asked twice for {path}")
             seen.add(key)
             try:
-                obj = resolve(path, fn, args, kwargs)
+                request["objects"].append(describe(resolve(path, fn, args, kwargs), path))
             except (KeyError, IndexError, AttributeError, TypeError, ValueError) as e:
-                raise Unsupported(f"reading {path}: {type(e).__name__}: {e}") from None
-            request["objects"].append(describe(obj, path))
+                # The tracer decides what a missing object means where it read it.
+                request["objects"].append({"path": path, "unsupported": f"missing ({type(e).__name__}: {e})"})
     raise Unsupported(f"more than {MAX_ROUNDS} rounds of object descriptions")
 
 
