@@ -142,7 +142,9 @@ def _primitive_attr(v) -> bool:
     return isinstance(v, tuple) and all(isinstance(x, (bool, int, float, str, type(None))) for x in v)
 
 
-def describe(obj, path: list, depth: int = 0) -> dict:
+def describe(obj, path: list, depth: int = 0, extra: list | None = None) -> dict:
+    """`obj` at `path`; a module's submodules (whole tree) go to `extra`, described at once
+    since a trace of a module reads most of them (one round instead of one per submodule)."""
     d = {"path": path, "type": _type_ref(type(obj)), "id": id(obj)}
     if obj is None:
         d["none"] = None
@@ -184,6 +186,10 @@ def describe(obj, path: list, depth: int = 0) -> dict:
         d["function"] = f
     elif isinstance(obj, torch.nn.Module):
         d["module"] = _module(obj, path)
+        if extra is not None and depth < 64:
+            for name, child in obj._modules.items():
+                if child is not None:
+                    extra.append(describe(child, path + [{"attr": None, "name": name}], depth + 1, extra))
     elif isinstance(obj, type):
         d["typeObject"] = _type_ref(obj)
     else:
@@ -321,14 +327,16 @@ def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: b
     fn, args = normalize(fn, args)
     code = fn.__code__
     names = code.co_varnames
+    objects: list = []
     request = {
         "function": function_key(fn),
         "code": describe_code(code),
         "callee": {"path": [], "function": _function(fn, [], root=True)},
-        "args": [describe(a, [{"arg": k, "name": names[k] if k < code.co_argcount else f"arg{k}"}])
+        "args": [describe(a, [{"arg": k, "name": names[k] if k < code.co_argcount else f"arg{k}"}], 0, objects)
                  for k, a in enumerate(args)],
-        "kwargs": [{"name": n, "value": describe(v, [{"kwarg": None, "name": n}])} for n, v in kwargs.items()],
-        "objects": [],
+        "kwargs": [{"name": n, "value": describe(v, [{"kwarg": None, "name": n}], 0, objects)}
+                   for n, v in kwargs.items()],
+        "objects": objects,
         "frame": frame or {},
         "state": global_state(),
         "fullgraph": fullgraph,
@@ -351,7 +359,7 @@ def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: b
                 raise Unsupported(f"the tracer asked twice for {path}")
             seen.add(key)
             try:
-                request["objects"].append(describe(resolve(path, fn, args, kwargs), path))
+                request["objects"].append(describe(resolve(path, fn, args, kwargs), path, 0, request["objects"]))
             except (KeyError, IndexError, AttributeError, TypeError, ValueError) as e:
                 # The tracer decides what a missing object means where it read it.
                 request["objects"].append({"path": path, "unsupported": f"missing ({type(e).__name__}: {e})"})

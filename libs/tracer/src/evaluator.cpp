@@ -3,6 +3,8 @@
 #include <capnp/serialize.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <limits>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -241,6 +243,8 @@ private:
     }
     case schema::ObjectDesc::MODULE: {
       typeGuard();
+      for (auto named : {d.getModule().getParameters(), d.getModule().getBuffers(), d.getModule().getAttributes()})
+        for (auto p : named) describe(p.getValue());
       guards.check(node(extend(path, guards::attr("training"))), guards::equals(guards::Constant{d.getModule().getTraining()}));
       Var v = make(Kind::NnModule);
       v->desc = d;
@@ -633,6 +637,17 @@ private:
       // a guard of its absence. TODO(issue 6): a "has no attribute" guard.
       attribute(args[0], args[1]->name);
       return boolean(true);
+    }
+    if (name == "builtins.float" && args.size() == 1 && args[0]->kind == Kind::Str) {
+      std::string t = args[0]->name;
+      for (char& c : t) c = static_cast<char>(std::tolower(c));
+      if (t == "inf" || t == "+inf" || t == "infinity") return floating(std::numeric_limits<double>::infinity());
+      if (t == "-inf" || t == "-infinity") return floating(-std::numeric_limits<double>::infinity());
+      if (t == "nan") return floating(std::numeric_limits<double>::quiet_NaN());
+      char* end = nullptr;
+      double v = std::strtod(args[0]->name.c_str(), &end);
+      if (end == args[0]->name.c_str() || *end != '\0') unsupported("float() of '" + args[0]->name + "'");
+      return floating(v);
     }
     if (name == "builtins.float" && args.size() == 1 && args[0]->kind != Kind::Tensor)
       return floating(args[0]->kind == Kind::Float ? args[0]->number : static_cast<double>(concrete(args[0])));
