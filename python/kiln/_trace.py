@@ -282,7 +282,10 @@ def resolve(path: list, fn, args, kwargs):
         elif kind in ("index", "intKey"):
             obj = obj[value]
         elif kind == "key":
-            obj = obj[name]
+            if isinstance(obj, dict) and name not in obj and obj.get("__builtins__") is not None:
+                obj = getattr(builtins, name)  # a module's globals: Python looks in builtins next
+            else:
+                obj = obj[name]
         else:
             raise ValueError(f"cannot resolve step {step}")
     return obj
@@ -313,6 +316,14 @@ def global_state() -> dict:
     }
 
 
+def _global_names(code: types.CodeType) -> set:
+    names = {i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"}
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _global_names(c)
+    return names
+
+
 def normalize(fn, args: tuple):
     """The function and arguments the tracer sees: a bound method's self is its first argument."""
     if isinstance(fn, types.MethodType):
@@ -328,6 +339,12 @@ def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: b
     code = fn.__code__
     names = code.co_varnames
     objects: list = []
+    # The globals the code (and the code it defines) loads, described up front: one round
+    # instead of one per name.
+    for name in sorted(_global_names(code)):
+        if name in fn.__globals__ or hasattr(builtins, name):
+            objects.append(describe(fn.__globals__[name] if name in fn.__globals__ else getattr(builtins, name),
+                                    [{"global": None, "name": name}], 0, objects))
     request = {
         "function": function_key(fn),
         "code": describe_code(code),

@@ -57,6 +57,7 @@ constexpr size_t kMaxInstructions = 1'000'000; // an unrolled loop past this is 
 constexpr size_t kMaxDepth = 64;              // inlined calls
 
 struct Frame {
+  const FunctionInfo* fn = nullptr;
   schema::Code::Reader code;
   std::map<std::string, Var> locals;
   std::map<std::string, Var> cells;
@@ -124,6 +125,8 @@ public:
       info->code = request_.getCode();
       auto callee = request_.getCallee();
       if (callee.isFunction()) fillFunction(*info, callee.getFunction(), readPath(callee.getPath()));
+      info->path.reset(); // the called function itself: its globals are the G[...] roots
+      rootModule_ = info->module;
       Var result = inline_(*info, std::move(args), kwargs, 0);
       write(result, reply.initTraced());
     } catch (const NeedObjects& need) {
@@ -341,6 +344,7 @@ private:
 
   void fillFunction(FunctionInfo& info, schema::FunctionDesc::Reader f, const Path& path) {
     info.module = f.getModule().cStr();
+    info.path = path;
     for (auto d : f.getDefaults()) {
       describe(d);
       info.defaults.push_back(realize(readPath(d.getPath())));
@@ -355,7 +359,6 @@ private:
       cell->items.push_back(realize(readPath(c.getPath())));
       info.closure.push_back(cell);
     }
-    (void)path;
   }
 
   // ---- calls ---------------------------------------------------------------
@@ -368,6 +371,7 @@ private:
     if (code.getFlags() & 0x20) unsupported("generators");
     if (code.getFlags() & (0x80 | 0x100 | 0x200)) unsupported("coroutines");
     Frame f;
+    f.fn = &fn;
     f.code = code;
     f.v312 = version == "3.12";
     bind(f, fn, std::move(args), kwargs);
@@ -508,7 +512,7 @@ private:
       if (!desc.hasForward()) unsupported("a module without forward");
       auto info = std::make_shared<FunctionInfo>();
       info->code = desc.getForward().getCode();
-      fillFunction(*info, desc.getForward(), extend(*module->path, guards::attr("forward")));
+      fillFunction(*info, desc.getForward(), extend(extend(*module->path, guards::attr("forward")), guards::attr("__func__")));
       args.insert(args.begin(), module);
       return inline_(*info, std::move(args), kwargs, depth + 1);
     }
@@ -1026,10 +1030,12 @@ private:
 
   // ---- the loop ------------------------------------------------------------
 
+  // A global of the running function: G[name] for the called function's module, else
+  // read through the inlined function's own __globals__ (another module's names).
   Var global(Frame& f, const std::string& name) {
-    (void)f;
     if (name == "__name__") unsupported("__name__");
-    return realize({guards::global(name)});
+    if (!f.fn || !f.fn->path || f.fn->module == rootModule_) return realize({guards::global(name)});
+    return realize(extend(extend(*f.fn->path, guards::attr("__globals__")), guards::key(name)));
   }
 
   // The call protocol of 3.11/3.12: [NULL, callable] or [callable, self], then args.
@@ -1154,6 +1160,8 @@ private:
       } else if (opname == "MAKE_FUNCTION") {
         Var code = f.pop();
         auto info = std::make_shared<FunctionInfo>(*code->function);
+        info->module = f.fn ? f.fn->module : rootModule_; // made here: this frame's globals
+        info->path = f.fn ? f.fn->path : std::nullopt;
         if (arg & 0x08) {
           Var cells = f.pop();
           info->closure = cells->items;
@@ -1415,6 +1423,7 @@ private:
   int line_ = 0;
   bool gradEnabled_ = true;
   std::vector<bool> gradStack_;
+  std::string rootModule_;
 };
 
 } // namespace

@@ -1,5 +1,7 @@
 // Torch callables, Tensor methods and operators as graph ops.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <set>
 
 #include "kiln/common/error.h"
@@ -477,6 +479,15 @@ std::optional<Var> moduleMember(const std::string& module, const std::string& na
     Var v = make(Kind::PyModule);
     v->name = "torch.nn.functional";
     return v;
+  }
+  static const std::set<std::string> mathFunctions = {"sqrt", "exp", "log", "tanh", "cos", "sin", "floor",
+                                                      "ceil", "erf", "pow"};
+  if (module == "math" && mathFunctions.count(name)) return builtin("math." + name);
+  if (module == "math" && (name == "pi" || name == "e" || name == "inf" || name == "tau")) {
+    double v = name == "pi" ? M_PI : name == "e" ? M_E : name == "tau" ? 2 * M_PI : std::numeric_limits<double>::infinity();
+    Var f = make(Kind::Float);
+    f->number = v;
+    return f;
   }
   std::string m = name;
   if (auto it = renamed().find(m); it != renamed().end()) m = it->second;

@@ -135,3 +135,16 @@ def torch_fn_in_list(x):
     for f in fns:
         out = f(out)
     return out
+
+
+from other_module import activated, scaled  # noqa: E402
+
+
+@program(inputs=lambda: r(4, 4))
+def call_other_module(x):
+    return scaled(x) + x * SCALE  # other_module.SCALE is 10, this module's 0.5
+
+
+@program(inputs=lambda: r(4, 4))
+def call_other_module_torch(x):
+    return activated(x) - SCALE
