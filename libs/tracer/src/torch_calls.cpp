@@ -333,6 +333,8 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
     return sequence(Kind::Tuple, items);
   }
   if (m == "flatten" && !method && args.size() == 1 && kwargs.empty()) return s.callOp("flatten", args, {});
+  if (m == "split" && args.size() > 1 && (args[1]->kind == Kind::List || args[1]->kind == Kind::Tuple))
+    return s.callOp("split_with_sizes", args, kwargs); // split([2, 4]) is split_with_sizes
   if (m == "tril" || m == "triu") {
     // x where (col - row) <= k (tril) or >= k (triu), over the last two dims.
     const ir::TensorMeta& meta = s.meta(args[0]);
