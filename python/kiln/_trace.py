@@ -303,6 +303,7 @@ class Traced:
         self.graph = Graph.from_bytes(_kiln.capnp_encode("Graph", traced["graph"]))
         self.guards = _kiln.capnp_encode("GuardSet", traced["guards"])
         self.inputs = [i["path"] for i in traced["inputs"]]
+        self.int_inputs = [i["isInt"] for i in traced["inputs"]]  # dynamic ints: passed as 0-d int64
         self.outputs = traced["outputs"]
         self.side_effects = traced["sideEffects"]
 
@@ -387,7 +388,8 @@ def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: b
 
 def graph_inputs(traced: Traced, fn, args, kwargs) -> list:
     """The tensors the graph takes, read from the call by their paths."""
-    return [resolve(path, fn, args, kwargs) for path in traced.inputs]
+    values = [resolve(path, fn, args, kwargs) for path in traced.inputs]
+    return [torch.tensor(v, dtype=torch.int64) if is_int else v for v, is_int in zip(values, traced.int_inputs)]
 
 
 def rebuild(spec: dict, results: list):

@@ -101,11 +101,17 @@ def _accessor(path: list) -> Callable:
     return lambda fn, args, kwargs: _trace.resolve(path, fn, args, kwargs)
 
 
+def _int_accessor(get: Callable) -> Callable:
+    """A dynamic int argument, as the 0-d int64 tensor its graph input is."""
+    return lambda fn, args, kwargs: torch.tensor(get(fn, args, kwargs), dtype=torch.int64)
+
+
 class _Runner:
     """A compiled entry: the artifact, where its inputs come from and how its result is built."""
 
     def __init__(self, traced: _trace.Traced, compiled: ir.Compiled):
-        self.inputs = [_accessor(p) for p in traced.inputs]
+        self.inputs = [_int_accessor(_accessor(p)) if is_int else _accessor(p)
+                       for p, is_int in zip(traced.inputs, traced.int_inputs)]
         self.outputs = traced.outputs
         self.compiled = compiled
         self.graph = traced.graph

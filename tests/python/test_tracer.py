@@ -83,3 +83,29 @@ def test_objects_are_asked_for_lazily():
         return x * math.pi  # math is a global the first request did not describe
     traced = _trace.trace(g, (torch.randn(3),), {})
     assert "mul" in str(traced.graph)
+
+
+def test_a_dynamic_int_is_a_graph_input(stack):
+    def g(x, n):
+        return x * n + n, n
+    frame = {"inputs": [{"source": "L['n']", "isTensor": False, "value": {"dynamic": None}}]}
+    traced = _trace.trace(g, (torch.randn(3), 4), {}, frame=frame, stack=stack)
+    assert traced.int_inputs == [False, True]
+    compiled = ir.compile(traced.graph, stack)
+    x = torch.randn(3)
+    for n in (2, 5, -7):
+        result = _trace.rebuild(traced.outputs, compiled(*_trace.graph_inputs(traced, g, (x, n), {})))
+        torch.testing.assert_close(result[0], x * n + n)
+        assert result[1] == n and type(result[1]) is int
+
+
+def test_a_dynamic_size_returned_as_an_int(stack):
+    def g(x):
+        return x.sum(0), x.shape[0]
+    traced = _trace.trace(g, (torch.randn(6, 2),), {}, frame=frame_with_dynamic("L['x']", [None, 2]), stack=stack)
+    compiled = ir.compile(traced.graph, stack)
+    for batch in (3, 9):
+        x = torch.randn(batch, 2)
+        total, n = _trace.rebuild(traced.outputs, compiled(*_trace.graph_inputs(traced, g, (x,), {})))
+        assert n == batch
+        torch.testing.assert_close(total, x.sum(0))

@@ -187,7 +187,16 @@ private:
       return boolean(d.getBool());
     case schema::ObjectDesc::INT:
       typeGuard();
-      // TODO(issue 6): dynamic ints as symbols (the runtime binds symbols from sizes only so far).
+      if (frame.dynamicInt(pathText(path))) {
+        // Automatic dynamic made this int a symbol: a graph input of its own.
+        std::string name = "s" + std::to_string(symbols_++);
+        guards.symbol(name, node(path));
+        sym::Expr s = table.declare(name, d.getInt(), sym::Range::unbounded());
+        ir::ValueId id = graph.placeholder("arg" + std::to_string(inputs_.size()), ir::Value(s));
+        inputs_.push_back({path, true});
+        symbolSources_[s] = {id, -1};
+        return integer(s);
+      }
       guards.check(node(path), guards::equals(guards::Constant{d.getInt()}));
       return integer(table.integer(d.getInt()));
     case schema::ObjectDesc::FLOAT:
@@ -317,6 +326,7 @@ private:
   Var input(const guards::TensorInput& t, const Path& path) {
     uint32_t at = node(path);
     std::vector<sym::Expr> sizes = guards::guardTensor(guards, at, t, frame, symbols_);
+    std::vector<std::pair<sym::Expr, int64_t>> dynamicDims;
     ir::TensorMeta meta;
     meta.dtype = t.dtype;
     meta.device = t.device;
@@ -328,6 +338,7 @@ private:
         std::string name = sizes[k].name();
         sym::Expr s = table.lookup(name) ? *table.lookup(name) : table.declare(name, t.sizes[k], {2, sym::kInf});
         meta.sizes.push_back(s);
+        dynamicDims.push_back({s, static_cast<int64_t>(k)});
       }
     }
     bool contiguous = guards::contiguousTensor(t.dtype, t.sizes).strides == t.strides;
@@ -338,7 +349,8 @@ private:
     }
     meta.storageOffset = table.integer(t.storageOffset);
     ir::ValueId id = graph.placeholder("arg" + std::to_string(inputs_.size()), meta);
-    inputs_.push_back(path);
+    inputs_.push_back({path, false});
+    for (const auto& [s, dim] : dynamicDims) symbolSources_.emplace(s, std::make_pair(id, dim));
     return tensor(id);
   }
 
@@ -1373,10 +1385,22 @@ private:
       }
       case Kind::None: o.initConstant().setNone(); return;
       case Kind::Bool: o.initConstant().setBool(truth(v)); return;
-      case Kind::Int:
-        if (!v->symbolic.asInteger()) unsupported("returning a symbolic int"); // TODO(issue 6)
-        o.initConstant().setInt(*v->symbolic.asInteger());
+      case Kind::Int: {
+        if (auto c = v->symbolic.asInteger()) {
+          o.initConstant().setInt(*c);
+          return;
+        }
+        // A symbol of the inputs, read back as a graph output.
+        // TODO(issue 6): other expressions of symbols (the graph has no op computing one).
+        auto source = symbolSources_.find(v->symbolic);
+        if (source == symbolSources_.end()) unsupported("returning the symbolic int " + sym::toString(v->symbolic));
+        auto [input, dim] = source->second;
+        ir::ValueId id = dim < 0 ? input : graph.call("sym_size", {input}, {{"dim", dim}});
+        auto it = std::find(outputs.begin(), outputs.end(), id);
+        if (it == outputs.end()) it = outputs.insert(outputs.end(), id);
+        o.setSymInt(static_cast<uint32_t>(it - outputs.begin()));
         return;
+      }
       case Kind::Float: o.initConstant().setFloat(v->number); return;
       case Kind::Str: o.initConstant().setStr(v->name); return;
       case Kind::Tuple:
@@ -1408,15 +1432,23 @@ private:
     guards::toWire(guards, out.initGuards());
     auto inputs = out.initInputs(static_cast<unsigned>(inputs_.size()));
     for (unsigned k = 0; k < inputs.size(); ++k) {
-      auto steps = inputs[k].initPath(static_cast<unsigned>(inputs_[k].size()));
-      for (unsigned j = 0; j < steps.size(); ++j) guards::toWire(inputs_[k][j], steps[j]);
+      auto steps = inputs[k].initPath(static_cast<unsigned>(inputs_[k].path.size()));
+      for (unsigned j = 0; j < steps.size(); ++j) guards::toWire(inputs_[k].path[j], steps[j]);
+      inputs[k].setIsInt(inputs_[k].isInt);
     }
   }
 
   schema::TraceRequest::Reader request_;
   std::map<std::string, schema::ObjectDesc::Reader> described_;
   std::map<std::string, Var> realized_;
-  std::vector<Path> inputs_;
+  struct Input {
+    Path path;
+    bool isInt; // a dynamic int argument: a symbolic-int placeholder
+  };
+  std::vector<Input> inputs_;
+  // Where each input symbol can be read in the graph: (placeholder, dim), dim -1 for an int input.
+  std::map<sym::Expr, std::pair<ir::ValueId, int64_t>, bool (*)(sym::Expr, sym::Expr)> symbolSources_{
+      [](sym::Expr a, sym::Expr b) { return sym::compare(a, b) < 0; }};
   size_t symbols_ = 0;
   size_t steps_ = 0;
   std::string file_;
