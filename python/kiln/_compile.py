@@ -33,7 +33,7 @@ from kiln import _trace, ir
 from kiln._kiln import KilnError
 from kiln._trace import Unsupported
 
-__all__ = ["compile", "Unsupported", "CompiledFunction", "CompiledModule", "default_stack"]
+__all__ = ["compile", "explain", "Unsupported", "CompiledFunction", "CompiledModule", "default_stack"]
 
 _lock = threading.Lock()
 _stack = None
@@ -258,3 +258,33 @@ def compile(fn_or_module=None, *, dynamic: bool | None = None, fullgraph: bool =
     if not callable(fn_or_module):
         raise TypeError(f"kiln.compile: expected a function or an nn.Module, got {type(fn_or_module).__name__}")
     return CompiledFunction(fn_or_module, **options)
+
+
+def explain(fn, *args, **kwargs) -> str:
+    """What kiln did with a compiled function or module: each entry's guards, graph and
+    kernels (or why it runs eagerly), the frame state and the last recompile's reasons;
+    with arguments, also why each entry does or does not hold for that call.
+
+        print(kiln.explain(fast))
+    """
+    compiled = fn._compiled_forward if isinstance(fn, CompiledModule) else fn
+    if not isinstance(compiled, CompiledFunction):
+        return f"{getattr(fn, '__qualname__', fn)!s}: not compiled by kiln"
+    cache = compiled.cache
+    if cache is None:
+        return f"{getattr(compiled, '__qualname__', compiled)!s}: not called yet"
+    if isinstance(fn, CompiledModule):
+        args = (fn._orig_mod, *args)
+    lines = [cache.explain(args, kwargs) if args or kwargs else cache.explain()]
+    for entry in cache.entries:
+        value = entry.value
+        if isinstance(value, _Eager):
+            lines.append(f"entry {entry.id} runs eagerly: {value.reason}")
+        elif isinstance(value, _Runner):
+            lines.append(f"entry {entry.id} graph:")
+            lines += ["    " + line for line in str(value.graph).splitlines()]
+            lines.append(f"entry {entry.id} kernels:")
+            lines += ["    " + line for line in value.compiled.explain.splitlines()]
+    if compiled.fallback_reasons:
+        lines.append("fell back to eager: " + "; ".join(compiled.fallback_reasons))
+    return "\n".join(lines)
