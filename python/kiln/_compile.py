@@ -115,9 +115,12 @@ class _Runner:
         self.outputs = traced.outputs
         self.compiled = compiled
         self.graph = traced.graph
+        self.traced = traced
 
     def __call__(self, fn, args, kwargs):
         results = self.compiled(*[get(fn, args, kwargs) for get in self.inputs])
+        if self.traced.side_effects:
+            _trace.replay(self.traced, results, fn, args, kwargs)
         return _trace.rebuild(self.outputs, results)
 
 
