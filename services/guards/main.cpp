@@ -45,8 +45,8 @@ class GuardsWorker : public kiln::rpc::Worker {
 public:
   explicit GuardsWorker(kiln::rpc::WorkerOptions options)
       : Worker(std::move(options)), store_(openStore(cacheLimitFromEnv())) {
-    log().info("guards store dir={} functions={} entries={} limit={}", store_.dir(), store_.functionCount(),
-               store_.entryCount(), store_.cacheLimit());
+    log().info("guards store dir={} functions={} entries={} limit={}", store_.dir(),
+               store_.functionCount(), store_.entryCount(), store_.cacheLimit());
   }
 
 protected:
@@ -55,14 +55,17 @@ protected:
     auto out = reply.initRoot<schema::GuardsReply>();
     switch (in.which()) {
     case schema::GuardsRequest::PING: out.setPong(in.getPing()); return;
-    case schema::GuardsRequest::INFO: kiln::rpc::fillInfo(out.initInfo(), options().service); return;
+    case schema::GuardsRequest::INFO:
+      kiln::rpc::fillInfo(out.initInfo(), options().service);
+      return;
     case schema::GuardsRequest::LOOKUP: return lookup(in.getLookup(), out);
     case schema::GuardsRequest::INSERT: return insert(in.getInsert(), out);
     case schema::GuardsRequest::ENTRIES: return entries(in.getEntries(), out);
     case schema::GuardsRequest::OBSERVE: return observe(in.getObserve(), out);
     case schema::GuardsRequest::MARK: return mark(in.getMark(), out);
     }
-    throw kiln::Error(kiln::ErrorCode::Unsupported, "unknown verb " + std::to_string(int(in.which())));
+    throw kiln::Error(kiln::ErrorCode::Unsupported,
+                      "unknown verb " + std::to_string(int(in.which())));
   }
 
 private:
@@ -80,12 +83,13 @@ private:
     for (unsigned k = 0; k < reasons.size(); ++k) {
       reasons[k].setEntry(result.reasons[k].first);
       reasons[k].setReason(result.reasons[k].second);
-      said += (k ? "; " : "") + std::to_string(result.reasons[k].first) + ": " + result.reasons[k].second;
+      said += (k ? "; " : "") + std::to_string(result.reasons[k].first) + ": " +
+              result.reasons[k].second;
     }
     miss.setRunEagerly(result.runEagerly);
     guards::toWire(result.frame, miss.initFrame());
-    log().info("miss function={} entries={} run_eagerly={} reasons=[{}]", function.text(), result.reasons.size(),
-               result.runEagerly, said);
+    log().info("miss function={} entries={} run_eagerly={} reasons=[{}]", function.text(),
+               result.reasons.size(), result.runEagerly, said);
   }
 
   void insert(schema::InsertRequest::Reader in, schema::GuardsReply::Builder out) {
@@ -96,8 +100,8 @@ private:
     reply.setRunEagerly(result.runEagerly);
     const size_t count = store_.entries(function).size();
     if (result.runEagerly)
-      log().warn("cache limit reached function={} limit={}: not stored; its calls run eagerly", function.text(),
-                 store_.cacheLimit());
+      log().warn("cache limit reached function={} limit={}: not stored; its calls run eagerly",
+                 function.text(), store_.cacheLimit());
     else if (result.known)
       log().info("insert repeated function={} entry={}", function.text(), result.id);
     else
@@ -137,8 +141,8 @@ private:
     const guards::FunctionKey function = guards::fromWire(in.getFunction());
     const guards::FrameState frame = store_.mark(function, in.getDim().cStr(), in.getDynamic());
     guards::toWire(frame, out.initMark());
-    log().info("{} function={} dim={}", in.getDynamic() ? "mark_dynamic" : "mark_static", function.text(),
-               in.getDim().cStr());
+    log().info("{} function={} dim={}", in.getDynamic() ? "mark_dynamic" : "mark_static",
+               function.text(), in.getDim().cStr());
   }
 
   static std::string oneLine(std::string text) {
@@ -153,4 +157,6 @@ private:
 
 } // namespace
 
-int main(int argc, char** argv) { return kiln::rpc::serviceMain<GuardsWorker>("guards", argc, argv); }
+int main(int argc, char** argv) {
+  return kiln::rpc::serviceMain<GuardsWorker>("guards", argc, argv);
+}

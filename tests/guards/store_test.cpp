@@ -30,7 +30,8 @@ CallInput callOf(std::vector<int64_t> sizes, int64_t n = 3) {
   return call;
 }
 
-CompiledEntry entryFor(const CallInput& call, const FrameState& frame, const std::string& artifact) {
+CompiledEntry entryFor(const CallInput& call, const FrameState& frame,
+                       const std::string& artifact) {
   CompiledEntry e;
   e.guards = guardsForCall(call, kNames, frame);
   e.artifacts = {artifact};
@@ -67,7 +68,8 @@ TEST_F(StoreDir, HitsAndMissesWithAReasonPerEntryInOrder) {
 
   EXPECT_EQ(store.insert(kFn, entryFor(callOf({8, 4}), {}, "a8")).id, 1u);
   EXPECT_EQ(store.insert(kFn, entryFor(callOf({16, 4}), {}, "a16")).id, 2u);
-  EXPECT_EQ(store.insert(kOther, entryFor(callOf({8, 4}), {}, "other")).id, 1u) << "ids are per function";
+  EXPECT_EQ(store.insert(kOther, entryFor(callOf({8, 4}), {}, "other")).id, 1u)
+      << "ids are per function";
 
   LookupResult hit = store.lookup(kFn, callOf({16, 4}));
   ASSERT_NE(hit.hit, nullptr);
@@ -151,7 +153,8 @@ TEST_F(StoreDir, ASizeChangeMakesOneEntryWithASymbolForLaterSizes) {
     EXPECT_EQ(r.hit->id, 2u) << batch;
   }
   EXPECT_NE(store.lookup(kFn, callOf({8, 4}, 3)).hit, nullptr);
-  EXPECT_EQ(store.lookup(kFn, callOf({8, 4}, 3)).hit->id, 1u) << "the first entry that holds serves";
+  EXPECT_EQ(store.lookup(kFn, callOf({8, 4}, 3)).hit->id, 1u)
+      << "the first entry that holds serves";
   EXPECT_EQ(store.entries(kFn).size(), 2u);
   // Seeing the same again changes nothing.
   EXPECT_FALSE(store.observe(kFn, observe(callOf({40, 4}), kNames)).changed);
@@ -172,7 +175,8 @@ TEST_F(StoreDir, MarksOverrideAutomaticDynamic) {
   EXPECT_THROW(store.mark(kFn, "", true), Error);
 }
 
-std::optional<JobMember> member(uint32_t rank, uint32_t world, uint64_t round = 0, std::string job = "job-a") {
+std::optional<JobMember> member(uint32_t rank, uint32_t world, uint64_t round = 0,
+                                std::string job = "job-a") {
   return JobMember{std::move(job), rank, world, round};
 }
 
@@ -209,7 +213,8 @@ TEST_F(StoreDir, ARankReportingTwiceReplacesItsReport) {
   store.observe(kFn, observe(callOf({4, 4}), kNames), member(0, 2)); // replaces, does not add
   ObserveResult done = store.observe(kFn, observe(callOf({4, 4}), kNames), member(1, 2));
   ASSERT_TRUE(done.frame);
-  EXPECT_FALSE(done.frame->dynamicDim("L['x']", 0)) << "rank 0's first report was replaced: " << done.frame->text();
+  EXPECT_FALSE(done.frame->dynamicDim("L['x']", 0))
+      << "rank 0's first report was replaced: " << done.frame->text();
 }
 
 TEST_F(StoreDir, RoundsAndJobsAreIndependent) {
@@ -227,7 +232,8 @@ TEST_F(StoreDir, RoundsAndJobsAreIndependent) {
   // Round 0's answer stands.
   EXPECT_FALSE(store.observe(kFn, {}, member(0, 2, 0)).frame->dynamicDim("L['x']", 0));
   // Another job's round 0 is its own round.
-  ObserveResult other = store.observe(kFn, observe(callOf({8, 4}), kNames), member(0, 2, 0, "job-b"));
+  ObserveResult other =
+      store.observe(kFn, observe(callOf({8, 4}), kNames), member(0, 2, 0, "job-b"));
   EXPECT_FALSE(other.frame);
   EXPECT_EQ(other.missing, std::vector<uint32_t>{1});
   // A world size other than the round's, or a rank outside it, is refused.
@@ -287,7 +293,8 @@ TEST_F(StoreDir, ACorruptOrTornFileIsSkippedAndTheOthersLoad) {
     otherPath = store.pathOf(kOther);
   }
   ASSERT_TRUE(fs::exists(fnPath));
-  overwrite(fnPath, fs::file_size(fnPath) / 2, "garbage!"); // corrupt: the checksum no longer matches
+  overwrite(fnPath, fs::file_size(fnPath) / 2,
+            "garbage!"); // corrupt: the checksum no longer matches
   fs::resize_file(otherPath, fs::file_size(otherPath) - 13); // torn
   std::ofstream(dir_ + "/junk.kguard") << "not a store file";
   std::ofstream(dir_ + "/empty.kguard");

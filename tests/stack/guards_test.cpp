@@ -140,7 +140,8 @@ TEST_F(GuardsTest, VerbsThroughTheStack) {
   // Misses, recompiles and the limit are in the service's log.
   const std::string log = guardsLog();
   EXPECT_NE(log.find("miss function=model.Block.forward@c0ffee"), std::string::npos) << log;
-  EXPECT_NE(log.find("recompile function=model.Block.forward@c0ffee entry=2"), std::string::npos) << log;
+  EXPECT_NE(log.find("recompile function=model.Block.forward@c0ffee entry=2"), std::string::npos)
+      << log;
   EXPECT_NE(log.find("cache limit reached"), std::string::npos) << log;
 }
 
@@ -160,7 +161,8 @@ TEST_F(GuardsTest, BadRequestsGetTypedErrorsAndTheServiceLives) {
   list.getRoot<capnp::AnyPointer>().initAs<capnp::List<int32_t>>(3);
   expectError(list, ErrorCode::Malformed, "a list where a struct belongs");
 
-  capnp::MallocMessageBuilder unknownVerb; // Envelope's first data word is where the union tag is read
+  capnp::MallocMessageBuilder
+      unknownVerb; // Envelope's first data word is where the union tag is read
   unknownVerb.initRoot<schema::Envelope>().setRequestId(99);
   expectError(unknownVerb, ErrorCode::Unsupported, "verb 99");
 
@@ -200,9 +202,10 @@ TEST_F(GuardsTest, AKilledServiceLosesNoEntry) {
   stack.guardsInsert(kFn, entryFor(callOf(12), frame, "art-dyn"));
   stack.guardsMark(kFn, "L['x'].size()[1]", true);
   stack.guardsInsert(other, entryFor(callOf(2), {}, "art-other"));
-  const std::string before = stack.guardsEntries(kFn).frame.text();
+  const std::string frameBefore = stack.guardsEntries(kFn).frame.text();
 
-  const auto* guardsService = stack.status().service("guards");
+  const client::StackStatus before = stack.status();
+  const auto* guardsService = before.service("guards");
   ASSERT_NE(guardsService, nullptr);
   const int victim = guardsService->workers.front().pid;
   ASSERT_GT(victim, 0);
@@ -220,7 +223,7 @@ TEST_F(GuardsTest, AKilledServiceLosesNoEntry) {
   ASSERT_EQ(entries.entries.size(), 2u);
   EXPECT_EQ(entries.entries[0].artifacts, std::vector<std::string>{"art-8"});
   EXPECT_EQ(entries.entries[1].artifacts, std::vector<std::string>{"art-dyn"});
-  EXPECT_EQ(entries.frame.text(), before);
+  EXPECT_EQ(entries.frame.text(), frameBefore);
   EXPECT_EQ(stack.guardsEntries(other).entries.size(), 1u);
   client::GuardsLookup hit = stack.guardsLookup(kFn, callOf(40));
   ASSERT_TRUE(hit.hit);
@@ -236,8 +239,9 @@ int runRank(const std::string& runDir, uint32_t rank, int64_t batch, const std::
   try {
     auto stack = client::Stack::connect(runDir);
     const guards::CallInput call = callOf(batch);
-    guards::FrameState frame = stack.guardsObserve(kFn, guards::observe(call, kNames),
-                                                   guards::JobMember{"train-7", rank, 2, 0}, Millis(60000));
+    guards::FrameState frame =
+        stack.guardsObserve(kFn, guards::observe(call, kNames),
+                            guards::JobMember{"train-7", rank, 2, 0}, Millis(60000));
     guards::GuardSet set = guards::guardsForCall(call, kNames, frame);
 
     sym::SymbolTable table;
@@ -246,7 +250,8 @@ int runRank(const std::string& runDir, uint32_t rank, int64_t batch, const std::
       if (set.source(s.node) == "L['x'].size()[0]")
         sizes[0] = table.declare(s.symbol.name(), batch, {2, sym::kInf});
     ir::Graph graph(table);
-    ir::ValueId x = graph.placeholder("x", ir::Value(ir::TensorMeta::contiguous(ir::DType::Float32, sizes, table)));
+    ir::ValueId x = graph.placeholder(
+        "x", ir::Value(ir::TensorMeta::contiguous(ir::DType::Float32, sizes, table)));
     graph.setOutputs({graph.call("relu", {graph.call("mul", {x}, {{"other", 2.0}})})});
     client::Compiled compiled = stack.compile(graph);
     sym::SymbolTable artifactTable;
@@ -276,7 +281,8 @@ TEST_F(GuardsTest, TwoRanksWithDifferentBatchesGetOneDecisionAndOneArtifact) {
   std::vector<pid_t> children;
   for (uint32_t rank = 0; rank < 2; ++rank) {
     const pid_t child = fork();
-    if (child == 0) _exit(runRank(runDir_, rank, batches[rank], base_ + "-rank" + std::to_string(rank)));
+    if (child == 0)
+      _exit(runRank(runDir_, rank, batches[rank], base_ + "-rank" + std::to_string(rank)));
     ASSERT_GT(child, 0);
     children.push_back(child);
   }
@@ -307,7 +313,8 @@ TEST_F(GuardsTest, TwoRanksWithDifferentBatchesGetOneDecisionAndOneArtifact) {
 TEST_F(GuardsTest, ARankAloneTimesOutNamingTheMissingRank) {
   auto stack = client::Stack::connect(runDir_);
   try {
-    stack.guardsObserve(kFn, guards::observe(callOf(4), kNames), guards::JobMember{"lonely", 0, 3, 0}, Millis(500));
+    stack.guardsObserve(kFn, guards::observe(callOf(4), kNames),
+                        guards::JobMember{"lonely", 0, 3, 0}, Millis(500));
     FAIL() << "decided without ranks 1 and 2";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::DeadlineExceeded) << e.what();

@@ -193,8 +193,8 @@ GuardsEntries Stack::guardsEntries(const guards::FunctionKey& function, Millis t
   });
 }
 
-GuardsInsert Stack::guardsInsert(const guards::FunctionKey& function, const guards::CompiledEntry& entry,
-                                 Millis timeout) {
+GuardsInsert Stack::guardsInsert(const guards::FunctionKey& function,
+                                 const guards::CompiledEntry& entry, Millis timeout) {
   capnp::MallocMessageBuilder request;
   auto insert = request.initRoot<schema::GuardsRequest>().initInsert();
   guards::toWire(function, insert.initFunction());
@@ -210,7 +210,8 @@ GuardsInsert Stack::guardsInsert(const guards::FunctionKey& function, const guar
 // carries the same report (a restarted service learns it again from the next).
 guards::FrameState Stack::guardsObserve(const guards::FunctionKey& function,
                                         const std::vector<guards::FrameInput>& seen,
-                                        const std::optional<guards::JobMember>& job, Millis timeout) {
+                                        const std::optional<guards::JobMember>& job,
+                                        Millis timeout) {
   capnp::MallocMessageBuilder request;
   auto observe = request.initRoot<schema::GuardsRequest>().initObserve();
   guards::toWire(function, observe.initFunction());
@@ -229,24 +230,28 @@ guards::FrameState Stack::guardsObserve(const guards::FunctionKey& function,
         if (e.code() != ErrorCode::DeadlineExceeded || !job) throw;
       }
       if (reply) {
-        std::optional<guards::FrameState> frame = rpc::decoding([&]() -> std::optional<guards::FrameState> {
-          auto in = guardsReply(*reply, schema::GuardsReply::OBSERVE, "observe").getObserve();
-          if (in.isFrame()) return guards::fromWire(in.getFrame());
-          missing.clear();
-          for (uint32_t rank : in.getMissing()) missing.push_back(rank);
-          return std::nullopt;
-        });
+        std::optional<guards::FrameState> frame =
+            rpc::decoding([&]() -> std::optional<guards::FrameState> {
+              auto in = guardsReply(*reply, schema::GuardsReply::OBSERVE, "observe").getObserve();
+              if (in.isFrame()) return guards::fromWire(in.getFrame());
+              missing.clear();
+              for (uint32_t rank : in.getMissing()) missing.push_back(rank);
+              return std::nullopt;
+            });
         if (frame) return std::move(*frame);
-        if (!job) throw Error(ErrorCode::Malformed, "observe without a job answered pending", kGuards);
+        if (!job)
+          throw Error(ErrorCode::Malformed, "observe without a job answered pending", kGuards);
       }
     }
     if (Clock::now() + pause >= deadline) {
       std::string ranks;
       for (uint32_t rank : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(rank);
       throw Error(ErrorCode::DeadlineExceeded,
-                  fmt::format("guards observe of {}: job '{}' round {}: rank(s) {} of {} did not report within {} ms",
+                  fmt::format("guards observe of {}: job '{}' round {}: rank(s) {} of {} did not "
+                              "report within {} ms",
                               function.text(), job ? job->job : "", job ? job->round : 0,
-                              ranks.empty() ? "?" : ranks, job ? job->worldSize : 1, timeout.count()),
+                              ranks.empty() ? "?" : ranks, job ? job->worldSize : 1,
+                              timeout.count()),
                   kGuards);
     }
     std::this_thread::sleep_for(pause);
@@ -254,16 +259,17 @@ guards::FrameState Stack::guardsObserve(const guards::FunctionKey& function,
   }
 }
 
-guards::FrameState Stack::guardsMark(const guards::FunctionKey& function, const std::string& dim, bool dynamic,
-                                     Millis timeout) {
+guards::FrameState Stack::guardsMark(const guards::FunctionKey& function, const std::string& dim,
+                                     bool dynamic, Millis timeout) {
   capnp::MallocMessageBuilder request;
   auto mark = request.initRoot<schema::GuardsRequest>().initMark();
   guards::toWire(function, mark.initFunction());
   mark.setDim(dim);
   mark.setDynamic(dynamic);
   auto reply = rpc_->call(kGuards, request, timeout);
-  return rpc::decoding(
-      [&] { return guards::fromWire(guardsReply(*reply, schema::GuardsReply::MARK, "mark").getMark()); });
+  return rpc::decoding([&] {
+    return guards::fromWire(guardsReply(*reply, schema::GuardsReply::MARK, "mark").getMark());
+  });
 }
 
 StackStatus Stack::status(Millis timeout) {

@@ -39,7 +39,9 @@ uint64_t fnv1a(std::string_view bytes, uint64_t hash = 0xcbf29ce484222325ULL) {
   return hash;
 }
 
-std::string mapKey(const FunctionKey& f) { return f.module + '\0' + f.qualname + '\0' + f.codeHash; }
+std::string mapKey(const FunctionKey& f) {
+  return f.module + '\0' + f.qualname + '\0' + f.codeHash;
+}
 
 std::string fileName(const FunctionKey& f) {
   const std::string key = mapKey(f);
@@ -54,7 +56,8 @@ void makeDirs(const std::string& path) {
     if (at != path.size() && path[at] != '/') continue;
     const std::string prefix = path.substr(0, at);
     if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST)
-      throw Error(ErrorCode::Io, "guards store: cannot create " + prefix + ": " + std::strerror(errno));
+      throw Error(ErrorCode::Io,
+                  "guards store: cannot create " + prefix + ": " + std::strerror(errno));
   }
 }
 
@@ -87,9 +90,11 @@ void writeAtomically(const std::string& path, const std::string& bytes) {
 }
 
 bool sameInputs(const std::vector<FrameInput>& a, const std::vector<FrameInput>& b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const FrameInput& x, const FrameInput& y) {
-    return x.source == y.source && x.isTensor == y.isTensor && x.sizes == y.sizes && x.value == y.value;
-  });
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const FrameInput& x, const FrameInput& y) {
+                      return x.source == y.source && x.isTensor == y.isTensor &&
+                             x.sizes == y.sizes && x.value == y.value;
+                    });
 }
 
 const std::vector<CompiledEntry> kNoEntries;
@@ -97,13 +102,16 @@ const std::vector<CompiledEntry> kNoEntries;
 } // namespace
 
 std::string defaultStoreDir() {
-  if (const char* dir = std::getenv("KILN_CACHE_DIR"); dir && *dir) return std::string(dir) + "/guards";
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/kiln/guards";
+  if (const char* dir = std::getenv("KILN_CACHE_DIR"); dir && *dir)
+    return std::string(dir) + "/guards";
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return std::string(xdg) + "/kiln/guards";
   const char* home = std::getenv("HOME");
   return std::string(home && *home ? home : "/tmp") + "/.cache/kiln/guards";
 }
 
-EntryStore::EntryStore(std::string dir, uint32_t cacheLimit) : dir_(std::move(dir)), cacheLimit_(cacheLimit) {
+EntryStore::EntryStore(std::string dir, uint32_t cacheLimit)
+    : dir_(std::move(dir)), cacheLimit_(cacheLimit) {
   if (dir_.empty()) return;
   makeDirs(dir_);
   load();
@@ -159,7 +167,8 @@ InsertResult EntryStore::insert(const FunctionKey& function, CompiledEntry entry
       if (known->bytes[i] == bytes) return {known->entries[i].id, false, true};
   if (const Function* known = find(function); (known ? known->entries.size() : 0) >= cacheLimit_)
     return {0, true, false};
-  Program program = compile(entry.guards); // before anything changes: a set that cannot compile stores nothing
+  Program program =
+      compile(entry.guards); // before anything changes: a set that cannot compile stores nothing
   Function& f = get(function);
   entry.id = f.nextId++;
   const uint64_t id = entry.id;
@@ -189,8 +198,9 @@ size_t EntryStore::entryCount() const {
 ObserveResult EntryStore::observe(const FunctionKey& function, const std::vector<FrameInput>& seen,
                                   const std::optional<JobMember>& job) {
   if (job && (job->worldSize == 0 || job->rank >= job->worldSize))
-    throw Error(ErrorCode::InvalidArgument, "guards: job '" + job->job + "': rank " + std::to_string(job->rank) +
-                                                " is not within a world of " + std::to_string(job->worldSize));
+    throw Error(ErrorCode::InvalidArgument,
+                "guards: job '" + job->job + "': rank " + std::to_string(job->rank) +
+                    " is not within a world of " + std::to_string(job->worldSize));
   ObserveResult out;
   if (!job || job->job.empty()) {
     Function& f = get(function);
@@ -203,9 +213,10 @@ ObserveResult EntryStore::observe(const FunctionKey& function, const std::vector
   if (const Function* known = find(function)) {
     auto it = known->rounds.find({job->job, job->round});
     if (it != known->rounds.end() && it->second.worldSize != job->worldSize)
-      throw Error(ErrorCode::InvalidArgument,
-                  "guards: job '" + job->job + "' round " + std::to_string(job->round) + " has a world of " +
-                      std::to_string(it->second.worldSize) + ", not " + std::to_string(job->worldSize));
+      throw Error(ErrorCode::InvalidArgument, "guards: job '" + job->job + "' round " +
+                                                  std::to_string(job->round) + " has a world of " +
+                                                  std::to_string(it->second.worldSize) + ", not " +
+                                                  std::to_string(job->worldSize));
   }
   Function& f = get(function);
   auto [it, began] = f.rounds.try_emplace({job->job, job->round});
@@ -242,7 +253,8 @@ void EntryStore::dropOldRounds(Function& f) {
   while (f.rounds.size() > kMaxRounds) {
     auto oldest = f.rounds.end();
     for (auto it = f.rounds.begin(); it != f.rounds.end(); ++it) {
-      const bool better = oldest == f.rounds.end() || (it->second.decided && !oldest->second.decided) ||
+      const bool better = oldest == f.rounds.end() ||
+                          (it->second.decided && !oldest->second.decided) ||
                           (bool(it->second.decided) == bool(oldest->second.decided) &&
                            it->second.order < oldest->second.order);
       if (better) oldest = it;
@@ -275,7 +287,8 @@ std::string EntryStore::encode(const Function& f) const {
   out.setNextId(f.nextId);
   std::vector<const std::pair<const std::pair<std::string, uint64_t>, Round>*> rounds;
   for (const auto& r : f.rounds) rounds.push_back(&r);
-  std::sort(rounds.begin(), rounds.end(), [](auto* a, auto* b) { return a->second.order < b->second.order; });
+  std::sort(rounds.begin(), rounds.end(),
+            [](auto* a, auto* b) { return a->second.order < b->second.order; });
   auto stored = out.initRounds(static_cast<unsigned>(rounds.size()));
   for (unsigned k = 0; k < stored.size(); ++k) {
     const auto& [id, round] = *rounds[k];
@@ -311,10 +324,11 @@ EntryStore::Function EntryStore::decode(const std::string& file) const {
   std::memcpy(&sum, file.data() + sizeof kMagic + 8, 8);
   const std::string_view payload = std::string_view(file).substr(kHeader);
   if (length != payload.size())
-    throw Error(ErrorCode::Malformed, "torn: " + std::to_string(payload.size()) + " of " + std::to_string(length) +
-                                          " bytes");
+    throw Error(ErrorCode::Malformed, "torn: " + std::to_string(payload.size()) + " of " +
+                                          std::to_string(length) + " bytes");
   if (fnv1a(payload) != sum) throw Error(ErrorCode::Malformed, "checksum mismatch");
-  if (payload.size() % sizeof(capnp::word) != 0) throw Error(ErrorCode::Malformed, "not whole words");
+  if (payload.size() % sizeof(capnp::word) != 0)
+    throw Error(ErrorCode::Malformed, "not whole words");
   try {
     kj::Array<capnp::word> words = kj::heapArray<capnp::word>(payload.size() / sizeof(capnp::word));
     std::memcpy(words.begin(), payload.data(), payload.size());
@@ -329,14 +343,16 @@ EntryStore::Function EntryStore::decode(const std::string& file) const {
     f.frame = fromWire(in.getFrame());
     f.nextId = in.getNextId();
     for (const CompiledEntry& e : f.entries)
-      if (e.id >= f.nextId) throw Error(ErrorCode::Malformed, "entry id " + std::to_string(e.id) + " not below nextId");
+      if (e.id >= f.nextId)
+        throw Error(ErrorCode::Malformed, "entry id " + std::to_string(e.id) + " not below nextId");
     for (auto r : in.getRounds()) {
       Round round;
       round.worldSize = r.getWorldSize();
       if (round.worldSize == 0) throw Error(ErrorCode::Malformed, "a round of no ranks");
       round.base = fromWire(r.getBase());
       for (auto report : r.getReports()) {
-        if (report.getRank() >= round.worldSize) throw Error(ErrorCode::Malformed, "a report from outside the world");
+        if (report.getRank() >= round.worldSize)
+          throw Error(ErrorCode::Malformed, "a report from outside the world");
         round.reports[report.getRank()] = fromWire(report.getObservation().getInputs());
       }
       if (r.getDecided()) round.decided = fromWire(r.getFrame());

@@ -30,9 +30,10 @@ constexpr uint32_t kDefaultCacheLimit = 8;
 std::string defaultStoreDir();
 
 struct LookupResult {
-  const CompiledEntry* hit = nullptr;                    // the first entry that holds; valid until the store changes
-  std::vector<std::pair<uint64_t, std::string>> reasons; // on a miss: entry id -> why not, in entry order
-  bool runEagerly = false;                               // on a miss: the cache limit is reached
+  const CompiledEntry* hit = nullptr; // the first entry that holds; valid until the store changes
+  std::vector<std::pair<uint64_t, std::string>>
+      reasons;             // on a miss: entry id -> why not, in entry order
+  bool runEagerly = false; // on a miss: the cache limit is reached
   FrameState frame;
 };
 
