@@ -204,9 +204,10 @@ ObserveResult EntryStore::observe(const FunctionKey& function, const std::vector
   ObserveResult out;
   if (!job || job->job.empty()) {
     Function& f = get(function);
+    const size_t known = f.frame.inputs.size();
     out.changed = f.frame.observe(seen);
     out.frame = f.frame;
-    save(f);
+    if (out.changed || f.frame.inputs.size() != known) save(f); // a repeat writes nothing
     return out;
   }
   // Checked before the function is made, so a refused request changes nothing.
