@@ -140,8 +140,8 @@ private:
       if (info.mutates) {
         storage[id] = storage[*info.mutates == 0 ? n.inputs.front() : n.inputs.back()];
         written[storage[id]] = true;
-      } else if (ir::isViewOp(op) || n.value.isTuple() || op == "getitem" ||
-                 op == "reshape" || op == "flatten" || op == "contiguous") {
+      } else if (ir::isViewOp(op) || n.value.isTuple() || op == "getitem" || op == "reshape" ||
+                 op == "flatten" || op == "contiguous") {
         storage[id] = storage[n.inputs.front()];
       }
     }
@@ -180,7 +180,30 @@ private:
     }
     std::unordered_map<sym::Expr, sym::Expr> bind;
     for (size_t k = 0; k < idx.size(); ++k) bind.emplace(v.vars[k], idx[k]);
-    return substitute(v.body, bind);
+    return withFreshIndirect(substitute(v.body, bind));
+  }
+
+  // `s` with the symbols its indirect loads bind renamed afresh: a body inlined
+  // twice into a kernel must not bind one symbol twice.
+  Scalar withFreshIndirect(const Scalar& s) {
+    std::vector<Scalar> args;
+    for (const Scalar& a : s->args) args.push_back(withFreshIndirect(a));
+    if (s->kind == ScalarKind::Load && !s->indirect.empty()) {
+      Index symbols = freshVars("t", Shape(s->indirect.size(), table_.integer(0)));
+      std::unordered_map<sym::Expr, sym::Expr> rename;
+      for (size_t k = 0; k < symbols.size(); ++k) rename.emplace(s->indirect[k], symbols[k]);
+      return indirectLoad(s->dtype, s->buffer, sym::substitute(s->index, rename),
+                          std::move(symbols), std::move(args), s->indirectSizes);
+    }
+    return withArgs(s, std::move(args));
+  }
+
+  // `s` with other arguments (itself when they are the same).
+  static Scalar withArgs(const Scalar& s, std::vector<Scalar> args) {
+    if (args == s->args) return s;
+    ScalarNode n = *s;
+    n.args = std::move(args);
+    return std::make_shared<const ScalarNode>(std::move(n));
   }
 
   // `v`'s index for the output index `idx` of an op that broadcast v to `sizes`.
@@ -430,12 +453,14 @@ private:
   // of a body is a body too: the input's body read at the input index the
   // view's index maps to (viewIndex), fused into whatever reads it. The body is
   // stored first (and viewed) when a mutation writes the storage the view
-  // would share, which must then be memory, and for as_strided, which may
-  // overlap its elements.
+  // would share, which must then be memory; for as_strided, which may overlap
+  // its elements; and for an expand of a body bigger than kInlineLimit, which
+  // each broadcast element would recompute.
   Lowered lowerView(const ir::Node& node, ValueId id, const Args& a, const TensorMeta& meta) {
     ValueId input = node.inputs[0];
     Lowered& in = values_.at(input);
-    if (!in.buffer && !written_.at(id)) {
+    bool recomputed = node.target == "expand" && meta.sizes != in.meta.sizes;
+    if (!in.buffer && !written_.at(id) && !(recomputed && opCount(in.body) > kInlineLimit)) {
       Lowered v;
       v.meta = meta;
       v.vars = freshVars("i", meta.sizes);
@@ -469,8 +494,10 @@ private:
     if (op == "permute" || op == "transpose") { // out dim k is in dim dims[k]
       std::vector<int64_t> dims;
       for (size_t k = 0; k < rank; ++k) dims.push_back(int64_t(k));
-      if (op == "permute") dims = a.call->intList("dims");
-      else std::swap(dims[dimArg("dim0", rank)], dims[dimArg("dim1", rank)]);
+      if (op == "permute")
+        dims = a.call->intList("dims");
+      else
+        std::swap(dims[dimArg("dim0", rank)], dims[dimArg("dim1", rank)]);
       Index at(rank);
       for (size_t k = 0; k < rank; ++k)
         at[static_cast<size_t>(dims[k] < 0 ? dims[k] + int64_t(rank) : dims[k])] = i[k];
@@ -907,7 +934,8 @@ private:
     // logical and, a logical or may skip all but their first operand.
     std::function<bool(const Scalar&)> checks = [&](const Scalar& s) {
       if (s->kind == ScalarKind::Load && mentions(s->index)) return true;
-      bool firstOnly = s->kind == ScalarKind::Where || s->op == "logical_and" || s->op == "logical_or";
+      bool firstOnly =
+          s->kind == ScalarKind::Where || s->op == "logical_and" || s->op == "logical_or";
       size_t n = firstOnly ? 1 : s->args.size();
       for (size_t k = 0; k < n; ++k)
         if (checks(s->args[k])) return true;
@@ -928,14 +956,11 @@ private:
         return indirectLoad(s->dtype, s->buffer, sym::substitute(s->index, {{picked, own}}),
                             std::move(symbols), std::move(args), std::move(sizes));
       }
-      if (args == s->args) return s;
-      ScalarNode n = *s;
-      n.args = std::move(args);
-      return std::make_shared<const ScalarNode>(std::move(n));
+      return withArgs(s, std::move(args));
     };
-    Scalar bound_ = bindPicked(body);
+    Scalar read = bindPicked(body);
     if (asValue) return std::nullopt;
-    return bound_;
+    return read;
   }
 
   const ir::Graph* graph_; // the graph lowered (a composite's decomposition, for a while)
