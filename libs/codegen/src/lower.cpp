@@ -225,9 +225,7 @@ private:
       Lowered& viewed = values_.at(*v.viewed);
       realize(viewed);
       v.buffer = viewed.buffer;
-      // Inferred offsets, as_strided's too, are in the coordinates of the root's
-      // storage: the view keeps its input's base.
-      v.base = viewed.base;
+      v.base = viewed.base; // as lowerView's views of stored values
       return;
     }
     Buffer b;
@@ -383,8 +381,8 @@ private:
       r.dtype = out.dtype;
       functional.value = r;
     }
-    Lowered result = ir::getOp(functional.target).decompose ? lowerComposite(functional, id)
-                                                           : lowerCall(functional, id);
+    Lowered result = ir::getOp(functional.target).decompose ? lowerComposite(functional)
+                                                            : lowerCall(functional, id);
     if (result.kind != Lowered::Tensor)
       throw Error(ErrorCode::Unsupported, "codegen: " + node.target + " of a non-tensor result");
     if (!result.buffer && reads(result.body, memory)) realize(result);
@@ -408,7 +406,7 @@ private:
   // A composite op met outside the decomposed graph (the functional op of
   // gelu_ or softmax_out): its decomposition, lowered with its inputs bound to
   // the values lowered so far.
-  Lowered lowerComposite(const ir::Node& node, ValueId id) {
+  Lowered lowerComposite(const ir::Node& node) {
     ir::Graph sub(table_);
     std::vector<ValueId> ins;
     for (ValueId in : node.inputs) ins.push_back(sub.placeholder("in", graph_->value(in)));
