@@ -449,10 +449,19 @@ TEST_F(Lower, ReshapeViewAndUnflattenOfBodies) {
       {{"dim", int64_t{1}}, {"sizes", std::vector<sym::Expr>{table.integer(3), table.integer(2)}}});
   ValueId flat = graph.call("view", {graph.call("sin", {y})},
                             {{"size", std::vector<sym::Expr>{table.integer(-1)}}});
+  ValueId heads =
+      graph.call("view", {graph.call("cos", {y})}, // size-1 dims added
+                 {{"size", std::vector<sym::Expr>{table.integer(1), table.integer(3), s0,
+                                                  table.integer(2), table.integer(1)}}});
   graph.setOutputs({graph.call("add", {graph.call("add", {viewed, reshaped}), y}),
-                    scaled(unflat, 2.0), scaled(flat, 2.0)});
+                    scaled(unflat, 2.0), scaled(flat, 2.0), scaled(heads, 2.0)});
   Program p = expectSameValues({random(DType::Float32, {4, 6}), random(DType::Float32, {3, 4, 2})});
-  EXPECT_EQ(countKind(p, BufferKind::Computed), 3u) << print(p);
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 4u) << print(p);
+  // Each group of dims maps on its own ([1, 3] to [3], [s0] to [s0], [2, 1] to [2]): no
+  // division, which a flat position over the symbolic size would need.
+  std::string split = print(p.buffers.back().loops.body, p);
+  EXPECT_EQ(split.find('%'), std::string::npos) << split;
+  EXPECT_EQ(split.find("//"), std::string::npos) << split;
   // The same program for other sizes of s0.
   for (int64_t n : {2, 5, 9}) {
     std::vector<HostTensor> in = {random(DType::Float32, {n, 6}),

@@ -561,18 +561,36 @@ private:
   }
 
   // The index into `from` at the same row-major position as `i` in `sizes`
-  // (reshape, view): the flat position, unflattened with floor-div and mod.
+  // (reshape, view). The dims fall into consecutive groups of equal products
+  // (view(b, s, h, d) of [b, s, h*d]: [b], [s], [h, d] against [h*d]), and
+  // each group maps on its own: the group's flat position, unflattened with
+  // floor-div and mod where `from` has several dims in it. Where sizes do not
+  // say which product is smaller, the rest is one group.
   Index rowMajorIndex(const Index& i, const Shape& sizes, const Shape& from) {
-    sym::Expr zero = table_.integer(0);
+    sym::Expr zero = table_.integer(0), one = table_.integer(1);
     for (const Shape* s : {&sizes, &from}) // no element: nothing is read (nor divided by 0)
       for (sym::Expr size : *s)
         if (size.asInteger() == 0) return Index(from.size(), zero);
-    sym::Expr flat = zero;
-    for (size_t k = 0; k < i.size(); ++k) flat = flat * sizes[k] + i[k];
     Index at(from.size());
-    for (size_t k = from.size(); k-- > 0;) {
-      at[k] = k == 0 ? flat : sym::mod(flat, from[k]);
-      flat = sym::floorDiv(flat, from[k]);
+    for (size_t o = 0, n = 0; o < sizes.size() || n < from.size();) {
+      size_t oEnd = o, nEnd = n;
+      sym::Expr outProduct = one, inProduct = one;
+      while (oEnd < sizes.size() || nEnd < from.size()) {
+        if (oEnd > o && nEnd > n && outProduct == inProduct) break;
+        bool smallerOut = sym::staticallyKnown(sym::lt(outProduct, inProduct)) == true;
+        if (nEnd == from.size() || (oEnd < sizes.size() && (oEnd == o || smallerOut)))
+          outProduct = outProduct * sizes[oEnd++];
+        else
+          inProduct = inProduct * from[nEnd++];
+      }
+      sym::Expr flat = zero;
+      for (size_t k = o; k < oEnd; ++k) flat = flat * sizes[k] + i[k];
+      for (size_t k = nEnd; k-- > n;) {
+        at[k] = k == n ? flat : sym::mod(flat, from[k]);
+        flat = sym::floorDiv(flat, from[k]);
+      }
+      o = oEnd;
+      n = nEnd;
     }
     return at;
   }
