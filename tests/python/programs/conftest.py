@@ -1,20 +1,12 @@
-"""The program corpus's tally (see harness.py):
+"""The program corpus's tally (see corpus.py):
 
     programs: N compiled+correct, F fell back, W wrong
 """
-import collections
-
-_outcomes: collections.Counter = collections.Counter()
-_unexpected: list[str] = []
-
-
-def record(name: str, kind: str, detail: str, expected_fallback: bool):
-    _outcomes[kind] += 1
-    if kind == "wrong" or (kind == "fell back" and not expected_fallback):
-        _unexpected.append(f"  {kind}: {name}: {detail}")
+import corpus
 
 
 def pytest_terminal_summary(terminalreporter):
+    _outcomes, _unexpected = corpus.OUTCOMES, corpus.UNEXPECTED
     if not _outcomes:
         return
     write = terminalreporter.write_line

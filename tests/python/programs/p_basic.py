@@ -4,7 +4,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from harness import call, program
+from corpus import call, program
 
 r = torch.randn
 

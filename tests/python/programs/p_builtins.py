@@ -4,7 +4,7 @@ import math
 import torch
 import torch.nn as nn
 
-from harness import program
+from corpus import program
 
 r = torch.randn
 

@@ -1,7 +1,7 @@
 """Tuples, lists and dicts: built, unpacked, returned, passed in."""
 import torch
 
-from harness import call, program
+from corpus import call, program
 
 r = torch.randn
 

@@ -2,7 +2,7 @@
 import torch
 import torch.nn.functional as F
 
-from harness import call, program
+from corpus import call, program
 
 r = torch.randn
 

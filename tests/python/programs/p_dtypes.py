@@ -1,7 +1,7 @@
 """Other dtypes: half, bfloat16, double, integers, bools."""
 import torch
 
-from harness import program
+from corpus import program
 
 r = torch.randn
 

@@ -2,7 +2,7 @@
 import torch
 import torch.nn.functional as F
 
-from harness import program
+from corpus import program
 
 r = torch.randn
 

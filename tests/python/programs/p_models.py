@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from harness import program
+from corpus import program
 
 r = torch.randn
 torch.manual_seed(1)

@@ -1,7 +1,7 @@
 """Views, shape arithmetic and indexing."""
 import torch
 
-from harness import program
+from corpus import program
 
 r = torch.randn
 

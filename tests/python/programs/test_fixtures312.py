@@ -1,18 +1,18 @@
 """Python 3.12 bytecode, checked where only 3.11 runs: each file in fixtures312/ is a
 program's final TraceRequest as Python 3.12 on the GPU machine listed it
-(`KILN_CAPTURE_REQUESTS`, see harness.py and scripts/device-run). The tracer must
+(`KILN_CAPTURE_REQUESTS`, see corpus.py and scripts/device-run). The tracer must
 read it and build a graph that computes what the program computes here."""
 import pathlib
 
 import pytest
 import torch
 
-import harness
+import corpus
 from kiln import _kiln, _trace, ir
 
-harness.load_all()
+corpus.load_all()
 FIXTURES = pathlib.Path(__file__).parent / "fixtures312"
-BY_NAME = {p.name: p for p in harness.PROGRAMS}
+BY_NAME = {p.name: p for p in corpus.PROGRAMS}
 FILES = sorted(FIXTURES.glob("*.bin")) if FIXTURES.is_dir() else []
 
 
@@ -29,9 +29,9 @@ def test_312_request(path):
         return
     assert "traced" in reply, reply.get("unsupported") or reply
     traced = _trace.Traced(reply)
-    args, kwargs = harness.arguments(p)
-    expected_args, expected_kwargs = harness._clone(args), harness._clone(kwargs)
+    args, kwargs = corpus.arguments(p)
+    expected_args, expected_kwargs = corpus._clone(args), corpus._clone(kwargs)
     expected = p.fn(*expected_args, **expected_kwargs)
     fn, call_args = _trace.normalize(p.fn, args)
     results = ir.run(traced.graph, *_trace.graph_inputs(traced, fn, call_args, kwargs))
-    harness.compare(_trace.rebuild(traced.outputs, results), expected, p)
+    corpus.compare(_trace.rebuild(traced.outputs, results), expected, p)

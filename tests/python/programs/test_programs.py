@@ -1,15 +1,15 @@
 """Runs every program of the corpus (p_*.py) eagerly and through kiln."""
 import pytest
 
-import harness
-from conftest import record
+import corpus
+from corpus import record
 
-harness.load_all()
+corpus.load_all()
 
 
-@pytest.mark.parametrize("p", harness.PROGRAMS, ids=[p.name for p in harness.PROGRAMS])
+@pytest.mark.parametrize("p", corpus.PROGRAMS, ids=[p.name for p in corpus.PROGRAMS])
 def test_program(p, stack):
-    outcome = harness.run(p, stack)
+    outcome = corpus.run(p, stack)
     record(p.name, outcome.kind, outcome.detail, p.falls_back is not None)
     if outcome.kind == "wrong":
         pytest.fail(outcome.detail)

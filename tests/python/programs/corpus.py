@@ -13,6 +13,7 @@ service of the session's stack, run on the example inputs.
 """
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import inspect
@@ -25,6 +26,8 @@ import torch
 from kiln import _trace, ir
 
 PROGRAMS: list["Program"] = []
+OUTCOMES: "collections.Counter" = collections.Counter()  # the run's tally (conftest prints it)
+UNEXPECTED: list[str] = []
 # Where to keep each program's final TraceRequest (the GPU machine's Python 3.12
 # requests become tests/python/programs/fixtures312, replayed on 3.11 in CI).
 CAPTURE = os.environ.get("KILN_CAPTURE_REQUESTS")
@@ -137,3 +140,9 @@ def load_all():
     import importlib
     for path in sorted(pathlib.Path(__file__).parent.glob("p_*.py")):
         importlib.import_module(path.stem)
+
+
+def record(name: str, kind: str, detail: str, expected_fallback: bool):
+    OUTCOMES[kind] += 1
+    if kind == "wrong" or (kind == "fell back" and not expected_fallback):
+        UNEXPECTED.append(f"  {kind}: {name}: {detail}")
