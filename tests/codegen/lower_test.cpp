@@ -67,7 +67,8 @@ struct Lower : ::testing::Test {
   }
 
   // The program compiled for the CPU and run on the inputs.
-  std::vector<HostTensor> runCompiled(const Program& program, const std::vector<HostTensor>& inputs) {
+  std::vector<HostTensor> runCompiled(const Program& program,
+                                      const std::vector<HostTensor>& inputs) {
     Schedule plan = schedule(program);
     CpuSource source = emitCpu(program, plan);
     std::string so = ::testing::TempDir() + "kiln_lower_" + std::to_string(::getpid()) + ".so";
@@ -377,13 +378,14 @@ TEST_F(Lower, DropoutDrawsTheInterpretersStreamBitForBit) {
   ValueId seed = input("seed", DType::Int64, {});
   ValueId offset = input("offset", DType::Int64, {});
   ValueId xt = graph.call("transpose", {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
-  graph.setOutputs({graph.call("dropout", {x, seed, offset}, {{"p", 0.3}}),
-                    graph.call("dropout", {xt, seed, offset}, {{"p", 0.5}}), // row-major over the result
-                    graph.call("dropout", {x, seed, offset}, {{"p", 0.0}}),
-                    graph.call("dropout", {x, seed, offset}, {{"p", 1.0}}),
-                    graph.call("dropout", {x, seed, offset}, {{"p", 0.7}, {"train", false}}),
-                    graph.call("dropout", {h, seed, offset}, {{"p", 0.25}}),
-                    graph.call("dropout", {d, seed, offset}, {{"p", 0.4}})});
+  graph.setOutputs(
+      {graph.call("dropout", {x, seed, offset}, {{"p", 0.3}}),
+       graph.call("dropout", {xt, seed, offset}, {{"p", 0.5}}), // row-major over the result
+       graph.call("dropout", {x, seed, offset}, {{"p", 0.0}}),
+       graph.call("dropout", {x, seed, offset}, {{"p", 1.0}}),
+       graph.call("dropout", {x, seed, offset}, {{"p", 0.7}, {"train", false}}),
+       graph.call("dropout", {h, seed, offset}, {{"p", 0.25}}),
+       graph.call("dropout", {d, seed, offset}, {{"p", 0.4}})});
   for (auto [s, o] : std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {1234, 7}, {-5, 1LL << 33}}) {
     SCOPED_TRACE(std::to_string(s) + ", " + std::to_string(o));
     Program p = expectSameValues({random(DType::Float32, {6, 7}), random(DType::BFloat16, {5}),
@@ -452,7 +454,8 @@ TEST_F(Lower, ScatterAddOfZeroAndOneDims) {
   graph.setOutputs({graph.call("scatter_add", {scalar, zeros, src}, {{"dim", int64_t{0}}}),
                     graph.call("scatter_add", {vec, one, scalar}, {{"dim", int64_t{0}}}),
                     graph.call("scatter_add", {vec, empty, src}, {{"dim", int64_t{0}}})});
-  expectSameValues({random(DType::Float64, {}), HostTensor::fromDoubles(DType::Int64, {3}, {0, 0, 0}),
+  expectSameValues({random(DType::Float64, {}),
+                    HostTensor::fromDoubles(DType::Int64, {3}, {0, 0, 0}),
                     random(DType::Float64, {3}), random(DType::Float64, {4}),
                     HostTensor::fromDoubles(DType::Int64, {}, {2}),
                     HostTensor::fromDoubles(DType::Int64, {0}, {})});
@@ -468,15 +471,15 @@ TEST_F(Lower, AttentionDecomposesToMatmulsAndASoftmaxKernel) {
   ValueId mask = input("mask", DType::Bool, ints({5, 6}));
   ValueId bias = input("bias", DType::Float32, ints({5, 6}));
   const char* op = "scaled_dot_product_attention";
-  graph.setOutputs({graph.call(op, {query, key, value}),
-                    graph.call(op, {query, key, value, mask}),
+  graph.setOutputs({graph.call(op, {query, key, value}), graph.call(op, {query, key, value, mask}),
                     graph.call(op, {query, key, value, bias}, {{"scale", 0.25}}),
                     graph.call(op, {query, query, query}, {{"is_causal", true}})});
   for (int64_t h : {3, 1}) {
-    Program p = expectSameValues({random(DType::Float32, {2, h, 5, 8}), random(DType::Float32, {2, h, 6, 8}),
-                                  random(DType::Float32, {2, h, 6, 8}),
-                                  random(DType::Bool, {5, 6}, 0, 2), random(DType::Float32, {5, 6})},
-                                 1e-4);
+    Program p = expectSameValues(
+        {random(DType::Float32, {2, h, 5, 8}), random(DType::Float32, {2, h, 6, 8}),
+         random(DType::Float32, {2, h, 6, 8}), random(DType::Bool, {5, 6}, 0, 2),
+         random(DType::Float32, {5, 6})},
+        1e-4);
     EXPECT_EQ(countKind(p, BufferKind::Extern), 8u) << print(p);
     EXPECT_EQ(countExternOp(p, "matmul"), 8u) << print(p);
   }
@@ -496,19 +499,24 @@ TEST_F(Lower, ProductsBlasDoesNotCoverAreLoopReductions) {
   ValueId v = input("v", DType::Int64, ints({4}));
   ValueId c = input("c", DType::Int8, ints({2, 8}));
   ValueId ct = graph.call("transpose", {c}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
-  graph.setOutputs({graph.call("mm", {h, hw}), graph.call("bmm", {b, bw}),
-                    graph.call("matmul", {i, iw}),                          // batch dims broadcast
-                    graph.call("matmul", {v, graph.call("to_dtype", {iw}, {{"dtype", DType::Int64}})}),
-                    graph.call("matmul", {v, v}),                           // a dot: 0-d
-                    graph.call("matmul", {c, ct}),                          // wraps, as torch
-                    graph.call("addmm", {graph.call("ones", {}, {{"size", std::vector<int64_t>{3}}, {"dtype", DType::Float16}}), h, hw},
-                               {{"beta", 0.5}})});
-  Program p = expectSameValues({random(DType::Float16, {4, 6}), random(DType::Float16, {6, 3}),
-                                random(DType::BFloat16, {2, 3, 4}), random(DType::BFloat16, {2, 4, 5}),
-                                random(DType::Int32, {2, 1, 3, 4}, -9, 9), random(DType::Int32, {5, 4, 2}, -9, 9),
-                                random(DType::Int64, {4}, -9, 9),
-                                HostTensor::fromDoubles(DType::Int8, {2, 8}, std::vector<double>(16, 100))},
-                               1e-2);
+  graph.setOutputs(
+      {graph.call("mm", {h, hw}), graph.call("bmm", {b, bw}),
+       graph.call("matmul", {i, iw}), // batch dims broadcast
+       graph.call("matmul", {v, graph.call("to_dtype", {iw}, {{"dtype", DType::Int64}})}),
+       graph.call("matmul", {v, v}),  // a dot: 0-d
+       graph.call("matmul", {c, ct}), // wraps, as torch
+       graph.call(
+           "addmm",
+           {graph.call("ones", {}, {{"size", std::vector<int64_t>{3}}, {"dtype", DType::Float16}}),
+            h, hw},
+           {{"beta", 0.5}})});
+  Program p =
+      expectSameValues({random(DType::Float16, {4, 6}), random(DType::Float16, {6, 3}),
+                        random(DType::BFloat16, {2, 3, 4}), random(DType::BFloat16, {2, 4, 5}),
+                        random(DType::Int32, {2, 1, 3, 4}, -9, 9),
+                        random(DType::Int32, {5, 4, 2}, -9, 9), random(DType::Int64, {4}, -9, 9),
+                        HostTensor::fromDoubles(DType::Int8, {2, 8}, std::vector<double>(16, 100))},
+                       1e-2);
   EXPECT_EQ(countKind(p, BufferKind::Extern), 0u) << print(p);
 }
 

@@ -379,8 +379,8 @@ private:
     if (t == DType::Float16) old = "kiln_h2f(" + element + ")";
     if (t == DType::BFloat16) old = "kiln_b2f(" + element + ")";
     std::string sum = "static_cast<" + valueType(compute) + ">(" + old + " + " + value + ")";
-    lines += indent + "if (" + (inRange.empty() ? "true" : inRange) + ") { " + bind + element + " = " +
-             stored(t, compute, sum) + "; } else kiln_flag(&kiln_error, 2);\n";
+    lines += indent + "if (" + (inRange.empty() ? "true" : inRange) + ") { " + bind + element +
+             " = " + stored(t, compute, sum) + "; } else kiln_flag(&kiln_error, 2);\n";
     return lines + close;
   }
 

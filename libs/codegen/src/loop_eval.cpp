@@ -299,13 +299,16 @@ private:
   // keeps each destination's additions in the order of the ordered dim).
   void scatter(const Buffer& b, const Storage& out) {
     const Loops& l = b.loops;
-    DType t = b.layout.dtype, compute = t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t;
+    DType t = b.layout.dtype,
+          compute = t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t;
     forEach(l.vars, l.ranges, [&] {
       Val v = convert(l.body->dtype, compute, eval(l.body));
       int64_t at = position(*l.scatter);
       Val old = convert(t, compute, read(out, at)), sum;
-      if (isFloat(compute)) sum.f = roundTo(compute, old.f + v.f);
-      else sum.i = wrapTo(compute, binaryI("add", old.i, v.i));
+      if (isFloat(compute))
+        sum.f = roundTo(compute, old.f + v.f);
+      else
+        sum.i = wrapTo(compute, binaryI("add", old.i, v.i));
       write(out, at, convert(compute, t, sum));
     });
   }

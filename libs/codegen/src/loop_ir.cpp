@@ -193,7 +193,8 @@ std::string print(const Program& program) {
       const Loops& l = b.loops;
       if (l.scatter) {
         out << "scatter " << shapeText(l.ranges) << " over (" << varsText(l.vars) << ")";
-        if (l.scatterDim < l.vars.size()) out << ", " << sym::toString(l.vars[l.scatterDim]) << " in order";
+        if (l.scatterDim < l.vars.size())
+          out << ", " << sym::toString(l.vars[l.scatterDim]) << " in order";
         out << ", into " << print(l.scatter, program) << " +=\n";
       } else if (l.reduce == ReduceOp::None) {
         out << "pointwise " << shapeText(l.ranges) << " over (" << varsText(l.vars) << ")\n";

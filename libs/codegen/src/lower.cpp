@@ -409,7 +409,8 @@ private:
     if (!options_.externOps.count(node.target)) return false;
     if (!isProduct(node.target)) return true;
     for (ValueId in : node.inputs)
-      if (graph_->value(in).isTensor() && graph_->value(in).tensor().dtype != meta.dtype) return false;
+      if (graph_->value(in).isTensor() && graph_->value(in).tensor().dtype != meta.dtype)
+        return false;
     return options_.externProductDTypes.count(meta.dtype) > 0;
   }
 
@@ -489,7 +490,8 @@ private:
     const Lowered& x = *inputOf(node, a, "input");
     const Lowered& seed = *inputOf(node, a, "seed");
     const Lowered& offset = *inputOf(node, a, "offset");
-    if (!a.call->boolArg("train")) return pointwise(meta, [&](const Index& i) { return loadAt(x, i); });
+    if (!a.call->boolArg("train"))
+      return pointwise(meta, [&](const Index& i) { return loadAt(x, i); });
     double p = a.call->floatArg("p");
     DType compute = opmath(meta.dtype);
     return pointwise(meta, [&](const Index& i) {
@@ -498,7 +500,8 @@ private:
       Scalar counter = binary("add", DType::Int64, cast(DType::Int64, loadAt(offset, {})),
                               indexOf(DType::Int64, position));
       Scalar draw = philox(cast(DType::Int64, loadAt(seed, {})), counter);
-      Scalar kept = binary("mul", compute, cast(compute, loadAt(x, i)), constantF(compute, 1 / (1 - p)));
+      Scalar kept =
+          binary("mul", compute, cast(compute, loadAt(x, i)), constantF(compute, 1 / (1 - p)));
       return where(binary("ge", DType::Bool, draw, constantF(DType::Float64, p)), kept,
                    constantF(compute, 0));
     });

@@ -269,7 +269,8 @@ std::string explain(const Schedule& schedule, const Program& program) {
                   shape.ranges.end());
       out << (i ? ", " : " ") << b.name << " (";
       if (b.loops.scatter && b.loops.scatterDim < b.loops.ranges.size())
-        out << "scatter in order over [" << sym::toString(b.loops.ranges[b.loops.scatterDim]) << "]";
+        out << "scatter in order over [" << sym::toString(b.loops.ranges[b.loops.scatterDim])
+            << "]";
       else if (b.loops.scatter)
         out << "scatter";
       else if (b.loops.reduce != ReduceOp::None)

@@ -87,7 +87,8 @@ bool gemm(Matrix<T> a, Matrix<T> b, T* c, int64_t cRow, int64_t cCol, T alpha, T
 
 // c = alpha * a @ b + beta * c, where a factor of 0 drops its term (NaNs included), as torch.
 template <class T>
-void loop(const Matrix<T>& a, const Matrix<T>& b, T* c, int64_t cRow, int64_t cCol, T alpha, T beta) {
+void loop(const Matrix<T>& a, const Matrix<T>& b, T* c, int64_t cRow, int64_t cCol, T alpha,
+          T beta) {
   for (int64_t i = 0; i < a.rows; ++i)
     for (int64_t j = 0; j < b.cols; ++j) {
       T dot = 0;
@@ -98,7 +99,8 @@ void loop(const Matrix<T>& a, const Matrix<T>& b, T* c, int64_t cRow, int64_t cC
 }
 
 template <class T>
-void product(const Tensor& a, const Tensor& b, const Tensor* bias, T alpha, T beta, const Tensor& out) {
+void product(const Tensor& a, const Tensor& b, const Tensor* bias, T alpha, T beta,
+             const Tensor& out) {
   bool rowA = a.sizes.size() == 1, columnB = b.sizes.size() == 1;
   size_t batchDims = out.sizes.size() - (rowA ? 0 : 1) - (columnB ? 0 : 1);
   Batch<T> ba = asBatch<T>(a, true, batchDims), bb = asBatch<T>(b, false, batchDims);

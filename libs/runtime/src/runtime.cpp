@@ -213,8 +213,8 @@ void runExtern(const std::string& op, const std::vector<Tensor>& inputs,
                const std::vector<ir::Attr>& attrs, const Tensor& out) {
   if (detail::matrixProduct(op, inputs, numberAttr(attrs, "alpha"), numberAttr(attrs, "beta"), out))
     return;
-  throw Error(ErrorCode::Unsupported, "runtime: no CPU routine for the extern call " + op +
-                                          " of " + std::string(ir::name(out.dtype)) +
+  throw Error(ErrorCode::Unsupported, "runtime: no CPU routine for the extern call " + op + " of " +
+                                          std::string(ir::name(out.dtype)) +
                                           " (CPU lowering makes loops of it)");
 }
 
