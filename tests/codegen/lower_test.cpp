@@ -70,6 +70,24 @@ struct Lower : ::testing::Test {
     return n;
   }
 
+  size_t countExternOp(const Program& p, const std::string& op) {
+    size_t n = 0;
+    for (const Buffer& b : p.buffers) n += b.kind == BufferKind::Extern && b.call.op == op;
+    return n;
+  }
+
+  // The program compiled for the CPU and run on the inputs.
+  std::vector<HostTensor> runCompiled(const Program& program,
+                                      const std::vector<HostTensor>& inputs) {
+    Schedule plan = schedule(program);
+    CpuSource source = emitCpu(program, plan);
+    std::string so = ::testing::TempDir() + "kiln_lower_" + std::to_string(::getpid()) + ".so";
+    compileCpu(source.code, so);
+    auto library = runtime::Library::load(so);
+    std::remove(so.c_str());
+    return runCpu(program, plan, source, *library, graph, inputs);
+  }
+
   // Lowers the graph and checks the program against the interpreter: the
   // loop evaluator's results, and the compiled CPU kernels'.
   Program expectSameValues(const std::vector<HostTensor>& inputs, double tolerance = 1e-5) {
@@ -625,6 +643,155 @@ TEST_F(Lower, BigOrIndexDependentGatheredBodiesAreStored) {
   Program p =
       expectSameValues({random(DType::Float32, {6, 3}, -1, 1), random(DType::Int64, {4}, 0, 6)});
   EXPECT_EQ(countKind(p, BufferKind::Computed), 4u) << print(p); // both sources stored
+}
+
+TEST_F(Lower, DropoutDrawsTheInterpretersStreamBitForBit) {
+  ValueId x = input("x", DType::Float32, {s0, table.integer(7)});
+  ValueId h = input("h", DType::BFloat16, ints({5}));
+  ValueId d = input("d", DType::Float64, ints({3, 2}));
+  ValueId seed = input("seed", DType::Int64, {});
+  ValueId offset = input("offset", DType::Int64, {});
+  ValueId xt = graph.call("transpose", {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+  graph.setOutputs(
+      {graph.call("dropout", {x, seed, offset}, {{"p", 0.3}}),
+       graph.call("dropout", {xt, seed, offset}, {{"p", 0.5}}), // row-major over the result
+       graph.call("dropout", {x, seed, offset}, {{"p", 0.0}}),
+       graph.call("dropout", {x, seed, offset}, {{"p", 1.0}}),
+       graph.call("dropout", {x, seed, offset}, {{"p", 0.7}, {"train", false}}),
+       graph.call("dropout", {h, seed, offset}, {{"p", 0.25}}),
+       graph.call("dropout", {d, seed, offset}, {{"p", 0.4}})});
+  for (auto [s, o] : std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {1234, 7}, {-5, 1LL << 33}}) {
+    SCOPED_TRACE(std::to_string(s) + ", " + std::to_string(o));
+    Program p = expectSameValues({random(DType::Float32, {6, 7}), random(DType::BFloat16, {5}),
+                                  random(DType::Float64, {3, 2}),
+                                  HostTensor::fromDoubles(DType::Int64, {}, {double(s)}),
+                                  HostTensor::fromDoubles(DType::Int64, {}, {double(o)})},
+                                 0);
+    EXPECT_EQ(countKind(p, BufferKind::Extern), 0u) << print(p);
+    EXPECT_NE(print(p).find("philox_uniform("), std::string::npos) << print(p);
+  }
+}
+
+TEST_F(Lower, ScatterAddIsAScatterLoopOfItsOwn) {
+  sym::Expr rows = table.createBacked(4, {3, sym::kInf}); // index has 3 rows
+  ValueId self = input("self", DType::Float32, {rows, table.integer(4)});
+  ValueId index = input("index", DType::Int64, ints({3, 4}));
+  ValueId src = input("src", DType::Float32, ints({3, 5}));
+  ValueId ints32 = input("ints", DType::Int32, {rows, table.integer(4)});
+  ValueId isrc = input("isrc", DType::Int32, ints({3, 4}));
+  ValueId doubled = graph.call("mul", {self}, {{"other", 2.0}});
+  ValueId along0 = graph.call("scatter_add", {doubled, index, src}, {{"dim", int64_t{0}}});
+  graph.setOutputs({graph.call("exp", {along0}),
+                    graph.call("scatter_add", {self, index, src}, {{"dim", int64_t{-1}}}),
+                    graph.call("scatter_add", {ints32, index, isrc}, {{"dim", int64_t{-2}}})});
+  // Indices repeat along each dim: additions to one element run in order.
+  std::vector<double> idx = {0, 1, 3, 3, 3, 1, 0, 3, 0, 1, 3, 2};
+  Program p = expectSameValues({random(DType::Float32, {4, 4}),
+                                HostTensor::fromDoubles(DType::Int64, {3, 4}, idx),
+                                random(DType::Float32, {3, 5}), random(DType::Int32, {4, 4}, -9, 9),
+                                random(DType::Int32, {3, 4}, -9, 9)});
+  EXPECT_EQ(countKind(p, BufferKind::Extern), 0u) << print(p);
+  Schedule s = schedule(p);
+  EXPECT_NE(explain(s, p).find("scatter in order over [3]"), std::string::npos) << explain(s, p);
+  for (const Kernel& k : s.kernels) // a scatter is a kernel of its own
+    for (BufferId id : k.buffers)
+      if (p.buffers[id].loops.scatter) EXPECT_EQ(k.buffers.size(), 1u) << explain(s, p);
+  // Other sizes of rows, and an index out of range: a typed error, from the evaluator and
+  // from the kernel alike.
+  std::vector<HostTensor> in = {random(DType::Float32, {9, 4}),
+                                HostTensor::fromDoubles(DType::Int64, {3, 4}, idx),
+                                random(DType::Float32, {3, 5}), random(DType::Int32, {9, 4}, -9, 9),
+                                random(DType::Int32, {3, 4}, -9, 9)};
+  expectSameValues(in);
+  idx[5] = 4;
+  in[0] = random(DType::Float32, {4, 4});
+  in[1] = HostTensor::fromDoubles(DType::Int64, {3, 4}, idx);
+  in[3] = random(DType::Int32, {4, 4}, -9, 9);
+  for (bool compiled : {false, true}) {
+    try {
+      compiled ? runCompiled(p, in) : evaluate(p, graph, in);
+      ADD_FAILURE() << "an index out of range ran";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.message();
+    }
+  }
+}
+
+TEST_F(Lower, ScatterAddOfZeroAndOneDims) {
+  // 0-d and 1-d tensors stand for each other; an empty index adds nothing.
+  ValueId scalar = input("scalar", DType::Float64, {});
+  ValueId zeros = input("zeros", DType::Int64, ints({3}));
+  ValueId src = input("src", DType::Float64, ints({3}));
+  ValueId vec = input("vec", DType::Float64, ints({4}));
+  ValueId one = input("one", DType::Int64, {});
+  ValueId empty = input("empty", DType::Int64, ints({0}));
+  graph.setOutputs({graph.call("scatter_add", {scalar, zeros, src}, {{"dim", int64_t{0}}}),
+                    graph.call("scatter_add", {vec, one, scalar}, {{"dim", int64_t{0}}}),
+                    graph.call("scatter_add", {vec, empty, src}, {{"dim", int64_t{0}}})});
+  expectSameValues({random(DType::Float64, {}),
+                    HostTensor::fromDoubles(DType::Int64, {3}, {0, 0, 0}),
+                    random(DType::Float64, {3}), random(DType::Float64, {4}),
+                    HostTensor::fromDoubles(DType::Int64, {}, {2}),
+                    HostTensor::fromDoubles(DType::Int64, {0}, {})});
+}
+
+TEST_F(Lower, AttentionDecomposesToMatmulsAndASoftmaxKernel) {
+  sym::Expr heads = table.createBacked(3, {1, sym::kInf});
+  ir::Shape q = {table.integer(2), heads, table.integer(5), table.integer(8)};
+  ir::Shape kv = {table.integer(2), heads, table.integer(6), table.integer(8)};
+  ValueId query = input("q", DType::Float32, q);
+  ValueId key = input("k", DType::Float32, kv);
+  ValueId value = input("v", DType::Float32, kv);
+  ValueId mask = input("mask", DType::Bool, ints({5, 6}));
+  ValueId bias = input("bias", DType::Float32, ints({5, 6}));
+  const char* op = "scaled_dot_product_attention";
+  graph.setOutputs({graph.call(op, {query, key, value}), graph.call(op, {query, key, value, mask}),
+                    graph.call(op, {query, key, value, bias}, {{"scale", 0.25}}),
+                    graph.call(op, {query, query, query}, {{"is_causal", true}})});
+  for (int64_t h : {3, 1}) {
+    Program p = expectSameValues(
+        {random(DType::Float32, {2, h, 5, 8}), random(DType::Float32, {2, h, 6, 8}),
+         random(DType::Float32, {2, h, 6, 8}), random(DType::Bool, {5, 6}, 0, 2),
+         random(DType::Float32, {5, 6})},
+        1e-4);
+    EXPECT_EQ(countKind(p, BufferKind::Extern), 8u) << print(p);
+    EXPECT_EQ(countExternOp(p, "matmul"), 8u) << print(p);
+  }
+  // A target with a routine for attention keeps it.
+  LowerOptions keep;
+  keep.externOps.insert(op);
+  EXPECT_EQ(countExternOp(lower(graph, keep), op), 4u) << print(lower(graph, keep));
+}
+
+TEST_F(Lower, ProductsBlasDoesNotCoverAreLoopReductions) {
+  ValueId h = input("h", DType::Float16, {s0, table.integer(6)});
+  ValueId hw = input("hw", DType::Float16, ints({6, 3}));
+  ValueId b = input("b", DType::BFloat16, ints({2, 3, 4}));
+  ValueId bw = input("bw", DType::BFloat16, ints({2, 4, 5}));
+  ValueId i = input("i", DType::Int32, ints({2, 1, 3, 4}));
+  ValueId iw = input("iw", DType::Int32, ints({5, 4, 2}));
+  ValueId v = input("v", DType::Int64, ints({4}));
+  ValueId c = input("c", DType::Int8, ints({2, 8}));
+  ValueId ct = graph.call("transpose", {c}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+  graph.setOutputs(
+      {graph.call("mm", {h, hw}), graph.call("bmm", {b, bw}),
+       graph.call("matmul", {i, iw}), // batch dims broadcast
+       graph.call("matmul", {v, graph.call("to_dtype", {iw}, {{"dtype", DType::Int64}})}),
+       graph.call("matmul", {v, v}),  // a dot: 0-d
+       graph.call("matmul", {c, ct}), // wraps, as torch
+       graph.call(
+           "addmm",
+           {graph.call("ones", {}, {{"size", std::vector<int64_t>{3}}, {"dtype", DType::Float16}}),
+            h, hw},
+           {{"beta", 0.5}})});
+  Program p =
+      expectSameValues({random(DType::Float16, {4, 6}), random(DType::Float16, {6, 3}),
+                        random(DType::BFloat16, {2, 3, 4}), random(DType::BFloat16, {2, 4, 5}),
+                        random(DType::Int32, {2, 1, 3, 4}, -9, 9),
+                        random(DType::Int32, {5, 4, 2}, -9, 9), random(DType::Int64, {4}, -9, 9),
+                        HostTensor::fromDoubles(DType::Int8, {2, 8}, std::vector<double>(16, 100))},
+                       1e-2);
+  EXPECT_EQ(countKind(p, BufferKind::Extern), 0u) << print(p);
 }
 
 TEST_F(Lower, PrintsBuffersAndBodies) {

@@ -198,10 +198,45 @@ TEST_F(Runtime, ExternMatrixProductsMatchTheInterpreter) {
       expected.push_back(0.5f * bias[j] + 2 * dot);
     }
   EXPECT_EQ(out, expected);
+  // Products of other dtypes are loops of their own (codegen lowers them): no routine here.
   std::vector<int64_t> ia = {1, 2, 3, 4}, ib = {1, 1, 1, 1}, iout(4);
-  runExtern("mm", {{DType::Int64, ia.data(), {2, 2}, {2, 1}}, {DType::Int64, ib.data(), {2, 2}, {2, 1}}},
-            {}, {DType::Int64, iout.data(), {2, 2}, {2, 1}}); // not BLAS: the interpreter
-  EXPECT_EQ(iout, (std::vector<int64_t>{3, 3, 7, 7}));
+  EXPECT_THROW(runExtern("mm",
+                         {{DType::Int64, ia.data(), {2, 2}, {2, 1}},
+                          {DType::Int64, ib.data(), {2, 2}, {2, 1}}},
+                         {}, {DType::Int64, iout.data(), {2, 2}, {2, 1}}),
+               Error);
+}
+
+TEST_F(Runtime, ExternMatmulTakesEveryFormOfTorchMatmul) {
+  // [2, 1, 2, 3] @ [4, 3, 1] -> [2, 4, 2, 1]: batch dims broadcast, b's last dim is 1;
+  // then a vector times a batch of matrices, and a dot product.
+  std::vector<double> a(12), b(12), v = {1, -2, 3};
+  for (size_t i = 0; i < a.size(); ++i) a[i] = double(i) - 5, b[i] = 0.5 * double(i);
+  std::vector<double> out(16), expected;
+  runExtern("matmul",
+            {{DType::Float64, a.data(), {2, 1, 2, 3}, {6, 6, 3, 1}},
+             {DType::Float64, b.data(), {4, 3, 1}, {3, 1, 1}}},
+            {}, {DType::Float64, out.data(), {2, 4, 2, 1}, {8, 2, 1, 1}});
+  for (int x = 0; x < 2; ++x)
+    for (int y = 0; y < 4; ++y)
+      for (int i = 0; i < 2; ++i) {
+        double dot = 0;
+        for (int k = 0; k < 3; ++k) dot += a[x * 6 + i * 3 + k] * b[y * 3 + k];
+        expected.push_back(dot);
+      }
+  EXPECT_EQ(out, expected);
+  std::vector<double> vb(4), vbExpected; // [3] @ [4, 3, 1] -> [4, 1]
+  runExtern(
+      "matmul",
+      {{DType::Float64, v.data(), {3}, {1}}, {DType::Float64, b.data(), {4, 3, 1}, {3, 1, 1}}}, {},
+      {DType::Float64, vb.data(), {4, 1}, {1, 1}});
+  for (int y = 0; y < 4; ++y)
+    vbExpected.push_back(v[0] * b[y * 3] + v[1] * b[y * 3 + 1] + v[2] * b[y * 3 + 2]);
+  EXPECT_EQ(vb, vbExpected);
+  double dot = 0; // [3] @ [3] strided -> 0-d
+  runExtern("matmul", {{DType::Float64, v.data(), {3}, {1}}, {DType::Float64, b.data(), {3}, {4}}},
+            {}, {DType::Float64, &dot, {}, {}});
+  EXPECT_EQ(dot, v[0] * b[0] + v[1] * b[4] + v[2] * b[8]);
 }
 
 } // namespace

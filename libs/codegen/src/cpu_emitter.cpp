@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "kiln/common/error.h"
+#include "kiln/ir/philox.h"
 #include "kiln/sym/eval.h"
 #include "kiln/sym/print.h"
 #include "kiln/sym/symbol_table.h"
@@ -205,9 +206,10 @@ public:
 
   std::string write(const std::string& name) {
     std::ostringstream body;
-    bool reductions = false;
+    bool reductions = false; // or a scatter: no simd over the outer loops
     for (BufferId id : kernel_.buffers)
-      reductions = reductions || program_.buffers[id].loops.reduce != ReduceOp::None;
+      reductions = reductions || program_.buffers[id].loops.reduce != ReduceOp::None ||
+                   program_.buffers[id].loops.scatter;
     size_t rank = kernel_.outer.size();
     bool simdLast = !reductions && rank > 0 && allMembersFlat();
     size_t parallel = simdLast ? rank - 1 : rank;
@@ -304,6 +306,7 @@ private:
   std::string member(BufferId id, const std::string& outerIndent) {
     const Buffer& b = program_.buffers[id];
     const Loops& l = b.loops;
+    if (l.scatter) return scatter(id, outerIndent);
     bool local = std::find(kernel_.local.begin(), kernel_.local.end(), id) != kernel_.local.end();
     if (!local) buffers_.insert(id);
     std::string lines, indent = outerIndent;
@@ -335,6 +338,50 @@ private:
       return lines + close;
     }
     return lines + reduction(id, store, indent);
+  }
+
+  // A scatter (Loops::scatter): the ordered loop innermost, in order; each
+  // element added to the one its index names when that index is in range,
+  // else the kernel's index error (and no store).
+  std::string scatter(BufferId id, std::string indent) {
+    const Buffer& b = program_.buffers[id];
+    const Loops& l = b.loops;
+    buffers_.insert(id);
+    std::string lines = indent + "// " + b.name + " (scatter)\n", close;
+    for (size_t k = 0; k < l.vars.size(); ++k)
+      if (l.ranges[k].asInteger() == 1) declare(l.vars[k], "0", lines, indent);
+    LoopShape outer = scatterOuter(l);
+    for (size_t k = 0; k < outer.vars.size(); ++k)
+      declare(outer.vars[k], "kiln_o" + std::to_string(k), lines, indent);
+    if (l.scatterDim < l.vars.size() && l.ranges[l.scatterDim].asInteger() != 1) {
+      sym::Expr var = l.vars[l.scatterDim];
+      declared_.insert(var);
+      std::string v = sym::toString(var);
+      lines += indent + "for (int64_t " + v + " = 0; " + v + " < " + index(l.ranges[l.scatterDim]) +
+               "; ++" + v + ") {\n";
+      indent += "  ";
+      close = indent.substr(2) + "}\n";
+    }
+    Block block(indent);
+    DType t = b.layout.dtype;
+    DType compute = t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t;
+    std::string value = convert(l.body->dtype, compute, emit(l.body, block, false));
+    const ScalarNode& to = *l.scatter;
+    std::string inRange, bind;
+    for (size_t k = 0; k < to.indirect.size(); ++k) {
+      std::string at = emit(to.args[k], block, false), size = index(to.indirectSizes[k]);
+      declared_.insert(to.indirect[k]);
+      inRange += (k ? " && " : "") + at + " >= 0 && " + at + " < " + size;
+      bind += "const int64_t " + sym::toString(to.indirect[k]) + " = " + at + "; ";
+    }
+    lines += block.lines;
+    std::string element = pointer(id) + "[" + index(to.index) + "]", old = element;
+    if (t == DType::Float16) old = "kiln_h2f(" + element + ")";
+    if (t == DType::BFloat16) old = "kiln_b2f(" + element + ")";
+    std::string sum = "static_cast<" + valueType(compute) + ">(" + old + " + " + value + ")";
+    lines += indent + "if (" + (inRange.empty() ? "true" : inRange) + ") { " + bind + element +
+             " = " + stored(t, compute, sum) + "; } else kiln_flag(&kiln_error, 2);\n";
+    return lines + close;
   }
 
   // A value of `from` as stored in a buffer of `to`.
@@ -485,6 +532,9 @@ private:
     }
     case ScalarKind::Unary: return unaryExpr(n, arg(0));
     case ScalarKind::Binary: return binaryExpr(n, arg(0), arg(1));
+    case ScalarKind::Philox:
+      return "kiln_philox_uniform(static_cast<uint64_t>(" + arg(0) + "), static_cast<uint64_t>(" +
+             arg(1) + "))";
     }
     throw Error(ErrorCode::Internal, "cpu codegen: unknown scalar kind");
   }
@@ -744,7 +794,7 @@ private:
 } // namespace
 
 const std::string& cpuPrelude() {
-  static const std::string prelude = sym::cppPrelude() + kPrelude;
+  static const std::string prelude = sym::cppPrelude() + ir::philoxCppSource() + kPrelude;
   return prelude;
 }
 

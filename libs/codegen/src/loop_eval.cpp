@@ -8,6 +8,7 @@
 #include "host_buffers.h"
 #include "kiln/common/error.h"
 #include "kiln/ir/op_registry.h"
+#include "kiln/ir/philox.h"
 #include "kiln/sym/eval.h"
 #include "kiln/sym/print.h"
 #include "kiln/sym/symbol_table.h"
@@ -284,6 +285,7 @@ private:
   void compute(const Buffer& b, BufferId id) {
     const Loops& l = b.loops;
     const Storage& out = buffers_.storage(id);
+    if (l.scatter) return scatter(b, out);
     sym::Expr store = storeIndex(b);
     forEach(l.vars, l.ranges, [&] {
       int64_t at = sym::evaluate(store, binding_);
@@ -291,6 +293,36 @@ private:
       write(out, at, convert(valueType, b.layout.dtype, l.reduce == ReduceOp::None ? eval(l.body)
                                                                                    : reduce(l)));
     });
+  }
+
+  // buffer[destination] += element, in order (the loop's row-major order
+  // keeps each destination's additions in the order of the ordered dim).
+  void scatter(const Buffer& b, const Storage& out) {
+    const Loops& l = b.loops;
+    DType t = b.layout.dtype,
+          compute = t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t;
+    forEach(l.vars, l.ranges, [&] {
+      Val v = convert(l.body->dtype, compute, eval(l.body));
+      int64_t at = position(*l.scatter);
+      Val old = convert(t, compute, read(out, at)), sum;
+      if (isFloat(compute))
+        sum.f = roundTo(compute, old.f + v.f);
+      else
+        sum.i = wrapTo(compute, binaryI("add", old.i, v.i));
+      write(out, at, convert(compute, t, sum));
+    });
+  }
+
+  // A load's element index, its indirect symbols bound (and checked) first.
+  int64_t position(const ScalarNode& n) {
+    for (size_t k = 0; k < n.indirect.size(); ++k) {
+      int64_t at = eval(n.args[k]).i, size = sym::evaluate(n.indirectSizes[k], binding_);
+      if (at < 0 || at >= size)
+        fail(ErrorCode::InvalidArgument,
+             "index " + std::to_string(at) + " is out of bounds for size " + std::to_string(size));
+      binding_[n.indirect[k]] = at;
+    }
+    return sym::evaluate(n.index, binding_);
   }
 
   static DType resultType(const Loops& l) {
@@ -368,16 +400,11 @@ private:
     DType t = n.dtype;
     Val out;
     switch (n.kind) {
-    case ScalarKind::Load: {
-      for (size_t k = 0; k < n.indirect.size(); ++k) {
-        int64_t at = eval(n.args[k]).i, size = sym::evaluate(n.indirectSizes[k], binding_);
-        if (at < 0 || at >= size)
-          fail(ErrorCode::InvalidArgument,
-               "index " + std::to_string(at) + " is out of bounds for size " + std::to_string(size));
-        binding_[n.indirect[k]] = at;
-      }
-      return read(buffers_.storage(n.buffer), sym::evaluate(n.index, binding_));
-    }
+    case ScalarKind::Load: return read(buffers_.storage(n.buffer), position(n));
+    case ScalarKind::Philox:
+      out.f = ir::philoxUniform(static_cast<uint64_t>(eval(n.args[0]).i),
+                                static_cast<uint64_t>(eval(n.args[1]).i));
+      return out;
     case ScalarKind::Constant:
       out.f = roundTo(t, n.number);
       out.i = wrapTo(t, n.integer);

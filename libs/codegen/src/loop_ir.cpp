@@ -100,6 +100,12 @@ Scalar cast(DType dtype, Scalar arg) {
   return make(std::move(n));
 }
 
+Scalar philox(Scalar seed, Scalar counter) {
+  ScalarNode n = nodeOf(ScalarKind::Philox, DType::Float64);
+  n.args = {std::move(seed), std::move(counter)};
+  return make(std::move(n));
+}
+
 Scalar substitute(const Scalar& s, const std::unordered_map<sym::Expr, sym::Expr>& vars) {
   ScalarNode n = *s;
   if (!n.index.isNull()) n.index = sym::substitute(n.index, vars);
@@ -156,6 +162,7 @@ std::string print(const Scalar& s, const Program& program) {
   case ScalarKind::Binary: return n.op + "(" + args(0) + ")";
   case ScalarKind::Where: return "where(" + args(0) + ")";
   case ScalarKind::Cast: return "to_" + std::string(ir::name(n.dtype)) + "(" + args(0) + ")";
+  case ScalarKind::Philox: return "philox_uniform(" + args(0) + ")";
   }
   return "?";
 }
@@ -184,7 +191,12 @@ std::string print(const Program& program) {
     case BufferKind::Input: out << "input " << b.placeholder << "\n"; break;
     case BufferKind::Computed: {
       const Loops& l = b.loops;
-      if (l.reduce == ReduceOp::None) {
+      if (l.scatter) {
+        out << "scatter " << shapeText(l.ranges) << " over (" << varsText(l.vars) << ")";
+        if (l.scatterDim < l.vars.size())
+          out << ", " << sym::toString(l.vars[l.scatterDim]) << " in order";
+        out << ", into " << print(l.scatter, program) << " +=\n";
+      } else if (l.reduce == ReduceOp::None) {
         out << "pointwise " << shapeText(l.ranges) << " over (" << varsText(l.vars) << ")\n";
       } else {
         out << reduceOpName(l.reduce) << " " << shapeText(l.ranges) << " over ("

@@ -44,13 +44,8 @@ struct Lowered {
   std::optional<ValueId> viewed;
 };
 
-bool isExternOp(const std::string& op) {
-  // TODO(issue 4): scatter_add as a scatter loop and dropout as a pointwise
-  // body with a counter-based RNG; extern until then.
-  for (const char* e : {"mm", "bmm", "addmm", "matmul", "scaled_dot_product_attention",
-                        "scatter_add", "dropout"})
-    if (op == e) return true;
-  return false;
+bool isProduct(const std::string& op) {
+  return op == "mm" || op == "bmm" || op == "matmul";
 }
 
 ReduceOp reduceOpOf(const std::string& op) {
@@ -86,7 +81,8 @@ bool isArithmetic(const std::string& op) {
 
 class Lowering {
 public:
-  explicit Lowering(const ir::Graph& graph) : graph_(&graph), table_(graph.symbols()) {}
+  Lowering(const ir::Graph& graph, const LowerOptions& options)
+      : graph_(&graph), table_(graph.symbols()), options_(options) {}
 
   Program run() {
     countUses();
@@ -341,7 +337,10 @@ private:
       return piece;
     }
     if (ir::isViewOp(op)) return lowerView(node, id, a, meta);
-    if (isExternOp(op)) return lowerExtern(node, meta);
+    if (isExtern(node, meta)) return lowerExtern(node, meta);
+    if (isProduct(op)) return lowerProduct(node, meta);
+    if (op == "dropout") return lowerDropout(node, a, meta);
+    if (op == "scatter_add") return lowerScatterAdd(node, a, meta);
     if (ReduceOp r = reduceOpOf(op); r != ReduceOp::None) return lowerReduction(node, a, meta, r);
     if (std::optional<Lowered> v = lowerPointwise(node, a, meta)) return std::move(*v);
     if (std::optional<Lowered> v = lowerCopy(node, a, meta)) return std::move(*v);
@@ -411,7 +410,7 @@ private:
     std::vector<ValueId> ins;
     for (ValueId in : node.inputs) ins.push_back(sub.placeholder("in", graph_->value(in)));
     sub.setOutputs({sub.call(node.target, ins, node.attrs)});
-    ir::Graph core = ir::decompose(sub);
+    ir::Graph core = ir::decompose(sub, options_.externOps);
     std::vector<Lowered> inner;
     for (size_t k = 0; k < node.inputs.size(); ++k) {
       inner.push_back(values_.at(node.inputs[k]));
@@ -632,6 +631,16 @@ private:
     return v;
   }
 
+  // Whether the target runs this node as a library call (LowerOptions).
+  bool isExtern(const ir::Node& node, const TensorMeta& meta) {
+    if (!options_.externOps.count(node.target)) return false;
+    if (!isProduct(node.target)) return true;
+    for (ValueId in : node.inputs)
+      if (graph_->value(in).isTensor() && graph_->value(in).tensor().dtype != meta.dtype)
+        return false;
+    return options_.externProductDTypes.count(meta.dtype) > 0;
+  }
+
   Lowered lowerExtern(const ir::Node& node, const TensorMeta& meta) {
     Buffer b;
     b.kind = BufferKind::Extern;
@@ -655,6 +664,114 @@ private:
     v.base = meta.storageOffset;
     v.buffer = addBuffer(std::move(b));
     return v;
+  }
+
+  // A matrix product as a loop reduction: out[..., i, j] = sum_k a[..., i, k] * b[..., k, j],
+  // torch.matmul's forms (a 1-d a is one row, a 1-d b one column, which the result
+  // drops; batch dims broadcast), the products and the sum in opmath.
+  Lowered lowerProduct(const ir::Node& node, const TensorMeta& meta) {
+    const Lowered& a = values_.at(node.inputs[0]);
+    const Lowered& b = values_.at(node.inputs[1]);
+    bool rowA = a.meta.dim() == 1, columnB = b.meta.dim() == 1;
+    size_t rank = meta.dim(), batch = rank - (rowA ? 0 : 1) - (columnB ? 0 : 1);
+    Buffer buffer;
+    buffer.kind = BufferKind::Computed;
+    buffer.layout = meta;
+    buffer.layout.storageOffset = table_.integer(0);
+    Loops& l = buffer.loops;
+    l.reduce = ReduceOp::Sum;
+    l.accumulator = opmath(meta.dtype);
+    l.ranges = meta.sizes;
+    l.vars = freshVars("i", meta.sizes);
+    l.reductionRanges = {a.meta.sizes.back()};
+    l.reductionVars = freshVars("r", l.reductionRanges);
+    sym::Expr k = l.reductionVars[0];
+    auto batchIndex = [&](const TensorMeta& m, size_t matrixDims) { // right-aligned, broadcast
+      Index idx;
+      size_t own = m.dim() - matrixDims;
+      for (size_t d = 0; d < own; ++d) {
+        size_t at = batch - own + d;
+        bool broadcast = m.sizes[d].asInteger() == 1 && meta.sizes[at].asInteger() != 1;
+        idx.push_back(broadcast ? table_.integer(0) : l.vars[at]);
+      }
+      return idx;
+    };
+    Index ai = batchIndex(a.meta, rowA ? 1 : 2), bi = batchIndex(b.meta, columnB ? 1 : 2);
+    if (!rowA) ai.push_back(l.vars[batch]);
+    ai.push_back(k);
+    bi.push_back(k);
+    if (!columnB) bi.push_back(l.vars[rank - 1]);
+    l.body = binary("mul", l.accumulator, cast(l.accumulator, loadAt(a, ai)),
+                    cast(l.accumulator, loadAt(b, bi)));
+    Lowered v;
+    v.meta = meta;
+    v.base = meta.storageOffset;
+    v.buffer = addBuffer(std::move(buffer));
+    return v;
+  }
+
+  // dropout: the input where the element's draw (Philox, counter offset + its
+  // row-major position) is >= p, times 1 / (1 - p) in opmath; 0 elsewhere (the
+  // interpreter's stream, docs/ir.md). train=False copies.
+  Lowered lowerDropout(const ir::Node& node, const Args& a, const TensorMeta& meta) {
+    const Lowered& x = *inputOf(node, a, "input");
+    const Lowered& seed = *inputOf(node, a, "seed");
+    const Lowered& offset = *inputOf(node, a, "offset");
+    if (!a.call->boolArg("train"))
+      return pointwise(meta, [&](const Index& i) { return loadAt(x, i); });
+    double p = a.call->floatArg("p");
+    DType compute = opmath(meta.dtype);
+    return pointwise(meta, [&](const Index& i) {
+      sym::Expr position = table_.integer(0);
+      for (size_t k = 0; k < i.size(); ++k) position = position * meta.sizes[k] + i[k];
+      Scalar counter = binary("add", DType::Int64, cast(DType::Int64, loadAt(offset, {})),
+                              indexOf(DType::Int64, position));
+      Scalar draw = philox(cast(DType::Int64, loadAt(seed, {})), counter);
+      Scalar kept =
+          binary("mul", compute, cast(compute, loadAt(x, i)), constantF(compute, 1 / (1 - p)));
+      return where(binary("ge", DType::Bool, draw, constantF(DType::Float64, p)), kept,
+                   constantF(compute, 0));
+    });
+  }
+
+  // scatter_add: self copied into a buffer of the result's layout, then a
+  // scatter over index's shape adding src's element to the element that index
+  // names along dim (Loops::scatter), in that buffer's memory (an alias buffer:
+  // a kernel of its own). 0-d and 1-d tensors stand for each other, as in torch.
+  Lowered lowerScatterAdd(const ir::Node& node, const Args& a, const TensorMeta& meta) {
+    const Lowered& self = *inputOf(node, a, "self");
+    const Lowered& index = *inputOf(node, a, "index");
+    const Lowered& src = *inputOf(node, a, "src");
+    Lowered result = pointwise(meta, [&](const Index& i) { return loadAt(self, i); });
+    realize(result);
+    size_t rank = meta.dim(), indexRank = index.meta.dim();
+    int64_t d = a.call->intArg("dim");
+    size_t dim = static_cast<size_t>(d < 0 ? d + int64_t(std::max<size_t>(rank, 1)) : d);
+    Buffer b;
+    b.kind = BufferKind::Computed;
+    b.layout = meta;
+    b.layout.storageOffset = table_.integer(0);
+    b.aliasOf = result.buffer;
+    Loops& l = b.loops;
+    l.ranges = index.meta.sizes;
+    l.vars = freshVars("i", l.ranges);
+    l.scatterDim = dim;
+    auto at = [&](size_t r) { // the loop's index in a tensor of r dims
+      Index idx;
+      for (size_t k = 0; k < r; ++k) idx.push_back(k < indexRank ? l.vars[k] : table_.integer(0));
+      return idx;
+    };
+    l.body = cast(meta.dtype, loadAt(src, at(src.meta.dim())));
+    sym::Expr picked = freshVars("t", {table_.integer(0)})[0];
+    Index dest = at(rank);
+    if (rank) dest[dim] = picked;
+    sym::Expr flat = table_.integer(0);
+    for (size_t k = 0; k < rank; ++k) flat = flat + dest[k] * meta.strides[k];
+    l.scatter = indirectLoad(meta.dtype, *result.buffer, flat, {picked},
+                             {cast(DType::Int64, loadAt(index, l.vars))},
+                             {rank ? meta.sizes[dim] : table_.integer(1)});
+    addBuffer(std::move(b));
+    return result;
   }
 
   Lowered lowerReduction(const ir::Node& node, const Args& a, const TensorMeta& meta, ReduceOp r) {
@@ -981,6 +1098,7 @@ private:
 
   const ir::Graph* graph_; // the graph lowered (a composite's decomposition, for a while)
   sym::SymbolTable& table_;
+  const LowerOptions& options_;
   std::vector<Lowered> values_;
   std::vector<size_t> uses_;
   std::vector<bool> written_; // per value: a mutation writes its storage (findWrittenStorage)
@@ -991,9 +1109,9 @@ private:
 
 } // namespace
 
-Program lower(const ir::Graph& graph) {
-  ir::Graph core = ir::decompose(graph);
-  return Lowering(core).run();
+Program lower(const ir::Graph& graph, const LowerOptions& options) {
+  ir::Graph core = ir::decompose(graph, options.externOps);
+  return Lowering(core, options).run();
 }
 
 } // namespace kiln::codegen

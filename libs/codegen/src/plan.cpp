@@ -23,7 +23,9 @@ std::set<BufferId> touched(const Program& program, const Schedule& schedule, con
   for (BufferId id : schedule.kernels[step.kernel].buffers) {
     out.insert(id);
     if (program.buffers[id].aliasOf) out.insert(*program.buffers[id].aliasOf); // written memory
-    forEachLoad(program.buffers[id].loops.body, [&](BufferId b) { out.insert(b); });
+    const Loops& loops = program.buffers[id].loops;
+    forEachLoad(loops.body, [&](BufferId b) { out.insert(b); });
+    if (loops.scatter) forEachLoad(loops.scatter, [&](BufferId b) { out.insert(b); });
   }
   return out;
 }

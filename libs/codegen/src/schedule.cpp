@@ -32,6 +32,13 @@ void forEachLoad(const Scalar& s, const std::function<void(const ScalarNode&)>& 
   for (const Scalar& a : s->args) forEachLoad(a, fn);
 }
 
+// The loads of a buffer's body and of a scatter's destination index.
+void forEachLoad(const Loops& l, const std::function<void(const ScalarNode&)>& fn) {
+  forEachLoad(l.body, fn);
+  if (l.scatter)
+    for (const Scalar& a : l.scatter->args) forEachLoad(a, fn);
+}
+
 // One buffer as the kernel sees it: its loop without unit dims, split into the
 // kernel's outer part and its own inner part.
 struct Member {
@@ -73,7 +80,7 @@ private:
   void start(BufferId id) {
     open_ = true;
     const Buffer& b = program_.buffers[id];
-    LoopShape shape = withoutUnitDims(b.loops);
+    LoopShape shape = b.loops.scatter ? scatterOuter(b.loops) : withoutUnitDims(b.loops);
     outer_ = shape.ranges;
     reductions_ = isReduction(b);
     members_.clear();
@@ -196,6 +203,16 @@ std::string shapeText(const Shape& shape) {
 
 } // namespace
 
+LoopShape scatterOuter(const Loops& loops) {
+  LoopShape out;
+  for (size_t k = 0; k < loops.ranges.size(); ++k) {
+    if (loops.ranges[k].asInteger() == 1 || k == loops.scatterDim) continue;
+    out.ranges.push_back(loops.ranges[k]);
+    out.vars.push_back(loops.vars[k]);
+  }
+  return out;
+}
+
 LoopShape withoutUnitDims(const Loops& loops) {
   LoopShape out;
   for (size_t k = 0; k < loops.ranges.size(); ++k) {
@@ -216,7 +233,7 @@ Schedule schedule(const Program& program) {
   };
   for (size_t k = 0; k < s.kernels.size(); ++k)
     for (BufferId id : s.kernels[k].buffers)
-      forEachLoad(program.buffers[id].loops.body,
+      forEachLoad(program.buffers[id].loops,
                   [&](const ScalarNode& load) { note(load.buffer, static_cast<int64_t>(k)); });
   for (const Buffer& b : program.buffers)
     if (b.kind == BufferKind::Extern)
@@ -251,7 +268,12 @@ std::string explain(const Schedule& schedule, const Program& program) {
                                              std::min(k.outer.size(), shape.ranges.size())),
                   shape.ranges.end());
       out << (i ? ", " : " ") << b.name << " (";
-      if (b.loops.reduce != ReduceOp::None)
+      if (b.loops.scatter && b.loops.scatterDim < b.loops.ranges.size())
+        out << "scatter in order over [" << sym::toString(b.loops.ranges[b.loops.scatterDim])
+            << "]";
+      else if (b.loops.scatter)
+        out << "scatter";
+      else if (b.loops.reduce != ReduceOp::None)
         out << reduceOpName(b.loops.reduce) << " of " << shapeText(b.loops.reductionRanges);
       else
         out << "pointwise " << shapeText(inner);

@@ -294,7 +294,7 @@ void addDecompositions(std::vector<OpInfo>& ops) {
 
 } // namespace detail
 
-Graph decompose(const Graph& graph) {
+Graph decompose(const Graph& graph, const std::set<std::string>& keep) {
   Graph current = graph;
   for (int round = 0; round < 8; ++round) {
     Graph out(graph.symbols());
@@ -304,7 +304,7 @@ Graph decompose(const Graph& graph) {
       Node n = current.node(id);
       for (ValueId& in : n.inputs) in = remap[in];
       const OpInfo* op = n.kind == NodeKind::Call ? findOp(n.target) : nullptr;
-      if (!op || !op->decompose) {
+      if (!op || !op->decompose || keep.count(n.target)) {
         remap[id] = out.append(std::move(n));
         continue;
       }

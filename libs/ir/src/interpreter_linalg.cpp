@@ -5,6 +5,7 @@
 
 #include "interpreter_ops.h"
 #include "kiln/common/error.h"
+#include "kiln/ir/philox.h"
 
 namespace kiln::ir::detail {
 namespace {
@@ -220,30 +221,19 @@ void crossEntropy(const HostTensor& x, const HostTensor& target, const HostTenso
   if (reduction == "mean") storeElementF(out, {}, total / divisor);
 }
 
-// The uniform draw in [0, 1) of element `counter` of the stream `seed`: the
-// first word of Philox-4x32-10 (counter in the low two words, seed as the key),
-// its top 24 bits.
-double philoxUniform(uint64_t seed, uint64_t counter) {
-  uint32_t c[4] = {uint32_t(counter), uint32_t(counter >> 32), 0, 0};
-  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
-  for (int round = 0; round < 10; ++round) {
-    uint64_t p0 = uint64_t(0xD2511F53u) * c[0], p1 = uint64_t(0xCD9E8D57u) * c[2];
-    uint32_t n0 = uint32_t(p1 >> 32) ^ c[1] ^ k0, n2 = uint32_t(p0 >> 32) ^ c[3] ^ k1;
-    c[1] = uint32_t(p1), c[3] = uint32_t(p0), c[0] = n0, c[2] = n2;
-    k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
-  }
-  return std::ldexp(double(c[0] >> 8), -24);
-}
-
 // dropout: element i (row-major over the result) is kept, scaled by 1 / (1 - p),
-// when its draw from counter offset + i is >= p; train=False copies.
+// when its draw from counter offset + i (philox.h) is >= p; train=False copies.
+// The product is computed in opmath (float for f32, f16 and bf16), as torch.
 void dropout(const HostTensor& x, int64_t seed, int64_t offset, double p, bool train,
              const HostTensor& out) {
   uint64_t i = 0;
+  double scale = train ? 1 / (1 - p) : 1.0;
+  bool wide = out.dtype == DType::Float64;
   eachIndex(out.sizes, [&](const std::vector<int64_t>& idx) {
     bool keep = !train || philoxUniform(uint64_t(seed), uint64_t(offset) + i++) >= p;
-    double scale = train ? 1 / (1 - p) : 1.0;
-    storeElementF(out, idx, keep ? loadElementF(x, idx) * scale : 0.0);
+    double v = loadElementF(x, idx);
+    double kept = wide ? v * scale : double(float(v) * float(scale));
+    storeElementF(out, idx, keep ? kept : 0.0);
   });
 }
 

@@ -1,9 +1,8 @@
-// Internal to libs/runtime: matrix products on host memory through BLAS
-// (OpenBLAS from Debian), for extern calls of f32 and f64 tensors.
+// Internal to libs/runtime: matrix products of f32 and f64 on host memory, for
+// extern calls: through BLAS (OpenBLAS from Debian) where kiln was built with
+// it, else through a plain loop.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -11,11 +10,12 @@
 
 namespace kiln::runtime::detail {
 
-// Computes `op` (mm, bmm, addmm, or matmul of 2-d/3-d operands) into `out`
-// with BLAS; false when this op, dtype or rank is not one it covers (the
-// caller computes it another way). `alpha`/`beta`: addmm's.
-bool blasMatmul(const std::string& op, const std::vector<Tensor>& inputs, double alpha,
-                double beta, const Tensor& out);
+// Computes `op` into `out`: mm, bmm, addmm (of 2-d mat1 and mat2; `alpha` and
+// `beta` are addmm's) or matmul in every form torch.matmul has (1-d operands,
+// batch dims broadcast). False when `op` is none of them or a dtype is not f32
+// or f64 (the caller lowers those products to loops).
+bool matrixProduct(const std::string& op, const std::vector<Tensor>& inputs, double alpha,
+                   double beta, const Tensor& out);
 
 bool haveBlas(); // whether kiln was built with BLAS
 

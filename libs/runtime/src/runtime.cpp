@@ -9,7 +9,6 @@
 
 #include "blas.h"
 #include "kiln/common/error.h"
-#include "kiln/ir/interpreter.h"
 #include "kiln/sym/print.h"
 #include "kiln/sym/range.h"
 #include "kiln/sym/symbol_table.h"
@@ -29,38 +28,6 @@ std::vector<int64_t> evaluateAll(const ir::Shape& shape, const sym::Binding& bin
 
 std::byte* at(void* data, int64_t offset, ir::DType dtype) {
   return static_cast<std::byte*>(data) + offset * static_cast<int64_t>(elementSize(dtype));
-}
-
-// A tensor's bytes copied into a HostTensor for the reference interpreter.
-ir::HostTensor hostCopy(const Tensor& t) {
-  ir::HostTensor h;
-  h.dtype = t.dtype;
-  h.sizes = t.sizes;
-  h.strides = t.strides;
-  size_t bytes = static_cast<size_t>(extent(t.sizes, t.strides)) * elementSize(t.dtype);
-  auto* from = static_cast<std::byte*>(t.data);
-  h.storage = std::make_shared<std::vector<std::byte>>(from, from + bytes);
-  return h;
-}
-
-// Copies `from` into `to` element by element (same dtype and sizes).
-void copyInto(const ir::HostTensor& from, const Tensor& to) {
-  for (int64_t s : to.sizes)
-    if (s == 0) return;
-  size_t size = elementSize(to.dtype);
-  std::vector<int64_t> idx(to.sizes.size(), 0);
-  const std::byte* base = from.storage->data() + from.storageOffset * static_cast<int64_t>(size);
-  while (true) {
-    int64_t src = 0, dst = 0;
-    for (size_t k = 0; k < idx.size(); ++k) {
-      src += idx[k] * from.strides[k];
-      dst += idx[k] * to.strides[k];
-    }
-    std::memcpy(at(to.data, dst, to.dtype), base + src * static_cast<int64_t>(size), size);
-    size_t k = idx.size();
-    while (k > 0 && ++idx[k - 1] == to.sizes[k - 1]) idx[--k] = 0;
-    if (k == 0) return;
-  }
 }
 
 double numberAttr(const std::vector<ir::Attr>& attrs, const char* name) {
@@ -244,27 +211,11 @@ sym::Binding bindInputs(const std::vector<ir::Value>& inputs, const std::vector<
 
 void runExtern(const std::string& op, const std::vector<Tensor>& inputs,
                const std::vector<ir::Attr>& attrs, const Tensor& out) {
-  if (detail::blasMatmul(op, inputs, numberAttr(attrs, "alpha"), numberAttr(attrs, "beta"), out))
+  if (detail::matrixProduct(op, inputs, numberAttr(attrs, "alpha"), numberAttr(attrs, "beta"), out))
     return;
-  // TODO(issue 4): attention, scatter_add, dropout and products of other dtypes
-  // as kernels of their own rather than through the reference interpreter.
-  sym::SymbolTable table;
-  ir::Graph g(table);
-  std::vector<ir::HostTensor> hosts;
-  std::vector<ir::ValueId> ids;
-  for (const Tensor& t : inputs) {
-    ir::TensorMeta m;
-    m.dtype = t.dtype;
-    for (size_t d = 0; d < t.sizes.size(); ++d) {
-      m.sizes.push_back(table.integer(t.sizes[d]));
-      m.strides.push_back(table.integer(t.strides[d]));
-    }
-    m.storageOffset = table.integer(0);
-    ids.push_back(g.placeholder("in" + std::to_string(ids.size()), ir::Value(m)));
-    hosts.push_back(hostCopy(t));
-  }
-  g.setOutputs({g.call(op, ids, attrs)});
-  copyInto(ir::interpret(g, std::move(hosts)).at(0), out);
+  throw Error(ErrorCode::Unsupported, "runtime: no CPU routine for the extern call " + op + " of " +
+                                          std::string(ir::name(out.dtype)) +
+                                          " (CPU lowering makes loops of it)");
 }
 
 RunResult run(const Plan& plan, const KernelLookup& kernels, const std::vector<Tensor>& inputs,

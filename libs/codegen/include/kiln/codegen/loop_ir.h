@@ -8,8 +8,8 @@
 //     the element at index (i0, i1, ...) as a scalar expression: pointwise;
 //     or, with `reductionRanges` and a reduce op, the reduction over
 //     (r0, r1, ...) of such an expression;
-//   - extern: a call of a library routine (the matmul family, attention) on
-//     earlier buffers.
+//   - extern: a call of a library routine (the matmul family; attention on
+//     targets that keep it) on earlier buffers.
 // Loads name a buffer and a flat element index, an expression over the index
 // variables and the graph's size symbols: views are folded into it.
 #pragma once
@@ -41,6 +41,8 @@ enum class ScalarKind {
   Where,    // args[0] ? args[1] : args[2]; only the chosen branch is evaluated (cat's
             // branches load out of range otherwise)
   Cast,     // arg converted to dtype
+  Philox,   // the uniform draw in [0, 1) (f64) of Philox-4x32-10 with key args[0] and
+            // counter args[1] (ints, taken as uint64): dropout's stream (kiln/ir/philox.h)
 };
 
 struct ScalarNode;
@@ -73,6 +75,7 @@ Scalar unary(std::string op, DType dtype, Scalar arg);
 Scalar binary(std::string op, DType dtype, Scalar a, Scalar b);
 Scalar where(Scalar condition, Scalar a, Scalar b); // dtype of a (and b)
 Scalar cast(DType dtype, Scalar arg);               // arg itself when already of dtype
+Scalar philox(Scalar seed, Scalar counter);
 
 // The scalar with index variables replaced (loads' indices and IndexOf values).
 Scalar substitute(const Scalar& s, const std::unordered_map<sym::Expr, sym::Expr>& vars);
@@ -90,10 +93,20 @@ struct Loops {
   ReduceOp reduce = ReduceOp::None;
   DType accumulator = DType::Float32; // the reduction's accumulation dtype
   Scalar body;
+  // A scatter (scatter_add; pointwise, in a mutation's alias buffer): each
+  // element of the loop nest is added to the buffer's element that this Load
+  // of the buffer names, in the buffer dtype's opmath (bool: or), instead of
+  // being stored at the loop's own index. Its index goes through loaded values
+  // (checked as an indirect load's: out of range is an index error). Two
+  // indices that differ outside `scatterDim` never reach the same element:
+  // the other loops may run in parallel (a CUDA target: atomics), the loop
+  // over vars[scatterDim] runs in order, so sums are deterministic.
+  Scalar scatter;
+  size_t scatterDim = 0;
 };
 
 struct ExternCall {
-  std::string op; // the IR op ("mm", "bmm", "addmm", "scaled_dot_product_attention", ...)
+  std::string op; // the IR op ("mm", "bmm", "matmul"; see LowerOptions::externOps)
   std::vector<BufferId> inputs;
   std::vector<ir::TensorMeta> inputViews; // each input's layout (views folded)
   std::vector<ir::Attr> attrs;

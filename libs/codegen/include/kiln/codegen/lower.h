@@ -5,12 +5,15 @@
 // stored: pointwise ops, copies, creation ops, indexing and views of bodies
 // (folded into the index they read) give bodies, which consumers inline (a
 // pointwise chain becomes one expression, a reduction takes its prologue);
-// reductions and extern calls (the matmul family, attention) give buffers. A
-// body is stored (realized) when it is a graph output, an extern call's input,
-// read by several consumers while too big to recompute (see kInlineLimit), or
-// viewed where folding the view would be wrong (a mutation writes the storage
-// it shares, as_strided) or dear (docs/codegen.md).
+// reductions, scatters and extern calls (the matrix products a library covers)
+// give buffers. A body is stored (realized) when it is a graph output, an
+// extern call's input, read by several consumers while too big to recompute
+// (see kInlineLimit), or viewed where folding the view would be wrong (a
+// mutation writes the storage it shares, as_strided) or dear (docs/codegen.md).
 #pragma once
+
+#include <set>
+#include <string>
 
 #include "kiln/codegen/loop_ir.h"
 #include "kiln/ir/graph.h"
@@ -22,7 +25,20 @@ namespace kiln::codegen {
 // through memory.
 constexpr size_t kInlineLimit = 12;
 
+// What a target runs as library calls rather than loops.
+struct LowerOptions {
+  // Ops kept as extern calls: the matrix products (of `externProductDTypes`),
+  // and ops a target has a routine for, which are then not decomposed either
+  // (a CUDA target: scaled_dot_product_attention through cuDNN). Everything
+  // else lowers to loops.
+  std::set<std::string> externOps = {"mm", "bmm", "matmul"};
+  // The dtypes whose products are extern calls (the CPU's BLAS: f32 and f64);
+  // products of other dtypes are loop reductions (f16/bf16 accumulating in
+  // f32, integers in their own type, as torch).
+  std::set<DType> externProductDTypes = {DType::Float32, DType::Float64};
+};
+
 // Error{Unsupported} naming the first op without a lowering yet.
-Program lower(const ir::Graph& graph);
+Program lower(const ir::Graph& graph, const LowerOptions& options = {});
 
 } // namespace kiln::codegen

@@ -14,7 +14,9 @@
 //     element at the very index it was stored at;
 //   - no extern call comes between them (extern calls are steps of their own).
 // A reduction nothing outside its kernel reads, and that is no output, lives
-// in a register only (Kernel::local).
+// in a register only (Kernel::local). A mutation (alias buffer) is a kernel of
+// its own; a scatter's kernel runs over its ranges but the ordered one
+// (scatterOuter), which each outer index runs in order.
 #pragma once
 
 #include <string>
@@ -59,5 +61,7 @@ struct LoopShape {
   std::vector<sym::Expr> vars;
 };
 LoopShape withoutUnitDims(const Loops& loops);
+// A scatter's outer loops: its ranges without size-1 dims nor the ordered one.
+LoopShape scatterOuter(const Loops& loops);
 
 } // namespace kiln::codegen

@@ -2,6 +2,9 @@
 // renumbered densely; placeholders are always kept (they are the signature).
 #pragma once
 
+#include <set>
+#include <string>
+
 #include "kiln/ir/graph.h"
 
 namespace kiln::ir {
@@ -15,9 +18,12 @@ Graph eliminateCommonSubexpressions(const Graph& graph);
 
 // Replaces every composite op (one with a decomposition in the registry:
 // gelu, silu, softmax, log_softmax, linear, var, std, layer_norm, rms_norm,
-// cross_entropy) by core ops computing the same value, until none is left.
+// cross_entropy, addmm, scaled_dot_product_attention) by core ops computing
+// the same value, until none is left.
 // Error{Unsupported} for a form without a decomposition yet; Error{Internal}
 // if a decomposition's result differs from the composite's inferred value.
-Graph decompose(const Graph& graph);
+// The ops in `keep` stay as they are (a target with a library routine for
+// them: scaled_dot_product_attention through cuDNN).
+Graph decompose(const Graph& graph, const std::set<std::string>& keep = {});
 
 } // namespace kiln::ir

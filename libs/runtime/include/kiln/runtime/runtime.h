@@ -58,8 +58,9 @@ RunResult run(const Plan& plan, const KernelLookup& kernels, const std::vector<T
               Allocator& allocator);
 
 // An extern call on host memory: `inputs` are views (element 0 at `data`),
-// `out` laid out as given. Matrix products of f32/f64 go through BLAS, the rest
-// through the reference interpreter.
+// `out` laid out as given: the matrix products (mm, bmm, addmm, matmul) of f32
+// and f64, through BLAS (a plain loop where kiln was built without it).
+// Error{Unsupported} for anything else: CPU lowering makes loops of it.
 void runExtern(const std::string& op, const std::vector<Tensor>& inputs,
                const std::vector<ir::Attr>& attrs, const Tensor& out);
 
