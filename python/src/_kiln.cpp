@@ -1,5 +1,6 @@
-// _kiln: the Python bindings of the client SDK (libs/client, libs/shm) and of
-// libs/ir (ir_bindings.cpp).
+// _kiln: the Python bindings of the client SDK (libs/client, libs/shm), of
+// libs/ir (ir_bindings.cpp) and of libs/guards with the guard VM's Python
+// front end (guard_bindings.cpp, guard_frontend.cpp).
 // Conversion only: each binding calls the C++ library with the GIL released
 // and turns what comes back into plain Python values; kiln::Error becomes
 // kiln.KilnError. Whatever is more than that belongs in python/kiln.
@@ -19,6 +20,7 @@
 #include "kiln/client/stack_paths.h"
 #include "kiln/common/error.h"
 #include "kiln/shm/store.h"
+#include "guard_bindings.h"
 #include "ir_bindings.h"
 
 namespace py = pybind11;
@@ -361,4 +363,5 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::bindStack(m);
   kiln::python::bindShm(m);
   kiln::python::bindIr(m);
+  kiln::python::bindGuards(m);
 }
