@@ -4,6 +4,7 @@
 #include <ATen/autocast_mode.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/version.h>
 
@@ -155,6 +156,32 @@ std::optional<DType> dtypeOf(c10::ScalarType t) {
   }
 }
 
+int16_t scalarTypeOf(DType t) {
+  switch (t) {
+  case DType::Float32: return static_cast<int16_t>(c10::ScalarType::Float);
+  case DType::Float64: return static_cast<int16_t>(c10::ScalarType::Double);
+  case DType::Float16: return static_cast<int16_t>(c10::ScalarType::Half);
+  case DType::BFloat16: return static_cast<int16_t>(c10::ScalarType::BFloat16);
+  case DType::Int8: return static_cast<int16_t>(c10::ScalarType::Char);
+  case DType::Int16: return static_cast<int16_t>(c10::ScalarType::Short);
+  case DType::Int32: return static_cast<int16_t>(c10::ScalarType::Int);
+  case DType::Int64: return static_cast<int16_t>(c10::ScalarType::Long);
+  case DType::UInt8: return static_cast<int16_t>(c10::ScalarType::Byte);
+  case DType::Bool: return static_cast<int16_t>(c10::ScalarType::Bool);
+  case DType::Complex64: return static_cast<int16_t>(c10::ScalarType::ComplexFloat);
+  case DType::Complex128: return static_cast<int16_t>(c10::ScalarType::ComplexDouble);
+  }
+  return -1;
+}
+
+c10::ScalarType autocastDtype(bool cuda) {
+#ifdef KILN_AUTOCAST_BY_DEVICE
+  return at::autocast::get_autocast_dtype(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
+#else
+  return cuda ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
 std::optional<ir::Device> deviceOf(const c10::Device& d) {
   if (d.type() == c10::DeviceType::CPU) return ir::Device{ir::DeviceType::Cpu, d.index()};
   if (d.type() == c10::DeviceType::CUDA) return ir::Device{ir::DeviceType::Cuda, d.index()};
@@ -166,14 +193,11 @@ guards::Autocast autocastOf(ir::DeviceType device) {
   a.device = device;
   const bool cuda = device == ir::DeviceType::Cuda;
 #ifdef KILN_AUTOCAST_BY_DEVICE
-  const c10::DeviceType t = cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
-  a.enabled = at::autocast::is_autocast_enabled(t);
-  c10::ScalarType dtype = at::autocast::get_autocast_dtype(t);
+  a.enabled = at::autocast::is_autocast_enabled(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
 #else
   a.enabled = cuda ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
-  c10::ScalarType dtype = cuda ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
 #endif
-  a.dtype = dtypeOf(dtype).value_or(DType::Float32);
+  a.dtype = dtypeOf(autocastDtype(cuda)).value_or(DType::Float32);
   return a;
 }
 
@@ -332,6 +356,8 @@ LoadedProgram::LoadedProgram(guards::Program program) : program_(std::move(progr
           if (a.type) keep(reinterpret_cast<PyObject*>(a.type));
         } else if (c.kind == Check::Kind::Equals) {
           a.mirror = keep(objectOf(c.equals));
+        } else if (c.kind == Check::Kind::Tensor) {
+          a.scalarType = scalarTypeOf(c.tensor.dtype);
         } else if (c.kind == Check::Kind::DictKeys) {
           for (const Constant& k : c.dictKeys.keys) a.keyMirrors.push_back(keep(objectOf(k)));
         }
@@ -339,6 +365,10 @@ LoadedProgram::LoadedProgram(guards::Program program) : program_(std::move(progr
       }
     }
     for (const std::string& k : program_.call.keywords) keywords_.push_back(keep(objectOf(Constant{k})));
+    const guards::GlobalState& g = program_.globals;
+    if (g.defaultDtype) globals_.defaultDtype = scalarTypeOf(*g.defaultDtype);
+    for (const guards::Autocast& a : g.autocast)
+      globals_.autocast.push_back({a.device == ir::DeviceType::Cuda, a.enabled, scalarTypeOf(a.dtype)});
   } catch (...) {
     for (PyObject* o : refs_) Py_DECREF(o);
     throw;
@@ -378,11 +408,19 @@ bool PyFrontend::callShape(const guards::CallShape& shape) {
 }
 
 bool PyFrontend::globals(const guards::GlobalState& e) {
+  const LoadedProgram::GlobalsAux& g = p_.globals();
   if (e.gradEnabled && *e.gradEnabled != c10::GradMode::is_enabled()) return false;
-  if (e.defaultDtype && dtypeOf(c10::get_default_dtype_as_scalartype()) != e.defaultDtype) return false;
+  if (e.defaultDtype && static_cast<int16_t>(c10::get_default_dtype_as_scalartype()) != g.defaultDtype) return false;
   if (e.deterministic && *e.deterministic != at::globalContext().deterministicAlgorithms()) return false;
-  for (const guards::Autocast& a : e.autocast)
-    if (!(autocastOf(a.device) == a)) return false;
+  if (g.autocast.empty()) return true;
+  // Autocast is on for a device while its dispatch key is not excluded (how both
+  // torch 1.13's is_enabled() and 2.x's is_autocast_enabled(device) read it): one
+  // read of the thread's key sets for every device.
+  const c10::impl::LocalDispatchKeySet keys = c10::impl::tls_local_dispatch_key_set();
+  for (const LoadedProgram::GlobalsAux::Autocast& a : g.autocast) {
+    const bool on = !keys.excluded_.has(a.cuda ? c10::DispatchKey::AutocastCUDA : c10::DispatchKey::AutocastCPU);
+    if (on != a.enabled || static_cast<int16_t>(autocastDtype(a.cuda)) != a.dtype) return false;
+  }
   return true;
 }
 
@@ -488,11 +526,11 @@ std::optional<uint64_t> fastLength(PyObject* o) {
   return std::nullopt;
 }
 
-bool tensorMatches(PyObject* o, const guards::TensorCheck& e) {
+bool tensorMatches(PyObject* o, const guards::TensorCheck& e, int16_t scalarType) {
   if (!isTensor(o)) return false;
   try {
     const at::Tensor& t = THPVariable_Unpack(o);
-    if (dtypeOf(t.scalar_type()) != e.dtype || t.requires_grad() != e.requiresGrad) return false;
+    if (static_cast<int16_t>(t.scalar_type()) != scalarType || t.requires_grad() != e.requiresGrad) return false;
     if (deviceOf(t.device()) != e.device) return false;
     c10::IntArrayRef sizes = t.sizes();
     if (sizes.size() != e.sizes.size()) return false;
@@ -547,7 +585,7 @@ bool PyFrontend::check(Value v, const Check& c) {
     return n && *n == c.length;
   }
   case Check::Kind::DictKeys: return dictKeysMatch(o, c.dictKeys, aux.keyMirrors);
-  case Check::Kind::Tensor: return tensorMatches(o, c.tensor);
+  case Check::Kind::Tensor: return tensorMatches(o, c.tensor, aux.scalarType);
   }
   return false;
 }
@@ -619,7 +657,7 @@ std::optional<guards::TensorInput> PyFrontend::tensor(Value v) {
   return describedAs(v, 0, [](auto& f, auto x) { return f.tensor(x); });
 }
 
-bool passes(const LoadedProgram& program, PyObject* fn, PyObject* args, PyObject* kwargs,
+__attribute__((flatten)) bool passes(const LoadedProgram& program, PyObject* fn, PyObject* args, PyObject* kwargs,
             RunScratch& scratch) {
   if (scratch.busy) { // re-entered from Python code that a load ran
     RunScratch fresh;

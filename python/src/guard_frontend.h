@@ -49,6 +49,17 @@ public:
     std::string unresolved;             // Type: why it did not resolve
     PyObject* mirror = nullptr;         // Equals: the constant as a Python object
     std::vector<PyObject*> keyMirrors;  // DictKeys: each key as a Python object
+    int16_t scalarType = -1;            // Tensor: the dtype as torch's c10::ScalarType
+  };
+  // The global state's dtypes as c10::ScalarTypes.
+  struct GlobalsAux {
+    int16_t defaultDtype = -1;
+    struct Autocast {
+      bool cuda = false;
+      bool enabled = false;
+      int16_t dtype = -1;
+    };
+    std::vector<Autocast> autocast;
   };
 
   const guards::Program& program() const { return program_; }
@@ -63,12 +74,14 @@ public:
                                  sizeof(guards::Node));
   }
   const std::vector<PyObject*>& keywords() const { return keywords_; }
+  const GlobalsAux& globals() const { return globals_; }
 
 private:
   guards::Program program_;
   std::vector<NodeAux> nodes_;
   std::vector<CheckAux> checks_;
   std::vector<PyObject*> keywords_;
+  GlobalsAux globals_;
   std::vector<PyObject*> refs_; // every reference above, released at the end
 };
 
