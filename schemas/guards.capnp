@@ -22,6 +22,8 @@ struct GuardStep {
     intKey @7 :Int64;       # [i] of a dict
     size @8 :UInt32;        # a tensor's .size()[d], as an int
     stride @9 :UInt32;      # a tensor's .stride()[d], as an int
+    default @11 :UInt32;    # the called function's default i (__defaults__[i])
+    kwDefault @12 :Void;    # its keyword-only default `name` (__kwdefaults__[name])
   }
   name @10 :Text;
 }
@@ -164,6 +166,8 @@ struct CallInput {
   closure @3 :List(InputValue);     # cell contents, by index
   state @4 :GlobalState;            # every field set
   scope @5 :UInt64;                 # the calling process's identity token
+  defaults @6 :List(InputValue);    # the function's __defaults__
+  kwDefaults @7 :List(InputAttr);   # its __kwdefaults__
 }
 
 # ---- Compiled entries and frame state ------------------------------------

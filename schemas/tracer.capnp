@@ -1,15 +1,192 @@
-# Requests and replies of the tracer service. Members 0 and 1 are the verbs every
-# service answers (see Common.CommonRequest); for now it has only those,
-# its real verbs come with its own issue.
+# The tracer service: Python bytecode in (as `dis` lists it), a graph, its
+# guards and the output structure out (see docs/tracer.md). Members 0 and 1 of
+# the request and reply unions are the verbs every service answers (see
+# Common.CommonRequest).
 @0xf2ae01024c2c6aa6;
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("kiln::schema");
 using Common = import "common.capnp";
+using Graph = import "graph.capnp";
+using Guards = import "guards.capnp";
+
+# One instruction as `dis.get_instructions` gives it, normalised by the SDK:
+# jump targets as instruction indices, names and constants resolved.
+struct Instruction {
+  opname @0 :Text;              # "LOAD_FAST", "BINARY_OP", ...
+  arg @1 :Int64;                # the raw oparg, -1 when none
+  target @2 :Int32 = -1;        # a jump's target, as an index into the instruction list
+  name @3 :Text;                # the name a name op refers to (argval), or the op's argrepr
+  line @4 :Int32;
+}
+
+struct Constant {
+  union {
+    none @0 :Void;
+    bool @1 :Bool;
+    int @2 :Int64;
+    float @3 :Float64;
+    str @4 :Text;
+    tuple @5 :List(Constant);
+    code @6 :Code;
+    ellipsis @7 :Void;
+    other @8 :Text;             # a constant kiln does not model (bytes, big ints, ...): its repr
+  }
+}
+
+struct Code {
+  name @0 :Text;
+  qualname @1 :Text;
+  filename @2 :Text;
+  firstLine @3 :Int32;
+  argCount @4 :UInt32;
+  posOnlyArgCount @5 :UInt32;
+  kwOnlyArgCount @6 :UInt32;
+  flags @7 :UInt32;             # co_flags (VARARGS 0x04, VARKEYWORDS 0x08, GENERATOR 0x20, ...)
+  varnames @8 :List(Text);
+  cellvars @9 :List(Text);
+  freevars @10 :List(Text);
+  names @11 :List(Text);
+  consts @12 :List(Constant);
+  instructions @13 :List(Instruction);
+  pythonVersion @14 :Text;      # "3.11", "3.12": opcodes and oparg meanings differ
+}
+
+# What the SDK says of one Python object the trace reads. Containers of
+# primitives and tensors come whole; modules, functions and objects list what
+# they hold, and the tracer asks for the parts it reads (by path) when it needs them.
+struct ObjectDesc {
+  path @0 :List(Guards.GuardStep);  # where it was found, from the call's roots
+  type @1 :Guards.TypeRef;
+  id @2 :UInt64;
+  union {
+    none @3 :Void;
+    bool @4 :Bool;
+    int @5 :Int64;
+    float @6 :Float64;
+    str @7 :Text;
+    tensor @8 :Guards.InputValue.TensorInput;
+    list @9 :List(ObjectDesc);      # items, described (paths included)
+    tuple @10 :List(ObjectDesc);
+    dict @11 :List(DictItem);
+    function @12 :FunctionDesc;
+    module @13 :ModuleDesc;         # an nn.Module
+    pyModule @14 :Text;             # a Python module: its name ("torch", "math", "torch.nn.functional")
+    builtin @15 :Text;              # a callable kiln knows by name: "torch.relu", "builtins.len", "math.sqrt"
+    typeObject @16 :Guards.TypeRef; # a class
+    dtype @17 :Common.DType;
+    device @18 :Common.Device;
+    object @19 :List(Text);         # another object: its instance attribute names
+    unsupported @20 :Text;          # what it is, for the message
+  }
+}
+
+struct DictItem {
+  key @0 :ObjectDesc;
+  value @1 :ObjectDesc;
+}
+
+struct FunctionDesc {
+  code @0 :Code;
+  defaults @1 :List(ObjectDesc);
+  kwDefaults @2 :List(NamedObject);
+  closure @3 :List(ObjectDesc);     # cell contents, in co_freevars order
+  module @4 :Text;                  # __module__: whose globals it reads
+  bound @5 :ObjectDesc;             # a bound method's self (its `none` member when unbound)
+  isBound @6 :Bool;
+}
+
+struct NamedObject {
+  name @0 :Text;
+  value @1 :ObjectDesc;
+}
+
+struct ModuleDesc {
+  kind @0 :Text;                    # "torch.nn.Linear" for built-ins kiln lowers itself, else ""
+  training @1 :Bool;
+  parameters @2 :List(NamedObject); # tensors (None for an absent bias)
+  buffers @3 :List(NamedObject);
+  modules @4 :List(Text);           # submodule names, in order (ask for their paths)
+  attributes @5 :List(NamedObject); # instance attributes of primitive kinds
+  forward @6 :FunctionDesc;         # a user module's forward (unbound; `self` is the module)
+}
+
+struct TraceRequest {
+  function @0 :Guards.FunctionKey;
+  code @1 :Code;
+  callee @2 :ObjectDesc;            # the function itself (its defaults and closure), at the root
+  args @3 :List(ObjectDesc);        # positional arguments (paths [arg i])
+  kwargs @4 :List(NamedObject);
+  objects @5 :List(ObjectDesc);     # what earlier rounds asked for, by path
+  frame @6 :Guards.FrameState;      # which dims and ints are dynamic
+  state @7 :Guards.GlobalState;     # grad mode, default dtype, ...
+  fullgraph @8 :Bool;
+  scope @9 :UInt64;                 # the calling process's token (identity guards hold within it)
+}
+
+struct TraceResult {
+  graph @0 :Graph.Graph;
+  guards @1 :Guards.GuardSet;
+  outputs @2 :OutputSpec;           # how to rebuild the returned value from graph outputs
+  sideEffects @3 :List(SideEffect);
+  inputs @4 :List(InputBinding);    # where each graph input comes from
+}
+
+# The returned value's structure: leaves are graph outputs or constants.
+struct OutputSpec {
+  union {
+    graphOutput @0 :UInt32;         # the i-th graph output
+    constant @1 :Constant;
+    tuple @2 :List(OutputSpec);
+    list @3 :List(OutputSpec);
+    dict @4 :List(OutputItem);
+    symInt @5 :UInt32;              # a graph output holding an int (0-d i64): returned as a Python int
+  }
+}
+
+struct OutputItem {
+  key @0 :Constant;
+  value @1 :OutputSpec;
+}
+
+# A graph input: the tensor (or int) found at `path` in the call.
+struct InputBinding {
+  path @0 :List(Guards.GuardStep);
+  isInt @1 :Bool;                   # a dynamic int argument, passed as a 0-d tensor
+}
+
+struct SideEffect {
+  union {
+    setAttr :group {                # path.name = value
+      path @0 :List(Guards.GuardStep);
+      name @1 :Text;
+      value @2 :OutputSpec;
+    }
+    listAppend :group {             # path.append(value)
+      listPath @3 :List(Guards.GuardStep);
+      item @4 :OutputSpec;
+    }
+  }
+}
+
+struct Unsupported {
+  reason @0 :Text;                  # what was not supported
+  filename @1 :Text;
+  line @2 :Int32;
+}
+
+struct TraceReply {
+  union {
+    traced @0 :TraceResult;
+    needObjects @1 :List(List(Guards.GuardStep)); # describe these paths and ask again
+    unsupported @2 :Unsupported;
+  }
+}
 
 struct TracerRequest {
   union {
     ping @0 :Common.Ping;
     info @1 :Void;
+    trace @2 :TraceRequest;
   }
 }
 
@@ -17,5 +194,6 @@ struct TracerReply {
   union {
     pong @0 :Common.Ping;
     info @1 :Common.ServiceInfo;
+    trace @2 :TraceReply;
   }
 }

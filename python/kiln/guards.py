@@ -43,6 +43,7 @@ __all__ = [
     "arg_names",
     "attr",
     "cache_for",
+    "default",
     "check_tensor_like",
     "closure",
     "describe_call",
@@ -53,6 +54,7 @@ __all__ = [
     "index",
     "int_key",
     "key",
+    "kw_default",
     "kwarg",
     "scope",
     "size",
@@ -80,6 +82,16 @@ def global_(name: str) -> tuple:
 def closure(i: int, name: str) -> tuple:
     """The content of closure cell `i` (free variable `name`): C['name']."""
     return ("closure", i, name)
+
+
+def default(i: int) -> tuple:
+    """The called function's __defaults__[i]: F.__defaults__[i]."""
+    return ("default", i)
+
+
+def kw_default(name: str) -> tuple:
+    """The called function's __kwdefaults__['name']."""
+    return ("kw_default", name)
 
 
 def attr(name: str) -> tuple:

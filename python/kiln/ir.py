@@ -180,11 +180,15 @@ class Compiled:
         dtype = torch_dtype(name)
         if base is not None:
             return base.view(dtype).as_strided(sizes, strides, offset)
+        empty = 0 in sizes  # an empty view may start just past the end (x[7:] of 5 rows)
         for t in inputs:  # a view of an input: `offset` is its address
             start = t.data_ptr() - t.storage_offset() * t.element_size()
             storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
-            if t.dtype == dtype and start <= offset < start + max(storage.nbytes(), 1):
+            end = start + max(storage.nbytes(), 1)
+            if t.dtype == dtype and start <= offset and (offset < end or (empty and offset <= end)):
                 return t.as_strided(sizes, strides, (offset - start) // t.element_size())
+        if empty:  # of an empty input (its storage may have no address): nothing to alias
+            return torch.empty(sizes, dtype=dtype).as_strided(sizes, strides)
         raise RuntimeError("kiln: an output views memory that is not an input's")
 
 

@@ -20,6 +20,7 @@
 #include "kiln/client/stack_paths.h"
 #include "kiln/common/error.h"
 #include "kiln/shm/store.h"
+#include "capnp_dict.h"
 #include "guard_bindings.h"
 #include "ir_bindings.h"
 
@@ -363,5 +364,6 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::bindStack(m);
   kiln::python::bindShm(m);
   kiln::python::bindIr(m);
+  kiln::python::bindCapnp(m);
   kiln::python::bindGuards(m);
 }

@@ -89,7 +89,8 @@ Constant constantOf(py::handle h) {
 }
 
 // A step: ("arg", 0, "x"), ("kwarg", "y"), ("global", "g"), ("closure", 0, "c"),
-// ("attr", "w"), ("index", 3), ("key", "k"), ("int_key", 3), ("size", 0), ("stride", 1).
+// ("attr", "w"), ("index", 3), ("key", "k"), ("int_key", 3), ("size", 0), ("stride", 1),
+// ("default", 0), ("kw_default", "k").
 Step stepFrom(py::handle h) {
   if (!py::isinstance<py::tuple>(h) || py::len(h) < 2) invalid("a step is a tuple such as ('attr', 'weight')");
   py::tuple t = py::reinterpret_borrow<py::tuple>(h);
@@ -105,6 +106,8 @@ Step stepFrom(py::handle h) {
   if (kind == "int_key") return intKey(t[1].cast<int64_t>());
   if (kind == "size") return size(t[1].cast<uint32_t>());
   if (kind == "stride") return stride(t[1].cast<uint32_t>());
+  if (kind == "default") return defaultArg(t[1].cast<uint32_t>());
+  if (kind == "kw_default") return kwDefault(name(1));
   invalid("unknown step kind '" + kind + "'");
 }
 

@@ -341,6 +341,7 @@ LoadedProgram::LoadedProgram(guards::Program program) : program_(std::move(progr
       switch (node.step.kind) {
       case StepKind::Kwarg:
       case StepKind::Global:
+      case StepKind::KwDefault:
       case StepKind::Attr:
       case StepKind::Key: aux.name = keep(objectOf(Constant{node.step.name})); break;
       case StepKind::IntKey: aux.name = keep(objectOf(Constant{node.step.index})); break;
@@ -489,6 +490,17 @@ bool PyFrontend::load(const guards::Step& step, Value parent, Value& out) {
     if (!cells || step.index < 0 || step.index >= PyTuple_GET_SIZE(cells)) return false;
     PyObject* cell = PyTuple_GET_ITEM(cells, step.index);
     return PyCell_Check(cell) && (out.obj = PyCell_GET(cell)) != nullptr;
+  }
+  case StepKind::Default: {
+    PyObject* defaults = function_ ? PyFunction_GET_DEFAULTS(function_) : nullptr;
+    if (!defaults || !PyTuple_Check(defaults) || step.index < 0 || step.index >= PyTuple_GET_SIZE(defaults))
+      return false;
+    out.obj = PyTuple_GET_ITEM(defaults, step.index);
+    return true;
+  }
+  case StepKind::KwDefault: {
+    PyObject* defaults = function_ ? PyFunction_GET_KW_DEFAULTS(function_) : nullptr;
+    return defaults && PyDict_Check(defaults) && (out.obj = PyDict_GetItem(defaults, aux.name)) != nullptr;
   }
   case StepKind::Attr: return p && loadAttr(p, aux.name, out);
   case StepKind::Index: return p && loadItem(p, step.index, aux.name, out);
@@ -904,6 +916,12 @@ guards::CallInput describeCall(PyObject* fn, PyObject* args, PyObject* kwargs) {
       if (!v && f->func_builtins && PyDict_Check(f->func_builtins)) v = PyDict_GetItem(f->func_builtins, name);
       if (v) call.globals.emplace_back(py::str(name).cast<std::string>(), d.value(v, kDepth));
     }
+    if (f->func_defaults && PyTuple_Check(f->func_defaults))
+      for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(f->func_defaults); ++k)
+        call.defaults.push_back(d.value(PyTuple_GET_ITEM(f->func_defaults, k), kDepth));
+    pos = 0;
+    while (f->func_kwdefaults && PyDict_Check(f->func_kwdefaults) && PyDict_Next(f->func_kwdefaults, &pos, &key, &value))
+      call.kwDefaults.emplace_back(py::str(key).cast<std::string>(), d.value(value, kDepth));
     PyObject* cells = f->func_closure;
     for (Py_ssize_t k = 0; cells && k < PyTuple_GET_SIZE(cells); ++k) {
       PyObject* content = PyCell_GET(PyTuple_GET_ITEM(cells, k));

@@ -146,7 +146,8 @@ std::optional<std::string> explainCall(const LoadedProgram& program, PyObject* f
 guards::Input describeValue(PyObject* obj, int depth = 6);
 guards::GlobalState currentGlobalState();
 // The call: args, kwargs, the globals the code names (then builtins), the
-// closure cells' contents, the global state and this process's scope.
+// closure cells' contents, the function's defaults, the global state and this
+// process's scope.
 guards::CallInput describeCall(PyObject* fn, PyObject* args, PyObject* kwargs);
 guards::TypeRef typeRefOf(PyTypeObject* type);
 // A Python constant (None, bool, int, float, str, tuples of them); nullopt otherwise.

@@ -235,6 +235,21 @@ def test_globals_and_closure_cells():
     assert failure(s, ([1],), fn=fn) == "C['eps'] == 1.0000000000000001e-05 failed: got 9.9999999999999995e-07"
 
 
+def test_defaults():
+    def fn(x, scale=2, *, mode="fast"):
+        return x
+
+    s = kg.GuardSet()
+    s.check_equals(s.path(kg.default(0)), 2)
+    s.check_equals(s.path(kg.kw_default("mode")), "fast")
+    assert failure(s, (1,), fn=fn) is None
+    fn.__defaults__ = (3,)
+    assert failure(s, (1,), fn=fn) == "F.__defaults__[0] == 2 failed: got 3"
+    fn.__defaults__ = (2,)
+    fn.__kwdefaults__ = {"mode": "slow"}
+    assert failure(s, (1,), fn=fn) == "F.__kwdefaults__['mode'] == 'fast' failed: got 'slow'"
+
+
 def test_global_state():
     s = kg.GuardSet()
     s.guard_current_globals()

@@ -199,45 +199,9 @@ public:
 private:
   std::string nextSymbol() { return "s" + std::to_string(symbols_++); }
 
-  void tensor(const Input& in, uint32_t node, const std::string& source) {
-    const TensorInput& t = in.tensor;
-    TensorCheck c;
-    c.dtype = t.dtype;
-    c.device = t.device;
-    c.requiresGrad = t.requiresGrad;
-    c.storageOffset = t.storageOffset;
-    bool contiguous = contiguousTensor(t.dtype, t.sizes).strides == t.strides;
-    std::vector<sym::Expr> sizes;
-    for (size_t k = 0; k < t.sizes.size(); ++k) {
-      // Sizes 0 and 1 stay static (broadcasting and empty tensors depend on them);
-      // a strided layout keeps its sizes static too.
-      bool dynamic = frame_.dynamicDim(source, k) && t.sizes[k] >= 2 && contiguous;
-      if (dynamic) {
-        sym::Expr s = set_.symbol(nextSymbol(), set_.node(static_cast<int32_t>(node), size(static_cast<uint32_t>(k))));
-        set_.shapeGuard(sym::ge(s, 2));
-        set_.table().narrow(s, {2, sym::kInf}); // after the guard, which it would fold away
-        c.sizes.push_back(std::nullopt);
-        sizes.push_back(s);
-      } else {
-        c.sizes.push_back(t.sizes[k]);
-        sizes.push_back(set_.table().integer(t.sizes[k]));
-      }
-    }
-    // Contiguous strides in terms of the sizes: static where no dynamic size
-    // follows, else read and guarded equal to their expression.
-    sym::Expr expected = set_.table().integer(1);
-    c.strides.assign(t.sizes.size(), std::nullopt);
-    for (size_t k = t.sizes.size(); k-- > 0;) {
-      if (auto v = expected.asInteger()) {
-        c.strides[k] = contiguous ? *v : t.strides[k];
-      } else {
-        sym::Expr read = set_.symbol(nextSymbol(), set_.node(static_cast<int32_t>(node), stride(static_cast<uint32_t>(k))));
-        set_.shapeGuard(sym::eq(read, expected));
-      }
-      expected = expected * sym::max(sizes[k], 1);
-    }
+  void tensor(const Input& in, uint32_t node, const std::string&) {
     set_.check(node, typeIs(in.typeRef()));
-    set_.check(node, tensorMatches(std::move(c)));
+    guardTensor(set_, node, in.tensor, frame_, symbols_);
   }
 
   const FrameState& frame_;
@@ -246,6 +210,49 @@ private:
 };
 
 } // namespace
+
+std::vector<sym::Expr> guardTensor(GuardSet& set, uint32_t node, const TensorInput& t, const FrameState& frame,
+                                   size_t& nextSymbol) {
+  const std::string source = set.source(node);
+  TensorCheck c;
+  c.dtype = t.dtype;
+  c.device = t.device;
+  c.requiresGrad = t.requiresGrad;
+  c.storageOffset = t.storageOffset;
+  bool contiguous = contiguousTensor(t.dtype, t.sizes).strides == t.strides;
+  auto symbolName = [&] { return "s" + std::to_string(nextSymbol++); };
+  std::vector<sym::Expr> sizes;
+  for (size_t k = 0; k < t.sizes.size(); ++k) {
+    // Sizes 0 and 1 stay static (broadcasting and empty tensors depend on them);
+    // a strided layout keeps its sizes static too.
+    bool dynamic = frame.dynamicDim(source, k) && t.sizes[k] >= 2 && contiguous;
+    if (dynamic) {
+      sym::Expr s = set.symbol(symbolName(), set.node(static_cast<int32_t>(node), size(static_cast<uint32_t>(k))));
+      set.shapeGuard(sym::ge(s, 2));
+      set.table().narrow(s, {2, sym::kInf}); // after the guard, which it would fold away
+      c.sizes.push_back(std::nullopt);
+      sizes.push_back(s);
+    } else {
+      c.sizes.push_back(t.sizes[k]);
+      sizes.push_back(set.table().integer(t.sizes[k]));
+    }
+  }
+  // Contiguous strides in terms of the sizes: static where no dynamic size
+  // follows, else read and guarded equal to their expression.
+  sym::Expr expected = set.table().integer(1);
+  c.strides.assign(t.sizes.size(), std::nullopt);
+  for (size_t k = t.sizes.size(); k-- > 0;) {
+    if (auto v = expected.asInteger()) {
+      c.strides[k] = contiguous ? *v : t.strides[k];
+    } else {
+      sym::Expr read = set.symbol(symbolName(), set.node(static_cast<int32_t>(node), stride(static_cast<uint32_t>(k))));
+      set.shapeGuard(sym::eq(read, expected));
+    }
+    expected = expected * sym::max(sizes[k], 1);
+  }
+  set.check(node, tensorMatches(std::move(c)));
+  return sizes;
+}
 
 GuardSet guardsForCall(const CallInput& call, const std::vector<std::string>& argNames, const FrameState& frame) {
   GuardSet set;

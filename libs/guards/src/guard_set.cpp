@@ -13,7 +13,7 @@ namespace kiln::guards {
 
 bool Step::isRoot() const {
   return kind == StepKind::Arg || kind == StepKind::Kwarg || kind == StepKind::Global ||
-         kind == StepKind::Closure;
+         kind == StepKind::Closure || kind == StepKind::Default || kind == StepKind::KwDefault;
 }
 
 Step arg(uint32_t index, std::string name) { return {StepKind::Arg, index, std::move(name)}; }
@@ -26,6 +26,8 @@ Step key(std::string name) { return {StepKind::Key, 0, std::move(name)}; }
 Step intKey(int64_t key) { return {StepKind::IntKey, key, {}}; }
 Step size(uint32_t dim) { return {StepKind::Size, dim, {}}; }
 Step stride(uint32_t dim) { return {StepKind::Stride, dim, {}}; }
+Step defaultArg(uint32_t index) { return {StepKind::Default, index, {}}; }
+Step kwDefault(std::string name) { return {StepKind::KwDefault, 0, std::move(name)}; }
 
 std::string TypeRef::text() const { return module.empty() ? qualname : module + "." + qualname; }
 
@@ -194,6 +196,8 @@ std::string GuardSet::source(uint32_t node) const {
   case StepKind::Kwarg: return "L[" + quoted(s.name) + "]";
   case StepKind::Global: return "G[" + quoted(s.name) + "]";
   case StepKind::Closure: return "C[" + quoted(s.name) + "]";
+  case StepKind::Default: return "F.__defaults__[" + std::to_string(s.index) + "]";
+  case StepKind::KwDefault: return "F.__kwdefaults__[" + quoted(s.name) + "]";
   case StepKind::Attr: return base + "." + s.name;
   case StepKind::Index:
   case StepKind::IntKey: return base + "[" + std::to_string(s.index) + "]";

@@ -173,6 +173,11 @@ bool InputFrontend::load(const Step& step, Value parent, Value& out) {
     if (step.index < 0 || static_cast<size_t>(step.index) >= call_.closure.size()) return false;
     out.input = &call_.closure[static_cast<size_t>(step.index)];
     return true;
+  case StepKind::Default:
+    if (step.index < 0 || static_cast<size_t>(step.index) >= call_.defaults.size()) return false;
+    out.input = &call_.defaults[static_cast<size_t>(step.index)];
+    return true;
+  case StepKind::KwDefault: return (out.input = attrOf(call_.kwDefaults, step.name)) != nullptr;
   case StepKind::Attr: return p && (out.input = attrOf(p->attrs, step.name)) != nullptr;
   case StepKind::Index: {
     if (!p || (p->kind != Input::Kind::List && p->kind != Input::Kind::Tuple)) return false;

@@ -96,6 +96,8 @@ void writeStep(const Step& s, schema::GuardStep::Builder out) {
   case StepKind::IntKey: out.setIntKey(s.index); return;
   case StepKind::Size: out.setSize(static_cast<uint32_t>(s.index)); return;
   case StepKind::Stride: out.setStride(static_cast<uint32_t>(s.index)); return;
+  case StepKind::Default: out.setDefault(static_cast<uint32_t>(s.index)); return;
+  case StepKind::KwDefault: out.setKwDefault(); return;
   }
 }
 
@@ -112,6 +114,8 @@ Step readStep(schema::GuardStep::Reader in) {
   case schema::GuardStep::INT_KEY: return intKey(in.getIntKey());
   case schema::GuardStep::SIZE: return size(in.getSize());
   case schema::GuardStep::STRIDE: return stride(in.getStride());
+  case schema::GuardStep::DEFAULT: return defaultArg(in.getDefault());
+  case schema::GuardStep::KW_DEFAULT: return kwDefault(name);
   }
   malformed("unknown step kind");
 }
@@ -181,6 +185,13 @@ Check readCheck(schema::GuardCheck::Reader in) {
   malformed("unknown check kind");
 }
 
+} // namespace
+
+void toWire(const TensorInput& tensor, schema::InputValue::TensorInput::Builder out);
+TensorInput fromWire(schema::InputValue::TensorInput::Reader in);
+
+namespace {
+
 void writeInput(const Input& in, schema::InputValue::Builder out, int depth) {
   if (depth > kMaxInputDepth) throw Error(ErrorCode::TooLarge, "guards: input nested deeper than " + std::to_string(kMaxInputDepth));
   if (!in.type.qualname.empty()) writeType(in.type, out.initType());
@@ -198,19 +209,7 @@ void writeInput(const Input& in, schema::InputValue::Builder out, int depth) {
   case Input::Kind::Int: out.setInt(in.integer); return;
   case Input::Kind::Float: out.setFloat(in.number); return;
   case Input::Kind::Str: out.setStr(in.str); return;
-  case Input::Kind::Tensor: {
-    const TensorInput& t = in.tensor;
-    auto w = out.initTensor();
-    w.setDtype(static_cast<schema::DType>(t.dtype));
-    writeDevice(t.device, w.initDevice());
-    w.setRequiresGrad(t.requiresGrad);
-    auto sizes = w.initSizes(static_cast<unsigned>(t.sizes.size()));
-    for (unsigned k = 0; k < sizes.size(); ++k) sizes.set(k, t.sizes[k]);
-    auto strides = w.initStrides(static_cast<unsigned>(t.strides.size()));
-    for (unsigned k = 0; k < strides.size(); ++k) strides.set(k, t.strides[k]);
-    w.setStorageOffset(t.storageOffset);
-    return;
-  }
+  case Input::Kind::Tensor: toWire(in.tensor, out.initTensor()); return;
   case Input::Kind::List:
   case Input::Kind::Tuple: {
     auto items = in.kind == Input::Kind::List ? out.initList(static_cast<unsigned>(in.items.size()))
@@ -242,18 +241,10 @@ Input readInput(schema::InputValue::Reader in, int depth) {
   case schema::InputValue::INT: v.kind = Input::Kind::Int; v.integer = in.getInt(); break;
   case schema::InputValue::FLOAT: v.kind = Input::Kind::Float; v.number = in.getFloat(); break;
   case schema::InputValue::STR: v.kind = Input::Kind::Str; v.str = in.getStr().cStr(); break;
-  case schema::InputValue::TENSOR: {
-    auto r = in.getTensor();
+  case schema::InputValue::TENSOR:
     v.kind = Input::Kind::Tensor;
-    v.tensor.dtype = readDType(r.getDtype());
-    v.tensor.device = readDevice(r.getDevice());
-    v.tensor.requiresGrad = r.getRequiresGrad();
-    for (int64_t s : r.getSizes()) v.tensor.sizes.push_back(s);
-    for (int64_t s : r.getStrides()) v.tensor.strides.push_back(s);
-    if (v.tensor.sizes.size() != v.tensor.strides.size()) malformed("tensor input with sizes and strides of different ranks");
-    v.tensor.storageOffset = r.getStorageOffset();
+    v.tensor = fromWire(in.getTensor());
     break;
-  }
   case schema::InputValue::LIST:
     v.kind = Input::Kind::List;
     for (auto item : in.getList()) v.items.push_back(readInput(item, depth + 1));
@@ -404,6 +395,9 @@ void toWire(const CallInput& call, schema::CallInput::Builder out) {
   for (unsigned k = 0; k < closure.size(); ++k) writeInput(call.closure[k], closure[k], 0);
   toWire(call.state, out.initState());
   out.setScope(call.scope);
+  auto defaults = out.initDefaults(static_cast<unsigned>(call.defaults.size()));
+  for (unsigned k = 0; k < defaults.size(); ++k) writeInput(call.defaults[k], defaults[k], 0);
+  writeNamed(call.kwDefaults, out.initKwDefaults(static_cast<unsigned>(call.kwDefaults.size())));
 }
 
 CallInput fromWire(schema::CallInput::Reader in) {
@@ -414,6 +408,8 @@ CallInput fromWire(schema::CallInput::Reader in) {
   for (auto c : in.getClosure()) call.closure.push_back(readInput(c, 0));
   call.state = fromWire(in.getState());
   call.scope = in.getScope();
+  for (auto d : in.getDefaults()) call.defaults.push_back(readInput(d, 0));
+  call.kwDefaults = readNamed(in.getKwDefaults());
   return call;
 }
 
@@ -457,6 +453,34 @@ FrameState fromWire(schema::FrameState::Reader in) {
   for (auto d : in.getForcedDynamic()) frame.forcedDynamic.insert(d.cStr());
   for (auto d : in.getForcedStatic()) frame.forcedStatic.insert(d.cStr());
   return frame;
+}
+
+void toWire(const Step& step, schema::GuardStep::Builder out) { writeStep(step, out); }
+Step fromWire(schema::GuardStep::Reader in) { return readStep(in); }
+void toWire(const TypeRef& type, schema::TypeRef::Builder out) { writeType(type, out); }
+TypeRef fromWire(schema::TypeRef::Reader in) { return readType(in); }
+
+void toWire(const TensorInput& t, schema::InputValue::TensorInput::Builder w) {
+  w.setDtype(static_cast<schema::DType>(t.dtype));
+  writeDevice(t.device, w.initDevice());
+  w.setRequiresGrad(t.requiresGrad);
+  auto sizes = w.initSizes(static_cast<unsigned>(t.sizes.size()));
+  for (unsigned k = 0; k < sizes.size(); ++k) sizes.set(k, t.sizes[k]);
+  auto strides = w.initStrides(static_cast<unsigned>(t.strides.size()));
+  for (unsigned k = 0; k < strides.size(); ++k) strides.set(k, t.strides[k]);
+  w.setStorageOffset(t.storageOffset);
+}
+
+TensorInput fromWire(schema::InputValue::TensorInput::Reader r) {
+  TensorInput t;
+  t.dtype = readDType(r.getDtype());
+  t.device = readDevice(r.getDevice());
+  t.requiresGrad = r.getRequiresGrad();
+  for (int64_t s : r.getSizes()) t.sizes.push_back(s);
+  for (int64_t s : r.getStrides()) t.strides.push_back(s);
+  if (t.sizes.size() != t.strides.size()) malformed("tensor with sizes and strides of different ranks");
+  t.storageOffset = r.getStorageOffset();
+  return t;
 }
 
 std::string toBytes(const GuardSet& set) {

@@ -54,6 +54,13 @@ FrameState merge(FrameState base, const std::vector<std::vector<FrameInput>>& by
 // PyTorch); a dynamic int becomes a symbol. Objects get a type guard only:
 // what the graph reads of them is the tracer's to guard. Symbols are named
 // s0, s1, ... in source order.
+// The guards of one tensor at `node` as guardsForCall makes them: a tensor
+// match, its dynamic dims as symbols s<n> (n from `nextSymbol`, advanced) with
+// `>= 2` and contiguous-stride shape guards. Returns each dim's size in the
+// set's table: a constant, or the dim's symbol.
+std::vector<sym::Expr> guardTensor(GuardSet& set, uint32_t node, const TensorInput& tensor, const FrameState& frame,
+                                   size_t& nextSymbol);
+
 GuardSet guardsForCall(const CallInput& call, const std::vector<std::string>& argNames, const FrameState& frame);
 
 } // namespace kiln::guards

@@ -23,12 +23,12 @@
 
 namespace kiln::guards {
 
-enum class StepKind : uint8_t { Arg, Kwarg, Global, Closure, Attr, Index, Key, IntKey, Size, Stride };
+enum class StepKind : uint8_t { Arg, Kwarg, Global, Closure, Attr, Index, Key, IntKey, Size, Stride, Default, KwDefault };
 
 struct Step {
   StepKind kind = StepKind::Arg;
-  int64_t index = 0; // Arg, Closure, Index, IntKey, Size, Stride
-  std::string name;  // Arg (its parameter), Kwarg, Global, Closure (its variable), Attr, Key
+  int64_t index = 0; // Arg, Closure, Index, IntKey, Size, Stride, Default
+  std::string name;  // Arg (its parameter), Kwarg, Global, Closure (its variable), Attr, Key, KwDefault
 
   bool isRoot() const;
   friend bool operator<(const Step& a, const Step& b) {
@@ -49,6 +49,8 @@ Step key(std::string name);
 Step intKey(int64_t key);
 Step size(uint32_t dim);
 Step stride(uint32_t dim);
+Step defaultArg(uint32_t index); // the called function's __defaults__[index]
+Step kwDefault(std::string name); // its __kwdefaults__[name]
 
 struct TypeRef {
   std::string module, qualname;

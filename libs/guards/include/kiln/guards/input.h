@@ -64,6 +64,8 @@ struct CallInput {
   std::vector<Input> closure;                         // cell contents, by index
   GlobalState state;                                  // every field set
   uint64_t scope = 0;                                 // the caller's process token
+  std::vector<Input> defaults;                        // the function's __defaults__
+  std::vector<std::pair<std::string, Input>> kwDefaults; // its __kwdefaults__
 };
 
 // A state with every field set to torch's defaults (grad on, float32, not

@@ -29,6 +29,13 @@ FrameState fromWire(schema::FrameState::Reader in);
 void toWire(const std::vector<FrameInput>& inputs, capnp::List<schema::FrameInput>::Builder out);
 std::vector<FrameInput> fromWire(capnp::List<schema::FrameInput>::Reader in);
 
+void toWire(const Step& step, schema::GuardStep::Builder out);
+Step fromWire(schema::GuardStep::Reader in);
+void toWire(const TypeRef& type, schema::TypeRef::Builder out);
+TypeRef fromWire(schema::TypeRef::Reader in);
+void toWire(const TensorInput& tensor, schema::InputValue::TensorInput::Builder out);
+TensorInput fromWire(schema::InputValue::TensorInput::Reader in);
+
 void toWire(const GlobalState& state, schema::GlobalState::Builder out);
 GlobalState fromWire(schema::GlobalState::Reader in);
 

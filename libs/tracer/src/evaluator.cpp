@@ -1,0 +1,1413 @@
+// The bytecode evaluator: frames of typed variables over a TraceRequest.
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+
+#include "kiln/common/error.h"
+#include "kiln/guards/wire.h"
+#include "kiln/ir/wire.h"
+#include "kiln/sym/eval.h"
+#include "kiln/sym/print.h"
+#include "kiln/sym/range.h"
+#include "kiln/tracer/tracer.h"
+#include "tracer_state.h"
+
+namespace kiln::tracer {
+
+std::string kindName(Kind kind) {
+  switch (kind) {
+  case Kind::None: return "None";
+  case Kind::Bool: return "bool";
+  case Kind::Int: return "int";
+  case Kind::Float: return "float";
+  case Kind::Str: return "str";
+  case Kind::Ellipsis: return "Ellipsis";
+  case Kind::Tensor: return "tensor";
+  case Kind::Tuple: return "tuple";
+  case Kind::List: return "list";
+  case Kind::Dict: return "dict";
+  case Kind::Range: return "range";
+  case Kind::Slice: return "slice";
+  case Kind::Iterator: return "iterator";
+  case Kind::Null: return "NULL";
+  case Kind::Function: return "function";
+  case Kind::Cell: return "cell";
+  case Kind::Builtin: return "builtin";
+  case Kind::PyModule: return "module";
+  case Kind::NnModule: return "nn.Module";
+  case Kind::Object: return "object";
+  case Kind::Method: return "method";
+  case Kind::DType: return "dtype";
+  case Kind::Device: return "device";
+  case Kind::TypeObject: return "type";
+  case Kind::GradMode: return "grad mode";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr size_t kMaxInstructions = 1'000'000; // an unrolled loop past this is not worth compiling
+constexpr size_t kMaxDepth = 64;              // inlined calls
+
+struct Frame {
+  schema::Code::Reader code;
+  std::map<std::string, Var> locals;
+  std::map<std::string, Var> cells;
+  std::vector<Var> stack;
+  size_t pc = 0;
+  std::vector<std::string> kwNames;
+  bool v312 = false;
+  int line = 0;
+
+  Var pop() {
+    if (stack.empty()) throw Error(ErrorCode::Malformed, "tracer: the bytecode popped an empty stack");
+    Var v = stack.back();
+    stack.pop_back();
+    return v;
+  }
+  std::vector<Var> popN(size_t n) {
+    if (stack.size() < n) throw Error(ErrorCode::Malformed, "tracer: the bytecode popped an empty stack");
+    std::vector<Var> out(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
+    stack.resize(stack.size() - n);
+    return out;
+  }
+  Var& top(size_t k = 0) {
+    if (stack.size() <= k) throw Error(ErrorCode::Malformed, "tracer: the bytecode read past the stack");
+    return stack[stack.size() - 1 - k];
+  }
+};
+
+std::string pathText(const Path& p) {
+  guards::GuardSet scratch;
+  return scratch.source(scratch.path(p));
+}
+
+Path extend(const Path& p, guards::Step s) {
+  Path out = p;
+  out.push_back(std::move(s));
+  return out;
+}
+
+Path readPath(capnp::List<schema::GuardStep>::Reader in) {
+  Path p;
+  for (auto s : in) p.push_back(guards::fromWire(s));
+  return p;
+}
+
+class Evaluator : public TraceState {
+public:
+  explicit Evaluator(schema::TraceRequest::Reader request) : request_(request) {
+    frame = guards::fromWire(request.getFrame());
+    guards.globals = guards::fromWire(request.getState());
+    for (auto a : request.getArgs()) describe(a);
+    for (auto k : request.getKwargs()) describe(k.getValue());
+    for (auto o : request.getObjects()) describe(o);
+    guards.call.positional = request.getArgs().size();
+    for (auto k : request.getKwargs()) guards.call.keywords.emplace_back(k.getName().cStr());
+    std::sort(guards.call.keywords.begin(), guards.call.keywords.end());
+  }
+
+  void run(schema::TraceReply::Builder reply) {
+    try {
+      std::vector<Var> args;
+      for (auto a : request_.getArgs()) args.push_back(realize(readPath(a.getPath())));
+      Kwargs kwargs;
+      for (auto k : request_.getKwargs()) kwargs.emplace_back(k.getName().cStr(), realize(readPath(k.getValue().getPath())));
+      auto info = std::make_shared<FunctionInfo>();
+      info->code = request_.getCode();
+      auto callee = request_.getCallee();
+      if (callee.isFunction()) fillFunction(*info, callee.getFunction(), readPath(callee.getPath()));
+      Var result = inline_(*info, std::move(args), kwargs, 0);
+      write(result, reply.initTraced());
+    } catch (const NeedObjects& need) {
+      auto out = reply.initNeedObjects(static_cast<unsigned>(need.paths.size()));
+      for (unsigned k = 0; k < out.size(); ++k) {
+        auto steps = out.init(k, static_cast<unsigned>(need.paths[k].size()));
+        for (unsigned j = 0; j < steps.size(); ++j) guards::toWire(need.paths[k][j], steps[j]);
+      }
+    } catch (const Unsupported& u) {
+      auto out = reply.initUnsupported();
+      out.setReason(u.reason);
+      out.setFilename(file_);
+      out.setLine(line_);
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::Malformed) throw;
+      auto out = reply.initUnsupported();
+      out.setReason(e.message());
+      out.setFilename(file_);
+      out.setLine(line_);
+    }
+  }
+
+private:
+  // ---- objects of the call -------------------------------------------------
+
+  void describe(schema::ObjectDesc::Reader d) { described_[pathText(readPath(d.getPath()))] = d; }
+
+  schema::ObjectDesc::Reader lookup(const Path& path) {
+    auto it = described_.find(pathText(path));
+    if (it == described_.end()) throw NeedObjects{{path}};
+    return it->second;
+  }
+
+  bool has(const Path& path) { return described_.count(pathText(path)) != 0; }
+
+  uint32_t node(const Path& path) { return guards.path(path); }
+
+  // The variable for the object at `path`, made (and guarded) once.
+  Var realize(const Path& path) {
+    std::string key = pathText(path);
+    if (auto it = realized_.find(key); it != realized_.end()) return it->second;
+    Var v = fromDescription(lookup(path), path);
+    v->path = path;
+    realized_[key] = v;
+    return v;
+  }
+
+  Var fromDescription(schema::ObjectDesc::Reader d, const Path& path) {
+    guards::TypeRef type = guards::fromWire(d.getType());
+    auto typeGuard = [&] { guards.check(node(path), guards::typeIs(type)); };
+    switch (d.which()) {
+    case schema::ObjectDesc::NONE:
+      guards.check(node(path), guards::equals(guards::Constant{}));
+      return none();
+    case schema::ObjectDesc::BOOL:
+      typeGuard();
+      guards.check(node(path), guards::equals(guards::Constant{d.getBool()}));
+      return boolean(d.getBool());
+    case schema::ObjectDesc::INT:
+      typeGuard();
+      // TODO(issue 6): dynamic ints as symbols (the runtime binds symbols from sizes only so far).
+      guards.check(node(path), guards::equals(guards::Constant{d.getInt()}));
+      return integer(table.integer(d.getInt()));
+    case schema::ObjectDesc::FLOAT:
+      typeGuard();
+      guards.check(node(path), guards::equals(guards::Constant{d.getFloat()}));
+      return floating(d.getFloat());
+    case schema::ObjectDesc::STR:
+      typeGuard();
+      guards.check(node(path), guards::equals(guards::Constant{std::string(d.getStr().cStr())}));
+      return string(d.getStr().cStr());
+    case schema::ObjectDesc::TENSOR: return input(guards::fromWire(d.getTensor()), path);
+    case schema::ObjectDesc::LIST:
+    case schema::ObjectDesc::TUPLE: {
+      typeGuard();
+      auto items = d.isList() ? d.getList() : d.getTuple();
+      guards.check(node(path), guards::lengthIs(items.size()));
+      std::vector<Var> vars;
+      for (auto item : items) {
+        describe(item);
+        vars.push_back(realize(readPath(item.getPath())));
+      }
+      Var v = sequence(d.isList() ? Kind::List : Kind::Tuple, std::move(vars));
+      return v;
+    }
+    case schema::ObjectDesc::DICT: {
+      typeGuard();
+      Var v = make(Kind::Dict);
+      std::vector<guards::Constant> keys;
+      for (auto item : d.getDict()) {
+        Var k = constantKey(item.getKey());
+        keys.push_back(toConstant(k));
+        describe(item.getValue());
+        v->keys.push_back(k);
+        v->items.push_back(realize(readPath(item.getValue().getPath())));
+      }
+      guards.check(node(path), guards::dictKeysAre(keys, false));
+      return v;
+    }
+    case schema::ObjectDesc::FUNCTION: {
+      // TODO(issue 6): guard the function by its code rather than its identity, so
+      // that a new process with the same code reuses the entry.
+      guards.check(node(path), guards::identityIs({d.getId(), request_.getScope(), "function " + std::string(d.getFunction().getCode().getQualname().cStr())}));
+      Var v = make(Kind::Function);
+      v->function = std::make_shared<FunctionInfo>();
+      v->function->code = d.getFunction().getCode();
+      fillFunction(*v->function, d.getFunction(), path);
+      if (d.getFunction().getIsBound()) {
+        describe(d.getFunction().getBound());
+        Var self = realize(readPath(d.getFunction().getBound().getPath()));
+        Var bound = make(Kind::Method);
+        bound->self = self;
+        bound->function = v->function;
+        return bound;
+      }
+      return v;
+    }
+    case schema::ObjectDesc::MODULE: {
+      typeGuard();
+      guards.check(node(extend(path, guards::attr("training"))), guards::equals(guards::Constant{d.getModule().getTraining()}));
+      Var v = make(Kind::NnModule);
+      v->desc = d;
+      v->type = type;
+      return v;
+    }
+    case schema::ObjectDesc::PY_MODULE: {
+      guards.check(node(path), guards::typeIs({"builtins", "module"}));
+      guards.check(node(extend(path, guards::attr("__name__"))), guards::equals(guards::Constant{std::string(d.getPyModule().cStr())}));
+      Var v = make(Kind::PyModule);
+      v->name = d.getPyModule().cStr();
+      return v;
+    }
+    case schema::ObjectDesc::BUILTIN: return builtin(d.getBuiltin().cStr()); // TODO(issue 6): guard shadowed builtins
+    case schema::ObjectDesc::TYPE_OBJECT: {
+      Var v = make(Kind::TypeObject);
+      v->type = guards::fromWire(d.getTypeObject());
+      return v;
+    }
+    case schema::ObjectDesc::DTYPE: {
+      Var v = make(Kind::DType);
+      v->dtype = static_cast<DType>(d.getDtype());
+      return v;
+    }
+    case schema::ObjectDesc::DEVICE: {
+      Var v = make(Kind::Device);
+      v->device = {static_cast<ir::DeviceType>(d.getDevice().getType()), d.getDevice().getIndex()};
+      return v;
+    }
+    case schema::ObjectDesc::OBJECT: {
+      typeGuard();
+      Var v = make(Kind::Object);
+      v->desc = d;
+      v->type = type;
+      return v;
+    }
+    case schema::ObjectDesc::UNSUPPORTED: unsupported(pathText(path) + " is " + std::string(d.getUnsupported().cStr()));
+    }
+    unsupported(pathText(path) + ": an object kiln cannot describe");
+  }
+
+  Var constantKey(schema::ObjectDesc::Reader k) {
+    switch (k.which()) {
+    case schema::ObjectDesc::STR: return string(k.getStr().cStr());
+    case schema::ObjectDesc::INT: return integer(table.integer(k.getInt()));
+    case schema::ObjectDesc::BOOL: return boolean(k.getBool());
+    case schema::ObjectDesc::NONE: return none();
+    default: unsupported("a dict key that is not a str, int, bool or None");
+    }
+  }
+
+  guards::Constant toConstant(const Var& v) {
+    switch (v->kind) {
+    case Kind::None: return guards::Constant{};
+    case Kind::Bool: return guards::Constant{v->boolean};
+    case Kind::Int:
+      if (auto c = v->symbolic.asInteger()) return guards::Constant{*c};
+      break;
+    case Kind::Float: return guards::Constant{v->number};
+    case Kind::Str: return guards::Constant{v->name};
+    default: break;
+    }
+    unsupported("a " + kindName(v->kind) + " used as a constant");
+  }
+
+  // A tensor of the call: a graph input, guarded as it is, its dynamic dims symbols.
+  Var input(const guards::TensorInput& t, const Path& path) {
+    uint32_t at = node(path);
+    std::vector<sym::Expr> sizes = guards::guardTensor(guards, at, t, frame, symbols_);
+    ir::TensorMeta meta;
+    meta.dtype = t.dtype;
+    meta.device = t.device;
+    meta.requiresGrad = t.requiresGrad;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      if (auto c = sizes[k].asInteger()) {
+        meta.sizes.push_back(table.integer(*c));
+      } else {
+        std::string name = sizes[k].name();
+        sym::Expr s = table.lookup(name) ? *table.lookup(name) : table.declare(name, t.sizes[k], {2, sym::kInf});
+        meta.sizes.push_back(s);
+      }
+    }
+    bool contiguous = guards::contiguousTensor(t.dtype, t.sizes).strides == t.strides;
+    if (contiguous) {
+      meta.strides = ir::contiguousStrides(meta.sizes, table);
+    } else {
+      for (int64_t s : t.strides) meta.strides.push_back(table.integer(s));
+    }
+    meta.storageOffset = table.integer(t.storageOffset);
+    ir::ValueId id = graph.placeholder("arg" + std::to_string(inputs_.size()), meta);
+    inputs_.push_back(path);
+    return tensor(id);
+  }
+
+  void fillFunction(FunctionInfo& info, schema::FunctionDesc::Reader f, const Path& path) {
+    info.module = f.getModule().cStr();
+    for (auto d : f.getDefaults()) {
+      describe(d);
+      info.defaults.push_back(realize(readPath(d.getPath())));
+    }
+    for (auto k : f.getKwDefaults()) {
+      describe(k.getValue());
+      info.kwDefaults.emplace_back(k.getName().cStr(), realize(readPath(k.getValue().getPath())));
+    }
+    for (auto c : f.getClosure()) {
+      describe(c);
+      Var cell = make(Kind::Cell);
+      cell->items.push_back(realize(readPath(c.getPath())));
+      info.closure.push_back(cell);
+    }
+    (void)path;
+  }
+
+  // ---- calls ---------------------------------------------------------------
+
+  Var inline_(const FunctionInfo& fn, std::vector<Var> args, const Kwargs& kwargs, size_t depth) {
+    if (depth > kMaxDepth) unsupported("calls nested deeper than " + std::to_string(kMaxDepth));
+    schema::Code::Reader code = fn.code;
+    std::string version = code.getPythonVersion().cStr();
+    if (version != "3.11" && version != "3.12") unsupported("Python " + version + " bytecode");
+    if (code.getFlags() & 0x20) unsupported("generators");
+    if (code.getFlags() & (0x80 | 0x100 | 0x200)) unsupported("coroutines");
+    Frame f;
+    f.code = code;
+    f.v312 = version == "3.12";
+    bind(f, fn, std::move(args), kwargs);
+    for (size_t k = 0; k < code.getFreevars().size(); ++k) {
+      if (k >= fn.closure.size()) throw Error(ErrorCode::Malformed, "tracer: a closure shorter than co_freevars");
+      f.cells[code.getFreevars()[static_cast<unsigned>(k)].cStr()] = fn.closure[k];
+    }
+    return execute(f, depth);
+  }
+
+  void bind(Frame& f, const FunctionInfo& fn, std::vector<Var> args, const Kwargs& kwargs) {
+    auto code = f.code;
+    auto names = code.getVarnames();
+    size_t positional = code.getArgCount(), kwOnly = code.getKwOnlyArgCount(), posOnly = code.getPosOnlyArgCount();
+    bool varargs = code.getFlags() & 0x04, varkw = code.getFlags() & 0x08;
+    auto name = [&](size_t k) { return std::string(names[static_cast<unsigned>(k)].cStr()); };
+    if (names.size() < positional + kwOnly + varargs + varkw) throw Error(ErrorCode::Malformed, "tracer: too few varnames");
+    for (size_t k = 0; k < positional && k < args.size(); ++k) f.locals[name(k)] = args[k];
+    if (args.size() > positional) {
+      if (!varargs) unsupported(std::string(code.getQualname().cStr()) + "() given too many positional arguments");
+      f.locals[name(positional + kwOnly)] =
+          sequence(Kind::Tuple, std::vector<Var>(args.begin() + static_cast<std::ptrdiff_t>(positional), args.end()));
+    } else if (varargs) {
+      f.locals[name(positional + kwOnly)] = sequence(Kind::Tuple, {});
+    }
+    Var extra = make(Kind::Dict);
+    for (const auto& [n, v] : kwargs) {
+      bool found = false;
+      for (size_t k = posOnly; k < positional + kwOnly; ++k)
+        if (name(k) == n) {
+          if (f.locals.count(n)) unsupported(std::string(code.getQualname().cStr()) + "() got '" + n + "' twice");
+          f.locals[n] = v;
+          found = true;
+        }
+      if (!found) {
+        if (!varkw) unsupported(std::string(code.getQualname().cStr()) + "() got an unexpected keyword '" + n + "'");
+        extra->keys.push_back(string(n));
+        extra->items.push_back(v);
+      }
+    }
+    if (varkw) f.locals[name(positional + kwOnly + (varargs ? 1 : 0))] = extra;
+    size_t firstDefault = positional - std::min(positional, fn.defaults.size());
+    for (size_t k = 0; k < positional; ++k) {
+      if (f.locals.count(name(k))) continue;
+      if (k < firstDefault) unsupported(std::string(code.getQualname().cStr()) + "() missing argument '" + name(k) + "'");
+      f.locals[name(k)] = fn.defaults[k - firstDefault];
+    }
+    for (size_t k = positional; k < positional + kwOnly; ++k) {
+      if (f.locals.count(name(k))) continue;
+      bool found = false;
+      for (const auto& [n, v] : fn.kwDefaults)
+        if (n == name(k)) {
+          f.locals[n] = v;
+          found = true;
+        }
+      if (!found) unsupported(std::string(code.getQualname().cStr()) + "() missing keyword argument '" + name(k) + "'");
+    }
+  }
+
+  Var callVar(const Var& callee, std::vector<Var> args, const Kwargs& kwargs, size_t depth) {
+    switch (callee->kind) {
+    case Kind::Function: return inline_(*callee->function, std::move(args), kwargs, depth + 1);
+    case Kind::Method:
+      if (callee->function) {
+        args.insert(args.begin(), callee->self);
+        return inline_(*callee->function, std::move(args), kwargs, depth + 1);
+      }
+      return callMethod(callee->self, callee->name, std::move(args), kwargs, depth);
+    case Kind::Builtin: return callBuiltin(callee->name, std::move(args), kwargs, depth);
+    case Kind::NnModule: return callModule(callee, std::move(args), kwargs, depth);
+    case Kind::GradMode: unsupported("calling a grad-mode object");
+    default: unsupported("calling a " + kindName(callee->kind));
+    }
+  }
+
+  Var callMethod(const Var& self, const std::string& name, std::vector<Var> args, const Kwargs& kwargs, size_t depth) {
+    if (self->kind == Kind::Tensor) {
+      args.insert(args.begin(), self);
+      if (auto r = callTorch(*this, "Tensor." + name, args, kwargs)) return *r;
+      unsupported("Tensor." + name);
+    }
+    if (self->kind == Kind::List && name == "append" && args.size() == 1) {
+      if (self->path) unsupported("appending to a list of the call"); // TODO(issue 6): replay as a side effect
+      self->items.push_back(args[0]);
+      return none();
+    }
+    if (self->kind == Kind::List && name == "extend" && args.size() == 1) {
+      if (self->path) unsupported("extending a list of the call");
+      for (const Var& v : iterate(args[0])) self->items.push_back(v);
+      return none();
+    }
+    if (self->kind == Kind::Dict && (name == "items" || name == "keys" || name == "values") && args.empty()) {
+      std::vector<Var> out;
+      for (size_t k = 0; k < self->items.size(); ++k) {
+        if (name == "items") out.push_back(sequence(Kind::Tuple, {self->keys[k], self->items[k]}));
+        else out.push_back(name == "keys" ? self->keys[k] : self->items[k]);
+      }
+      return sequence(Kind::List, out);
+    }
+    if (self->kind == Kind::Dict && name == "get" && !args.empty()) {
+      for (size_t k = 0; k < self->keys.size(); ++k)
+        if (sameConstant(self->keys[k], args[0])) return self->items[k];
+      return args.size() > 1 ? args[1] : none();
+    }
+    if (self->kind == Kind::GradMode && name == "__enter__") {
+      gradStack_.push_back(gradEnabled_);
+      gradEnabled_ = self->boolean;
+      return none();
+    }
+    if (self->kind == Kind::GradMode && name == "__exit__") {
+      if (gradStack_.empty()) unsupported("a grad-mode exit without its enter");
+      gradEnabled_ = gradStack_.back();
+      gradStack_.pop_back();
+      return none();
+    }
+    if (self->kind == Kind::NnModule && name == "forward") return callModule(self, std::move(args), kwargs, depth);
+    if (self->kind == Kind::Str && name == "format") unsupported("str.format");
+    unsupported(kindName(self->kind) + "." + name + "()");
+  }
+
+  Var callModule(const Var& module, std::vector<Var> args, const Kwargs& kwargs, size_t depth) {
+    auto desc = module->desc->getModule();
+    std::string kind = desc.getKind().cStr();
+    if (kind.empty()) {
+      if (!desc.hasForward()) unsupported("a module without forward");
+      auto info = std::make_shared<FunctionInfo>();
+      info->code = desc.getForward().getCode();
+      fillFunction(*info, desc.getForward(), extend(*module->path, guards::attr("forward")));
+      args.insert(args.begin(), module);
+      return inline_(*info, std::move(args), kwargs, depth + 1);
+    }
+    return builtinModule(module, kind, std::move(args), kwargs, depth);
+  }
+
+  Var param(const Var& module, const std::string& name) { return attribute(module, name); }
+
+  Var builtinModule(const Var& m, const std::string& kind, std::vector<Var> args, const Kwargs& kwargs, size_t depth) {
+    auto num = [&](const std::string& attr) { return realize(extend(*m->path, guards::attr(attr))); };
+    if (kind == "torch.nn.Linear") return callOp("linear", {args.at(0), param(m, "weight"), param(m, "bias")}, {});
+    if (kind == "torch.nn.LayerNorm") {
+      Var shape = num("normalized_shape");
+      return callOp("layer_norm", {args.at(0), shape, param(m, "weight"), param(m, "bias"), num("eps")}, {});
+    }
+    if (kind == "torch.nn.RMSNorm")
+      return callOp("rms_norm", {args.at(0), num("normalized_shape"), param(m, "weight"), num("eps")}, {});
+    if (kind == "torch.nn.Embedding") return callOp("embedding", {param(m, "weight"), args.at(0)}, {});
+    if (kind == "torch.nn.Dropout") {
+      bool training = m->desc->getModule().getTraining();
+      return *callTorch(*this, "torch.nn.functional.dropout", {args.at(0), num("p"), boolean(training)}, {});
+    }
+    if (kind == "torch.nn.ReLU" || kind == "torch.nn.SiLU" || kind == "torch.nn.Tanh" || kind == "torch.nn.Sigmoid") {
+      std::string op = kind.substr(9);
+      for (char& c : op) c = static_cast<char>(std::tolower(c));
+      return callOp(op, {args.at(0)}, {});
+    }
+    if (kind == "torch.nn.GELU") return callOp("gelu", {args.at(0), num("approximate")}, {});
+    if (kind == "torch.nn.Softmax") return callOp("softmax", {args.at(0), num("dim")}, {});
+    if (kind == "torch.nn.Identity") return args.at(0);
+    if (kind == "torch.nn.Sequential") {
+      Var x = args.at(0);
+      for (const Var& child : children(m)) x = callVar(child, {x}, {}, depth + 1);
+      return x;
+    }
+    (void)kwargs;
+    unsupported("calling " + kind);
+  }
+
+  std::vector<Var> children(const Var& m) {
+    std::vector<Var> out;
+    for (auto name : m->desc->getModule().getModules()) out.push_back(attribute(m, name.cStr()));
+    return out;
+  }
+
+  Var callBuiltin(const std::string& name, std::vector<Var> args, const Kwargs& kwargs, size_t depth) {
+    if (name == "torch.no_grad" || name == "torch.enable_grad") {
+      Var v = make(Kind::GradMode);
+      v->boolean = name == "torch.enable_grad";
+      return v;
+    }
+    if (auto r = callTorch(*this, name, args, kwargs)) return *r;
+    if (name == "builtins.len") {
+      const Var& v = args.at(0);
+      if (v->kind == Kind::Tensor) {
+        if (meta(v).dim() == 0) unsupported("len() of a 0-d tensor");
+        return integer(meta(v).sizes[0]);
+      }
+      if (v->kind == Kind::NnModule) return integer(table.integer(static_cast<int64_t>(children(v).size())));
+      return integer(table.integer(static_cast<int64_t>(iterate(v).size())));
+    }
+    if (name == "builtins.range") {
+      Var r = make(Kind::Range);
+      Var start = integer(table.integer(0)), step = integer(table.integer(1)), stop;
+      if (args.size() == 1) stop = args[0];
+      else if (args.size() >= 2) start = args[0], stop = args[1];
+      if (args.size() == 3) step = args[2];
+      if (!stop) unsupported("range() without arguments");
+      r->items = {start, stop, step};
+      return r;
+    }
+    if (name == "builtins.enumerate") {
+      std::vector<Var> items = iterate(args.at(0)), out;
+      int64_t start = args.size() > 1 ? concrete(args[1]) : 0;
+      for (size_t k = 0; k < items.size(); ++k)
+        out.push_back(sequence(Kind::Tuple, {integer(table.integer(start + static_cast<int64_t>(k))), items[k]}));
+      return iterator(out);
+    }
+    if (name == "builtins.zip") {
+      std::vector<std::vector<Var>> lists;
+      size_t n = SIZE_MAX;
+      for (const Var& a : args) {
+        lists.push_back(iterate(a));
+        n = std::min(n, lists.back().size());
+      }
+      std::vector<Var> out;
+      for (size_t k = 0; k < (args.empty() ? 0 : n); ++k) {
+        std::vector<Var> t;
+        for (auto& l : lists) t.push_back(l[k]);
+        out.push_back(sequence(Kind::Tuple, t));
+      }
+      return iterator(out);
+    }
+    if (name == "builtins.tuple" || name == "builtins.list")
+      return sequence(name == "builtins.tuple" ? Kind::Tuple : Kind::List, args.empty() ? std::vector<Var>{} : iterate(args[0]));
+    if (name == "builtins.isinstance") return boolean(isInstance(args.at(0), args.at(1)));
+    if (name == "builtins.min" || name == "builtins.max") {
+      std::vector<Var> items = args.size() == 1 ? iterate(args[0]) : args;
+      if (items.empty()) unsupported(name + "() of nothing");
+      Var best = items[0];
+      for (size_t k = 1; k < items.size(); ++k) {
+        Var less = compare(name == "builtins.min" ? "<" : ">", items[k], best);
+        if (truth(less)) best = items[k];
+      }
+      return best;
+    }
+    if (name == "builtins.abs" && args.size() == 1) {
+      if (args[0]->kind == Kind::Tensor) return callOp("abs", args, {});
+      if (args[0]->kind == Kind::Float) return floating(std::fabs(args[0]->number));
+      Var neg = compare("<", args[0], integer(table.integer(0)));
+      return truth(neg) ? arith("-", integer(table.integer(0)), args[0]) : args[0];
+    }
+    if (name == "builtins.sum") {
+      std::vector<Var> items = iterate(args.at(0));
+      Var total = args.size() > 1 ? args[1] : integer(table.integer(0));
+      for (const Var& v : items) total = arith("+", total, v);
+      return total;
+    }
+    if (name == "builtins.getattr") {
+      if (args.size() < 2 || args[1]->kind != Kind::Str) unsupported("getattr() with a name that is not a constant");
+      return attribute(args[0], args[1]->name);
+    }
+    if (name == "builtins.hasattr") {
+      if (args.size() != 2 || args[1]->kind != Kind::Str) unsupported("hasattr() with a name that is not a constant");
+      try {
+        attribute(args[0], args[1]->name);
+        return boolean(true);
+      } catch (const Unsupported&) {
+        return boolean(false);
+      }
+    }
+    if (name == "builtins.float" && args.size() == 1 && args[0]->kind != Kind::Tensor)
+      return floating(args[0]->kind == Kind::Float ? args[0]->number : static_cast<double>(concrete(args[0])));
+    if (name == "builtins.int" && args.size() == 1 && args[0]->kind == Kind::Float)
+      return integer(table.integer(static_cast<int64_t>(args[0]->number)));
+    if (name == "builtins.int" && args.size() == 1 && args[0]->kind == Kind::Int) return args[0];
+    if (name == "builtins.bool" && args.size() == 1) return boolean(truth(args[0]));
+    if (name == "builtins.str" && args.size() == 1) return string(text(args[0]));
+    if (name.rfind("math.", 0) == 0) return math(name.substr(5), args);
+    (void)depth;
+    unsupported("calling " + name);
+  }
+
+  Var math(const std::string& f, const std::vector<Var>& args) {
+    auto number = [&](const Var& v) {
+      if (v->kind == Kind::Float) return v->number;
+      return static_cast<double>(concrete(v));
+    };
+    if (args.size() == 1) {
+      double x = number(args[0]);
+      if (f == "sqrt") return floating(std::sqrt(x));
+      if (f == "exp") return floating(std::exp(x));
+      if (f == "log") return floating(std::log(x));
+      if (f == "tanh") return floating(std::tanh(x));
+      if (f == "cos") return floating(std::cos(x));
+      if (f == "sin") return floating(std::sin(x));
+      if (f == "floor") return integer(table.integer(static_cast<int64_t>(std::floor(x))));
+      if (f == "ceil") return integer(table.integer(static_cast<int64_t>(std::ceil(x))));
+      if (f == "erf") return floating(std::erf(x));
+    }
+    if (args.size() == 2 && f == "pow") return floating(std::pow(number(args[0]), number(args[1])));
+    unsupported("math." + f);
+  }
+
+  bool isInstance(const Var& v, const Var& types) {
+    if (types->kind == Kind::Tuple) {
+      for (const Var& t : types->items)
+        if (isInstance(v, t)) return true;
+      return false;
+    }
+    if (types->kind == Kind::Builtin) {
+      const std::string& n = types->name;
+      if (n == "builtins.int") return v->kind == Kind::Int;
+      if (n == "builtins.float") return v->kind == Kind::Float;
+      if (n == "builtins.bool") return v->kind == Kind::Bool;
+      if (n == "builtins.str") return v->kind == Kind::Str;
+      if (n == "builtins.tuple") return v->kind == Kind::Tuple;
+      if (n == "builtins.list") return v->kind == Kind::List;
+      if (n == "builtins.dict") return v->kind == Kind::Dict;
+      if (n == "torch.Tensor") return v->kind == Kind::Tensor;
+    }
+    if (types->kind == Kind::TypeObject && (v->kind == Kind::NnModule || v->kind == Kind::Object))
+      return v->type == types->type; // TODO(issue 6): subclasses (the SDK would send the MRO)
+    unsupported("isinstance() with a " + kindName(types->kind));
+  }
+
+  // ---- attributes ----------------------------------------------------------
+
+  Var attribute(const Var& obj, const std::string& name) {
+    switch (obj->kind) {
+    case Kind::Tensor:
+      if (auto a = tensorAttribute(*this, obj, name)) return *a;
+      return method(obj, name);
+    case Kind::PyModule: {
+      if (auto m = moduleMember(obj->name, name)) return *m;
+      if (!obj->path) unsupported(obj->name + "." + name);
+      return realize(extend(*obj->path, guards::attr(name)));
+    }
+    case Kind::NnModule: {
+      if (name == "training") return boolean(obj->desc->getModule().getTraining());
+      if (name == "forward" || name == "__call__") return method(obj, "forward");
+      return realize(extend(*obj->path, guards::attr(name)));
+    }
+    case Kind::Object:
+      if (!obj->path) unsupported("an attribute of an object made in the traced code");
+      return realize(extend(*obj->path, guards::attr(name)));
+    case Kind::List:
+    case Kind::Dict:
+    case Kind::Str:
+    case Kind::GradMode: return method(obj, name);
+    case Kind::Function:
+      if (name == "__name__") return string(obj->function->code.getName().cStr());
+      break;
+    case Kind::DType:
+      if (name == "is_floating_point") return boolean(ir::isFloating(obj->dtype));
+      if (name == "itemsize") return integer(table.integer(static_cast<int64_t>(elementSize(obj->dtype))));
+      break;
+    case Kind::Device:
+      if (name == "type") return string(obj->device.type == ir::DeviceType::Cuda ? "cuda" : "cpu");
+      break;
+    default: break;
+    }
+    unsupported("attribute '" + name + "' of a " + kindName(obj->kind));
+  }
+
+  // ---- values --------------------------------------------------------------
+
+  Var iterator(std::vector<Var> items) { return sequence(Kind::Iterator, std::move(items)); }
+
+  std::vector<Var> iterate(const Var& v) {
+    switch (v->kind) {
+    case Kind::Tuple:
+    case Kind::List:
+    case Kind::Iterator: return std::vector<Var>(v->items.begin() + static_cast<std::ptrdiff_t>(v->next), v->items.end());
+    case Kind::Dict: return v->keys;
+    case Kind::Range: {
+      int64_t start = concrete(v->items[0]), stop = concrete(v->items[1]), step = concrete(v->items[2]);
+      if (step == 0) unsupported("range() with step 0");
+      std::vector<Var> out;
+      for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
+        if (out.size() > 100000) unsupported("a loop of more than 100000 iterations");
+        out.push_back(integer(table.integer(k)));
+      }
+      return out;
+    }
+    case Kind::Str: {
+      std::vector<Var> out;
+      for (char c : v->name) out.push_back(string(std::string(1, c)));
+      return out;
+    }
+    case Kind::Tensor: {
+      const ir::TensorMeta& m = meta(v);
+      if (m.dim() == 0) unsupported("iterating a 0-d tensor");
+      Var n = integer(m.sizes[0]);
+      int64_t count = concrete(n);
+      Var parts = op("unbind", {v->value}, {{"dim", int64_t{0}}});
+      (void)count;
+      return parts->items;
+    }
+    case Kind::NnModule: return children(v);
+    default: unsupported("iterating a " + kindName(v->kind));
+    }
+  }
+
+  bool sameConstant(const Var& a, const Var& b) {
+    if (a->kind != b->kind) return false;
+    switch (a->kind) {
+    case Kind::None: return true;
+    case Kind::Str: return a->name == b->name;
+    case Kind::Bool: return a->boolean == b->boolean;
+    case Kind::Int: return decide(sym::eq(a->symbolic, b->symbolic));
+    case Kind::Float: return a->number == b->number;
+    default: return false;
+    }
+  }
+
+  bool truth(const Var& v) {
+    switch (v->kind) {
+    case Kind::None: return false;
+    case Kind::Bool: return v->symbolic.isNull() ? v->boolean : decide(v->symbolic);
+    case Kind::Int: return decide(sym::ne(v->symbolic, 0));
+    case Kind::Float: return v->number != 0;
+    case Kind::Str: return !v->name.empty();
+    case Kind::Tuple:
+    case Kind::List:
+    case Kind::Dict: return !v->items.empty();
+    case Kind::Tensor: unsupported("a branch on a tensor's value"); // TODO(issue 6): a graph break
+    default: return true;
+    }
+  }
+
+  std::string text(const Var& v) {
+    switch (v->kind) {
+    case Kind::Str: return v->name;
+    case Kind::Int: return std::to_string(concrete(v));
+    case Kind::Float: {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.17g", v->number);
+      return buf;
+    }
+    case Kind::Bool: return truth(v) ? "True" : "False";
+    case Kind::None: return "None";
+    default: unsupported("formatting a " + kindName(v->kind));
+    }
+  }
+
+  Var relation(sym::Expr e) {
+    if (auto b = e.asBoolean()) return boolean(*b);
+    Var v = make(Kind::Bool);
+    v->symbolic = e;
+    return v;
+  }
+
+  Var compare(const std::string& op, const Var& a, const Var& b) {
+    if (a->kind == Kind::Tensor || b->kind == Kind::Tensor) {
+      static const std::map<std::string, std::string> ops = {{"<", "lt"}, {"<=", "le"}, {"==", "eq"},
+                                                             {"!=", "ne"}, {">", "gt"},  {">=", "ge"}};
+      return tensorBinary(*this, ops.at(op), a, b);
+    }
+    auto isInt = [](const Var& v) { return v->kind == Kind::Int || (v->kind == Kind::Bool && v->symbolic.isNull()); };
+    if (isInt(a) && isInt(b)) {
+      sym::Expr x = asExpr(a), y = asExpr(b);
+      if (op == "<") return relation(sym::lt(x, y));
+      if (op == "<=") return relation(sym::le(x, y));
+      if (op == "==") return relation(sym::eq(x, y));
+      if (op == "!=") return relation(sym::ne(x, y));
+      if (op == ">") return relation(sym::gt(x, y));
+      if (op == ">=") return relation(sym::ge(x, y));
+    }
+    if (isNumber(a) && isNumber(b)) {
+      double x = numberOf(a), y = numberOf(b);
+      if (op == "<") return boolean(x < y);
+      if (op == "<=") return boolean(x <= y);
+      if (op == "==") return boolean(x == y);
+      if (op == "!=") return boolean(x != y);
+      if (op == ">") return boolean(x > y);
+      if (op == ">=") return boolean(x >= y);
+    }
+    if (op == "==" || op == "!=") {
+      bool same;
+      if (a->kind == Kind::Str && b->kind == Kind::Str) same = a->name == b->name;
+      else if (a->kind == Kind::None || b->kind == Kind::None) same = a->kind == b->kind;
+      else if (a->kind == Kind::DType && b->kind == Kind::DType) same = a->dtype == b->dtype;
+      else if ((a->kind == Kind::Tuple || a->kind == Kind::List) && a->kind == b->kind) {
+        same = a->items.size() == b->items.size();
+        for (size_t k = 0; same && k < a->items.size(); ++k) same = truth(compare("==", a->items[k], b->items[k]));
+      } else unsupported("comparing a " + kindName(a->kind) + " with a " + kindName(b->kind));
+      return boolean(op == "==" ? same : !same);
+    }
+    if ((a->kind == Kind::Str && b->kind == Kind::Str)) {
+      int c = a->name.compare(b->name);
+      return boolean(op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0);
+    }
+    unsupported("comparing a " + kindName(a->kind) + " " + op + " a " + kindName(b->kind));
+  }
+
+  static bool isNumber(const Var& v) {
+    return v->kind == Kind::Int || v->kind == Kind::Float || (v->kind == Kind::Bool && v->symbolic.isNull());
+  }
+
+  double numberOf(const Var& v) {
+    if (v->kind == Kind::Float) return v->number;
+    return static_cast<double>(concrete(v));
+  }
+
+  sym::Expr asExpr(const Var& v) {
+    if (v->kind == Kind::Bool) return table.integer(v->boolean ? 1 : 0);
+    return v->symbolic;
+  }
+
+  Var arith(const std::string& op, const Var& a, const Var& b) {
+    if (a->kind == Kind::Tensor || b->kind == Kind::Tensor) {
+      static const std::map<std::string, std::string> ops = {
+          {"+", "add"}, {"-", "sub"}, {"*", "mul"}, {"/", "div"}, {"%", "remainder"}, {"**", "pow"},
+          {"@", "matmul"}, {"&", "bitwise_and"}, {"|", "bitwise_or"}, {"^", "bitwise_xor"}};
+      if (op == "//") {
+        if (a->kind != Kind::Tensor) unsupported("a number // a tensor");
+        return callOp("div", {a, b, string("floor")}, {});
+      }
+      auto it = ops.find(op);
+      if (it == ops.end()) unsupported("tensor operator " + op);
+      if (op == "**" && a->kind != Kind::Tensor) unsupported("a number ** a tensor");
+      if (op == "@" && (a->kind != Kind::Tensor || b->kind != Kind::Tensor)) unsupported("@ of a number");
+      if (op == "%" && a->kind != Kind::Tensor) unsupported("a number % a tensor");
+      return tensorBinary(*this, it->second, a, b);
+    }
+    if ((a->kind == Kind::Tuple || a->kind == Kind::List) && a->kind == b->kind && op == "+") {
+      std::vector<Var> items = a->items;
+      items.insert(items.end(), b->items.begin(), b->items.end());
+      return sequence(a->kind, items);
+    }
+    if ((a->kind == Kind::Tuple || a->kind == Kind::List) && b->kind == Kind::Int && op == "*") {
+      std::vector<Var> items;
+      for (int64_t k = 0; k < concrete(b); ++k) items.insert(items.end(), a->items.begin(), a->items.end());
+      return sequence(a->kind, items);
+    }
+    if (a->kind == Kind::Str && b->kind == Kind::Str && op == "+") return string(a->name + b->name);
+    if (!isNumber(a) || !isNumber(b)) unsupported(kindName(a->kind) + " " + op + " " + kindName(b->kind));
+    bool ints = a->kind != Kind::Float && b->kind != Kind::Float;
+    if (ints) {
+      sym::Expr x = asExpr(a), y = asExpr(b);
+      if (op == "+") return integer(x + y);
+      if (op == "-") return integer(x - y);
+      if (op == "*") return integer(x * y);
+      if (op == "//" || op == "%") {
+        if (decide(sym::eq(y, 0))) unsupported("integer division by zero");
+        return integer(op == "//" ? sym::floorDiv(x, y) : sym::mod(x, y));
+      }
+      if (op == "/") {
+        double d = static_cast<double>(concrete(b));
+        if (d == 0) unsupported("division by zero");
+        return floating(static_cast<double>(concrete(a)) / d);
+      }
+      if (op == "**") {
+        int64_t e = concrete(b);
+        if (e < 0) return floating(std::pow(static_cast<double>(concrete(a)), static_cast<double>(e)));
+        sym::Expr r = table.integer(1);
+        for (int64_t k = 0; k < e; ++k) r = r * x;
+        return integer(r);
+      }
+      if (op == "&" || op == "|" || op == "^" || op == "<<" || op == ">>") {
+        int64_t p = concrete(a), q = concrete(b);
+        int64_t r = op == "&" ? (p & q) : op == "|" ? (p | q) : op == "^" ? (p ^ q) : op == "<<" ? (p << q) : (p >> q);
+        return integer(table.integer(r));
+      }
+    }
+    double x = numberOf(a), y = numberOf(b);
+    if (op == "+") return floating(x + y);
+    if (op == "-") return floating(x - y);
+    if (op == "*") return floating(x * y);
+    if (op == "/") {
+      if (y == 0) unsupported("float division by zero");
+      return floating(x / y);
+    }
+    if (op == "//") return floating(std::floor(x / y));
+    if (op == "%") return floating(x - y * std::floor(x / y));
+    if (op == "**") return floating(std::pow(x, y));
+    unsupported("float operator " + op);
+  }
+
+  Var subscript(const Var& obj, const Var& index) {
+    if (obj->kind == Kind::Tensor) return tensorIndex(*this, obj, index);
+    if (obj->kind == Kind::Tuple || obj->kind == Kind::List) {
+      if (index->kind == Kind::Slice) {
+        int64_t n = static_cast<int64_t>(obj->items.size());
+        auto bound = [&](const Var& v, int64_t fallback) {
+          if (v->kind == Kind::None) return fallback;
+          int64_t x = concrete(v);
+          if (x < 0) x += n;
+          return std::max<int64_t>(0, std::min(x, n));
+        };
+        int64_t step = index->items[2]->kind == Kind::None ? 1 : concrete(index->items[2]);
+        if (step <= 0) unsupported("a slice with a step that is not positive");
+        std::vector<Var> items;
+        for (int64_t k = bound(index->items[0], 0); k < bound(index->items[1], n); k += step)
+          items.push_back(obj->items[static_cast<size_t>(k)]);
+        return sequence(obj->kind, items);
+      }
+      int64_t k = concrete(index), n = static_cast<int64_t>(obj->items.size());
+      if (k < 0) k += n;
+      if (k < 0 || k >= n) unsupported("index " + std::to_string(k) + " out of range");
+      return obj->items[static_cast<size_t>(k)];
+    }
+    if (obj->kind == Kind::Dict) {
+      for (size_t k = 0; k < obj->keys.size(); ++k)
+        if (sameConstant(obj->keys[k], index)) return obj->items[k];
+      unsupported("a missing dict key");
+    }
+    if (obj->kind == Kind::NnModule) {
+      std::vector<Var> kids = children(obj);
+      int64_t k = concrete(index), n = static_cast<int64_t>(kids.size());
+      if (k < 0) k += n;
+      if (k < 0 || k >= n) unsupported("module index out of range");
+      return kids[static_cast<size_t>(k)];
+    }
+    unsupported("subscripting a " + kindName(obj->kind));
+  }
+
+  Var constant(schema::Constant::Reader c) {
+    switch (c.which()) {
+    case schema::Constant::NONE: return none();
+    case schema::Constant::BOOL: return boolean(c.getBool());
+    case schema::Constant::INT: return integer(table.integer(c.getInt()));
+    case schema::Constant::FLOAT: return floating(c.getFloat());
+    case schema::Constant::STR: return string(c.getStr().cStr());
+    case schema::Constant::TUPLE: {
+      std::vector<Var> items;
+      for (auto i : c.getTuple()) items.push_back(constant(i));
+      return sequence(Kind::Tuple, items);
+    }
+    case schema::Constant::CODE: {
+      Var v = make(Kind::Function);
+      v->function = std::make_shared<FunctionInfo>();
+      v->function->code = c.getCode();
+      v->name = "<code>";
+      return v;
+    }
+    case schema::Constant::ELLIPSIS: return make(Kind::Ellipsis);
+    case schema::Constant::OTHER: unsupported("the constant " + std::string(c.getOther().cStr()));
+    }
+    unsupported("an unknown constant");
+  }
+
+  // ---- the loop ------------------------------------------------------------
+
+  Var global(Frame& f, const std::string& name) {
+    (void)f;
+    if (name == "__name__") unsupported("__name__");
+    return realize({guards::global(name)});
+  }
+
+  // The call protocol of 3.11/3.12: [NULL, callable] or [callable, self], then args.
+  Var doCall(Frame& f, size_t argc, size_t depth) {
+    std::vector<Var> args = f.popN(argc);
+    Var second = f.pop(), first = f.pop();
+    Var callee = second;
+    if (first->kind != Kind::Null) { // a method: `first` is the callable, `second` self
+      callee = first;
+      args.insert(args.begin(), second);
+    }
+    Kwargs kwargs;
+    size_t nk = f.kwNames.size();
+    if (nk > args.size()) throw Error(ErrorCode::Malformed, "tracer: more keyword names than arguments");
+    for (size_t k = 0; k < nk; ++k) kwargs.emplace_back(f.kwNames[k], args[args.size() - nk + k]);
+    args.resize(args.size() - nk);
+    f.kwNames.clear();
+    return callVar(callee, std::move(args), kwargs, depth);
+  }
+
+  Var execute(Frame& f, size_t depth) {
+    auto instructions = f.code.getInstructions();
+    file_ = f.code.getFilename().cStr();
+    while (true) {
+      if (++steps_ > kMaxInstructions) unsupported("more than " + std::to_string(kMaxInstructions) + " instructions");
+      if (f.pc >= instructions.size()) throw Error(ErrorCode::Malformed, "tracer: ran past the last instruction");
+      auto in = instructions[static_cast<unsigned>(f.pc)];
+      std::string opname = in.getOpname().cStr();
+      std::string name = in.getName().cStr();
+      int64_t arg = in.getArg();
+      line_ = in.getLine();
+      file_ = f.code.getFilename().cStr();
+      size_t next = f.pc + 1;
+      auto jump = [&] {
+        if (in.getTarget() < 0 || static_cast<size_t>(in.getTarget()) >= instructions.size())
+          throw Error(ErrorCode::Malformed, "tracer: a jump outside the code");
+        next = static_cast<size_t>(in.getTarget());
+      };
+
+      if (opname == "RESUME" || opname == "NOP" || opname == "PRECALL" || opname == "CACHE" ||
+          opname == "EXTENDED_ARG" || opname == "COPY_FREE_VARS") {
+      } else if (opname == "MAKE_CELL") {
+        Var cell = make(Kind::Cell);
+        if (auto it = f.locals.find(name); it != f.locals.end()) cell->items.push_back(it->second);
+        f.cells[name] = cell;
+      } else if (opname == "LOAD_CONST") {
+        if (arg < 0 || arg >= static_cast<int64_t>(f.code.getConsts().size())) throw Error(ErrorCode::Malformed, "tracer: LOAD_CONST out of range");
+        f.stack.push_back(constant(f.code.getConsts()[static_cast<unsigned>(arg)]));
+      } else if (opname == "RETURN_CONST") {
+        if (arg < 0 || arg >= static_cast<int64_t>(f.code.getConsts().size())) throw Error(ErrorCode::Malformed, "tracer: RETURN_CONST out of range");
+        return constant(f.code.getConsts()[static_cast<unsigned>(arg)]);
+      } else if (opname == "LOAD_FAST" || opname == "LOAD_FAST_CHECK") {
+        auto it = f.locals.find(name);
+        if (it == f.locals.end()) unsupported("local '" + name + "' read before it was set");
+        f.stack.push_back(it->second);
+      } else if (opname == "LOAD_FAST_AND_CLEAR") {
+        auto it = f.locals.find(name);
+        f.stack.push_back(it == f.locals.end() ? make(Kind::Null) : it->second);
+        if (it != f.locals.end()) f.locals.erase(it);
+      } else if (opname == "STORE_FAST") {
+        Var v = f.pop();
+        if (v->kind == Kind::Null) f.locals.erase(name);
+        else f.locals[name] = v;
+      } else if (opname == "DELETE_FAST") {
+        f.locals.erase(name);
+      } else if (opname == "LOAD_GLOBAL") {
+        if (arg & 1) f.stack.push_back(make(Kind::Null)); // 3.11 and 3.12 push it first
+        f.stack.push_back(global(f, name));
+      } else if (opname == "LOAD_DEREF" || opname == "LOAD_CLASSDEREF") {
+        auto it = f.cells.find(name);
+        if (it == f.cells.end() || it->second->items.empty()) unsupported("free variable '" + name + "' read before it was set");
+        f.stack.push_back(it->second->items[0]);
+      } else if (opname == "STORE_DEREF") {
+        Var v = f.pop();
+        auto it = f.cells.find(name);
+        if (it == f.cells.end()) {
+          Var cell = make(Kind::Cell);
+          it = f.cells.emplace(name, cell).first;
+        }
+        if (it->second->path) unsupported("writing a cell of the call"); // TODO(issue 6): replay as a side effect
+        it->second->items = {v};
+      } else if (opname == "LOAD_CLOSURE") {
+        auto it = f.cells.find(name);
+        if (it == f.cells.end()) it = f.cells.emplace(name, make(Kind::Cell)).first;
+        f.stack.push_back(it->second);
+      } else if (opname == "LOAD_ATTR") {
+        Var obj = f.pop();
+        bool methodForm = f.v312 && (arg & 1);
+        Var a = attribute(obj, name);
+        if (methodForm) {
+          // [NULL, attr] for a plain attribute, [method, self] for a bound one; kiln's
+          // bound methods carry their receiver, so the NULL form serves both.
+          f.stack.push_back(make(Kind::Null));
+        }
+        f.stack.push_back(a);
+      } else if (opname == "LOAD_METHOD") {
+        Var obj = f.pop();
+        f.stack.push_back(make(Kind::Null));
+        f.stack.push_back(attribute(obj, name));
+      } else if (opname == "STORE_ATTR") {
+        unsupported("setting attribute '" + name + "'"); // TODO(issue 6): side effects on modules and objects
+      } else if (opname == "PUSH_NULL") {
+        f.stack.push_back(make(Kind::Null));
+      } else if (opname == "KW_NAMES") {
+        auto c = f.code.getConsts()[static_cast<unsigned>(arg)];
+        if (!c.isTuple()) throw Error(ErrorCode::Malformed, "tracer: KW_NAMES of a non-tuple");
+        f.kwNames.clear();
+        for (auto n : c.getTuple()) f.kwNames.emplace_back(n.getStr().cStr());
+      } else if (opname == "CALL") {
+        f.stack.push_back(doCall(f, static_cast<size_t>(arg), depth));
+      } else if (opname == "CALL_FUNCTION_EX") {
+        Var kw = (arg & 1) ? f.pop() : nullptr;
+        Var posArgs = f.pop();
+        Var callee = f.pop();
+        if (!f.stack.empty() && f.stack.back()->kind == Kind::Null) f.pop();
+        Kwargs kwargs;
+        if (kw) {
+          if (kw->kind != Kind::Dict) unsupported("**kwargs of a " + kindName(kw->kind));
+          for (size_t k = 0; k < kw->keys.size(); ++k) kwargs.emplace_back(kw->keys[k]->name, kw->items[k]);
+        }
+        f.stack.push_back(callVar(callee, iterate(posArgs), kwargs, depth));
+      } else if (opname == "MAKE_FUNCTION") {
+        Var code = f.pop();
+        auto info = std::make_shared<FunctionInfo>(*code->function);
+        if (arg & 0x08) {
+          Var cells = f.pop();
+          info->closure = cells->items;
+        }
+        if (arg & 0x04) f.pop();
+        if (arg & 0x02) {
+          Var kw = f.pop();
+          for (size_t k = 0; k < kw->keys.size(); ++k) info->kwDefaults.emplace_back(kw->keys[k]->name, kw->items[k]);
+        }
+        if (arg & 0x01) info->defaults = f.pop()->items;
+        Var fn = make(Kind::Function);
+        fn->function = info;
+        f.stack.push_back(fn);
+      } else if (opname == "RETURN_VALUE") {
+        return f.pop();
+      } else if (opname == "POP_TOP") {
+        f.pop();
+      } else if (opname == "END_FOR") {
+        f.pop();
+        f.pop();
+      } else if (opname == "COPY") {
+        f.stack.push_back(f.top(static_cast<size_t>(arg) - 1));
+      } else if (opname == "SWAP") {
+        std::swap(f.top(0), f.top(static_cast<size_t>(arg) - 1));
+      } else if (opname == "BINARY_OP") {
+        Var b = f.pop(), a = f.pop();
+        std::string op = in.getName().cStr(); // argrepr: "+", "+=", "@", ...
+        bool inplace = op.size() > 1 && op.back() == '=' && op != "==";
+        if (inplace) op.pop_back();
+        if (inplace && a->kind == Kind::Tensor) {
+          static const std::map<std::string, std::string> inplaceOps = {
+              {"+", "add_"}, {"-", "sub_"}, {"*", "mul_"}, {"/", "div_"}};
+          auto it = inplaceOps.find(op);
+          if (it == inplaceOps.end()) unsupported("tensor operator " + op + "=");
+          f.stack.push_back(callOp(it->second, {a, b}, {}));
+        } else if (inplace && a->kind == Kind::List && op == "+") {
+          if (a->path) unsupported("extending a list of the call");
+          for (const Var& v : iterate(b)) a->items.push_back(v);
+          f.stack.push_back(a);
+        } else {
+          f.stack.push_back(arith(op, a, b));
+        }
+      } else if (opname == "BINARY_SUBSCR") {
+        Var index = f.pop(), obj = f.pop();
+        f.stack.push_back(subscript(obj, index));
+      } else if (opname == "BINARY_SLICE") {
+        Var stop = f.pop(), start = f.pop(), obj = f.pop();
+        f.stack.push_back(subscript(obj, sequence(Kind::Slice, {start, stop, none()})));
+      } else if (opname == "STORE_SUBSCR") {
+        Var index = f.pop(), obj = f.pop(), value = f.pop();
+        if (obj->kind == Kind::List && !obj->path) {
+          int64_t k = concrete(index);
+          if (k < 0) k += static_cast<int64_t>(obj->items.size());
+          if (k < 0 || k >= static_cast<int64_t>(obj->items.size())) unsupported("list assignment out of range");
+          obj->items[static_cast<size_t>(k)] = value;
+        } else if (obj->kind == Kind::Dict && !obj->path) {
+          bool found = false;
+          for (size_t k = 0; k < obj->keys.size(); ++k)
+            if (sameConstant(obj->keys[k], index)) obj->items[k] = value, found = true;
+          if (!found) obj->keys.push_back(index), obj->items.push_back(value);
+        } else {
+          unsupported("assigning to an item of a " + kindName(obj->kind)); // TODO(issue 6): tensor setitem
+        }
+      } else if (opname == "BUILD_SLICE") {
+        Var step = arg == 3 ? f.pop() : none();
+        Var stop = f.pop(), start = f.pop();
+        f.stack.push_back(sequence(Kind::Slice, {start, stop, step}));
+      } else if (opname == "COMPARE_OP") {
+        Var b = f.pop(), a = f.pop();
+        std::string op = name;
+        f.stack.push_back(compare(op, a, b));
+      } else if (opname == "IS_OP") {
+        Var b = f.pop(), a = f.pop();
+        bool same;
+        if (a->kind == Kind::None || b->kind == Kind::None) same = a->kind == b->kind;
+        else if (a->kind == Kind::Bool && b->kind == Kind::Bool) same = a->boolean == b->boolean;
+        else same = a == b;
+        f.stack.push_back(boolean(arg ? !same : same));
+      } else if (opname == "CONTAINS_OP") {
+        Var container = f.pop(), item = f.pop();
+        bool found = false;
+        for (const Var& v : iterate(container)) found = found || (v->kind == item->kind && sameConstant(v, item));
+        f.stack.push_back(boolean(arg ? !found : found));
+      } else if (opname == "UNARY_NEGATIVE") {
+        Var v = f.pop();
+        if (v->kind == Kind::Tensor) f.stack.push_back(op("neg", {v->value}));
+        else f.stack.push_back(arith("-", integer(table.integer(0)), v));
+      } else if (opname == "UNARY_NOT") {
+        f.stack.push_back(boolean(!truth(f.pop())));
+      } else if (opname == "UNARY_INVERT") {
+        Var v = f.pop();
+        if (v->kind == Kind::Tensor && meta(v).dtype == DType::Bool) f.stack.push_back(op("logical_not", {v->value}));
+        else if (v->kind == Kind::Int) f.stack.push_back(integer(-v->symbolic - 1));
+        else unsupported("~ of a " + kindName(v->kind));
+      } else if (opname == "UNARY_POSITIVE") {
+      } else if (opname == "GET_ITER") {
+        Var v = f.pop();
+        f.stack.push_back(v->kind == Kind::Iterator ? v : iterator(iterate(v)));
+      } else if (opname == "FOR_ITER") {
+        Var it = f.top();
+        if (it->next < it->items.size()) {
+          f.stack.push_back(it->items[it->next++]);
+        } else {
+          f.pop();
+          jump();
+          if (f.v312 && next < instructions.size() && std::string(instructions[static_cast<unsigned>(next)].getOpname().cStr()) == "END_FOR")
+            ++next;
+        }
+      } else if (opname == "BUILD_TUPLE" || opname == "BUILD_LIST") {
+        f.stack.push_back(sequence(opname == "BUILD_TUPLE" ? Kind::Tuple : Kind::List, f.popN(static_cast<size_t>(arg))));
+      } else if (opname == "LIST_APPEND") {
+        Var v = f.pop();
+        f.top(static_cast<size_t>(arg) - 1)->items.push_back(v);
+      } else if (opname == "LIST_EXTEND") {
+        Var v = f.pop();
+        for (const Var& item : iterate(v)) f.top(static_cast<size_t>(arg) - 1)->items.push_back(item);
+      } else if (opname == "LIST_TO_TUPLE") {
+        f.stack.push_back(sequence(Kind::Tuple, f.pop()->items));
+      } else if (opname == "BUILD_MAP") {
+        std::vector<Var> kv = f.popN(2 * static_cast<size_t>(arg));
+        Var d = make(Kind::Dict);
+        for (size_t k = 0; k < kv.size(); k += 2) d->keys.push_back(kv[k]), d->items.push_back(kv[k + 1]);
+        f.stack.push_back(d);
+      } else if (opname == "BUILD_CONST_KEY_MAP") {
+        Var keys = f.pop();
+        std::vector<Var> values = f.popN(static_cast<size_t>(arg));
+        Var d = make(Kind::Dict);
+        d->keys = keys->items;
+        d->items = values;
+        f.stack.push_back(d);
+      } else if (opname == "DICT_UPDATE" || opname == "DICT_MERGE") {
+        Var src = f.pop();
+        Var dst = f.top(static_cast<size_t>(arg) - 1);
+        for (size_t k = 0; k < src->keys.size(); ++k) dst->keys.push_back(src->keys[k]), dst->items.push_back(src->items[k]);
+      } else if (opname == "MAP_ADD") {
+        Var value = f.pop(), key = f.pop();
+        Var d = f.top(static_cast<size_t>(arg) - 1);
+        d->keys.push_back(key);
+        d->items.push_back(value);
+      } else if (opname == "UNPACK_SEQUENCE") {
+        std::vector<Var> items = iterate(f.pop());
+        if (items.size() != static_cast<size_t>(arg)) unsupported("unpacking " + std::to_string(items.size()) + " values into " + std::to_string(arg));
+        for (size_t k = items.size(); k-- > 0;) f.stack.push_back(items[k]);
+      } else if (opname == "UNPACK_EX") {
+        std::vector<Var> items = iterate(f.pop());
+        size_t before = static_cast<size_t>(arg & 0xff), after = static_cast<size_t>(arg >> 8);
+        if (items.size() < before + after) unsupported("not enough values to unpack");
+        std::vector<Var> rest(items.begin() + static_cast<std::ptrdiff_t>(before), items.end() - static_cast<std::ptrdiff_t>(after));
+        for (size_t k = 0; k < after; ++k) f.stack.push_back(items[items.size() - 1 - k]);
+        f.stack.push_back(sequence(Kind::List, rest));
+        for (size_t k = before; k-- > 0;) f.stack.push_back(items[k]);
+      } else if (opname == "FORMAT_VALUE") {
+        if (arg & 0x04) f.pop(); // a format spec: kiln formats plainly
+        f.stack.push_back(string(text(f.pop())));
+      } else if (opname == "BUILD_STRING") {
+        std::string s;
+        for (const Var& v : f.popN(static_cast<size_t>(arg))) s += v->name;
+        f.stack.push_back(string(s));
+      } else if (opname == "JUMP_FORWARD" || opname == "JUMP_BACKWARD" || opname == "JUMP_BACKWARD_NO_INTERRUPT" ||
+                 opname == "JUMP" || opname == "JUMP_NO_INTERRUPT") {
+        jump();
+      } else if (opname.rfind("POP_JUMP", 0) == 0) {
+        Var v = f.pop();
+        bool cond;
+        if (opname.find("IF_NOT_NONE") != std::string::npos) cond = v->kind != Kind::None;
+        else if (opname.find("IF_NONE") != std::string::npos) cond = v->kind == Kind::None;
+        else if (opname.find("IF_TRUE") != std::string::npos) cond = truth(v);
+        else cond = !truth(v);
+        if (cond) jump();
+      } else if (opname == "JUMP_IF_TRUE_OR_POP" || opname == "JUMP_IF_FALSE_OR_POP") {
+        bool t = truth(f.top());
+        if (t == (opname == "JUMP_IF_TRUE_OR_POP")) jump();
+        else f.pop();
+      } else if (opname == "BEFORE_WITH") {
+        Var manager = f.pop();
+        if (manager->kind != Kind::GradMode) unsupported("a `with` over a " + kindName(manager->kind));
+        f.stack.push_back(method(manager, "__exit__"));
+        f.stack.push_back(callMethod(manager, "__enter__", {}, {}, depth));
+      } else if (opname == "LOAD_ASSERTION_ERROR") {
+        unsupported("an assertion that fails while tracing");
+      } else if (opname == "RAISE_VARARGS") {
+        unsupported("raise");
+      } else if (opname == "CHECK_EXC_MATCH" || opname == "PUSH_EXC_INFO" || opname == "POP_EXCEPT" ||
+                 opname == "RERAISE" || opname == "WITH_EXCEPT_START") {
+        unsupported("exception handling (" + opname + ")");
+      } else if (opname == "CALL_INTRINSIC_1" && name == "INTRINSIC_LIST_TO_TUPLE") {
+        f.stack.push_back(sequence(Kind::Tuple, f.pop()->items));
+      } else if (opname == "CALL_INTRINSIC_1" && name == "INTRINSIC_UNARY_POSITIVE") {
+      } else if (opname == "GET_LEN") {
+        f.stack.push_back(integer(table.integer(static_cast<int64_t>(iterate(f.top()).size()))));
+      } else {
+        unsupported("the " + opname + " instruction");
+      }
+      f.pc = next;
+    }
+  }
+
+  // ---- the result ----------------------------------------------------------
+
+  void write(const Var& result, schema::TraceResult::Builder out) {
+    std::vector<ir::ValueId> outputs;
+    std::function<void(const Var&, schema::OutputSpec::Builder)> spec = [&](const Var& v, schema::OutputSpec::Builder o) {
+      switch (v->kind) {
+      case Kind::Tensor: {
+        auto it = std::find(outputs.begin(), outputs.end(), v->value);
+        if (it == outputs.end()) it = outputs.insert(outputs.end(), v->value);
+        o.setGraphOutput(static_cast<uint32_t>(it - outputs.begin()));
+        return;
+      }
+      case Kind::None: o.initConstant().setNone(); return;
+      case Kind::Bool: o.initConstant().setBool(truth(v)); return;
+      case Kind::Int:
+        if (!v->symbolic.asInteger()) unsupported("returning a symbolic int"); // TODO(issue 6)
+        o.initConstant().setInt(*v->symbolic.asInteger());
+        return;
+      case Kind::Float: o.initConstant().setFloat(v->number); return;
+      case Kind::Str: o.initConstant().setStr(v->name); return;
+      case Kind::Tuple:
+      case Kind::List: {
+        auto items = v->kind == Kind::Tuple ? o.initTuple(static_cast<unsigned>(v->items.size()))
+                                            : o.initList(static_cast<unsigned>(v->items.size()));
+        for (unsigned k = 0; k < items.size(); ++k) spec(v->items[k], items[k]);
+        return;
+      }
+      case Kind::Dict: {
+        auto items = o.initDict(static_cast<unsigned>(v->items.size()));
+        for (unsigned k = 0; k < items.size(); ++k) {
+          const Var& key = v->keys[k];
+          auto c = items[k].initKey();
+          if (key->kind == Kind::Str) c.setStr(key->name);
+          else if (key->kind == Kind::Int && key->symbolic.asInteger()) c.setInt(*key->symbolic.asInteger());
+          else unsupported("returning a dict with a " + kindName(key->kind) + " key");
+          spec(v->items[k], items[k].initValue());
+        }
+        return;
+      }
+      default: unsupported("returning a " + kindName(v->kind));
+      }
+    };
+    spec(result, out.initOutputs());
+    if (outputs.empty()) unsupported("a function that computes no tensor");
+    graph.setOutputs(outputs);
+    ir::toWire(graph, out.initGraph());
+    guards::toWire(guards, out.initGuards());
+    auto inputs = out.initInputs(static_cast<unsigned>(inputs_.size()));
+    for (unsigned k = 0; k < inputs.size(); ++k) {
+      auto steps = inputs[k].initPath(static_cast<unsigned>(inputs_[k].size()));
+      for (unsigned j = 0; j < steps.size(); ++j) guards::toWire(inputs_[k][j], steps[j]);
+    }
+  }
+
+  schema::TraceRequest::Reader request_;
+  std::map<std::string, schema::ObjectDesc::Reader> described_;
+  std::map<std::string, Var> realized_;
+  std::vector<Path> inputs_;
+  size_t symbols_ = 0;
+  size_t steps_ = 0;
+  std::string file_;
+  int line_ = 0;
+  bool gradEnabled_ = true;
+  std::vector<bool> gradStack_;
+};
+
+} // namespace
+
+std::string trace(std::string_view request) {
+  if (request.size() % sizeof(capnp::word) != 0) throw Error(ErrorCode::Malformed, "trace request: not whole words");
+  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(request.size() / sizeof(capnp::word));
+  std::memcpy(words.begin(), request.data(), request.size());
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = uint64_t{1} << 27;
+  options.nestingLimit = 256;
+  capnp::MallocMessageBuilder reply;
+  try {
+    capnp::FlatArrayMessageReader message(words, options);
+    Evaluator evaluator(message.getRoot<schema::TraceRequest>());
+    evaluator.run(reply.initRoot<schema::TraceReply>());
+    kj::Array<capnp::word> out = capnp::messageToFlatArray(reply);
+    auto bytes = out.asBytes();
+    return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+  } catch (const kj::Exception& e) {
+    throw Error(ErrorCode::Malformed, std::string("trace request: ") + e.getDescription().cStr());
+  }
+}
+
+} // namespace kiln::tracer

@@ -1,0 +1,473 @@
+// Torch callables, Tensor methods and operators as graph ops.
+#include <algorithm>
+#include <set>
+
+#include "kiln/common/error.h"
+#include "kiln/ir/op_registry.h"
+#include "kiln/sym/eval.h"
+#include "kiln/sym/print.h"
+#include "kiln/sym/range.h"
+#include "kiln/sym/wire.h"
+
+#include <capnp/message.h>
+#include "tracer_state.h"
+
+namespace kiln::tracer {
+
+void unsupported(const std::string& reason) { throw Unsupported{reason}; }
+
+Var TraceState::tensor(ir::ValueId id) {
+  Var v = make(Kind::Tensor);
+  v->value = id;
+  return v;
+}
+
+const ir::TensorMeta& TraceState::meta(const Var& v) const { return graph.meta(v->value); }
+
+Var TraceState::op(const std::string& name, std::vector<ir::ValueId> inputs, std::vector<ir::Attr> attrs) {
+  ir::ValueId id;
+  try {
+    id = graph.call(name, std::move(inputs), std::move(attrs));
+  } catch (const Error& e) {
+    // The user's code would fail in eager too (or kiln cannot say it would not):
+    // run it eagerly, where torch raises its own error.
+    unsupported(name + ": " + e.message());
+  }
+  const ir::Value& value = graph.value(id);
+  if (value.isTensor()) return tensor(id);
+  if (value.isSymInt()) return integer(value.symInt());
+  std::vector<Var> items;
+  size_t count = value.tuple().size(); // `value` moves as getitem nodes are added
+  for (size_t k = 0; k < count; ++k)
+    items.push_back(tensor(graph.call("getitem", {id}, {{"index", static_cast<int64_t>(k)}})));
+  return sequence(Kind::Tuple, std::move(items));
+}
+
+bool TraceState::decide(sym::Expr relation) {
+  if (auto b = relation.asBoolean()) return *b;
+  if (auto known = sym::staticallyKnown(relation)) return *known;
+  bool value = sym::evaluateWithHints(relation) != 0;
+  sym::Expr taken = value ? relation : sym::logicalNot(relation);
+  // The guard set has its own symbols of the same names.
+  capnp::MallocMessageBuilder message;
+  auto wire = message.initRoot<schema::SymExpr>();
+  sym::toWire(taken, wire);
+  sym::Expr inGuards = sym::fromWire(wire.asReader(), guards.table());
+  guards.shapeGuard(inGuards);
+  return value;
+}
+
+int64_t TraceState::concrete(const Var& v) {
+  if (v->kind == Kind::Bool && v->symbolic.isNull()) return v->boolean;
+  if (v->kind != Kind::Int && v->kind != Kind::Bool) unsupported("an int was expected, got a " + kindName(v->kind));
+  if (auto c = v->symbolic.asInteger()) return *c;
+  if (auto b = v->symbolic.asBoolean()) return *b;
+  int64_t value = sym::evaluateWithHints(v->symbolic);
+  decide(sym::eq(v->symbolic, value));
+  return value;
+}
+
+namespace {
+
+bool isNumber(const Var& v) { return v->kind == Kind::Int || v->kind == Kind::Float || v->kind == Kind::Bool; }
+
+std::string deviceText(ir::Device d) { return ir::toString(d); }
+
+// An attribute of the kind the op's schema wants, from a variable.
+ir::AttrValue attrOf(TraceState& s, const std::string& op, const ir::ArgSpec& spec, const Var& v) {
+  auto wrong = [&](const std::string& what) -> ir::AttrValue {
+    unsupported(op + ": argument '" + spec.name + "': " + what + ", got a " + kindName(v->kind));
+  };
+  if (v->kind == Kind::None) return std::monostate{};
+  switch (spec.kind) {
+  case ir::ArgKind::Int:
+    if (v->kind == Kind::Int || v->kind == Kind::Bool) return s.concrete(v);
+    return wrong("expected an int");
+  case ir::ArgKind::Float:
+    if (v->kind == Kind::Float) return v->number;
+    if (v->kind == Kind::Int || v->kind == Kind::Bool) return static_cast<double>(s.concrete(v));
+    return wrong("expected a float");
+  case ir::ArgKind::Bool:
+    if (v->kind == Kind::Bool && v->symbolic.isNull()) return v->boolean;
+    if (v->kind == Kind::Int) return s.concrete(v) != 0;
+    return wrong("expected a bool");
+  case ir::ArgKind::DType:
+    if (v->kind == Kind::DType) return v->dtype;
+    return wrong("expected a dtype");
+  case ir::ArgKind::String:
+    if (v->kind == Kind::Str) return v->name;
+    if (v->kind == Kind::Device) return deviceText(v->device);
+    return wrong("expected a str");
+  case ir::ArgKind::Scalar:
+    if (v->kind == Kind::Float) return v->number;
+    if (v->kind == Kind::Bool && v->symbolic.isNull()) return v->boolean;
+    if (v->kind == Kind::Int) {
+      if (auto c = v->symbolic.asInteger()) return *c;
+      return v->symbolic;
+    }
+    return wrong("expected a number");
+  case ir::ArgKind::IntList: {
+    if (v->kind == Kind::Int) return std::vector<int64_t>{s.concrete(v)};
+    if (v->kind != Kind::Tuple && v->kind != Kind::List) return wrong("expected ints");
+    std::vector<int64_t> out;
+    for (const Var& item : v->items) out.push_back(s.concrete(item));
+    return out;
+  }
+  case ir::ArgKind::SymIntList: {
+    if (v->kind == Kind::Int) return std::vector<sym::Expr>{v->symbolic};
+    if (v->kind != Kind::Tuple && v->kind != Kind::List) return wrong("expected sizes");
+    std::vector<sym::Expr> out;
+    for (const Var& item : v->items) {
+      if (item->kind != Kind::Int) unsupported(op + ": argument '" + spec.name + "': a size that is a " + kindName(item->kind));
+      out.push_back(item->symbolic);
+    }
+    return out;
+  }
+  default: return wrong("unexpected");
+  }
+}
+
+bool isInputKind(ir::ArgKind k) {
+  return k == ir::ArgKind::Tensor || k == ir::ArgKind::TensorList || k == ir::ArgKind::Tuple || k == ir::ArgKind::SymInt;
+}
+
+} // namespace
+
+Var TraceState::callOp(const std::string& name, std::vector<Var> args, const Kwargs& kwargs) {
+  const ir::OpInfo* info = ir::findOp(name);
+  if (!info) unsupported("no graph op " + name);
+  std::vector<ir::ValueId> inputs;
+  std::vector<ir::Attr> attrs;
+  std::set<std::string> used;
+  size_t next = 0;
+  for (size_t k = 0; k < info->args.size(); ++k) {
+    const ir::ArgSpec& spec = info->args[k];
+    Var arg;
+    if (next < args.size()) {
+      arg = args[next++];
+    } else {
+      for (const auto& [n, v] : kwargs)
+        if (n == spec.name || (k == 0 && (n == "input" || n == "self"))) {
+          arg = v;
+          used.insert(n);
+        }
+    }
+    bool mayBeInput = spec.kind == ir::ArgKind::Tensor || spec.kind == ir::ArgKind::Scalar;
+    if ((!arg || arg->kind == Kind::None) && spec.optional && mayBeInput) {
+      attrs.push_back({spec.name, std::monostate{}}); // absent: later inputs bind past it
+      continue;
+    }
+    if (!arg) continue;
+    if (spec.kind == ir::ArgKind::TensorList) {
+      if (arg->kind != Kind::Tuple && arg->kind != Kind::List) unsupported(name + ": '" + spec.name + "' is not a list of tensors");
+      for (const Var& t : arg->items) {
+        if (t->kind != Kind::Tensor) unsupported(name + ": '" + spec.name + "' holds a " + kindName(t->kind));
+        inputs.push_back(t->value);
+      }
+    } else if (arg->kind == Kind::Tensor) {
+      if (!isInputKind(spec.kind) && spec.kind != ir::ArgKind::Scalar)
+        unsupported(name + ": argument '" + spec.name + "' is a tensor");
+      inputs.push_back(arg->value);
+    } else if (isInputKind(spec.kind)) {
+      if (arg->kind != Kind::None) unsupported(name + ": argument '" + spec.name + "' is a " + kindName(arg->kind) + ", not a tensor");
+    } else {
+      attrs.push_back({spec.name, attrOf(*this, name, spec, arg)});
+    }
+  }
+  if (next < args.size()) unsupported(name + ": too many arguments");
+  for (const auto& [n, v] : kwargs)
+    if (!used.count(n)) unsupported(name + ": no argument named '" + n + "'");
+  return op(name, std::move(inputs), std::move(attrs));
+}
+
+namespace {
+
+// torch.* and torch.nn.functional.* functions whose IR op has torch's name and argument order.
+const std::set<std::string>& sameNamed() {
+  static const std::set<std::string> ops = {
+      "abs", "add", "sub", "mul", "div", "neg", "exp", "exp2", "expm1", "log", "log1p", "sqrt", "rsqrt",
+      "sin", "cos", "tan", "tanh", "sigmoid", "relu", "gelu", "silu", "erf", "floor", "ceil", "round", "trunc",
+      "sign", "reciprocal", "pow", "remainder", "fmod", "maximum", "minimum", "clamp", "where", "eq", "ne", "lt",
+      "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
+      "isnan", "isinf", "matmul", "mm", "bmm", "addmm", "linear", "layer_norm", "rms_norm", "softmax",
+      "log_softmax", "cross_entropy", "scaled_dot_product_attention", "embedding", "cat", "stack", "sum", "mean",
+      "prod", "amax", "amin", "argmax", "argmin", "all", "any", "var", "std", "transpose", "permute", "reshape",
+      "unsqueeze", "squeeze", "flatten", "unflatten", "narrow", "select", "chunk", "split", "unbind", "gather",
+      "index_select", "scatter_add", "clone", "zeros_like", "ones_like", "full_like", "empty_like", "full",
+      "arange"};
+  return ops;
+}
+
+const std::map<std::string, std::string>& renamed() {
+  static const std::map<std::string, std::string> ops = {
+      {"concat", "cat"}, {"concatenate", "cat"}, {"multiply", "mul"}, {"subtract", "sub"}, {"divide", "div"},
+      {"true_divide", "div"}, {"negative", "neg"}, {"clip", "clamp"}, {"absolute", "abs"}, {"greater", "gt"},
+      {"less", "lt"}, {"greater_equal", "ge"}, {"less_equal", "le"}, {"not_equal", "ne"}, {"arccos", "acos"},
+      {"swapaxes", "transpose"}, {"swapdims", "transpose"}};
+  return ops;
+}
+
+std::string shortName(const std::string& name) {
+  for (const char* prefix : {"torch.nn.functional.", "torch.special.", "torch.", "Tensor."})
+    if (name.rfind(prefix, 0) == 0) return name.substr(std::string(prefix).size());
+  return {};
+}
+
+bool isFunctional(const std::string& name) { return name.rfind("torch.nn.functional.", 0) == 0; }
+
+// Sizes given as varargs (`x.view(2, -1)`, `torch.zeros(2, 3)`) or as one sequence.
+Var sizesOf(std::vector<Var>& args, size_t from) {
+  if (args.size() == from + 1 && (args[from]->kind == Kind::Tuple || args[from]->kind == Kind::List)) return args[from];
+  std::vector<Var> items(args.begin() + static_cast<std::ptrdiff_t>(from), args.end());
+  return sequence(Kind::Tuple, std::move(items));
+}
+
+std::optional<Var> kwarg(const Kwargs& kwargs, const std::string& name) {
+  for (const auto& [n, v] : kwargs)
+    if (n == name) return v;
+  return std::nullopt;
+}
+
+Kwargs without(const Kwargs& kwargs, std::initializer_list<const char*> names) {
+  Kwargs out;
+  for (const auto& [n, v] : kwargs)
+    if (std::none_of(names.begin(), names.end(), [&](const char* x) { return n == x; })) out.emplace_back(n, v);
+  return out;
+}
+
+std::optional<DType> dtypeMethod(const std::string& m) {
+  static const std::map<std::string, DType> methods = {
+      {"float", DType::Float32}, {"double", DType::Float64}, {"half", DType::Float16}, {"bfloat16", DType::BFloat16},
+      {"int", DType::Int32},     {"long", DType::Int64},     {"short", DType::Int16},  {"bool", DType::Bool},
+      {"byte", DType::UInt8},    {"char", DType::Int8}};
+  auto it = methods.find(m);
+  if (it == methods.end()) return std::nullopt;
+  return it->second;
+}
+
+Var toDType(TraceState& s, const Var& t, DType dtype) {
+  if (s.meta(t).dtype == dtype) return t;
+  return s.op("to_dtype", {t->value}, {{"dtype", dtype}});
+}
+
+// max/min: of all elements, along a dim (values and indices), or elementwise of two tensors.
+Var extreme(TraceState& s, bool max, std::vector<Var> args, const Kwargs& kwargs) {
+  Var self = args.at(0);
+  std::optional<Var> dim = args.size() > 1 ? std::optional<Var>(args[1]) : kwarg(kwargs, "dim");
+  if (dim && (*dim)->kind == Kind::Tensor) return s.op(max ? "maximum" : "minimum", {self->value, (*dim)->value});
+  if (!dim) return s.op(max ? "amax" : "amin", {self->value});
+  bool keepdim = false;
+  if (args.size() > 2) keepdim = s.concrete(args[2]) != 0;
+  if (auto k = kwarg(kwargs, "keepdim")) keepdim = s.concrete(*k) != 0;
+  int64_t d = s.concrete(*dim);
+  Var values = s.op(max ? "amax" : "amin", {self->value}, {{"dim", std::vector<int64_t>{d}}, {"keepdim", keepdim}});
+  Var indices = s.op(max ? "argmax" : "argmin", {self->value}, {{"dim", d}, {"keepdim", keepdim}});
+  return sequence(Kind::Tuple, {values, indices});
+}
+
+// Tensor methods and torch functions that are not a plain op of the same name.
+std::optional<Var> special(TraceState& s, const std::string& name, const std::string& m, std::vector<Var>& args,
+                           const Kwargs& kwargs) {
+  bool method = name.rfind("Tensor.", 0) == 0;
+  if (m == "view" || m == "reshape" || m == "expand") {
+    if (!method) return std::nullopt;
+    return s.callOp(m, {args[0], sizesOf(args, 1)}, without(kwargs, {"size"}));
+  }
+  if (m == "permute" && method) return s.callOp("permute", {args[0], sizesOf(args, 1)}, {});
+  if ((m == "zeros" || m == "ones" || m == "empty") && !method)
+    return s.callOp(m, {sizesOf(args, 0)}, without(kwargs, {"out", "layout", "pin_memory"}));
+  if (m == "full" && !method && args.size() == 2) return s.callOp("full", args, without(kwargs, {"layout", "pin_memory"}));
+  if (m == "t") {
+    size_t rank = s.meta(args[0]).dim();
+    if (rank < 2) return args[0];
+    return s.op("transpose", {args[0]->value}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+  }
+  if (m == "contiguous" && method) return s.callOp("contiguous", {args[0]}, {});
+  if (m == "max" || m == "min") return extreme(s, m == "max", args, kwargs);
+  if (auto dtype = dtypeMethod(m); dtype && method && args.size() == 1) return toDType(s, args[0], *dtype);
+  if ((m == "to" || m == "type") && method) {
+    for (size_t k = 1; k < args.size(); ++k) {
+      if (args[k]->kind == Kind::DType) return toDType(s, args[0], args[k]->dtype);
+      if (args[k]->kind == Kind::Device && args[k]->device.type != s.meta(args[0]).device.type)
+        unsupported("moving a tensor between devices");
+      if (args[k]->kind == Kind::Str && args[k]->name != "cpu") unsupported("to('" + args[k]->name + "')");
+    }
+    if (auto d = kwarg(kwargs, "dtype")) return toDType(s, args[0], (*d)->dtype);
+    return args[0];
+  }
+  if (m == "masked_fill" && method) return s.callOp("where", {args[1], args[2], args[0]}, {});
+  if (m == "type_as" && method) return toDType(s, args[0], s.meta(args[1]).dtype);
+  if ((m == "relu" || m == "gelu" || m == "silu" || m == "sigmoid" || m == "tanh") && isFunctional(name)) {
+    if (auto inplace = kwarg(kwargs, "inplace"); inplace && s.concrete(*inplace)) unsupported(name + "(inplace=True)");
+    return s.callOp(m, args, without(kwargs, {"inplace"}));
+  }
+  if ((m == "softmax" || m == "log_softmax") && isFunctional(name))
+    return s.callOp(m, args, without(kwargs, {"_stacklevel"}));
+  if (m == "dropout" || m == "dropout1d" || m == "dropout2d") {
+    // dropout(input, p=0.5, training=True): only an identity is traceable until
+    // the graph carries an RNG state (issue 8).
+    std::optional<Var> training = args.size() > 2 ? std::optional<Var>(args[2]) : kwarg(kwargs, "training");
+    std::optional<Var> p = args.size() > 1 ? std::optional<Var>(args[1]) : kwarg(kwargs, "p");
+    bool train = training ? s.concrete(*training) != 0 : true;
+    double prob = p ? ((*p)->kind == Kind::Float ? (*p)->number : static_cast<double>(s.concrete(*p))) : 0.5;
+    if (!train || prob == 0) return args[0];
+    unsupported("dropout in training mode"); // TODO(issue 8): seed/offset inputs from the RNG state
+  }
+  if (m == "size" && method) {
+    const ir::TensorMeta& meta = s.meta(args[0]);
+    std::optional<Var> dim = args.size() > 1 ? std::optional<Var>(args[1]) : kwarg(kwargs, "dim");
+    if (!dim) return tensorAttribute(s, args[0], "shape");
+    int64_t d = s.concrete(*dim), rank = static_cast<int64_t>(meta.dim());
+    if (d < -rank || d >= rank) unsupported("size(" + std::to_string(d) + ") of a " + std::to_string(rank) + "-d tensor");
+    return integer(meta.sizes[static_cast<size_t>(d < 0 ? d + rank : d)]);
+  }
+  if ((m == "dim" || m == "ndimension") && method) return integer(s.table.integer(static_cast<int64_t>(s.meta(args[0]).dim())));
+  if ((m == "numel" || m == "nelement") && method) return integer(ir::numel(s.meta(args[0]).sizes, s.table));
+  if (m == "stride" && method) {
+    const ir::TensorMeta& meta = s.meta(args[0]);
+    if (args.size() > 1) return integer(meta.strides.at(static_cast<size_t>(s.concrete(args[1]))));
+    std::vector<Var> items;
+    for (sym::Expr e : meta.strides) items.push_back(integer(e));
+    return sequence(Kind::Tuple, items);
+  }
+  if (m == "flatten" && !method && args.size() == 1 && kwargs.empty()) return s.callOp("flatten", args, {});
+  if (m == "matmul" || m == "mm" || m == "bmm") return std::nullopt;
+  return std::nullopt;
+}
+
+} // namespace
+
+std::optional<Var> callTorch(TraceState& s, const std::string& name, std::vector<Var> args, const Kwargs& kwargs) {
+  std::string m = shortName(name);
+  if (m.empty()) return std::nullopt;
+  if (auto r = special(s, name, m, args, kwargs)) return r;
+  if (auto it = renamed().find(m); it != renamed().end()) m = it->second;
+  // In-place methods of the IR (x.add_(y), x.relu_()).
+  if (name.rfind("Tensor.", 0) == 0 && m.size() > 1 && m.back() == '_' && ir::findOp(m)) return s.callOp(m, args, kwargs);
+  if (sameNamed().count(m)) {
+    Kwargs kw = without(kwargs, {"out"});
+    if (kwarg(kwargs, "out")) unsupported(name + "(out=...)");
+    return s.callOp(m, args, kw);
+  }
+  return std::nullopt;
+}
+
+Var tensorBinary(TraceState& s, const std::string& op, const Var& a, const Var& b) {
+  if (a->kind == Kind::Tensor) return s.callOp(op, {a, b}, {});
+  // A number on the left (2 * x, 1 - x, 2 / x), as torch's reflected operators compute it.
+  if (op == "add" || op == "mul" || op == "eq" || op == "ne" || op == "bitwise_and" || op == "bitwise_or" ||
+      op == "bitwise_xor")
+    return s.callOp(op, {b, a}, {});
+  if (op == "sub") return s.callOp("add", {s.op("neg", {b->value}), a}, {});
+  if (op == "div") return s.callOp("mul", {s.op("reciprocal", {b->value}), a}, {});
+  if (op == "lt") return s.callOp("gt", {b, a}, {});
+  if (op == "le") return s.callOp("ge", {b, a}, {});
+  if (op == "gt") return s.callOp("lt", {b, a}, {});
+  if (op == "ge") return s.callOp("le", {b, a}, {});
+  unsupported("a number " + op + " a tensor");
+}
+
+std::optional<Var> tensorAttribute(TraceState& s, const Var& t, const std::string& name) {
+  const ir::TensorMeta& meta = s.meta(t);
+  if (name == "shape") {
+    std::vector<Var> items;
+    for (sym::Expr e : meta.sizes) items.push_back(integer(e));
+    return sequence(Kind::Tuple, items);
+  }
+  if (name == "dtype") {
+    Var v = make(Kind::DType);
+    v->dtype = meta.dtype;
+    return v;
+  }
+  if (name == "device") {
+    Var v = make(Kind::Device);
+    v->device = meta.device;
+    return v;
+  }
+  if (name == "ndim") return integer(s.table.integer(static_cast<int64_t>(meta.dim())));
+  if (name == "is_cuda") return boolean(meta.device.type == ir::DeviceType::Cuda);
+  if (name == "requires_grad") return boolean(meta.requiresGrad);
+  if (name == "T" || name == "mT") {
+    std::vector<int64_t> dims;
+    for (size_t k = meta.dim(); k-- > 0;) dims.push_back(static_cast<int64_t>(k));
+    if (name == "mT") {
+      if (meta.dim() < 2) unsupported("mT of a tensor of fewer than 2 dims");
+      dims.clear();
+      for (size_t k = 0; k < meta.dim(); ++k) dims.push_back(static_cast<int64_t>(k));
+      std::swap(dims[meta.dim() - 1], dims[meta.dim() - 2]);
+    }
+    return s.op("permute", {t->value}, {{"dims", dims}});
+  }
+  if (name == "data" || name == "grad" || name == "grad_fn") unsupported("Tensor." + name);
+  return std::nullopt;
+}
+
+Var tensorIndex(TraceState& s, const Var& t, const Var& index) {
+  std::vector<Var> items = index->kind == Kind::Tuple ? index->items : std::vector<Var>{index};
+  size_t specified = 0;
+  for (const Var& i : items)
+    if (i->kind != Kind::None && i->kind != Kind::Ellipsis) ++specified;
+  Var out = t;
+  int64_t dim = 0;
+  for (const Var& i : items) {
+    size_t rank = s.meta(out).dim();
+    switch (i->kind) {
+    case Kind::Ellipsis: dim += static_cast<int64_t>(rank - static_cast<size_t>(dim)) - static_cast<int64_t>(specified);
+      specified = 0;
+      continue;
+    case Kind::None: out = s.op("unsqueeze", {out->value}, {{"dim", dim}}); ++dim; continue;
+    case Kind::Int:
+    case Kind::Bool:
+      if (i->kind == Kind::Bool) unsupported("indexing a tensor with a bool");
+      out = s.op("select", {out->value}, {{"dim", dim}, {"index", s.concrete(i)}});
+      --specified;
+      continue;
+    case Kind::Slice: {
+      std::vector<ir::Attr> attrs = {{"dim", dim}};
+      const char* names[] = {"start", "end", "step"};
+      for (size_t k = 0; k < 3; ++k)
+        if (i->items[k]->kind != Kind::None) attrs.push_back({names[k], s.concrete(i->items[k])});
+      out = s.op("slice", {out->value}, attrs);
+      ++dim;
+      --specified;
+      continue;
+    }
+    default: unsupported("indexing a tensor with a " + kindName(i->kind)); // TODO(issue 6): advanced indexing
+    }
+  }
+  return out;
+}
+
+std::optional<Var> moduleMember(const std::string& module, const std::string& name) {
+  static const std::map<std::string, DType> dtypes = {
+      {"float32", DType::Float32}, {"float", DType::Float32},   {"float64", DType::Float64}, {"double", DType::Float64},
+      {"float16", DType::Float16}, {"half", DType::Float16},    {"bfloat16", DType::BFloat16}, {"int8", DType::Int8},
+      {"int16", DType::Int16},     {"short", DType::Int16},     {"int32", DType::Int32},     {"int", DType::Int32},
+      {"int64", DType::Int64},     {"long", DType::Int64},      {"uint8", DType::UInt8},     {"bool", DType::Bool}};
+  if (module == "torch") {
+    if (auto it = dtypes.find(name); it != dtypes.end()) {
+      Var v = make(Kind::DType);
+      v->dtype = it->second;
+      return v;
+    }
+    if (name == "nn" || name == "special" || name == "linalg") {
+      Var v = make(Kind::PyModule);
+      v->name = "torch." + name;
+      return v;
+    }
+  }
+  if (module == "torch.nn" && name == "functional") {
+    Var v = make(Kind::PyModule);
+    v->name = "torch.nn.functional";
+    return v;
+  }
+  std::string m = name;
+  if (auto it = renamed().find(m); it != renamed().end()) m = it->second;
+  if ((module == "torch" || module == "torch.nn.functional" || module == "torch.special") &&
+      (sameNamed().count(m) || m == "zeros" || m == "ones" || m == "empty" || m == "max" || m == "min" ||
+       m == "dropout" || m == "no_grad" || m == "enable_grad" || m == "flatten"))
+    return builtin(module + "." + name);
+  return std::nullopt;
+}
+
+} // namespace kiln::tracer

@@ -1,0 +1,70 @@
+// The state of one trace, shared by the evaluator (evaluator.cpp) and the
+// mapping of torch calls to graph ops (torch_calls.cpp).
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/guards/frame_state.h"
+#include "kiln/guards/guard_set.h"
+#include "kiln/ir/graph.h"
+#include "kiln/sym/symbol_table.h"
+#include "variables.h"
+
+namespace kiln::tracer {
+
+// Ends the trace: the construct cannot be traced (yet).
+struct Unsupported {
+  std::string reason;
+};
+
+// Ends the trace until the SDK described these paths.
+struct NeedObjects {
+  std::vector<Path> paths;
+};
+
+[[noreturn]] void unsupported(const std::string& reason);
+
+using Kwargs = std::vector<std::pair<std::string, Var>>;
+
+class TraceState {
+public:
+  TraceState() : graph(table) {}
+
+  sym::SymbolTable table;
+  ir::Graph graph;
+  guards::GuardSet guards;
+  guards::FrameState frame;
+
+  Var tensor(ir::ValueId id);
+  const ir::TensorMeta& meta(const Var& v) const;
+  // A graph op applied to graph values and attributes; its result as a variable
+  // (a tensor, an int, or a tuple of tensors taken apart by getitem).
+  Var op(const std::string& name, std::vector<ir::ValueId> inputs, std::vector<ir::Attr> attrs = {});
+  // A Python-level call of a torch function or Tensor method (`name` is the IR
+  // op), its arguments bound to the op's schema as torch binds them.
+  Var callOp(const std::string& name, std::vector<Var> args, const Kwargs& kwargs);
+
+  // Decides a condition now, guarding the decision when it rests on symbols.
+  bool decide(sym::Expr relation);
+  // The value of an int now: a constant as it is; a symbolic one specialised to
+  // its hint (guarded), for the places Python needs a concrete int.
+  int64_t concrete(const Var& v);
+};
+
+// Torch callables: `name` is the qualified name ("torch.relu",
+// "torch.nn.functional.gelu") or "Tensor.<method>" for a bound Tensor method
+// (self first in args). nullopt when kiln does not know the callable.
+std::optional<Var> callTorch(TraceState& s, const std::string& name, std::vector<Var> args, const Kwargs& kwargs);
+// Binary operators on tensors and numbers ("add", "mul", ... as IR ops, `reflected` for 2 * x).
+Var tensorBinary(TraceState& s, const std::string& op, const Var& a, const Var& b);
+// An attribute of a tensor that is not a method (shape, dtype, T, ...); nullopt for a method name.
+std::optional<Var> tensorAttribute(TraceState& s, const Var& t, const std::string& name);
+// x[index] for a tensor.
+Var tensorIndex(TraceState& s, const Var& t, const Var& index);
+// Whether `name` is a callable or constant kiln knows in module `module` ("torch.float32").
+std::optional<Var> moduleMember(const std::string& module, const std::string& name);
+
+} // namespace kiln::tracer

@@ -1,0 +1,129 @@
+// The tracer's variables: what a value on the symbolic stack is.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/guards/guard_set.h"
+#include "kiln/ir/graph.h"
+#include "kiln/schema/tracer.capnp.h"
+
+namespace kiln::tracer {
+
+using Path = std::vector<guards::Step>;
+
+enum class Kind : uint8_t {
+  None,
+  Bool,     // constant, or symbolic (`symbolic` is a relation)
+  Int,      // `symbolic`: a constant or an expression over sizes
+  Float,
+  Str,
+  Ellipsis,
+  Tensor,   // graph value `value`
+  Tuple,
+  List,
+  Dict,     // keys and items
+  Range,    // items: start, stop, step (Ints)
+  Slice,    // items: start, stop, step (None or Int)
+  Iterator, // items, next
+  Null,     // the NULL of the call protocol
+  Function, // a user function: code + defaults + closure cells
+  Cell,     // items[0]: its contents (absent: empty)
+  Builtin,  // a callable known by qualified name (`name`)
+  PyModule, // a Python module (`name`)
+  NnModule, // an nn.Module described at `path`
+  Object,   // another object described at `path`
+  Method,   // `self`'s attribute `name`, bound
+  DType,
+  Device,
+  TypeObject,
+  GradMode, // torch.no_grad() / enable_grad() as a context manager: `boolean` = enabled
+};
+
+struct VarNode;
+using Var = std::shared_ptr<VarNode>;
+
+struct FunctionInfo {
+  schema::Code::Reader code;
+  std::vector<Var> defaults;
+  std::vector<std::pair<std::string, Var>> kwDefaults;
+  std::vector<Var> closure; // Cells, in co_freevars order
+  std::string module;
+};
+
+struct VarNode {
+  Kind kind = Kind::None;
+  bool boolean = false;
+  double number = 0;
+  std::string name; // Str's value, Builtin/PyModule's name, Method's attribute
+  sym::Expr symbolic;
+  ir::ValueId value = 0;
+  std::vector<Var> items;
+  std::vector<Var> keys;
+  size_t next = 0;
+  Var self;
+  std::shared_ptr<FunctionInfo> function;
+  DType dtype = DType::Float32;
+  ir::Device device;
+  guards::TypeRef type;
+  std::optional<Path> path; // where it came from in the call, for its guards
+  std::optional<schema::ObjectDesc::Reader> desc;
+  bool isList = false; // a List made by the traced code (a side effect when mutated, otherwise)
+};
+
+inline Var make(Kind kind) {
+  auto v = std::make_shared<VarNode>();
+  v->kind = kind;
+  return v;
+}
+
+inline Var none() { return make(Kind::None); }
+
+inline Var boolean(bool b) {
+  Var v = make(Kind::Bool);
+  v->boolean = b;
+  return v;
+}
+
+inline Var integer(sym::Expr e) {
+  Var v = make(Kind::Int);
+  v->symbolic = e;
+  return v;
+}
+
+inline Var floating(double d) {
+  Var v = make(Kind::Float);
+  v->number = d;
+  return v;
+}
+
+inline Var string(std::string s) {
+  Var v = make(Kind::Str);
+  v->name = std::move(s);
+  return v;
+}
+
+inline Var sequence(Kind kind, std::vector<Var> items) {
+  Var v = make(kind);
+  v->items = std::move(items);
+  return v;
+}
+
+inline Var builtin(std::string name) {
+  Var v = make(Kind::Builtin);
+  v->name = std::move(name);
+  return v;
+}
+
+inline Var method(Var self, std::string name) {
+  Var v = make(Kind::Method);
+  v->self = std::move(self);
+  v->name = std::move(name);
+  return v;
+}
+
+std::string kindName(Kind kind);
+
+} // namespace kiln::tracer

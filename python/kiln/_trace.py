@@ -1,0 +1,380 @@
+"""Tracing a Python function: its bytecode and the objects it reads, described
+for the tracer (docs/tracer.md), and the tracer's answer read back.
+
+`trace(fn, args, kwargs)` runs the rounds — the tracer may ask for objects it
+has not been shown (`needObjects`), which are described and sent again — and
+returns a `Traced` (graph, guard set, input paths, output structure) or raises
+`Unsupported` with the tracer's reason and the file:line it stopped at.
+"""
+from __future__ import annotations
+
+import builtins
+import dis
+import hashlib
+import math
+import sys
+import types
+
+import torch
+
+from kiln import _kiln
+from kiln.ir import Graph, dtype_name
+
+PYTHON_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
+MAX_ROUNDS = 64   # needObjects rounds before giving up
+MAX_DEPTH = 8     # nesting of containers described whole
+
+
+class Unsupported(Exception):
+    """The function cannot be traced: `reason`, at `filename`:`line`."""
+
+    def __init__(self, reason: str, filename: str = "", line: int = 0):
+        where = f" ({filename}:{line})" if filename else ""
+        super().__init__(f"{reason}{where}")
+        self.reason, self.filename, self.line = reason, filename, line
+
+
+# ---- code -------------------------------------------------------------------
+
+def _constant(c) -> dict:
+    if c is None:
+        return {"none": None}
+    if isinstance(c, bool):
+        return {"bool": c}
+    if isinstance(c, int):
+        return {"int": c} if -(2**63) <= c < 2**63 else {"other": repr(c)}
+    if isinstance(c, float):
+        return {"float": c}
+    if isinstance(c, str):
+        return {"str": c}
+    if isinstance(c, tuple):
+        return {"tuple": [_constant(x) for x in c]}
+    if isinstance(c, types.CodeType):
+        return {"code": describe_code(c)}
+    if c is Ellipsis:
+        return {"ellipsis": None}
+    return {"other": repr(c)}
+
+
+_JUMPS = set(dis.hasjrel) | set(dis.hasjabs)
+
+
+def describe_code(code: types.CodeType) -> dict:
+    instructions = list(dis.get_instructions(code))
+    index = {i.offset: k for k, i in enumerate(instructions)}
+    line = code.co_firstlineno
+    listed = []
+    for i in instructions:
+        if i.positions is not None and i.positions.lineno is not None:
+            line = i.positions.lineno
+        target = index.get(i.argval, -1) if i.opcode in _JUMPS else -1
+        name = i.argval if isinstance(i.argval, str) else i.argrepr
+        listed.append({"opname": i.opname, "arg": -1 if i.arg is None else i.arg, "target": target,
+                       "name": name, "line": line})
+    return {
+        "name": code.co_name, "qualname": getattr(code, "co_qualname", code.co_name),
+        "filename": code.co_filename, "firstLine": code.co_firstlineno,
+        "argCount": code.co_argcount, "posOnlyArgCount": code.co_posonlyargcount,
+        "kwOnlyArgCount": code.co_kwonlyargcount, "flags": code.co_flags,
+        "varnames": list(code.co_varnames), "cellvars": list(code.co_cellvars),
+        "freevars": list(code.co_freevars), "names": list(code.co_names),
+        "consts": [_constant(c) for c in code.co_consts], "instructions": listed,
+        "pythonVersion": PYTHON_VERSION,
+    }
+
+
+def code_hash(code: types.CodeType) -> str:
+    """A stable identity of a code object: its bytecode, constants and names."""
+    h = hashlib.sha256()
+    def feed(c):
+        h.update(c.co_code)
+        h.update(repr(c.co_names).encode())
+        h.update(repr(c.co_varnames).encode())
+        for k in c.co_consts:
+            feed(k) if isinstance(k, types.CodeType) else h.update(repr(k).encode())
+    feed(code)
+    return h.hexdigest()[:32]
+
+
+def function_key(fn) -> dict:
+    code = fn.__code__
+    return {"module": getattr(fn, "__module__", "") or "", "qualname": getattr(fn, "__qualname__", code.co_name),
+            "codeHash": code_hash(code)}
+
+
+# ---- objects ------------------------------------------------------------------
+
+def _type_ref(t: type) -> dict:
+    return {"module": t.__module__, "qualname": t.__qualname__}
+
+
+def _device(d: torch.device) -> dict:
+    return {"type": d.type, "index": -1 if d.index is None else d.index}
+
+
+def _tensor(t: torch.Tensor) -> dict:
+    return {"dtype": dtype_name(t.dtype), "device": _device(t.device), "requiresGrad": t.requires_grad,
+            "sizes": list(t.shape), "strides": list(t.stride()), "storageOffset": t.storage_offset()}
+
+
+# Built-in modules kiln lowers itself (the rest are inlined through their forward).
+_BUILTIN_MODULES = {getattr(torch.nn, n) for n in (
+    "Linear", "LayerNorm", "Embedding", "Dropout", "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid",
+    "Softmax", "Sequential", "Identity", "RMSNorm") if hasattr(torch.nn, n)}
+
+_KNOWN_MODULES = {"torch": torch, "torch.nn.functional": torch.nn.functional, "math": math, "builtins": builtins}
+
+
+def _builtin_name(obj):
+    """The qualified name of a callable kiln knows, or None."""
+    for prefix, module in _KNOWN_MODULES.items():
+        name = getattr(obj, "__name__", None)
+        if isinstance(name, str) and getattr(module, name, None) is obj:
+            return f"{prefix}.{name}"
+    if obj is torch.Tensor:
+        return "torch.Tensor"
+    return None
+
+
+def _primitive_attr(v) -> bool:
+    if isinstance(v, (bool, int, float, str, type(None))):
+        return True
+    return isinstance(v, tuple) and all(isinstance(x, (bool, int, float, str, type(None))) for x in v)
+
+
+def describe(obj, path: list, depth: int = 0) -> dict:
+    d = {"path": path, "type": _type_ref(type(obj)), "id": id(obj)}
+    if obj is None:
+        d["none"] = None
+    elif isinstance(obj, bool):
+        d["bool"] = obj
+    elif isinstance(obj, int) and type(obj) is int:
+        if -(2**63) <= obj < 2**63:
+            d["int"] = obj
+        else:
+            d["unsupported"] = "an int beyond 64 bits"
+    elif isinstance(obj, float) and type(obj) is float:
+        d["float"] = obj
+    elif isinstance(obj, str) and type(obj) is str:
+        d["str"] = obj
+    elif isinstance(obj, torch.Tensor):
+        d["tensor"] = _tensor(obj)
+    elif isinstance(obj, torch.dtype):
+        d["dtype"] = dtype_name(obj)
+    elif isinstance(obj, torch.device):
+        d["device"] = _device(obj)
+    elif isinstance(obj, types.ModuleType):
+        d["pyModule"] = obj.__name__
+    elif (name := _builtin_name(obj)) is not None:
+        d["builtin"] = name
+    elif isinstance(obj, (list, tuple)) and type(obj) in (list, tuple) and depth < MAX_DEPTH:
+        items = [describe(x, path + [{"index": k}], depth + 1) for k, x in enumerate(obj)]
+        d["list" if isinstance(obj, list) else "tuple"] = items
+    elif type(obj) is dict and depth < MAX_DEPTH and all(isinstance(k, (str, int)) for k in obj):
+        d["dict"] = [{"key": describe(k, path, depth + 1),
+                      "value": describe(v, path + [{"key": None, "name": k} if isinstance(k, str) else {"intKey": k}],
+                                        depth + 1)}
+                     for k, v in obj.items()]
+    elif isinstance(obj, types.FunctionType):
+        d["function"] = _function(obj, path)
+    elif isinstance(obj, types.MethodType) and isinstance(obj.__func__, types.FunctionType):
+        f = _function(obj.__func__, path + [{"attr": None, "name": "__func__"}])
+        f["isBound"] = True
+        f["bound"] = describe(obj.__self__, path + [{"attr": None, "name": "__self__"}], depth + 1)
+        d["function"] = f
+    elif isinstance(obj, torch.nn.Module):
+        d["module"] = _module(obj, path)
+    elif isinstance(obj, type):
+        d["typeObject"] = _type_ref(obj)
+    else:
+        d["object"] = sorted(getattr(obj, "__dict__", {}).keys())
+    return d
+
+
+def _function(fn: types.FunctionType, path: list, root: bool = False) -> dict:
+    defaults = fn.__defaults__ or ()
+    kwdefaults = fn.__kwdefaults__ or {}
+    cells = fn.__closure__ or ()
+    if root:
+        default_path = lambda k: [{"default": k}]
+        kwdefault_path = lambda n: [{"kwDefault": None, "name": n}]
+        cell_path = lambda k: [{"closure": k, "name": fn.__code__.co_freevars[k]}]
+    else:
+        default_path = lambda k: path + [{"attr": None, "name": "__defaults__"}, {"index": k}]
+        kwdefault_path = lambda n: path + [{"attr": None, "name": "__kwdefaults__"}, {"key": None, "name": n}]
+        cell_path = lambda k: path + [{"attr": None, "name": "__closure__"}, {"index": k},
+                                      {"attr": None, "name": "cell_contents"}]
+    closure = []
+    for k, cell in enumerate(cells):
+        try:
+            closure.append(describe(cell.cell_contents, cell_path(k)))
+        except ValueError:  # an empty cell
+            closure.append({"path": cell_path(k), "unsupported": "an empty cell"})
+    return {
+        "code": describe_code(fn.__code__),
+        "defaults": [describe(v, default_path(k)) for k, v in enumerate(defaults)],
+        "kwDefaults": [{"name": n, "value": describe(v, kwdefault_path(n))} for n, v in kwdefaults.items()],
+        "closure": closure,
+        "module": fn.__module__ or "",
+    }
+
+
+def _module(m: torch.nn.Module, path: list) -> dict:
+    builtin_kind = type(m) in _BUILTIN_MODULES
+    attr = lambda n: path + [{"attr": None, "name": n}]
+    desc = {
+        "kind": f"torch.nn.{type(m).__name__}" if builtin_kind else "",
+        "training": m.training,
+        "parameters": [{"name": n, "value": describe(p, attr(n))} for n, p in m._parameters.items()],
+        "buffers": [{"name": n, "value": describe(b, attr(n))} for n, b in m._buffers.items()],
+        "modules": list(m._modules.keys()),
+        "attributes": [{"name": n, "value": describe(v, attr(n))} for n, v in vars(m).items()
+                       if not n.startswith("_") and _primitive_attr(v)],
+    }
+    if not builtin_kind:
+        forward = type(m).forward
+        if isinstance(forward, types.FunctionType):
+            desc["forward"] = _function(forward, path + [{"attr": None, "name": "forward"},
+                                                          {"attr": None, "name": "__func__"}])
+    return desc
+
+
+# ---- paths --------------------------------------------------------------------
+
+_MISSING = object()
+
+
+def resolve(path: list, fn, args, kwargs):
+    """The object at `path` from this call's roots (what the guard VM reads)."""
+    obj = _MISSING
+    for step in path:
+        (kind, value), = [(k, v) for k, v in step.items() if k != "name"]
+        name = step.get("name")
+        if kind == "arg":
+            obj = args[value]
+        elif kind == "kwarg":
+            obj = kwargs[name]
+        elif kind == "global":
+            g = fn.__globals__
+            obj = g[name] if name in g else getattr(builtins, name)
+        elif kind == "closure":
+            obj = fn.__closure__[value].cell_contents
+        elif kind == "default":
+            obj = fn.__defaults__[value]
+        elif kind == "kwDefault":
+            obj = fn.__kwdefaults__[name]
+        elif kind == "attr":
+            if isinstance(obj, torch.nn.Module) and name not in vars(obj):
+                for table in ("_parameters", "_buffers", "_modules"):
+                    if name in vars(obj).get(table, {}):
+                        obj = vars(obj)[table][name]
+                        break
+                else:
+                    obj = getattr(obj, name)
+            else:
+                obj = getattr(obj, name)
+        elif kind in ("index", "intKey"):
+            obj = obj[value]
+        elif kind == "key":
+            obj = obj[name]
+        else:
+            raise ValueError(f"cannot resolve step {step}")
+    return obj
+
+
+# ---- the rounds -----------------------------------------------------------------
+
+class Traced:
+    """What the tracer made of one call: `graph` (kiln.ir.Graph), `guards` (GuardSet
+    bytes), `inputs` (the path of each graph input), `outputs` (the returned
+    value's structure) and the raw reply."""
+
+    def __init__(self, reply: dict):
+        traced = reply["traced"]
+        self.graph = Graph.from_bytes(_kiln.capnp_encode("Graph", traced["graph"]))
+        self.guards = _kiln.capnp_encode("GuardSet", traced["guards"])
+        self.inputs = [i["path"] for i in traced["inputs"]]
+        self.outputs = traced["outputs"]
+        self.side_effects = traced["sideEffects"]
+
+
+def global_state() -> dict:
+    return {
+        "gradEnabled": {"value": torch.is_grad_enabled()},
+        "defaultDtype": {"value": dtype_name(torch.get_default_dtype())},
+        "deterministic": {"value": torch.are_deterministic_algorithms_enabled()},
+        "autocast": [],
+    }
+
+
+def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: bool = False,
+          scope: int = 0) -> Traced:
+    if isinstance(fn, types.MethodType):  # module.forward: self is the first argument
+        fn, args = fn.__func__, (fn.__self__, *args)
+    code = fn.__code__
+    names = code.co_varnames
+    request = {
+        "function": function_key(fn),
+        "code": describe_code(code),
+        "callee": {"path": [], "function": _function(fn, [], root=True)},
+        "args": [describe(a, [{"arg": k, "name": names[k] if k < code.co_argcount else f"arg{k}"}])
+                 for k, a in enumerate(args)],
+        "kwargs": [{"name": n, "value": describe(v, [{"kwarg": None, "name": n}])} for n, v in kwargs.items()],
+        "objects": [],
+        "frame": frame or {},
+        "state": global_state(),
+        "fullgraph": fullgraph,
+        "scope": scope,
+    }
+    seen = set()
+    for _ in range(MAX_ROUNDS):
+        reply = _kiln.capnp_decode("TraceReply", _kiln.trace(_kiln.capnp_encode("TraceRequest", request)))
+        if "traced" in reply:
+            return Traced(reply)
+        if "unsupported" in reply:
+            u = reply["unsupported"]
+            raise Unsupported(u["reason"], u["filename"], u["line"])
+        for path in reply["needObjects"]:
+            key = repr(path)
+            if key in seen:
+                raise Unsupported(f"the tracer asked twice for {path}")
+            seen.add(key)
+            try:
+                obj = resolve(path, fn, args, kwargs)
+            except (KeyError, IndexError, AttributeError, TypeError, ValueError) as e:
+                raise Unsupported(f"reading {path}: {type(e).__name__}: {e}") from None
+            request["objects"].append(describe(obj, path))
+    raise Unsupported(f"more than {MAX_ROUNDS} rounds of object descriptions")
+
+
+# ---- running what was traced --------------------------------------------------------
+
+def graph_inputs(traced: Traced, fn, args, kwargs) -> list:
+    """The tensors the graph takes, read from the call by their paths."""
+    return [resolve(path, fn, args, kwargs) for path in traced.inputs]
+
+
+def rebuild(spec: dict, results: list):
+    """The returned Python value from the graph's outputs, as the output spec says."""
+    if "graphOutput" in spec:
+        return results[spec["graphOutput"]]
+    if "constant" in spec:
+        return _from_constant(spec["constant"])
+    if "tuple" in spec:
+        return tuple(rebuild(s, results) for s in spec["tuple"])
+    if "list" in spec:
+        return [rebuild(s, results) for s in spec["list"]]
+    if "dict" in spec:
+        return {_from_constant(i["key"]): rebuild(i["value"], results) for i in spec["dict"]}
+    if "symInt" in spec:
+        return int(results[spec["symInt"]])
+    raise ValueError(f"unknown output spec {spec}")
+
+
+def _from_constant(c: dict):
+    (kind, value), = c.items()
+    if kind == "tuple":
+        return tuple(_from_constant(x) for x in value)
+    if kind in ("none", "ellipsis"):
+        return None if kind == "none" else Ellipsis
+    return value
