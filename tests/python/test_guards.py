@@ -240,6 +240,7 @@ def test_defaults():
         return x
 
     s = kg.GuardSet()
+    s.expect_call(1)
     s.check_equals(s.path(kg.default(0)), 2)
     s.check_equals(s.path(kg.kw_default("mode")), "fast")
     assert failure(s, (1,), fn=fn) is None
