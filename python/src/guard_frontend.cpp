@@ -9,6 +9,7 @@
 #include <torch/version.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -352,17 +353,30 @@ LoadedProgram::LoadedProgram(guards::Program program) : program_(std::move(progr
       }
       for (const Check& c : node.checks) {
         CheckAux a;
+        std::string why;
         if (c.kind == Check::Kind::Type) {
-          a.type = resolveType(c.type, a.unresolved);
+          a.type = resolveType(c.type, why);
           if (a.type) keep(reinterpret_cast<PyObject*>(a.type));
         } else if (c.kind == Check::Kind::Equals) {
           a.mirror = keep(objectOf(c.equals));
         } else if (c.kind == Check::Kind::Tensor) {
-          a.scalarType = scalarTypeOf(c.tensor.dtype);
+          const guards::TensorCheck& t = c.tensor;
+          a.scalarType = scalarTypeOf(t.dtype);
+          a.deviceType = static_cast<uint8_t>(t.device.type);
+          a.deviceIndex = t.device.index;
+          a.requiresGrad = t.requiresGrad;
+          a.dims = static_cast<uint8_t>(std::min<size_t>(t.sizes.size(), 255));
+          a.anyOffset = !t.storageOffset;
+          a.offset = t.storageOffset.value_or(0);
+          a.first = static_cast<uint32_t>(dims_.size());
+          for (const auto& v : t.sizes) dims_.push_back(v.value_or(kAnySize));
+          for (const auto& v : t.strides) dims_.push_back(v.value_or(kAnySize));
         } else if (c.kind == Check::Kind::DictKeys) {
-          for (const Constant& k : c.dictKeys.keys) a.keyMirrors.push_back(keep(objectOf(k)));
+          a.first = static_cast<uint32_t>(keyMirrors_.size());
+          for (const Constant& k : c.dictKeys.keys) keyMirrors_.push_back(keep(objectOf(k)));
         }
-        checks_.push_back(std::move(a));
+        checks_.push_back(a);
+        unresolved_.push_back(std::move(why));
       }
     }
     for (const std::string& k : program_.call.keywords) keywords_.push_back(keep(objectOf(Constant{k})));
@@ -538,24 +552,32 @@ std::optional<uint64_t> fastLength(PyObject* o) {
   return std::nullopt;
 }
 
-bool tensorMatches(PyObject* o, const guards::TensorCheck& e, int16_t scalarType) {
+bool tensorMatches(PyObject* o, const LoadedProgram::CheckAux& e, const int64_t* dims) {
   if (!isTensor(o)) return false;
   try {
     const at::Tensor& t = THPVariable_Unpack(o);
-    if (static_cast<int16_t>(t.scalar_type()) != scalarType || t.requires_grad() != e.requiresGrad) return false;
-    if (deviceOf(t.device()) != e.device) return false;
+    if (static_cast<int16_t>(t.scalar_type()) != e.scalarType) return false;
+    const c10::Device device = t.device();
+    const uint8_t type = device.type() == c10::DeviceType::CPU    ? static_cast<uint8_t>(ir::DeviceType::Cpu)
+                         : device.type() == c10::DeviceType::CUDA ? static_cast<uint8_t>(ir::DeviceType::Cuda)
+                                                                  : 0xff;
+    if (type != e.deviceType || device.index() != e.deviceIndex) return false;
     c10::IntArrayRef sizes = t.sizes();
-    if (sizes.size() != e.sizes.size()) return false;
+    if (sizes.size() != e.dims) return false;
     c10::IntArrayRef strides = t.strides();
-    for (size_t k = 0; k < sizes.size(); ++k)
-      if ((e.sizes[k] && *e.sizes[k] != sizes[k]) || (e.strides[k] && *e.strides[k] != strides[k])) return false;
-    return !e.storageOffset || *e.storageOffset == t.storage_offset();
+    const int64_t* expectedStrides = dims + e.dims;
+    for (size_t k = 0; k < e.dims; ++k)
+      if ((dims[k] != LoadedProgram::kAnySize && dims[k] != sizes[k]) ||
+          (expectedStrides[k] != LoadedProgram::kAnySize && expectedStrides[k] != strides[k]))
+        return false;
+    if (!e.anyOffset && e.offset != t.storage_offset()) return false;
+    return t.requires_grad() == e.requiresGrad; // a call into torch: last
   } catch (const std::exception&) {
     return false;
   }
 }
 
-bool dictKeysMatch(PyObject* o, const guards::DictKeys& e, const std::vector<PyObject*>& mirrors) {
+bool dictKeysMatch(PyObject* o, const guards::DictKeys& e, PyObject* const* mirrors) {
   PyObject* dict = PyDict_Check(o) ? o : isKeyedContainer(o) ? modulesOf(o) : nullptr;
   if (!dict || static_cast<size_t>(PyDict_GET_SIZE(dict)) != e.keys.size()) return false;
   Py_ssize_t pos = 0;
@@ -596,8 +618,8 @@ bool PyFrontend::check(Value v, const Check& c) {
     auto n = fastLength(o);
     return n && *n == c.length;
   }
-  case Check::Kind::DictKeys: return dictKeysMatch(o, c.dictKeys, aux.keyMirrors);
-  case Check::Kind::Tensor: return tensorMatches(o, c.tensor, aux.scalarType);
+  case Check::Kind::DictKeys: return dictKeysMatch(o, c.dictKeys, p_.keyMirrors(aux));
+  case Check::Kind::Tensor: return tensorMatches(o, aux, p_.dims(aux));
   }
   return false;
 }
@@ -701,9 +723,8 @@ std::optional<std::string> explainCall(const LoadedProgram& program, PyObject* f
   const guards::Instruction& i = p.code[failedAt];
   if (i.op == guards::Op::Check) {
     const Check& c = p.nodes[i.node].checks[i.operand];
-    const auto& aux = program.check(i.node, c);
-    if (c.kind == Check::Kind::Type && !aux.type)
-      return guards::describe(p.sources[i.node], c) + " failed: " + aux.unresolved;
+    if (c.kind == Check::Kind::Type && !program.check(i.node, c).type)
+      return guards::describe(p.sources[i.node], c) + " failed: " + program.unresolved(i.node, c);
   }
   return reason;
 }

@@ -44,13 +44,21 @@ public:
     PyObject* name = nullptr;  // kwarg/global/attr/key name (str), an int key (int), an index's str
     uint32_t firstCheck = 0;   // this node's checks start here in `checks`
   };
+  // What a check reads on the hot path, packed (the Check itself is large).
   struct CheckAux {
-    PyTypeObject* type = nullptr;       // Type: the resolved type, or null
-    std::string unresolved;             // Type: why it did not resolve
-    PyObject* mirror = nullptr;         // Equals: the constant as a Python object
-    std::vector<PyObject*> keyMirrors;  // DictKeys: each key as a Python object
-    int16_t scalarType = -1;            // Tensor: the dtype as torch's c10::ScalarType
+    PyTypeObject* type = nullptr; // Type: the resolved type, or null (see unresolved())
+    PyObject* mirror = nullptr;   // Equals: the constant as a Python object
+    uint32_t first = 0;           // DictKeys: its keys in keyMirrors(); Tensor: its dims in dims()
+    int16_t scalarType = -1;      // Tensor: the dtype as torch's c10::ScalarType
+    int16_t deviceIndex = -1;     // Tensor: the device
+    uint8_t deviceType = 0;       //   (ir::DeviceType)
+    uint8_t dims = 0;             // Tensor: its dim count
+    bool requiresGrad = false;
+    bool anyOffset = false;       // Tensor: the storage offset is dynamic
+    int64_t offset = 0;
   };
+  static constexpr int64_t kAnySize = INT64_MIN; // a dynamic size or stride in dims()
+
   // The global state's dtypes as c10::ScalarTypes.
   struct GlobalsAux {
     int16_t defaultDtype = -1;
@@ -74,12 +82,22 @@ public:
                                  sizeof(guards::Node));
   }
   const std::vector<PyObject*>& keywords() const { return keywords_; }
+  // A tensor check's sizes, then its strides; kAnySize where dynamic.
+  const int64_t* dims(const CheckAux& a) const { return dims_.data() + a.first; }
+  PyObject* const* keyMirrors(const CheckAux& a) const { return keyMirrors_.data() + a.first; }
+  // Why a Type check's type could not be found (the slow path).
+  const std::string& unresolved(uint32_t node, const guards::Check& c) const {
+    return unresolved_[static_cast<size_t>(&check(node, c) - checks_.data())];
+  }
   const GlobalsAux& globals() const { return globals_; }
 
 private:
   guards::Program program_;
   std::vector<NodeAux> nodes_;
   std::vector<CheckAux> checks_;
+  std::vector<std::string> unresolved_; // by check, as checks_
+  std::vector<int64_t> dims_;
+  std::vector<PyObject*> keyMirrors_;
   std::vector<PyObject*> keywords_;
   GlobalsAux globals_;
   std::vector<PyObject*> refs_; // every reference above, released at the end
