@@ -92,12 +92,47 @@ def per_call_ns(stmt, env, number):
     return timeit.Timer(stmt, globals=env).timeit(number) / number * 1e9
 
 
+def breakdown(number, blocks):
+    """What the parts of (a) cost: the call shape alone, each global, the tensor check."""
+    from kiln import guards as kg
+
+    x = torch.randn(8, 16)
+    parts = {}
+
+    def part(name, build):
+        s = kg.GuardSet()
+        s.expect_call(1)
+        build(s)
+        parts[name] = kg.GuardProgram(s).check
+
+    part("call_shape", lambda s: None)
+    part("grad_mode", lambda s: s.guard_globals(grad_enabled=True))
+    part("default_dtype", lambda s: s.guard_globals(default_dtype=torch.float32))
+    part("deterministic", lambda s: s.guard_globals(deterministic=False))
+    part("autocast_cpu_cuda", lambda s: s.guard_globals(
+        autocast=[("cpu", False, torch.bfloat16), ("cuda", False, torch.float16)]))
+    part("all_globals", lambda s: s.guard_current_globals())
+    part("type", lambda s: s.check_type(s.path(kg.arg(0, "x")), torch.Tensor))
+    part("tensor", lambda s: kg.check_tensor_like(s, s.path(kg.arg(0, "x")), x))
+    env = {"one": one, "args": (x,), "x": x, **parts}
+    stmts = {"empty": "pass", "bare": "one(x)", **{k: f"{k}(one, args, None)" for k in parts}}
+    times = {k: [] for k in stmts}
+    for _ in range(blocks):
+        for k, stmt in stmts.items():
+            times[k].append(per_call_ns(stmt, env, number))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    out = {k: round(med[k] - med["empty"], 1) for k in stmts if k != "empty"}
+    print("breakdown (ns, loop taken off): " + ", ".join(f"{k} {v}" for k, v in out.items()))
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--number", type=int, default=200_000, help="calls per block (c: /100)")
     parser.add_argument("--blocks", type=int, default=9)
     parser.add_argument("--kind", default=f"{os.cpu_count()}cpu", help="machine kind in the file name")
     parser.add_argument("--out", help="results file (default: bench/results/...)")
+    parser.add_argument("--breakdown", action="store_true", help="also time the parts of (a)")
     args = parser.parse_args()
 
     from kiln import guards as kg
@@ -135,6 +170,7 @@ def main():
               f"(x{r['lookup_vs_bare']:.2f})  check {r['check_ns']:8.1f} ns (x{r['check_vs_bare']:.2f})  "
               f"[{r['instructions']} instructions; loop {r['loop_ns']:.1f} ns]")
 
+    parts = breakdown(args.number, args.blocks) if args.breakdown else None
     a, c = results["a_one_tensor"], results["c_nn_module_200_params"]
     met = {"a_lookup_le_2x_bare": a["lookup_vs_bare"] <= 2.0,
            "c_lookup_le_20us": max(c["lookup_ns"], results["c_module_like_200_params"]["lookup_ns"]) <= 20_000}
@@ -155,6 +191,7 @@ def main():
         "target": {"a_lookup_vs_bare": 2.0, "c_lookup_us": 20},
         "met": met,
         "results": results,
+        "breakdown_ns": parts,
     }
     out = Path(args.out) if args.out else REPO / "bench" / "results" / f"guards-{args.kind}-{now:%Y-%m-%d}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")

@@ -121,6 +121,13 @@ PyObject* modulesName() {
   return s;
 }
 
+// dict[key], borrowed, or null; an error from a key's __eq__ is dropped.
+inline PyObject* lookup(PyObject* dict, PyObject* key) {
+  PyObject* v = PyDict_GetItemWithError(dict, key);
+  if (!v && PyErr_Occurred()) PyErr_Clear();
+  return v;
+}
+
 // The object's instance __dict__, borrowed, or null.
 PyObject* instanceDict(PyObject* o) {
   PyObject** slot = _PyObject_GetDictPtr(o);
@@ -135,7 +142,7 @@ PyObject* instanceDict(PyObject* o) {
 PyObject* modulesOf(PyObject* o) {
   PyObject* dict = instanceDict(o);
   if (!dict) return nullptr;
-  PyObject* modules = PyDict_GetItem(dict, modulesName());
+  PyObject* modules = lookup(dict, modulesName());
   return modules && PyDict_Check(modules) ? modules : nullptr;
 }
 
@@ -451,11 +458,11 @@ bool PyFrontend::own(PyObject* made, Value& out) {
 
 bool PyFrontend::loadAttr(PyObject* obj, PyObject* name, Value& out) {
   if (PyObject* dict = instanceDict(obj)) {
-    if ((out.obj = PyDict_GetItem(dict, name))) return true;
+    if ((out.obj = lookup(dict, name))) return true;
     if (isModule(obj)) // what Module.__getattr__ would find
       for (PyObject* field : {parametersName(), buffersName(), modulesName()}) {
-        PyObject* d = PyDict_GetItem(dict, field);
-        if (d && PyDict_Check(d) && (out.obj = PyDict_GetItem(d, name))) return true;
+        PyObject* d = lookup(dict, field);
+        if (d && PyDict_Check(d) && (out.obj = lookup(d, name))) return true;
       }
   }
   return own(PyObject_GetAttr(obj, name), out); // may run Python code (properties, __getattr__)
@@ -472,7 +479,7 @@ bool PyFrontend::loadItem(PyObject* obj, int64_t index, PyObject* indexName, Val
   if (!isIndexedContainer(obj)) return false;
   PyObject* modules = modulesOf(obj);
   if (!modules) return false;
-  if (index >= 0) return (out.obj = PyDict_GetItem(modules, indexName)) != nullptr;
+  if (index >= 0) return (out.obj = lookup(modules, indexName)) != nullptr;
   const int64_t at = index + PyDict_GET_SIZE(modules);
   Py_ssize_t pos = 0;
   PyObject *key, *value;
@@ -491,13 +498,13 @@ bool PyFrontend::load(const guards::Step& step, Value parent, Value& out) {
     if (!args_ || step.index < 0 || step.index >= PyTuple_GET_SIZE(args_)) return false;
     out.obj = PyTuple_GET_ITEM(args_, step.index);
     return true;
-  case StepKind::Kwarg: return kwargs_ && (out.obj = PyDict_GetItem(kwargs_, aux.name)) != nullptr;
+  case StepKind::Kwarg: return kwargs_ && (out.obj = lookup(kwargs_, aux.name)) != nullptr;
   case StepKind::Global: {
     if (!function_) return false;
     auto* f = reinterpret_cast<PyFunctionObject*>(function_);
-    if ((out.obj = PyDict_GetItem(f->func_globals, aux.name))) return true;
+    if ((out.obj = lookup(f->func_globals, aux.name))) return true;
     return f->func_builtins && PyDict_Check(f->func_builtins) &&
-           (out.obj = PyDict_GetItem(f->func_builtins, aux.name)) != nullptr;
+           (out.obj = lookup(f->func_builtins, aux.name)) != nullptr;
   }
   case StepKind::Closure: {
     PyObject* cells = function_ ? PyFunction_GET_CLOSURE(function_) : nullptr;
@@ -514,7 +521,7 @@ bool PyFrontend::load(const guards::Step& step, Value parent, Value& out) {
   }
   case StepKind::KwDefault: {
     PyObject* defaults = function_ ? PyFunction_GET_KW_DEFAULTS(function_) : nullptr;
-    return defaults && PyDict_Check(defaults) && (out.obj = PyDict_GetItem(defaults, aux.name)) != nullptr;
+    return defaults && PyDict_Check(defaults) && (out.obj = lookup(defaults, aux.name)) != nullptr;
   }
   case StepKind::Attr: return p && loadAttr(p, aux.name, out);
   case StepKind::Index: return p && loadItem(p, step.index, aux.name, out);
@@ -522,7 +529,7 @@ bool PyFrontend::load(const guards::Step& step, Value parent, Value& out) {
   case StepKind::IntKey: {
     if (!p) return false;
     PyObject* dict = PyDict_Check(p) ? p : isKeyedContainer(p) ? modulesOf(p) : nullptr;
-    return dict && (out.obj = PyDict_GetItem(dict, aux.name)) != nullptr;
+    return dict && (out.obj = lookup(dict, aux.name)) != nullptr;
   }
   case StepKind::Size:
   case StepKind::Stride: {
