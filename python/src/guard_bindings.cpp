@@ -31,10 +31,6 @@ using namespace kiln::guards;
 
 [[noreturn]] void invalid(const std::string& message) { throw Error(ErrorCode::InvalidArgument, message); }
 
-struct PyGuardSet {
-  std::shared_ptr<GuardSet> set = std::make_shared<GuardSet>();
-};
-
 // A symbolic int of one guard set (its symbols and shape guards).
 struct GuardSym {
   std::shared_ptr<GuardSet> owner;
@@ -508,6 +504,12 @@ void bindProgram(py::module_& m) {
 }
 
 } // namespace
+
+guards::CallInput describePythonCall(py::handle fn, py::handle args, py::handle kwargs) {
+  if (!PyTuple_Check(args.ptr())) invalid("args must be a tuple");
+  return describeCall(fn.is_none() ? nullptr : fn.ptr(), args.ptr(),
+                      kwargsHandle(py::reinterpret_borrow<py::object>(kwargs)));
+}
 
 void bindGuards(py::module_& m) {
   py::module_ g = m.def_submodule("guards", "The guard VM's Python front end and guard sets; use kiln.guards.");
