@@ -283,16 +283,19 @@ class FunctionCache:
             entry = cache.insert(guards, compiled)
     """
 
-    __slots__ = ("key", "arg_names", "limit", "stack", "frame", "lookup", "recompiles", "_fn",
+    __slots__ = ("key", "arg_names", "limit", "stack", "job", "frame", "lookup", "recompiles", "_fn",
                  "_native", "_entries", "_next_id", "_warned", "_last_reasons", "__weakref__")
 
-    def __init__(self, fn: Callable, stack: Any = None, limit: int = 8):
+    def __init__(self, fn: Callable, stack: Any = None, limit: int = 8, job: tuple | None = None):
+        """`job`: (job id, rank, world size) of a job whose ranks must make the same dynamic
+        decisions: with a stack, each recompile waits until every rank reported its call."""
         fn = getattr(fn, "__func__", fn)  # a method's function: `self` is its first argument
         self._fn = weakref.ref(fn)  # held weakly: kiln.explain's registry is keyed by it
         self.key = function_key(fn)
         self.arg_names = arg_names(fn)
         self.limit = limit
         self.stack = stack
+        self.job = job
         self.frame = FrameState()
         self.recompiles = 0
         self._native = _native.FunctionCacheNative(fn)
@@ -347,7 +350,8 @@ class FunctionCache:
         if len(self._entries) >= self.limit:
             return self._eager(reasons)
         if self.stack is not None:
-            self.frame = self.stack.guards_observe(tuple(self.key), tuple(args), kwargs, self.arg_names)
+            job = None if self.job is None else (*self.job, self.recompiles + (1 if reasons else 0))
+            self.frame = self.stack.guards_observe(tuple(self.key), tuple(args), kwargs, self.arg_names, job)
         else:
             self.frame.observe(tuple(args), kwargs, self.arg_names)
         if reasons:
@@ -375,6 +379,8 @@ class FunctionCache:
         if self.stack is not None:
             reply = self.stack.guards_insert(tuple(self.key), guards, list(artifacts), list(graphs), outputs)
             entry_id = reply["id"]
+            if reply["run_eagerly"]:  # over the service's limit: kept here, not stored there
+                self.limit = len(self._entries) + 1
         return self._add(Entry(entry_id, guards, value, artifacts, graphs, outputs))
 
     def mark(self, dim: str, dynamic: bool = True) -> None:
