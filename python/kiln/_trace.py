@@ -142,7 +142,9 @@ def _primitive_attr(v) -> bool:
     return isinstance(v, tuple) and all(isinstance(x, (bool, int, float, str, type(None))) for x in v)
 
 
-def describe(obj, path: list, depth: int = 0) -> dict:
+def describe(obj, path: list, depth: int = 0, extra: list | None = None) -> dict:
+    """`obj` at `path`; a module's submodules (whole tree) go to `extra`, described at once
+    since a trace of a module reads most of them (one round instead of one per submodule)."""
     d = {"path": path, "type": _type_ref(type(obj)), "id": id(obj)}
     if obj is None:
         d["none"] = None
@@ -184,6 +186,10 @@ def describe(obj, path: list, depth: int = 0) -> dict:
         d["function"] = f
     elif isinstance(obj, torch.nn.Module):
         d["module"] = _module(obj, path)
+        if extra is not None and depth < 64:
+            for name, child in obj._modules.items():
+                if child is not None:
+                    extra.append(describe(child, path + [{"attr": None, "name": name}], depth + 1, extra))
     elif isinstance(obj, type):
         d["typeObject"] = _type_ref(obj)
     else:
@@ -276,7 +282,10 @@ def resolve(path: list, fn, args, kwargs):
         elif kind in ("index", "intKey"):
             obj = obj[value]
         elif kind == "key":
-            obj = obj[name]
+            if isinstance(obj, dict) and name not in obj and obj.get("__builtins__") is not None:
+                obj = getattr(builtins, name)  # a module's globals: Python looks in builtins next
+            else:
+                obj = obj[name]
         else:
             raise ValueError(f"cannot resolve step {step}")
     return obj
@@ -294,6 +303,7 @@ class Traced:
         self.graph = Graph.from_bytes(_kiln.capnp_encode("Graph", traced["graph"]))
         self.guards = _kiln.capnp_encode("GuardSet", traced["guards"])
         self.inputs = [i["path"] for i in traced["inputs"]]
+        self.int_inputs = [i["isInt"] for i in traced["inputs"]]  # dynamic ints: passed as 0-d int64
         self.outputs = traced["outputs"]
         self.side_effects = traced["sideEffects"]
 
@@ -307,20 +317,44 @@ def global_state() -> dict:
     }
 
 
+def _global_names(code: types.CodeType) -> set:
+    names = {i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"}
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _global_names(c)
+    return names
+
+
+def normalize(fn, args: tuple):
+    """The function and arguments the tracer sees: a bound method's self is its first argument."""
+    if isinstance(fn, types.MethodType):
+        return fn.__func__, (fn.__self__, *args)
+    return fn, tuple(args)
+
+
 def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: bool = False,
-          scope: int = 0) -> Traced:
-    if isinstance(fn, types.MethodType):  # module.forward: self is the first argument
-        fn, args = fn.__func__, (fn.__self__, *args)
+          scope: int = 0, stack=None, record=None) -> Traced:
+    """Traces `fn(*args, **kwargs)`: through `stack`'s tracer service when given, else
+    in-process. `record(request_bytes)` sees the request that got the final answer."""
+    fn, args = normalize(fn, args)
     code = fn.__code__
     names = code.co_varnames
+    objects: list = []
+    # The globals the code (and the code it defines) loads, described up front: one round
+    # instead of one per name.
+    for name in sorted(_global_names(code)):
+        if name in fn.__globals__ or hasattr(builtins, name):
+            objects.append(describe(fn.__globals__[name] if name in fn.__globals__ else getattr(builtins, name),
+                                    [{"global": None, "name": name}], 0, objects))
     request = {
         "function": function_key(fn),
         "code": describe_code(code),
         "callee": {"path": [], "function": _function(fn, [], root=True)},
-        "args": [describe(a, [{"arg": k, "name": names[k] if k < code.co_argcount else f"arg{k}"}])
+        "args": [describe(a, [{"arg": k, "name": names[k] if k < code.co_argcount else f"arg{k}"}], 0, objects)
                  for k, a in enumerate(args)],
-        "kwargs": [{"name": n, "value": describe(v, [{"kwarg": None, "name": n}])} for n, v in kwargs.items()],
-        "objects": [],
+        "kwargs": [{"name": n, "value": describe(v, [{"kwarg": None, "name": n}], 0, objects)}
+                   for n, v in kwargs.items()],
+        "objects": objects,
         "frame": frame or {},
         "state": global_state(),
         "fullgraph": fullgraph,
@@ -328,7 +362,10 @@ def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: b
     }
     seen = set()
     for _ in range(MAX_ROUNDS):
-        reply = _kiln.capnp_decode("TraceReply", _kiln.trace(_kiln.capnp_encode("TraceRequest", request)))
+        encoded = _kiln.capnp_encode("TraceRequest", request)
+        reply = _kiln.capnp_decode("TraceReply", stack.trace(encoded) if stack is not None else _kiln.trace(encoded))
+        if record is not None and "needObjects" not in reply:
+            record(encoded)
         if "traced" in reply:
             return Traced(reply)
         if "unsupported" in reply:
@@ -340,10 +377,10 @@ def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: b
                 raise Unsupported(f"the tracer asked twice for {path}")
             seen.add(key)
             try:
-                obj = resolve(path, fn, args, kwargs)
+                request["objects"].append(describe(resolve(path, fn, args, kwargs), path, 0, request["objects"]))
             except (KeyError, IndexError, AttributeError, TypeError, ValueError) as e:
-                raise Unsupported(f"reading {path}: {type(e).__name__}: {e}") from None
-            request["objects"].append(describe(obj, path))
+                # The tracer decides what a missing object means where it read it.
+                request["objects"].append({"path": path, "unsupported": f"missing ({type(e).__name__}: {e})"})
     raise Unsupported(f"more than {MAX_ROUNDS} rounds of object descriptions")
 
 
@@ -351,7 +388,8 @@ def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: b
 
 def graph_inputs(traced: Traced, fn, args, kwargs) -> list:
     """The tensors the graph takes, read from the call by their paths."""
-    return [resolve(path, fn, args, kwargs) for path in traced.inputs]
+    values = [resolve(path, fn, args, kwargs) for path in traced.inputs]
+    return [torch.tensor(v, dtype=torch.int64) if is_int else v for v, is_int in zip(values, traced.int_inputs)]
 
 
 def rebuild(spec: dict, results: list):

@@ -164,6 +164,7 @@ class Compiled:
         self.cache_hit = cache_hit
         self.explain = self._artifact.explain  # the scheduled kernels
         self.source = self._artifact.source    # the generated C++
+        self.key = self._artifact.key          # its content key in the artifact cache
 
     def __call__(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
         inputs = []

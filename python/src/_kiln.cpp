@@ -253,6 +253,16 @@ void bindStack(py::module_& m) {
           py::arg("graph"), py::arg("target") = "cpu", py::arg("timeout_ms") = 120000,
           "Compiles a kiln.ir.Graph through the codegen service: (artifact bytes, cache hit).")
       .def(
+          "trace",
+          [](PyStack& self, const std::string& request, int64_t timeoutMs) {
+            std::string reply = withoutGil([&] {
+              return self.locked([&](auto& s) { return s.trace(request, Millis(timeoutMs)); });
+            });
+            return py::bytes(reply);
+          },
+          py::arg("request"), py::arg("timeout_ms") = 60000,
+          "Traces through the tracer service: TraceRequest bytes in, TraceReply bytes out.")
+      .def(
           "shm", [](PyStack& self) { return withoutGil([&] { return self.store(); }); },
           "The stack's shared-memory store (attached once, then shared).")
       .def_property_readonly("run_dir",

@@ -1,6 +1,7 @@
 #include "kiln/client/stack.h"
 
 #include <filesystem>
+#include <cstring>
 #include <fstream>
 
 #include <capnp/serialize.h>
@@ -11,6 +12,7 @@
 #include "kiln/schema/codegen.capnp.h"
 #include "kiln/schema/common.capnp.h"
 #include "kiln/schema/launcher.capnp.h"
+#include "kiln/schema/tracer.capnp.h"
 
 namespace kiln::client {
 
@@ -167,6 +169,33 @@ SwapResult Stack::swap(const std::string& service, const std::string& binary, Mi
     for (int pid : result.getOldPids()) out.oldPids.push_back(pid);
     for (int pid : result.getNewPids()) out.newPids.push_back(pid);
     return out;
+  });
+}
+
+std::string Stack::trace(std::string_view requestBytes, Millis timeout) {
+  if (requestBytes.size() % sizeof(capnp::word) != 0)
+    throw Error(ErrorCode::Malformed, "trace request: not whole words");
+  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(requestBytes.size() / sizeof(capnp::word));
+  std::memcpy(words.begin(), requestBytes.data(), requestBytes.size());
+  capnp::MallocMessageBuilder request;
+  try {
+    capnp::ReaderOptions options;
+    options.traversalLimitInWords = uint64_t{1} << 27;
+    options.nestingLimit = 256;
+    capnp::FlatArrayMessageReader message(words, options);
+    request.initRoot<schema::TracerRequest>().setTrace(message.getRoot<schema::TraceRequest>());
+  } catch (const kj::Exception& e) {
+    throw Error(ErrorCode::Malformed, std::string("trace request: ") + e.getDescription().cStr());
+  }
+  auto reply = rpc_->call("tracer", request, timeout);
+  return rpc::decoding([&] {
+    auto root = reply->root<schema::TracerReply>();
+    if (!root.isTrace()) throw Error(ErrorCode::Malformed, "reply to `trace` is not trace", "tracer");
+    capnp::MallocMessageBuilder out;
+    out.setRoot(root.getTrace());
+    auto flat = capnp::messageToFlatArray(out);
+    auto bytes = flat.asBytes();
+    return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
   });
 }
 

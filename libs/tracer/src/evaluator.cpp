@@ -3,6 +3,8 @@
 #include <capnp/serialize.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <limits>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -55,6 +57,7 @@ constexpr size_t kMaxInstructions = 1'000'000; // an unrolled loop past this is 
 constexpr size_t kMaxDepth = 64;              // inlined calls
 
 struct Frame {
+  const FunctionInfo* fn = nullptr;
   schema::Code::Reader code;
   std::map<std::string, Var> locals;
   std::map<std::string, Var> cells;
@@ -122,6 +125,8 @@ public:
       info->code = request_.getCode();
       auto callee = request_.getCallee();
       if (callee.isFunction()) fillFunction(*info, callee.getFunction(), readPath(callee.getPath()));
+      info->path.reset(); // the called function itself: its globals are the G[...] roots
+      rootModule_ = info->module;
       Var result = inline_(*info, std::move(args), kwargs, 0);
       write(result, reply.initTraced());
     } catch (const NeedObjects& need) {
@@ -182,7 +187,16 @@ private:
       return boolean(d.getBool());
     case schema::ObjectDesc::INT:
       typeGuard();
-      // TODO(issue 6): dynamic ints as symbols (the runtime binds symbols from sizes only so far).
+      if (frame.dynamicInt(pathText(path))) {
+        // Automatic dynamic made this int a symbol: a graph input of its own.
+        std::string name = "s" + std::to_string(symbols_++);
+        guards.symbol(name, node(path));
+        sym::Expr s = table.declare(name, d.getInt(), sym::Range::unbounded());
+        ir::ValueId id = graph.placeholder("arg" + std::to_string(inputs_.size()), ir::Value(s));
+        inputs_.push_back({path, true});
+        symbolSources_[s] = {id, -1};
+        return integer(s);
+      }
       guards.check(node(path), guards::equals(guards::Constant{d.getInt()}));
       return integer(table.integer(d.getInt()));
     case schema::ObjectDesc::FLOAT:
@@ -241,6 +255,8 @@ private:
     }
     case schema::ObjectDesc::MODULE: {
       typeGuard();
+      for (auto named : {d.getModule().getParameters(), d.getModule().getBuffers(), d.getModule().getAttributes()})
+        for (auto p : named) describe(p.getValue());
       guards.check(node(extend(path, guards::attr("training"))), guards::equals(guards::Constant{d.getModule().getTraining()}));
       Var v = make(Kind::NnModule);
       v->desc = d;
@@ -310,6 +326,7 @@ private:
   Var input(const guards::TensorInput& t, const Path& path) {
     uint32_t at = node(path);
     std::vector<sym::Expr> sizes = guards::guardTensor(guards, at, t, frame, symbols_);
+    std::vector<std::pair<sym::Expr, int64_t>> dynamicDims;
     ir::TensorMeta meta;
     meta.dtype = t.dtype;
     meta.device = t.device;
@@ -321,6 +338,7 @@ private:
         std::string name = sizes[k].name();
         sym::Expr s = table.lookup(name) ? *table.lookup(name) : table.declare(name, t.sizes[k], {2, sym::kInf});
         meta.sizes.push_back(s);
+        dynamicDims.push_back({s, static_cast<int64_t>(k)});
       }
     }
     bool contiguous = guards::contiguousTensor(t.dtype, t.sizes).strides == t.strides;
@@ -331,12 +349,14 @@ private:
     }
     meta.storageOffset = table.integer(t.storageOffset);
     ir::ValueId id = graph.placeholder("arg" + std::to_string(inputs_.size()), meta);
-    inputs_.push_back(path);
+    inputs_.push_back({path, false});
+    for (const auto& [s, dim] : dynamicDims) symbolSources_.emplace(s, std::make_pair(id, dim));
     return tensor(id);
   }
 
   void fillFunction(FunctionInfo& info, schema::FunctionDesc::Reader f, const Path& path) {
     info.module = f.getModule().cStr();
+    info.path = path;
     for (auto d : f.getDefaults()) {
       describe(d);
       info.defaults.push_back(realize(readPath(d.getPath())));
@@ -351,7 +371,6 @@ private:
       cell->items.push_back(realize(readPath(c.getPath())));
       info.closure.push_back(cell);
     }
-    (void)path;
   }
 
   // ---- calls ---------------------------------------------------------------
@@ -364,6 +383,7 @@ private:
     if (code.getFlags() & 0x20) unsupported("generators");
     if (code.getFlags() & (0x80 | 0x100 | 0x200)) unsupported("coroutines");
     Frame f;
+    f.fn = &fn;
     f.code = code;
     f.v312 = version == "3.12";
     bind(f, fn, std::move(args), kwargs);
@@ -480,6 +500,19 @@ private:
       return none();
     }
     if (self->kind == Kind::NnModule && name == "forward") return callModule(self, std::move(args), kwargs, depth);
+    if (self->kind == Kind::NnModule && args.empty() && kwargs.empty()) {
+      std::vector<Var> out;
+      auto names = self->desc->getModule().getModules();
+      std::vector<Var> kids = children(self);
+      for (size_t k = 0; k < kids.size(); ++k) {
+        Var key = string(names[static_cast<unsigned>(k)].cStr());
+        if (name == "items" || name == "named_children") out.push_back(sequence(Kind::Tuple, {key, kids[k]}));
+        else if (name == "keys") out.push_back(key);
+        else if (name == "values" || name == "children") out.push_back(kids[k]);
+        else unsupported("nn.Module." + name + "()");
+      }
+      return sequence(Kind::List, out);
+    }
     if (self->kind == Kind::Str && name == "format") unsupported("str.format");
     unsupported(kindName(self->kind) + "." + name + "()");
   }
@@ -491,7 +524,7 @@ private:
       if (!desc.hasForward()) unsupported("a module without forward");
       auto info = std::make_shared<FunctionInfo>();
       info->code = desc.getForward().getCode();
-      fillFunction(*info, desc.getForward(), extend(*module->path, guards::attr("forward")));
+      fillFunction(*info, desc.getForward(), extend(extend(*module->path, guards::attr("forward")), guards::attr("__func__")));
       args.insert(args.begin(), module);
       return inline_(*info, std::move(args), kwargs, depth + 1);
     }
@@ -616,12 +649,21 @@ private:
     }
     if (name == "builtins.hasattr") {
       if (args.size() != 2 || args[1]->kind != Kind::Str) unsupported("hasattr() with a name that is not a constant");
-      try {
-        attribute(args[0], args[1]->name);
-        return boolean(true);
-      } catch (const Unsupported&) {
-        return boolean(false);
-      }
+      // An attribute that is there is guarded by reading it; one that is not would need
+      // a guard of its absence. TODO(issue 6): a "has no attribute" guard.
+      attribute(args[0], args[1]->name);
+      return boolean(true);
+    }
+    if (name == "builtins.float" && args.size() == 1 && args[0]->kind == Kind::Str) {
+      std::string t = args[0]->name;
+      for (char& c : t) c = static_cast<char>(std::tolower(c));
+      if (t == "inf" || t == "+inf" || t == "infinity") return floating(std::numeric_limits<double>::infinity());
+      if (t == "-inf" || t == "-infinity") return floating(-std::numeric_limits<double>::infinity());
+      if (t == "nan") return floating(std::numeric_limits<double>::quiet_NaN());
+      char* end = nullptr;
+      double v = std::strtod(args[0]->name.c_str(), &end);
+      if (end == args[0]->name.c_str() || *end != '\0') unsupported("float() of '" + args[0]->name + "'");
+      return floating(v);
     }
     if (name == "builtins.float" && args.size() == 1 && args[0]->kind != Kind::Tensor)
       return floating(args[0]->kind == Kind::Float ? args[0]->number : static_cast<double>(concrete(args[0])));
@@ -693,6 +735,9 @@ private:
     case Kind::NnModule: {
       if (name == "training") return boolean(obj->desc->getModule().getTraining());
       if (name == "forward" || name == "__call__") return method(obj, "forward");
+      // The container protocol of Module, ModuleList and ModuleDict, over the described children.
+      if (name == "items" || name == "keys" || name == "values" || name == "children" || name == "named_children")
+        return method(obj, name);
       return realize(extend(*obj->path, guards::attr(name)));
     }
     case Kind::Object:
@@ -997,10 +1042,12 @@ private:
 
   // ---- the loop ------------------------------------------------------------
 
+  // A global of the running function: G[name] for the called function's module, else
+  // read through the inlined function's own __globals__ (another module's names).
   Var global(Frame& f, const std::string& name) {
-    (void)f;
     if (name == "__name__") unsupported("__name__");
-    return realize({guards::global(name)});
+    if (!f.fn || !f.fn->path || f.fn->module == rootModule_) return realize({guards::global(name)});
+    return realize(extend(extend(*f.fn->path, guards::attr("__globals__")), guards::key(name)));
   }
 
   // The call protocol of 3.11/3.12: [NULL, callable] or [callable, self], then args.
@@ -1125,6 +1172,8 @@ private:
       } else if (opname == "MAKE_FUNCTION") {
         Var code = f.pop();
         auto info = std::make_shared<FunctionInfo>(*code->function);
+        info->module = f.fn ? f.fn->module : rootModule_; // made here: this frame's globals
+        info->path = f.fn ? f.fn->path : std::nullopt;
         if (arg & 0x08) {
           Var cells = f.pop();
           info->closure = cells->items;
@@ -1336,10 +1385,22 @@ private:
       }
       case Kind::None: o.initConstant().setNone(); return;
       case Kind::Bool: o.initConstant().setBool(truth(v)); return;
-      case Kind::Int:
-        if (!v->symbolic.asInteger()) unsupported("returning a symbolic int"); // TODO(issue 6)
-        o.initConstant().setInt(*v->symbolic.asInteger());
+      case Kind::Int: {
+        if (auto c = v->symbolic.asInteger()) {
+          o.initConstant().setInt(*c);
+          return;
+        }
+        // A symbol of the inputs, read back as a graph output.
+        // TODO(issue 6): other expressions of symbols (the graph has no op computing one).
+        auto source = symbolSources_.find(v->symbolic);
+        if (source == symbolSources_.end()) unsupported("returning the symbolic int " + sym::toString(v->symbolic));
+        auto [input, dim] = source->second;
+        ir::ValueId id = dim < 0 ? input : graph.call("sym_size", {input}, {{"dim", dim}});
+        auto it = std::find(outputs.begin(), outputs.end(), id);
+        if (it == outputs.end()) it = outputs.insert(outputs.end(), id);
+        o.setSymInt(static_cast<uint32_t>(it - outputs.begin()));
         return;
+      }
       case Kind::Float: o.initConstant().setFloat(v->number); return;
       case Kind::Str: o.initConstant().setStr(v->name); return;
       case Kind::Tuple:
@@ -1371,24 +1432,38 @@ private:
     guards::toWire(guards, out.initGuards());
     auto inputs = out.initInputs(static_cast<unsigned>(inputs_.size()));
     for (unsigned k = 0; k < inputs.size(); ++k) {
-      auto steps = inputs[k].initPath(static_cast<unsigned>(inputs_[k].size()));
-      for (unsigned j = 0; j < steps.size(); ++j) guards::toWire(inputs_[k][j], steps[j]);
+      auto steps = inputs[k].initPath(static_cast<unsigned>(inputs_[k].path.size()));
+      for (unsigned j = 0; j < steps.size(); ++j) guards::toWire(inputs_[k].path[j], steps[j]);
+      inputs[k].setIsInt(inputs_[k].isInt);
     }
   }
 
   schema::TraceRequest::Reader request_;
   std::map<std::string, schema::ObjectDesc::Reader> described_;
   std::map<std::string, Var> realized_;
-  std::vector<Path> inputs_;
+  struct Input {
+    Path path;
+    bool isInt; // a dynamic int argument: a symbolic-int placeholder
+  };
+  std::vector<Input> inputs_;
+  // Where each input symbol can be read in the graph: (placeholder, dim), dim -1 for an int input.
+  std::map<sym::Expr, std::pair<ir::ValueId, int64_t>, bool (*)(sym::Expr, sym::Expr)> symbolSources_{
+      [](sym::Expr a, sym::Expr b) { return sym::compare(a, b) < 0; }};
   size_t symbols_ = 0;
   size_t steps_ = 0;
   std::string file_;
   int line_ = 0;
   bool gradEnabled_ = true;
   std::vector<bool> gradStack_;
+  std::string rootModule_;
 };
 
 } // namespace
+
+void trace(schema::TraceRequest::Reader request, schema::TraceReply::Builder reply) {
+  Evaluator evaluator(request);
+  evaluator.run(reply);
+}
 
 std::string trace(std::string_view request) {
   if (request.size() % sizeof(capnp::word) != 0) throw Error(ErrorCode::Malformed, "trace request: not whole words");
@@ -1400,8 +1475,7 @@ std::string trace(std::string_view request) {
   capnp::MallocMessageBuilder reply;
   try {
     capnp::FlatArrayMessageReader message(words, options);
-    Evaluator evaluator(message.getRoot<schema::TraceRequest>());
-    evaluator.run(reply.initRoot<schema::TraceReply>());
+    trace(message.getRoot<schema::TraceRequest>(), reply.initRoot<schema::TraceReply>());
     kj::Array<capnp::word> out = capnp::messageToFlatArray(reply);
     auto bytes = out.asBytes();
     return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());

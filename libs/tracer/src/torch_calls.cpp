@@ -1,5 +1,7 @@
 // Torch callables, Tensor methods and operators as graph ops.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <set>
 
 #include "kiln/common/error.h"
@@ -331,7 +333,26 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
     return sequence(Kind::Tuple, items);
   }
   if (m == "flatten" && !method && args.size() == 1 && kwargs.empty()) return s.callOp("flatten", args, {});
-  if (m == "matmul" || m == "mm" || m == "bmm") return std::nullopt;
+  if (m == "split" && args.size() > 1 && (args[1]->kind == Kind::List || args[1]->kind == Kind::Tuple))
+    return s.callOp("split_with_sizes", args, kwargs); // split([2, 4]) is split_with_sizes
+  if (m == "tril" || m == "triu") {
+    // x where (col - row) <= k (tril) or >= k (triu), over the last two dims.
+    const ir::TensorMeta& meta = s.meta(args[0]);
+    if (meta.dim() < 2) unsupported(m + " of a tensor of fewer than 2 dims");
+    std::optional<Var> diagonal = args.size() > 1 ? std::optional<Var>(args[1]) : kwarg(kwargs, "diagonal");
+    int64_t k = diagonal ? s.concrete(*diagonal) : 0;
+    sym::Expr rowsN = meta.sizes[meta.dim() - 2], colsN = meta.sizes[meta.dim() - 1];
+    Var rows = s.op("arange", {}, {{"end", rowsN}, {"dtype", DType::Int64}});
+    Var cols = s.op("arange", {}, {{"end", colsN}, {"dtype", DType::Int64}});
+    Var offset = s.callOp("sub", {cols, s.op("unsqueeze", {rows->value}, {{"dim", int64_t{1}}})}, {});
+    Var keep = s.callOp(m == "tril" ? "le" : "ge", {offset, integer(s.table.integer(k))}, {});
+    return s.callOp("where", {keep, args[0], integer(s.table.integer(0))}, {});
+  }
+  if (m == "embedding" && isFunctional(name)) {
+    // F.embedding(input, weight, padding_idx=None, max_norm=None, ...): the IR takes (weight, indices).
+    if (args.size() != 2) unsupported("F.embedding with options");
+    return s.callOp("embedding", {args[1], args[0]}, {});
+  }
   return std::nullopt;
 }
 
@@ -461,11 +482,20 @@ std::optional<Var> moduleMember(const std::string& module, const std::string& na
     v->name = "torch.nn.functional";
     return v;
   }
+  static const std::set<std::string> mathFunctions = {"sqrt", "exp", "log", "tanh", "cos", "sin", "floor",
+                                                      "ceil", "erf", "pow"};
+  if (module == "math" && mathFunctions.count(name)) return builtin("math." + name);
+  if (module == "math" && (name == "pi" || name == "e" || name == "inf" || name == "tau")) {
+    double v = name == "pi" ? M_PI : name == "e" ? M_E : name == "tau" ? 2 * M_PI : std::numeric_limits<double>::infinity();
+    Var f = make(Kind::Float);
+    f->number = v;
+    return f;
+  }
   std::string m = name;
   if (auto it = renamed().find(m); it != renamed().end()) m = it->second;
   if ((module == "torch" || module == "torch.nn.functional" || module == "torch.special") &&
       (sameNamed().count(m) || m == "zeros" || m == "ones" || m == "empty" || m == "max" || m == "min" ||
-       m == "dropout" || m == "no_grad" || m == "enable_grad" || m == "flatten"))
+       m == "dropout" || m == "no_grad" || m == "enable_grad" || m == "flatten" || m == "tril" || m == "triu"))
     return builtin(module + "." + name);
   return std::nullopt;
 }

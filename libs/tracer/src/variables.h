@@ -50,7 +50,8 @@ struct FunctionInfo {
   std::vector<Var> defaults;
   std::vector<std::pair<std::string, Var>> kwDefaults;
   std::vector<Var> closure; // Cells, in co_freevars order
-  std::string module;
+  std::string module;       // whose globals it reads
+  std::optional<std::vector<guards::Step>> path; // where the function object is, when described
 };
 
 struct VarNode {

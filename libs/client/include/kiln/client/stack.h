@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/client/stack_paths.h"
@@ -76,6 +77,11 @@ public:
   // generated source in its detail; an op without a lowering Error{unsupported}.
   Compiled compile(const ir::Graph& graph, const std::string& target = "cpu",
                    Millis timeout = Millis(120000));
+  // Traces through the tracer service: a whole TraceRequest message in, the
+  // TraceReply message out (schemas/tracer.capnp, docs/tracer.md). A request
+  // that does not decode is Error{malformed}.
+  std::string trace(std::string_view request, Millis timeout = Millis(60000));
+
   // The guards service (docs/guards.md). `lookup` checks the function's entries
   // against a described call; `entries` hands them all over for the caller's own
   // guard VM; `insert` stores one (its id assigned); `observe` records what a

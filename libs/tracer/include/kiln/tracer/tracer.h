@@ -14,6 +14,8 @@
 #include <string>
 #include <string_view>
 
+#include "kiln/schema/tracer.capnp.h"
+
 namespace kiln::tracer {
 
 // A whole TraceRequest message (schemas/tracer.capnp) in, a TraceReply message
@@ -21,5 +23,6 @@ namespace kiln::tracer {
 // itself meets (unsupported code, errors of the user's code, missing objects)
 // is an answer in the reply, never an exception.
 std::string trace(std::string_view request);
+void trace(schema::TraceRequest::Reader request, schema::TraceReply::Builder reply);
 
 } // namespace kiln::tracer

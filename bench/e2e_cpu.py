@@ -1,0 +1,166 @@
+"""bench/e2e_cpu: kiln.compile end to end on the CPU, against eager in the same run.
+
+    PYTHONPATH=build/python KILN_BIN_DIR=build/bin /usr/bin/python3 bench/e2e_cpu.py
+
+Starts a private stack (its own run dir and artifact cache) and measures:
+- per-call overhead: a compiled trivial function (`x + 1` on a 1-element tensor) against
+  the same eager call — the guard fast path, the artifact launch and the output wrapping;
+- the compile latency of a nanoGPT-style transformer block (LayerNorm, causal attention
+  written out, GELU MLP): the first call (trace + codegen, an empty cache) and the first
+  call of a second compiled wrapper of the same code (trace again, codegen cache hit);
+- that block's steady-state call time against eager.
+Prints the numbers and writes bench/results/e2e_cpu-<kind>-<date>.json.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parents[1]
+BIN_DIR = Path(os.environ.get("KILN_BIN_DIR", REPO / "build" / "bin"))
+
+
+class Attention(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        hd = c // self.heads
+        q = q.view(b, t, self.heads, hd).transpose(1, 2)
+        k = k.view(b, t, self.heads, hd).transpose(1, 2)
+        v = v.view(b, t, self.heads, hd).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        att = att.masked_fill(torch.ones(t, t).tril() == 0, float("-inf"))
+        y = F.softmax(att, dim=-1) @ v
+        return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+
+class Block(nn.Module):
+    def __init__(self, d=256, heads=4):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = Attention(d, heads)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+def median_seconds(fn, rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def interleaved(a, b, rounds: int, blocks: int = 5):
+    ta, tb = [], []
+    for _ in range(blocks):
+        ta.append(median_seconds(a, rounds))
+        tb.append(median_seconds(b, rounds))
+    return statistics.median(ta), statistics.median(tb)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--kind", default=f"{os.cpu_count()}cpu", help="machine kind in the file name")
+    parser.add_argument("--out", help="results file (default: bench/results/...)")
+    args = parser.parse_args()
+
+    run_dir = tempfile.mkdtemp(prefix="kb", dir="/tmp")
+    cache = tempfile.mkdtemp(prefix="kiln-bench-cache-")
+    os.environ["KILN_CACHE_DIR"] = cache
+    up = subprocess.run([str(BIN_DIR / "kiln"), "--run-dir", run_dir, "up"], capture_output=True, text=True)
+    if up.returncode != 0:
+        sys.exit(f"kiln up failed: {up.stdout}{up.stderr}")
+    try:
+        import kiln
+        stack = kiln.connect(run_dir)
+        results = {}
+
+        # Per-call overhead.
+        def trivial(x):
+            return x + 1
+        fast = kiln.compile(trivial, stack=stack)
+        x = torch.randn(1)
+        torch.testing.assert_close(fast(x), trivial(x))
+        k, e = interleaved(lambda: fast(x), lambda: trivial(x), args.rounds)
+        results["trivial_call"] = {"kiln_us": round(k * 1e6, 2), "eager_us": round(e * 1e6, 2),
+                                   "overhead_us": round((k - e) * 1e6, 2)}
+        print(f"trivial call           kiln {k * 1e6:8.1f} us  eager {e * 1e6:8.1f} us  "
+              f"overhead {(k - e) * 1e6:7.1f} us")
+
+        # The transformer block: compile latency, then steady state.
+        torch.manual_seed(0)
+        block = Block().eval()
+        xb = torch.randn(4, 64, 256)
+        with torch.no_grad():
+            compiled = kiln.compile(block, stack=stack)
+            start = time.perf_counter()
+            got = compiled(xb)
+            cold = time.perf_counter() - start
+            again = kiln.compile(block, stack=stack)
+            start = time.perf_counter()
+            again(xb)
+            warm = time.perf_counter() - start
+            expected = block(xb)
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+            fallbacks = compiled._compiled_forward.fallback_reasons
+            kb, eb = interleaved(lambda: compiled(xb), lambda: block(xb), max(args.rounds // 20, 5))
+        results["transformer_block"] = {
+            "shape": list(xb.shape), "compile_cold_s": round(cold, 3), "compile_warm_s": round(warm, 3),
+            "kiln_ms": round(kb * 1e3, 3), "eager_ms": round(eb * 1e3, 3), "speedup_vs_eager": round(eb / kb, 3),
+            "fell_back": fallbacks,
+        }
+        print(f"transformer block      compile cold {cold:6.2f} s  warm {warm:6.2f} s  "
+              f"kiln {kb * 1e3:8.3f} ms  eager {eb * 1e3:8.3f} ms  x{eb / kb:.2f}"
+              + (f"  (fell back: {fallbacks})" if fallbacks else ""))
+    finally:
+        subprocess.run([str(BIN_DIR / "kiln"), "--run-dir", run_dir, "down"], capture_output=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
+
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True, text=True).stdout.strip())
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    report = {
+        "benchmark": "e2e_cpu",
+        "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": {"hostname": platform.node(), "nproc": os.cpu_count(), "cpu": cpu},
+        "commit": commit,
+        "dirty": dirty,
+        "config": {"rounds": args.rounds, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+                   "python": platform.python_version()},
+        "results": results,
+    }
+    out = Path(args.out) if args.out else REPO / "bench" / "results" / f"e2e_cpu-{args.kind}-{now:%Y-%m-%d}.json"
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,290 @@
+"""kiln.compile: PyTorch functions and modules compiled by a kiln stack.
+
+    fast = kiln.compile(fn)            # or @kiln.compile, kiln.compile(module)
+    y = fast(x)                        # the same result as fn(x)
+
+Each call first checks the guards of the function's compiled entries in-process
+(kiln.guards: no IPC). A miss observes the call (automatic dynamic), traces the
+function through the tracer service, compiles the graph through the codegen
+service, stores the entry through the guards service and runs it. Code the
+tracer cannot handle runs eagerly — its reason is kept (`kiln.explain`) and the
+function is not traced again for calls that match the same guards — unless
+`fullgraph=True`, which raises `kiln.Unsupported`. A stack that fails (a
+service crashed, timed out, or is not there) makes the call run eagerly with
+one warning: kiln never raises into the user's code for its own failures.
+"""
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import types
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from kiln import _trace, ir
+from kiln._kiln import KilnError
+from kiln._trace import Unsupported
+
+__all__ = ["compile", "explain", "Unsupported", "CompiledFunction", "CompiledModule", "default_stack"]
+
+_lock = threading.Lock()
+_stack = None
+
+
+def _launcher() -> str:
+    """The `kiln` launcher binary: $KILN_BIN_DIR, the build tree beside this package, or PATH."""
+    candidates = []
+    if os.environ.get("KILN_BIN_DIR"):
+        candidates.append(Path(os.environ["KILN_BIN_DIR"]) / "kiln")
+    candidates.append(Path(__file__).resolve().parents[2] / "bin" / "kiln")
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    found = shutil.which("kiln")
+    if found is None:
+        raise KilnError("unavailable", "no running stack, and no `kiln` launcher to start one "
+                        "(set KILN_BIN_DIR or KILN_RUN_DIR)")
+    return found
+
+
+def default_stack():
+    """The stack kiln.compile uses: $KILN_RUN_DIR's or the default one when running,
+    else one started for this process (stopped when it exits)."""
+    global _stack
+    with _lock:
+        if _stack is not None:
+            return _stack
+        import kiln
+        try:
+            _stack = kiln.connect()
+        except KilnError:
+            run_dir = tempfile.mkdtemp(prefix="kiln-", dir="/tmp")
+            binary = _launcher()
+            up = subprocess.run([binary, "--run-dir", run_dir, "up"], capture_output=True, text=True, timeout=120)
+            if up.returncode != 0:
+                raise KilnError("unavailable", f"kiln up failed: {up.stdout}{up.stderr}")
+
+            def down():
+                subprocess.run([binary, "--run-dir", run_dir, "down"], capture_output=True, timeout=60)
+                shutil.rmtree(run_dir, ignore_errors=True)
+            atexit.register(down)
+            _stack = kiln.connect(run_dir)
+        return _stack
+
+
+class _Eager:
+    """An entry that runs the function eagerly, and why."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"<eager: {self.reason}>"
+
+
+def _accessor(path: list) -> Callable:
+    """A function (fn, args, kwargs) -> the object at `path` (fast for plain arguments)."""
+    if len(path) == 1 and "arg" in path[0]:
+        i = path[0]["arg"]
+        return lambda fn, args, kwargs: args[i]
+    if len(path) == 1 and "kwarg" in path[0]:
+        name = path[0]["name"]
+        return lambda fn, args, kwargs: kwargs[name]
+    return lambda fn, args, kwargs: _trace.resolve(path, fn, args, kwargs)
+
+
+def _int_accessor(get: Callable) -> Callable:
+    """A dynamic int argument, as the 0-d int64 tensor its graph input is."""
+    return lambda fn, args, kwargs: torch.tensor(get(fn, args, kwargs), dtype=torch.int64)
+
+
+class _Runner:
+    """A compiled entry: the artifact, where its inputs come from and how its result is built."""
+
+    def __init__(self, traced: _trace.Traced, compiled: ir.Compiled):
+        self.inputs = [_int_accessor(_accessor(p)) if is_int else _accessor(p)
+                       for p, is_int in zip(traced.inputs, traced.int_inputs)]
+        self.outputs = traced.outputs
+        self.compiled = compiled
+        self.graph = traced.graph
+
+    def __call__(self, fn, args, kwargs):
+        results = self.compiled(*[get(fn, args, kwargs) for get in self.inputs])
+        return _trace.rebuild(self.outputs, results)
+
+
+def _requires_grad(args, kwargs) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    leaves = torch.utils._pytree.tree_flatten((args, kwargs))[0]
+    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves)
+
+
+class CompiledFunction:
+    """`fn` compiled by kiln; call it as `fn`. See kiln.compile."""
+
+    def __init__(self, fn: Callable, *, dynamic: bool | None = None, fullgraph: bool = False,
+                 mode: str | None = None, stack=None):
+        if mode not in (None, "default"):
+            raise ValueError(f"kiln.compile: mode {mode!r} is not supported on the CPU")  # TODO(issue 7): reduce-overhead
+        functools.update_wrapper(self, fn)
+        self._fn = fn
+        self._dynamic = dynamic
+        self._fullgraph = fullgraph
+        self._stack = stack
+        self._cache = None
+        self._warned = False
+        self.fallback_reasons: list[str] = []
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else types.MethodType(self, obj)
+
+    @property
+    def cache(self):
+        """The kiln.guards.FunctionCache of this function (made on the first call)."""
+        return self._cache
+
+    def __call__(self, *args, **kwargs):
+        try:
+            cache = self._cache if self._cache is not None else self._make_cache()
+            entry = cache.lookup(args, kwargs)
+            if entry is None:
+                entry = self._miss(cache, args, kwargs)
+        except KilnError as e:
+            self._warn(e)
+            return self._fn(*args, **kwargs)
+        if entry is None or isinstance(entry.value, _Eager):
+            return self._fn(*args, **kwargs)
+        return entry.value(self._fn, args, kwargs)
+
+    def _make_cache(self):
+        from kiln import guards
+        stack = self._stack if self._stack is not None else default_stack()
+        self._stack = stack
+        self._cache = guards.FunctionCache(self._fn, stack)
+        return self._cache
+
+    def _miss(self, cache, args, kwargs):
+        from kiln import guards
+        miss = cache.miss(args, kwargs)
+        if miss.eager:
+            return None
+        if miss.entry is not None and miss.entry.value is not None:
+            return miss.entry
+        frame = miss.frame
+        if self._dynamic is False:
+            frame = guards.FrameState()
+        if _requires_grad(args, kwargs):
+            # TODO(issue 8): training graphs go through the partitioner.
+            return self._eager(cache, args, kwargs, frame, "inputs that require grad under grad mode")
+        try:
+            traced = _trace.trace(self._fn, args, kwargs, frame=_frame_dict(frame), fullgraph=self._fullgraph,
+                                  scope=guards.scope(), stack=self._stack)
+        except Unsupported as e:
+            if self._fullgraph:
+                raise
+            return self._eager(cache, args, kwargs, frame, str(e))
+        compiled = ir.compile(traced.graph, self._stack)
+        runner = _Runner(traced, compiled)
+        if miss.entry is not None:  # found elsewhere (the guards service): now runnable here too
+            miss.entry.value = runner
+            return miss.entry
+        return cache.insert(guards.GuardSet.from_bytes(traced.guards), runner, artifacts=[compiled.key],
+                            graphs=[traced.graph.structural_hash()])
+
+    def _eager(self, cache, args, kwargs, frame, reason: str):
+        from kiln import guards
+        if reason not in self.fallback_reasons:
+            self.fallback_reasons.append(reason)
+        fn, call_args = _trace.normalize(self._fn, args)
+        guard_set = guards.guards_for_call(call_args, kwargs, cache.arg_names, frame)
+        return cache.insert(guard_set, _Eager(reason))
+
+    def _warn(self, error: KilnError):
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"kiln: {getattr(self._fn, '__qualname__', self._fn)} runs eagerly: the stack failed "
+                          f"({error})", RuntimeWarning, stacklevel=3)
+
+
+def _frame_dict(frame) -> dict:
+    """A kiln.guards.FrameState as the tracer request's FrameState."""
+    if frame is None:
+        return {}
+    from kiln import _kiln
+    return _kiln.capnp_decode("FrameState", frame.to_bytes())
+
+
+class CompiledModule(torch.nn.Module):
+    """An nn.Module whose forward runs through kiln; its parameters, buffers,
+    state_dict (under `_orig_mod.`) and train/eval are the original module's."""
+
+    def __init__(self, module: torch.nn.Module, **options):
+        super().__init__()
+        self._orig_mod = module
+        self._compiled_forward = CompiledFunction(type(module).forward, **options)
+
+    def forward(self, *args, **kwargs):
+        return self._compiled_forward(self._orig_mod, *args, **kwargs)
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._orig_mod, name)
+
+
+def compile(fn_or_module=None, *, dynamic: bool | None = None, fullgraph: bool = False, mode: str | None = None,
+            stack=None):
+    """Compiles a function or an nn.Module with kiln (see this module's doc).
+
+    dynamic: None (automatic: a dim that changes becomes symbolic), False (always static).
+    fullgraph: raise kiln.Unsupported instead of running eagerly what cannot be traced.
+    stack: a kiln.Stack (default: the running stack, or one started for this process).
+    """
+    options = dict(dynamic=dynamic, fullgraph=fullgraph, mode=mode, stack=stack)
+    if fn_or_module is None:
+        return lambda f: compile(f, **options)
+    if isinstance(fn_or_module, torch.nn.Module):
+        return CompiledModule(fn_or_module, **options)
+    if not callable(fn_or_module):
+        raise TypeError(f"kiln.compile: expected a function or an nn.Module, got {type(fn_or_module).__name__}")
+    return CompiledFunction(fn_or_module, **options)
+
+
+def explain(fn, *args, **kwargs) -> str:
+    """What kiln did with a compiled function or module: each entry's guards, graph and
+    kernels (or why it runs eagerly), the frame state and the last recompile's reasons;
+    with arguments, also why each entry does or does not hold for that call.
+
+        print(kiln.explain(fast))
+    """
+    compiled = fn._compiled_forward if isinstance(fn, CompiledModule) else fn
+    if not isinstance(compiled, CompiledFunction):
+        return f"{getattr(fn, '__qualname__', fn)!s}: not compiled by kiln"
+    cache = compiled.cache
+    if cache is None:
+        return f"{getattr(compiled, '__qualname__', compiled)!s}: not called yet"
+    if isinstance(fn, CompiledModule):
+        args = (fn._orig_mod, *args)
+    lines = [cache.explain(args, kwargs) if args or kwargs else cache.explain()]
+    for entry in cache.entries:
+        value = entry.value
+        if isinstance(value, _Eager):
+            lines.append(f"entry {entry.id} runs eagerly: {value.reason}")
+        elif isinstance(value, _Runner):
+            lines.append(f"entry {entry.id} graph:")
+            lines += ["    " + line for line in str(value.graph).splitlines()]
+            lines.append(f"entry {entry.id} kernels:")
+            lines += ["    " + line for line in value.compiled.explain.splitlines()]
+    if compiled.fallback_reasons:
+        lines.append("fell back to eager: " + "; ".join(compiled.fallback_reasons))
+    return "\n".join(lines)

@@ -1,0 +1,150 @@
+"""Python builtins, math on constants, getattr/hasattr, strings."""
+import math
+
+import torch
+import torch.nn as nn
+
+from harness import program
+
+r = torch.randn
+
+
+class Cfg:
+    def __init__(self):
+        self.scale = 2.5
+        self.name = "cfg"
+        self.layers = 3
+
+
+cfg = Cfg()
+
+
+@program(inputs=lambda: r(4, 4))
+def object_attributes(x):
+    return x * cfg.scale + cfg.layers
+
+
+@program(inputs=lambda: (r(4, 4), Cfg()))
+def object_argument(x, c):
+    return x * c.scale
+
+
+@program(inputs=lambda: r(4, 4))
+def hasattr_present(x):
+    return x * 2 if hasattr(cfg, "scale") else x
+
+
+@program(inputs=lambda: r(4, 4))
+def getattr_const(x):
+    return x * getattr(cfg, "scale")
+
+
+@program(inputs=lambda: r(4, 4), falls_back="missing")
+def hasattr_branch(x):
+    if hasattr(cfg, "missing"):
+        return x
+    return x + 1
+
+
+@program(inputs=lambda: r(4, 4))
+def math_functions(x):
+    return x * math.exp(1.0) + math.log(2.0) - math.sqrt(9) + math.floor(2.7) + math.ceil(0.2)
+
+
+@program(inputs=lambda: r(4, 4))
+def math_trig(x):
+    return x * math.cos(0.5) + math.sin(0.5) + math.tanh(0.1)
+
+
+@program(inputs=lambda: r(4, 4))
+def int_float_builtins(x):
+    return x * float(3) + int(2.9) + bool(1)
+
+
+@program(inputs=lambda: r(4, 4))
+def integer_arithmetic(x):
+    n = 17
+    return x * (n // 5) + (n % 5) + (-n // 4) + (2 ** 3) + (n & 3) + (n | 8) + (n ^ 1) + (n << 1) + (n >> 2)
+
+
+@program(inputs=lambda: r(4, 4))
+def float_arithmetic(x):
+    a = 7.5
+    return x * (a / 2) + a // 2 + a % 2 + a ** 0.5
+
+
+@program(inputs=lambda: r(4, 4))
+def string_building(x):
+    s = "ab" + "cd"
+    t = f"{s}-{3}-{1.5}-{True}"
+    return x * len(t)
+
+
+@program(inputs=lambda: r(4, 4))
+def string_compare(x):
+    mode = "train"
+    return x * 2 if mode == "train" and mode != "eval" and mode < "zz" else x
+
+
+@program(inputs=lambda: r(4, 4))
+def tuple_compare(x):
+    version = (1, 2)
+    return x + 1 if version == (1, 2) else x
+
+
+@program(inputs=lambda: r(4, 4))
+def dtype_checks(x):
+    if x.dtype == torch.float32 and x.dtype.is_floating_point:
+        return x.double()
+    return x
+
+
+@program(inputs=lambda: r(4, 4))
+def device_checks(x):
+    if x.device.type == "cpu" and not x.is_cuda:
+        return x + 1
+    return x
+
+
+@program(inputs=lambda: r(4, 4), falls_back="calling a type")
+def isinstance_module(x):
+    m = nn.ReLU()
+    return x if isinstance(m, nn.Linear) else x * 3
+
+
+@program(inputs=lambda: r(4, 4))
+def chained_comparison(x):
+    n = x.shape[0]
+    if 1 < n <= 4:
+        return x * 2
+    return x
+
+
+@program(inputs=lambda: r(4, 4))
+def none_checks(x):
+    a = None
+    return x + (1 if a is None else 2)
+
+
+@program(inputs=lambda: r(4, 4))
+def walrus(x):
+    if (n := x.shape[1]) > 2:
+        return x * n
+    return x
+
+
+@program(inputs=lambda: r(4, 4))
+def conditional_expression_chain(x):
+    k = 5
+    return x * (1 if k < 3 else 2 if k < 6 else 3)
+
+
+@program(inputs=lambda: r(4, 4))
+def requires_grad_attr(x):
+    return x * 2 if not x.requires_grad else x
+
+
+@program(inputs=lambda: r(4, 4), falls_back="setting attribute")
+def sets_an_attribute(x):
+    cfg.last = 1
+    return x

@@ -1,0 +1,88 @@
+"""In-place ops on intermediates and on inputs, grad-mode regions."""
+import torch
+import torch.nn.functional as F
+
+from harness import program
+
+r = torch.randn
+
+
+@program(inputs=lambda: r(4, 4))
+def inplace_intermediate(x):
+    y = x * 2
+    y.add_(1)
+    y.mul_(3)
+    return y
+
+
+@program(inputs=lambda: r(4, 4))
+def inplace_augmented(x):
+    y = x + 0
+    y += 2
+    y *= x
+    y -= 1
+    y /= 4
+    return y
+
+
+@program(inputs=lambda: r(4, 4))
+def inplace_on_input(x):
+    x.add_(1)
+    return x * 2
+
+
+@program(inputs=lambda: r(4, 4))
+def inplace_relu_method(x):
+    y = x.clone()
+    y.relu_()
+    return y
+
+
+@program(inputs=lambda: (r(4, 4), r(4, 4)))
+def inplace_input_from_other(x, y):
+    x.mul_(y)
+    return x.sum()
+
+
+@program(inputs=lambda: r(4, 4))
+def inplace_then_view(x):
+    y = x.clone()
+    y.sub_(1)
+    return y.view(16)
+
+
+@program(inputs=lambda: r(4, 4))
+def no_grad_region(x):
+    with torch.no_grad():
+        y = x * 2
+    return y + 1
+
+
+@program(inputs=lambda: r(4, 4))
+def enable_grad_region(x):
+    with torch.enable_grad():
+        y = x.exp()
+    return y
+
+
+@program(inputs=lambda: r(4, 4))
+def nested_no_grad(x):
+    with torch.no_grad():
+        with torch.no_grad():
+            x = x + 1
+        x = x * 2
+    return x
+
+
+@program(inputs=lambda: r(4, 4))
+def inplace_clamp(x):
+    y = x.clone()
+    y.clamp_(min=0.0)
+    return y
+
+
+@program(inputs=lambda: r(4, 4))
+def inplace_chain_sigmoid(x):
+    y = torch.zeros_like(x)
+    y.add_(x).sigmoid_()
+    return y

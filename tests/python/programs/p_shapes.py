@@ -1,0 +1,136 @@
+"""Views, shape arithmetic and indexing."""
+import torch
+
+from harness import program
+
+r = torch.randn
+
+
+@program(inputs=lambda: r(2, 3, 4))
+def view_batch(x):
+    return x.view(x.shape[0], -1)
+
+
+@program(inputs=lambda: r(2, 3, 4))
+def view_size_call(x):
+    return x.view(x.size(0), x.size(1) * x.size(2))
+
+
+@program(inputs=lambda: r(2, 3, 4))
+def reshape_tuple(x):
+    return x.reshape((6, 4)) + 1
+
+
+@program(inputs=lambda: r(2, 3, 4))
+def reshape_varargs(x):
+    return x.reshape(2, 12)
+
+
+@program(inputs=lambda: r(2, 3, 4))
+def permute_varargs(x):
+    return x.permute(2, 0, 1).contiguous()
+
+
+@program(inputs=lambda: r(2, 3, 4))
+def permute_list(x):
+    return x.permute([1, 2, 0]) * 2
+
+
+@program(inputs=lambda: r(2, 3, 4))
+def transpose_neg(x):
+    return x.transpose(-1, -2)
+
+
+@program(inputs=lambda: r(3, 4))
+def t_and_T(x):
+    return x.t() + x.T.T.t()
+
+
+@program(inputs=lambda: r(3, 4))
+def unsqueeze_squeeze(x):
+    return x.unsqueeze(0).unsqueeze(-1).squeeze(0).squeeze(-1)
+
+
+@program(inputs=lambda: r(2, 3, 4))
+def flatten_dims(x):
+    return x.flatten(1), torch.flatten(x), x.flatten(0, 1)
+
+
+@program(inputs=lambda: r(3, 1))
+def expand_op(x):
+    return x.expand(3, 4) + x.expand(-1, 5).sum(1, keepdim=True)
+
+
+@program(inputs=lambda: r(5, 6))
+def index_int(x):
+    return x[0] + x[-1]
+
+
+@program(inputs=lambda: r(5, 6))
+def index_slices(x):
+    return x[1:3], x[:, ::2], x[::-1 if False else 1, 2:]
+
+
+@program(inputs=lambda: r(5, 6))
+def index_none_ellipsis(x):
+    return x[None], x[..., 0], x[:, None, :], x[..., None]
+
+
+@program(inputs=lambda: r(2, 5, 6))
+def index_mixed(x):
+    return x[1, 2:4, -1]
+
+
+@program(inputs=lambda: r(4, 6))
+def shape_attr(x):
+    n, d = x.shape
+    return x.view(n * d) + n
+
+
+@program(inputs=lambda: r(4, 6))
+def size_dims(x):
+    return x.sum(dim=x.dim() - 1) * x.ndim
+
+
+@program(inputs=lambda: r(4, 6))
+def numel_scale(x):
+    return x / x.numel()
+
+
+@program(inputs=lambda: r(4, 6))
+def chunk_split(x):
+    a, b = x.chunk(2, dim=1)
+    c, d, e = x.split(2, dim=1)
+    return a * b, c + d + e
+
+
+@program(inputs=lambda: r(4, 6))
+def unbind_rows(x):
+    rows = x.unbind(0)
+    return rows[0] + rows[3]
+
+
+@program(inputs=lambda: r(4, 6))
+def narrow_select(x):
+    return x.narrow(1, 2, 3), x.select(0, 1)
+
+
+@program(inputs=lambda: r(4, 6))
+def stride_query(x):
+    return x * x.stride(0) + x.stride()[1]
+
+
+@program(inputs=lambda: r(2, 3, 4))
+def unflatten_op(x):
+    return x.flatten(1).unflatten(1, (3, 4))
+
+
+@program(inputs=lambda: r(8, 6))
+def shape_arith(x):
+    half = x.shape[0] // 2
+    return x[:half] - x[half:]
+
+
+@program(inputs=lambda: (r(4, 6), torch.tensor([0, 2])), falls_back="indexing a tensor with a tensor")
+def index_by_tensor(x, idx):
+    return x[idx]

@@ -1,0 +1,37 @@
+"""Python 3.12 bytecode, checked where only 3.11 runs: each file in fixtures312/ is a
+program's final TraceRequest as Python 3.12 on the GPU machine listed it
+(`KILN_CAPTURE_REQUESTS`, see harness.py and scripts/device-run). The tracer must
+read it and build a graph that computes what the program computes here."""
+import pathlib
+
+import pytest
+import torch
+
+import harness
+from kiln import _kiln, _trace, ir
+
+harness.load_all()
+FIXTURES = pathlib.Path(__file__).parent / "fixtures312"
+BY_NAME = {p.name: p for p in harness.PROGRAMS}
+FILES = sorted(FIXTURES.glob("*.bin")) if FIXTURES.is_dir() else []
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
+def test_312_request(path):
+    p = BY_NAME.get(path.stem)
+    if p is None:
+        pytest.skip(f"no program {path.stem} any more")
+    request = path.read_bytes()
+    assert _kiln.capnp_decode("TraceRequest", request)["code"]["pythonVersion"] == "3.12"
+    reply = _kiln.capnp_decode("TraceReply", _kiln.trace(request))
+    if p.falls_back is not None:
+        assert "unsupported" in reply and p.falls_back in reply["unsupported"]["reason"], reply
+        return
+    assert "traced" in reply, reply.get("unsupported") or reply
+    traced = _trace.Traced(reply)
+    args, kwargs = harness.arguments(p)
+    expected_args, expected_kwargs = harness._clone(args), harness._clone(kwargs)
+    expected = p.fn(*expected_args, **expected_kwargs)
+    fn, call_args = _trace.normalize(p.fn, args)
+    results = ir.run(traced.graph, *_trace.graph_inputs(traced, fn, call_args, kwargs))
+    harness.compare(_trace.rebuild(traced.outputs, results), expected, p)

@@ -1,0 +1,111 @@
+"""The tracer: through the service, dynamic dims from the frame state, typed errors."""
+import pytest
+import torch
+
+import kiln
+from kiln import _trace, ir
+
+
+def frame_with_dynamic(source: str, sizes: list) -> dict:
+    return {"inputs": [{"source": source, "isTensor": True,
+                        "sizes": [{"dynamic": None} if s is None else {"value": s} for s in sizes]}]}
+
+
+def f(x, w):
+    h = torch.relu(x @ w)
+    return h.view(h.shape[0], -1) * (h.shape[1] + 1)
+
+
+def test_dynamic_batch_is_a_symbol_and_one_artifact_serves_every_batch(stack):
+    x, w = torch.randn(8, 4), torch.randn(4, 3)
+    traced = _trace.trace(f, (x, w), {}, frame=frame_with_dynamic("L['x']", [None, 4]), stack=stack)
+    text = str(traced.graph)
+    assert "s0" in text, text
+    guards = _trace._kiln.capnp_decode("GuardSet", traced.guards)
+    assert guards["symbols"][0]["symbol"] == "s0"
+    compiled = ir.compile(traced.graph, stack)
+    for batch in (2, 3, 17, 64):
+        x = torch.randn(batch, 4)
+        (got,) = compiled(x, w)
+        torch.testing.assert_close(got, f(x, w))
+
+
+def test_static_trace_guards_every_size(stack):
+    x, w = torch.randn(8, 4), torch.randn(4, 3)
+    traced = _trace.trace(f, (x, w), {}, stack=stack)
+    assert "s0" not in str(traced.graph)
+    guards = _trace._kiln.capnp_decode("GuardSet", traced.guards)
+    sizes = guards["nodes"][0]["checks"][0]["tensor"]["sizes"]
+    assert sizes == [{"value": 8}, {"value": 4}]
+
+
+def test_a_branch_on_a_size_becomes_a_shape_guard(stack):
+    def g(x):
+        if x.shape[0] > 4:
+            return x * 2
+        return x + 1
+    traced = _trace.trace(g, (torch.randn(8, 2),), {}, frame=frame_with_dynamic("L['x']", [None, 2]), stack=stack)
+    guards = _trace._kiln.capnp_decode("GuardSet", traced.guards)
+    assert len(guards["shapeGuards"]) == 2  # s0 >= 2 (dynamic) and the branch's 5 <= s0
+    assert "mul" in str(traced.graph)
+
+
+def test_unsupported_names_the_line(stack):
+    def g(x):
+        if x.sum() > 0:
+            return x
+        return -x
+    with pytest.raises(_trace.Unsupported) as e:
+        _trace.trace(g, (torch.randn(3),), {}, stack=stack)
+    assert "branch on a tensor's value" in e.value.reason
+    assert e.value.line == g.__code__.co_firstlineno + 1
+
+
+def test_a_malformed_request_is_a_typed_error_and_the_service_lives(stack):
+    with pytest.raises(kiln.KilnError) as e:
+        stack.trace(b"not a message, nor whole words")
+    assert e.value.code == "malformed"
+    try:  # a segment table promising words that are not there: refused, or read as an empty request
+        reply = _trace._kiln.capnp_decode("TraceReply", stack.trace(b"\x00\x00\x00\x00\xff\x00\x00\x00"))
+        assert "unsupported" in reply, reply
+    except kiln.KilnError as e:
+        assert e.code == "malformed"
+    empty = _trace._kiln.capnp_decode("TraceReply", stack.trace(_trace._kiln.capnp_encode("TraceRequest", {})))
+    assert "unsupported" in empty, empty  # a request with no code is an answer, not a crash
+    traced = _trace.trace(f, (torch.randn(2, 4), torch.randn(4, 3)), {}, stack=stack)
+    assert traced.graph is not None
+
+
+def test_objects_are_asked_for_lazily():
+    import math
+
+    def g(x):
+        return x * math.pi  # math is a global the first request did not describe
+    traced = _trace.trace(g, (torch.randn(3),), {})
+    assert "mul" in str(traced.graph)
+
+
+def test_a_dynamic_int_is_a_graph_input(stack):
+    def g(x, n):
+        return x * n + n, n
+    frame = {"inputs": [{"source": "L['n']", "isTensor": False, "value": {"dynamic": None}}]}
+    traced = _trace.trace(g, (torch.randn(3), 4), {}, frame=frame, stack=stack)
+    assert traced.int_inputs == [False, True]
+    compiled = ir.compile(traced.graph, stack)
+    x = torch.randn(3)
+    for n in (2, 5, -7):
+        result = _trace.rebuild(traced.outputs, compiled(*_trace.graph_inputs(traced, g, (x, n), {})))
+        torch.testing.assert_close(result[0], x * n + n)
+        assert result[1] == n and type(result[1]) is int
+
+
+def test_a_dynamic_size_returned_as_an_int(stack):
+    def g(x):
+        return x.sum(0), x.shape[0]
+    traced = _trace.trace(g, (torch.randn(6, 2),), {}, frame=frame_with_dynamic("L['x']", [None, 2]), stack=stack)
+    compiled = ir.compile(traced.graph, stack)
+    for batch in (3, 9):
+        x = torch.randn(batch, 2)
+        total, n = _trace.rebuild(traced.outputs, compiled(*_trace.graph_inputs(traced, g, (x,), {})))
+        assert n == batch
+        torch.testing.assert_close(total, x.sum(0))
