@@ -426,6 +426,10 @@ def explain(fn: Callable, *args, **kwargs) -> str:
 
         print(kiln.explain(fn))
     """
+    from kiln import _compile  # a function kiln.compile made: its entries' graphs and kernels too
+
+    if isinstance(fn, (_compile.CompiledFunction, _compile.CompiledModule)):
+        return _compile.explain(fn, *args, **kwargs)
     cache = cache_for(getattr(fn, "__wrapped__", fn))
     if cache is None:
         return f"{getattr(fn, '__qualname__', fn)!s}: nothing compiled"

@@ -7,6 +7,11 @@
 
 #include <pybind11/stl.h>
 
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -105,6 +110,26 @@ Step stepFrom(py::handle h) {
   if (kind == "default") return defaultArg(t[1].cast<uint32_t>());
   if (kind == "kw_default") return kwDefault(name(1));
   invalid("unknown step kind '" + kind + "'");
+}
+
+py::bytes frameBytes(const FrameState& frame) {
+  capnp::MallocMessageBuilder message;
+  toWire(frame, message.initRoot<schema::FrameState>());
+  kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
+  auto bytes = words.asBytes();
+  return py::bytes(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+}
+
+FrameState frameFromBytes(const std::string& bytes) {
+  if (bytes.size() % sizeof(capnp::word) != 0) throw Error(ErrorCode::Malformed, "frame state: not whole words");
+  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
+  std::memcpy(words.begin(), bytes.data(), bytes.size());
+  try {
+    capnp::FlatArrayMessageReader reader(words);
+    return fromWire(reader.getRoot<schema::FrameState>());
+  } catch (const kj::Exception& e) {
+    throw Error(ErrorCode::Malformed, "frame state: " + std::string(e.getDescription().cStr()));
+  }
 }
 
 PyObject* kwargsOrNull(PyObject* kwargs) {
@@ -410,6 +435,8 @@ void bindCalls(py::module_& m) {
       .def("mark", &FrameState::mark, py::arg("dim"), py::arg("dynamic"),
            "mark_dynamic (dynamic=True) or mark_static of \"L['x'].size()[0]\" or \"L['n']\".")
       .def("copy", [](const FrameState& f) { return FrameState(f); })
+      .def("to_bytes", &frameBytes, "The wire form (schemas/guards.capnp FrameState).")
+      .def_static("from_bytes", [](const py::bytes& b) { return frameFromBytes(std::string(b)); })
       .def("text", &FrameState::text)
       .def("__str__", &FrameState::text);
 

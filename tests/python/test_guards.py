@@ -408,6 +408,7 @@ def test_guards_for_call_and_frame_state():
     assert frame.dynamic_dim("L['x']", 0) and not frame.dynamic_dim("L['x']", 1)
     frame.mark("L['n']", True)
     assert frame.dynamic_int("L['n']")
+    assert kg.FrameState.from_bytes(frame.to_bytes()).text() == frame.text()
     s = kg.guards_for_call((torch.zeros(32, 4), 5), {"flag": True}, ["x", "n"], frame)
     text = s.text()
     assert "s0 = L['x'].size()[0]" in text and "s1 = L['n']" in text
