@@ -10,22 +10,12 @@ the C++ compiler runs) and warm (a cache hit through the stack). Prints the rati
 bench/results/cpu_fusion-<kind>-<date>.json. Ratios > 1 mean kiln is faster.
 """
 import argparse
-import datetime
-import json
 import os
-import platform
-import shutil
-import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-BIN_DIR = Path(os.environ.get("KILN_BIN_DIR", REPO / "build" / "bin"))
+from bench_common import interleaved, private_stack, write_report
 
 
 def graphs(batch: int):
@@ -79,15 +69,6 @@ def graphs(batch: int):
     return out
 
 
-def median_seconds(fn, rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=512)
@@ -100,18 +81,10 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    run_dir = tempfile.mkdtemp(prefix="kb", dir="/tmp")
-    cache = tempfile.mkdtemp(prefix="kiln-bench-cache-")
-    os.environ["KILN_CACHE_DIR"] = cache
-    up = subprocess.run([str(BIN_DIR / "kiln"), "--run-dir", run_dir, "up"], capture_output=True, text=True)
-    if up.returncode != 0:
-        sys.exit(f"kiln up failed: {up.stdout}{up.stderr}")
-    try:
-        import kiln
+    results = {}
+    with private_stack() as stack:
         from kiln import ir
 
-        stack = kiln.connect(run_dir)
-        results = {}
         for name, graph, inputs, eager in graphs(args.batch):
             start = time.perf_counter()
             compiled = ir.compile(graph, stack)
@@ -126,11 +99,7 @@ def main():
             for _ in range(3):  # warm up both
                 compiled(*inputs)
                 eager(*inputs)
-            kiln_s, eager_s = [], []
-            for _ in range(5):  # interleaved blocks: load from elsewhere falls on both
-                kiln_s.append(median_seconds(lambda: compiled(*inputs), args.rounds))
-                eager_s.append(median_seconds(lambda: eager(*inputs), args.rounds))
-            k, e = statistics.median(kiln_s), statistics.median(eager_s)
+            k, e = interleaved(lambda: compiled(*inputs), lambda: eager(*inputs), args.rounds)
             results[name] = {
                 "kiln_ms": round(k * 1e3, 4),
                 "eager_ms": round(e * 1e3, 4),
@@ -145,29 +114,10 @@ def main():
                   f"x{r['speedup_vs_eager']:.2f}  compile cold {r['compile_cold_s']:.2f} s "
                   f"warm {r['compile_warm_ms']:.1f} ms  ({r['kernels']} kernels, "
                   f"{r['extern_calls']} extern)")
-    finally:
-        subprocess.run([str(BIN_DIR / "kiln"), "--run-dir", run_dir, "down"], capture_output=True)
-        shutil.rmtree(run_dir, ignore_errors=True)
-        shutil.rmtree(cache, ignore_errors=True)
-
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True, text=True).stdout.strip())
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    report = {
-        "benchmark": "cpu_fusion",
-        "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": {"hostname": platform.node(), "nproc": os.cpu_count(), "cpu": cpu},
-        "commit": commit,
-        "dirty": dirty,
-        "config": {"batch": args.batch, "rounds": args.rounds, "dtype": "float32",
-                   "torch": torch.__version__, "torch_threads": torch.get_num_threads()},
-        "target": {"speedup_vs_eager_fused": 1.5, "compile_cold_s": 1.5},
-        "results": results,
-    }
-    out = Path(args.out) if args.out else REPO / "bench" / "results" / f"cpu_fusion-{args.kind}-{now:%Y-%m-%d}.json"
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_report("cpu_fusion", args.kind, args.out,
+                 {"batch": args.batch, "rounds": args.rounds, "dtype": "float32", "torch": torch.__version__,
+                  "torch_threads": torch.get_num_threads()},
+                 results, target={"speedup_vs_eager_fused": 1.5, "compile_cold_s": 1.5})
 
 
 if __name__ == "__main__":

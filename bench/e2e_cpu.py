@@ -12,25 +12,16 @@ Starts a private stack (its own run dir and artifact cache) and measures:
 Prints the numbers and writes bench/results/e2e_cpu-<kind>-<date>.json.
 """
 import argparse
-import datetime
-import json
 import math
 import os
 import platform
-import shutil
-import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-REPO = Path(__file__).resolve().parents[1]
-BIN_DIR = Path(os.environ.get("KILN_BIN_DIR", REPO / "build" / "bin"))
+from bench_common import interleaved, private_stack, write_report
 
 
 class Attention(nn.Module):
@@ -66,23 +57,6 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-def median_seconds(fn, rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def interleaved(a, b, rounds: int, blocks: int = 5):
-    ta, tb = [], []
-    for _ in range(blocks):
-        ta.append(median_seconds(a, rounds))
-        tb.append(median_seconds(b, rounds))
-    return statistics.median(ta), statistics.median(tb)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
@@ -90,16 +64,9 @@ def main():
     parser.add_argument("--out", help="results file (default: bench/results/...)")
     args = parser.parse_args()
 
-    run_dir = tempfile.mkdtemp(prefix="kb", dir="/tmp")
-    cache = tempfile.mkdtemp(prefix="kiln-bench-cache-")
-    os.environ["KILN_CACHE_DIR"] = cache
-    up = subprocess.run([str(BIN_DIR / "kiln"), "--run-dir", run_dir, "up"], capture_output=True, text=True)
-    if up.returncode != 0:
-        sys.exit(f"kiln up failed: {up.stdout}{up.stderr}")
-    try:
+    results = {}
+    with private_stack() as stack:
         import kiln
-        stack = kiln.connect(run_dir)
-        results = {}
 
         # Per-call overhead.
         def trivial(x):
@@ -138,28 +105,9 @@ def main():
         print(f"transformer block      compile cold {cold:6.2f} s  warm {warm:6.2f} s  "
               f"kiln {kb * 1e3:8.3f} ms  eager {eb * 1e3:8.3f} ms  x{eb / kb:.2f}"
               + (f"  (fell back: {fallbacks})" if fallbacks else ""))
-    finally:
-        subprocess.run([str(BIN_DIR / "kiln"), "--run-dir", run_dir, "down"], capture_output=True)
-        shutil.rmtree(run_dir, ignore_errors=True)
-        shutil.rmtree(cache, ignore_errors=True)
-
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True, text=True).stdout.strip())
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    report = {
-        "benchmark": "e2e_cpu",
-        "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": {"hostname": platform.node(), "nproc": os.cpu_count(), "cpu": cpu},
-        "commit": commit,
-        "dirty": dirty,
-        "config": {"rounds": args.rounds, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-                   "python": platform.python_version()},
-        "results": results,
-    }
-    out = Path(args.out) if args.out else REPO / "bench" / "results" / f"e2e_cpu-{args.kind}-{now:%Y-%m-%d}.json"
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_report("e2e_cpu", args.kind, args.out,
+                 {"rounds": args.rounds, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+                  "python": platform.python_version()}, results)
 
 
 if __name__ == "__main__":

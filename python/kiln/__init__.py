@@ -1,18 +1,22 @@
 """kiln: a torch.compile-like compiler whose stages run as a stack of services.
 
     import kiln
-    stack = kiln.connect()  # the stack that `kiln up` started
+    fast = kiln.compile(model)   # or @kiln.compile on a function
+    y = fast(x)                  # what model(x) gives, compiled by the stack
+    print(kiln.explain(fast))    # guards, graphs, kernels, fallbacks
 """
 from kiln._kiln import KilnError, ShmStore, Stack
 from kiln._shm import shm_empty, shm_free, shm_get, shm_put
 from kiln._stack import connect, status
 from kiln import guards, ir
-from kiln.guards import explain
+from kiln._compile import Unsupported, compile, explain
 
 __all__ = [
     "KilnError",
     "ShmStore",
     "Stack",
+    "Unsupported",
+    "compile",
     "connect",
     "explain",
     "guards",

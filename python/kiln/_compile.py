@@ -115,9 +115,12 @@ class _Runner:
         self.outputs = traced.outputs
         self.compiled = compiled
         self.graph = traced.graph
+        self.traced = traced
 
     def __call__(self, fn, args, kwargs):
         results = self.compiled(*[get(fn, args, kwargs) for get in self.inputs])
+        if self.traced.side_effects:
+            _trace.replay(self.traced, results, fn, args, kwargs)
         return _trace.rebuild(self.outputs, results)
 
 
@@ -269,6 +272,9 @@ def explain(fn, *args, **kwargs) -> str:
     """
     compiled = fn._compiled_forward if isinstance(fn, CompiledModule) else fn
     if not isinstance(compiled, CompiledFunction):
+        from kiln import guards
+        if guards.cache_for(getattr(fn, "__wrapped__", fn)) is not None:  # a FunctionCache of its own
+            return guards.explain(fn, *args, **kwargs)
         return f"{getattr(fn, '__qualname__', fn)!s}: not compiled by kiln"
     cache = compiled.cache
     if cache is None:

@@ -416,3 +416,15 @@ def _from_constant(c: dict):
     if kind in ("none", "ellipsis"):
         return None if kind == "none" else Ellipsis
     return value
+
+
+def replay(traced: Traced, results: list, fn, args, kwargs) -> None:
+    """The side effects the trace recorded (attribute sets, appends to lists of the call),
+    done on the real objects after the graph ran."""
+    for effect in traced.side_effects:
+        if "setAttr" in effect:
+            e = effect["setAttr"]
+            setattr(resolve(e["path"], fn, args, kwargs), e["name"], rebuild(e["value"], results))
+        else:
+            e = effect["listAppend"]
+            resolve(e["listPath"], fn, args, kwargs).append(rebuild(e["item"], results))

@@ -421,15 +421,12 @@ def cache_for(fn: Callable) -> FunctionCache | None:
 
 
 def explain(fn: Callable, *args, **kwargs) -> str:
-    """What kiln keeps for `fn`: its entries' guards, its frame state and the reasons of its
-    last recompile; with arguments, why each entry does or does not hold for that call.
+    """What the FunctionCache of `fn` keeps: its entries' guards, its frame state and the
+    reasons of its last recompile; with arguments, why each entry does or does not hold for
+    that call. (kiln.explain shows this too, with graphs and kernels for kiln.compile's.)
 
-        print(kiln.explain(fn))
+        print(kiln.guards.explain(fn))
     """
-    from kiln import _compile  # a function kiln.compile made: its entries' graphs and kernels too
-
-    if isinstance(fn, (_compile.CompiledFunction, _compile.CompiledModule)):
-        return _compile.explain(fn, *args, **kwargs)
     cache = cache_for(getattr(fn, "__wrapped__", fn))
     if cache is None:
         return f"{getattr(fn, '__qualname__', fn)!s}: nothing compiled"

@@ -466,13 +466,15 @@ private:
       unsupported("Tensor." + name);
     }
     if (self->kind == Kind::List && name == "append" && args.size() == 1) {
-      if (self->path) unsupported("appending to a list of the call"); // TODO(issue 6): replay as a side effect
+      if (self->path) effects_.push_back({false, *self->path, "", args[0]}); // replayed by the SDK
       self->items.push_back(args[0]);
       return none();
     }
     if (self->kind == Kind::List && name == "extend" && args.size() == 1) {
-      if (self->path) unsupported("extending a list of the call");
-      for (const Var& v : iterate(args[0])) self->items.push_back(v);
+      for (const Var& v : iterate(args[0])) {
+        if (self->path) effects_.push_back({false, *self->path, "", v});
+        self->items.push_back(v);
+      }
       return none();
     }
     if (self->kind == Kind::Dict && (name == "items" || name == "keys" || name == "values") && args.empty()) {
@@ -1148,7 +1150,20 @@ private:
         f.stack.push_back(make(Kind::Null));
         f.stack.push_back(attribute(obj, name));
       } else if (opname == "STORE_ATTR") {
-        unsupported("setting attribute '" + name + "'"); // TODO(issue 6): side effects on modules and objects
+        Var obj = f.pop(), value = f.pop();
+        if (!obj->path || (obj->kind != Kind::NnModule && obj->kind != Kind::Object))
+          unsupported("setting attribute '" + name + "' of a " + kindName(obj->kind) +
+                      (obj->path ? "" : " made in the traced code"));
+        if (value->kind == Kind::Tensor && obj->kind == Kind::NnModule) {
+          // A parameter or buffer replaced by a computed tensor changes what later calls read.
+          auto module = obj->desc->getModule();
+          for (auto named : {module.getParameters(), module.getBuffers()})
+            for (auto p : named)
+              if (name == p.getName().cStr()) unsupported("assigning module tensor '" + name + "'");
+        }
+        // Later reads in this trace see the new value; the SDK sets it after the artifact ran.
+        realized_[pathText(extend(*obj->path, guards::attr(name)))] = value;
+        effects_.push_back({true, *obj->path, name, value});
       } else if (opname == "PUSH_NULL") {
         f.stack.push_back(make(Kind::Null));
       } else if (opname == "KW_NAMES") {
@@ -1210,8 +1225,10 @@ private:
           if (it == inplaceOps.end()) unsupported("tensor operator " + op + "=");
           f.stack.push_back(callOp(it->second, {a, b}, {}));
         } else if (inplace && a->kind == Kind::List && op == "+") {
-          if (a->path) unsupported("extending a list of the call");
-          for (const Var& v : iterate(b)) a->items.push_back(v);
+          for (const Var& v : iterate(b)) {
+            if (a->path) effects_.push_back({false, *a->path, "", v});
+            a->items.push_back(v);
+          }
           f.stack.push_back(a);
         } else {
           f.stack.push_back(arith(op, a, b));
@@ -1426,6 +1443,23 @@ private:
       }
     };
     spec(result, out.initOutputs());
+    auto effects = out.initSideEffects(static_cast<unsigned>(effects_.size()));
+    for (unsigned k = 0; k < effects.size(); ++k) {
+      const Effect& e = effects_[k];
+      auto writePath = [&](capnp::List<schema::GuardStep>::Builder steps) {
+        for (unsigned j = 0; j < steps.size(); ++j) guards::toWire(e.path[j], steps[j]);
+      };
+      if (e.setAttr) {
+        auto s = effects[k].initSetAttr();
+        writePath(s.initPath(static_cast<unsigned>(e.path.size())));
+        s.setName(e.name);
+        spec(e.value, s.initValue());
+      } else {
+        auto a = effects[k].initListAppend();
+        writePath(a.initListPath(static_cast<unsigned>(e.path.size())));
+        spec(e.value, a.initItem());
+      }
+    }
     if (outputs.empty()) unsupported("a function that computes no tensor");
     graph.setOutputs(outputs);
     ir::toWire(graph, out.initGraph());
@@ -1446,6 +1480,13 @@ private:
     bool isInt; // a dynamic int argument: a symbolic-int placeholder
   };
   std::vector<Input> inputs_;
+  struct Effect {
+    bool setAttr; // else an append to the list at `path`
+    Path path;
+    std::string name;
+    Var value;
+  };
+  std::vector<Effect> effects_;
   // Where each input symbol can be read in the graph: (placeholder, dim), dim -1 for an int input.
   std::map<sym::Expr, std::pair<ir::ValueId, int64_t>, bool (*)(sym::Expr, sym::Expr)> symbolSources_{
       [](sym::Expr a, sym::Expr b) { return sym::compare(a, b) < 0; }};

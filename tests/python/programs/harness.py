@@ -13,6 +13,7 @@ service of the session's stack, run on the example inputs.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import os
@@ -60,7 +61,8 @@ def arguments(p: Program):
 
 
 def _clone(value):
-    return torch.utils._pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, value)
+    """A copy for the eager run: tensors, containers and objects (which programs may mutate)."""
+    return copy.deepcopy(value)
 
 
 @dataclasses.dataclass
@@ -87,6 +89,7 @@ def run(p: Program, stack) -> Outcome:
     fn, call_args = _trace.normalize(p.fn, args)
     compiled = ir.compile(traced.graph, stack)
     results = compiled(*_trace.graph_inputs(traced, fn, call_args, kwargs))
+    _trace.replay(traced, results, fn, call_args, kwargs)
     got = _trace.rebuild(traced.outputs, results)
     try:
         compare(got, expected, p)
@@ -118,6 +121,13 @@ def compare(got, expected, p: Program):
         assert isinstance(got, dict) and list(got) == list(expected), f"expected keys {list(expected)}, got {got!r}"
         for k in expected:
             compare(got[k], expected[k], p)
+    elif isinstance(expected, torch.nn.Module):
+        compare(dict(got.state_dict()), dict(expected.state_dict()), p)
+        compare({k: v for k, v in vars(got).items() if not k.startswith("_")},
+                {k: v for k, v in vars(expected).items() if not k.startswith("_")}, p)
+    elif hasattr(expected, "__dict__") and not isinstance(expected, type) and not callable(expected):
+        assert type(got) is type(expected), f"expected a {type(expected).__name__}, got {got!r}"
+        compare(vars(got), vars(expected), p)
     else:
         assert got == expected and type(got) is type(expected), f"expected {expected!r}, got {got!r}"
 

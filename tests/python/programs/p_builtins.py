@@ -144,7 +144,52 @@ def requires_grad_attr(x):
     return x * 2 if not x.requires_grad else x
 
 
-@program(inputs=lambda: r(4, 4), falls_back="setting attribute")
-def sets_an_attribute(x):
-    cfg.last = 1
+@program(inputs=lambda: r(4, 4), falls_back="made in the traced code")
+def sets_an_attribute_of_a_new_object(x):
+    c = Cfg.__new__(Cfg) if False else None
+    s = State() if False else None
+    (lambda: None).attr = 1 if False else None
+    return x.new_attr if False else _set_on_new(x)
+
+
+def _set_on_new(x):
+    xs = [x]
+    xs.append(1)
+    d = {}
+    d["k"] = x
+    return _helper_sets(x)
+
+
+def _helper_sets(x):
+    f = lambda: None
+    f.value = 3
+    return x
+
+
+class State:
+    def __init__(self):
+        self.calls = 0
+        self.last = None
+        self.log = []
+
+
+@program(inputs=lambda: (r(4, 4), State()))
+def side_effect_setattr(x, state):
+    state.calls = state.calls + 1
+    y = x * 2
+    state.last = y
+    return y + state.calls
+
+
+@program(inputs=lambda: (r(4, 4), []))
+def side_effect_append(x, out):
+    out.append(x.sum())
+    out.append("done")
+    return x * len(out)
+
+
+@program(inputs=lambda: (r(4, 4), State()))
+def side_effect_list_attr(x, state):
+    state.log.append(x.mean())
+    state.log += [x.max()]
     return x

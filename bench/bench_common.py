@@ -1,0 +1,80 @@
+"""What the Python benchmarks share: a private stack, timing, and the results file.
+
+Each benchmark measures in one run against a baseline measured in the same run,
+and writes bench/results/<name>-<kind>-<date>.json with the date, the machine
+(hostname, nproc, CPU model) and the commit (`dirty` when the tree had changes).
+"""
+import contextlib
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN_DIR = Path(os.environ.get("KILN_BIN_DIR", REPO / "build" / "bin"))
+
+
+@contextlib.contextmanager
+def private_stack():
+    """A stack of this run's own (run dir and artifact cache), stopped and removed after."""
+    run_dir = tempfile.mkdtemp(prefix="kb", dir="/tmp")
+    cache = tempfile.mkdtemp(prefix="kiln-bench-cache-")
+    os.environ["KILN_CACHE_DIR"] = cache
+    up = subprocess.run([str(BIN_DIR / "kiln"), "--run-dir", run_dir, "up"], capture_output=True, text=True)
+    if up.returncode != 0:
+        sys.exit(f"kiln up failed: {up.stdout}{up.stderr}")
+    try:
+        import kiln
+        yield kiln.connect(run_dir)
+    finally:
+        subprocess.run([str(BIN_DIR / "kiln"), "--run-dir", run_dir, "down"], capture_output=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def median_seconds(fn, rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def interleaved(a, b, rounds: int, blocks: int = 5) -> tuple:
+    """Medians of `a` and `b` timed in alternating blocks, so load from elsewhere falls on both."""
+    ta, tb = [], []
+    for _ in range(blocks):
+        ta.append(median_seconds(a, rounds))
+        tb.append(median_seconds(b, rounds))
+    return statistics.median(ta), statistics.median(tb)
+
+
+def write_report(name: str, kind: str, out: str | None, config: dict, results: dict, target: dict | None = None):
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True,
+                                text=True).stdout.strip())
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")),
+               platform.processor())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    report = {
+        "benchmark": name,
+        "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": {"hostname": platform.node(), "nproc": os.cpu_count(), "cpu": cpu},
+        "commit": commit,
+        "dirty": dirty,
+        "config": config,
+    }
+    if target:
+        report["target"] = target
+    report["results"] = results
+    path = Path(out) if out else REPO / "bench" / "results" / f"{name}-{kind}-{now:%Y-%m-%d}.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {path}")

@@ -1,0 +1,196 @@
+"""kiln.compile end to end: the same results as eager, one compile per distinct call,
+recompiles only where the guards say, fallbacks that never raise into user code."""
+import os
+import signal
+import time
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import kiln
+
+pytest.importorskip("kiln.guards")  # TODO(issue 6): drop once kiln.guards is merged
+
+
+def entries(fn):
+    return len(fn.cache.entries)
+
+
+def test_compiles_once_and_matches_eager(stack):
+    def f(x, w):
+        return F.gelu(x @ w) * 2 + 1
+
+    fast = kiln.compile(f, stack=stack)
+    x, w = torch.randn(8, 4), torch.randn(4, 6)
+    for _ in range(3):
+        torch.testing.assert_close(fast(x, w), f(x, w))
+    assert entries(fast) == 1
+
+
+def test_a_dtype_change_recompiles_once(stack):
+    def f(x):
+        return x.sin() + x
+
+    fast = kiln.compile(f, stack=stack)
+    fast(torch.randn(4, 4))
+    fast(torch.randn(4, 4, dtype=torch.float64))
+    fast(torch.randn(4, 4, dtype=torch.float64))
+    torch.testing.assert_close(fast(torch.ones(4, 4, dtype=torch.float64)), f(torch.ones(4, 4, dtype=torch.float64)))
+    assert entries(fast) == 2
+
+
+def test_automatic_dynamic_one_recompile_then_none(stack):
+    def f(x):
+        return x.view(x.shape[0], -1).softmax(dim=-1)
+
+    fast = kiln.compile(f, stack=stack)
+    fast(torch.randn(4, 3, 5))
+    fast(torch.randn(6, 3, 5))  # the batch changed: now symbolic
+    for batch in (2, 9, 31, 100):
+        x = torch.randn(batch, 3, 5)
+        torch.testing.assert_close(fast(x), f(x))
+    assert entries(fast) == 2, kiln.explain(fast)
+
+
+def test_dynamic_false_keeps_sizes_static(stack):
+    def f(x):
+        return x * 3
+
+    fast = kiln.compile(f, dynamic=False, stack=stack)
+    for batch in (2, 3, 4):
+        fast(torch.randn(batch))
+    assert entries(fast) == 3
+
+
+def test_unsupported_code_runs_eagerly_once_traced(stack):
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        if x.sum() > 0:  # a branch on a tensor's value
+            return x
+        return -x
+
+    fast = kiln.compile(f, stack=stack)
+    x = torch.ones(3)
+    torch.testing.assert_close(fast(x), x)
+    torch.testing.assert_close(fast(-x), x)
+    assert entries(fast) == 1  # the eager decision is cached with the call's guards
+    assert any("branch on a tensor" in r for r in fast.fallback_reasons)
+    assert "runs eagerly" in kiln.explain(fast)
+
+
+def test_fullgraph_raises_unsupported(stack):
+    def f(x):
+        if x.sum() > 0:
+            return x
+        return -x
+
+    fast = kiln.compile(f, fullgraph=True, stack=stack)
+    with pytest.raises(kiln.Unsupported) as e:
+        fast(torch.ones(3))
+    assert "branch on a tensor's value" in str(e.value) and "test_kiln_compile.py" in str(e.value)
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 32)
+        self.fc2 = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / (c // self.heads) ** 0.5
+        att = att.masked_fill(torch.ones(t, t).tril() == 0, float("-inf")).softmax(dim=-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, c))
+        return x + self.mlp(self.ln2(x))
+
+
+def test_modules_compile_and_keep_their_state(stack):
+    for model, x in ((MLP(), torch.randn(5, 8)), (Block().eval(), torch.randn(2, 6, 16))):
+        fast = kiln.compile(model, stack=stack)
+        with torch.no_grad():
+            torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)
+        assert not fast._compiled_forward.fallback_reasons, fast._compiled_forward.fallback_reasons
+        assert [k.replace("_orig_mod.", "") for k in fast.state_dict()] == list(model.state_dict())
+        assert list(fast.parameters()) == list(model.parameters())
+        fast.train()
+        assert model.training
+        fast.eval()
+        assert not model.training
+
+
+def test_new_weights_are_read_not_baked_in(stack):
+    model = MLP()
+    fast = kiln.compile(model, stack=stack)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        fast(x)
+        model.fc1.weight.mul_(2)
+        torch.testing.assert_close(fast(x), model(x))
+    assert entries(fast._compiled_forward) == 1
+
+
+def test_inputs_that_require_grad_run_eagerly_for_now(stack):
+    model = MLP()
+    fast = kiln.compile(model, stack=stack)
+    out = fast(torch.randn(3, 8))  # grad mode with parameters that require grad
+    out.sum().backward()
+    assert model.fc1.weight.grad is not None
+
+
+def test_a_failing_stack_runs_eagerly_with_one_warning():
+    def f(x):
+        return x * 5
+
+    dead = kiln.compile(f, stack=_DeadStack())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            torch.testing.assert_close(dead(torch.ones(2)), torch.ones(2) * 5)
+    assert sum("runs eagerly" in str(w.message) for w in caught) == 1
+
+
+class _DeadStack:
+    """A stack whose every call fails as an unreachable one does."""
+
+    def __getattr__(self, name):
+        def fail(*args, **kwargs):
+            raise kiln.KilnError("unavailable", "the stack is gone")
+        return fail
+
+
+def test_a_service_killed_mid_compile_still_returns_the_result(stack):
+    def f(x):
+        return torch.tanh(x) * 7
+
+    pid = next(w["pid"] for s in kiln.status(stack.run_dir)["services"] if s["name"] == "tracer" for w in s["workers"])
+    os.kill(pid, signal.SIGKILL)  # the next trace meets a dead worker: the launcher restarts it
+    fast = kiln.compile(f, stack=stack)
+    x = torch.randn(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.testing.assert_close(fast(x), f(x))  # compiled after a retry, or eager: never an error
+    deadline = time.time() + 20
+    while entries(fast) == 0 and time.time() < deadline:
+        time.sleep(0.2)
+        fast(x)
+    torch.testing.assert_close(fast(x), f(x))
+    assert entries(fast) >= 1
