@@ -305,13 +305,29 @@ class FunctionCache:
         self._next_id = 1
         self._warned = False
         self._last_reasons: list = []
-        if stack is not None:
-            entries, frame, limit = stack.guards_entries(tuple(self.key))
+        got = self._service("guards_entries", tuple(self.key))
+        if got is not None:
+            entries, frame, limit = got
             self.frame = frame
             self.limit = limit or self.limit
             for e in entries:
                 self._add(Entry(e["id"], e["guards"], None, e["artifacts"], e["graphs"], e["outputs"]))
         _caches[fn] = self
+
+    def _service(self, verb: str, *args):
+        """The guards service's answer to `verb`, or None without a stack. A stack object
+        without the guards verbs leaves the entries in this process (one warning); errors of
+        the service itself (KilnError) are the caller's, as every stack error."""
+        if self.stack is None:
+            return None
+        call = getattr(self.stack, verb, None)
+        if call is None:
+            warnings.warn(f"kiln: {type(self.stack).__name__} has no guards service; the entries of "
+                          f"{self.key.module}.{self.key.qualname} stay in this process", RuntimeWarning,
+                          stacklevel=3)
+            self.stack = None
+            return None
+        return call(*args)
 
     @property
     def fn(self) -> Callable | None:
@@ -338,8 +354,8 @@ class FunctionCache:
         (the cache limit is reached: one warning per function)."""
         reasons = list(self._native.last_reasons) if self._entries else []
         self._last_reasons = reasons
-        if self.stack is not None:
-            found = self.stack.guards_lookup(tuple(self.key), self.fn, tuple(args), kwargs)
+        found = self._service("guards_lookup", tuple(self.key), self.fn, tuple(args), kwargs)
+        if found is not None:
             if found["hit"] is not None:
                 e = found["hit"]
                 if e["id"] not in {x.id for x in self._entries}:
@@ -349,9 +365,10 @@ class FunctionCache:
                 return self._eager(reasons)
         if len(self._entries) >= self.limit:
             return self._eager(reasons)
-        if self.stack is not None:
-            job = None if self.job is None else (*self.job, self.recompiles + (1 if reasons else 0))
-            self.frame = self.stack.guards_observe(tuple(self.key), tuple(args), kwargs, self.arg_names, job)
+        job = None if self.job is None else (*self.job, self.recompiles + (1 if reasons else 0))
+        frame = self._service("guards_observe", tuple(self.key), tuple(args), kwargs, self.arg_names, job)
+        if frame is not None:
+            self.frame = frame
         else:
             self.frame.observe(tuple(args), kwargs, self.arg_names)
         if reasons:
@@ -376,8 +393,8 @@ class FunctionCache:
                outputs: str = "") -> Entry:
         """Adds an entry (after those there are); with a stack, the guards service stores it."""
         entry_id = self._next_id
-        if self.stack is not None:
-            reply = self.stack.guards_insert(tuple(self.key), guards, list(artifacts), list(graphs), outputs)
+        reply = self._service("guards_insert", tuple(self.key), guards, list(artifacts), list(graphs), outputs)
+        if reply is not None:
             entry_id = reply["id"]
             if reply["run_eagerly"]:  # over the service's limit: kept here, not stored there
                 self.limit = len(self._entries) + 1
@@ -385,8 +402,9 @@ class FunctionCache:
 
     def mark(self, dim: str, dynamic: bool = True) -> None:
         """mark_dynamic / mark_static of "L['x'].size()[0]" (or "L['n']") for later compiles."""
-        if self.stack is not None:
-            self.frame = self.stack.guards_mark(tuple(self.key), dim, dynamic)
+        frame = self._service("guards_mark", tuple(self.key), dim, dynamic)
+        if frame is not None:
+            self.frame = frame
         else:
             self.frame.mark(dim, dynamic)
 
