@@ -15,6 +15,7 @@
 #include <random>
 #include <unistd.h>
 #include <unordered_set>
+#include <utility>
 
 #include "kiln/guards/input_frontend.h"
 
@@ -456,15 +457,37 @@ bool PyFrontend::own(PyObject* made, Value& out) {
   return true;
 }
 
-bool PyFrontend::loadAttr(PyObject* obj, PyObject* name, Value& out) {
-  if (PyObject* dict = instanceDict(obj)) {
-    if ((out.obj = lookup(dict, name))) return true;
-    if (isModule(obj)) // what Module.__getattr__ would find
-      for (PyObject* field : {parametersName(), buffersName(), modulesName()}) {
-        PyObject* d = lookup(dict, field);
-        if (d && PyDict_Check(d) && (out.obj = lookup(d, name))) return true;
-      }
+PyFrontend::ObjectDicts& PyFrontend::dictsOf(PyObject* obj) {
+  if (last_[0].obj == obj) return last_[0];
+  std::swap(last_[0], last_[1]);
+  if (last_[0].obj == obj) return last_[0];
+  last_[0] = ObjectDicts{};
+  last_[0].obj = obj;
+  last_[0].dict = instanceDict(obj);
+  last_[0].module = last_[0].dict && isModule(obj);
+  return last_[0];
+}
+
+PyObject* PyFrontend::moduleField(ObjectDicts& d, int field) {
+  if (!d.known[field]) {
+    PyObject* name = field == 0 ? parametersName() : field == 1 ? buffersName() : modulesName();
+    PyObject* f = d.dict ? lookup(d.dict, name) : nullptr;
+    d.fields[field] = f && PyDict_Check(f) ? f : nullptr;
+    d.known[field] = true;
   }
+  return d.fields[field];
+}
+
+bool PyFrontend::loadAttr(PyObject* obj, PyObject* name, Value& out) {
+  ObjectDicts& d = dictsOf(obj);
+  if (d.dict) {
+    if ((out.obj = lookup(d.dict, name))) return true;
+    if (d.module) // what Module.__getattr__ would find
+      for (int field = 0; field < 3; ++field)
+        if (PyObject* f = moduleField(d, field))
+          if ((out.obj = lookup(f, name))) return true;
+  }
+  last_[0] = last_[1] = ObjectDicts{};            // what follows may change any dict
   return own(PyObject_GetAttr(obj, name), out); // may run Python code (properties, __getattr__)
 }
 
@@ -477,7 +500,7 @@ bool PyFrontend::loadItem(PyObject* obj, int64_t index, PyObject* indexName, Val
     return true;
   }
   if (!isIndexedContainer(obj)) return false;
-  PyObject* modules = modulesOf(obj);
+  PyObject* modules = moduleField(dictsOf(obj), 2);
   if (!modules) return false;
   if (index >= 0) return (out.obj = lookup(modules, indexName)) != nullptr;
   const int64_t at = index + PyDict_GET_SIZE(modules);

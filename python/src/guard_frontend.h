@@ -136,12 +136,25 @@ private:
   bool loadAttr(PyObject* obj, PyObject* name, Value& out);
   bool loadItem(PyObject* obj, int64_t index, PyObject* indexName, Value& out);
   bool own(PyObject* made, Value& out); // a new reference (null: failed, error cleared)
+  // The dicts an attribute or module item is read from, for the two objects last
+  // read (a ModuleList and its current layer: the list's items, a layer's weight
+  // and bias): found once per run, forgotten before anything that may run Python.
+  struct ObjectDicts {
+    PyObject* obj = nullptr;
+    PyObject* dict = nullptr;     // its instance __dict__
+    bool module = false;          // an nn.Module: _parameters, _buffers, _modules below
+    bool known[3] = {false, false, false};
+    PyObject* fields[3] = {nullptr, nullptr, nullptr};
+  };
+  ObjectDicts& dictsOf(PyObject* obj);
+  PyObject* moduleField(ObjectDicts& d, int field); // 0 _parameters, 1 _buffers, 2 _modules
 
   const LoadedProgram& p_;
   PyObject* function_ = nullptr;
   PyObject* args_;
   PyObject* kwargs_;
   std::vector<PyObject*>& owned_;
+  ObjectDicts last_[2]; // [0] the most recent
 };
 
 // Reusable state of one program's runs. A run that finds it busy (another
