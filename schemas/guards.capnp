@@ -266,12 +266,41 @@ struct ObserveReply {
     frame @0 :FrameState;           # decided: trace with this
     pending @1 :UInt32;             # ranks still to report; ask again
   }
+  missing @2 :List(UInt32);         # with `pending`: which ranks, ascending
 }
 
 struct MarkRequest {
   function @0 :FunctionKey;
   dim @1 :Text;                     # "L['x'].size()[0]"
   dynamic @2 :Bool;                 # true: mark_dynamic, false: mark_static
+}
+
+# ---- On disk -------------------------------------------------------------
+
+# The guards service's file for one function (docs/guards.md, "Persistence"):
+# everything it knows of it, written whole under a temporary name and renamed.
+struct StoredFunction {
+  function @0 :FunctionKey;
+  entries @1 :List(CompiledEntry);  # in entry order, ids assigned
+  frame @2 :FrameState;             # automatic dynamic and the marks
+  nextId @3 :UInt64;                # the id the next insert gets
+  rounds @4 :List(StoredRound);     # the job rounds still remembered, oldest first
+}
+
+# One round of a job's ranks deciding a function's frame state together.
+struct StoredRound {
+  job @0 :Text;
+  round @1 :UInt64;
+  worldSize @2 :UInt32;
+  base @3 :FrameState;              # the function's frame state when the round began
+  reports @4 :List(RankReport);     # by rank, ascending
+  decided @5 :Bool;
+  frame @6 :FrameState;             # with `decided`: the answer of every rank
+}
+
+struct RankReport {
+  rank @0 :UInt32;
+  observation @1 :Observation;
 }
 
 struct GuardsRequest {

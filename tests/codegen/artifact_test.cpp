@@ -73,6 +73,18 @@ TEST(Artifact, RenamedInputsShareAKeyOtherGraphsDoNot) {
   EXPECT_EQ(build("x", "exp").size(), 32u);
 }
 
+TEST(Artifact, SymbolHintsDoNotChangeTheKey) {
+  auto build = [](int64_t hint) {
+    sym::SymbolTable table;
+    ir::Graph g(table);
+    sym::Expr s0 = table.declare("s0", hint, {2, sym::kInf});
+    ir::ValueId x = g.placeholder("x", ir::Value(ir::TensorMeta::contiguous(DType::Float32, {s0, table.integer(3)}, table)));
+    g.setOutputs({g.call("relu", {x})});
+    return artifactKey(g, "cpu");
+  };
+  EXPECT_EQ(build(4), build(8)) << "the ranks of a job with other batch sizes must share the artifact";
+}
+
 TEST(Artifact, CorruptBytesAreMalformedNeverLoaded) {
   sym::SymbolTable table;
   ir::Graph graph(table);

@@ -11,6 +11,7 @@
 #include "kiln/codegen/cpu_run.h"
 #include "kiln/codegen/loop_eval.h"
 #include "kiln/codegen/lower.h"
+#include "kiln/codegen/schedule.h"
 #include "kiln/common/error.h"
 #include "kiln/ir/interpreter.h"
 #include "kiln/ir/print.h"
@@ -54,6 +55,15 @@ struct Lower : ::testing::Test {
       values.push_back(ir::isFloating(dtype) ? dist(rng) : std::floor(dist(rng)));
     return HostTensor::fromDoubles(dtype, std::move(sizes), values);
   }
+  size_t kernels(const Program& p) { return schedule(p).kernels.size(); }
+  Attr dims(std::vector<int64_t> d) { return {"dims", std::move(d)}; }
+  ValueId transpose(ValueId v, int64_t a, int64_t b) {
+    return graph.call("transpose", {v}, {{"dim0", a}, {"dim1", b}});
+  }
+  ValueId slice(ValueId v, int64_t dim, int64_t start, int64_t end, int64_t step) {
+    return graph.call("slice", {v}, {{"dim", dim}, {"start", start}, {"end", end}, {"step", step}});
+  }
+  ValueId scaled(ValueId v, double by) { return graph.call("mul", {v}, {{"other", by}}); }
   size_t countKind(const Program& p, BufferKind kind) {
     size_t n = 0;
     for (const Buffer& b : p.buffers) n += b.kind == kind;
@@ -351,6 +361,270 @@ TEST_F(Lower, MutationsWriteTheirTargetInOrder) {
   size_t aliases = 0;
   for (const Buffer& b : p.buffers) aliases += b.aliasOf.has_value();
   EXPECT_EQ(aliases, 5u) << print(p);
+}
+
+// Views of bodies fold into the index their consumer reads: the body is never
+// stored, and producer and consumer are one kernel.
+TEST_F(Lower, TransposeOfABodyFusesWithItsConsumer) {
+  ValueId x = input("x", DType::Float32, ints({4, 6}));
+  ValueId y = input("y", DType::Float32, ints({6, 4}));
+  graph.setOutputs({graph.call("add", {transpose(graph.call("exp", {x}), 0, 1), y})});
+  Program p = expectSameValues({random(DType::Float32, {4, 6}), random(DType::Float32, {6, 4})});
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 1u) << print(p);
+  EXPECT_EQ(kernels(p), 1u) << print(p);
+}
+
+TEST_F(Lower, PermuteAndTransposeOfBodies) {
+  ValueId x = input("x", DType::Float32, ints({2, 3, 4}));
+  ValueId y = input("y", DType::Float32, ints({4, 2, 3}));
+  ValueId e = graph.call("sin", {x});
+  ValueId permuted = graph.call("permute", {e}, {dims({2, 0, 1})});
+  ValueId back =
+      transpose(transpose(graph.call("neg", {x}), -1, 0), 1, 2); // [4, 3, 2] then [4, 2, 3]
+  graph.setOutputs({graph.call("add", {graph.call("add", {permuted, y}), back})});
+  Program p =
+      expectSameValues({random(DType::Float32, {2, 3, 4}), random(DType::Float32, {4, 2, 3})});
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 1u) << print(p);
+  EXPECT_EQ(kernels(p), 1u) << print(p);
+}
+
+TEST_F(Lower, ExpandOfABodyReadsItsBroadcastDimsAtZero) {
+  ValueId x = input("x", DType::Float32, {s0, table.integer(6)});
+  ValueId z = input("z", DType::Float32, {table.integer(3), s0, table.integer(6)});
+  ValueId b = input("b", DType::Float32, {s0, table.integer(1)});
+  ValueId expanded =
+      graph.call("expand", {graph.call("unsqueeze", {scaled(x, 2.0)}, {{"dim", int64_t{0}}})},
+                 {{"size", std::vector<sym::Expr>{table.integer(3), s0, table.integer(6)}}});
+  ValueId wide = graph.call("expand", {graph.call("exp", {b})},
+                            {{"size", std::vector<sym::Expr>{s0, table.integer(6)}}});
+  graph.setOutputs({graph.call("add", {graph.call("add", {expanded, z}), wide})});
+  Program p = expectSameValues({random(DType::Float32, {4, 6}), random(DType::Float32, {3, 4, 6}),
+                                random(DType::Float32, {4, 1})});
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 1u) << print(p);
+  EXPECT_EQ(kernels(p), 1u) << print(p);
+}
+
+TEST_F(Lower, ExpandOfABigBodyIsStored) {
+  ValueId x = input("x", DType::Float32, ints({4, 1}));
+  ValueId big = x;
+  for (int k = 0; k < 8; ++k) big = graph.call(k % 2 ? "sin" : "exp", {graph.call("neg", {big})});
+  ValueId wide = graph.call("expand", {big}, {{"size", ints({4, 16})}});
+  graph.setOutputs({scaled(wide, 2.0)});
+  Program p = expectSameValues({random(DType::Float32, {4, 1}, -1, 1)});
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 2u) << print(p); // computed once per row
+}
+
+TEST_F(Lower, SliceSelectAndNarrowOfBodies) {
+  ValueId x = input("x", DType::Float32, ints({4, 12}));
+  ValueId a = input("a", DType::Float32, ints({5, 6}));
+  ValueId b = input("b", DType::Float32, ints({5, 6}));
+  ValueId plus = graph.call("add", {x}, {{"other", 1.0}});
+  ValueId stepped = slice(plus, 1, 2, 10, 2);   // [4, 4]
+  ValueId clamped = slice(plus, 1, -5, 100, 3); // [4, 2]
+  ValueId chosen = graph.call("select", {graph.call("mul", {a, b})},
+                              {{"dim", int64_t{1}}, {"index", int64_t{3}}}); // [5]
+  ValueId last = graph.call("select", {graph.call("mul", {a, b})},
+                            {{"dim", int64_t{0}}, {"index", int64_t{-1}}}); // [6]
+  ValueId narrowed =
+      graph.call("narrow", {graph.call("exp", {x})},
+                 {{"dim", int64_t{-1}}, {"start", int64_t{-4}}, {"length", int64_t{3}}});
+  graph.setOutputs({scaled(stepped, 3.0), scaled(clamped, 3.0), scaled(chosen, 2.0),
+                    scaled(last, 2.0), scaled(narrowed, 0.5)});
+  Program p = expectSameValues({random(DType::Float32, {4, 12}), random(DType::Float32, {5, 6}),
+                                random(DType::Float32, {5, 6})});
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 5u) << print(p); // the outputs only
+}
+
+TEST_F(Lower, ReshapeViewAndUnflattenOfBodies) {
+  ValueId x = input("x", DType::Float32, {s0, table.integer(6)});
+  ValueId y = input("y", DType::Float32, {table.integer(3), s0, table.integer(2)});
+  ValueId plus = graph.call("add", {x}, {{"other", 1.0}});
+  ValueId viewed = graph.call(
+      "view", {plus}, {{"size", std::vector<sym::Expr>{table.integer(3), s0, table.integer(2)}}});
+  ValueId reshaped =
+      graph.call("reshape", {graph.call("exp", {x})},
+                 {{"size", std::vector<sym::Expr>{table.integer(3), s0, table.integer(2)}}});
+  ValueId unflat = graph.call(
+      "unflatten", {graph.call("neg", {x})},
+      {{"dim", int64_t{1}}, {"sizes", std::vector<sym::Expr>{table.integer(3), table.integer(2)}}});
+  ValueId flat = graph.call("view", {graph.call("sin", {y})},
+                            {{"size", std::vector<sym::Expr>{table.integer(-1)}}});
+  ValueId heads =
+      graph.call("view", {graph.call("cos", {y})}, // size-1 dims added
+                 {{"size", std::vector<sym::Expr>{table.integer(1), table.integer(3), s0,
+                                                  table.integer(2), table.integer(1)}}});
+  graph.setOutputs({graph.call("add", {graph.call("add", {viewed, reshaped}), y}),
+                    scaled(unflat, 2.0), scaled(flat, 2.0), scaled(heads, 2.0)});
+  Program p = expectSameValues({random(DType::Float32, {4, 6}), random(DType::Float32, {3, 4, 2})});
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 4u) << print(p);
+  // Each group of dims maps on its own ([1, 3] to [3], [s0] to [s0], [2, 1] to [2]): no
+  // division, which a flat position over the symbolic size would need.
+  std::string split = print(p.buffers.back().loops.body, p);
+  EXPECT_EQ(split.find('%'), std::string::npos) << split;
+  EXPECT_EQ(split.find("//"), std::string::npos) << split;
+  // The same program for other sizes of s0.
+  for (int64_t n : {2, 5, 9}) {
+    std::vector<HostTensor> in = {random(DType::Float32, {n, 6}),
+                                  random(DType::Float32, {3, n, 2})};
+    std::vector<HostTensor> expected = ir::interpret(graph, in);
+    expectClose(evaluate(p, graph, in), expected, 1e-5, p, "evaluated");
+  }
+}
+
+TEST_F(Lower, SqueezeAndUnsqueezeOfBodies) {
+  ValueId x = input("x", DType::Float32, ints({3, 1, 4, 1}));
+  ValueId y = input("y", DType::Float32, ints({3, 4}));
+  ValueId all = graph.call("squeeze", {graph.call("exp", {x})});
+  ValueId one =
+      graph.call("squeeze", {graph.call("neg", {x})}, {{"dim", std::vector<int64_t>{-1}}});
+  ValueId added = graph.call("unsqueeze", {graph.call("sin", {y})}, {{"dim", int64_t{-2}}});
+  graph.setOutputs({graph.call("add", {all, y}), scaled(one, 2.0), scaled(added, 2.0)});
+  Program p =
+      expectSameValues({random(DType::Float32, {3, 1, 4, 1}), random(DType::Float32, {3, 4})});
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 3u) << print(p);
+}
+
+TEST_F(Lower, ChainsOfViewsOfABodyAreOneKernel) {
+  // transpose, then slice, then reshape, then a broadcast against an input
+  ValueId x = input("x", DType::Float32, {s0, table.integer(8)});
+  ValueId y = input("y", DType::Float32, {table.integer(2), table.integer(1), s0});
+  ValueId t = transpose(graph.call("exp", {x}), 0, 1); // [8, s0]
+  ValueId s = slice(t, 0, 1, 8, 2);                    // [4, s0]
+  ValueId r = graph.call(
+      "reshape", {s}, {{"size", std::vector<sym::Expr>{table.integer(2), table.integer(2), s0}}});
+  graph.setOutputs({graph.call("mul", {r, y})});
+  Program p = expectSameValues({random(DType::Float32, {4, 8}), random(DType::Float32, {2, 1, 4})});
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 1u) << print(p);
+  EXPECT_EQ(kernels(p), 1u) << print(p);
+  for (int64_t n : {2, 3, 7}) {
+    std::vector<HostTensor> in = {random(DType::Float32, {n, 8}),
+                                  random(DType::Float32, {2, 1, n})};
+    expectClose(evaluate(p, graph, in), ir::interpret(graph, in), 1e-5, p, "evaluated");
+  }
+}
+
+TEST_F(Lower, ViewsOfViewsOfInputsAndBroadcastsAfterViews) {
+  ValueId x = input("x", DType::Float32, ints({6, 4}));
+  ValueId y = input("y", DType::Float32, ints({3, 6}));
+  ValueId ofInput = slice(transpose(x, 0, 1), 1, 0, 6, 2); // [4, 3] of x
+  ValueId row = graph.call("select", {graph.call("exp", {y})},
+                           {{"dim", int64_t{0}}, {"index", int64_t{1}}});                 // [6]
+  ValueId col = graph.call("unsqueeze", {slice(row, 0, 0, 6, 2)}, {{"dim", int64_t{0}}}); // [1, 3]
+  graph.setOutputs(
+      {graph.call("add", {ofInput, col}), graph.call("mul", {transpose(x, 0, 1), row})});
+  Program p = expectSameValues({random(DType::Float32, {6, 4}), random(DType::Float32, {3, 6})});
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 2u) << print(p); // the outputs only
+}
+
+TEST_F(Lower, PiecesOfBodies) {
+  ValueId x = input("x", DType::Float32, ints({5, 4}));
+  ValueId e = graph.call("exp", {x});
+  ValueId chunks = graph.call("chunk", {e}, {{"chunks", int64_t{2}}}); // rows 0-2, 3-4
+  ValueId rows = graph.call("unbind", {graph.call("neg", {x})}, {{"dim", int64_t{1}}});
+  auto item = [&](ValueId t, int64_t k) { return graph.call("getitem", {t}, {{"index", k}}); };
+  graph.setOutputs(
+      {scaled(item(chunks, 1), 2.0), graph.call("add", {item(rows, 3), item(rows, 0)})});
+  Program p = expectSameValues({random(DType::Float32, {5, 4})});
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 2u) << print(p);
+}
+
+TEST_F(Lower, ViewsOfBodiesThatAreOutputsAliasTheStoredBody) {
+  ValueId x = input("x", DType::Float32, ints({4, 6}));
+  ValueId e = graph.call("exp", {x});
+  graph.setOutputs({transpose(e, 0, 1), e, slice(e, 1, 1, 6, 2)});
+  Program p = expectSameValues({random(DType::Float32, {4, 6})});
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 1u) << print(p); // exp(x), viewed three ways
+}
+
+TEST_F(Lower, AsStridedOfABodyIsStored) {
+  ValueId x = input("x", DType::Float32, ints({4, 6}));
+  ValueId overlapping =
+      graph.call("as_strided", {graph.call("exp", {x})},
+                 {{"size", std::vector<sym::Expr>{table.integer(3), table.integer(4)}},
+                  {"stride", std::vector<sym::Expr>{table.integer(2), table.integer(1)}},
+                  {"storage_offset", int64_t{1}}});
+  graph.setOutputs({scaled(overlapping, 2.0)});
+  Program p = expectSameValues({random(DType::Float32, {4, 6})});
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 2u) << print(p);
+}
+
+TEST_F(Lower, MutatedViewsOfBodiesWriteTheStoredBody) {
+  // v views y and is written in place: y is stored and sees the write. w views
+  // u, which is written after: w sees the write too.
+  ValueId x = input("x", DType::Float32, ints({3, 4}));
+  ValueId y = graph.call("add", {x}, {{"other", 1.0}});
+  ValueId v = transpose(y, 0, 1);
+  ValueId written = graph.call("mul_", {v}, {{"other", -2.0}});
+  ValueId u = graph.call("exp", {x});
+  ValueId w = slice(u, 1, 1, 4, 2);
+  ValueId bumped = graph.call("add_", {u}, {{"other", 10.0}});
+  ValueId z = graph.call("sin", {x});
+  ValueId zv = graph.call("select", {z}, {{"dim", int64_t{0}}, {"index", int64_t{1}}});
+  ValueId zout = graph.call("neg_out", {graph.call("neg", {x}), z}); // out= into z's memory
+  graph.setOutputs({y, written, scaled(w, 1.0), bumped, scaled(zv, 1.0), zout});
+  Program p = expectSameValues({random(DType::Float32, {3, 4})});
+  size_t aliases = 0;
+  for (const Buffer& b : p.buffers) aliases += b.aliasOf.has_value();
+  EXPECT_EQ(aliases, 3u) << print(p);
+}
+
+TEST_F(Lower, GatheredBodiesAreReadAtThePickedIndex) {
+  ValueId w = input("w", DType::Float32, ints({10, 4}));
+  ValueId ids = input("ids", DType::Int64, ints({2, 3}));
+  ValueId idx = input("idx", DType::Int64, ints({5}));
+  ValueId g = input("g", DType::Int64, ints({10, 2}));
+  ValueId scale = input("scale", DType::Float32, ints({4}));
+  ValueId small = graph.call("mul", {w, scale});
+  graph.setOutputs(
+      {graph.call("embedding", {small, ids}),
+       graph.call("index_select", {transpose(graph.call("exp", {w}), 0, 1), idx},
+                  {{"dim", int64_t{1}}}),
+       graph.call("gather", {graph.call("add", {small, w}), g}, {{"dim", int64_t{1}}})});
+  Program p =
+      expectSameValues({random(DType::Float32, {10, 4}), random(DType::Int64, {2, 3}, 0, 10),
+                        random(DType::Int64, {5}, 0, 10), random(DType::Int64, {10, 2}, 0, 4),
+                        random(DType::Float32, {4})});
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 3u) << print(p); // the outputs only
+  // An index out of range is still an error.
+  std::vector<HostTensor> bad = {random(DType::Float32, {10, 4}),
+                                 random(DType::Int64, {2, 3}, 10, 12),
+                                 random(DType::Int64, {5}, 0, 10),
+                                 random(DType::Int64, {10, 2}, 0, 4), random(DType::Float32, {4})};
+  EXPECT_THROW(evaluate(p, graph, bad), Error);
+}
+
+TEST_F(Lower, ViewsOfBodiesAtTheEdges) {
+  ValueId x = input("x", DType::Float32, ints({3, 3}));
+  ValueId w = input("w", DType::Float32, ints({3, 2}));
+  ValueId idx = input("idx", DType::Int64, ints({3, 2}));
+  ValueId e = graph.call("exp", {x});
+  ValueId empty = slice(e, 0, 2, 2, 1);                        // [0, 3]
+  ValueId product = graph.call("mm", {transpose(e, 0, 1), w}); // an extern reads the view
+  ValueId g = graph.call("gather", {scaled(x, 2.0), idx}, {{"dim", int64_t{-1}}});
+  ValueId point = graph.call("expand",
+                             {graph.call("unsqueeze", {graph.call("neg", {graph.call("sum", {x})})},
+                                         {{"dim", int64_t{0}}})},
+                             {{"size", ints({4})}}); // of a 0-d body
+  graph.setOutputs(
+      {scaled(empty, 2.0), product, graph.call("mul", {g, g}),
+       graph.call("add", {slice(g, 0, 0, 2, 1), transpose(slice(g, 0, 1, 3, 1), 0, 1)}),
+       scaled(point, 1.0)});
+  expectSameValues({random(DType::Float32, {3, 3}), random(DType::Float32, {3, 2}),
+                    random(DType::Int64, {3, 2}, 0, 3)},
+                   1e-4);
+}
+
+TEST_F(Lower, BigOrIndexDependentGatheredBodiesAreStored) {
+  ValueId w = input("w", DType::Float32, ints({6, 3}));
+  ValueId ids = input("ids", DType::Int64, ints({4}));
+  ValueId big = w;
+  for (int k = 0; k < 8; ++k) big = graph.call(k % 2 ? "sin" : "exp", {graph.call("neg", {big})});
+  ValueId rows = graph.call("arange", {}, {{"end", int64_t{6}}});
+  ValueId counted = graph.call("add", {w, graph.call("unsqueeze", {rows}, {{"dim", int64_t{1}}})});
+  graph.setOutputs({graph.call("embedding", {big, ids}), graph.call("embedding", {counted, ids})});
+  Program p =
+      expectSameValues({random(DType::Float32, {6, 3}, -1, 1), random(DType::Int64, {4}, 0, 6)});
+  EXPECT_EQ(countKind(p, BufferKind::Computed), 4u) << print(p); // both sources stored
 }
 
 TEST_F(Lower, PrintsBuffersAndBodies) {

@@ -81,11 +81,32 @@ TEST_F(Fusion, TwoLayerMlpIsTwoMatmulsAndAtMostTwoKernels) {
 
 TEST_F(Fusion, ReadsAtAnotherIndexSplitKernels) {
   ValueId x = input("x", {n(4), n(6)});
-  ValueId e = graph.call("exp", {x});
+  ValueId e = x; // too big to recompute in both readers: stored
+  for (int k = 0; k < 8; ++k) e = graph.call(k % 2 ? "sin" : "exp", {graph.call("neg", {e})});
   ValueId t = graph.call("transpose", {e}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
   graph.setOutputs({e, graph.call("add", {t}, {{"other", 1.0}})});
   Counts c = scheduled();
-  EXPECT_EQ(c.kernels, 2u) << c.text; // the transposed read needs all of exp first
+  EXPECT_EQ(c.kernels, 2u) << c.text; // the transposed read needs all of e first
+}
+
+TEST_F(Fusion, ViewsOfBodiesFuseWithTheirProducer) {
+  ValueId x = input("x", {s0, n(64)});
+  ValueId b = input("b", {n(64)});
+  ValueId heads = graph.call("view", {graph.call("add", {x, b})},
+                             {{"size", std::vector<sym::Expr>{s0, n(4), n(16)}}});
+  ValueId permuted = graph.call("permute", {heads}, {{"dims", std::vector<int64_t>{1, 0, 2}}});
+  graph.setOutputs({graph.call("mul", {permuted}, {{"other", 2.0}})});
+  Counts c = scheduled();
+  EXPECT_EQ(c.kernels, 1u) << c.text;
+}
+
+TEST_F(Fusion, SoftmaxOfATransposedBodyIsOneKernel) {
+  ValueId x = input("x", {n(64), s0});
+  ValueId t = graph.call("transpose", {graph.call("exp", {x})},
+                         {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+  graph.setOutputs({graph.call("softmax", {t}, {{"dim", int64_t{-1}}})});
+  Counts c = scheduled();
+  EXPECT_EQ(c.kernels, 1u) << c.text;
 }
 
 TEST_F(Fusion, ExplainNamesEachKernelsBuffers) {

@@ -3,14 +3,17 @@
 #include <filesystem>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include <capnp/serialize.h>
 #include <fmt/format.h>
 
 #include "kiln/common/process.h"
+#include "kiln/guards/wire.h"
 #include "kiln/ir/wire.h"
 #include "kiln/schema/codegen.capnp.h"
 #include "kiln/schema/common.capnp.h"
+#include "kiln/schema/guards.capnp.h"
 #include "kiln/schema/launcher.capnp.h"
 #include "kiln/schema/tracer.capnp.h"
 
@@ -141,6 +144,133 @@ Compiled Stack::compile(const ir::Graph& graph, const std::string& target, Milli
     auto bytes = words.asBytes();
     return Compiled{std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size()),
                     root.getCompile().getCacheHit()};
+  });
+}
+
+// ---- guards ---------------------------------------------------------------
+
+static constexpr const char* kGuards = "guards";
+
+static schema::GuardsReply::Reader guardsReply(rpc::Message& reply, schema::GuardsReply::Which verb,
+                                               const char* name) {
+  auto root = reply.root<schema::GuardsReply>();
+  if (root.which() != verb)
+    throw Error(ErrorCode::Malformed, fmt::format("reply to `{}` is not {}", name, name), kGuards);
+  return root;
+}
+
+GuardsLookup Stack::guardsLookup(const guards::FunctionKey& function, const guards::CallInput& call,
+                                 Millis timeout) {
+  capnp::MallocMessageBuilder request;
+  auto lookup = request.initRoot<schema::GuardsRequest>().initLookup();
+  guards::toWire(function, lookup.initFunction());
+  guards::toWire(call, lookup.initCall());
+  auto reply = rpc_->call(kGuards, request, timeout);
+  return rpc::decoding([&] {
+    auto in = guardsReply(*reply, schema::GuardsReply::LOOKUP, "lookup").getLookup();
+    GuardsLookup out;
+    if (in.isHit()) {
+      out.hit = guards::fromWire(in.getHit());
+      return out;
+    }
+    auto miss = in.getMiss();
+    for (auto r : miss.getReasons()) out.reasons.emplace_back(r.getEntry(), r.getReason().cStr());
+    out.runEagerly = miss.getRunEagerly();
+    out.frame = guards::fromWire(miss.getFrame());
+    return out;
+  });
+}
+
+GuardsEntries Stack::guardsEntries(const guards::FunctionKey& function, Millis timeout) {
+  capnp::MallocMessageBuilder request;
+  guards::toWire(function, request.initRoot<schema::GuardsRequest>().initEntries());
+  auto reply = rpc_->call(kGuards, request, timeout);
+  return rpc::decoding([&] {
+    auto in = guardsReply(*reply, schema::GuardsReply::ENTRIES, "entries").getEntries();
+    GuardsEntries out;
+    for (auto e : in.getEntries()) out.entries.push_back(guards::fromWire(e));
+    out.frame = guards::fromWire(in.getFrame());
+    out.limit = in.getLimit();
+    return out;
+  });
+}
+
+GuardsInsert Stack::guardsInsert(const guards::FunctionKey& function,
+                                 const guards::CompiledEntry& entry, Millis timeout) {
+  capnp::MallocMessageBuilder request;
+  auto insert = request.initRoot<schema::GuardsRequest>().initInsert();
+  guards::toWire(function, insert.initFunction());
+  guards::toWire(entry, insert.initEntry());
+  auto reply = rpc_->call(kGuards, request, timeout);
+  return rpc::decoding([&] {
+    auto in = guardsReply(*reply, schema::GuardsReply::INSERT, "insert").getInsert();
+    return GuardsInsert{in.getId(), in.getRunEagerly()};
+  });
+}
+
+// A job's rank asks again while its round waits for other ranks; each ask
+// carries the same report (a restarted service learns it again from the next).
+guards::FrameState Stack::guardsObserve(const guards::FunctionKey& function,
+                                        const std::vector<guards::FrameInput>& seen,
+                                        const std::optional<guards::JobMember>& job,
+                                        Millis timeout) {
+  capnp::MallocMessageBuilder request;
+  auto observe = request.initRoot<schema::GuardsRequest>().initObserve();
+  guards::toWire(function, observe.initFunction());
+  guards::toWire(seen, observe.initObservation().initInputs(static_cast<unsigned>(seen.size())));
+  if (job) guards::toWire(*job, observe.initJob());
+  const auto deadline = Clock::now() + timeout;
+  Millis pause(5);
+  std::vector<uint32_t> missing; // as the last answer said
+  for (;;) {
+    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    if (left.count() > 0) {
+      std::unique_ptr<rpc::Message> reply;
+      try {
+        reply = rpc_->call(kGuards, request, left);
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::DeadlineExceeded || !job) throw;
+      }
+      if (reply) {
+        std::optional<guards::FrameState> frame =
+            rpc::decoding([&]() -> std::optional<guards::FrameState> {
+              auto in = guardsReply(*reply, schema::GuardsReply::OBSERVE, "observe").getObserve();
+              if (in.isFrame()) return guards::fromWire(in.getFrame());
+              missing.clear();
+              for (uint32_t rank : in.getMissing()) missing.push_back(rank);
+              return std::nullopt;
+            });
+        if (frame) return std::move(*frame);
+        if (!job)
+          throw Error(ErrorCode::Malformed, "observe without a job answered pending", kGuards);
+      }
+    }
+    if (Clock::now() + pause >= deadline) {
+      std::string ranks;
+      for (uint32_t rank : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(rank);
+      throw Error(ErrorCode::DeadlineExceeded,
+                  fmt::format("guards observe of {}: job '{}' round {}: rank(s) {} of {} did not "
+                              "report within {} ms",
+                              function.text(), job ? job->job : "", job ? job->round : 0,
+                              ranks.empty() ? "?" : ranks, job ? job->worldSize : 1,
+                              timeout.count()),
+                  kGuards);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, Millis(50));
+  }
+}
+
+guards::FrameState Stack::guardsMark(const guards::FunctionKey& function, const std::string& dim,
+                                     bool dynamic, Millis timeout) {
+  capnp::MallocMessageBuilder request;
+  auto mark = request.initRoot<schema::GuardsRequest>().initMark();
+  guards::toWire(function, mark.initFunction());
+  mark.setDim(dim);
+  mark.setDynamic(dynamic);
+  auto reply = rpc_->call(kGuards, request, timeout);
+  return rpc::decoding([&] {
+    return guards::fromWire(guardsReply(*reply, schema::GuardsReply::MARK, "mark").getMark());
   });
 }
 

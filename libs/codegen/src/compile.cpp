@@ -37,7 +37,9 @@ const std::string& compilerVersion() {
 }
 
 // The graph's text with placeholder names replaced by their position, so a
-// renamed input compiles to the same artifact.
+// renamed input compiles to the same artifact, and without the symbols' hints:
+// they are one call's sizes, nothing compiled depends on them, and calls (or
+// the ranks of a job) with other sizes must share the artifact.
 std::string structureText(const ir::Graph& graph) {
   ir::Graph copy(graph.symbols());
   uint32_t k = 0;
@@ -46,7 +48,13 @@ std::string structureText(const ir::Graph& graph) {
     copy.append(std::move(node));
   }
   copy.setOutputs(graph.outputs());
-  return ir::print(copy);
+  std::istringstream text(ir::print(copy));
+  std::string out;
+  for (std::string line; std::getline(text, line);) {
+    if (line.rfind("symbol ", 0) == 0) line = line.substr(0, line.find(" hint "));
+    out += line + "\n";
+  }
+  return out;
 }
 
 std::string readBytes(const std::string& path) {

@@ -2,6 +2,7 @@
 // or a body over index variables that its consumers inline (see lower.h).
 #include "kiln/codegen/lower.h"
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <unordered_map>
@@ -9,6 +10,7 @@
 #include "kiln/common/error.h"
 #include "kiln/ir/op_registry.h"
 #include "kiln/ir/passes.h"
+#include "kiln/sym/eval.h"
 #include "kiln/sym/range.h"
 #include "kiln/sym/symbol_table.h"
 
@@ -37,6 +39,9 @@ struct Lowered {
   // Not stored: the element at index `vars` is `body`.
   Index vars;
   Scalar body;
+  // A view of a body folded into its index: the value it views (a body when
+  // folded), which realizing stores so that the view aliases it.
+  std::optional<ValueId> viewed;
 };
 
 bool isExternOp(const std::string& op) {
@@ -85,6 +90,7 @@ public:
 
   Program run() {
     countUses();
+    findWrittenStorage();
     for (ValueId id = 0; id < graph_->size(); ++id) {
       const ir::Node& node = graph_->node(id);
       values_.push_back(node.kind == ir::NodeKind::Placeholder ? lowerPlaceholder(node, id)
@@ -119,6 +125,30 @@ private:
     for (ValueId out : graph_->outputs()) ++uses_.at(out);
   }
 
+  // Whether each value shares its storage with a tensor a mutation writes:
+  // views, pieces and reshapes (which may view) alias their input, a mutation's
+  // result the tensor it writes.
+  void findWrittenStorage() {
+    std::vector<ValueId> storage(graph_->size());
+    std::vector<bool> written(graph_->size(), false);
+    for (ValueId id = 0; id < graph_->size(); ++id) {
+      const ir::Node& n = graph_->node(id);
+      storage[id] = id;
+      if (n.kind == ir::NodeKind::Placeholder) continue;
+      const ir::OpInfo& info = ir::getOp(n.target);
+      const std::string& op = n.target;
+      if (info.mutates) {
+        storage[id] = storage[*info.mutates == 0 ? n.inputs.front() : n.inputs.back()];
+        written[storage[id]] = true;
+      } else if (ir::isViewOp(op) || n.value.isTuple() || op == "getitem" || op == "reshape" ||
+                 op == "flatten" || op == "contiguous") {
+        storage[id] = storage[n.inputs.front()];
+      }
+    }
+    written_.assign(graph_->size(), false);
+    for (ValueId id = 0; id < graph_->size(); ++id) written_[id] = written[storage[id]];
+  }
+
   // Fresh index variables, one per range, named <prefix><n>; constant ranges
   // bound them (which lets index arithmetic simplify).
   Index freshVars(const char* prefix, const Shape& ranges) {
@@ -150,7 +180,30 @@ private:
     }
     std::unordered_map<sym::Expr, sym::Expr> bind;
     for (size_t k = 0; k < idx.size(); ++k) bind.emplace(v.vars[k], idx[k]);
-    return substitute(v.body, bind);
+    return withFreshIndirect(substitute(v.body, bind));
+  }
+
+  // `s` with the symbols its indirect loads bind renamed afresh: a body inlined
+  // twice into a kernel must not bind one symbol twice.
+  Scalar withFreshIndirect(const Scalar& s) {
+    std::vector<Scalar> args;
+    for (const Scalar& a : s->args) args.push_back(withFreshIndirect(a));
+    if (s->kind == ScalarKind::Load && !s->indirect.empty()) {
+      Index symbols = freshVars("t", Shape(s->indirect.size(), table_.integer(0)));
+      std::unordered_map<sym::Expr, sym::Expr> rename;
+      for (size_t k = 0; k < symbols.size(); ++k) rename.emplace(s->indirect[k], symbols[k]);
+      return indirectLoad(s->dtype, s->buffer, sym::substitute(s->index, rename),
+                          std::move(symbols), std::move(args), s->indirectSizes);
+    }
+    return withArgs(s, std::move(args));
+  }
+
+  // `s` with other arguments (itself when they are the same).
+  static Scalar withArgs(const Scalar& s, std::vector<Scalar> args) {
+    if (args == s->args) return s;
+    ScalarNode n = *s;
+    n.args = std::move(args);
+    return std::make_shared<const ScalarNode>(std::move(n));
   }
 
   // `v`'s index for the output index `idx` of an op that broadcast v to `sizes`.
@@ -164,9 +217,17 @@ private:
     return out;
   }
 
-  // Stores a body into a new buffer laid out as its meta.
+  // Stores a body into a new buffer laid out as its meta; a folded view stores
+  // the value it views instead, and views that.
   void realize(Lowered& v) {
     if (v.buffer) return;
+    if (v.viewed) {
+      Lowered& viewed = values_.at(*v.viewed);
+      realize(viewed);
+      v.buffer = viewed.buffer;
+      v.base = viewed.base; // as lowerView's views of stored values
+      return;
+    }
     Buffer b;
     b.kind = BufferKind::Computed;
     b.layout = v.meta;
@@ -273,20 +334,19 @@ private:
       v.symInt = node.value.symInt();
       return v;
     }
-    if (node.value.isTuple()) return lowerPieces(node, a);
+    if (node.value.isTuple()) return lowerPieces(node, id, a);
     const TensorMeta& meta = node.value.tensor();
     if (op == "getitem") {
       Lowered piece = values_.at(node.inputs[0]).pieces.at(std::get<int64_t>(node.attrs[0].value));
       return piece;
     }
-    if (ir::isViewOp(op)) return lowerView(node, meta);
+    if (ir::isViewOp(op)) return lowerView(node, id, a, meta);
     if (isExternOp(op)) return lowerExtern(node, meta);
     if (ReduceOp r = reduceOpOf(op); r != ReduceOp::None) return lowerReduction(node, a, meta, r);
     if (std::optional<Lowered> v = lowerPointwise(node, a, meta)) return std::move(*v);
     if (std::optional<Lowered> v = lowerCopy(node, a, meta)) return std::move(*v);
     if (std::optional<Lowered> v = lowerCreation(node, a, meta)) return std::move(*v);
     if (std::optional<Lowered> v = lowerIndexing(node, a, meta)) return std::move(*v);
-    (void)id;
     throw Error(ErrorCode::Unsupported, "codegen: no lowering for op '" + op + "' yet");
   }
 
@@ -300,8 +360,11 @@ private:
       throw Error(ErrorCode::Unsupported, "codegen: " + node.target + " writes a non-tensor");
     realize(values_.at(written));
     BufferId memory = *values_.at(written).buffer;
-    for (Lowered& v : values_)
+    for (Lowered& v : values_) {
       if (v.kind == Lowered::Tensor && !v.buffer && reads(v.body, memory)) realize(v);
+      for (Lowered& piece : v.pieces) // of a split folded into its input's body
+        if (!piece.buffer && reads(piece.body, memory)) realize(piece);
+    }
     ir::Node functional = node;
     functional.target = info.functional;
     if (*info.mutates != 0) functional.inputs.pop_back();
@@ -318,8 +381,8 @@ private:
       r.dtype = out.dtype;
       functional.value = r;
     }
-    Lowered result = ir::getOp(functional.target).decompose ? lowerComposite(functional, id)
-                                                           : lowerCall(functional, id);
+    Lowered result = ir::getOp(functional.target).decompose ? lowerComposite(functional)
+                                                            : lowerCall(functional, id);
     if (result.kind != Lowered::Tensor)
       throw Error(ErrorCode::Unsupported, "codegen: " + node.target + " of a non-tensor result");
     if (!result.buffer && reads(result.body, memory)) realize(result);
@@ -343,28 +406,36 @@ private:
   // A composite op met outside the decomposed graph (the functional op of
   // gelu_ or softmax_out): its decomposition, lowered with its inputs bound to
   // the values lowered so far.
-  Lowered lowerComposite(const ir::Node& node, ValueId id) {
+  Lowered lowerComposite(const ir::Node& node) {
     ir::Graph sub(table_);
     std::vector<ValueId> ins;
     for (ValueId in : node.inputs) ins.push_back(sub.placeholder("in", graph_->value(in)));
     sub.setOutputs({sub.call(node.target, ins, node.attrs)});
     ir::Graph core = ir::decompose(sub);
     std::vector<Lowered> inner;
-    for (size_t k = 0; k < node.inputs.size(); ++k) inner.push_back(values_.at(node.inputs[k]));
+    for (size_t k = 0; k < node.inputs.size(); ++k) {
+      inner.push_back(values_.at(node.inputs[k]));
+      inner.back().viewed.reset(); // names an outer value: realized, it is stored apart
+    }
+    std::vector<bool> written(core.size(), false); // the decomposition writes nothing
     std::swap(values_, inner);
+    std::swap(written_, written);
     const ir::Graph* outer = graph_;
     graph_ = &core;
     try {
       for (ValueId k = static_cast<ValueId>(node.inputs.size()); k < core.size(); ++k)
-        values_.push_back(lowerCall(core.node(k), id));
+        values_.push_back(lowerCall(core.node(k), k));
     } catch (...) {
       graph_ = outer;
       std::swap(values_, inner);
+      std::swap(written_, written);
       throw;
     }
     Lowered result = values_.at(core.outputs().at(0));
+    result.viewed.reset(); // names a value of the decomposition
     graph_ = outer;
     std::swap(values_, inner);
+    std::swap(written_, written);
     // realized values of the decomposition stay buffers; bodies stay bodies
     return result;
   }
@@ -376,10 +447,27 @@ private:
     return false;
   }
 
-  // Views alias their input's storage: the input is stored, the view keeps its meta.
-  // TODO(issue 4): fold views of bodies into index arithmetic instead of storing them.
-  Lowered lowerView(const ir::Node& node, const TensorMeta& meta) {
-    Lowered& in = values_.at(node.inputs[0]);
+  // A view of a stored value aliases its storage, with the view's meta. A view
+  // of a body is a body too: the input's body read at the input index the
+  // view's index maps to (viewIndex), fused into whatever reads it. The body is
+  // stored first (and viewed) when a mutation writes the storage the view
+  // would share, which must then be memory; for as_strided, which may overlap
+  // its elements; and for an expand of a body bigger than kInlineLimit, which
+  // each broadcast element would recompute.
+  Lowered lowerView(const ir::Node& node, ValueId id, const Args& a, const TensorMeta& meta) {
+    ValueId input = node.inputs[0];
+    Lowered& in = values_.at(input);
+    bool recomputed = node.target == "expand" && meta.sizes != in.meta.sizes;
+    if (!in.buffer && !written_.at(id) && !(recomputed && opCount(in.body) > kInlineLimit)) {
+      Lowered v;
+      v.meta = meta;
+      v.vars = freshVars("i", meta.sizes);
+      if (std::optional<Index> at = viewIndex(node.target, a, in.meta, meta, v.vars)) {
+        v.body = loadAt(in, *at);
+        v.viewed = in.viewed ? *in.viewed : input;
+        return v;
+      }
+    }
     realize(in);
     Lowered v;
     v.meta = meta;
@@ -390,16 +478,155 @@ private:
     return v;
   }
 
-  Lowered lowerPieces(const ir::Node& node, const Args&) {
-    Lowered& in = values_.at(node.inputs[0]);
-    realize(in);
+  // The index of the view's input that the view's index `i` reads, per view
+  // op; nullopt for as_strided.
+  std::optional<Index> viewIndex(const std::string& op, const Args& a, const TensorMeta& in,
+                                 const TensorMeta& out, const Index& i) {
+    size_t rank = in.dim();
+    auto dimArg = [&](const char* arg, size_t of) {
+      int64_t d = a.call->intArg(arg);
+      return static_cast<size_t>(d < 0 ? d + int64_t(std::max<size_t>(of, 1)) : d);
+    };
+    sym::Expr zero = table_.integer(0);
+    if (rank == 0 && (op == "permute" || op == "transpose" || op == "squeeze")) return i;
+    if (op == "permute" || op == "transpose") { // out dim k is in dim dims[k]
+      std::vector<int64_t> dims;
+      for (size_t k = 0; k < rank; ++k) dims.push_back(int64_t(k));
+      if (op == "permute")
+        dims = a.call->intList("dims");
+      else
+        std::swap(dims[dimArg("dim0", rank)], dims[dimArg("dim1", rank)]);
+      Index at(rank);
+      for (size_t k = 0; k < rank; ++k)
+        at[static_cast<size_t>(dims[k] < 0 ? dims[k] + int64_t(rank) : dims[k])] = i[k];
+      return at;
+    }
+    if (op == "expand") { // new leading dims dropped; a dim broadcast from 1 reads 0
+      size_t lead = out.dim() - rank;
+      Index at;
+      for (size_t k = 0; k < rank; ++k)
+        at.push_back(out.sizes[lead + k] == in.sizes[k] ? i[lead + k] : zero);
+      return at;
+    }
+    if (op == "squeeze") { // a dropped dim (chosen, of size 1) reads 0
+      std::vector<bool> chosen(rank, !a.call->has("dim"));
+      if (a.call->has("dim"))
+        for (int64_t d : a.call->intList("dim")) chosen.at(d < 0 ? d + int64_t(rank) : d) = true;
+      Index at;
+      size_t next = 0;
+      for (size_t k = 0; k < rank; ++k) {
+        bool dropped = chosen[k] && sym::staticallyKnown(sym::eq(in.sizes[k], 1)) == true;
+        at.push_back(dropped ? zero : i.at(next++));
+      }
+      if (next != out.dim()) return std::nullopt;
+      return at;
+    }
+    if (op == "unsqueeze") {
+      Index at = i;
+      at.erase(at.begin() + static_cast<std::ptrdiff_t>(dimArg("dim", out.dim())));
+      return at;
+    }
+    if (op == "select" || op == "narrow" || op == "slice") {
+      size_t d = dimArg("dim", rank);
+      sym::Expr size = in.sizes[d];
+      Index at = i;
+      if (op == "select") { // the index inserted along dim (negative from the end)
+        int64_t index = a.call->intArg("index");
+        at.insert(at.begin() + static_cast<std::ptrdiff_t>(d),
+                  index < 0 ? size + index : table_.integer(index));
+      } else if (op == "narrow") { // start + i; a negative start counts from max(size, 1)
+        int64_t start = a.call->intArg("start");
+        at[d] = (start < 0 ? sym::max(size, 1) + start : table_.integer(start)) + i[d];
+      } else { // start + step * i, the start clamped as Python's slices
+        sym::Expr start = zero;
+        if (a.call->has("start")) {
+          int64_t s = a.call->intArg("start");
+          start = sym::max(sym::min(s < 0 ? size + s : table_.integer(s), size), 0);
+        }
+        at[d] = start + i[d] * a.call->intArg("step");
+      }
+      return at;
+    }
+    if (op == "unflatten") { // the new dims' row-major position along dim
+      size_t d = dimArg("dim", rank), parts = out.dim() - rank + 1;
+      sym::Expr flat = zero;
+      for (size_t k = d; k < d + parts; ++k) flat = flat * out.sizes[k] + i[k];
+      Index at(i.begin(), i.begin() + static_cast<std::ptrdiff_t>(d));
+      at.push_back(flat);
+      at.insert(at.end(), i.begin() + static_cast<std::ptrdiff_t>(d + parts), i.end());
+      return at;
+    }
+    if (op == "view") return rowMajorIndex(i, out.sizes, in.sizes);
+    return std::nullopt;
+  }
+
+  // The index into `from` at the same row-major position as `i` in `sizes`
+  // (reshape, view). The dims fall into consecutive groups of equal products
+  // (view(b, s, h, d) of [b, s, h*d]: [b], [s], [h, d] against [h*d]), and
+  // each group maps on its own: the group's flat position, unflattened with
+  // floor-div and mod where `from` has several dims in it. Where sizes do not
+  // say which product is smaller, the rest is one group.
+  Index rowMajorIndex(const Index& i, const Shape& sizes, const Shape& from) {
+    sym::Expr zero = table_.integer(0), one = table_.integer(1);
+    for (const Shape* s : {&sizes, &from}) // no element: nothing is read (nor divided by 0)
+      for (sym::Expr size : *s)
+        if (size.asInteger() == 0) return Index(from.size(), zero);
+    Index at(from.size());
+    for (size_t o = 0, n = 0; o < sizes.size() || n < from.size();) {
+      size_t oEnd = o, nEnd = n;
+      sym::Expr outProduct = one, inProduct = one;
+      while (oEnd < sizes.size() || nEnd < from.size()) {
+        if (oEnd > o && nEnd > n && outProduct == inProduct) break;
+        bool smallerOut = sym::staticallyKnown(sym::lt(outProduct, inProduct)) == true;
+        if (nEnd == from.size() || (oEnd < sizes.size() && (oEnd == o || smallerOut)))
+          outProduct = outProduct * sizes[oEnd++];
+        else
+          inProduct = inProduct * from[nEnd++];
+      }
+      sym::Expr flat = zero;
+      for (size_t k = o; k < oEnd; ++k) flat = flat * sizes[k] + i[k];
+      for (size_t k = nEnd; k-- > n;) {
+        at[k] = k == n ? flat : sym::mod(flat, from[k]);
+        flat = sym::floorDiv(flat, from[k]);
+      }
+      o = oEnd;
+      n = nEnd;
+    }
+    return at;
+  }
+
+  // split, split_with_sizes, chunk and unbind: views of consecutive pieces
+  // along dim, each folded as narrow or select when the input is a body (as
+  // lowerView).
+  Lowered lowerPieces(const ir::Node& node, ValueId id, const Args& a) {
+    ValueId input = node.inputs[0];
+    Lowered& in = values_.at(input);
+    bool fold = !in.buffer && !written_.at(id);
+    if (!fold) realize(in);
+    size_t rank = in.meta.dim();
+    int64_t dim = a.call->intArg("dim");
+    size_t d = static_cast<size_t>(dim < 0 ? dim + int64_t(rank) : dim);
+    bool unbind = node.target == "unbind";
+    sym::Expr start = table_.integer(0);
     Lowered v;
     v.kind = Lowered::Tuple;
     for (const TensorMeta& m : node.value.tuple()) {
       Lowered piece;
       piece.meta = m;
-      piece.buffer = in.buffer;
-      piece.base = in.base;
+      if (fold) {
+        piece.vars = freshVars("i", m.sizes);
+        Index at = piece.vars;
+        if (unbind)
+          at.insert(at.begin() + static_cast<std::ptrdiff_t>(d), start);
+        else
+          at[d] = start + at[d];
+        piece.body = loadAt(in, at);
+        piece.viewed = in.viewed ? *in.viewed : input;
+      } else {
+        piece.buffer = in.buffer;
+        piece.base = in.base;
+      }
+      start = unbind ? start + 1 : start + m.sizes[d];
       v.pieces.push_back(std::move(piece));
     }
     return v;
@@ -587,18 +814,11 @@ private:
     }
     if (op == "reshape" || op == "flatten") {
       const Lowered& in = values_.at(node.inputs[0]);
-      for (sym::Expr size : meta.sizes) // no element: nothing to read (and sizes of 0 to divide by)
+      for (sym::Expr size : meta.sizes) // no element: nothing to read
         if (size.asInteger() == 0)
           return pointwise(meta, [&](const Index&) { return constantI(meta.dtype, 0); });
       return pointwise(meta, [&](const Index& i) {
-        sym::Expr flat = table_.integer(0);
-        for (size_t k = 0; k < i.size(); ++k) flat = flat * meta.sizes[k] + i[k];
-        Index at(in.meta.dim());
-        for (size_t k = in.meta.dim(); k-- > 0;) {
-          at[k] = k == 0 ? flat : sym::mod(flat, in.meta.sizes[k]);
-          flat = sym::floorDiv(flat, in.meta.sizes[k]);
-        }
-        return loadAt(in, at);
+        return loadAt(in, rowMajorIndex(i, meta.sizes, in.meta.sizes));
       });
     }
     if (op == "cat" || op == "stack") return lowerConcat(node, meta);
@@ -668,19 +888,20 @@ private:
     return std::nullopt;
   }
 
-  // index_select, embedding and gather: loads through a loaded index.
+  // index_select, embedding and gather: loads through a loaded index. A source
+  // that is a small body is read in place at the picked index (loadThrough); a
+  // big one is stored first, as each element gathered would recompute it.
   std::optional<Lowered> lowerIndexing(const ir::Node& node, const Args& a,
                                        const TensorMeta& meta) {
     const std::string& op = node.target;
     if (op != "index_select" && op != "embedding" && op != "gather") return std::nullopt;
-    const Lowered& self = values_.at(node.inputs[0]);
     const Lowered& index = values_.at(node.inputs[1]);
     Lowered& source = values_.at(node.inputs[0]);
-    realize(source); // TODO(issue 4): indirect loads of bodies
+    if (!source.buffer && opCount(source.body) > kInlineLimit) realize(source);
     size_t dim = 0;
     if (op != "embedding") {
       int64_t d = a.call->intArg("dim");
-      dim = static_cast<size_t>(d < 0 ? d + int64_t(std::max<size_t>(self.meta.dim(), 1)) : d);
+      dim = static_cast<size_t>(d < 0 ? d + int64_t(std::max<size_t>(source.meta.dim(), 1)) : d);
     }
     return pointwise(meta, [&, dim](const Index& i) {
       sym::Expr picked = freshVars("t", {table_.integer(0)})[0];
@@ -701,18 +922,68 @@ private:
         for (size_t k = 0; k < source.meta.dim(); ++k)
           at.push_back(k == dim ? picked : k < i.size() ? i[k] : table_.integer(0));
       }
+      sym::Expr bound = source.meta.dim() ? source.meta.sizes[dim] : table_.integer(1);
+      Scalar value = cast(DType::Int64, indexValue);
+      if (!source.buffer) {
+        if (std::optional<Scalar> s = loadThrough(source, at, picked, value, bound)) return *s;
+        realize(source);
+      }
       sym::Expr flat = source.meta.storageOffset - source.base;
       for (size_t k = 0; k < at.size(); ++k) flat = flat + at[k] * source.meta.strides.at(k);
-      sym::Expr bound = source.meta.dim() ? source.meta.sizes[dim] : table_.integer(1);
-      return indirectLoad(source.meta.dtype, *source.buffer, flat, {picked},
-                          {cast(DType::Int64, indexValue)}, {bound});
+      return indirectLoad(source.meta.dtype, *source.buffer, flat, {picked}, {value}, {bound});
     });
+  }
+
+  // Body `v` read at `at`, which mentions `picked`: an index loaded at run time
+  // (`value`, which must lie in [0, bound)). Each load of the body whose index
+  // depends on it binds a symbol of its own to the value, and checks it.
+  // nullopt when the body uses `picked` as a value (arange, cat's choice), or
+  // when no load would check it whichever branches run.
+  std::optional<Scalar> loadThrough(const Lowered& v, const Index& at, sym::Expr picked,
+                                    const Scalar& value, sym::Expr bound) {
+    Scalar body = loadAt(v, at);
+    auto mentions = [picked](sym::Expr e) {
+      std::vector<sym::Expr> symbols = sym::freeSymbols(e);
+      return std::find(symbols.begin(), symbols.end(), picked) != symbols.end();
+    };
+    // Whether evaluating s surely runs a load that mentions picked: a where, a
+    // logical and, a logical or may skip all but their first operand.
+    std::function<bool(const Scalar&)> checks = [&](const Scalar& s) {
+      if (s->kind == ScalarKind::Load && mentions(s->index)) return true;
+      bool firstOnly =
+          s->kind == ScalarKind::Where || s->op == "logical_and" || s->op == "logical_or";
+      size_t n = firstOnly ? 1 : s->args.size();
+      for (size_t k = 0; k < n; ++k)
+        if (checks(s->args[k])) return true;
+      return false;
+    };
+    if (!checks(body)) return std::nullopt;
+    bool asValue = false;
+    std::function<Scalar(const Scalar&)> bindPicked = [&](const Scalar& s) -> Scalar {
+      if (s->kind == ScalarKind::IndexOf && mentions(s->index)) asValue = true;
+      std::vector<Scalar> args;
+      for (const Scalar& arg : s->args) args.push_back(bindPicked(arg));
+      if (s->kind == ScalarKind::Load && mentions(s->index)) {
+        sym::Expr own = freshVars("t", {table_.integer(0)})[0];
+        std::vector<sym::Expr> symbols = s->indirect, sizes = s->indirectSizes;
+        symbols.push_back(own);
+        sizes.push_back(bound);
+        args.push_back(value);
+        return indirectLoad(s->dtype, s->buffer, sym::substitute(s->index, {{picked, own}}),
+                            std::move(symbols), std::move(args), std::move(sizes));
+      }
+      return withArgs(s, std::move(args));
+    };
+    Scalar read = bindPicked(body);
+    if (asValue) return std::nullopt;
+    return read;
   }
 
   const ir::Graph* graph_; // the graph lowered (a composite's decomposition, for a while)
   sym::SymbolTable& table_;
   std::vector<Lowered> values_;
   std::vector<size_t> uses_;
+  std::vector<bool> written_; // per value: a mutation writes its storage (findWrittenStorage)
   Program program_;
   uint32_t inputCount_ = 0;
   uint32_t nextVar_ = 0;

@@ -483,6 +483,68 @@ TensorInput fromWire(schema::InputValue::TensorInput::Reader r) {
   return t;
 }
 
+void toWire(const FunctionKey& key, schema::FunctionKey::Builder out) {
+  out.setModule(key.module);
+  out.setQualname(key.qualname);
+  out.setCodeHash(key.codeHash);
+}
+
+FunctionKey fromWire(schema::FunctionKey::Reader in) {
+  FunctionKey key{in.getModule().cStr(), in.getQualname().cStr(), in.getCodeHash().cStr()};
+  if (key.qualname.empty() || key.codeHash.empty())
+    throw Error(ErrorCode::InvalidArgument, "guards: a function key needs a qualname and a code hash, got '" +
+                                                key.text() + "'");
+  return key;
+}
+
+void toWire(const CompiledEntry& entry, schema::CompiledEntry::Builder out) {
+  toWire(entry.guards, out.initGuards());
+  auto artifacts = out.initArtifacts(static_cast<unsigned>(entry.artifacts.size()));
+  for (unsigned k = 0; k < artifacts.size(); ++k) artifacts.set(k, entry.artifacts[k]);
+  auto graphs = out.initGraphs(static_cast<unsigned>(entry.graphs.size()));
+  for (unsigned k = 0; k < graphs.size(); ++k) graphs.set(k, entry.graphs[k]);
+  out.setOutputs(kj::arrayPtr(reinterpret_cast<const kj::byte*>(entry.outputs.data()), entry.outputs.size()));
+  out.setId(entry.id);
+}
+
+CompiledEntry fromWire(schema::CompiledEntry::Reader in) {
+  CompiledEntry entry;
+  entry.guards = fromWire(in.getGuards());
+  for (auto a : in.getArtifacts()) entry.artifacts.emplace_back(a.cStr());
+  for (auto g : in.getGraphs()) entry.graphs.emplace_back(g.cStr());
+  auto outputs = in.getOutputs();
+  entry.outputs.assign(reinterpret_cast<const char*>(outputs.begin()), outputs.size());
+  entry.id = in.getId();
+  return entry;
+}
+
+void toWire(const JobMember& member, schema::JobMember::Builder out) {
+  out.setJob(member.job);
+  out.setRank(member.rank);
+  out.setWorldSize(member.worldSize);
+  out.setRound(member.round);
+}
+
+std::optional<JobMember> fromWire(schema::JobMember::Reader in) {
+  if (in.getJob().size() == 0) return std::nullopt;
+  JobMember member{in.getJob().cStr(), in.getRank(), in.getWorldSize(), in.getRound()};
+  if (member.worldSize == 0 || member.rank >= member.worldSize)
+    throw Error(ErrorCode::InvalidArgument, "guards: job '" + member.job + "': rank " + std::to_string(member.rank) +
+                                                " is not within a world of " + std::to_string(member.worldSize));
+  return member;
+}
+
+std::string toBytes(const CompiledEntry& entry) {
+  capnp::MallocMessageBuilder message;
+  toWire(entry, message.initRoot<schema::CompiledEntry>());
+  return messageBytes(message);
+}
+
+CompiledEntry compiledEntryFromBytes(std::string_view bytes) {
+  return readMessage<CompiledEntry>(bytes,
+                                    [](capnp::MessageReader& m) { return fromWire(m.getRoot<schema::CompiledEntry>()); });
+}
+
 std::string toBytes(const GuardSet& set) {
   capnp::MallocMessageBuilder message;
   toWire(set, message.initRoot<schema::GuardSet>());

@@ -5,9 +5,11 @@
 // problem; it never trusts an index it was given.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "kiln/guards/entry.h"
 #include "kiln/guards/frame_state.h"
 #include "kiln/guards/guard_set.h"
 #include "kiln/guards/input.h"
@@ -39,10 +41,22 @@ TensorInput fromWire(schema::InputValue::TensorInput::Reader in);
 void toWire(const GlobalState& state, schema::GlobalState::Builder out);
 GlobalState fromWire(schema::GlobalState::Reader in);
 
+// A function key needs a qualname and a code hash (Error{InvalidArgument} otherwise).
+void toWire(const FunctionKey& key, schema::FunctionKey::Builder out);
+FunctionKey fromWire(schema::FunctionKey::Reader in);
+void toWire(const CompiledEntry& entry, schema::CompiledEntry::Builder out);
+CompiledEntry fromWire(schema::CompiledEntry::Reader in);
+// A member needs 0 <= rank < worldSize (Error{InvalidArgument} otherwise);
+// an empty job is no job, and reads as nullopt.
+void toWire(const JobMember& member, schema::JobMember::Builder out);
+std::optional<JobMember> fromWire(schema::JobMember::Reader in);
+
 // Whole messages, as the SDK caches them and the service stores them.
 std::string toBytes(const GuardSet& set);
 GuardSet guardSetFromBytes(std::string_view bytes);
 std::string toBytes(const CallInput& call);
 CallInput callInputFromBytes(std::string_view bytes);
+std::string toBytes(const CompiledEntry& entry);
+CompiledEntry compiledEntryFromBytes(std::string_view bytes);
 
 } // namespace kiln::guards
