@@ -159,7 +159,7 @@ class CompiledFunction:
         try:
             cache = self._cache if self._cache is not None else self._make_cache()
             entry = cache.lookup(args, kwargs)
-            if entry is None:
+            if entry is None or entry.value is None:  # value None: the guards service's, not loaded here yet
                 entry = self._miss(cache, args, kwargs)
         except KilnError as e:
             self._warn(e)

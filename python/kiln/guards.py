@@ -349,18 +349,20 @@ class FunctionCache:
         return entry
 
     def miss(self, args: tuple, kwargs: dict | None = None) -> Miss:
-        """After `lookup` missed: records why (logged under KILN_LOG=recompiles), and says
-        whether to compile (with which frame state), run an entry found elsewhere, or run eagerly
-        (the cache limit is reached: one warning per function)."""
+        """After `lookup` missed (or found an entry whose `value` this process has not made
+        yet, as those the guards service handed over): records why (logged under
+        KILN_LOG=recompiles), and says whether to compile (with which frame state), run an
+        entry found elsewhere (`entry`: set its `value` to make it run here from then on), or
+        run eagerly (the cache limit is reached: one warning per function)."""
         reasons = list(self._native.last_reasons) if self._entries else []
         self._last_reasons = reasons
         found = self._service("guards_lookup", tuple(self.key), self.fn, tuple(args), kwargs)
         if found is not None:
-            if found["hit"] is not None:
+            if found["hit"] is not None:  # the same Entry as here when this process has it
                 e = found["hit"]
-                if e["id"] not in {x.id for x in self._entries}:
-                    return Miss(reasons, None, self._add(
-                        Entry(e["id"], e["guards"], None, e["artifacts"], e["graphs"], e["outputs"])))
+                here = next((x for x in self._entries if x.id == e["id"]), None)
+                return Miss(reasons, None, here or self._add(
+                    Entry(e["id"], e["guards"], None, e["artifacts"], e["graphs"], e["outputs"])))
             if found["run_eagerly"]:
                 return self._eager(reasons)
         if len(self._entries) >= self.limit:
@@ -393,7 +395,8 @@ class FunctionCache:
                outputs: str = "") -> Entry:
         """Adds an entry (after those there are); with a stack, the guards service stores it."""
         entry_id = self._next_id
-        reply = self._service("guards_insert", tuple(self.key), guards, list(artifacts), list(graphs), outputs)
+        reply = self._service("guards_insert", tuple(self.key), guards, [str(a) for a in artifacts],
+                              [str(g) for g in graphs], outputs)
         if reply is not None:
             entry_id = reply["id"]
             if reply["run_eagerly"]:  # over the service's limit: kept here, not stored there

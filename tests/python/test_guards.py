@@ -522,3 +522,53 @@ def test_lookup_checks_entries_in_order_with_one_reason_each():
         "L['x'] == 1 failed: got 4", "L['x'] == 2 failed: got 4", "L['x'] == 3 failed: got 4"]
     with pytest.raises(TypeError):
         cache.lookup([2])
+
+
+def test_function_cache_through_the_guards_service(stack):
+    def through_service(x, n):
+        return x * n
+
+    def compiled(cache):
+        compiles = []
+
+        def call(*args, **kwargs):
+            entry = cache.lookup(args, kwargs)
+            if entry is None:
+                miss = cache.miss(args, kwargs)
+                assert not miss.eager
+                entry = miss.entry
+                if entry is None:
+                    guards = kg.guards_for_call(args, kwargs, cache.arg_names, miss.frame)
+                    compiles.append(guards)
+                    entry = cache.insert(guards, through_service, artifacts=[f"artifact{len(compiles)}"])
+            return (entry.value or through_service)(*args, **kwargs)
+
+        return call, compiles
+
+    cache = kg.FunctionCache(through_service, stack=stack)
+    call, compiles = compiled(cache)
+    for batch in (8, 8, 16, 32, 5):
+        torch.testing.assert_close(call(torch.ones(batch, 4), 2), torch.full((batch, 4), 2.0))
+    assert len(compiles) == 2 and cache.recompiles == 1  # automatic dynamic, decided by the service
+    first = cache.entries[0].id
+    assert cache.last_reasons == [(first, "L['x'].size()[0] == 8 failed: got 16")]
+    assert cache.frame.dynamic_dim("L['x']", 0)
+
+    # Another cache of the same code (as another process would make) starts with the service's
+    # entries: the fast path serves it without asking the service.
+    other = kg.FunctionCache(through_service, stack=stack)
+    assert [e.artifacts for e in other.entries] == [["artifact1"], ["artifact2"]]
+    assert other.lookup((torch.ones(64, 4), 2)).artifacts == ["artifact2"]
+    assert other.frame.dynamic_dim("L['x']", 0)
+
+    # An entry of the service is this process's own once its value is made here.
+    hit = other.lookup((torch.ones(7, 4), 2))
+    assert hit.value is None
+    miss = other.miss((torch.ones(7, 4), 2), None)
+    assert miss.entry is hit
+    hit.value = through_service
+    assert other.lookup((torch.ones(9, 4), 2)).value is through_service
+
+    # mark_static through the service.
+    cache.mark("L['n']", False)
+    assert "mark_static L['n']" in cache.frame.text()
