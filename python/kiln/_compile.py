@@ -128,7 +128,9 @@ def _requires_grad(args, kwargs) -> bool:
     if not torch.is_grad_enabled():
         return False
     leaves = torch.utils._pytree.tree_flatten((args, kwargs))[0]
-    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves)
+    return any((isinstance(t, torch.Tensor) and t.requires_grad) or
+               (isinstance(t, torch.nn.Module) and any(p.requires_grad for p in t.parameters()))
+               for t in leaves)
 
 
 class CompiledFunction:
