@@ -34,7 +34,9 @@ namespace {
 
 using namespace kiln::guards;
 
-[[noreturn]] void invalid(const std::string& message) { throw Error(ErrorCode::InvalidArgument, message); }
+[[noreturn]] void invalid(const std::string& message) {
+  throw Error(ErrorCode::InvalidArgument, message);
+}
 
 // A symbolic int of one guard set (its symbols and shape guards).
 struct GuardSym {
@@ -73,19 +75,23 @@ DType dtypeFrom(py::handle h) {
 ir::Device deviceFrom(const std::string& device) {
   if (device == "cpu") return {};
   if (device == "cuda") return {ir::DeviceType::Cuda, -1};
-  if (device.rfind("cuda:", 0) == 0) return {ir::DeviceType::Cuda, static_cast<int16_t>(std::stoi(device.substr(5)))};
+  if (device.rfind("cuda:", 0) == 0)
+    return {ir::DeviceType::Cuda, static_cast<int16_t>(std::stoi(device.substr(5)))};
   invalid("unknown device '" + device + "'");
 }
 
 TypeRef typeRefFrom(py::handle h) {
   if (PyType_Check(h.ptr())) return typeRefOf(reinterpret_cast<PyTypeObject*>(h.ptr()));
-  if (py::isinstance<py::tuple>(h) && py::len(h) == 2) return {py::str(h[py::int_(0)]), py::str(h[py::int_(1)])};
+  if (py::isinstance<py::tuple>(h) && py::len(h) == 2)
+    return {py::str(h[py::int_(0)]), py::str(h[py::int_(1)])};
   invalid("a type is a class or a (module, qualname) tuple, got " + std::string(py::repr(h)));
 }
 
 Constant constantOf(py::handle h) {
   auto c = constantFrom(h.ptr());
-  if (!c) invalid("not a constant (None, bool, int, float, str or a tuple of them): " + std::string(py::repr(h)));
+  if (!c)
+    invalid("not a constant (None, bool, int, float, str or a tuple of them): " +
+            std::string(py::repr(h)));
   return *c;
 }
 
@@ -93,7 +99,8 @@ Constant constantOf(py::handle h) {
 // ("attr", "w"), ("index", 3), ("key", "k"), ("int_key", 3), ("size", 0), ("stride", 1),
 // ("default", 0), ("kw_default", "k").
 Step stepFrom(py::handle h) {
-  if (!py::isinstance<py::tuple>(h) || py::len(h) < 2) invalid("a step is a tuple such as ('attr', 'weight')");
+  if (!py::isinstance<py::tuple>(h) || py::len(h) < 2)
+    invalid("a step is a tuple such as ('attr', 'weight')");
   py::tuple t = py::reinterpret_borrow<py::tuple>(h);
   const std::string kind = py::str(t[0]);
   auto name = [&](size_t at) { return t.size() > at ? t[at].cast<std::string>() : std::string(); };
@@ -121,7 +128,8 @@ py::bytes frameBytes(const FrameState& frame) {
 }
 
 FrameState frameFromBytes(const std::string& bytes) {
-  if (bytes.size() % sizeof(capnp::word) != 0) throw Error(ErrorCode::Malformed, "frame state: not whole words");
+  if (bytes.size() % sizeof(capnp::word) != 0)
+    throw Error(ErrorCode::Malformed, "frame state: not whole words");
   kj::Array<capnp::word> words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
   std::memcpy(words.begin(), bytes.data(), bytes.size());
   try {
@@ -148,9 +156,10 @@ template <class T> T* capsuleTarget(PyObject* capsule) {
 }
 
 template <class T> py::object fastFunction(PyMethodDef* def, std::shared_ptr<T> target) {
-  PyObject* capsule = PyCapsule_New(new std::shared_ptr<T>(std::move(target)), nullptr, [](PyObject* c) {
-    delete static_cast<std::shared_ptr<T>*>(PyCapsule_GetPointer(c, nullptr));
-  });
+  PyObject* capsule =
+      PyCapsule_New(new std::shared_ptr<T>(std::move(target)), nullptr, [](PyObject* c) {
+        delete static_cast<std::shared_ptr<T>*>(PyCapsule_GetPointer(c, nullptr));
+      });
   if (!capsule) throw py::error_already_set();
   PyObject* f = PyCFunction_NewEx(def, capsule, nullptr);
   Py_DECREF(capsule);
@@ -180,8 +189,9 @@ PyObject* programCheck(PyObject* self, PyObject* const* argv, Py_ssize_t n) {
   }
 }
 
-PyMethodDef kProgramCheck = {"check", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(programCheck)),
-                             METH_FASTCALL, "check(fn, args, kwargs=None) -> bool: the guards hold of this call."};
+PyMethodDef kProgramCheck = {
+    "check", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(programCheck)),
+    METH_FASTCALL, "check(fn, args, kwargs=None) -> bool: the guards hold of this call."};
 
 // The compiled entries of one function, checked in order on every call.
 struct NativeCache {
@@ -202,7 +212,8 @@ struct NativeCache {
     return f == Py_None ? nullptr : f;
   }
   void mutable_() const {
-    if (lookups > 0) throw Error(ErrorCode::InvalidArgument, "function cache changed during its own lookup");
+    if (lookups > 0)
+      throw Error(ErrorCode::InvalidArgument, "function cache changed during its own lookup");
   }
 };
 
@@ -226,7 +237,8 @@ PyObject* cacheLookup(PyObject* self, PyObject* const* argv, Py_ssize_t n) {
     c->reasons.clear();
     for (const NativeCache::Entry& e : c->entries) {
       auto why = explainCall(*e.program, fn, argv[0], kwargs);
-      c->reasons.emplace_back(e.id, why ? *why : "held on a second look (the call changed while it was checked)");
+      c->reasons.emplace_back(
+          e.id, why ? *why : "held on a second look (the call changed while it was checked)");
     }
   } catch (py::error_already_set& e) {
     e.restore();
@@ -238,9 +250,10 @@ PyObject* cacheLookup(PyObject* self, PyObject* const* argv, Py_ssize_t n) {
   Py_RETURN_NONE;
 }
 
-PyMethodDef kCacheLookup = {"lookup", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(cacheLookup)),
-                            METH_FASTCALL,
-                            "lookup(args, kwargs=None): the value of the first entry whose guards hold, or None."};
+PyMethodDef kCacheLookup = {
+    "lookup", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(cacheLookup)),
+    METH_FASTCALL,
+    "lookup(args, kwargs=None): the value of the first entry whose guards hold, or None."};
 
 std::shared_ptr<LoadedProgram> load(py::handle guardsOrBytes, std::string* text) {
   if (py::isinstance<PyGuardSet>(guardsOrBytes)) {
@@ -274,10 +287,14 @@ CallInput describeArgs(const py::tuple& args, const py::object& kwargs) {
 void bindSym(py::module_& m) {
   using F = sym::Expr (*)(sym::Expr, sym::Expr);
   auto binary = [](F f) {
-    return [f](const GuardSym& a, py::handle b) { return GuardSym{a.owner, f(a.expr, exprOf(a, b))}; };
+    return [f](const GuardSym& a, py::handle b) {
+      return GuardSym{a.owner, f(a.expr, exprOf(a, b))};
+    };
   };
   auto reflected = [](F f) {
-    return [f](const GuardSym& a, py::handle b) { return GuardSym{a.owner, f(exprOf(a, b), a.expr)}; };
+    return [f](const GuardSym& a, py::handle b) {
+      return GuardSym{a.owner, f(exprOf(a, b), a.expr)};
+    };
   };
   F add = [](sym::Expr a, sym::Expr b) { return a + b; };
   F sub = [](sym::Expr a, sym::Expr b) { return a - b; };
@@ -311,7 +328,10 @@ void bindSym(py::module_& m) {
       .def("__ge__", binary(ge))
       .def("__and__", binary(both))
       .def("__or__", binary(either))
-      .def("__invert__", [](const GuardSym& a) { return GuardSym{a.owner, sym::logicalNot(a.expr)}; })
+      .def("__invert__",
+           [](const GuardSym& a) {
+             return GuardSym{a.owner, sym::logicalNot(a.expr)};
+           })
       .def("__str__", [](const GuardSym& a) { return sym::toString(a.expr); })
       .def("__repr__", [](const GuardSym& a) { return "Sym(" + sym::toString(a.expr) + ")"; });
 }
@@ -321,32 +341,38 @@ void bindGuardSet(py::module_& m) {
       .def(py::init<>())
       .def(
           "node",
-          [](PyGuardSet& s, int32_t parent, py::handle step) { return s.set->node(parent, stepFrom(step)); },
+          [](PyGuardSet& s, int32_t parent, py::handle step) {
+            return s.set->node(parent, stepFrom(step));
+          },
           py::arg("parent"), py::arg("step"))
-      .def(
-          "path",
-          [](PyGuardSet& s, const py::args& steps) {
-            std::vector<Step> path;
-            for (py::handle h : steps) path.push_back(stepFrom(h));
-            return s.set->path(path);
-          })
+      .def("path",
+           [](PyGuardSet& s, const py::args& steps) {
+             std::vector<Step> path;
+             for (py::handle h : steps) path.push_back(stepFrom(h));
+             return s.set->path(path);
+           })
       .def("source", [](const PyGuardSet& s, uint32_t node) { return s.set->source(node); })
-      .def("expect_call",
-           [](PyGuardSet& s, uint32_t positional, std::vector<std::string> keywords) {
-             std::sort(keywords.begin(), keywords.end());
-             s.set->call = {positional, std::move(keywords)};
-           },
-           py::arg("positional"), py::arg("keywords") = std::vector<std::string>{})
-      .def("check_type", [](PyGuardSet& s, uint32_t node, py::handle type) { s.set->check(node, typeIs(typeRefFrom(type))); })
+      .def(
+          "expect_call",
+          [](PyGuardSet& s, uint32_t positional, std::vector<std::string> keywords) {
+            std::sort(keywords.begin(), keywords.end());
+            s.set->call = {positional, std::move(keywords)};
+          },
+          py::arg("positional"), py::arg("keywords") = std::vector<std::string>{})
+      .def("check_type", [](PyGuardSet& s, uint32_t node,
+                            py::handle type) { s.set->check(node, typeIs(typeRefFrom(type))); })
       .def(
           "check_identity",
           [](PyGuardSet& s, uint32_t node, py::handle obj, std::optional<std::string> label) {
             std::string l = label ? *label : "<" + typeRefOf(Py_TYPE(obj.ptr())).text() + ">";
-            s.set->check(node, identityIs({reinterpret_cast<uintptr_t>(obj.ptr()), guardScope(), l}));
+            s.set->check(node,
+                         identityIs({reinterpret_cast<uintptr_t>(obj.ptr()), guardScope(), l}));
           },
           py::arg("node"), py::arg("obj"), py::arg("label") = py::none())
-      .def("check_equals", [](PyGuardSet& s, uint32_t node, py::handle v) { s.set->check(node, equals(constantOf(v))); })
-      .def("check_length", [](PyGuardSet& s, uint32_t node, uint64_t n) { s.set->check(node, lengthIs(n)); })
+      .def("check_equals", [](PyGuardSet& s, uint32_t node,
+                              py::handle v) { s.set->check(node, equals(constantOf(v))); })
+      .def("check_length",
+           [](PyGuardSet& s, uint32_t node, uint64_t n) { s.set->check(node, lengthIs(n)); })
       .def(
           "check_dict_keys",
           [](PyGuardSet& s, uint32_t node, const py::iterable& keys, bool ordered) {
@@ -358,7 +384,8 @@ void bindGuardSet(py::module_& m) {
       .def(
           "check_tensor",
           [](PyGuardSet& s, uint32_t node, py::handle dtype, std::vector<StaticInt> sizes,
-             std::vector<StaticInt> strides, const std::string& device, bool requiresGrad, StaticInt storageOffset) {
+             std::vector<StaticInt> strides, const std::string& device, bool requiresGrad,
+             StaticInt storageOffset) {
             TensorCheck t;
             t.dtype = dtypeFrom(dtype);
             t.device = deviceFrom(device);
@@ -368,11 +395,13 @@ void bindGuardSet(py::module_& m) {
             t.storageOffset = storageOffset;
             s.set->check(node, tensorMatches(std::move(t)));
           },
-          py::arg("node"), py::arg("dtype"), py::arg("sizes"), py::arg("strides"), py::arg("device") = "cpu",
-          py::arg("requires_grad") = false, py::arg("storage_offset") = 0)
+          py::arg("node"), py::arg("dtype"), py::arg("sizes"), py::arg("strides"),
+          py::arg("device") = "cpu", py::arg("requires_grad") = false,
+          py::arg("storage_offset") = 0)
       .def(
           "guard_globals",
-          [](PyGuardSet& s, std::optional<bool> grad, py::object dtype, std::optional<bool> deterministic,
+          [](PyGuardSet& s, std::optional<bool> grad, py::object dtype,
+             std::optional<bool> deterministic,
              std::optional<std::vector<std::tuple<std::string, bool, py::object>>> autocast) {
             if (grad) s.set->globals.gradEnabled = grad;
             if (!dtype.is_none()) s.set->globals.defaultDtype = dtypeFrom(dtype);
@@ -381,23 +410,27 @@ void bindGuardSet(py::module_& m) {
               s.set->globals.autocast.clear();
               for (auto& [device, enabled, adtype] : *autocast)
                 s.set->globals.autocast.push_back(
-                    {deviceFrom(device).type, enabled, adtype.is_none() ? DType::BFloat16 : dtypeFrom(adtype)});
+                    {deviceFrom(device).type, enabled,
+                     adtype.is_none() ? DType::BFloat16 : dtypeFrom(adtype)});
             }
           },
           py::arg("grad_enabled") = py::none(), py::arg("default_dtype") = py::none(),
           py::arg("deterministic") = py::none(), py::arg("autocast") = py::none())
       .def("guard_current_globals", [](PyGuardSet& s) { s.set->globals = currentGlobalState(); })
-      .def("symbol", [](PyGuardSet& s, const std::string& name, uint32_t node) {
-        return GuardSym{s.set, s.set->symbol(name, node)};
-      })
+      .def("symbol",
+           [](PyGuardSet& s, const std::string& name, uint32_t node) {
+             return GuardSym{s.set, s.set->symbol(name, node)};
+           })
       .def("shape_guard",
            [](PyGuardSet& s, const GuardSym& relation) {
              if (relation.owner != s.set) invalid("a relation over another guard set's symbols");
              s.set->shapeGuard(relation.expr);
            })
-      .def_property_readonly("positional", [](const PyGuardSet& s) { return s.set->call.positional; })
+      .def_property_readonly("positional",
+                             [](const PyGuardSet& s) { return s.set->call.positional; })
       .def_property_readonly("keywords", [](const PyGuardSet& s) { return s.set->call.keywords; })
-      .def_property_readonly("node_count", [](const PyGuardSet& s) { return s.set->nodes().size(); })
+      .def_property_readonly("node_count",
+                             [](const PyGuardSet& s) { return s.set->nodes().size(); })
       .def("text", [](const PyGuardSet& s) { return s.set->text(); })
       .def("__str__", [](const PyGuardSet& s) { return s.set->text(); })
       .def("to_bytes", [](const PyGuardSet& s) { return py::bytes(toBytes(*s.set)); })
@@ -411,25 +444,31 @@ void bindGuardSet(py::module_& m) {
 void bindCalls(py::module_& m) {
   py::class_<PyCallInput>(m, "CallInput", "A call described for the C++ front end (the slow path).")
       .def("to_bytes", [](const PyCallInput& c) { return py::bytes(toBytes(c.call)); })
-      .def_static("from_bytes", [](const py::bytes& b) { return PyCallInput{callInputFromBytes(std::string(b))}; })
+      .def_static(
+          "from_bytes",
+          [](const py::bytes& b) { return PyCallInput{callInputFromBytes(std::string(b))}; })
       .def_property_readonly("scope", [](const PyCallInput& c) { return c.call.scope; });
 
   m.def(
       "describe_call",
       [](py::object fn, const py::tuple& args, const py::object& kwargs) {
-        return PyCallInput{describeCall(fn.is_none() ? nullptr : fn.ptr(), args.ptr(), kwargsHandle(kwargs))};
+        return PyCallInput{
+            describeCall(fn.is_none() ? nullptr : fn.ptr(), args.ptr(), kwargsHandle(kwargs))};
       },
       py::arg("fn"), py::arg("args"), py::arg("kwargs") = py::none());
 
-  py::class_<FrameState>(m, "FrameState", "What a function's calls showed of their sizes (automatic dynamic).")
+  py::class_<FrameState>(m, "FrameState",
+                         "What a function's calls showed of their sizes (automatic dynamic).")
       .def(py::init<>())
       .def(
           "observe",
-          [](FrameState& f, const py::tuple& args, const py::object& kwargs, const py::object& names) {
+          [](FrameState& f, const py::tuple& args, const py::object& kwargs,
+             const py::object& names) {
             return f.observe(guards::observe(describeArgs(args, kwargs), namesOf(names)));
           },
           py::arg("args"), py::arg("kwargs") = py::none(), py::arg("arg_names") = py::none(),
-          "Records what this call saw; True when a decision changed (a size or int turned dynamic).")
+          "Records what this call saw; True when a decision changed (a size or int turned "
+          "dynamic).")
       .def("dynamic_dim", &FrameState::dynamicDim, py::arg("source"), py::arg("dim"))
       .def("dynamic_int", &FrameState::dynamicInt, py::arg("source"))
       .def("mark", &FrameState::mark, py::arg("dim"), py::arg("dynamic"),
@@ -444,21 +483,24 @@ void bindCalls(py::module_& m) {
       "observe_call",
       [](const py::tuple& args, const py::object& kwargs, const py::object& names) {
         py::list out;
-        for (const FrameInput& in : guards::observe(describeArgs(args, kwargs), namesOf(names))) out.append(in.source);
+        for (const FrameInput& in : guards::observe(describeArgs(args, kwargs), namesOf(names)))
+          out.append(in.source);
         return out;
       },
       py::arg("args"), py::arg("kwargs") = py::none(), py::arg("arg_names") = py::none());
 
   m.def(
       "guards_for_call",
-      [](const py::tuple& args, const py::object& kwargs, const py::object& names, const FrameState& frame) {
+      [](const py::tuple& args, const py::object& kwargs, const py::object& names,
+         const FrameState& frame) {
         PyGuardSet s;
         *s.set = guardsForCall(describeArgs(args, kwargs), namesOf(names), frame);
         return s;
       },
       py::arg("args"), py::arg("kwargs"), py::arg("arg_names"), py::arg("frame_state"));
 
-  m.def("scope", &guardScope, "This process's scope token (identity guards hold only in their process).");
+  m.def("scope", &guardScope,
+        "This process's scope token (identity guards hold only in their process).");
   m.def("global_state", [] {
     GuardSet s;
     s.globals = currentGlobalState();
@@ -474,17 +516,22 @@ void bindProgram(py::module_& m) {
              return p;
            }),
            py::arg("guards"))
-      .def("checker", [](const std::shared_ptr<NativeProgram>& p) { return fastFunction(&kProgramCheck, p); })
+      .def("checker",
+           [](const std::shared_ptr<NativeProgram>& p) { return fastFunction(&kProgramCheck, p); })
       .def(
           "explain",
           [](NativeProgram& p, py::object fn, const py::tuple& args, const py::object& kwargs) {
-            return explainCall(*p.program, fn.is_none() ? nullptr : fn.ptr(), args.ptr(), kwargsHandle(kwargs));
+            return explainCall(*p.program, fn.is_none() ? nullptr : fn.ptr(), args.ptr(),
+                               kwargsHandle(kwargs));
           },
           py::arg("fn"), py::arg("args"), py::arg("kwargs") = py::none())
       .def("explain_input",
-           [](NativeProgram& p, const PyCallInput& call) { return firstFailure(p.program->program(), call.call); })
+           [](NativeProgram& p, const PyCallInput& call) {
+             return firstFailure(p.program->program(), call.call);
+           })
       .def_property_readonly("text", [](const NativeProgram& p) { return p.text; })
-      .def_property_readonly("instructions", [](const NativeProgram& p) { return p.program->program().code.size(); });
+      .def_property_readonly(
+          "instructions", [](const NativeProgram& p) { return p.program->program().code.size(); });
 
   py::class_<NativeCache, std::shared_ptr<NativeCache>>(m, "FunctionCacheNative")
       .def(py::init([](py::handle fn) {
@@ -493,7 +540,8 @@ void bindProgram(py::module_& m) {
         if (!c->function) throw py::error_already_set();
         return c;
       }))
-      .def("lookup_function", [](const std::shared_ptr<NativeCache>& c) { return fastFunction(&kCacheLookup, c); })
+      .def("lookup_function",
+           [](const std::shared_ptr<NativeCache>& c) { return fastFunction(&kCacheLookup, c); })
       .def(
           "add",
           [](NativeCache& c, uint64_t id, py::handle guards, py::object value) {
@@ -524,7 +572,9 @@ void bindProgram(py::module_& m) {
           "explain",
           [](NativeCache& c, const py::tuple& args, const py::object& kwargs) {
             std::vector<std::pair<uint64_t, std::optional<std::string>>> out;
-            for (const auto& e : c.entries) out.emplace_back(e.id, explainCall(*e.program, c.fn(), args.ptr(), kwargsHandle(kwargs)));
+            for (const auto& e : c.entries)
+              out.emplace_back(e.id,
+                               explainCall(*e.program, c.fn(), args.ptr(), kwargsHandle(kwargs)));
             return out;
           },
           py::arg("args"), py::arg("kwargs") = py::none());
@@ -539,7 +589,8 @@ guards::CallInput describePythonCall(py::handle fn, py::handle args, py::handle 
 }
 
 void bindGuards(py::module_& m) {
-  py::module_ g = m.def_submodule("guards", "The guard VM's Python front end and guard sets; use kiln.guards.");
+  py::module_ g =
+      m.def_submodule("guards", "The guard VM's Python front end and guard sets; use kiln.guards.");
   bindSym(g);
   bindGuardSet(g);
   bindCalls(g);

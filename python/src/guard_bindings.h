@@ -19,6 +19,7 @@ struct PyGuardSet {
 };
 
 // A Python call described for the C++ front end (the slow path); `fn` may be None.
-guards::CallInput describePythonCall(pybind11::handle fn, pybind11::handle args, pybind11::handle kwargs);
+guards::CallInput describePythonCall(pybind11::handle fn, pybind11::handle args,
+                                     pybind11::handle kwargs);
 
 } // namespace kiln::python

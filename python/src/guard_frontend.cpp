@@ -8,8 +8,8 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/version.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -34,9 +34,10 @@ using guards::StepKind;
 uint64_t guardScope() {
   static const uint64_t scope = [] {
     std::random_device random;
-    uint64_t s = (static_cast<uint64_t>(random()) << 32) ^ random() ^
-                 static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-                 (static_cast<uint64_t>(getpid()) << 17);
+    uint64_t s =
+        (static_cast<uint64_t>(random()) << 32) ^ random() ^
+        static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+        (static_cast<uint64_t>(getpid()) << 17);
     return s ? s : 1;
   }();
   return scope;
@@ -100,7 +101,8 @@ bool isKeyedContainer(PyObject* o) {
 }
 
 bool isTensor(PyObject* o) {
-  return THPVariableClass && PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(THPVariableClass));
+  return THPVariableClass &&
+         PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(THPVariableClass));
 }
 
 PyObject* internedName(const char* name) {
@@ -202,7 +204,8 @@ guards::Autocast autocastOf(ir::DeviceType device) {
   a.device = device;
   const bool cuda = device == ir::DeviceType::Cuda;
 #ifdef KILN_AUTOCAST_BY_DEVICE
-  a.enabled = at::autocast::is_autocast_enabled(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
+  a.enabled =
+      at::autocast::is_autocast_enabled(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
 #else
   a.enabled = cuda ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
 #endif
@@ -215,7 +218,8 @@ bool sameStr(PyObject* a, PyObject* b) {
   if (!PyUnicode_CheckExact(a) || !PyUnicode_CheckExact(b)) return false;
   Py_ssize_t n = PyUnicode_GET_LENGTH(a);
   if (n != PyUnicode_GET_LENGTH(b) || PyUnicode_KIND(a) != PyUnicode_KIND(b)) return false;
-  return std::memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), static_cast<size_t>(n) * PyUnicode_KIND(a)) == 0;
+  return std::memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b),
+                     static_cast<size_t>(n) * PyUnicode_KIND(a)) == 0;
 }
 
 // Python's == with the type too, as Constant's (True is not 1, nan equals nan),
@@ -241,7 +245,8 @@ bool equalsConstant(PyObject* o, const Constant& c, PyObject* mirror) {
     const Constant::Tuple& items = std::get<Constant::Tuple>(c.value);
     if (!PyTuple_Check(o) || static_cast<size_t>(PyTuple_GET_SIZE(o)) != items.size()) return false;
     for (size_t k = 0; k < items.size(); ++k)
-      if (!equalsConstant(PyTuple_GET_ITEM(o, k), items[k], PyTuple_GET_ITEM(mirror, k))) return false;
+      if (!equalsConstant(PyTuple_GET_ITEM(o, k), items[k], PyTuple_GET_ITEM(mirror, k)))
+        return false;
     return true;
   }
   }
@@ -256,7 +261,8 @@ PyObject* objectOf(const Constant& c) {
     PyObject* operator()(int64_t i) const { return PyLong_FromLongLong(i); }
     PyObject* operator()(double d) const { return PyFloat_FromDouble(d); }
     PyObject* operator()(const std::string& s) const {
-      PyObject* str = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogatepass");
+      PyObject* str =
+          PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogatepass");
       if (str) PyUnicode_InternInPlace(&str);
       return str;
     }
@@ -355,7 +361,8 @@ LoadedProgram::LoadedProgram(guards::Program program) : program_(std::move(progr
       case StepKind::Key: aux.name = keep(objectOf(Constant{node.step.name})); break;
       case StepKind::IntKey: aux.name = keep(objectOf(Constant{node.step.index})); break;
       case StepKind::Index:
-        if (node.step.index >= 0) aux.name = keep(objectOf(Constant{std::to_string(node.step.index)}));
+        if (node.step.index >= 0)
+          aux.name = keep(objectOf(Constant{std::to_string(node.step.index)}));
         break;
       default: break;
       }
@@ -387,11 +394,13 @@ LoadedProgram::LoadedProgram(guards::Program program) : program_(std::move(progr
         unresolved_.push_back(std::move(why));
       }
     }
-    for (const std::string& k : program_.call.keywords) keywords_.push_back(keep(objectOf(Constant{k})));
+    for (const std::string& k : program_.call.keywords)
+      keywords_.push_back(keep(objectOf(Constant{k})));
     const guards::GlobalState& g = program_.globals;
     if (g.defaultDtype) globals_.defaultDtype = scalarTypeOf(*g.defaultDtype);
     for (const guards::Autocast& a : g.autocast)
-      globals_.autocast.push_back({a.device == ir::DeviceType::Cuda, a.enabled, scalarTypeOf(a.dtype)});
+      globals_.autocast.push_back(
+          {a.device == ir::DeviceType::Cuda, a.enabled, scalarTypeOf(a.dtype)});
   } catch (...) {
     for (PyObject* o : refs_) Py_DECREF(o);
     throw;
@@ -433,15 +442,19 @@ bool PyFrontend::callShape(const guards::CallShape& shape) {
 bool PyFrontend::globals(const guards::GlobalState& e) {
   const LoadedProgram::GlobalsAux& g = p_.globals();
   if (e.gradEnabled && *e.gradEnabled != c10::GradMode::is_enabled()) return false;
-  if (e.defaultDtype && static_cast<int16_t>(c10::get_default_dtype_as_scalartype()) != g.defaultDtype) return false;
-  if (e.deterministic && *e.deterministic != at::globalContext().deterministicAlgorithms()) return false;
+  if (e.defaultDtype &&
+      static_cast<int16_t>(c10::get_default_dtype_as_scalartype()) != g.defaultDtype)
+    return false;
+  if (e.deterministic && *e.deterministic != at::globalContext().deterministicAlgorithms())
+    return false;
   if (g.autocast.empty()) return true;
   // Autocast is on for a device while its dispatch key is not excluded (how both
   // torch 1.13's is_enabled() and 2.x's is_autocast_enabled(device) read it): one
   // read of the thread's key sets for every device.
   const c10::impl::LocalDispatchKeySet keys = c10::impl::tls_local_dispatch_key_set();
   for (const LoadedProgram::GlobalsAux::Autocast& a : g.autocast) {
-    const bool on = !keys.excluded_.has(a.cuda ? c10::DispatchKey::AutocastCUDA : c10::DispatchKey::AutocastCPU);
+    const bool on = !keys.excluded_.has(a.cuda ? c10::DispatchKey::AutocastCUDA
+                                               : c10::DispatchKey::AutocastCPU);
     if (on != a.enabled || static_cast<int16_t>(autocastDtype(a.cuda)) != a.dtype) return false;
   }
   return true;
@@ -487,7 +500,7 @@ bool PyFrontend::loadAttr(PyObject* obj, PyObject* name, Value& out) {
         if (PyObject* f = moduleField(d, field))
           if ((out.obj = lookup(f, name))) return true;
   }
-  last_[0] = last_[1] = ObjectDicts{};            // what follows may change any dict
+  last_[0] = last_[1] = ObjectDicts{};          // what follows may change any dict
   return own(PyObject_GetAttr(obj, name), out); // may run Python code (properties, __getattr__)
 }
 
@@ -537,7 +550,8 @@ bool PyFrontend::load(const guards::Step& step, Value parent, Value& out) {
   }
   case StepKind::Default: {
     PyObject* defaults = function_ ? PyFunction_GET_DEFAULTS(function_) : nullptr;
-    if (!defaults || !PyTuple_Check(defaults) || step.index < 0 || step.index >= PyTuple_GET_SIZE(defaults))
+    if (!defaults || !PyTuple_Check(defaults) || step.index < 0 ||
+        step.index >= PyTuple_GET_SIZE(defaults))
       return false;
     out.obj = PyTuple_GET_ITEM(defaults, step.index);
     return true;
@@ -588,9 +602,10 @@ bool tensorMatches(PyObject* o, const LoadedProgram::CheckAux& e, const int64_t*
     const at::Tensor& t = THPVariable_Unpack(o);
     if (static_cast<int16_t>(t.scalar_type()) != e.scalarType) return false;
     const c10::Device device = t.device();
-    const uint8_t type = device.type() == c10::DeviceType::CPU    ? static_cast<uint8_t>(ir::DeviceType::Cpu)
-                         : device.type() == c10::DeviceType::CUDA ? static_cast<uint8_t>(ir::DeviceType::Cuda)
-                                                                  : 0xff;
+    const uint8_t type =
+        device.type() == c10::DeviceType::CPU    ? static_cast<uint8_t>(ir::DeviceType::Cpu)
+        : device.type() == c10::DeviceType::CUDA ? static_cast<uint8_t>(ir::DeviceType::Cuda)
+                                                 : 0xff;
     if (type != e.deviceType || device.index() != e.deviceIndex) return false;
     c10::IntArrayRef sizes = t.sizes();
     if (sizes.size() != e.dims) return false;
@@ -618,7 +633,8 @@ bool dictKeysMatch(PyObject* o, const guards::DictKeys& e, PyObject* const* mirr
       continue;
     }
     bool found = false;
-    for (size_t j = 0; j < e.keys.size() && !found; ++j) found = equalsConstant(key, e.keys[j], mirrors[j]);
+    for (size_t j = 0; j < e.keys.size() && !found; ++j)
+      found = equalsConstant(key, e.keys[j], mirrors[j]);
     if (!found) return false;
   }
   return true;
@@ -690,7 +706,9 @@ std::string PyFrontend::callText() {
   return guards::InputFrontend(call).callText();
 }
 
-guards::GlobalState PyFrontend::globalState() { return currentGlobalState(); }
+guards::GlobalState PyFrontend::globalState() {
+  return currentGlobalState();
+}
 
 namespace {
 
@@ -721,8 +739,8 @@ std::optional<guards::TensorInput> PyFrontend::tensor(Value v) {
   return describedAs(v, 0, [](auto& f, auto x) { return f.tensor(x); });
 }
 
-__attribute__((flatten)) bool passes(const LoadedProgram& program, PyObject* fn, PyObject* args, PyObject* kwargs,
-            RunScratch& scratch) {
+__attribute__((flatten)) bool passes(const LoadedProgram& program, PyObject* fn, PyObject* args,
+                                     PyObject* kwargs, RunScratch& scratch) {
   if (scratch.busy) { // re-entered from Python code that a load ran
     RunScratch fresh;
     fresh.busy = true;
@@ -744,7 +762,8 @@ std::optional<std::string> explainCall(const LoadedProgram& program, PyObject* f
   size_t failedAt = 0;
   std::string reason;
   try {
-    if (guards::run(program.program(), f, scratch.registers, &failedAt, &reason)) return std::nullopt;
+    if (guards::run(program.program(), f, scratch.registers, &failedAt, &reason))
+      return std::nullopt;
   } catch (...) {
     f.done();
     throw;
@@ -861,31 +880,36 @@ public:
       if (PyList_Check(o) || PyTuple_Check(o)) {
         std::vector<Input> items;
         for (Py_ssize_t k = 0; k < Py_SIZE(o); ++k)
-          items.push_back(value(PyList_Check(o) ? PyList_GET_ITEM(o, k) : PyTuple_GET_ITEM(o, k), depth - 1));
+          items.push_back(
+              value(PyList_Check(o) ? PyList_GET_ITEM(o, k) : PyTuple_GET_ITEM(o, k), depth - 1));
         in = PyList_Check(o) ? Input::list(std::move(items)) : Input::tuple(std::move(items));
       } else if (PyDict_Check(o)) {
         in = Input::dict(entries(o, depth));
       } else {
         PyObject* modules = modulesOf(o);
         if (isKeyedContainer(o)) {
-          in = Input::dict(modules ? entries(modules, depth) : std::vector<std::pair<Input, Input>>{});
+          in = Input::dict(modules ? entries(modules, depth)
+                                   : std::vector<std::pair<Input, Input>>{});
         } else {
           std::vector<Input> items;
           Py_ssize_t pos = 0;
           PyObject *key, *item;
-          while (modules && PyDict_Next(modules, &pos, &key, &item)) items.push_back(value(item, depth - 1));
+          while (modules && PyDict_Next(modules, &pos, &key, &item))
+            items.push_back(value(item, depth - 1));
           in = Input::list(std::move(items));
         }
         in.attrs = attrs(o, depth);
       }
-      const bool exact = Py_IS_TYPE(o, &PyList_Type) || Py_IS_TYPE(o, &PyTuple_Type) || Py_IS_TYPE(o, &PyDict_Type);
+      const bool exact = Py_IS_TYPE(o, &PyList_Type) || Py_IS_TYPE(o, &PyTuple_Type) ||
+                         Py_IS_TYPE(o, &PyDict_Type);
       if (!exact) in.type = typeRefOf(type);
       in.id = id;
       return in;
     }
-    const bool opaque = PyModule_Check(o) || PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) ||
-                        PyMethod_Check(o);
-    return Input::object(typeRefOf(type), id, opaque ? std::vector<std::pair<std::string, Input>>{} : attrs(o, depth));
+    const bool opaque = PyModule_Check(o) || PyType_Check(o) || PyFunction_Check(o) ||
+                        PyCFunction_Check(o) || PyMethod_Check(o);
+    return Input::object(typeRefOf(type), id,
+                         opaque ? std::vector<std::pair<std::string, Input>>{} : attrs(o, depth));
   }
 
 private:
@@ -893,7 +917,8 @@ private:
     std::vector<std::pair<Input, Input>> out;
     Py_ssize_t pos = 0;
     PyObject *key, *item;
-    while (PyDict_Next(dict, &pos, &key, &item)) out.emplace_back(value(key, depth + 2), value(item, depth - 1));
+    while (PyDict_Next(dict, &pos, &key, &item))
+      out.emplace_back(value(key, depth + 2), value(item, depth - 1));
     return out;
   }
 
@@ -951,7 +976,8 @@ guards::CallInput describeCall(PyObject* fn, PyObject* args, PyObject* kwargs) {
   guards::CallInput call;
   Describer d;
   constexpr int kDepth = 6;
-  for (Py_ssize_t k = 0; args && k < PyTuple_GET_SIZE(args); ++k) call.args.push_back(d.value(PyTuple_GET_ITEM(args, k), kDepth));
+  for (Py_ssize_t k = 0; args && k < PyTuple_GET_SIZE(args); ++k)
+    call.args.push_back(d.value(PyTuple_GET_ITEM(args, k), kDepth));
   Py_ssize_t pos = 0;
   PyObject *key, *value;
   while (kwargs && PyDict_Next(kwargs, &pos, &key, &value))
@@ -964,14 +990,16 @@ guards::CallInput describeCall(PyObject* fn, PyObject* args, PyObject* kwargs) {
     for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(names); ++k) {
       PyObject* name = PyTuple_GET_ITEM(names, k);
       PyObject* v = PyDict_GetItem(f->func_globals, name);
-      if (!v && f->func_builtins && PyDict_Check(f->func_builtins)) v = PyDict_GetItem(f->func_builtins, name);
+      if (!v && f->func_builtins && PyDict_Check(f->func_builtins))
+        v = PyDict_GetItem(f->func_builtins, name);
       if (v) call.globals.emplace_back(py::str(name).cast<std::string>(), d.value(v, kDepth));
     }
     if (f->func_defaults && PyTuple_Check(f->func_defaults))
       for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(f->func_defaults); ++k)
         call.defaults.push_back(d.value(PyTuple_GET_ITEM(f->func_defaults, k), kDepth));
     pos = 0;
-    while (f->func_kwdefaults && PyDict_Check(f->func_kwdefaults) && PyDict_Next(f->func_kwdefaults, &pos, &key, &value))
+    while (f->func_kwdefaults && PyDict_Check(f->func_kwdefaults) &&
+           PyDict_Next(f->func_kwdefaults, &pos, &key, &value))
       call.kwDefaults.emplace_back(py::str(key).cast<std::string>(), d.value(value, kDepth));
     PyObject* cells = f->func_closure;
     for (Py_ssize_t k = 0; cells && k < PyTuple_GET_SIZE(cells); ++k) {

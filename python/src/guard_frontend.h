@@ -41,8 +41,8 @@ public:
   LoadedProgram& operator=(const LoadedProgram&) = delete;
 
   struct NodeAux {
-    PyObject* name = nullptr;  // kwarg/global/attr/key name (str), an int key (int), an index's str
-    uint32_t firstCheck = 0;   // this node's checks start here in `checks`
+    PyObject* name = nullptr; // kwarg/global/attr/key name (str), an int key (int), an index's str
+    uint32_t firstCheck = 0;  // this node's checks start here in `checks`
   };
   // What a check reads on the hot path, packed (the Check itself is large).
   struct CheckAux {
@@ -54,7 +54,7 @@ public:
     uint8_t deviceType = 0;       //   (ir::DeviceType)
     uint8_t dims = 0;             // Tensor: its dim count
     bool requiresGrad = false;
-    bool anyOffset = false;       // Tensor: the storage offset is dynamic
+    bool anyOffset = false; // Tensor: the storage offset is dynamic
     int64_t offset = 0;
   };
   static constexpr int64_t kAnySize = INT64_MIN; // a dynamic size or stride in dims()
@@ -73,7 +73,8 @@ public:
   const guards::Program& program() const { return program_; }
   const NodeAux& node(uint32_t n) const { return nodes_[n]; }
   const CheckAux& check(uint32_t node, const guards::Check& c) const {
-    return checks_[nodes_[node].firstCheck + static_cast<uint32_t>(&c - program_.nodes[node].checks.data())];
+    return checks_[nodes_[node].firstCheck +
+                   static_cast<uint32_t>(&c - program_.nodes[node].checks.data())];
   }
   // The node whose step this is (the VM hands steps of program().nodes).
   uint32_t nodeOf(const guards::Step& step) const {
@@ -141,8 +142,8 @@ private:
   // and bias): found once per run, forgotten before anything that may run Python.
   struct ObjectDicts {
     PyObject* obj = nullptr;
-    PyObject* dict = nullptr;     // its instance __dict__
-    bool module = false;          // an nn.Module: _parameters, _buffers, _modules below
+    PyObject* dict = nullptr; // its instance __dict__
+    bool module = false;      // an nn.Module: _parameters, _buffers, _modules below
     bool known[3] = {false, false, false};
     PyObject* fields[3] = {nullptr, nullptr, nullptr};
   };
