@@ -309,7 +309,7 @@ class FunctionCache:
         if got is not None:
             entries, frame, limit = got
             self.frame = frame
-            self.limit = limit or self.limit
+            self.limit = min(self.limit, limit) if limit else self.limit  # the stricter of the two
             for e in entries:
                 self._add(Entry(e["id"], e["guards"], None, e["artifacts"], e["graphs"], e["outputs"]))
         _caches[fn] = self
