@@ -8,7 +8,7 @@
 from kiln._kiln import KilnError, ShmStore, Stack
 from kiln._shm import shm_empty, shm_free, shm_get, shm_put
 from kiln._stack import connect, status
-from kiln import ir
+from kiln import guards, ir
 from kiln._compile import Unsupported, compile, explain
 
 __all__ = [
@@ -17,8 +17,9 @@ __all__ = [
     "Stack",
     "Unsupported",
     "compile",
-    "explain",
     "connect",
+    "explain",
+    "guards",
     "ir",
     "shm_empty",
     "shm_free",

@@ -128,7 +128,9 @@ def _requires_grad(args, kwargs) -> bool:
     if not torch.is_grad_enabled():
         return False
     leaves = torch.utils._pytree.tree_flatten((args, kwargs))[0]
-    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves)
+    return any((isinstance(t, torch.Tensor) and t.requires_grad) or
+               (isinstance(t, torch.nn.Module) and any(p.requires_grad for p in t.parameters()))
+               for t in leaves)
 
 
 class CompiledFunction:
@@ -159,7 +161,7 @@ class CompiledFunction:
         try:
             cache = self._cache if self._cache is not None else self._make_cache()
             entry = cache.lookup(args, kwargs)
-            if entry is None:
+            if entry is None or entry.value is None:  # value None: the guards service's, not loaded here yet
                 entry = self._miss(cache, args, kwargs)
         except KilnError as e:
             self._warn(e)
@@ -272,6 +274,9 @@ def explain(fn, *args, **kwargs) -> str:
     """
     compiled = fn._compiled_forward if isinstance(fn, CompiledModule) else fn
     if not isinstance(compiled, CompiledFunction):
+        from kiln import guards
+        if guards.cache_for(getattr(fn, "__wrapped__", fn)) is not None:  # a FunctionCache of its own
+            return guards.explain(fn, *args, **kwargs)
         return f"{getattr(fn, '__qualname__', fn)!s}: not compiled by kiln"
     cache = compiled.cache
     if cache is None:

@@ -1,5 +1,6 @@
-// _kiln: the Python bindings of the client SDK (libs/client, libs/shm) and of
-// libs/ir (ir_bindings.cpp).
+// _kiln: the Python bindings of the client SDK (libs/client, libs/shm), of
+// libs/ir (ir_bindings.cpp) and of libs/guards with the guard VM's Python
+// front end (guard_bindings.cpp, guard_frontend.cpp).
 // Conversion only: each binding calls the C++ library with the GIL released
 // and turns what comes back into plain Python values; kiln::Error becomes
 // kiln.KilnError. Whatever is more than that belongs in python/kiln.
@@ -18,8 +19,11 @@
 #include "kiln/client/stack.h"
 #include "kiln/client/stack_paths.h"
 #include "kiln/common/error.h"
+#include "kiln/guards/frame_state.h"
+#include "kiln/guards/wire.h"
 #include "kiln/shm/store.h"
 #include "capnp_dict.h"
+#include "guard_bindings.h"
 #include "ir_bindings.h"
 
 namespace py = pybind11;
@@ -194,8 +198,121 @@ void bindError(py::module_& m) {
   });
 }
 
+guards::FunctionKey functionKeyOf(const py::tuple& key) {
+  if (key.size() != 3)
+    throw Error(ErrorCode::InvalidArgument, "a function key is (module, qualname, code_hash)");
+  return {key[0].cast<std::string>(), key[1].cast<std::string>(), key[2].cast<std::string>()};
+}
+
+py::object entryDict(guards::CompiledEntry entry) {
+  PyGuardSet set;
+  *set.set = std::move(entry.guards);
+  py::dict out;
+  out["id"] = entry.id;
+  out["guards"] = py::cast(std::move(set));
+  out["artifacts"] = entry.artifacts;
+  out["graphs"] = entry.graphs;
+  out["outputs"] = entry.outputs;
+  return std::move(out);
+}
+
+std::optional<guards::JobMember> jobOf(const py::object& job) {
+  if (job.is_none()) return std::nullopt;
+  auto t = job.cast<std::tuple<std::string, uint32_t, uint32_t, uint64_t>>();
+  return guards::JobMember{std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t)};
+}
+
+// The guards service's verbs (docs/python-sdk.md, "Guards"): what a
+// FunctionCache asks on a miss, an insert, an observation or a mark.
+template <class C> void bindStackGuards(C& stack) {
+  stack
+      .def(
+          "guards_entries",
+          [](PyStack& self, const py::tuple& key, int64_t timeoutMs) {
+            auto function = functionKeyOf(key);
+            auto got = withoutGil([&] {
+              return self.locked([&](auto& s) { return s.guardsEntries(function, Millis(timeoutMs)); });
+            });
+            py::list entries;
+            for (auto& e : got.entries) entries.append(entryDict(std::move(e)));
+            return py::make_tuple(entries, py::cast(std::move(got.frame)), got.limit);
+          },
+          py::arg("key"), py::arg("timeout_ms") = 10000,
+          "(entries as dicts: id, guards, artifacts, graphs, outputs; the frame state; the cache limit).")
+      .def(
+          "guards_lookup",
+          [](PyStack& self, const py::tuple& key, py::object fn, py::object args, py::object kwargs,
+             int64_t timeoutMs) {
+            auto function = functionKeyOf(key);
+            guards::CallInput call = describePythonCall(fn, args, kwargs);
+            auto got = withoutGil([&] {
+              return self.locked([&](auto& s) { return s.guardsLookup(function, call, Millis(timeoutMs)); });
+            });
+            py::dict out;
+            out["hit"] = got.hit ? entryDict(std::move(*got.hit)) : py::none();
+            out["reasons"] = got.reasons;
+            out["run_eagerly"] = got.runEagerly;
+            out["frame"] = py::cast(std::move(got.frame));
+            return out;
+          },
+          py::arg("key"), py::arg("fn"), py::arg("args"), py::arg("kwargs") = py::none(),
+          py::arg("timeout_ms") = 10000,
+          "The service's entries against the call: {hit, reasons, run_eagerly, frame}.")
+      .def(
+          "guards_insert",
+          [](PyStack& self, const py::tuple& key, const PyGuardSet& set, std::vector<std::string> artifacts,
+             std::vector<std::string> graphs, std::string outputs, int64_t timeoutMs) {
+            auto function = functionKeyOf(key);
+            guards::CompiledEntry entry;
+            entry.guards = guards::guardSetFromBytes(guards::toBytes(*set.set));
+            entry.artifacts = std::move(artifacts);
+            entry.graphs = std::move(graphs);
+            entry.outputs = std::move(outputs);
+            auto got = withoutGil([&] {
+              return self.locked([&](auto& s) { return s.guardsInsert(function, entry, Millis(timeoutMs)); });
+            });
+            py::dict out;
+            out["id"] = got.id;
+            out["run_eagerly"] = got.runEagerly;
+            return out;
+          },
+          py::arg("key"), py::arg("guards"), py::arg("artifacts") = std::vector<std::string>{},
+          py::arg("graphs") = std::vector<std::string>{}, py::arg("outputs") = "",
+          py::arg("timeout_ms") = 10000, "Stores an entry: {id, run_eagerly}.")
+      .def(
+          "guards_observe",
+          [](PyStack& self, const py::tuple& key, py::object args, py::object kwargs, py::object names,
+             py::object job, int64_t timeoutMs) {
+            auto function = functionKeyOf(key);
+            auto argNames = names.is_none() ? std::vector<std::string>{} : names.cast<std::vector<std::string>>();
+            auto seen = guards::observe(describePythonCall(py::none(), args, kwargs), argNames);
+            auto member = jobOf(job);
+            auto frame = withoutGil([&] {
+              return self.locked(
+                  [&](auto& s) { return s.guardsObserve(function, seen, member, Millis(timeoutMs)); });
+            });
+            return py::cast(std::move(frame));
+          },
+          py::arg("key"), py::arg("args"), py::arg("kwargs") = py::none(), py::arg("arg_names") = py::none(),
+          py::arg("job") = py::none(), py::arg("timeout_ms") = 60000,
+          "Records what a missing call saw; the frame state to trace with. `job`: (job id, rank, "
+          "world size, round): waits until every rank of the round reported.")
+      .def(
+          "guards_mark",
+          [](PyStack& self, const py::tuple& key, const std::string& dim, bool dynamic, int64_t timeoutMs) {
+            auto function = functionKeyOf(key);
+            auto frame = withoutGil([&] {
+              return self.locked([&](auto& s) { return s.guardsMark(function, dim, dynamic, Millis(timeoutMs)); });
+            });
+            return py::cast(std::move(frame));
+          },
+          py::arg("key"), py::arg("dim"), py::arg("dynamic"), py::arg("timeout_ms") = 10000,
+          "mark_dynamic / mark_static of a dim (\"L['x'].size()[0]\") or an int (\"L['n']\").");
+}
+
 void bindStack(py::module_& m) {
-  py::class_<PyStack, std::shared_ptr<PyStack>>(m, "Stack", "A connection to a running kiln stack.")
+  auto stack = py::class_<PyStack, std::shared_ptr<PyStack>>(m, "Stack", "A connection to a running kiln stack.");
+  stack
       .def_static(
           "connect",
           [](const std::string& where, int64_t timeoutMs) {
@@ -272,6 +389,7 @@ void bindStack(py::module_& m) {
       .def("__repr__", [](const PyStack& self) {
         return fmt::format("<kiln.Stack endpoint='{}'>", self.endpoint());
       });
+  bindStackGuards(stack);
 }
 
 void bindShm(py::module_& m) {
@@ -373,4 +491,5 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::bindShm(m);
   kiln::python::bindIr(m);
   kiln::python::bindCapnp(m);
+  kiln::python::bindGuards(m);
 }

@@ -1,0 +1,188 @@
+// The guard VM's Python front end (libs/guards/vm.h): reads a Python call —
+// the function object, its args tuple and kwargs dict — through the CPython C
+// API and torch's C++ API, and behaves as InputFrontend does on the same call
+// described as a CallInput (same pass or fail, same failure words).
+//
+// Hot path (`passes`): no Python-level calls and no allocation, with three
+// documented exceptions that may run Python code: an attribute found neither
+// in the instance __dict__ nor in an nn.Module's _parameters/_buffers/_modules
+// (PyObject_GetAttr), an item of a sequence that is no list, tuple or module
+// container (PySequence_GetItem), and the length of such an object. What those
+// return is released in done(). Everything else reads borrowed references.
+//
+// Every function here needs the GIL.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/guards/input.h"
+#include "kiln/guards/program.h"
+#include "kiln/guards/vm.h"
+
+namespace kiln::python {
+
+// This process's scope token: identity guards recorded here hold only here.
+uint64_t guardScope();
+
+// A Program with what the front end resolves once, when it is loaded: type
+// references to type objects, names and keys to Python objects, constants to
+// Python mirrors of themselves.
+class LoadedProgram {
+public:
+  explicit LoadedProgram(guards::Program program);
+  ~LoadedProgram();
+  LoadedProgram(const LoadedProgram&) = delete;
+  LoadedProgram& operator=(const LoadedProgram&) = delete;
+
+  struct NodeAux {
+    PyObject* name = nullptr; // kwarg/global/attr/key name (str), an int key (int), an index's str
+    uint32_t firstCheck = 0;  // this node's checks start here in `checks`
+  };
+  // What a check reads on the hot path, packed (the Check itself is large).
+  struct CheckAux {
+    PyTypeObject* type = nullptr; // Type: the resolved type, or null (see unresolved())
+    PyObject* mirror = nullptr;   // Equals: the constant as a Python object
+    uint32_t first = 0;           // DictKeys: its keys in keyMirrors(); Tensor: its dims in dims()
+    int16_t scalarType = -1;      // Tensor: the dtype as torch's c10::ScalarType
+    int16_t deviceIndex = -1;     // Tensor: the device
+    uint8_t deviceType = 0;       //   (ir::DeviceType)
+    uint8_t dims = 0;             // Tensor: its dim count
+    bool requiresGrad = false;
+    bool anyOffset = false; // Tensor: the storage offset is dynamic
+    int64_t offset = 0;
+  };
+  static constexpr int64_t kAnySize = INT64_MIN; // a dynamic size or stride in dims()
+
+  // The global state's dtypes as c10::ScalarTypes.
+  struct GlobalsAux {
+    int16_t defaultDtype = -1;
+    struct Autocast {
+      bool cuda = false;
+      bool enabled = false;
+      int16_t dtype = -1;
+    };
+    std::vector<Autocast> autocast;
+  };
+
+  const guards::Program& program() const { return program_; }
+  const NodeAux& node(uint32_t n) const { return nodes_[n]; }
+  const CheckAux& check(uint32_t node, const guards::Check& c) const {
+    return checks_[nodes_[node].firstCheck +
+                   static_cast<uint32_t>(&c - program_.nodes[node].checks.data())];
+  }
+  // The node whose step this is (the VM hands steps of program().nodes).
+  uint32_t nodeOf(const guards::Step& step) const {
+    return static_cast<uint32_t>((reinterpret_cast<const char*>(&step) -
+                                  reinterpret_cast<const char*>(&program_.nodes[0].step)) /
+                                 sizeof(guards::Node));
+  }
+  const std::vector<PyObject*>& keywords() const { return keywords_; }
+  // A tensor check's sizes, then its strides; kAnySize where dynamic.
+  const int64_t* dims(const CheckAux& a) const { return dims_.data() + a.first; }
+  PyObject* const* keyMirrors(const CheckAux& a) const { return keyMirrors_.data() + a.first; }
+  // Why a Type check's type could not be found (the slow path).
+  const std::string& unresolved(uint32_t node, const guards::Check& c) const {
+    return unresolved_[static_cast<size_t>(&check(node, c) - checks_.data())];
+  }
+  const GlobalsAux& globals() const { return globals_; }
+
+private:
+  guards::Program program_;
+  std::vector<NodeAux> nodes_;
+  std::vector<CheckAux> checks_;
+  std::vector<std::string> unresolved_; // by check, as checks_
+  std::vector<int64_t> dims_;
+  std::vector<PyObject*> keyMirrors_;
+  std::vector<PyObject*> keywords_;
+  GlobalsAux globals_;
+  std::vector<PyObject*> refs_; // every reference above, released at the end
+};
+
+class PyFrontend {
+public:
+  struct Value {
+    PyObject* obj = nullptr; // null: an int read from a tensor's sizes or strides
+    int64_t integer = 0;
+    uint32_t node = 0;
+  };
+
+  // `fn` may be a function or a bound method (its function is read), or null;
+  // `kwargs` a dict or null. `owned` collects what loads made; done() empties it.
+  PyFrontend(const LoadedProgram& program, PyObject* fn, PyObject* args, PyObject* kwargs,
+             std::vector<PyObject*>& owned);
+
+  bool callShape(const guards::CallShape& shape);
+  bool globals(const guards::GlobalState& expected);
+  bool load(const guards::Step& step, Value parent, Value& out);
+  bool check(Value v, const guards::Check& c);
+  bool integer(Value v, int64_t& out);
+  void done();
+
+  // The slow path: may call Python.
+  std::string callText();
+  guards::GlobalState globalState();
+  guards::TypeRef type(Value v);
+  std::string repr(Value v);
+  std::optional<uint64_t> length(Value v);
+  std::optional<std::vector<guards::Constant>> keys(Value v);
+  std::optional<guards::TensorInput> tensor(Value v);
+
+private:
+  bool loadAttr(PyObject* obj, PyObject* name, Value& out);
+  bool loadItem(PyObject* obj, int64_t index, PyObject* indexName, Value& out);
+  bool own(PyObject* made, Value& out); // a new reference (null: failed, error cleared)
+  // The dicts an attribute or module item is read from, for the two objects last
+  // read (a ModuleList and its current layer: the list's items, a layer's weight
+  // and bias): found once per run, forgotten before anything that may run Python.
+  struct ObjectDicts {
+    PyObject* obj = nullptr;
+    PyObject* dict = nullptr; // its instance __dict__
+    bool module = false;      // an nn.Module: _parameters, _buffers, _modules below
+    bool known[3] = {false, false, false};
+    PyObject* fields[3] = {nullptr, nullptr, nullptr};
+  };
+  ObjectDicts& dictsOf(PyObject* obj);
+  PyObject* moduleField(ObjectDicts& d, int field); // 0 _parameters, 1 _buffers, 2 _modules
+
+  const LoadedProgram& p_;
+  PyObject* function_ = nullptr;
+  PyObject* args_;
+  PyObject* kwargs_;
+  std::vector<PyObject*>& owned_;
+  ObjectDicts last_[2]; // [0] the most recent
+};
+
+// Reusable state of one program's runs. A run that finds it busy (another
+// thread ran Python code inside a load, or re-entered) uses a fresh one.
+struct RunScratch {
+  guards::Scratch<PyFrontend::Value> registers;
+  std::vector<PyObject*> owned;
+  bool busy = false;
+};
+
+// The fast path: does `program` hold of the call?
+bool passes(const LoadedProgram& program, PyObject* fn, PyObject* args, PyObject* kwargs,
+            RunScratch& scratch);
+// The slow path: nullopt when it holds, else why not (as the C++ front end words it).
+std::optional<std::string> explainCall(const LoadedProgram& program, PyObject* fn, PyObject* args,
+                                       PyObject* kwargs);
+
+// Python values as the guards' C++ inputs (the slow path; calls Python).
+// `depth`: how far into containers and object attributes to describe.
+guards::Input describeValue(PyObject* obj, int depth = 6);
+guards::GlobalState currentGlobalState();
+// The call: args, kwargs, the globals the code names (then builtins), the
+// closure cells' contents, the function's defaults, the global state and this
+// process's scope.
+guards::CallInput describeCall(PyObject* fn, PyObject* args, PyObject* kwargs);
+guards::TypeRef typeRefOf(PyTypeObject* type);
+// A Python constant (None, bool, int, float, str, tuples of them); nullopt otherwise.
+std::optional<guards::Constant> constantFrom(PyObject* obj);
+
+} // namespace kiln::python
