@@ -123,8 +123,7 @@ class Block(nn.Module):
 
 @pytest.mark.parametrize("make", [
     lambda: (MLP(), torch.randn(5, 8)),
-    pytest.param(lambda: (Block().eval(), torch.randn(2, 6, 16)), id="block", marks=pytest.mark.xfail(
-        reason="the tracer does not trace generator expressions yet (Block.forward)")),
+    pytest.param(lambda: (Block().eval(), torch.randn(2, 6, 16)), id="block"),
 ])
 def test_modules_compile_and_keep_their_state(stack, make):
     model, x = make()

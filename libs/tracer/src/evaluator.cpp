@@ -66,6 +66,10 @@ struct Frame {
   std::vector<std::string> kwNames;
   bool v312 = false;
   int line = 0;
+  // A generator's frame runs to its end at once: what it yields, in order (its
+  // consumers read them as an iterator; generator expressions are the common case).
+  bool generator = false;
+  std::vector<Var> yields;
 
   Var pop() {
     if (stack.empty()) throw Error(ErrorCode::Malformed, "tracer: the bytecode popped an empty stack");
@@ -380,11 +384,11 @@ private:
     schema::Code::Reader code = fn.code;
     std::string version = code.getPythonVersion().cStr();
     if (version != "3.11" && version != "3.12") unsupported("Python " + version + " bytecode");
-    if (code.getFlags() & 0x20) unsupported("generators");
     if (code.getFlags() & (0x80 | 0x100 | 0x200)) unsupported("coroutines");
     Frame f;
     f.fn = &fn;
     f.code = code;
+    f.generator = code.getFlags() & 0x20;
     f.v312 = version == "3.12";
     bind(f, fn, std::move(args), kwargs);
     for (size_t k = 0; k < code.getFreevars().size(); ++k) {
@@ -1100,7 +1104,14 @@ private:
         f.stack.push_back(constant(f.code.getConsts()[static_cast<unsigned>(arg)]));
       } else if (opname == "RETURN_CONST") {
         if (arg < 0 || arg >= static_cast<int64_t>(f.code.getConsts().size())) throw Error(ErrorCode::Malformed, "tracer: RETURN_CONST out of range");
+        if (f.generator) return iterator(f.yields);
         return constant(f.code.getConsts()[static_cast<unsigned>(arg)]);
+      } else if (opname == "RETURN_GENERATOR") {
+        f.stack.push_back(none()); // popped by the POP_TOP that follows
+      } else if (opname == "YIELD_VALUE") {
+        if (!f.generator) unsupported("yield outside a generator");
+        f.yields.push_back(f.pop());
+        f.stack.push_back(none()); // what the consumer sends: next() sends None
       } else if (opname == "LOAD_FAST" || opname == "LOAD_FAST_CHECK") {
         auto it = f.locals.find(name);
         if (it == f.locals.end()) unsupported("local '" + name + "' read before it was set");
@@ -1203,7 +1214,8 @@ private:
         fn->function = info;
         f.stack.push_back(fn);
       } else if (opname == "RETURN_VALUE") {
-        return f.pop();
+        Var v = f.pop();
+        return f.generator ? iterator(f.yields) : v;
       } else if (opname == "POP_TOP") {
         f.pop();
       } else if (opname == "END_FOR") {

@@ -148,3 +148,17 @@ def call_other_module(x):
 @program(inputs=lambda: r(4, 4))
 def call_other_module_torch(x):
     return activated(x) - SCALE
+
+
+@program(inputs=lambda: r(4, 4))
+def generator_expression(x):
+    a, b, c = (x * k for k in range(3))
+    return a + b + c, tuple(y.sum() for y in (x, x + 1))
+
+
+@program(inputs=lambda: r(4, 4))
+def generator_function(x):
+    def powers(y, n):
+        for k in range(n):
+            yield y ** k
+    return sum(powers(x, 3))
