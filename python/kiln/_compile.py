@@ -161,8 +161,10 @@ class CompiledFunction:
         try:
             cache = self._cache if self._cache is not None else self._make_cache()
             entry = cache.lookup(args, kwargs)
-            if entry is None or entry.value is None:  # value None: the guards service's, not loaded here yet
+            if entry is None:
                 entry = self._miss(cache, args, kwargs)
+            elif entry.value is None:  # an entry of the guards service (another process's): load it here
+                entry.value = self._load(cache, args, kwargs)
         except KilnError as e:
             self._warn(e)
             return self._fn(*args, **kwargs)
@@ -204,6 +206,21 @@ class CompiledFunction:
             return miss.entry
         return cache.insert(guards.GuardSet.from_bytes(traced.guards), runner, artifacts=[compiled.key],
                             graphs=[traced.graph.structural_hash()])
+
+    def _load(self, cache, args, kwargs):
+        """What runs a stored entry in this process: traced again under the function's frame
+        state (the trace that made it), its graph compiled (a codegen cache hit)."""
+        from kiln import guards
+        if _requires_grad(args, kwargs):
+            return _Eager("inputs that require grad under grad mode")
+        try:
+            traced = _trace.trace(self._fn, args, kwargs, frame=_frame_dict(cache.frame), fullgraph=self._fullgraph,
+                                  scope=guards.scope(), stack=self._stack)
+        except Unsupported as e:
+            if self._fullgraph:
+                raise
+            return _Eager(str(e))
+        return _Runner(traced, ir.compile(traced.graph, self._stack))
 
     def _eager(self, cache, args, kwargs, frame, reason: str):
         from kiln import guards
@@ -281,7 +298,7 @@ def explain(fn, *args, **kwargs) -> str:
     cache = compiled.cache
     if cache is None:
         return f"{getattr(compiled, '__qualname__', compiled)!s}: not called yet"
-    if isinstance(fn, CompiledModule):
+    if isinstance(fn, CompiledModule) and (args or kwargs):
         args = (fn._orig_mod, *args)
     lines = [cache.explain(args, kwargs) if args or kwargs else cache.explain()]
     for entry in cache.entries:

@@ -401,6 +401,10 @@ class FunctionCache:
             entry_id = reply["id"]
             if reply["run_eagerly"]:  # over the service's limit: kept here, not stored there
                 self.limit = len(self._entries) + 1
+            for known in self._entries:  # the service had it already (another process stored it)
+                if known.id == entry_id:
+                    known.value = value
+                    return known
         return self._add(Entry(entry_id, guards, value, artifacts, graphs, outputs))
 
     def mark(self, dim: str, dynamic: bool = True) -> None:
