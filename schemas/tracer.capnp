@@ -129,6 +129,8 @@ struct TraceResult {
   outputs @2 :OutputSpec;           # how to rebuild the returned value from graph outputs
   sideEffects @3 :List(SideEffect);
   inputs @4 :List(InputBinding);    # where each graph input comes from
+  requiresGrad @5 :Bool;            # an op ran under grad mode on an input that requires grad:
+                                    # autograd would record this call
 }
 
 # The returned value's structure: leaves are graph outputs or constants.

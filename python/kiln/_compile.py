@@ -199,6 +199,13 @@ class CompiledFunction:
             if self._fullgraph:
                 raise
             return self._eager(cache, args, kwargs, frame, str(e))
+        if traced.requires_grad:  # autograd would record it (the tracer saw grad mode and inputs needing grad)
+            # TODO(issue 8): training graphs go through the partitioner. The trace's guards say
+            # which inputs (parameters of modules it read included) required grad.
+            reason = "inputs that require grad under grad mode"
+            if reason not in self.fallback_reasons:
+                self.fallback_reasons.append(reason)
+            return cache.insert(guards.GuardSet.from_bytes(traced.guards), _Eager(reason))
         compiled = ir.compile(traced.graph, self._stack)
         runner = _Runner(traced, compiled)
         if miss.entry is not None:  # found elsewhere (the guards service): now runnable here too
@@ -220,6 +227,8 @@ class CompiledFunction:
             if self._fullgraph:
                 raise
             return _Eager(str(e))
+        if traced.requires_grad:  # autograd would record it (the tracer saw grad mode and inputs needing grad)
+            return _Eager("inputs that require grad under grad mode")
         return _Runner(traced, ir.compile(traced.graph, self._stack))
 
     def _eager(self, cache, args, kwargs, frame, reason: str):

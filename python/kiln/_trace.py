@@ -306,6 +306,7 @@ class Traced:
         self.int_inputs = [i["isInt"] for i in traced["inputs"]]  # dynamic ints: passed as 0-d int64
         self.outputs = traced["outputs"]
         self.side_effects = traced["sideEffects"]
+        self.requires_grad = traced["requiresGrad"]  # autograd would record the call
 
 
 def global_state() -> dict:

@@ -111,6 +111,7 @@ public:
   explicit Evaluator(schema::TraceRequest::Reader request) : request_(request) {
     frame = guards::fromWire(request.getFrame());
     guards.globals = guards::fromWire(request.getState());
+    if (guards.globals.gradEnabled) gradEnabled = *guards.globals.gradEnabled;
     for (auto a : request.getArgs()) describe(a);
     for (auto k : request.getKwargs()) describe(k.getValue());
     for (auto o : request.getObjects()) describe(o);
@@ -495,13 +496,13 @@ private:
       return args.size() > 1 ? args[1] : none();
     }
     if (self->kind == Kind::GradMode && name == "__enter__") {
-      gradStack_.push_back(gradEnabled_);
-      gradEnabled_ = self->boolean;
+      gradStack_.push_back(gradEnabled);
+      gradEnabled = self->boolean;
       return none();
     }
     if (self->kind == Kind::GradMode && name == "__exit__") {
       if (gradStack_.empty()) unsupported("a grad-mode exit without its enter");
-      gradEnabled_ = gradStack_.back();
+      gradEnabled = gradStack_.back();
       gradStack_.pop_back();
       return none();
     }
@@ -1476,6 +1477,7 @@ private:
     graph.setOutputs(outputs);
     ir::toWire(graph, out.initGraph());
     guards::toWire(guards, out.initGuards());
+    out.setRequiresGrad(requiresGrad);
     auto inputs = out.initInputs(static_cast<unsigned>(inputs_.size()));
     for (unsigned k = 0; k < inputs.size(); ++k) {
       auto steps = inputs[k].initPath(static_cast<unsigned>(inputs_[k].path.size()));
@@ -1506,7 +1508,6 @@ private:
   size_t steps_ = 0;
   std::string file_;
   int line_ = 0;
-  bool gradEnabled_ = true;
   std::vector<bool> gradStack_;
   std::string rootModule_;
 };

@@ -27,6 +27,9 @@ Var TraceState::tensor(ir::ValueId id) {
 const ir::TensorMeta& TraceState::meta(const Var& v) const { return graph.meta(v->value); }
 
 Var TraceState::op(const std::string& name, std::vector<ir::ValueId> inputs, std::vector<ir::Attr> attrs) {
+  if (gradEnabled && !requiresGrad)
+    for (ir::ValueId in : inputs)
+      if (graph.value(in).isTensor() && graph.meta(in).requiresGrad) requiresGrad = true;
   ir::ValueId id;
   try {
     id = graph.call(name, std::move(inputs), std::move(attrs));

@@ -37,6 +37,8 @@ public:
   ir::Graph graph;
   guards::GuardSet guards;
   guards::FrameState frame;
+  bool gradEnabled = true; // inside torch.no_grad() regions: false
+  bool requiresGrad = false; // an op ran under grad mode on an input that requires grad
 
   Var tensor(ir::ValueId id);
   const ir::TensorMeta& meta(const Var& v) const;

@@ -8,8 +8,10 @@ reason>"`. The run ends with
 
     programs: N compiled+correct, F fell back, W wrong
 
-Compiled here means: traced by the tracer service and compiled by the codegen
-service of the session's stack, run on the example inputs.
+Compiled here means `kiln.compile` through the session's stack (see `run` for
+the calls each program gets: repeat, float64, other sizes). A program's
+`inputs` may take a size `n`; such programs are also called at other sizes and
+must recompile once (the dim turns dynamic), then not again.
 """
 from __future__ import annotations
 
@@ -43,6 +45,13 @@ class Program:
     atol: float
 
 
+def inference(module: torch.nn.Module) -> torch.nn.Module:
+    """A module of the corpus's inference programs: parameters that need no grad (under
+    grad mode, parameters that require it make kiln run the call eagerly until the
+    partitioner issue: see module_that_requires_grad)."""
+    return module.requires_grad_(False)
+
+
 def call(*args, **kwargs):
     """Example arguments with keywords: `inputs=lambda: call(x, scale=2)`."""
     return ("__call__", args, kwargs)
@@ -56,8 +65,8 @@ def program(*, inputs: Callable, falls_back: str | None = None, rtol: float = 1e
     return register
 
 
-def arguments(p: Program):
-    made = p.inputs()
+def arguments(p: Program, n: int | None = None):
+    made = p.inputs() if n is None else p.inputs(n=n)
     if isinstance(made, tuple) and len(made) == 3 and made[0] == "__call__":
         return made[1], made[2]
     return (made if isinstance(made, tuple) else (made,)), {}
@@ -74,33 +83,95 @@ class Outcome:
     detail: str = ""
 
 
-def run(p: Program, stack) -> Outcome:
-    args, kwargs = arguments(p)
+def _eager(p: Program, args, kwargs):
+    """The eager result on copies of the arguments: (result, exception raised, the copies after)."""
     eager_args, eager_kwargs = _clone(args), _clone(kwargs)
     try:
-        expected = p.fn(*eager_args, **eager_kwargs)
+        return p.fn(*eager_args, **eager_kwargs), None, eager_args, eager_kwargs
     except Exception as e:  # kiln must not compile what fails eagerly: it runs it eagerly, which raises
-        raised = e
-    else:
-        raised = None
+        return None, e, eager_args, eager_kwargs
+
+
+def _check_call(p: Program, fast, args, kwargs) -> str | None:
+    """Calls the compiled function once; None when it did what eager does, else why not."""
+    torch.manual_seed(0)  # programs that draw random numbers (and fall back) draw the same
+    expected, raised, eager_args, eager_kwargs = _eager(p, args, kwargs)
+    torch.manual_seed(0)
     try:
-        traced = _trace.trace(p.fn, args, kwargs, stack=stack, record=_recorder(p))
-    except _trace.Unsupported as e:
-        return Outcome("fell back", str(e))
+        got = fast(*args, **kwargs)
+    except Exception as e:
+        if raised is not None and type(e) is type(raised):
+            return None  # ran eagerly, as it must, and raised what eager raises
+        return f"raised {type(e).__name__}: {e}"
     if raised is not None:
-        return Outcome("wrong", f"compiled a call that raises eagerly: {type(raised).__name__}: {raised}")
-    fn, call_args = _trace.normalize(p.fn, args)
-    compiled = ir.compile(traced.graph, stack)
-    results = compiled(*_trace.graph_inputs(traced, fn, call_args, kwargs))
-    _trace.replay(traced, results, fn, call_args, kwargs)
-    got = _trace.rebuild(traced.outputs, results)
+        return f"returned where eager raises {type(raised).__name__}: {raised}"
     try:
         compare(got, expected, p)
         compare(args, eager_args, p)  # inputs mutated as eager mutated them
         compare(kwargs, eager_kwargs, p)
     except AssertionError as e:
-        return Outcome("wrong", str(e))
+        return str(e)
+    return None
+
+
+def _to_float64(value):
+    return torch.utils._pytree.tree_map(
+        lambda t: t.double() if isinstance(t, torch.Tensor) and t.dtype == torch.float32 else t, value)
+
+
+def _has_float32(value) -> bool:
+    leaves = torch.utils._pytree.tree_flatten(value)[0]
+    return any(isinstance(t, torch.Tensor) and t.dtype == torch.float32 for t in leaves)
+
+
+def run(p: Program, stack) -> Outcome:
+    """Compiles the program with kiln.compile and checks, each against eager: the first call;
+    a repeat call (no new entry); a float64 call where inputs were float32 (exactly one new
+    entry); and for programs whose inputs take a size `n`, calls at other sizes (one new entry
+    for the first, when the size turns dynamic, none after)."""
+    import kiln
+
+    if CAPTURE:
+        _capture(p)
+    fast = kiln.compile(p.fn, stack=stack)
+    args, kwargs = arguments(p)
+    if (why := _check_call(p, fast, args, kwargs)) is not None:
+        return Outcome("wrong", why)
+    if fast.fallback_reasons:
+        return Outcome("fell back", fast.fallback_reasons[0])
+    entries = len(fast.cache.entries)
+    args, kwargs = arguments(p)
+    if (why := _check_call(p, fast, args, kwargs)) is not None:
+        return Outcome("wrong", f"repeat call: {why}")
+    if len(fast.cache.entries) != entries:
+        return Outcome("wrong", f"a repeat call compiled again: {fast.cache.last_reasons}")
+    if _has_float32((args, kwargs)):
+        args, kwargs = _to_float64(arguments(p))
+        if _eager(p, args, kwargs)[1] is None:  # programs that mix in float32 weights raise: skip those
+            if (why := _check_call(p, fast, args, kwargs)) is not None:
+                return Outcome("wrong", f"float64 call: {why}")
+            if len(fast.cache.entries) != entries + 1 and not fast.fallback_reasons:
+                return Outcome("wrong", f"a dtype change made {len(fast.cache.entries) - entries} new entries")
+            entries = len(fast.cache.entries)
+    if "n" in inspect.signature(p.inputs).parameters:
+        for k, n in enumerate((7, 11, 23)):
+            args, kwargs = arguments(p, n)
+            if (why := _check_call(p, fast, args, kwargs)) is not None:
+                return Outcome("wrong", f"size {n}: {why}")
+            expected_entries = entries + 1
+            if len(fast.cache.entries) != expected_entries:
+                return Outcome("wrong", f"size {n}: {len(fast.cache.entries) - entries} new entries, expected 1 "
+                                        f"(automatic dynamic): {fast.cache.last_reasons}")
     return Outcome("compiled")
+
+
+def _capture(p: Program):
+    """The program's final TraceRequest, for the 3.12 fixtures (the tracer in-process)."""
+    args, kwargs = arguments(p)
+    try:
+        _trace.trace(p.fn, args, kwargs, record=_recorder(p))
+    except _trace.Unsupported:
+        pass
 
 
 def _recorder(p: Program):

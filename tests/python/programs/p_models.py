@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from corpus import program
+from corpus import inference, program
 
 r = torch.randn
 torch.manual_seed(1)
@@ -98,7 +98,8 @@ class ConvFree(nn.Module):
         return logits, F.log_softmax(logits, dim=-1)
 
 
-rms, swiglu, attn, llama, gpt, head = RMSNorm(16), SwiGLU(16, 32), MaskedAttention(), LlamaBlock(), TinyGPT(), ConvFree()
+rms, swiglu, attn, llama, gpt, head = (inference(m) for m in (RMSNorm(16), SwiGLU(16, 32), MaskedAttention(), LlamaBlock(),
+                                                                TinyGPT(), ConvFree()))
 gpt.eval()
 head.eval()
 

@@ -3,16 +3,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from corpus import program
+from corpus import inference, program
 
 r = torch.randn
 torch.manual_seed(0)
 
-linear = nn.Linear(8, 4)
-linear_nobias = nn.Linear(8, 4, bias=False)
-norm = nn.LayerNorm(8)
-emb = nn.Embedding(10, 8)
-seq = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8), nn.Tanh())
+linear = inference(nn.Linear(8, 4))
+linear_nobias = inference(nn.Linear(8, 4, bias=False))
+norm = inference(nn.LayerNorm(8))
+emb = inference(nn.Embedding(10, 8))
+seq = inference(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8), nn.Tanh()))
 acts = nn.ModuleList([nn.GELU(), nn.SiLU(), nn.Sigmoid(), nn.Identity(), nn.ReLU()])
 drop_eval = nn.Dropout(0.3).eval()
 soft = nn.Softmax(dim=-1)
@@ -145,7 +145,8 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-mlp, residual, heads, stack, block = MLP(), Residual(), Heads(), Stack(), Block()
+mlp, residual, heads, stack, block = (inference(m) for m in (MLP(), Residual(), Heads(), Stack(), Block()))
+trained = MLP()  # its parameters require grad
 
 
 @program(inputs=lambda: r(4, 8))
@@ -186,3 +187,14 @@ def module_forward_method(x):
 @program(inputs=lambda: r(4, 8))
 def module_training_flag(x):
     return x * 2 if mlp.training else x
+
+
+@program(inputs=lambda: r(4, 8), falls_back="require grad")
+def module_that_requires_grad(x):
+    return trained(x)
+
+
+@program(inputs=lambda: r(4, 8))
+def module_that_requires_grad_under_no_grad(x):
+    with torch.no_grad():
+        return trained(x)

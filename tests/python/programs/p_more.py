@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from corpus import call, program
+from corpus import call, inference, program
 
 r = torch.randn
 
@@ -199,8 +199,8 @@ def gather_index_select(x):
     return x.index_select(1, idx) if False else x[:, :3] * 2
 
 
-lin_a = nn.Linear(4, 4)
-lin_b = nn.Linear(4, 4)
+lin_a = inference(nn.Linear(4, 4))
+lin_b = inference(nn.Linear(4, 4))
 
 
 @program(inputs=lambda: r(3, 4))
