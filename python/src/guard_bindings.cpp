@@ -5,6 +5,8 @@
 // METH_FASTCALL functions, so a call costs no pybind11 dispatch.
 #include "guard_bindings.h"
 
+#include "sym_operators.h"
+
 #include <pybind11/stl.h>
 
 #include <capnp/message.h>
@@ -286,21 +288,9 @@ CallInput describeArgs(const py::tuple& args, const py::object& kwargs) {
 
 void bindSym(py::module_& m) {
   using F = sym::Expr (*)(sym::Expr, sym::Expr);
-  auto binary = [](F f) {
-    return [f](const GuardSym& a, py::handle b) {
-      return GuardSym{a.owner, f(a.expr, exprOf(a, b))};
-    };
-  };
-  auto reflected = [](F f) {
-    return [f](const GuardSym& a, py::handle b) {
-      return GuardSym{a.owner, f(exprOf(a, b), a.expr)};
-    };
-  };
-  F add = [](sym::Expr a, sym::Expr b) { return a + b; };
-  F sub = [](sym::Expr a, sym::Expr b) { return a - b; };
-  F mul = [](sym::Expr a, sym::Expr b) { return a * b; };
-  F div = [](sym::Expr a, sym::Expr b) { return sym::floorDiv(a, b); };
-  F mod = [](sym::Expr a, sym::Expr b) { return sym::mod(a, b); };
+  auto make = [](const GuardSym& a, sym::Expr e) { return GuardSym{a.owner, e}; };
+  auto other = [](const GuardSym& a, py::handle b) { return exprOf(a, b); };
+  auto binary = [=](F f) { return symBinary<GuardSym>(make, other, f); };
   F eq = [](sym::Expr a, sym::Expr b) { return sym::eq(a, b); };
   F ne = [](sym::Expr a, sym::Expr b) { return sym::ne(a, b); };
   F lt = [](sym::Expr a, sym::Expr b) { return sym::lt(a, b); };
@@ -309,17 +299,9 @@ void bindSym(py::module_& m) {
   F ge = [](sym::Expr a, sym::Expr b) { return sym::ge(a, b); };
   F both = [](sym::Expr a, sym::Expr b) { return sym::logicalAnd(a, b); };
   F either = [](sym::Expr a, sym::Expr b) { return sym::logicalOr(a, b); };
-  py::class_<GuardSym>(m, "Sym", "A symbolic int of one guard set; comparisons make shape guards.")
-      .def("__add__", binary(add))
-      .def("__radd__", reflected(add))
-      .def("__sub__", binary(sub))
-      .def("__rsub__", reflected(sub))
-      .def("__mul__", binary(mul))
-      .def("__rmul__", reflected(mul))
-      .def("__floordiv__", binary(div))
-      .def("__rfloordiv__", reflected(div))
-      .def("__mod__", binary(mod))
-      .def("__rmod__", reflected(mod))
+  py::class_<GuardSym> cls(m, "Sym", "A symbolic int of one guard set; comparisons make shape guards.");
+  defSymArithmetic(cls, make, other);
+  cls
       .def("__eq__", binary(eq))
       .def("__ne__", binary(ne))
       .def("__lt__", binary(lt))

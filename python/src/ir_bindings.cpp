@@ -3,6 +3,8 @@
 // turned into bytes and back in python/kiln/ir.py.
 #include "ir_bindings.h"
 
+#include "sym_operators.h"
+
 #include <pybind11/stl.h>
 
 #include <cstring>
@@ -323,33 +325,10 @@ PyValue placeholder(const GraphPtr& graph, const std::string& name, py::handle d
 }
 
 void bindSym(py::module_& m) {
-  auto binary = [](sym::Expr (*f)(sym::Expr, sym::Expr)) {
-    return [f](const PySym& a, py::handle b) {
-      return PySym{a.owner, f(a.expr, symOf(*a.owner, b))};
-    };
-  };
-  auto reflected = [](sym::Expr (*f)(sym::Expr, sym::Expr)) {
-    return [f](const PySym& a, py::handle b) {
-      return PySym{a.owner, f(symOf(*a.owner, b), a.expr)};
-    };
-  };
-  using F = sym::Expr (*)(sym::Expr, sym::Expr);
-  F add = [](sym::Expr a, sym::Expr b) { return a + b; };
-  F sub = [](sym::Expr a, sym::Expr b) { return a - b; };
-  F mul = [](sym::Expr a, sym::Expr b) { return a * b; };
-  F div = [](sym::Expr a, sym::Expr b) { return sym::floorDiv(a, b); };
-  F mod = [](sym::Expr a, sym::Expr b) { return sym::mod(a, b); };
-  py::class_<PySym>(m, "Sym", "A symbolic integer of one graph: s0, 2*s0 + 1, ...")
-      .def("__add__", binary(add))
-      .def("__radd__", reflected(add))
-      .def("__sub__", binary(sub))
-      .def("__rsub__", reflected(sub))
-      .def("__mul__", binary(mul))
-      .def("__rmul__", reflected(mul))
-      .def("__floordiv__", binary(div))
-      .def("__rfloordiv__", reflected(div))
-      .def("__mod__", binary(mod))
-      .def("__rmod__", reflected(mod))
+  py::class_<PySym> cls(m, "Sym", "A symbolic integer of one graph: s0, 2*s0 + 1, ...");
+  defSymArithmetic(cls, [](const PySym& a, sym::Expr e) { return PySym{a.owner, e}; },
+                   [](const PySym& a, py::handle b) { return symOf(*a.owner, b); });
+  cls
       .def("__neg__", [](const PySym& a) { return PySym{a.owner, -a.expr}; })
       .def("__eq__",
            [](const PySym& a, py::handle b) {

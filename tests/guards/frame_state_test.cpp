@@ -8,12 +8,7 @@
 namespace kiln::guards {
 namespace {
 
-CallInput callOf(std::vector<Input> args) {
-  CallInput call;
-  call.args = std::move(args);
-  call.state = defaultGlobalState();
-  return call;
-}
+CallInput callOf(std::vector<Input> args) { return CallInput::of(std::move(args)); }
 
 Input tensor(std::vector<int64_t> sizes) { return Input::of(contiguousTensor(DType::Float32, std::move(sizes))); }
 

@@ -24,10 +24,7 @@ const FunctionKey kOther{"model", "head", "beef"};
 const std::vector<std::string> kNames = {"x", "n"};
 
 CallInput callOf(std::vector<int64_t> sizes, int64_t n = 3) {
-  CallInput call;
-  call.args = {Input::of(contiguousTensor(DType::Float32, std::move(sizes))), Input::of(n)};
-  call.state = defaultGlobalState();
-  return call;
+  return CallInput::of({Input::of(contiguousTensor(DType::Float32, std::move(sizes))), Input::of(n)});
 }
 
 CompiledEntry entryFor(const CallInput& call, const FrameState& frame,

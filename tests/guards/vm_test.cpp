@@ -13,9 +13,7 @@ namespace kiln::guards {
 namespace {
 
 CallInput callOf(std::vector<Input> args) {
-  CallInput call;
-  call.args = std::move(args);
-  call.state = defaultGlobalState();
+  CallInput call = CallInput::of(std::move(args));
   call.scope = 7;
   return call;
 }

@@ -97,6 +97,13 @@ TensorInput contiguousTensor(DType dtype, std::vector<int64_t> sizes, bool requi
   return t;
 }
 
+CallInput CallInput::of(std::vector<Input> args) {
+  CallInput call;
+  call.args = std::move(args);
+  call.state = defaultGlobalState();
+  return call;
+}
+
 GlobalState defaultGlobalState() {
   GlobalState s;
   s.gradEnabled = true;

@@ -66,6 +66,9 @@ struct CallInput {
   uint64_t scope = 0;                                 // the caller's process token
   std::vector<Input> defaults;                        // the function's __defaults__
   std::vector<std::pair<std::string, Input>> kwDefaults; // its __kwdefaults__
+
+  // A call with these positional arguments under torch's default global state.
+  static CallInput of(std::vector<Input> args);
 };
 
 // A state with every field set to torch's defaults (grad on, float32, not
