@@ -47,6 +47,7 @@ std::string kindName(Kind kind) {
   case Kind::Device: return "device";
   case Kind::TypeObject: return "type";
   case Kind::GradMode: return "grad mode";
+  case Kind::Autocast: return "autocast";
   }
   return "?";
 }
@@ -495,6 +496,18 @@ private:
         if (sameConstant(self->keys[k], args[0])) return self->items[k];
       return args.size() > 1 ? args[1] : none();
     }
+    if (self->kind == Kind::Autocast && name == "__enter__") {
+      autocastStack_.push_back(autocastCpu);
+      // A CUDA region leaves CPU tensors alone; kiln traces CPU graphs here.
+      if (self->name == "cpu") autocastCpu = self->boolean ? std::optional<DType>(self->dtype) : std::nullopt;
+      return none();
+    }
+    if (self->kind == Kind::Autocast && name == "__exit__") {
+      if (autocastStack_.empty()) unsupported("an autocast exit without its enter");
+      autocastCpu = autocastStack_.back();
+      autocastStack_.pop_back();
+      return none();
+    }
     if (self->kind == Kind::GradMode && name == "__enter__") {
       gradStack_.push_back(gradEnabled);
       gradEnabled = self->boolean;
@@ -578,6 +591,24 @@ private:
   }
 
   Var callBuiltin(const std::string& name, std::vector<Var> args, const Kwargs& kwargs, size_t depth) {
+    if (name == "torch.autocast" || name == "torch.amp.autocast") {
+      // autocast(device_type, dtype=None, enabled=True, cache_enabled=None)
+      Var v = make(Kind::Autocast);
+      auto get = [&](size_t at, const char* key) -> Var {
+        if (args.size() > at) return args[at];
+        for (const auto& [n, x] : kwargs)
+          if (n == key) return x;
+        return nullptr;
+      };
+      Var device = get(0, "device_type"), dtype = get(1, "dtype"), enabled = get(2, "enabled");
+      if (!device || device->kind != Kind::Str) unsupported("torch.autocast without a device type");
+      v->name = device->name;
+      v->dtype = dtype && dtype->kind == Kind::DType ? dtype->dtype
+                                                     : (device->name == "cuda" ? DType::Float16 : DType::BFloat16);
+      v->boolean = !enabled || truth(enabled);
+      if (v->name != "cpu" && v->name != "cuda") unsupported("autocast of device type " + v->name);
+      return v;
+    }
     if (name == "torch.no_grad" || name == "torch.enable_grad") {
       Var v = make(Kind::GradMode);
       v->boolean = name == "torch.enable_grad";
@@ -753,7 +784,8 @@ private:
     case Kind::List:
     case Kind::Dict:
     case Kind::Str:
-    case Kind::GradMode: return method(obj, name);
+    case Kind::GradMode:
+    case Kind::Autocast: return method(obj, name);
     case Kind::Function:
       if (name == "__name__") return string(obj->function->code.getName().cStr());
       break;
@@ -1379,7 +1411,8 @@ private:
         else f.pop();
       } else if (opname == "BEFORE_WITH") {
         Var manager = f.pop();
-        if (manager->kind != Kind::GradMode) unsupported("a `with` over a " + kindName(manager->kind));
+        if (manager->kind != Kind::GradMode && manager->kind != Kind::Autocast)
+          unsupported("a `with` over a " + kindName(manager->kind));
         f.stack.push_back(method(manager, "__exit__"));
         f.stack.push_back(callMethod(manager, "__enter__", {}, {}, depth));
       } else if (opname == "LOAD_ASSERTION_ERROR") {
@@ -1509,6 +1542,7 @@ private:
   std::string file_;
   int line_ = 0;
   std::vector<bool> gradStack_;
+  std::vector<std::optional<DType>> autocastStack_;
   std::string rootModule_;
 };
 

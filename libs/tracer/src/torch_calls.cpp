@@ -30,6 +30,18 @@ Var TraceState::op(const std::string& name, std::vector<ir::ValueId> inputs, std
   if (gradEnabled && !requiresGrad)
     for (ir::ValueId in : inputs)
       if (graph.value(in).isTensor() && graph.meta(in).requiresGrad) requiresGrad = true;
+  // CPU autocast's lower-precision ops: the matrix products (what torch 1.13 and 2.x
+  // both list for the CPU among the ops kiln has). Eligible inputs are floating
+  // tensors other than f64 not already of the autocast dtype.
+  static const std::set<std::string> lowerPrecision = {"mm", "bmm", "matmul", "addmm", "linear"};
+  if (autocastCpu && lowerPrecision.count(name))
+    for (ir::ValueId& in : inputs) {
+      if (!graph.value(in).isTensor()) continue;
+      const ir::TensorMeta& m = graph.meta(in);
+      if (m.device.type == ir::DeviceType::Cpu && ir::isFloating(m.dtype) && m.dtype != DType::Float64 &&
+          m.dtype != *autocastCpu)
+        in = graph.call("to_dtype", {in}, {{"dtype", *autocastCpu}});
+    }
   ir::ValueId id;
   try {
     id = graph.call(name, std::move(inputs), std::move(attrs));
@@ -498,7 +510,8 @@ std::optional<Var> moduleMember(const std::string& module, const std::string& na
   if (auto it = renamed().find(m); it != renamed().end()) m = it->second;
   if ((module == "torch" || module == "torch.nn.functional" || module == "torch.special") &&
       (sameNamed().count(m) || m == "zeros" || m == "ones" || m == "empty" || m == "max" || m == "min" ||
-       m == "dropout" || m == "no_grad" || m == "enable_grad" || m == "flatten" || m == "tril" || m == "triu"))
+       m == "dropout" || m == "no_grad" || m == "enable_grad" || m == "flatten" || m == "tril" || m == "triu" ||
+       m == "autocast"))
     return builtin(module + "." + name);
   return std::nullopt;
 }

@@ -38,6 +38,9 @@ public:
   guards::GuardSet guards;
   guards::FrameState frame;
   bool gradEnabled = true; // inside torch.no_grad() regions: false
+  // Inside torch.autocast("cpu", dtype) regions: that dtype. Matrix products then
+  // cast their float inputs to it first, as torch's CPU autocast does.
+  std::optional<DType> autocastCpu;
   bool requiresGrad = false; // an op ran under grad mode on an input that requires grad
 
   Var tensor(ir::ValueId id);

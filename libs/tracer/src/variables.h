@@ -40,6 +40,7 @@ enum class Kind : uint8_t {
   Device,
   TypeObject,
   GradMode, // torch.no_grad() / enable_grad() as a context manager: `boolean` = enabled
+  Autocast, // torch.autocast(...) as a context manager: `name` its device type, `dtype`, `boolean` = enabled
 };
 
 struct VarNode;

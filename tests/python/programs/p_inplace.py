@@ -86,3 +86,29 @@ def inplace_chain_sigmoid(x):
     y = torch.zeros_like(x)
     y.add_(x).sigmoid_()
     return y
+
+
+@program(inputs=lambda: (r(4, 8), r(8, 6)), rtol=2e-2, atol=2e-2)
+def autocast_matmul(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = x @ w
+        z = torch.softmax(y, dim=-1)
+    return y, z, y.float() + 1
+
+
+@program(inputs=lambda: (r(4, 8), r(6, 8), r(6)), rtol=2e-2, atol=2e-2)
+def autocast_linear_default_dtype(x, w, b):
+    with torch.autocast(device_type="cpu"):
+        return F.linear(x, w, b).relu()
+
+
+@program(inputs=lambda: (r(4, 8), r(8, 6)))
+def autocast_disabled(x, w):
+    with torch.autocast("cpu", enabled=False):
+        return x @ w
+
+
+@program(inputs=lambda: (r(4, 8).double(), r(8, 6).double()))
+def autocast_leaves_float64(x, w):
+    with torch.autocast("cpu"):
+        return x @ w
