@@ -37,6 +37,22 @@ struct PlanStep {
   }
 }
 
+# How a CUDA kernel is launched (kiln/runtime/plan.h, Launch). A kernel takes
+# its parameters in this order: a pointer to element 0 of each of `buffers`,
+# the int64 value of each symbol slot in `symbols`, then an `int*` status word
+# (0 ok, 1 integer division by zero, 2 index out of range) the kernel may set.
+# It covers `items` work items (elements, or rows), `itemsPerBlock` to a block
+# of `threads` threads, with grid-stride loops: any grid size is correct.
+struct Launch {
+  items @0 :Common.SymExpr;
+  itemsPerBlock @1 :UInt32;
+  threads @2 :UInt32;
+  sharedBytes @3 :UInt32;       # dynamic shared memory
+  buffers @4 :List(UInt32);
+  symbols @5 :List(UInt32);     # slots into Plan.kernelSymbols
+  mayFail @6 :Bool;             # it can set the status word
+}
+
 # What libs/runtime runs (kiln/runtime/plan.h).
 struct Plan {
   symbols @0 :List(Graph.Symbol);   # every symbol the plan mentions
@@ -46,21 +62,22 @@ struct Plan {
   kernelSymbols @4 :List(Text);     # the kernels' symbol slots, by name
   steps @5 :List(PlanStep);
   outputs @6 :List(View);
+  launches @7 :List(Launch);        # CUDA: one per kernel; empty on the CPU
 }
 
 # A compiled graph: one artifact serves every binding its plan's symbols admit.
 struct Artifact {
-  target @0 :Text;      # "cpu"
+  target @0 :Text;      # "cpu", or "cuda:sm_90" (the architecture the cubin is for)
   key @1 :Text;         # the content key it is cached under
   plan @2 :Plan;
   source @3 :Text;      # the generated code
-  library @4 :Data;     # the compiled shared object
+  library @4 :Data;     # the compiled shared object (CPU) or cubin (CUDA)
   explain @5 :Text;     # the scheduled kernels, as `explain` shows them
 }
 
 struct CompileRequest {
   graph @0 :Graph.Graph;
-  target @1 :Text;      # "cpu"
+  target @1 :Text;      # "cpu", "cuda" (sm_90) or "cuda:sm_NN"
 }
 
 struct CompileReply {

@@ -61,6 +61,7 @@ std::vector<sym::Expr> mentioned(const Plan& plan) {
     collect(v.meta, out, seen);
     collect(v.symInt, out, seen);
   }
+  for (const Launch& l : plan.launches) collect(l.items, out, seen);
   return out;
 }
 
@@ -129,6 +130,20 @@ void writePlan(const Plan& plan, schema::Plan::Builder out) {
   }
   auto outputs = out.initOutputs(static_cast<unsigned>(plan.outputs.size()));
   for (unsigned i = 0; i < plan.outputs.size(); ++i) writeView(plan.outputs[i], outputs[i]);
+  auto launches = out.initLaunches(static_cast<unsigned>(plan.launches.size()));
+  for (unsigned i = 0; i < plan.launches.size(); ++i) {
+    const Launch& l = plan.launches[i];
+    auto w = launches[i];
+    sym::toWire(l.items, w.initItems());
+    w.setItemsPerBlock(l.itemsPerBlock);
+    w.setThreads(l.threads);
+    w.setSharedBytes(l.sharedBytes);
+    auto bs = w.initBuffers(static_cast<unsigned>(l.buffers.size()));
+    for (unsigned k = 0; k < l.buffers.size(); ++k) bs.set(k, l.buffers[k]);
+    auto ss = w.initSymbols(static_cast<unsigned>(l.symbols.size()));
+    for (unsigned k = 0; k < l.symbols.size(); ++k) ss.set(k, l.symbols[k]);
+    w.setMayFail(l.mayFail);
+  }
 }
 
 Plan readPlan(schema::Plan::Reader in, sym::SymbolTable& table) {
@@ -182,6 +197,26 @@ Plan readPlan(schema::Plan::Reader in, sym::SymbolTable& table) {
     plan.steps.push_back(std::move(step));
   }
   for (auto v : in.getOutputs()) plan.outputs.push_back(readView(v, table, count));
+  if (in.getLaunches().size() != 0 && in.getLaunches().size() != plan.kernels.size())
+    malformed(std::to_string(in.getLaunches().size()) + " launches for " +
+              std::to_string(plan.kernels.size()) + " kernels");
+  for (auto l : in.getLaunches()) {
+    Launch launch;
+    launch.items = sym::fromWire(l.getItems(), table);
+    launch.itemsPerBlock = l.getItemsPerBlock();
+    launch.threads = l.getThreads();
+    launch.sharedBytes = l.getSharedBytes();
+    if (launch.itemsPerBlock == 0 || launch.threads == 0 || launch.threads > 1024)
+      malformed("a launch of " + std::to_string(launch.threads) + " threads, " +
+                std::to_string(launch.itemsPerBlock) + " items per block");
+    for (uint32_t b : l.getBuffers()) launch.buffers.push_back(buffer(b));
+    for (uint32_t s : l.getSymbols()) {
+      if (s >= plan.symbols.size()) malformed("launch symbol slot " + std::to_string(s));
+      launch.symbols.push_back(s);
+    }
+    launch.mayFail = l.getMayFail();
+    plan.launches.push_back(std::move(launch));
+  }
   return plan;
 }
 

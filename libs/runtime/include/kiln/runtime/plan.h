@@ -43,6 +43,25 @@ struct Step {
   std::vector<ir::Attr> attrs;
 };
 
+// How a CUDA kernel is launched (unused on the CPU). Its parameters, in order:
+// a pointer to element 0 of each of `buffers`, the int64 value of each symbol
+// slot in `symbols` (indices into Plan::symbols), then an `int*` status word
+// it may set (0 ok, 1 integer division by zero, 2 index out of range; only
+// when `mayFail`). It covers `items` work items — elements of a pointwise
+// kernel, rows of a kernel with reductions — `itemsPerBlock` of them to a
+// block of `threads` threads; the kernel's loops are grid-stride, so any grid
+// size is correct: the runtime launches ceil(items / itemsPerBlock) blocks
+// (capped), and none when items is 0.
+struct Launch {
+  sym::Expr items;
+  uint32_t itemsPerBlock = 1;
+  uint32_t threads = 128;
+  uint32_t sharedBytes = 0; // dynamic shared memory
+  std::vector<uint32_t> buffers;
+  std::vector<uint32_t> symbols;
+  bool mayFail = false;
+};
+
 struct Plan {
   std::vector<ir::Value> inputs; // the graph's placeholders: tensors or symbolic ints
   std::vector<PlanBuffer> buffers;
@@ -50,6 +69,7 @@ struct Plan {
   std::vector<sym::Expr> symbols;   // kernels' symbol slots, in order
   std::vector<Step> steps;
   std::vector<View> outputs;
+  std::vector<Launch> launches; // CUDA: one per kernel; empty on the CPU
 };
 
 } // namespace kiln::runtime
