@@ -8,7 +8,10 @@
 
 #include <unistd.h>
 
+#include "kiln/codegen/compile.h"
 #include "kiln/codegen/cpu_run.h"
+#include "kiln/codegen/cuda_compiler.h"
+#include "kiln/codegen/cuda_emitter.h"
 #include "kiln/codegen/loop_eval.h"
 #include "kiln/codegen/lower.h"
 #include "kiln/codegen/schedule.h"
@@ -113,7 +116,21 @@ struct Lower : ::testing::Test {
     std::remove(so.c_str());
     expectClose(runCpu(program, plan, source, *library, graph, fresh()), expected, tolerance,
                 program, "compiled");
+    expectCompilesForCuda();
     return program;
+  }
+
+  // The graph lowered for the CUDA target compiles with NVRTC to an sm_90
+  // cubin: syntax, types and launch bounds are checked without a GPU.
+  void expectCompilesForCuda() {
+    if (!haveNvrtc()) return;
+    Program program = lower(graph, lowerOptions(parseTarget("cuda")));
+    CudaSource source = emitCuda(program, schedule(program));
+    try {
+      EXPECT_FALSE(compileCuda(source.code, "sm_90").empty() && !source.kernels.empty());
+    } catch (const Error& e) {
+      ADD_FAILURE() << "cuda: " << e.message() << "\n" << e.detail();
+    }
   }
 
   void expectClose(const std::vector<HostTensor>& actual, const std::vector<HostTensor>& expected,
@@ -145,8 +162,8 @@ TEST_F(Lower, PointwiseChainIsOneBody) {
   ValueId xa = graph.call("mul", {x, a});
   ValueId y = graph.call("gelu", {graph.call("add", {xa, b})});
   graph.setOutputs({graph.call("mul", {y, graph.call("sigmoid", {x})})});
-  Program p = expectSameValues({random(DType::Float32, {4, 8}), random(DType::Float32, {8}),
-                                random(DType::Float32, {8})});
+  Program p = expectSameValues(
+      {random(DType::Float32, {4, 8}), random(DType::Float32, {8}), random(DType::Float32, {8})});
   EXPECT_EQ(countKind(p, BufferKind::Computed), 1u) << print(p);
   EXPECT_EQ(countKind(p, BufferKind::Input), 3u);
 }
@@ -204,7 +221,8 @@ TEST_F(Lower, RowsReadOnlyByReductionsKeepAScratchRow) {
   std::vector<Attr> lastDim = {{"dim", std::vector<int64_t>{-1}}};
   graph.setOutputs({graph.call("sum", {sum}, lastDim),
                     graph.call("sum", {graph.call("mul", {sum, sum})}, lastDim)});
-  Program p = expectSameValues({random(DType::Float32, {5, 24}), random(DType::Float32, {5, 24})}, 1e-4);
+  Program p =
+      expectSameValues({random(DType::Float32, {5, 24}), random(DType::Float32, {5, 24})}, 1e-4);
   std::string code = emitCpu(p, schedule(p)).code;
   EXPECT_NE(code.find("kiln_row"), std::string::npos) << code;
   EXPECT_EQ(occurrences(code, "kiln_b0["), 1u) << code;
@@ -244,8 +262,9 @@ TEST_F(Lower, ExtremesOfRowsWithANaNAreNaN) {
 TEST_F(Lower, ViewsFoldIntoLoads) {
   ValueId x = input("x", DType::Float32, ints({4, 6}));
   ValueId t = graph.call("transpose", {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
-  ValueId s = graph.call("slice", {t}, {{"dim", int64_t{0}}, {"start", int64_t{1}},
-                                        {"end", int64_t{5}}, {"step", int64_t{2}}});
+  ValueId s = graph.call(
+      "slice", {t},
+      {{"dim", int64_t{0}}, {"start", int64_t{1}}, {"end", int64_t{5}}, {"step", int64_t{2}}});
   graph.setOutputs({graph.call("add", {s}, {{"other", 1.0}}), t});
   Program p = expectSameValues({random(DType::Float32, {4, 6})});
   EXPECT_EQ(countKind(p, BufferKind::Computed), 1u) << print(p);
@@ -309,18 +328,21 @@ TEST_F(Lower, MatrixProductsOfEveryLayout) {
   ValueId at = graph.call("transpose", {a}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
   ValueId stepped = graph.call("slice", {a}, {{"dim", int64_t{1}}, {"step", int64_t{2}}});
   graph.setOutputs({
-      graph.call("mm", {a, bt}),                                          // B transposed
-      graph.call("mm", {graph.call("transpose", {at}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}}), bt}),
+      graph.call("mm", {a, bt}), // B transposed
+      graph.call("mm",
+                 {graph.call("transpose", {at}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}}), bt}),
       graph.call("addmm", {bias, a, bt}, {{"beta", 0.5}, {"alpha", 2.0}}), // broadcast bias
       graph.call("bmm", {c, d}),
-      graph.call("matmul", {c, graph.call("select", {d}, {{"dim", int64_t{0}}, {"index", int64_t{1}}})}),
-      graph.call("mm", {stepped, graph.call("slice", {bt}, {{"dim", int64_t{0}}, {"step", int64_t{2}}})}),
-      graph.call("mm", {e, f}),                                           // an empty sum
+      graph.call("matmul",
+                 {c, graph.call("select", {d}, {{"dim", int64_t{0}}, {"index", int64_t{1}}})}),
+      graph.call("mm",
+                 {stepped, graph.call("slice", {bt}, {{"dim", int64_t{0}}, {"step", int64_t{2}}})}),
+      graph.call("mm", {e, f}), // an empty sum
   });
   Program p = expectSameValues({random(DType::Float32, {5, 3}), random(DType::Float32, {4, 3}),
-                                random(DType::Float64, {2, 3, 4}), random(DType::Float64, {2, 4, 5}),
-                                random(DType::Float32, {4}), random(DType::Float32, {5, 0}),
-                                random(DType::Float32, {0, 4})},
+                                random(DType::Float64, {2, 3, 4}),
+                                random(DType::Float64, {2, 4, 5}), random(DType::Float32, {4}),
+                                random(DType::Float32, {5, 0}), random(DType::Float32, {0, 4})},
                                1e-5);
   EXPECT_EQ(countKind(p, BufferKind::Extern), 7u) << print(p);
 }
@@ -342,10 +364,11 @@ TEST_F(Lower, TypePromotionAndHalfPrecision) {
 
 TEST_F(Lower, CreationOps) {
   ValueId x = input("x", DType::Float32, {s0, table.integer(2)});
-  graph.setOutputs({graph.call("add", {x, graph.call("ones_like", {x})}),
-                    graph.call("arange", {}, {{"end", int64_t{7}}, {"start", int64_t{2}}}),
-                    graph.call("arange", {}, {{"end", 2.0}, {"step", 0.25}}),
-                    graph.call("full", {}, {{"size", std::vector<sym::Expr>{s0}}, {"fill_value", 1.5}})});
+  graph.setOutputs(
+      {graph.call("add", {x, graph.call("ones_like", {x})}),
+       graph.call("arange", {}, {{"end", int64_t{7}}, {"start", int64_t{2}}}),
+       graph.call("arange", {}, {{"end", 2.0}, {"step", 0.25}}),
+       graph.call("full", {}, {{"size", std::vector<sym::Expr>{s0}}, {"fill_value", 1.5}})});
   expectSameValues({random(DType::Float32, {4, 2})});
 }
 
@@ -367,11 +390,12 @@ TEST_F(Lower, MutationsWriteTheirTargetInOrder) {
   ValueId z = graph.call("mul", {x}, {{"other", 3.0}});
   ValueId o = graph.call("exp_out", {x, w});
   ValueId t = graph.call("transpose", {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
-  ValueId sq = graph.call("mul_", {graph.call("slice", {x}, {{"dim", int64_t{1}}, {"step", int64_t{2}}})},
-                          {{"other", -1.0}}); // a strided view written in place
+  ValueId sq =
+      graph.call("mul_", {graph.call("slice", {x}, {{"dim", int64_t{1}}, {"step", int64_t{2}}})},
+                 {{"other", -1.0}}); // a strided view written in place
   ValueId g = input("g", DType::Float32, ints({2, 5}));
   ValueId s = input("s", DType::Float32, ints({2, 5}));
-  ValueId gelu = graph.call("gelu_", {g});                              // a composite's in-place form
+  ValueId gelu = graph.call("gelu_", {g}); // a composite's in-place form
   ValueId soft = graph.call("softmax_out", {g, s}, {{"dim", int64_t{1}}}); // and out= form
   graph.setOutputs({y, written, z, o, t, sq, gelu, soft});
   Program p = expectSameValues({random(DType::Float32, {3, 4}), random(DType::Float64, {3, 4}),

@@ -10,6 +10,8 @@
 
 #include "kiln/codegen/cpu_compiler.h"
 #include "kiln/codegen/cpu_emitter.h"
+#include "kiln/codegen/cuda_compiler.h"
+#include "kiln/codegen/cuda_emitter.h"
 #include "kiln/codegen/lower.h"
 #include "kiln/codegen/plan.h"
 #include "kiln/codegen/schedule.h"
@@ -67,9 +69,16 @@ std::string readBytes(const std::string& path) {
 } // namespace
 
 std::string artifactKey(const ir::Graph& graph, const std::string& target) {
-  std::string text = structureText(graph) + "\n" + target + "\n" + compilerVersion() + "\n" +
-                     std::string(buildId());
-  for (const std::string& part : cpuCompilerCommand()) text += " " + part;
+  Target parsed = parseTarget(target);
+  std::string text =
+      structureText(graph) + "\n" + parsed.name() + "\n" + std::string(buildId()) + "\n";
+  if (parsed.cuda) {
+    text += nvrtcVersion();
+    for (const std::string& part : cudaCompilerOptions(parsed.arch)) text += " " + part;
+  } else {
+    text += compilerVersion();
+    for (const std::string& part : cpuCompilerCommand()) text += " " + part;
+  }
   char key[33];
   std::snprintf(key, sizeof key, "%016llx%016llx",
                 // two bases: two independent 64-bit halves
@@ -78,19 +87,46 @@ std::string artifactKey(const ir::Graph& graph, const std::string& target) {
   return key;
 }
 
+Target parseTarget(const std::string& target) {
+  if (target == "cpu") return {false, ""};
+  if (target == "cuda") return {true, "sm_90"};
+  if (target.rfind("cuda:sm_", 0) == 0 && target.size() > 8 &&
+      target.find_first_not_of("0123456789a", 8) == std::string::npos)
+    return {true, target.substr(5)};
+  throw Error(ErrorCode::Unsupported,
+              "codegen: unknown target '" + target + "' (have: cpu, cuda, cuda:sm_NN)");
+}
+
+LowerOptions lowerOptions(const Target& target) {
+  LowerOptions options;
+  // cuBLASLt multiplies every floating dtype (f16/bf16 accumulating in f32).
+  if (target.cuda)
+    options.externProductDTypes = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
+  // TODO(issue 7): scaled_dot_product_attention through cuDNN's fused attention
+  // (an extern op of the CUDA target); now its decomposition (two products and a softmax kernel).
+  return options;
+}
+
 runtime::Artifact compileArtifact(const ir::Graph& graph, const std::string& target,
                                   const std::string& workDir) {
-  if (target != "cpu")
-    throw Error(ErrorCode::Unsupported, "codegen: unknown target '" + target + "' (have: cpu)");
-  Program program = lower(graph);
+  Target parsed = parseTarget(target);
+  Program program = lower(graph, lowerOptions(parsed));
   Schedule schedule = codegen::schedule(program);
-  CpuSource source = emitCpu(program, schedule);
   runtime::Artifact artifact;
-  artifact.target = target;
-  artifact.key = artifactKey(graph, target);
-  artifact.plan = buildPlan(graph, program, schedule, source);
-  artifact.source = source.code;
+  artifact.target = parsed.name();
+  artifact.key = artifactKey(graph, artifact.target);
   artifact.explain = explain(schedule, program);
+  if (parsed.cuda) {
+    CudaSource source = emitCuda(program, schedule);
+    artifact.plan =
+        buildPlan(graph, program, schedule, {source.kernels, source.symbols, source.launches});
+    artifact.source = source.code;
+    if (!source.kernels.empty()) artifact.library = compileCuda(source.code, parsed.arch);
+    return artifact;
+  }
+  CpuSource source = emitCpu(program, schedule);
+  artifact.plan = buildPlan(graph, program, schedule, {source.kernels, source.symbols, {}});
+  artifact.source = source.code;
   if (!source.kernels.empty()) {
     std::string so = workDir + "/build-" + artifact.key + "-" + std::to_string(::getpid()) + ".so";
     compileCpu(source.code, so);

@@ -10,7 +10,7 @@ namespace kiln::codegen {
 std::vector<ir::HostTensor> runCpu(const Program& program, const Schedule& schedule,
                                    const CpuSource& source, const runtime::Library& library,
                                    const ir::Graph& graph, std::vector<ir::HostTensor> inputs) {
-  runtime::Plan plan = buildPlan(graph, program, schedule, source);
+  runtime::Plan plan = buildPlan(graph, program, schedule, {source.kernels, source.symbols, {}});
   std::vector<runtime::Tensor> tensors;
   for (ir::HostTensor& t : inputs)
     tensors.push_back({t.dtype,

@@ -33,7 +33,7 @@ std::set<BufferId> touched(const Program& program, const Schedule& schedule, con
 } // namespace
 
 runtime::Plan buildPlan(const ir::Graph& graph, const Program& program, const Schedule& schedule,
-                        const CpuSource& source) {
+                        const KernelSet& kernels) {
   runtime::Plan plan;
   for (const ir::Node& n : graph.nodes())
     if (n.kind == ir::NodeKind::Placeholder) plan.inputs.push_back(n.value);
@@ -41,8 +41,9 @@ runtime::Plan buildPlan(const ir::Graph& graph, const Program& program, const Sc
     plan.buffers.push_back({b.name, b.layout,
                             b.kind == BufferKind::Input ? static_cast<int32_t>(b.placeholder) : -1,
                             b.aliasOf ? static_cast<int32_t>(*b.aliasOf) : -1});
-  plan.kernels = source.kernels;
-  plan.symbols = source.symbols;
+  plan.kernels = kernels.names;
+  plan.symbols = kernels.symbols;
+  plan.launches = kernels.launches;
 
   std::set<BufferId> kept; // inputs, outputs and registers-only buffers are never freed
   for (BufferId id = 0; id < program.buffers.size(); ++id)

@@ -44,8 +44,10 @@ std::vector<sym::Expr> mentioned(const Plan& plan) {
   std::vector<sym::Expr> out;
   SymbolSet seen;
   for (const ir::Value& v : plan.inputs) {
-    if (v.isTensor()) collect(v.tensor(), out, seen);
-    else if (v.isSymInt()) collect(v.symInt(), out, seen);
+    if (v.isTensor())
+      collect(v.tensor(), out, seen);
+    else if (v.isSymInt())
+      collect(v.symInt(), out, seen);
   }
   for (const PlanBuffer& b : plan.buffers) collect(b.layout, out, seen);
   for (sym::Expr s : plan.symbols) collect(s, out, seen);
@@ -154,7 +156,8 @@ Plan readPlan(schema::Plan::Reader in, sym::SymbolTable& table) {
     int32_t input = b.getInput();
     if (input < -1 || input >= static_cast<int32_t>(plan.inputs.size()))
       malformed("a buffer of input " + std::to_string(input));
-    plan.buffers.push_back({b.getName(), ir::readMeta(b.getLayout(), table), input, b.getAliasOf()});
+    plan.buffers.push_back(
+        {b.getName(), ir::readMeta(b.getLayout(), table), input, b.getAliasOf()});
   }
   size_t count = plan.buffers.size();
   for (size_t k = 0; k < count; ++k) {
@@ -235,7 +238,8 @@ void toWire(const Artifact& a, schema::Artifact::Builder out) {
   out.setKey(a.key);
   writePlan(a.plan, out.initPlan());
   out.setSource(a.source);
-  out.setLibrary(kj::arrayPtr(reinterpret_cast<const kj::byte*>(a.library.data()), a.library.size()));
+  out.setLibrary(
+      kj::arrayPtr(reinterpret_cast<const kj::byte*>(a.library.data()), a.library.size()));
   out.setExplain(a.explain);
 }
 
@@ -293,7 +297,8 @@ KernelFn Library::kernel(const std::string& name) const {
   return reinterpret_cast<KernelFn>(fn);
 }
 
-std::shared_ptr<LoadedArtifact> LoadedArtifact::load(std::string_view bytes, const std::string& dir) {
+std::shared_ptr<LoadedArtifact> LoadedArtifact::load(std::string_view bytes,
+                                                     const std::string& dir) {
   std::shared_ptr<LoadedArtifact> loaded(new LoadedArtifact());
   loaded->table_ = std::make_unique<sym::SymbolTable>();
   loaded->artifact_ = fromBytes(bytes, *loaded->table_);

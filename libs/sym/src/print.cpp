@@ -225,7 +225,9 @@ std::string toCpp(Expr e) {
 const std::string& cppPrelude() {
   static const std::string prelude = R"(#ifndef KILN_SYM_PRELUDE
 #define KILN_SYM_PRELUDE
+#ifndef __CUDACC_RTC__ /* NVRTC has no C headers: the kernel's prelude defines the types */
 #include <stdint.h>
+#endif
 #ifdef __CUDACC__
 #define KILN_SYM_FN static inline __host__ __device__
 #else

@@ -5,20 +5,34 @@
 
 #include <string>
 
+#include "kiln/codegen/lower.h"
 #include "kiln/ir/graph.h"
 #include "kiln/runtime/artifact.h"
 
 namespace kiln::codegen {
+
+// A target by name: "cpu", "cuda" (sm_90, the H100) or "cuda:sm_NN".
+struct Target {
+  bool cuda = false;
+  std::string arch; // CUDA: "sm_90"
+  std::string name() const { return cuda ? "cuda:" + arch : "cpu"; }
+};
+// Error{Unsupported} for an unknown name.
+Target parseTarget(const std::string& target);
+
+// What `target` runs as library calls (lower.h).
+LowerOptions lowerOptions(const Target& target);
 
 // The content key of a graph compiled for `target`: a 128-bit hash of the
 // graph's structure (placeholder names excluded), the target, the compiler's
 // command line and version, and kiln's build — all that decides the artifact.
 std::string artifactKey(const ir::Graph& graph, const std::string& target);
 
-// Compiles `graph` for `target` ("cpu"), using `workDir` for the compiler's
-// files. Error{Unsupported} for an unknown target or an op without a
-// lowering; Error{Internal} when the compiler fails (its messages and the
-// source in the error's detail).
+// Compiles `graph` for `target`, using `workDir` for the C++ compiler's files
+// (NVRTC needs none). Error{Unsupported} for an unknown target or an op
+// without a lowering; Error{Internal} when the compiler fails (its messages
+// and the source in the error's detail). The artifact's target is the
+// canonical name ("cuda:sm_90" for "cuda").
 runtime::Artifact compileArtifact(const ir::Graph& graph, const std::string& target,
                                   const std::string& workDir);
 

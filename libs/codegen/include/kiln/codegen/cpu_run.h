@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "kiln/codegen/cpu_compiler.h"
-#include "kiln/runtime/artifact.h"
 #include "kiln/codegen/cpu_emitter.h"
 #include "kiln/codegen/schedule.h"
 #include "kiln/ir/interpreter.h"
+#include "kiln/runtime/artifact.h"
 
 namespace kiln::codegen {
 

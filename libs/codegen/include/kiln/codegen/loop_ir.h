@@ -52,16 +52,16 @@ using Scalar = std::shared_ptr<const ScalarNode>;
 struct ScalarNode {
   ScalarKind kind = ScalarKind::Constant;
   DType dtype = DType::Float32;
-  std::string op;         // Unary and Binary: the op's name ("exp", "add", "maximum", ...)
-  BufferId buffer = 0;    // Load
-  sym::Expr index;        // Load: flat element index; IndexOf: the value
+  std::string op;      // Unary and Binary: the op's name ("exp", "add", "maximum", ...)
+  BufferId buffer = 0; // Load
+  sym::Expr index;     // Load: flat element index; IndexOf: the value
   // Load through loaded values (embedding, gather): `index` also mentions these
   // symbols, each bound to the value of the arg at the same position, which
   // must lie in [0, indirectSizes[k]) (else the load is an index error).
   std::vector<sym::Expr> indirect;
   std::vector<sym::Expr> indirectSizes;
-  double number = 0;      // Constant of a floating dtype
-  int64_t integer = 0;    // Constant of an integral or bool dtype
+  double number = 0;   // Constant of a floating dtype
+  int64_t integer = 0; // Constant of an integral or bool dtype
   std::vector<Scalar> args;
 };
 
@@ -116,11 +116,11 @@ enum class BufferKind { Input, Computed, Extern };
 
 struct Buffer {
   BufferKind kind = BufferKind::Computed;
-  std::string name;       // buf3, or the placeholder's name
-  ir::TensorMeta layout;  // dtype, sizes and strides of what is stored (offset 0)
+  std::string name;         // buf3, or the placeholder's name
+  ir::TensorMeta layout;    // dtype, sizes and strides of what is stored (offset 0)
   uint32_t placeholder = 0; // Input: which graph input
-  Loops loops;            // Computed
-  ExternCall call;        // Extern
+  Loops loops;              // Computed
+  ExternCall call;          // Extern
   // A mutation (in-place or out= op): a computed buffer stored into the
   // memory of buffer `aliasOf` (an input, or an earlier buffer) at its
   // layout's offset, instead of memory of its own. Never fused.

@@ -3,7 +3,6 @@
 // use, and the outputs as views.
 #pragma once
 
-#include "kiln/codegen/cpu_emitter.h"
 #include "kiln/codegen/loop_ir.h"
 #include "kiln/codegen/schedule.h"
 #include "kiln/ir/graph.h"
@@ -11,9 +10,17 @@
 
 namespace kiln::codegen {
 
+// What an emitter says of its kernels: their function names, their symbol
+// slots, and (CUDA) how each is launched.
+struct KernelSet {
+  std::vector<std::string> names;
+  std::vector<sym::Expr> symbols;
+  std::vector<runtime::Launch> launches;
+};
+
 // `graph` is the graph `program` was lowered from (its placeholders are the
-// plan's inputs); `source` names the kernels and their symbol slots.
+// plan's inputs).
 runtime::Plan buildPlan(const ir::Graph& graph, const Program& program, const Schedule& schedule,
-                        const CpuSource& source);
+                        const KernelSet& kernels);
 
 } // namespace kiln::codegen

@@ -36,8 +36,8 @@ struct Kernel {
 
 struct Step {
   enum Kind { RunKernel, CallExtern } kind;
-  size_t kernel = 0;    // RunKernel: index into Schedule::kernels
-  BufferId buffer = 0;  // CallExtern: the extern buffer
+  size_t kernel = 0;   // RunKernel: index into Schedule::kernels
+  BufferId buffer = 0; // CallExtern: the extern buffer
 };
 
 struct Schedule {

@@ -1,0 +1,42 @@
+// The CUDA emitter: a schedule's kernels as one CUDA C++ translation unit for
+// NVRTC, and how to launch each (runtime::Launch). It prints the same loop IR
+// with the same scalar text as the CPU emitter; only the loop structure is
+// its own:
+//   - a kernel of pointwise buffers over its outer ranges is flat: one thread
+//     per element of the outer ranges, grid-stride;
+//   - a kernel with reductions (or buffers with dims past the outer ranges)
+//     runs by rows: a group of threads per outer index — a warp for short
+//     rows, the whole block for long ones — the group's threads stride over
+//     the row's inner elements, each reduction accumulates per thread and is
+//     combined across the group by warp shuffles (and shared memory between
+//     warps), so every thread of the group holds the result for the buffers
+//     after it;
+//   - a scatter's kernel is flat over its outer loops, each thread running the
+//     ordered dim in order (deterministic sums, as on the CPU).
+// Kernel n is `extern "C" __global__ kiln_kernel_<n>` taking, in order, a
+// pointer to element 0 of each buffer it touches, the int64 symbols it reads,
+// and an `int*` status word (1 division by zero, 2 index out of range).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kiln/codegen/loop_ir.h"
+#include "kiln/codegen/schedule.h"
+#include "kiln/runtime/plan.h"
+
+namespace kiln::codegen {
+
+struct CudaSource {
+  std::string code;
+  std::vector<std::string> kernels;      // the function of each schedule kernel, by index
+  std::vector<sym::Expr> symbols;        // the size symbols the kernels read, in slot order
+  std::vector<runtime::Launch> launches; // one per kernel
+};
+
+CudaSource emitCuda(const Program& program, const Schedule& schedule);
+
+// The helpers every emitted CUDA file starts with (CudaSource::code holds them).
+const std::string& cudaPrelude();
+
+} // namespace kiln::codegen

@@ -1,0 +1,420 @@
+// CUDA C++ for NVRTC, kernel by kernel (see cuda_emitter.h). The scalar text
+// is KernelText's, shared with the CPU emitter; this file decides the loops:
+// which thread runs which element or row, and how reductions combine.
+#include "kiln/codegen/cuda_emitter.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "kernel_text.h"
+#include "prelude.h"
+
+namespace kiln::codegen {
+namespace {
+
+using namespace detail;
+
+// Combining values across the threads of a row's group: butterfly shuffles
+// within a warp, then through shared memory between the warps of a block.
+// Every thread ends with the same result, combined in the same order each run.
+const char* kGroupReduce = R"(
+KILN_FN int kiln_shfl_xor(int v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+KILN_FN unsigned kiln_shfl_xor(unsigned v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+KILN_FN long long kiln_shfl_xor(long long v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+KILN_FN float kiln_shfl_xor(float v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+KILN_FN double kiln_shfl_xor(double v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+KILN_FN bool kiln_shfl_xor(bool v, int o) { return __shfl_xor_sync(0xffffffffu, (int)v, o) != 0; }
+KILN_FN int8_t kiln_shfl_xor(int8_t v, int o) { return (int8_t)__shfl_xor_sync(0xffffffffu, (int)v, o); }
+KILN_FN uint8_t kiln_shfl_xor(uint8_t v, int o) { return (uint8_t)__shfl_xor_sync(0xffffffffu, (int)v, o); }
+KILN_FN int16_t kiln_shfl_xor(int16_t v, int o) { return (int16_t)__shfl_xor_sync(0xffffffffu, (int)v, o); }
+
+/* An arg-reduction's candidate: a value and its position in the row (-1: none yet). */
+template <class T> struct kiln_arg { T v; int64_t at; };
+template <class T> KILN_FN kiln_arg<T> kiln_shfl_xor(kiln_arg<T> a, int o) {
+  return {kiln_shfl_xor(a.v, o), kiln_shfl_xor((long long)a.at, o)};
+}
+/* torch's argmax/argmin: a NaN is the extreme, ties go to the first position. */
+template <class T, bool Max> KILN_FN kiln_arg<T> kiln_arg_combine(kiln_arg<T> a, kiln_arg<T> b) {
+  if (a.at < 0) return b;
+  if (b.at < 0) return a;
+  bool an = a.v != a.v, bn = b.v != b.v;
+  if (an || bn) return an && bn ? (a.at < b.at ? a : b) : (an ? a : b);
+  if (Max ? a.v > b.v : a.v < b.v) return a;
+  if (Max ? b.v > a.v : b.v < a.v) return b;
+  return a.at < b.at ? a : b;
+}
+
+/* The group's combined value, in every thread of the group. G threads per
+   group: G <= 32 lanes of one warp, or the whole block (a multiple of 32,
+   `shared` holding one slot per warp). */
+template <int G, class T, class F> KILN_FN T kiln_group_reduce(T v, F combine, T* shared) {
+  for (int o = (G < 32 ? G : 32) / 2; o > 0; o /= 2) v = combine(v, kiln_shfl_xor(v, o));
+  if (G <= 32) return v;
+  __syncthreads(); /* the slots' readers of the last reduction are done */
+  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = shared[0];
+  for (int w = 1; w < G / 32; ++w) v = combine(v, shared[w]);
+  return v;
+}
+)";
+
+// The work of a row: the largest inner extent among the kernel's buffers
+// (reduction ranges, or pointwise dims past the outer ones); null if symbolic.
+std::optional<int64_t> staticRowWork(const Program& program, const Kernel& kernel) {
+  int64_t most = 1;
+  for (BufferId id : kernel.buffers) {
+    const Loops& l = program.buffers[id].loops;
+    Shape inner = l.reductionRanges;
+    if (l.reduce == ReduceOp::None) {
+      LoopShape shape = withoutUnitDims(l);
+      inner.assign(shape.ranges.begin() + static_cast<std::ptrdiff_t>(
+                                              std::min(kernel.outer.size(), shape.ranges.size())),
+                   shape.ranges.end());
+    }
+    int64_t n = 1;
+    for (sym::Expr r : inner) {
+      auto v = r.asInteger();
+      if (!v) return std::nullopt;
+      n *= *v;
+    }
+    most = std::max(most, n);
+  }
+  return most;
+}
+
+int64_t powerOfTwoAtLeast(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+class CudaKernelWriter : KernelText {
+public:
+  using KernelText::KernelText;
+
+  std::string write(const std::string& name, runtime::Launch& launch) {
+    bool rows = false, scatters = false;
+    for (BufferId id : kernel_.buffers) {
+      const Loops& l = program_.buffers[id].loops;
+      rows = rows || l.reduce != ReduceOp::None ||
+             (!l.scatter && withoutUnitDims(l).ranges.size() != kernel_.outer.size());
+      scatters = scatters || l.scatter;
+    }
+    rows = rows && !scatters;
+    size_t rank = kernel_.outer.size();
+    sym::Expr items = zero() + 1;
+    for (sym::Expr r : kernel_.outer) items = items * r;
+
+    if (rows) { // a group of threads per row
+      std::optional<int64_t> work = staticRowWork(program_, kernel_);
+      if (work && *work <= 1024) {
+        group_ = 32;
+        threads_ = 128;
+      } else {
+        threads_ =
+            work ? static_cast<int>(std::clamp<int64_t>(powerOfTwoAtLeast(*work / 16), 128, 1024))
+                 : 256;
+        group_ = threads_;
+      }
+    } else {
+      threads_ = 256;
+      group_ = 1;
+    }
+    int perBlock = threads_ / group_;
+
+    std::ostringstream body;
+    std::string indent = "  ";
+    std::string item = rows ? "kiln_row" : "kiln_item";
+    if (rows && group_ < threads_)
+      body << indent << "const int kiln_lane = threadIdx.x % " << group_ << ";\n";
+    else if (rows)
+      body << indent << "const int kiln_lane = threadIdx.x;\n";
+    std::string first =
+        rows && group_ < threads_ ? "(int64_t)blockIdx.x * " + std::to_string(perBlock) +
+                                        " + threadIdx.x / " + std::to_string(group_)
+        : rows ? "(int64_t)blockIdx.x"
+               : "(int64_t)blockIdx.x * " + std::to_string(threads_) + " + threadIdx.x";
+    body << indent << "for (int64_t " << item << " = " << first << "; " << item << " < "
+         << index(items) << "; " << item << " += (int64_t)gridDim.x * " << perBlock << ") {\n";
+    indent += "  ";
+    if (rank > 0) {
+      body << indent << "int64_t kiln_rest = " << item << ";\n";
+      for (size_t k = rank; k-- > 0;) {
+        std::string r = index(kernel_.outer[k]);
+        body << indent << "const int64_t kiln_o" << k << " = "
+             << (k == 0 ? "kiln_rest" : "kiln_rest % " + r) << ";\n";
+        if (k > 0) body << indent << "kiln_rest /= " << r << ";\n";
+      }
+    }
+    for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
+      BufferId id = kernel_.buffers[m];
+      body << (rows ? rowMember(id, indent) : flatMember(id, indent));
+      // A later buffer may read this one's elements, stored by other threads of the group.
+      if (rows && m + 1 < kernel_.buffers.size())
+        body << indent << (group_ <= 32 ? "__syncwarp();\n" : "__syncthreads();\n");
+    }
+    indent.resize(indent.size() - 2);
+    body << indent << "}\n";
+
+    std::string text = body.str();
+    launch.items = items;
+    launch.itemsPerBlock = static_cast<uint32_t>(perBlock);
+    launch.threads = static_cast<uint32_t>(threads_);
+    launch.mayFail = text.find("&kiln_error") != std::string::npos;
+
+    std::ostringstream out;
+    out << "extern \"C\" __global__ void __launch_bounds__(" << threads_ << ") " << name << "(";
+    std::vector<std::string> params;
+    std::set<BufferId> written = writtenRoots();
+    for (BufferId id : buffers_) {
+      const Buffer& b = program_.buffers[id];
+      bool writes = isWritten(id);
+      // Read-only memory no buffer of this kernel writes may take the read-only cache path.
+      std::string qualifier = writes ? "" : "const ";
+      std::string restrict = !writes && !written.count(root(id)) ? " __restrict__" : "";
+      params.push_back(qualifier + storageType(b.layout.dtype) + "*" + restrict + " " +
+                       pointer(id));
+      launch.buffers.push_back(id);
+    }
+    for (sym::Expr s : used_) {
+      if (declared_.count(s)) continue;
+      params.push_back("const int64_t " + sym::toString(s));
+      launch.symbols.push_back(static_cast<uint32_t>(slot(s)));
+    }
+    params.push_back("int* kiln_status");
+    for (size_t k = 0; k < params.size(); ++k) out << (k ? ", " : "") << params[k];
+    out << ") {\n";
+    for (const std::string& s : shared_) out << "  " << s;
+    out << "  int kiln_error = 0;\n" << text;
+    out << "  if (kiln_error) *kiln_status = kiln_error;\n}\n";
+    return out.str();
+  }
+
+private:
+  BufferId root(BufferId id) const {
+    while (program_.buffers[id].aliasOf) id = *program_.buffers[id].aliasOf;
+    return id;
+  }
+
+  bool isWritten(BufferId id) const {
+    return std::find(kernel_.buffers.begin(), kernel_.buffers.end(), id) != kernel_.buffers.end();
+  }
+
+  std::set<BufferId> writtenRoots() const {
+    std::set<BufferId> out;
+    for (BufferId id : kernel_.buffers) out.insert(root(id));
+    return out;
+  }
+
+  // The index variables of a buffer's dims of size 1 are 0; its outer ones are the row's.
+  void bindOuter(const Loops& l, const LoopShape& shape, std::string& lines,
+                 const std::string& indent) {
+    for (size_t k = 0; k < l.vars.size(); ++k)
+      if (l.ranges[k].asInteger() == 1) declare(l.vars[k], "0", lines, indent);
+    for (size_t k = 0; k < kernel_.outer.size() && k < shape.vars.size(); ++k)
+      declare(shape.vars[k], "kiln_o" + std::to_string(k), lines, indent);
+  }
+
+  // A buffer of a flat kernel: its element at the thread's outer index.
+  std::string flatMember(BufferId id, const std::string& indent) {
+    const Buffer& b = program_.buffers[id];
+    const Loops& l = b.loops;
+    buffers_.insert(id);
+    if (l.scatter) return scatter(id, indent);
+    std::string lines = indent + "// " + b.name + "\n";
+    bindOuter(l, withoutUnitDims(l), lines, indent);
+    Block block(indent);
+    std::string value = emit(l.body, block, false);
+    return lines + block.lines + indent + pointer(id) + "[" + index(storeIndex(b)) +
+           "] = " + stored(b.layout.dtype, l.body->dtype, value) + ";\n";
+  }
+
+  // A scatter: the thread runs the ordered dim in order, adding each element
+  // to the one its index names (an index out of range is an error, no store).
+  std::string scatter(BufferId id, std::string indent) {
+    const Buffer& b = program_.buffers[id];
+    const Loops& l = b.loops;
+    std::string lines = indent + "// " + b.name + " (scatter)\n", close;
+    for (size_t k = 0; k < l.vars.size(); ++k)
+      if (l.ranges[k].asInteger() == 1) declare(l.vars[k], "0", lines, indent);
+    LoopShape outer = scatterOuter(l);
+    for (size_t k = 0; k < outer.vars.size(); ++k)
+      declare(outer.vars[k], "kiln_o" + std::to_string(k), lines, indent);
+    if (l.scatterDim < l.vars.size() && l.ranges[l.scatterDim].asInteger() != 1) {
+      sym::Expr var = l.vars[l.scatterDim];
+      declared_.insert(var);
+      std::string v = sym::toString(var);
+      lines += indent + "for (int64_t " + v + " = 0; " + v + " < " + index(l.ranges[l.scatterDim]) +
+               "; ++" + v + ") {\n";
+      indent += "  ";
+      close = indent.substr(2) + "}\n";
+    }
+    Block block(indent);
+    DType t = b.layout.dtype;
+    DType compute = t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t;
+    std::string value = convert(l.body->dtype, compute, emit(l.body, block, false));
+    const ScalarNode& to = *l.scatter;
+    std::string inRange, bind;
+    for (size_t k = 0; k < to.indirect.size(); ++k) {
+      std::string at = emit(to.args[k], block, false), size = index(to.indirectSizes[k]);
+      declared_.insert(to.indirect[k]);
+      inRange += (k ? " && " : "") + at + " >= 0 && " + at + " < " + size;
+      bind += "const int64_t " + sym::toString(to.indirect[k]) + " = " + at + "; ";
+    }
+    lines += block.lines;
+    std::string element = pointer(id) + "[" + index(to.index) + "]", old = element;
+    if (t == DType::Float16) old = "kiln_h2f(" + element + ")";
+    if (t == DType::BFloat16) old = "kiln_b2f(" + element + ")";
+    std::string sum = "static_cast<" + valueType(compute) + ">(" + old + " + " + value + ")";
+    lines += indent + "if (" + (inRange.empty() ? "true" : inRange) + ") { " + bind + element +
+             " = " + stored(t, compute, sum) + "; } else kiln_flag(&kiln_error, 2);\n";
+    return lines + close;
+  }
+
+  // A loop of the group's threads over `ranges` (flattened), binding `vars`.
+  std::string strided(const std::vector<sym::Expr>& vars, const Shape& ranges,
+                      std::string& indent) {
+    std::string lines = indent + "for (int64_t kiln_j = kiln_lane; kiln_j < " + numelText(ranges) +
+                        "; kiln_j += " + std::to_string(group_) + ") {\n";
+    indent += "  ";
+    if (!vars.empty()) lines += indent + "int64_t kiln_jrest = kiln_j;\n";
+    for (size_t k = vars.size(); k-- > 0;) {
+      declared_.insert(vars[k]);
+      std::string r = index(ranges[k]);
+      lines += indent + "const int64_t " + sym::toString(vars[k]) + " = " +
+               (k == 0 ? std::string("kiln_jrest") : "kiln_jrest % " + r) + ";\n";
+      if (k > 0) lines += indent + "kiln_jrest /= " + r + ";\n";
+    }
+    return lines;
+  }
+
+  // A buffer of a row kernel: pointwise over its dims past the outer ones, or a reduction.
+  std::string rowMember(BufferId id, std::string indent) {
+    const Buffer& b = program_.buffers[id];
+    const Loops& l = b.loops;
+    bool local = std::find(kernel_.local.begin(), kernel_.local.end(), id) != kernel_.local.end();
+    if (!local) buffers_.insert(id);
+    LoopShape shape = withoutUnitDims(l);
+    std::string lines = indent + "// " + b.name + "\n";
+    bindOuter(l, shape, lines, indent);
+    sym::Expr store = storeIndex(b);
+    if (l.reduce == ReduceOp::None) {
+      size_t rank = std::min(kernel_.outer.size(), shape.vars.size());
+      std::vector<sym::Expr> vars(shape.vars.begin() + static_cast<std::ptrdiff_t>(rank),
+                                  shape.vars.end());
+      Shape ranges(shape.ranges.begin() + static_cast<std::ptrdiff_t>(rank), shape.ranges.end());
+      std::string inner = indent, close;
+      if (!vars.empty()) {
+        lines += strided(vars, ranges, inner);
+        close = indent + "}\n";
+      }
+      Block block(inner);
+      std::string value = emit(l.body, block, false);
+      std::string assign = pointer(id) + "[" + index(store) +
+                           "] = " + stored(b.layout.dtype, l.body->dtype, value) + ";\n";
+      // One element per row: every thread computes it, the first stores it.
+      lines += block.lines + inner + (vars.empty() ? "if (kiln_lane == 0) " : "") + assign;
+      return lines + close;
+    }
+    return lines + reduction(id, store, indent, local);
+  }
+
+  std::string reduction(BufferId id, sym::Expr store, std::string indent, bool local) {
+    const Buffer& b = program_.buffers[id];
+    const Loops& l = b.loops;
+    std::string acc = "kiln_acc" + std::to_string(id), type = valueType(l.accumulator), lines;
+    bool arg = l.reduce == ReduceOp::ArgMax || l.reduce == ReduceOp::ArgMin;
+    bool floating = ir::isFloating(l.accumulator);
+    bool boolean = l.accumulator == DType::Bool;
+    std::string init, combine; // combine(a, b) over values of `type`
+    switch (l.reduce) {
+    case ReduceOp::Sum:
+      init = "0";
+      combine = boolean ? "a || b" : "a + b";
+      break;
+    case ReduceOp::Prod:
+      init = "1";
+      combine = boolean ? "a && b" : "a * b";
+      break;
+    case ReduceOp::Max:
+      init = floating ? "-std::numeric_limits<" + type + ">::infinity()"
+                      : "std::numeric_limits<" + type + ">::lowest()";
+      combine = "kiln_maximum(a, b)";
+      break;
+    case ReduceOp::Min:
+      init = floating ? "std::numeric_limits<" + type + ">::infinity()"
+                      : "std::numeric_limits<" + type + ">::max()";
+      combine = "kiln_minimum(a, b)";
+      break;
+    case ReduceOp::Any:
+      init = "false";
+      combine = "a || b";
+      break;
+    case ReduceOp::All:
+      init = "true";
+      combine = "a && b";
+      break;
+    default: break;
+    }
+    std::string slotType = arg ? "kiln_arg<" + type + ">" : type;
+    std::string fn = arg ? "kiln_arg_combine<" + type + ", " +
+                               (l.reduce == ReduceOp::ArgMax ? "true" : "false") + ">"
+                         : "[](" + type + " a, " + type + " b) { return static_cast<" + type +
+                               ">(" + combine + "); }";
+    if (group_ > 32)
+      shared_.push_back("__shared__ " + slotType + " " + acc + "_slots[" +
+                        std::to_string(threads_ / 32) + "];\n");
+    std::string slots = group_ > 32 ? acc + "_slots" : "(" + slotType + "*)0";
+    lines += indent + (arg ? slotType + " " + acc + " = {0, -1};\n"
+                           : type + " " + acc + " = " + init + ";\n");
+    std::string inner = indent;
+    lines += strided(l.reductionVars, l.reductionRanges, inner);
+    Block block(inner);
+    std::string v = convert(l.body->dtype, l.accumulator, emit(l.body, block, false));
+    lines += block.lines;
+    if (arg)
+      lines += inner + acc + " = " + fn + "(" + acc + ", " + slotType + "{" + v + ", kiln_j});\n";
+    else
+      lines += inner + "{ const " + type + " a = " + acc + ", b = " + v + "; " + acc +
+               " = static_cast<" + type + ">(" + combine + "); }\n";
+    lines += indent + "}\n";
+    lines += indent + acc + " = kiln_group_reduce<" + std::to_string(group_) + ">(" + acc + ", " +
+             fn + ", " + slots + ");\n";
+    std::string result = arg ? acc + ".at" : acc;
+    DType resultType = arg ? DType::Int64 : l.accumulator;
+    if (!local)
+      lines += indent + "if (kiln_lane == 0) " + pointer(id) + "[" + index(store) +
+               "] = " + stored(b.layout.dtype, resultType, result) + ";\n";
+    registers_[id] = {result, resultType};
+    return lines;
+  }
+
+  int threads_ = 256;
+  int group_ = 1; // threads per row (1: a flat kernel)
+  std::vector<std::string> shared_;
+};
+
+} // namespace
+
+const std::string& cudaPrelude() {
+  static const std::string prelude = detail::kernelPrelude(true) + kGroupReduce;
+  return prelude;
+}
+
+CudaSource emitCuda(const Program& program, const Schedule& schedule) {
+  CudaSource out;
+  std::ostringstream code;
+  code << "// Generated by kiln's CUDA emitter.\n" << cudaPrelude();
+  for (size_t k = 0; k < schedule.kernels.size(); ++k) {
+    std::string name = "kiln_kernel_" + std::to_string(k);
+    runtime::Launch launch;
+    code << "\n" << CudaKernelWriter(program, schedule.kernels[k], out.symbols).write(name, launch);
+    out.kernels.push_back(name);
+    out.launches.push_back(std::move(launch));
+  }
+  out.code = code.str();
+  return out;
+}
+
+} // namespace kiln::codegen

@@ -1,0 +1,309 @@
+// Kernel source text shared by the CPU and CUDA emitters: C++ types of
+// dtypes, conversions, and KernelText, which prints a kernel's scalar
+// expressions (loads through symbolic indices, math, casts, `where`) as
+// single-assignment temporaries and tracks what the kernel reads: its
+// buffers, its symbols (in slot order) and the reductions held in registers.
+// The text is the same for both targets: the CUDA prelude maps the `std::`
+// math functions and `std::numeric_limits` it uses onto CUDA's.
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/codegen/loop_ir.h"
+#include "kiln/codegen/schedule.h"
+#include "kiln/common/error.h"
+#include "kiln/sym/eval.h"
+#include "kiln/sym/print.h"
+#include "kiln/sym/symbol_table.h"
+
+namespace kiln::codegen::detail {
+
+// The C++ type holding a value of `t` in a kernel (half types compute as float).
+inline std::string valueType(DType t) {
+  switch (t) {
+  case DType::Float32:
+  case DType::Float16:
+  case DType::BFloat16: return "float";
+  case DType::Float64: return "double";
+  case DType::Int8: return "int8_t";
+  case DType::Int16: return "int16_t";
+  case DType::Int32: return "int32_t";
+  case DType::Int64: return "int64_t";
+  case DType::UInt8: return "uint8_t";
+  case DType::Bool: return "bool";
+  default: throw Error(ErrorCode::Unsupported, "codegen: complex dtypes");
+  }
+}
+
+// The C++ type of a buffer's elements.
+inline std::string storageType(DType t) {
+  if (t == DType::Float16) return "kiln_half";
+  if (t == DType::BFloat16) return "kiln_bf16";
+  return valueType(t);
+}
+
+inline std::string literal(double v, DType t) {
+  std::string type = valueType(t);
+  if (std::isnan(v)) return "std::numeric_limits<" + type + ">::quiet_NaN()";
+  if (std::isinf(v))
+    return std::string(v < 0 ? "-" : "") + "std::numeric_limits<" + type + ">::infinity()";
+  char text[64];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return "static_cast<" + type + ">(" + text + ")";
+}
+
+inline bool isComparison(const std::string& op) {
+  return op == "eq" || op == "ne" || op == "lt" || op == "le" || op == "gt" || op == "ge";
+}
+
+// `x` (a value of `from`) as a value of `to`.
+inline std::string convert(DType from, DType to, const std::string& x) {
+  if (from == to) return x;
+  if (to == DType::Float16) return "kiln_round_h(static_cast<float>(" + x + "))";
+  if (to == DType::BFloat16) return "kiln_round_b(static_cast<float>(" + x + "))";
+  if (to == DType::Bool) return "((" + x + ") != 0)";
+  return "static_cast<" + valueType(to) + ">(" + x + ")";
+}
+
+class KernelText {
+public:
+  KernelText(const Program& program, const Kernel& kernel, std::vector<sym::Expr>& symbols)
+      : program_(program), kernel_(kernel), symbols_(symbols) {}
+
+protected:
+  static std::string pointer(BufferId id) { return "kiln_b" + std::to_string(id); }
+
+  size_t slot(sym::Expr s) {
+    for (size_t k = 0; k < symbols_.size(); ++k)
+      if (symbols_[k] == s) return k;
+    symbols_.push_back(s);
+    return symbols_.size() - 1;
+  }
+
+  // An index expression in C++, noting the symbols it reads.
+  std::string index(sym::Expr e) {
+    for (sym::Expr s : sym::freeSymbols(e)) used_.insert(s);
+    return sym::toCpp(e);
+  }
+
+  void declare(sym::Expr var, const std::string& value, std::string& lines,
+               const std::string& indent) {
+    declared_.insert(var);
+    lines += indent + "const int64_t " + sym::toString(var) + " = " + value + ";\n";
+  }
+
+  // A value of `from` as stored in a buffer of `to`.
+  std::string stored(DType to, DType from, const std::string& value) {
+    std::string v =
+        convert(from, to == DType::Float16 || to == DType::BFloat16 ? DType::Float32 : to, value);
+    if (to == DType::Float16) return "kiln_f2h(" + v + ")";
+    if (to == DType::BFloat16) return "kiln_f2b(" + v + ")";
+    return v;
+  }
+
+  struct Block {
+    explicit Block(std::string i) : indent(std::move(i)) {}
+    std::string indent;
+    std::string lines;
+    std::unordered_map<std::string, std::string> named; // expression -> temporary
+  };
+
+  // A temporary holding `expr` (shared with an equal earlier one).
+  std::string bind(Block& block, DType t, const std::string& expr) {
+    auto [it, fresh] = block.named.emplace(expr, "kiln_v" + std::to_string(next_));
+    if (fresh) {
+      ++next_;
+      block.lines +=
+          block.indent + "const " + valueType(t) + " " + it->second + " = " + expr + ";\n";
+    }
+    return it->second;
+  }
+
+  std::string emit(const Scalar& s, Block& block, bool lazy) {
+    std::string expr = expression(s, block, lazy);
+    if (lazy || s->kind == ScalarKind::Constant) return expr;
+    return bind(block, s->dtype, expr);
+  }
+
+  std::string expression(const Scalar& s, Block& block, bool lazy) {
+    if (auto reused = replaced_.find(s.get()); reused != replaced_.end()) return reused->second;
+    const ScalarNode& n = *s;
+    DType t = n.dtype;
+    std::string type = valueType(t);
+    auto arg = [&](size_t k) { return emit(n.args[k], block, lazy); };
+    switch (n.kind) {
+    case ScalarKind::Load: return load(n, block, lazy);
+    case ScalarKind::Constant:
+      if (t == DType::Bool) return n.integer ? "true" : "false";
+      if (ir::isFloating(t)) return literal(n.number, t);
+      return "static_cast<" + type + ">(INT64_C(" + std::to_string(n.integer) + "))";
+    case ScalarKind::IndexOf: return "static_cast<" + type + ">(" + index(n.index) + ")";
+    case ScalarKind::Cast: return convert(n.args[0]->dtype, t, arg(0));
+    case ScalarKind::Where: {
+      std::string c = emit(n.args[0], block, lazy);
+      Block inner(block.indent);
+      std::string a = emit(n.args[1], inner, true), b = emit(n.args[2], inner, true);
+      return "(" + c + " ? " + convert(n.args[1]->dtype, t, a) + " : " +
+             convert(n.args[2]->dtype, t, b) + ")";
+    }
+    case ScalarKind::Unary: return unaryExpr(n, arg(0));
+    case ScalarKind::Binary: return binaryExpr(n, arg(0), arg(1));
+    case ScalarKind::Philox:
+      return "kiln_philox_uniform(static_cast<uint64_t>(" + arg(0) + "), static_cast<uint64_t>(" +
+             arg(1) + "))";
+    }
+    throw Error(ErrorCode::Internal, "codegen: unknown scalar kind");
+  }
+
+  std::string load(const ScalarNode& n, Block& block, bool lazy) {
+    auto reg = registers_.find(n.buffer);
+    const Buffer& b = program_.buffers[n.buffer];
+    if (reg != registers_.end()) // a reduction of this kernel: its value, as stored
+      return convert(b.layout.dtype, n.dtype,
+                     convert(reg->second.second, b.layout.dtype, reg->second.first));
+    buffers_.insert(n.buffer);
+    std::string prefix;
+    for (size_t k = 0; k < n.indirect.size(); ++k) {
+      declared_.insert(n.indirect[k]);
+      std::string value = "kiln_check_index(static_cast<int64_t>(" + emit(n.args[k], block, lazy) +
+                          "), " + index(n.indirectSizes[k]) + ", &kiln_error)";
+      if (lazy)
+        prefix += "const int64_t " + sym::toString(n.indirect[k]) + " = " + value + "; ";
+      else
+        block.lines +=
+            block.indent + "const int64_t " + sym::toString(n.indirect[k]) + " = " + value + ";\n";
+    }
+    std::string element = pointer(n.buffer) + "[" + index(n.index) + "]";
+    if (b.layout.dtype == DType::Float16) element = "kiln_h2f(" + element + ")";
+    if (b.layout.dtype == DType::BFloat16) element = "kiln_b2f(" + element + ")";
+    if (lazy && !prefix.empty()) return "[&]() { " + prefix + "return " + element + "; }()";
+    return element;
+  }
+
+  std::string unaryExpr(const ScalarNode& n, const std::string& x) {
+    const std::string& op = n.op;
+    DType t = n.dtype;
+    std::string type = valueType(t);
+    DType in = n.args[0]->dtype;
+    bool floating = ir::isFloating(t);
+    if (op == "logical_not") return "!(" + x + ")";
+    if (op == "isnan") return ir::isFloating(in) ? "(" + x + " != " + x + ")" : "false";
+    if (op == "isinf") return ir::isFloating(in) ? "std::isinf(" + x + ")" : "false";
+    if (op == "neg") return "static_cast<" + type + ">(-" + x + ")";
+    if (op == "abs")
+      return floating ? "std::fabs(" + x + ")"
+                      : "static_cast<" + type + ">(" + x + " < 0 ? -" + x + " : " + x + ")";
+    if (op == "relu") return "kiln_relu(" + x + ")";
+    if (op == "sign") return "kiln_sign(" + x + ")";
+    if (!floating) {
+      if (op == "floor" || op == "ceil" || op == "round" || op == "trunc") return x;
+      throw Error(ErrorCode::Unsupported, "codegen: " + op + " of integers");
+    }
+    if (op == "round") return "std::nearbyint(" + x + ")";
+    if (op == "rsqrt") return "(" + type + "(1) / std::sqrt(" + x + "))";
+    if (op == "reciprocal") return "(" + type + "(1) / " + x + ")";
+    if (op == "sigmoid") return "kiln_sigmoid(" + x + ")";
+    for (const char* f : {"exp", "exp2", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tan",
+                          "tanh", "erf", "floor", "ceil", "trunc"})
+      if (op == f) return "std::" + op + "(" + x + ")";
+    throw Error(ErrorCode::Unsupported, "codegen: no C++ for unary op '" + op + "'");
+  }
+
+  std::string binaryExpr(const ScalarNode& n, const std::string& a, const std::string& b) {
+    const std::string& op = n.op;
+    DType t = n.dtype;
+    std::string type = valueType(t);
+    bool floating = ir::isFloating(t);
+    auto typed = [&](const std::string& e) { return "static_cast<" + type + ">(" + e + ")"; };
+    if (isComparison(op)) {
+      static const std::unordered_map<std::string, std::string> ops = {
+          {"eq", "=="}, {"ne", "!="}, {"lt", "<"}, {"le", "<="}, {"gt", ">"}, {"ge", ">="}};
+      return "(" + a + " " + ops.at(op) + " " + b + ")";
+    }
+    if (op == "logical_and") return "((" + a + ") != 0 && (" + b + ") != 0)";
+    if (op == "logical_or") return "((" + a + ") != 0 || (" + b + ") != 0)";
+    if (op == "add") return typed(a + " + " + b);
+    if (op == "sub") return typed(a + " - " + b);
+    if (op == "mul") return typed(a + " * " + b);
+    if (op == "maximum" || op == "clamp_min")
+      return op == "maximum" ? "kiln_maximum(" + a + ", " + b + ")" : clamp(a, b, ">");
+    if (op == "minimum" || op == "clamp_max")
+      return op == "minimum" ? "kiln_minimum(" + a + ", " + b + ")" : clamp(a, b, "<");
+    if (op == "bitwise_and") return typed(a + " & " + b);
+    if (op == "bitwise_or") return typed(a + " | " + b);
+    if (op == "bitwise_xor") return typed(a + " ^ " + b);
+    if (t == DType::Float16 || t == DType::BFloat16) { // a half-typed step: rounded
+      std::string r = t == DType::Float16 ? "kiln_round_h" : "kiln_round_b";
+      if (op == "div_trunc") return "std::trunc(" + r + "(" + a + " / " + b + "))";
+      if (op == "div_floor") return "kiln_fdiv_floor_rounded(" + a + ", " + b + ", " + r + ")";
+    }
+    if (floating) {
+      if (op == "div") return a + " / " + b;
+      if (op == "div_trunc") return "std::trunc(" + a + " / " + b + ")";
+      if (op == "div_floor") return "kiln_fdiv_floor(" + a + ", " + b + ")";
+      if (op == "pow") return "std::pow(" + a + ", " + b + ")";
+      if (op == "fmod") return "std::fmod(" + a + ", " + b + ")";
+      if (op == "remainder") return "kiln_fremainder(" + a + ", " + b + ")";
+    } else {
+      if (op == "div_floor") return typed("kiln_idiv_floor(" + a + ", " + b + ", &kiln_error)");
+      if (op == "div_trunc") return typed("kiln_idiv_trunc(" + a + ", " + b + ", &kiln_error)");
+      if (op == "remainder") return typed("kiln_imod(" + a + ", " + b + ", &kiln_error)");
+      if (op == "fmod") return typed("kiln_ifmod(" + a + ", " + b + ", &kiln_error)");
+      if (op == "pow") return typed("kiln_ipow(" + a + ", " + b + ")");
+    }
+    throw Error(ErrorCode::Unsupported,
+                "codegen: no C++ for binary op '" + op + "' on " + std::string(ir::name(t)));
+  }
+
+  // clamp's bound: NaN in x stays, a NaN bound wins, else the larger (smaller).
+  static std::string clamp(const std::string& x, const std::string& bound,
+                           const std::string& keep) {
+    return "(" + x + " != " + x + " ? " + x + " : (" + bound + " != " + bound + " ? " + bound +
+           " : (" + x + " " + keep + " " + bound + " ? " + x + " : " + bound + ")))";
+  }
+
+  std::unordered_map<sym::Expr, sym::Expr> unitsToZero(const Loops& l) {
+    std::unordered_map<sym::Expr, sym::Expr> map;
+    for (size_t k = 0; k < l.vars.size(); ++k)
+      if (l.ranges[k].asInteger() == 1) map.emplace(l.vars[k], zero());
+    return map;
+  }
+
+  // The row-major position of `vars` in `ranges`, as C++.
+  std::string linear(const std::vector<sym::Expr>& vars, const Shape& ranges) {
+    sym::Expr at = zero();
+    for (size_t k = 0; k < vars.size(); ++k) at = at * ranges[k] + vars[k];
+    return index(at);
+  }
+
+  std::string numelText(const Shape& ranges) {
+    sym::Expr n = zero() + 1;
+    for (sym::Expr r : ranges) n = n * r;
+    return index(n);
+  }
+
+  sym::Expr zero() {
+    return kernel_.outer.empty() ? program_.buffers.front().layout.storageOffset.table().integer(0)
+                                 : kernel_.outer.front().table().integer(0);
+  }
+
+  const Program& program_;
+  const Kernel& kernel_;
+  std::vector<sym::Expr>& symbols_;
+  std::set<sym::Expr, bool (*)(sym::Expr, sym::Expr)> used_{
+      [](sym::Expr a, sym::Expr b) { return sym::toString(a) < sym::toString(b); }};
+  std::set<sym::Expr, bool (*)(sym::Expr, sym::Expr)> declared_{
+      [](sym::Expr a, sym::Expr b) { return sym::toString(a) < sym::toString(b); }};
+  std::set<BufferId> buffers_;
+  std::unordered_map<BufferId, std::pair<std::string, DType>> registers_;
+  std::unordered_map<const ScalarNode*, std::string> replaced_; // subtree -> row element
+  size_t next_ = 0;
+};
+
+} // namespace kiln::codegen::detail
