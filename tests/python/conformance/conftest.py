@@ -68,6 +68,11 @@ def pytest_terminal_summary(terminalreporter):
         not_lowered = f": {' '.join(sorted(unsupported))}" if unsupported else ""
         write(f"compiled: {len(ok - set(compiled_failing))} ops ran compiled, "
               f"{len(unsupported)} not lowered yet{not_lowered}")
+        cubin = {op for (op, how) in harness.cuda_tally if how == "cubin"}
+        ran = {op for (op, how) in harness.cuda_tally if how == "ran"}
+        cuda_unsupported = {op for (op, how) in harness.cuda_tally if how == "unsupported"}
+        write(f"cuda: {len(cubin)} ops compiled to sm_90 cubin, {len(ran)} ran on a GPU, "
+              f"{len(cuda_unsupported)} not lowered{': ' + ' '.join(sorted(cuda_unsupported)) if cuda_unsupported else ''}")
         unchecked = sorted(tested - ok - unsupported)
         if unchecked:
             write(f"  not run compiled by any case ({len(unchecked)}): {' '.join(unchecked)}")

@@ -26,6 +26,10 @@ if COMPILED not in ("once", "all", "off"):
     raise ValueError(f"KILN_CONFORMANCE_COMPILED={COMPILED}: expected once, all or off")
 stack = None
 compiled_tally: collections.Counter = collections.Counter()  # (op, "ok" | "unsupported")
+# The CUDA target: every compiled case also compiles to an sm_90 cubin (NVRTC, no GPU
+# needed); where torch sees a GPU it runs there too and must match the interpreter.
+cuda_tally: collections.Counter = collections.Counter()  # (op, "cubin" | "ran" | "unsupported")
+CUDA_RUNS = torch.cuda.is_available()
 _compiled_ops: set = set()
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -134,13 +138,36 @@ def check_compiled(op: str, interpreted: torch.Tensor, *args, **kwargs):
     for result, want in zip(results, expected):
         assert_values_match(result, want, **compiled_tolerance(result.dtype))
     compiled_tally[(op, "ok")] += 1
+    check_cuda(op, graph, tensors, expected)
 
 
-def twin(t: torch.Tensor) -> torch.Tensor:
-    """A copy of `t` with its very layout (strides and storage offset) over copied storage."""
+def check_cuda(op: str, graph, tensors, expected):
+    """The op compiles for the CUDA target; on a GPU it runs there and matches the interpreter."""
+    try:
+        if not CUDA_RUNS:
+            stack.compile(graph, "cuda")  # the cubin: NVRTC's checks without a GPU
+            cuda_tally[(op, "cubin")] += 1
+            return
+        compiled = ir.compile(graph, stack, target="cuda")
+    except kiln.KilnError as e:
+        if e.code != "unsupported":
+            raise
+        cuda_tally[(op, "unsupported")] += 1
+        return
+    cuda_tally[(op, "cubin")] += 1
+    results = compiled(*[twin(t, device="cuda") for t in tensors])
+    assert len(results) == len(expected)
+    for result, want in zip(results, expected):
+        assert_values_match(result.cpu(), want, **compiled_tolerance(result.dtype))
+    cuda_tally[(op, "ran")] += 1
+
+
+def twin(t: torch.Tensor, device: str = "cpu") -> torch.Tensor:
+    """A copy of `t` on `device` with its very layout (strides and storage offset) over copied
+    storage."""
     span = t.storage_offset() + (1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
                                  if t.numel() else 0)
-    base = t.as_strided((span,), (1,), 0).clone()
+    base = t.as_strided((span,), (1,), 0).clone().to(device)
     return base.as_strided(t.shape, t.stride(), t.storage_offset())
 
 
