@@ -48,7 +48,7 @@ Grads prod(RuleContext& c) {
   if (self.dtype != c.outMeta().dtype) x = o.call("to_dtype", {x}, {{"dtype", c.outMeta().dtype}});
   ValueId zero = o.cmp("eq", x, 0.0);
   ValueId zeros = o.call("sum", {zero}, along);
-  ValueId others = o.call("prod", {o.call("where", {zero, x}, {{"other", 1.0}})}, along);
+  ValueId others = o.call("prod", {o.call("where", {zero, x}, {{"self", 1.0}})}, along);
   ValueId none = o.cmp("eq", zeros, 0.0);
   ValueId single = o.both(zero, o.cmp("eq", zeros, 1.0));
   ValueId d = o.call("where", {none, o.div(y, x), o.keep(single, others)});
