@@ -114,10 +114,8 @@ ir::AttrValue attrOf(const GraphState& graph, ir::ArgKind kind, py::handle h) {
     std::vector<int64_t> ints;
     bool allInts = true;
     for (py::handle item : h) {
-      if (!isIntLike(item))
-        allInts = false;
-      else
-        ints.push_back(item.cast<int64_t>());
+      if (!isIntLike(item)) allInts = false;
+      else ints.push_back(item.cast<int64_t>());
     }
     if (allInts) return ints;
     return shapeOf(graph, h);
@@ -133,8 +131,8 @@ bool isInputKind(ir::ArgKind kind) {
 
 // Binds Python arguments to the op's schema: graph values become inputs in
 // schema order, everything else attributes named as in the schema.
-PyValue call(const std::shared_ptr<GraphState>& graph, const std::string& opName, py::args args,
-             py::kwargs kwargs) {
+PyValue call(const std::shared_ptr<GraphState>& graph, const std::string& opName,
+                 py::args args, py::kwargs kwargs) {
   const ir::OpInfo& op = ir::getOp(opName);
   std::vector<ir::ValueId> inputs;
   std::vector<ir::Attr> attrs;
@@ -163,24 +161,23 @@ PyValue call(const std::shared_ptr<GraphState>& graph, const std::string& opName
     }
     if (!given) continue;
     if (spec.kind == ir::ArgKind::TensorList) {
-      if (py::isinstance<PyValue>(arg))
-        invalid(
-            fmt::format("{}: argument '{}': expected a list of graph values", opName, spec.name));
+      if (py::isinstance<PyValue>(arg)) invalid(fmt::format(
+          "{}: argument '{}': expected a list of graph values", opName, spec.name));
       for (py::handle item : arg) {
         if (!py::isinstance<PyValue>(item))
-          invalid(fmt::format("{}: argument '{}': expected graph values, got {}", opName, spec.name,
-                              std::string(py::repr(item))));
+          invalid(fmt::format("{}: argument '{}': expected graph values, got {}", opName,
+                              spec.name, std::string(py::repr(item))));
         inputs.push_back(valueId(spec, item));
       }
     } else if (py::isinstance<PyValue>(arg)) {
       if (!isInputKind(spec.kind) && spec.kind != ir::ArgKind::Scalar)
-        invalid(fmt::format("{}: argument '{}': expected {}, got a graph value", opName, spec.name,
-                            ir::argKindName(spec.kind)));
+        invalid(fmt::format("{}: argument '{}': expected {}, got a graph value", opName,
+                            spec.name, ir::argKindName(spec.kind)));
       inputs.push_back(valueId(spec, arg));
     } else if (isInputKind(spec.kind)) {
       if (!arg.is_none())
-        invalid(fmt::format("{}: argument '{}': expected a graph value, got {}", opName, spec.name,
-                            std::string(py::repr(arg))));
+        invalid(fmt::format("{}: argument '{}': expected a graph value, got {}", opName,
+                            spec.name, std::string(py::repr(arg))));
     } else {
       try {
         attrs.push_back({spec.name, attrOf(*graph, spec.kind, arg)});
@@ -214,16 +211,11 @@ py::object toPython(const std::shared_ptr<GraphState>& graph, const ir::AttrValu
   return std::visit(
       [&](const auto& x) -> py::object {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, std::monostate>)
-          return py::none();
-        else if constexpr (std::is_same_v<T, sym::Expr>)
-          return toPython(graph, x);
-        else if constexpr (std::is_same_v<T, std::vector<sym::Expr>>)
-          return toPython(graph, x);
-        else if constexpr (std::is_same_v<T, DType>)
-          return py::str(std::string(dtypeName(x)));
-        else
-          return py::cast(x);
+        if constexpr (std::is_same_v<T, std::monostate>) return py::none();
+        else if constexpr (std::is_same_v<T, sym::Expr>) return toPython(graph, x);
+        else if constexpr (std::is_same_v<T, std::vector<sym::Expr>>) return toPython(graph, x);
+        else if constexpr (std::is_same_v<T, DType>) return py::str(std::string(dtypeName(x)));
+        else return py::cast(x);
       },
       v);
 }
@@ -256,8 +248,8 @@ py::object valueInfo(const std::shared_ptr<GraphState>& graph, const ir::Value& 
 
 // A tensor as Python hands it over: dtype, sizes, strides, storage offset and
 // the bytes of its storage (from the start up to its last element).
-using RawTensor =
-    std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>, int64_t, py::buffer>;
+using RawTensor = std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>, int64_t,
+                             py::buffer>;
 
 ir::HostTensor hostTensor(const RawTensor& raw, size_t index) {
   const auto& [dtypeText, sizes, strides, offset, buffer] = raw;
@@ -336,16 +328,10 @@ PyValue placeholder(const GraphPtr& graph, const std::string& name, py::handle d
 
 void bindSym(py::module_& m) {
   py::class_<PySym> cls(m, "Sym", "A symbolic integer of one graph: s0, 2*s0 + 1, ...");
-  defSymArithmetic(
-      cls,
-      [](const PySym& a, sym::Expr e) {
-        return PySym{a.owner, e};
-      },
-      [](const PySym& a, py::handle b) { return symOf(*a.owner, b); });
-  cls.def("__neg__",
-          [](const PySym& a) {
-            return PySym{a.owner, -a.expr};
-          })
+  defSymArithmetic(cls, [](const PySym& a, sym::Expr e) { return PySym{a.owner, e}; },
+                   [](const PySym& a, py::handle b) { return symOf(*a.owner, b); });
+  cls
+      .def("__neg__", [](const PySym& a) { return PySym{a.owner, -a.expr}; })
       .def("__eq__",
            [](const PySym& a, py::handle b) {
              if (!py::isinstance<PySym>(b) && !isIntLike(b)) return false;
@@ -356,9 +342,7 @@ void bindSym(py::module_& m) {
       .def("__repr__", [](const PySym& a) { return "Sym(" + sym::toString(a.expr) + ")"; })
       .def_property_readonly("range", [](const PySym& a) {
         sym::Range r = sym::range(a.expr);
-        auto end = [](int64_t v, int64_t inf) {
-          return v == inf ? py::object(py::none()) : py::int_(v);
-        };
+        auto end = [](int64_t v, int64_t inf) { return v == inf ? py::object(py::none()) : py::int_(v); };
         return py::make_tuple(end(r.lo, sym::kNegInf), end(r.hi, sym::kInf));
       });
 }
@@ -377,8 +361,7 @@ void bindValue(py::module_& m) {
 
 void bindGraph(py::module_& m) {
   py::class_<GraphState, GraphPtr>(m, "Graph", "A graph of libs/ir, built op by op.")
-      .def(py::init(
-          [] { return std::make_shared<GraphState>(std::make_shared<sym::SymbolTable>()); }))
+      .def(py::init([] { return std::make_shared<GraphState>(std::make_shared<sym::SymbolTable>()); }))
       .def(
           "symbol",
           [](const GraphPtr& g, const std::string& name, std::optional<int64_t> hint,
@@ -448,13 +431,11 @@ void bindGraph(py::module_& m) {
       .def("structural_hash", [](const GraphPtr& g) { return ir::structuralHash(g->graph); })
       .def("verify", [](const GraphPtr& g) { ir::verify(g->graph); })
       .def("dce", [](const GraphPtr& g) { return derived(g, ir::eliminateDeadCode(g->graph)); })
-      .def(
-          "cse",
-          [](const GraphPtr& g) { return derived(g, ir::eliminateCommonSubexpressions(g->graph)); })
+      .def("cse",
+           [](const GraphPtr& g) { return derived(g, ir::eliminateCommonSubexpressions(g->graph)); })
       .def("decompose", [](const GraphPtr& g) { return derived(g, ir::decompose(g->graph)); })
-      .def(
-          "to_bytes", [](const GraphPtr& g) { return py::bytes(ir::toBytes(g->graph)); },
-          "The graph as a graph.capnp message.")
+      .def("to_bytes", [](const GraphPtr& g) { return py::bytes(ir::toBytes(g->graph)); },
+           "The graph as a graph.capnp message.")
       .def_static(
           "from_bytes",
           [](const py::bytes& bytes) {
@@ -473,21 +454,18 @@ void bindGraph(py::module_& m) {
 // tensors), so outputs are torch tensors without a copy.
 class PyArtifact {
 public:
-  explicit PyArtifact(std::shared_ptr<runtime::LoadedArtifact> loaded)
-      : loaded_(std::move(loaded)) {}
+  explicit PyArtifact(std::shared_ptr<runtime::LoadedArtifact> loaded) : loaded_(std::move(loaded)) {}
 
   // inputs: (dtype, sizes, strides, data address) each; allocate(nbytes) ->
   // a uint8 tensor-like object with .data_ptr(). Returns per output (dtype,
   // sizes, strides, base, element offset): `base` is the allocated object the
   // output views, or None when it views an input (then offset is an address).
-  py::list
-  run(const std::vector<
-          std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>, uintptr_t>>& inputs,
-      py::function allocate) {
+  py::list run(const std::vector<std::tuple<std::string, std::vector<int64_t>,
+                                            std::vector<int64_t>, uintptr_t>>& inputs,
+               py::function allocate) {
     std::vector<runtime::Tensor> tensors;
     for (const auto& [dtype, sizes, strides, address] : inputs)
-      tensors.push_back(
-          {parseDType(py::str(dtype)), reinterpret_cast<void*>(address), sizes, strides});
+      tensors.push_back({parseDType(py::str(dtype)), reinterpret_cast<void*>(address), sizes, strides});
     PyAllocator allocator(std::move(allocate));
     runtime::RunResult result;
     {
@@ -498,9 +476,8 @@ public:
     for (const runtime::Tensor& t : result.outputs) {
       auto [base, offset] = allocator.owner(t.data);
       out.append(py::make_tuple(std::string(dtypeName(t.dtype)), t.sizes, t.strides, base,
-                                base.is_none()
-                                    ? reinterpret_cast<uintptr_t>(t.data)
-                                    : static_cast<uintptr_t>(offset / elementSize(t.dtype))));
+                                base.is_none() ? reinterpret_cast<uintptr_t>(t.data)
+                                               : static_cast<uintptr_t>(offset / elementSize(t.dtype))));
     }
     return out;
   }
