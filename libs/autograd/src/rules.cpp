@@ -16,6 +16,22 @@ double number(const AttrValue& v) {
   throw Error(ErrorCode::Unsupported, "autograd: a symbolic scalar where a number is needed");
 }
 
+Grads inOpmath(RuleContext& c, RuleFn rule) {
+  auto half = [&](ValueId v) {
+    const ir::Value& value = c.g.value(v);
+    return value.isTensor() &&
+           (value.tensor().dtype == DType::Float16 || value.tensor().dtype == DType::BFloat16);
+  };
+  if (!half(c.out)) return rule(c);
+  auto up = [&](ValueId v) {
+    return half(v) ? c.g.call("to_dtype", {v}, {{"dtype", DType::Float32}}) : v;
+  };
+  ir::Node node = c.node;
+  for (ValueId& in : node.inputs) in = up(in);
+  RuleContext wide{c.g, node, up(c.out), up(*c.grad), {}, c.needs};
+  return rule(wide);
+}
+
 namespace {
 const RuleTable& rules() {
   static const RuleTable table = [] {

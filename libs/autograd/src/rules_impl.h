@@ -43,6 +43,14 @@ struct Ops {
 // A number attribute as double (alpha, other=2).
 double number(const AttrValue& v);
 
+// Runs `rule` with half-precision (f16, bf16) inputs, result and grad cast to f32, as torch's
+// fused backward kernels compute them (gelu, silu, softmax): one rounding at the end, which
+// backward() does when it casts the grads to the inputs' dtypes.
+Grads inOpmath(RuleContext& c, RuleFn rule);
+template <RuleFn kRule> Grads opmath(RuleContext& c) {
+  return inOpmath(c, kRule);
+}
+
 using RuleTable = std::map<std::string, RuleFn, std::less<>>;
 void addPointwiseRules(RuleTable& rules);
 void addShapeRules(RuleTable& rules); // reductions, views, matmul, indexing, dropout

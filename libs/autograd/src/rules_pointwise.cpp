@@ -37,6 +37,13 @@ Grads gelu(RuleContext& c) {
   return {o.mul(g, o.add(cdf, o.mul(x, pdf)))};
 }
 
+// silu'(x) = s (1 + x (1 - s)), s = sigmoid(x).
+Grads silu(RuleContext& c) {
+  Ops o{c.g};
+  ValueId x = c.in(0), s = o.unary("sigmoid", x);
+  return {o.mul(*c.grad, o.mul(s, o.add(o.mul(x, o.add(o.neg(s), 1.0)), 1.0)))};
+}
+
 // The value of a Scalar argument: its input, or its attribute.
 struct Operand {
   std::optional<size_t> input;
@@ -199,9 +206,8 @@ void addPointwiseRules(RuleTable& r) {
   r["neg"] = UNARY(return o.neg(g));
   r["abs"] = UNARY(return o.mul(g, o.unary("sign", x)));
   r["relu"] = UNARY(return o.keep(o.cmp("gt", y, 0.0), g)); // torch's threshold_backward
-  r["silu"] = UNARY(ValueId s = o.unary("sigmoid", x);
-                    return o.mul(g, o.mul(s, o.add(o.mul(x, o.add(o.neg(s), 1.0)), 1.0))));
-  r["gelu"] = gelu;
+  r["silu"] = opmath<silu>;
+  r["gelu"] = opmath<gelu>;
   for (const char* n : {"sign", "floor", "ceil", "round", "trunc"}) r[n] = zeros;
   for (const char* n : {"to_dtype", "contiguous", "clone"}) r[n] = identity;
   r["add"] = add;

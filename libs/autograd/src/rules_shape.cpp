@@ -112,6 +112,55 @@ Grads select(RuleContext& c) {
   return {scatterSlice(c.g, g, self, dim, at, 1)};
 }
 
+// as_strided: the grad added up per storage element (a scatter over the positions the view
+// reads), then read back with the input's own geometry. Exact for an input whose elements
+// do not overlap; TODO(issue 8): torch's general as_strided_backward for overlapping inputs.
+Grads asStrided(RuleContext& c) {
+  Ops o{c.g};
+  ir::TensorMeta self = c.meta(0), out = c.outMeta();
+  if (!self.isContiguous())
+    throw Error(ErrorCode::Unsupported, "backward of as_strided: only of a contiguous input");
+  sym::Expr offset = self.storageOffset;
+  if (const AttrValue* a = c.attr("storage_offset")) {
+    if (auto* i = std::get_if<int64_t>(a))
+      offset = c.g.symbols().integer(*i);
+    else if (auto* e = std::get_if<sym::Expr>(a))
+      offset = *e;
+  } else if (c.arg("storage_offset")) {
+    throw Error(ErrorCode::Unsupported,
+                "backward of as_strided: a storage offset given as a value");
+  }
+  auto last = [](const ir::TensorMeta& m, sym::Expr start) { // the last position read, plus 1
+    for (size_t k = 0; k < m.dim(); ++k) start = start + (m.sizes[k] - 1) * m.strides[k];
+    return start + 1;
+  };
+  sym::Expr length = sym::max(last(self, self.storageOffset), last(out, offset));
+  // Each element's storage position: offset + sum_k i_k * stride_k.
+  ir::Shape ones(out.dim(), c.g.symbols().integer(1));
+  ValueId position =
+      o.call("reshape", {o.call("arange", {}, {{"end", offset + 1}, {"start", offset}})},
+             {{"size", sizesAttr(ones)}});
+  for (size_t k = 0; k < out.dim(); ++k) {
+    ir::Shape along = ones;
+    along[k] = out.sizes[k];
+    ValueId i = o.call("reshape", {o.call("arange", {}, {{"end", out.sizes[k]}})},
+                       {{"size", sizesAttr(along)}});
+    position = o.add(position, withScalar(c.g, "mul", i, out.strides[k]));
+  }
+  sym::Expr n = ir::numel(out.sizes, c.g.symbols());
+  position = o.call("reshape", {o.call("expand", {position}, {{"size", sizesAttr(out.sizes)}})},
+                    {{"size", sizesAttr({n})}});
+  ValueId flat = o.call("reshape", {*c.grad}, {{"size", sizesAttr({n})}});
+  ir::TensorMeta storage =
+      ir::TensorMeta::contiguous(self.dtype, {length}, c.g.symbols(), self.device);
+  ValueId buffer =
+      o.call("scatter_add", {zerosOf(c.g, storage), position, flat}, {{"dim", int64_t{0}}});
+  return {o.call("as_strided", {buffer},
+                 {{"size", sizesAttr(self.sizes)},
+                  {"stride", sizesAttr(self.strides)},
+                  {"storage_offset", self.storageOffset}})};
+}
+
 // cat: the grad split back into the inputs' sizes (an empty 1-d input, which
 // torch's legacy rule skips, gets none).
 Grads cat(RuleContext& c) {
@@ -278,6 +327,7 @@ void addShapeRules(RuleTable& r) {
   r["slice"] = slice;
   r["narrow"] = narrow;
   r["select"] = select;
+  r["as_strided"] = asStrided;
   r["cat"] = cat;
   r["stack"] = stack;
   for (const char* n : {"split", "split_with_sizes", "chunk", "unbind"}) r[n] = join;
@@ -288,7 +338,7 @@ void addShapeRules(RuleTable& r) {
   r["embedding"] = embedding;
   r["scatter_add"] = scatterAdd;
   r["dropout"] = dropout;
-  r["softmax"] = r["log_softmax"] = softmax;
+  r["softmax"] = r["log_softmax"] = opmath<softmax>;
 }
 
 } // namespace kiln::autograd::detail

@@ -343,3 +343,26 @@ def test_attention(case):
         check_grads("scaled_dot_product_attention", _attention, q, k, v, is_causal=True)
     else:
         check_grads("scaled_dot_product_attention", _attention, q, k, v, leaf(3, 3, grad=True))
+
+
+# --- bfloat16: grads in the inputs' dtype; fused rules compute in f32, as torch's kernels ----
+
+BF16 = [("gelu", F.gelu, 1, {}), ("silu", F.silu, 1, {}), ("softmax", torch.softmax, 1, {"dim": 1}),
+        ("log_softmax", torch.log_softmax, 1, {"dim": 1}), ("exp", torch.exp, 1, {}),
+        ("mul", torch.mul, 2, {}), ("sum", torch.sum, 1, {"dim": [0]}), ("mm", torch.mm, 2, {})]
+
+
+@pytest.mark.parametrize("case", [p for c in BF16 for p in cases(c[0], [c], [c[0] + "-bf16"])])
+def test_bf16(case):
+    op, fn, arity, kwargs = case
+    shapes = [(3, 4), (4, 4)] if op == "mm" else [(3, 4), (3, 4)]
+    args = [leaf(*shapes[i]).detach().bfloat16().requires_grad_() for i in range(arity)]
+    check_grads(op, fn, *args, fd=False, atol=2e-2, rtol=2e-2, **kwargs)
+
+
+@pytest.mark.parametrize("case", cases("as_strided", [((2, 2), (1, 2), 1), ((3, 2), (1, 1), 0)],
+                                       ["transposed-window", "overlapping-view"]))
+def test_as_strided(case):
+    size, stride, offset = case
+    check_grads("as_strided", torch.as_strided, leaf(2, 4), size=list(size), stride=list(stride),
+                storage_offset=offset)
