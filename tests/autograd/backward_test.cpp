@@ -68,7 +68,8 @@ TEST(Backward, SymbolicSizesMatchFiniteDifferences) {
   ir::Graph g(t);
   ValueId x = g.placeholder("x", ir::TensorMeta::contiguous(DType::Float64, {s0, t.integer(3)}, t));
   ValueId w = g.placeholder("w", f64(t, {3}));
-  ValueId rows = g.call("slice", {g.call("softmax", {x}, {{"dim", int64_t{1}}})}, {{"start", int64_t{1}}});
+  ValueId rows =
+      g.call("slice", {g.call("softmax", {x}, {{"dim", int64_t{1}}})}, {{"start", int64_t{1}}});
   g.setOutputs({g.call("sum", {g.call("mul", {rows, w})})});
   JointGraph j = backward(g, {true, false});
   ir::verify(j.graph);

@@ -96,6 +96,60 @@ TEST(Partition, ForwardThenBackwardGiveTheJointGrads) {
   }
 }
 
+// Runs joint and partitioned graphs on the same inputs and tangents: the same grads.
+void expectSameGrads(const JointGraph& j, const Partition& p, std::vector<HostTensor> in,
+                     std::vector<HostTensor> tangents) {
+  auto all = in;
+  all.insert(all.end(), tangents.begin(), tangents.end());
+  auto joint = ir::interpret(j.graph, all);
+  auto fw = ir::interpret(p.forward, in);
+  std::vector<HostTensor> bwIn(fw.begin() + static_cast<long>(p.forwardOutputs), fw.end());
+  bwIn.insert(bwIn.end(), tangents.begin(), tangents.end());
+  auto grads = ir::interpret(p.backward, bwIn);
+  for (size_t i = 0; i < grads.size(); ++i)
+    EXPECT_EQ(grads[i].toDoubles(), joint[j.forwardOutputs + i].toDoubles()) << "grad " << i;
+}
+
+// dropout(x @ w): its mask is replayed from the seed in the backward, never saved at budget 0.
+TEST(Partition, DropoutIsRecomputedFromItsSeed) {
+  sym::SymbolTable t;
+  ir::Graph g(t);
+  auto f = [&](int64_t r, int64_t c) {
+    return ir::TensorMeta::contiguous(DType::Float64, {t.integer(r), t.integer(c)}, t);
+  };
+  auto scalar = ir::TensorMeta::contiguous(DType::Int64, {}, t);
+  ValueId x = g.placeholder("x", f(3, 4)), w = g.placeholder("w", f(4, 5));
+  ValueId seed = g.placeholder("seed", scalar), offset = g.placeholder("offset", scalar);
+  ValueId h = g.call("mm", {x, w});
+  ValueId d = g.call("dropout", {h, seed, offset}, {{"p", 0.4}});
+  g.setOutputs({g.call("mul", {d, d})});
+  JointGraph j = backward(g, {true, true, false, false});
+  Partition p = partition(j, {0.0});
+  std::set<ValueId> saved(p.saved.begin(), p.saved.end());
+  EXPECT_TRUE(saved.count(h) && saved.count(seed) && saved.count(offset));
+  EXPECT_FALSE(saved.count(d));
+  auto i64 = [](int64_t v) { return HostTensor::fromDoubles(DType::Int64, {}, {double(v)}); };
+  expectSameGrads(j, p, {ramp({3, 4}, 0.1), ramp({4, 5}, 0.2), i64(7), i64(0)},
+                  {ramp({3, 5}, 1.0)});
+}
+
+// A tuple (chunk) is never saved; its pieces may be, or be recomputed with it.
+TEST(Partition, PiecesOfATupleRecomputeThroughIt) {
+  for (double budget : {0.0, 0.5, 1.0}) {
+    sym::SymbolTable t;
+    ir::Graph g(t);
+    ValueId x = g.placeholder("x", ir::TensorMeta::contiguous(DType::Float64, {t.integer(6)}, t));
+    ValueId parts = g.call("chunk", {g.call("exp", {x})}, {{"chunks", int64_t{2}}});
+    ValueId a = g.call("getitem", {parts}, {{"index", int64_t{0}}});
+    ValueId b = g.call("getitem", {parts}, {{"index", int64_t{1}}});
+    g.setOutputs({g.call("mul", {a, b})});
+    JointGraph j = backward(g, {true});
+    Partition p = partition(j, {budget});
+    for (ValueId v : p.saved) EXPECT_FALSE(j.graph.value(v).isTuple());
+    expectSameGrads(j, p, {ramp({6}, 0.3)}, {ramp({3}, 1.0)});
+  }
+}
+
 TEST(Partition, RefusesABudgetOutOfRange) {
   Mlp m;
   JointGraph j = backward(m.g, {true, true, true});
