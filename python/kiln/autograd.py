@@ -6,6 +6,9 @@ partition into a forward and a backward graph (libs/autograd).
     y, dx = ir.run(joint.graph, x, w, torch.ones_like(y_expected))  # outputs, then grads
     p = autograd.partition(g, [True, True], memory_budget=0.0)
     outs_and_saved = ir.run(p.forward, x, w); grads = ir.run(p.backward, *saved, tangent)
+
+TODO(issue 8): kiln.compile runs the forward and backward artifacts inside a
+torch.autograd.Function when an input requires grad under grad mode.
 """
 from dataclasses import dataclass
 from typing import Sequence

@@ -42,8 +42,6 @@ def test_gelu_forms(case):
 
 
 def _binary_cases():
-    def both(a, b):
-        return [(a, b)]
     out = []
     for op, fn in [("add", torch.add), ("sub", torch.sub)]:
         out += [(op, fn, (leaf(2, 3), leaf(3)), {}), (op, fn, (leaf(2, 3), leaf(2, 1)), {"alpha": 2}),
