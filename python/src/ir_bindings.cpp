@@ -16,6 +16,8 @@
 
 #include <fmt/format.h>
 
+#include "kiln/autograd/partition.h"
+#include "kiln/autograd/rules.h"
 #include "kiln/common/error.h"
 #include "kiln/ir/graph.h"
 #include "kiln/ir/hash.h"
@@ -557,6 +559,56 @@ void bindIr(py::module_& parent) {
       },
       py::arg("data"), py::arg("dir"),
       "Loads an artifact's bytes (its library written under `dir`).");
+  // libs/autograd: the joint graph and its partition (python/kiln/autograd.py wraps them).
+  auto jointInfo = [](const GraphPtr& g, const autograd::JointGraph& j) {
+    py::dict out;
+    out["graph"] = derived(g, j.graph);
+    out["forward_nodes"] = j.forwardNodes;
+    out["forward_outputs"] = j.forwardOutputs;
+    out["tangent_of"] = j.tangentOf;
+    out["grad_of"] = j.gradOf;
+    return out;
+  };
+  m.def(
+      "backward",
+      [jointInfo](const GraphPtr& g, const std::vector<bool>& requiresGrad) {
+        return jointInfo(g, autograd::backward(g->graph, requiresGrad));
+      },
+      py::arg("graph"), py::arg("requires_grad"),
+      "The joint forward+backward graph: {graph, forward_nodes, forward_outputs, tangent_of, "
+      "grad_of}.");
+  m.def(
+      "partition",
+      [jointInfo](const GraphPtr& g, const std::vector<bool>& requiresGrad, double budget) {
+        autograd::JointGraph j = autograd::backward(g->graph, requiresGrad);
+        autograd::Partition p = autograd::partition(j, {budget});
+        py::dict out;
+        out["joint"] = jointInfo(g, j);
+        out["forward"] = derived(g, std::move(p.forward));
+        out["backward"] = derived(g, std::move(p.backward));
+        out["saved"] = p.saved;
+        out["recomputed"] = p.recomputed;
+        out["forward_outputs"] = p.forwardOutputs;
+        out["tangent_of"] = p.tangentOf;
+        out["grad_of"] = p.gradOf;
+        return out;
+      },
+      py::arg("graph"), py::arg("requires_grad"), py::arg("memory_budget") = 0.5,
+      "backward, then the min-cut partition: {joint, forward, backward, saved, recomputed, "
+      "forward_outputs, tangent_of, grad_of} (saved/recomputed: joint-graph ids).");
+  m.def(
+      "differentiability",
+      [](const std::string& op) {
+        switch (autograd::differentiability(op)) {
+        case autograd::Differentiability::Rule: return "rule";
+        case autograd::Differentiability::Decompose: return "decompose";
+        case autograd::Differentiability::None: return "none";
+        default: return "unsupported";
+        }
+      },
+      py::arg("op"), "'rule', 'decompose' (through its decomposition), 'none' or 'unsupported'.");
+  m.def("differentiable_ops", &autograd::differentiableOps,
+        "Ops with a derivative rule or differentiated through their decomposition, sorted.");
   m.def("op_names", &ir::opNames, "Every registered op, sorted.");
   m.def(
       "op_schema",

@@ -1,0 +1,160 @@
+// partition(): which values are saved for gelu(x @ w1) @ w2 under each memory
+// budget, and that forward then backward give the joint graph's grads.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "kiln/autograd/partition.h"
+#include "kiln/common/error.h"
+#include "kiln/ir/interpreter.h"
+#include "kiln/ir/verify.h"
+#include "kiln/sym/symbol_table.h"
+
+namespace kiln::autograd {
+namespace {
+
+using ir::DType;
+using ir::HostTensor;
+
+struct Mlp {
+  sym::SymbolTable t;
+  ir::Graph g{t};
+  ValueId x, w1, w2, h, a;
+  Mlp() {
+    auto f = [&](int64_t r, int64_t c) {
+      return ir::TensorMeta::contiguous(DType::Float64, {t.integer(r), t.integer(c)}, t);
+    };
+    x = g.placeholder("x", f(4, 8));
+    w1 = g.placeholder("w1", f(8, 16));
+    w2 = g.placeholder("w2", f(16, 2));
+    h = g.call("mm", {x, w1});
+    a = g.call("gelu", {h});
+    g.setOutputs({g.call("mm", {a, w2})});
+  }
+  std::set<std::string> saved(const Partition& p, const JointGraph& j) const {
+    std::set<std::string> names;
+    for (ValueId v : p.saved) {
+      const ir::Node& n = j.graph.node(v);
+      names.insert(v == h ? "h" : v == a ? "a" : n.target);
+    }
+    return names;
+  }
+};
+
+HostTensor ramp(std::vector<int64_t> sizes, double scale) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  std::vector<double> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(scale * static_cast<double>((i * 7) % 11 - 5));
+  return HostTensor::fromDoubles(DType::Float64, sizes, v);
+}
+
+TEST(Partition, BudgetZeroSavesNothingRecomputable) {
+  Mlp m;
+  JointGraph j = backward(m.g, {true, true, true});
+  Partition p = partition(j, {0.0});
+  EXPECT_EQ(m.saved(p, j), (std::set<std::string>{"x", "w1", "w2", "h"}));
+  EXPECT_EQ(p.recomputed, std::vector<ValueId>{m.a}); // gelu, in the backward
+}
+
+TEST(Partition, BudgetOneRecomputesNothing) {
+  Mlp m;
+  JointGraph j = backward(m.g, {true, true, true});
+  Partition p = partition(j, {1.0});
+  EXPECT_EQ(m.saved(p, j), (std::set<std::string>{"x", "w1", "w2", "h", "a"}));
+  EXPECT_TRUE(p.recomputed.empty());
+}
+
+TEST(Partition, HalfBudgetRecomputesThePointwiseResult) {
+  Mlp m;
+  JointGraph j = backward(m.g, {true, true, true});
+  Partition p = partition(j); // 0.5: gelu's result does not fit
+  EXPECT_EQ(m.saved(p, j), (std::set<std::string>{"x", "w1", "w2", "h"}));
+}
+
+TEST(Partition, ForwardThenBackwardGiveTheJointGrads) {
+  for (double budget : {0.0, 0.5, 1.0}) {
+    Mlp m;
+    JointGraph j = backward(m.g, {true, true, true});
+    Partition p = partition(j, {budget});
+    ir::verify(p.forward);
+    ir::verify(p.backward);
+    std::vector<HostTensor> in = {ramp({4, 8}, 0.1), ramp({8, 16}, 0.05), ramp({16, 2}, 0.2)};
+    HostTensor tangent = ramp({4, 2}, 1.0);
+    auto all = in;
+    all.push_back(tangent);
+    auto joint = ir::interpret(j.graph, all);
+    auto fw = ir::interpret(p.forward, in);
+    std::vector<HostTensor> bwIn(fw.begin() + static_cast<long>(p.forwardOutputs), fw.end());
+    bwIn.push_back(tangent);
+    auto grads = ir::interpret(p.backward, bwIn);
+    ASSERT_EQ(grads.size(), 3u);
+    EXPECT_EQ(fw[0].toDoubles(), joint[0].toDoubles());
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_EQ(grads[i].toDoubles(), joint[1 + i].toDoubles())
+          << "grad " << i << " budget " << budget;
+  }
+}
+
+// Runs joint and partitioned graphs on the same inputs and tangents: the same grads.
+void expectSameGrads(const JointGraph& j, const Partition& p, std::vector<HostTensor> in,
+                     std::vector<HostTensor> tangents) {
+  auto all = in;
+  all.insert(all.end(), tangents.begin(), tangents.end());
+  auto joint = ir::interpret(j.graph, all);
+  auto fw = ir::interpret(p.forward, in);
+  std::vector<HostTensor> bwIn(fw.begin() + static_cast<long>(p.forwardOutputs), fw.end());
+  bwIn.insert(bwIn.end(), tangents.begin(), tangents.end());
+  auto grads = ir::interpret(p.backward, bwIn);
+  for (size_t i = 0; i < grads.size(); ++i)
+    EXPECT_EQ(grads[i].toDoubles(), joint[j.forwardOutputs + i].toDoubles()) << "grad " << i;
+}
+
+// dropout(x @ w): its mask is replayed from the seed in the backward, never saved at budget 0.
+TEST(Partition, DropoutIsRecomputedFromItsSeed) {
+  sym::SymbolTable t;
+  ir::Graph g(t);
+  auto f = [&](int64_t r, int64_t c) {
+    return ir::TensorMeta::contiguous(DType::Float64, {t.integer(r), t.integer(c)}, t);
+  };
+  auto scalar = ir::TensorMeta::contiguous(DType::Int64, {}, t);
+  ValueId x = g.placeholder("x", f(3, 4)), w = g.placeholder("w", f(4, 5));
+  ValueId seed = g.placeholder("seed", scalar), offset = g.placeholder("offset", scalar);
+  ValueId h = g.call("mm", {x, w});
+  ValueId d = g.call("dropout", {h, seed, offset}, {{"p", 0.4}});
+  g.setOutputs({g.call("mul", {d, d})});
+  JointGraph j = backward(g, {true, true, false, false});
+  Partition p = partition(j, {0.0});
+  std::set<ValueId> saved(p.saved.begin(), p.saved.end());
+  EXPECT_TRUE(saved.count(h) && saved.count(seed) && saved.count(offset));
+  EXPECT_FALSE(saved.count(d));
+  auto i64 = [](int64_t v) { return HostTensor::fromDoubles(DType::Int64, {}, {double(v)}); };
+  expectSameGrads(j, p, {ramp({3, 4}, 0.1), ramp({4, 5}, 0.2), i64(7), i64(0)},
+                  {ramp({3, 5}, 1.0)});
+}
+
+// A tuple (chunk) is never saved; its pieces may be, or be recomputed with it.
+TEST(Partition, PiecesOfATupleRecomputeThroughIt) {
+  for (double budget : {0.0, 0.5, 1.0}) {
+    sym::SymbolTable t;
+    ir::Graph g(t);
+    ValueId x = g.placeholder("x", ir::TensorMeta::contiguous(DType::Float64, {t.integer(6)}, t));
+    ValueId parts = g.call("chunk", {g.call("exp", {x})}, {{"chunks", int64_t{2}}});
+    ValueId a = g.call("getitem", {parts}, {{"index", int64_t{0}}});
+    ValueId b = g.call("getitem", {parts}, {{"index", int64_t{1}}});
+    g.setOutputs({g.call("mul", {a, b})});
+    JointGraph j = backward(g, {true});
+    Partition p = partition(j, {budget});
+    for (ValueId v : p.saved) EXPECT_FALSE(j.graph.value(v).isTuple());
+    expectSameGrads(j, p, {ramp({6}, 0.3)}, {ramp({3}, 1.0)});
+  }
+}
+
+TEST(Partition, RefusesABudgetOutOfRange) {
+  Mlp m;
+  JointGraph j = backward(m.g, {true, true, true});
+  EXPECT_THROW(partition(j, {1.5}), Error);
+}
+
+} // namespace
+} // namespace kiln::autograd

@@ -1,0 +1,366 @@
+"""Gradient conformance: every differentiable op's grads (its derivative rule, or its
+decomposition's) against torch.autograd on Debian's torch 1.13 and central finite differences,
+in float64. Cases cover broadcasting, 0-d, size-1 and non-contiguous inputs."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from grad_harness import cases, check_grads, leaf
+from kiln import ir
+
+# --- pointwise -------------------------------------------------------------
+
+# op: (torch fn, low, high), the range keeping it smooth and defined
+UNARY = {
+    "exp": (torch.exp, -2, 2), "exp2": (torch.exp2, -2, 2), "log": (torch.log, 0.5, 3),
+    "log1p": (torch.log1p, -0.5, 2), "expm1": (torch.expm1, -2, 2), "sqrt": (torch.sqrt, 0.5, 3),
+    "rsqrt": (torch.rsqrt, 0.5, 3), "sin": (torch.sin, -3, 3), "cos": (torch.cos, -3, 3),
+    "tan": (torch.tan, -1, 1), "tanh": (torch.tanh, -2, 2), "sigmoid": (torch.sigmoid, -3, 3),
+    "erf": (torch.erf, -2, 2), "reciprocal": (torch.reciprocal, 0.5, 3), "neg": (torch.neg, -2, 2),
+    "abs": (torch.abs, 0.2, 2), "relu": (torch.relu, -2, 2), "silu": (F.silu, -3, 3),
+    "gelu": (F.gelu, -3, 3), "floor": (torch.floor, -2, 2), "ceil": (torch.ceil, -2, 2),
+    "round": (torch.round, -2, 2), "trunc": (torch.trunc, -2, 2), "sign": (torch.sign, -2, 2),
+}
+UNARY_CASES = [(op, shape, layout) for op in UNARY
+               for shape, layout in [((2, 3), "contig"), ((3, 4), "t"), ((), "contig")]]
+
+
+@pytest.mark.parametrize("case", [p for op, *rest in UNARY_CASES
+                                  for p in cases(op, [(op, *rest)])])
+def test_unary(case):
+    op, shape, layout = case
+    fn, low, high = UNARY[op]
+    x = leaf(*shape, low=low, high=high, layout=layout)
+    if op == "abs":  # away from the kink at 0
+        x = (x.detach() * torch.where(torch.rand(x.shape) < 0.5, -1.0, 1.0).double()).requires_grad_()
+    check_grads(op, fn, x)
+
+
+@pytest.mark.parametrize("case", cases("gelu", ["tanh"]))
+def test_gelu_forms(case):
+    check_grads("gelu", F.gelu, leaf(2, 3, low=-3, high=3), approximate=case)
+
+
+def _binary_cases():
+    out = []
+    for op, fn in [("add", torch.add), ("sub", torch.sub)]:
+        out += [(op, fn, (leaf(2, 3), leaf(3)), {}), (op, fn, (leaf(2, 3), leaf(2, 1)), {"alpha": 2}),
+                (op, fn, (leaf(2, 3), 1.5), {}), (op, fn, (leaf(3, 1, layout="t"), leaf(4)), {})]
+    out += [("mul", torch.mul, (leaf(2, 1, 3), leaf(4, 3)), {}),
+            ("mul", torch.mul, (leaf(2, 3), leaf()), {}),
+            ("mul", torch.mul, (leaf(2, 3), 2.5), {}),
+            ("mul", torch.mul, (leaf(2, 3), leaf(3, grad=False)), {}),
+            ("div", torch.div, (leaf(2, 3), leaf(3, low=0.5, high=2)), {}),
+            ("div", torch.div, (leaf(2, 3), 4.0), {}),
+            ("div", torch.div, (leaf(2, 3), leaf(3, low=0.5, high=2)), {"rounding_mode": "floor"}),
+            ("pow", torch.pow, (leaf(2, 3, low=0.5, high=2), 2.5), {}),
+            ("pow", torch.pow, (leaf(2, 3), 3), {}),
+            ("pow", torch.pow, (leaf(2, 3), 0), {}),
+            ("pow", torch.pow, (leaf(2, 3, low=0.5, high=2), leaf(3)), {}),
+            ("fmod", torch.fmod, (leaf(2, 3, low=-5, high=5), leaf(3, low=1, high=2)), {}),
+            ("fmod", torch.fmod, (leaf(2, 3, low=-5, high=5), 1.5), {}),
+            ("remainder", torch.remainder, (leaf(2, 3, low=-5, high=5), leaf(3, low=1, high=2)), {}),
+            ("maximum", torch.maximum, (leaf(2, 3), leaf(3)), {}),
+            ("minimum", torch.minimum, (leaf(2, 3), leaf(2, 1)), {})]
+    return out
+
+
+BINARY = _binary_cases()
+
+
+@pytest.mark.parametrize("case", [p for c in BINARY for p in cases(c[0], [c])])
+def test_binary(case):
+    op, fn, args, kwargs = case
+    check_grads(op, fn, *args, fd=op not in ("fmod", "remainder"), **kwargs)
+
+
+def test_maximum_ties_split_the_grad():
+    x = leaf(4)
+    y = x.detach().clone().requires_grad_()
+    check_grads("maximum", torch.maximum, x, y, fd=False)
+
+
+@pytest.mark.parametrize("case", cases("clamp", ["numbers", "min only", "tensors", "max tensor"]))
+def test_clamp(case):
+    x = leaf(2, 3)
+    if case == "numbers":
+        check_grads("clamp", torch.clamp, x, min=-0.5, max=0.7)
+    elif case == "min only":
+        check_grads("clamp", torch.clamp, x, min=0.1)
+    elif case == "tensors":
+        lo, hi = leaf(3, low=-1, high=0), leaf(2, 1, low=-0.5, high=1)
+        check_grads("clamp", torch.clamp, x, lo, hi)
+    else:
+        check_grads("clamp", torch.clamp, x, max=leaf(3, low=-1, high=1))
+
+
+@pytest.mark.parametrize("case", cases("where", ["tensors", "number"]))
+def test_where(case):
+    cond = torch.rand(2, 3, generator=torch.Generator().manual_seed(3)) < 0.5
+    if case == "tensors":
+        check_grads("where", torch.where, cond, leaf(3), leaf(2, 1))
+    else:
+        check_grads("where", torch.where, cond, leaf(2, 3), 0.5)
+
+
+@pytest.mark.parametrize("case", cases("to_dtype", [torch.float32, torch.float64]))
+def test_to_dtype(case):
+    check_grads("to_dtype", lambda x, dtype: x.to(dtype), leaf(2, 3), dtype=case,
+                atol=1e-6, rtol=1e-5, fd=False)
+
+
+@pytest.mark.parametrize("op", cases("contiguous", ["contiguous"]) + cases("clone", ["clone"]))
+def test_copies(op):
+    check_grads(op, lambda x: getattr(x, op)(), leaf(3, 2, layout="t"))
+
+
+# --- reductions ------------------------------------------------------------
+
+REDUCE = [("sum", torch.sum, {}), ("sum", torch.sum, {"dim": [1]}),
+          ("sum", torch.sum, {"dim": [0, 2], "keepdim": True}),
+          ("mean", torch.mean, {}), ("mean", torch.mean, {"dim": [1]}),
+          ("mean", torch.mean, {"dim": [0, 2], "keepdim": True}),
+          ("prod", torch.prod, {}), ("prod", torch.prod, {"dim": 1}),
+          ("prod", torch.prod, {"dim": 2, "keepdim": True}),
+          ("amax", torch.amax, {"dim": [1]}), ("amin", torch.amin, {"dim": [0, 2], "keepdim": True}),
+          ("var", torch.var, {"dim": [1]}), ("var", torch.var, {"dim": [1], "correction": 0}),
+          ("std", torch.std, {"dim": [2], "keepdim": True})]
+
+
+@pytest.mark.parametrize("case", [p for c in REDUCE for p in cases(c[0], [c])])
+def test_reduce(case):
+    op, fn, kwargs = case
+    check_grads(op, fn, leaf(2, 3, 4, low=0.5 if op == "prod" else -2), **kwargs)
+
+
+@pytest.mark.parametrize("case", cases("prod", ["one zero", "two zeros"]))
+def test_prod_with_zeros(case):
+    x = leaf(2, 4, low=0.5).detach()
+    x[0, 1] = 0
+    if case == "two zeros":
+        x[0, 3] = 0
+    check_grads("prod", torch.prod, x.requires_grad_(), dim=1, fd=False)
+
+
+@pytest.mark.parametrize("case", cases("amax", ["ties"]))
+def test_amax_ties_share_the_grad(case):
+    x = torch.tensor([[1.0, 3.0, 3.0], [2.0, 0.0, 2.0]], dtype=torch.float64, requires_grad=True)
+    check_grads("amax", torch.amax, x, dim=[1], fd=False)
+
+
+# --- views -----------------------------------------------------------------
+
+def _slice(x, dim, start=None, end=None, step=1):
+    index = [slice(None)] * x.dim()
+    index[dim] = slice(start, end, step)
+    return x[tuple(index)]
+
+
+VIEWS = [
+    ("view", lambda x, size: x.view(size), (leaf(2, 3),), {"size": [3, 2]}),
+    ("reshape", lambda x, size: x.reshape(size), (leaf(3, 2, layout="t"),), {"size": [6]}),
+    ("flatten", torch.flatten, (leaf(2, 3, 2),), {"start_dim": 1}),
+    ("unflatten", torch.unflatten, (leaf(2, 6),), {"dim": 1, "sizes": [2, 3]}),
+    ("permute", torch.permute, (leaf(2, 3, 4),), {"dims": [2, 0, 1]}),
+    ("transpose", torch.transpose, (leaf(2, 3),), {"dim0": 0, "dim1": 1}),
+    ("expand", lambda x, size: x.expand(size), (leaf(1, 3),), {"size": [4, 3]}),
+    ("expand", lambda x, size: x.expand(size), (leaf(3),), {"size": [2, 2, 3]}),
+    ("squeeze", lambda x, dim: x.squeeze(dim[0]), (leaf(2, 1, 3),), {"dim": [1]}),
+    ("squeeze", torch.squeeze, (leaf(1, 3, 1),), {}),
+    ("unsqueeze", torch.unsqueeze, (leaf(2, 3),), {"dim": 1}),
+    ("slice", _slice, (leaf(3, 6),), {"dim": 1, "start": 1, "end": 5, "step": 2}),
+    ("slice", _slice, (leaf(5, 2),), {"dim": 0, "start": -3}),
+    ("select", torch.select, (leaf(3, 4),), {"dim": 1, "index": -1}),
+    ("select", torch.select, (leaf(3),), {"dim": 0, "index": 1}),
+    ("narrow", torch.narrow, (leaf(4, 3),), {"dim": 0, "start": 1, "length": 2}),
+    ("cat", torch.cat, ([leaf(2, 1), leaf(2, 3), leaf(2, 2, layout="t")],), {"dim": 1}),
+    ("cat", torch.cat, ([leaf(2), leaf(3)],), {}),
+    ("stack", torch.stack, ([leaf(2, 3), leaf(2, 3)],), {"dim": 1}),
+    ("split", torch.split, (leaf(5, 2),), {"split_size": 2}),
+    ("split_with_sizes", torch.split, (leaf(2, 5),), {"split_sizes": [1, 4], "dim": 1}),
+    ("chunk", torch.chunk, (leaf(6, 2),), {"chunks": 3}),
+    ("unbind", torch.unbind, (leaf(3, 2),), {"dim": 1}),
+]
+_TORCH_KW = {"split": {"split_size_or_sections": 2}, "split_with_sizes": {"split_size_or_sections": [1, 4], "dim": 1},
+             "unflatten": {"dim": 1, "sizes": (2, 3)}}
+
+
+@pytest.mark.parametrize("case", [p for c in VIEWS for p in cases(c[0], [c])])
+def test_views(case):
+    op, fn, args, kwargs = case
+    check_grads(op, fn, *args, torch_kwargs=_TORCH_KW.get(op), **kwargs)
+
+
+# --- matrix products -------------------------------------------------------
+
+MATMUL = [
+    ("mm", torch.mm, (leaf(2, 3), leaf(3, 4)), {}),
+    ("mm", torch.mm, (leaf(2, 3, layout="t"), leaf(3, 4, grad=False)), {}),
+    ("bmm", torch.bmm, (leaf(2, 2, 3), leaf(2, 3, 2)), {}),
+    ("matmul", torch.matmul, (leaf(3), leaf(3)), {}),
+    ("matmul", torch.matmul, (leaf(3), leaf(3, 2)), {}),
+    ("matmul", torch.matmul, (leaf(2, 3), leaf(3)), {}),
+    ("matmul", torch.matmul, (leaf(2, 1, 2, 3), leaf(3, 3, 2)), {}),
+    ("matmul", torch.matmul, (leaf(3), leaf(2, 3, 2)), {}),
+    ("addmm", torch.addmm, (leaf(3), leaf(2, 3), leaf(3, 3)), {}),
+    ("addmm", torch.addmm, (leaf(2, 3), leaf(2, 2), leaf(2, 3)), {"beta": 0.5, "alpha": 2.0}),
+    ("linear", F.linear, (leaf(2, 3), leaf(4, 3), leaf(4)), {}),
+    ("linear", F.linear, (leaf(2, 2, 3), leaf(4, 3)), {}),
+]
+
+
+@pytest.mark.parametrize("case", [p for c in MATMUL for p in cases(c[0], [c])])
+def test_matmul(case):
+    op, fn, args, kwargs = case
+    check_grads(op, fn, *args, **kwargs)
+
+
+# --- indexing --------------------------------------------------------------
+
+def _index(*values, shape=None):
+    t = torch.tensor(values, dtype=torch.int64)
+    return t if shape is None else t.reshape(shape)
+
+
+INDEXING = [
+    ("index_select", torch.index_select, leaf(4, 3), 0, _index(2, 0, 2), None),
+    ("index_select", torch.index_select, leaf(3, 4), 1, _index(1), None),
+    ("gather", torch.gather, leaf(3, 4), 1, _index(0, 3, 3, 1, 2, 2, shape=(3, 2)), None),
+    ("scatter_add", torch.scatter_add, leaf(3, 4), 1, _index(0, 3, 3, 1, 2, 2, shape=(3, 2)),
+     leaf(3, 2)),
+]
+
+
+@pytest.mark.parametrize("case", [p for c in INDEXING for p in cases(c[0], [c])])
+def test_indexing(case):
+    op, fn, x, dim, index, src = case
+    if src is None:
+        check_grads(op, lambda x, dim, index: fn(x, dim, index), x, dim=dim, index=index)
+    else:
+        check_grads(op, lambda x, dim, index, src: fn(x, dim, index, src), x, dim=dim,
+                    index=index, src=src)
+
+
+@pytest.mark.parametrize("case", cases("embedding", [(4, 3), (5, 2)]))
+def test_embedding(case):
+    # kiln's embedding(weight, indices); torch's F.embedding(indices, weight)
+    indices = _index(1, 3, 1, 0, shape=(2, 2))
+    check_grads("embedding", lambda w, i: F.embedding(i, w), leaf(*case), indices)
+
+
+# --- nn --------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", cases("softmax", [(1, 2), (-1, 3)]) +
+                         cases("log_softmax", [(1, 2), (-1, 3)]))
+def test_softmax(request, case):
+    op = request.node.get_closest_marker("grad_op").args[0]
+    dim, rank = case
+    x = leaf(*(2, 3, 4)[:rank])
+    check_grads(op, getattr(torch, op), x, dim=dim)
+
+
+@pytest.mark.parametrize("case", cases("layer_norm", ["affine", "plain"]))
+def test_layer_norm(case):
+    def fn(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+        return F.layer_norm(x, normalized_shape, weight, bias, eps)
+    x = leaf(2, 3, 4)
+    if case == "affine":
+        check_grads("layer_norm", fn, x, normalized_shape=[3, 4], weight=leaf(3, 4),
+                    bias=leaf(3, 4), eps=1e-5)
+    else:
+        check_grads("layer_norm", fn, x, normalized_shape=[4])
+
+
+def _rms_norm(x, normalized_shape, weight=None, eps=1e-6):
+    dims = list(range(x.dim() - len(normalized_shape), x.dim()))
+    y = x * torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + eps)
+    return y * weight if weight is not None else y
+
+
+@pytest.mark.parametrize("case", cases("rms_norm", ["weight", "plain"]))
+def test_rms_norm(case):
+    x = leaf(2, 4)
+    if case == "weight":
+        check_grads("rms_norm", _rms_norm, x, normalized_shape=[4], weight=leaf(4), eps=1e-6)
+    else:
+        check_grads("rms_norm", _rms_norm, x, normalized_shape=[4], eps=1e-6)
+
+
+CROSS_ENTROPY = [
+    ("mean", {}), ("sum", {"reduction": "sum"}), ("none", {"reduction": "none"}),
+    ("weight", {"weight": True}), ("smoothing", {"label_smoothing": 0.1}),
+    ("ignore", {"ignore_index": 1}), ("probabilities", {"probabilities": True}),
+]
+
+
+@pytest.mark.parametrize("case", cases("cross_entropy", CROSS_ENTROPY, [c[0] for c in CROSS_ENTROPY]))
+def test_cross_entropy(case):
+    _, kwargs = case
+    kwargs = dict(kwargs)
+    x = leaf(4, 3)
+    target = _index(0, 2, 1, 1)
+    if kwargs.pop("probabilities", False):
+        target = torch.softmax(leaf(4, 3, grad=False), 1).requires_grad_()
+    args = [x, target]
+    if kwargs.pop("weight", False):
+        args.append(leaf(3, low=0.5, high=2, grad=False))
+    check_grads("cross_entropy", F.cross_entropy, *args, **kwargs)
+
+
+@pytest.mark.parametrize("case", cases("dropout", [0.3, 0.0]) + cases("dropout", ["eval"]))
+def test_dropout(case):
+    x = leaf(3, 4)
+    seed, offset = torch.tensor(5, dtype=torch.int64), torch.tensor(0, dtype=torch.int64)
+    p = 0.5 if case == "eval" else case
+    train = case != "eval"
+    # torch cannot draw kiln's stream: its reference multiplies by kiln's own mask
+    (mask,) = ir.run(ir.op_graph("dropout", torch.ones(3, 4, dtype=torch.float64), seed, offset,
+                                 p=p, train=train)[0], torch.ones(3, 4, dtype=torch.float64),
+                     seed, offset)
+    check_grads("dropout", lambda x, s, o, p, train: x * mask, x, seed, offset, p=p, train=train)
+
+
+def _attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
+    scale = scale if scale is not None else q.shape[-1] ** -0.5
+    scores = q @ k.transpose(-2, -1) * scale
+    if is_causal:
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool \
+            else scores + attn_mask
+    return torch.softmax(scores, -1) @ v
+
+
+@pytest.mark.parametrize("case", cases("scaled_dot_product_attention", ["plain", "causal", "mask"]))
+def test_attention(case):
+    q, k, v = leaf(2, 3, 4), leaf(2, 3, 4), leaf(2, 3, 2)
+    if case == "plain":
+        check_grads("scaled_dot_product_attention", _attention, q, k, v)
+    elif case == "causal":
+        check_grads("scaled_dot_product_attention", _attention, q, k, v, is_causal=True)
+    else:
+        check_grads("scaled_dot_product_attention", _attention, q, k, v, leaf(3, 3, grad=True))
+
+
+# --- bfloat16: grads in the inputs' dtype; fused rules compute in f32, as torch's kernels ----
+
+BF16 = [("gelu", F.gelu, 1, {}), ("silu", F.silu, 1, {}), ("softmax", torch.softmax, 1, {"dim": 1}),
+        ("log_softmax", torch.log_softmax, 1, {"dim": 1}), ("exp", torch.exp, 1, {}),
+        ("mul", torch.mul, 2, {}), ("sum", torch.sum, 1, {"dim": [0]}), ("mm", torch.mm, 2, {})]
+
+
+@pytest.mark.parametrize("case", [p for c in BF16 for p in cases(c[0], [c], [c[0] + "-bf16"])])
+def test_bf16(case):
+    op, fn, arity, kwargs = case
+    shapes = [(3, 4), (4, 4)] if op == "mm" else [(3, 4), (3, 4)]
+    args = [leaf(*shapes[i]).detach().bfloat16().requires_grad_() for i in range(arity)]
+    check_grads(op, fn, *args, fd=False, atol=2e-2, rtol=2e-2, **kwargs)
+
+
+@pytest.mark.parametrize("case", cases("as_strided", [((2, 2), (1, 2), 1), ((3, 2), (1, 1), 0)],
+                                       ["transposed-window", "overlapping-view"]))
+def test_as_strided(case):
+    size, stride, offset = case
+    check_grads("as_strided", torch.as_strided, leaf(2, 4), size=list(size), stride=list(stride),
+                storage_offset=offset)
