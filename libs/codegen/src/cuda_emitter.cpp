@@ -5,6 +5,10 @@
 
 #include <algorithm>
 #include <sstream>
+#include <unordered_map>
+
+#include "kiln/sym/eval.h"
+#include "kiln/sym/range.h"
 
 #include "kernel_text.h"
 #include "prelude.h"
@@ -126,6 +130,12 @@ public:
     std::ostringstream body;
     std::string indent = "  ";
     std::string item = rows ? "kiln_row" : "kiln_item";
+    if (!rows) { // the flat index, as a symbol index expressions may be rewritten over
+      sym::SymbolTable& table = items.table();
+      auto known = table.lookup("kiln_item");
+      item_ = known ? *known : table.declare("kiln_item", std::nullopt, sym::Range::size());
+      declared_.insert(item_);
+    }
     if (rows && group_ < threads_)
       body << indent << "const int kiln_lane = threadIdx.x % " << group_ << ";\n";
     else if (rows)
@@ -212,8 +222,44 @@ private:
                  const std::string& indent) {
     for (size_t k = 0; k < l.vars.size(); ++k)
       if (l.ranges[k].asInteger() == 1) declare(l.vars[k], "0", lines, indent);
-    for (size_t k = 0; k < kernel_.outer.size() && k < shape.vars.size(); ++k)
+    for (size_t k = 0; k < kernel_.outer.size() && k < shape.vars.size(); ++k) {
       declare(shape.vars[k], "kiln_o" + std::to_string(k), lines, indent);
+      outerOf_[shape.vars[k]] = k;
+    }
+  }
+
+  // In a flat kernel, an index that walks the outer dims in row-major order
+  // (stride c of the last dim, c times the last dim's size of the one before,
+  // ...) is `base + c * kiln_item`: no division into outer indices, which for
+  // symbolic sizes would cost a 64-bit division per element. Other indices
+  // (broadcasts, transposes) read the outer indices, which every thread has.
+  sym::Expr rewriteIndex(sym::Expr e) override {
+    if (group_ != 1 || item_.isNull() || kernel_.outer.empty()) return e;
+    std::vector<std::pair<sym::Expr, size_t>> vars;
+    for (sym::Expr v : sym::freeSymbols(e))
+      if (auto at = outerOf_.find(v); at != outerOf_.end()) vars.emplace_back(v, at->second);
+    std::set<size_t> dims; // every outer dim must step the index (else: a broadcast)
+    for (auto& [v, k] : vars) dims.insert(k);
+    if (dims.size() != kernel_.outer.size()) return e;
+    sym::Substitution zeros;
+    for (auto& [v, k] : vars) zeros[v] = zero();
+    sym::Expr base = sym::substitute(e, zeros);
+    size_t last = kernel_.outer.size() - 1;
+    sym::Expr c = zero();
+    for (auto& [v, k] : vars)
+      if (k == last) {
+        sym::Substitution one = zeros;
+        one[v] = zero() + 1;
+        c = sym::substitute(e, one) - base;
+      }
+    if (c.asInteger() == 0) return e;
+    sym::Expr linear = base;
+    for (auto& [v, k] : vars) {
+      sym::Expr stride = c;
+      for (size_t j = k + 1; j < kernel_.outer.size(); ++j) stride = stride * kernel_.outer[j];
+      linear = linear + stride * v;
+    }
+    return linear == e ? base + c * item_ : e;
   }
 
   // A buffer of a flat kernel: its element at the thread's outer index.
@@ -391,7 +437,9 @@ private:
   }
 
   int threads_ = 256;
-  int group_ = 1; // threads per row (1: a flat kernel)
+  int group_ = 1;                                 // threads per row (1: a flat kernel)
+  sym::Expr item_;                                // flat kernels: kiln_item
+  std::unordered_map<sym::Expr, size_t> outerOf_; // a buffer's index variable -> its outer dim
   std::vector<std::string> shared_;
 };
 

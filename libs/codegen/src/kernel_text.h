@@ -75,8 +75,13 @@ class KernelText {
 public:
   KernelText(const Program& program, const Kernel& kernel, std::vector<sym::Expr>& symbols)
       : program_(program), kernel_(kernel), symbols_(symbols) {}
+  virtual ~KernelText() = default;
 
 protected:
+  // An index expression as the emitter prints it: the same value, possibly
+  // over other variables (a target's cheaper form).
+  virtual sym::Expr rewriteIndex(sym::Expr e) { return e; }
+
   static std::string pointer(BufferId id) { return "kiln_b" + std::to_string(id); }
 
   size_t slot(sym::Expr s) {
@@ -88,6 +93,7 @@ protected:
 
   // An index expression in C++, noting the symbols it reads.
   std::string index(sym::Expr e) {
+    e = rewriteIndex(e);
     for (sym::Expr s : sym::freeSymbols(e)) used_.insert(s);
     return sym::toCpp(e);
   }

@@ -1,0 +1,198 @@
+"""bench/gpu: kiln's CUDA kernels against torch eager and torch.compile (Inductor), in one run.
+
+    PYTHONPATH=build/python KILN_BIN_DIR=build/bin python3 bench/gpu.py --kind h100
+
+On the GPU machine (scripts/device-run runs it). Starts a private stack, compiles each
+workload through the codegen service for the CUDA target, checks it against eager, and
+times kiln, eager and torch.compile on the same tensors with CUDA events (median of
+interleaved blocks). The memory-bound cases also report GB/s against a device-to-device
+copy of the same bytes measured in the same run. Workloads (issue 7's list):
+  (a) gelu(x*a+b)*sigmoid(x), 8192x8192, f32 and bf16;
+  (b) softmax over the last dim, 4096x4096 and 32768x1024 f32;
+  (c) layer_norm(x+r)*w+b, 16384x4096 bf16;
+  (d) MLP 4096 -> 16384 -> 4096 with GELU, 8192 rows, bf16, forward;
+  (e) per-call overhead of x+1 on one element: kiln's compiled call (the artifact through
+      libs/runtime; the guard check is measured by bench/guards) vs torch.compile's default
+      and reduce-overhead modes;
+  (f) cold compile seconds (empty caches) of each workload, kiln vs torch.compile.
+Ratios > 1 mean kiln is faster. Writes bench/results/gpu-<kind>-<date>.json.
+"""
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+from bench_common import private_stack, write_report
+
+F = torch.nn.functional
+
+
+def cuda_time(fn, iters: int) -> float:
+    """Seconds per call of `fn`, from CUDA events around `iters` calls."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / iters
+
+
+def compare(fns: dict, iters: int, blocks: int = 5) -> dict:
+    """Median seconds per call of each function, timed in alternating blocks."""
+    for fn in fns.values():  # warm up: autotuning, lazy loads, allocator pools
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    times = {name: [] for name in fns}
+    for _ in range(blocks):
+        for name, fn in fns.items():
+            times[name].append(cuda_time(fn, iters))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def workloads():
+    """(name, graph builder, inputs, eager function, bytes moved or None)."""
+    from kiln import ir
+
+    dev = "cuda"
+    out = []
+
+    def pointwise(dtype, n=8192):
+        g = ir.Graph()
+        x = g.placeholder("x", dtype, [n, n])
+        a = g.placeholder("a", dtype, [n])
+        b = g.placeholder("b", dtype, [n])
+        y = g.call("gelu", g.call("add", g.call("mul", x, a), b))
+        g.set_outputs([g.call("mul", y, g.call("sigmoid", x))])
+        t = getattr(torch, dtype)
+        ins = (torch.randn(n, n, device=dev, dtype=t), torch.randn(n, device=dev, dtype=t),
+               torch.randn(n, device=dev, dtype=t))
+        eager = lambda x, a, b: F.gelu(x * a + b) * torch.sigmoid(x)
+        return g, ins, eager, 2 * n * n * ins[0].element_size()
+
+    for dtype in ("float32", "bfloat16"):
+        out.append((f"a_pointwise_{dtype}",) + pointwise(dtype))
+
+    for rows, cols in ((4096, 4096), (32768, 1024)):
+        g = ir.Graph()
+        x = g.placeholder("x", "float32", [rows, cols])
+        g.set_outputs([g.call("softmax", x, dim=-1)])
+        ins = (torch.randn(rows, cols, device=dev),)
+        out.append((f"b_softmax_{rows}x{cols}", g, ins, lambda x: torch.softmax(x, -1), 2 * rows * cols * 4))
+
+    rows, d = 16384, 4096
+    g = ir.Graph()
+    x = g.placeholder("x", "bfloat16", [rows, d])
+    r = g.placeholder("r", "bfloat16", [rows, d])
+    w = g.placeholder("w", "bfloat16", [d])
+    b = g.placeholder("b", "bfloat16", [d])
+    g.set_outputs([g.call("layer_norm", g.call("add", x, r), [d], w, b)])
+    t = torch.bfloat16
+    ins = (torch.randn(rows, d, device=dev, dtype=t), torch.randn(rows, d, device=dev, dtype=t),
+           torch.randn(d, device=dev, dtype=t), torch.randn(d, device=dev, dtype=t))
+    out.append(("c_residual_layer_norm_bf16", g, ins, lambda x, r, w, b: F.layer_norm(x + r, [d], w, b),
+                3 * rows * d * 2))
+
+    rows, d, h = 8192, 4096, 16384
+    g = ir.Graph()
+    x = g.placeholder("x", "bfloat16", [rows, d])
+    w1 = g.placeholder("w1", "bfloat16", [h, d])
+    b1 = g.placeholder("b1", "bfloat16", [h])
+    w2 = g.placeholder("w2", "bfloat16", [d, h])
+    b2 = g.placeholder("b2", "bfloat16", [d])
+    g.set_outputs([g.call("linear", g.call("gelu", g.call("linear", x, w1, b1)), w2, b2)])
+    ins = (torch.randn(rows, d, device=dev, dtype=t), torch.randn(h, d, device=dev, dtype=t) * 0.02,
+           torch.randn(h, device=dev, dtype=t), torch.randn(d, h, device=dev, dtype=t) * 0.02,
+           torch.randn(d, device=dev, dtype=t))
+    out.append(("d_mlp_bf16", g, ins, lambda x, w1, b1, w2, b2: F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2),
+                None))
+    return out
+
+
+def torch_compiled(fn, mode=None):
+    """torch.compile of `fn` with Inductor's caches off, so its first call is a cold compile."""
+    import torch._inductor.config as inductor
+
+    inductor.force_disable_caches = True
+    torch._dynamo.reset()
+    return torch.compile(fn, mode=mode)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--kind", default="gpu", help="machine kind in the file name")
+    parser.add_argument("--only", help="run only workloads whose name contains this")
+    parser.add_argument("--out", help="results file (default: bench/results/...)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench/gpu needs a GPU")
+
+    results = {}
+    with private_stack() as stack:
+        from kiln import ir
+
+        for name, g, ins, eager, moved in workloads():
+            if args.only and args.only not in name:
+                continue
+            start = time.perf_counter()
+            compiled = ir.compile(g, stack, target="cuda")
+            kiln_cold = time.perf_counter() - start
+            tc = torch_compiled(eager)
+            start = time.perf_counter()
+            tc(*ins)
+            torch.cuda.synchronize()
+            tc_cold = time.perf_counter() - start
+            (got,) = compiled(*ins)
+            want = eager(*ins)
+            tol = 2e-2 if want.dtype == torch.bfloat16 else 1e-4
+            torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+            fns = {"kiln": lambda: compiled(*ins), "eager": lambda: eager(*ins), "torch_compile": lambda: tc(*ins)}
+            if moved:
+                src = torch.empty(moved // 2, dtype=torch.uint8, device="cuda")
+                dst = torch.empty_like(src)
+                fns["copy"] = lambda: dst.copy_(src)
+            t = compare(fns, args.iters)
+            r = {
+                "kiln_ms": round(t["kiln"] * 1e3, 4),
+                "eager_ms": round(t["eager"] * 1e3, 4),
+                "torch_compile_ms": round(t["torch_compile"] * 1e3, 4),
+                "vs_eager": round(t["eager"] / t["kiln"], 3),
+                "vs_torch_compile": round(t["torch_compile"] / t["kiln"], 3),
+                "compile_cold_s": {"kiln": round(kiln_cold, 3), "torch_compile": round(tc_cold, 3)},
+                "kernels": compiled.explain.count("kernel "),
+                "extern_calls": compiled.explain.count("extern "),
+            }
+            if moved:
+                r["kiln_gbps"] = round(moved / t["kiln"] / 1e9, 1)
+                r["copy_gbps"] = round(moved / t["copy"] / 1e9, 1)
+                r["fraction_of_copy"] = round(t["copy"] / t["kiln"], 3)
+            results[name] = r
+            print(f"{name:28s} kiln {r['kiln_ms']:8.3f} ms  eager {r['eager_ms']:8.3f}  "
+                  f"torch.compile {r['torch_compile_ms']:8.3f}  x{r['vs_torch_compile']:.2f} vs tc"
+                  + (f"  {r['kiln_gbps']} GB/s ({r['fraction_of_copy']:.0%} of copy)" if moved else "")
+                  + f"  cold {kiln_cold:.2f} s vs {tc_cold:.2f} s", flush=True)
+
+        if not args.only or "overhead" in args.only:
+            g = ir.Graph()
+            x = g.placeholder("x", "float32", [1])
+            g.set_outputs([g.call("add", x, 1.0)])
+            compiled = ir.compile(g, stack, target="cuda")
+            xs = torch.randn(1, device="cuda")
+            fn = lambda x: x + 1
+            tc, tc_ro = torch_compiled(fn), torch_compiled(fn, mode="reduce-overhead")
+            t = compare({"kiln": lambda: compiled(xs), "eager": lambda: fn(xs), "torch_compile": lambda: tc(xs),
+                         "torch_compile_reduce_overhead": lambda: tc_ro(xs)}, 2000)
+            results["e_per_call_overhead"] = {k + "_us": round(v * 1e6, 2) for k, v in t.items()}
+            print("e_per_call_overhead", results["e_per_call_overhead"], flush=True)
+
+    write_report("gpu", args.kind, args.out,
+                 {"iters": args.iters, "torch": torch.__version__, "device": torch.cuda.get_device_name()},
+                 results, target={"fraction_of_copy": 0.9, "vs_torch_compile": 1.0})
+
+
+if __name__ == "__main__":
+    main()
