@@ -136,6 +136,8 @@ public:
       item_ = known ? *known : table.declare("kiln_item", std::nullopt, sym::Range::size());
       declared_.insert(item_);
     }
+    std::string scalarStart; // where the flat loop starts: after the vectorized part
+    if (!rows && !scatters && rank > 0) body << vectorized(items, scalarStart);
     if (rows && group_ < threads_)
       body << indent << "const int kiln_lane = threadIdx.x % " << group_ << ";\n";
     else if (rows)
@@ -143,20 +145,13 @@ public:
     std::string first =
         rows && group_ < threads_ ? "(int64_t)blockIdx.x * " + std::to_string(perBlock) +
                                         " + threadIdx.x / " + std::to_string(group_)
-        : rows ? "(int64_t)blockIdx.x"
-               : "(int64_t)blockIdx.x * " + std::to_string(threads_) + " + threadIdx.x";
+        : rows
+            ? "(int64_t)blockIdx.x"
+            : scalarStart + "(int64_t)blockIdx.x * " + std::to_string(threads_) + " + threadIdx.x";
     body << indent << "for (int64_t " << item << " = " << first << "; " << item << " < "
          << index(items) << "; " << item << " += (int64_t)gridDim.x * " << perBlock << ") {\n";
     indent += "  ";
-    if (rank > 0) {
-      body << indent << "int64_t kiln_rest = " << item << ";\n";
-      for (size_t k = rank; k-- > 0;) {
-        std::string r = index(kernel_.outer[k]);
-        body << indent << "const int64_t kiln_o" << k << " = "
-             << (k == 0 ? "kiln_rest" : "kiln_rest % " + r) << ";\n";
-        if (k > 0) body << indent << "kiln_rest /= " << r << ";\n";
-      }
-    }
+    if (rank > 0) body << unflatten(item, indent);
     for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
       BufferId id = kernel_.buffers[m];
       body << (rows ? rowMember(id, indent) : flatMember(id, indent));
@@ -169,7 +164,7 @@ public:
 
     std::string text = body.str();
     launch.items = items;
-    launch.itemsPerBlock = static_cast<uint32_t>(perBlock);
+    launch.itemsPerBlock = static_cast<uint32_t>(perBlock * lanes_);
     launch.threads = static_cast<uint32_t>(threads_);
     launch.mayFail = text.find("&kiln_error") != std::string::npos;
 
@@ -260,6 +255,161 @@ private:
       linear = linear + stride * v;
     }
     return linear == e ? base + c * item_ : e;
+  }
+
+  // The outer dims of a buffer's index variables (for rewriteIndex), and its size-1 ones as 0.
+  sym::Substitution mapOuter(const Loops& l) {
+    sym::Substitution units;
+    for (size_t k = 0; k < l.vars.size(); ++k)
+      if (l.ranges[k].asInteger() == 1) units[l.vars[k]] = zero();
+    LoopShape shape = withoutUnitDims(l);
+    for (size_t k = 0; k < kernel_.outer.size() && k < shape.vars.size(); ++k)
+      outerOf_[shape.vars[k]] = k;
+    return units;
+  }
+
+  // The offset `base` when `index` is base + kiln_item: consecutive items, consecutive elements.
+  std::optional<sym::Expr> contiguousBase(sym::Expr index, const sym::Substitution& units) {
+    sym::Expr at = rewriteIndex(sym::substitute(index, units));
+    sym::Expr base = sym::substitute(at, {{item_, zero()}});
+    if (at != base + item_) return std::nullopt;
+    return base;
+  }
+
+  // The loads of `s` that always run (not under a `where`, not indirect) at base + kiln_item.
+  void contiguousLoads(const Scalar& s, const sym::Substitution& units,
+                       std::vector<std::pair<const ScalarNode*, sym::Expr>>& out) {
+    if (s->kind == ScalarKind::Where) {
+      contiguousLoads(s->args[0], units, out);
+      return;
+    }
+    if (s->kind == ScalarKind::Load && s->indirect.empty() && !registers_.count(s->buffer))
+      if (auto base = contiguousBase(s->index, units)) out.emplace_back(s.get(), *base);
+    for (const Scalar& a : s->args) contiguousLoads(a, units, out);
+  }
+
+  // A flat kernel's 128-bit path: each thread takes `lanes_` consecutive items,
+  // loading and storing the elements that follow the items (base + kiln_item)
+  // as one 16-byte access when every such access is aligned (checked at run
+  // time, once per launch: an unaligned view takes the scalar loop), the
+  // rest element by element; the scalar loop finishes the last items.
+  std::string vectorized(sym::Expr items, std::string& scalarStart) {
+    struct Access {
+      BufferId buffer;
+      sym::Expr base;
+    };
+    std::vector<std::vector<std::pair<const ScalarNode*, sym::Expr>>> loads;
+    std::vector<std::optional<sym::Expr>> stores;
+    std::vector<Access> accesses;
+    size_t widest = 0;
+    for (BufferId id : kernel_.buffers) {
+      const Buffer& b = program_.buffers[id];
+      sym::Substitution units = mapOuter(b.loops);
+      loads.emplace_back();
+      contiguousLoads(b.loops.body, units, loads.back());
+      for (auto& [node, base] : loads.back()) {
+        accesses.push_back({node->buffer, base});
+        widest = std::max(widest, elementSize(program_.buffers[node->buffer].layout.dtype));
+      }
+      stores.push_back(contiguousBase(storeIndex(b), units));
+      if (stores.back()) {
+        accesses.push_back({id, *stores.back()});
+        widest = std::max(widest, elementSize(b.layout.dtype));
+      }
+    }
+    if (accesses.empty() || widest > 8) return "";
+    lanes_ = static_cast<int>(16 / widest);
+    auto word = [](size_t bytes) {
+      return bytes == 16  ? "uint4"
+             : bytes == 8 ? "uint2"
+             : bytes == 4 ? "unsigned"
+             : bytes == 2 ? "unsigned short"
+                          : "unsigned char";
+    };
+    auto width = [&](BufferId id) {
+      return elementSize(program_.buffers[id].layout.dtype) * static_cast<size_t>(lanes_);
+    };
+    auto address = [&](BufferId id, sym::Expr base) {
+      return "(" + pointer(id) + " + (" + index(base) + "))";
+    };
+    std::string lanes = std::to_string(lanes_);
+    std::string indent = "  ", text;
+    text += indent + "bool kiln_aligned = true; // every 16-byte access of the vector path\n";
+    for (const Access& a : accesses) {
+      buffers_.insert(a.buffer);
+      text += indent + "kiln_aligned = kiln_aligned && reinterpret_cast<unsigned long long>" +
+              address(a.buffer, a.base) + " % " + std::to_string(width(a.buffer)) + " == 0;\n";
+    }
+    text += indent + "const int64_t kiln_vitems = kiln_aligned ? (" + index(items) + ") / " +
+            lanes + " : 0;\n";
+    text += indent + "for (int64_t kiln_v = (int64_t)blockIdx.x * " + std::to_string(threads_) +
+            " + threadIdx.x; kiln_v < kiln_vitems; kiln_v += (int64_t)gridDim.x * " +
+            std::to_string(threads_) + ") {\n";
+    std::string inner = indent + "  ";
+    for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
+      BufferId id = kernel_.buffers[m];
+      const Buffer& b = program_.buffers[id];
+      const Loops& l = b.loops;
+      std::string at = "kiln_v * " + lanes;
+      for (size_t k = 0; k < loads[m].size(); ++k) { // after the stores of the buffers before
+        auto [node, base] = loads[m][k];
+        std::string name = "kiln_l" + std::to_string(m) + "_" + std::to_string(k);
+        BufferId from = node->buffer;
+        text += inner + storageType(program_.buffers[from].layout.dtype) + " " + name + "[" +
+                lanes + "];\n";
+        text += inner + "*reinterpret_cast<" + word(width(from)) + "*>(" + name +
+                ") = *reinterpret_cast<const " + word(width(from)) + "*>(" + pointer(from) +
+                " + (" + index(base) + ") + " + at + ");\n";
+      }
+      std::string out = "kiln_s" + std::to_string(m);
+      if (stores[m]) text += inner + storageType(b.layout.dtype) + " " + out + "[" + lanes + "];\n";
+      for (int u = 0; u < lanes_; ++u) {
+        text += inner + "{\n";
+        std::string lane = inner + "  ";
+        text += lane + "const int64_t kiln_item = " + at + " + " + std::to_string(u) + ";\n";
+        text += unflatten("kiln_item", lane);
+        for (size_t k = 0; k < loads[m].size(); ++k) {
+          const ScalarNode* node = loads[m][k].first;
+          std::string element = "kiln_l" + std::to_string(m) + "_" + std::to_string(k) + "[" +
+                                std::to_string(u) + "]";
+          DType t = program_.buffers[node->buffer].layout.dtype;
+          if (t == DType::Float16) element = "kiln_h2f(" + element + ")";
+          if (t == DType::BFloat16) element = "kiln_b2f(" + element + ")";
+          replaced_[node] = element;
+        }
+        std::string lines;
+        bindOuter(l, withoutUnitDims(l), lines, lane);
+        Block block(lane);
+        std::string value = stored(b.layout.dtype, l.body->dtype, emit(l.body, block, false));
+        text += lines + block.lines;
+        if (stores[m])
+          text += lane + out + "[" + std::to_string(u) + "] = " + value + ";\n";
+        else
+          text += lane + pointer(id) + "[" + index(storeIndex(b)) + "] = " + value + ";\n";
+        for (auto& [node, base] : loads[m]) replaced_.erase(node);
+        text += inner + "}\n";
+      }
+      if (stores[m])
+        text += inner + "*reinterpret_cast<" + word(width(id)) + "*>(" + pointer(id) + " + (" +
+                index(*stores[m]) + ") + " + at + ") = *reinterpret_cast<" + word(width(id)) +
+                "*>(" + out + ");\n";
+    }
+    text += indent + "}\n";
+    scalarStart = "kiln_vitems * " + lanes + " + ";
+    return text;
+  }
+
+  // The outer indices of a flat position.
+  std::string unflatten(const std::string& flat, const std::string& indent) {
+    size_t rank = kernel_.outer.size();
+    std::string lines = indent + "int64_t kiln_rest = " + flat + ";\n";
+    for (size_t k = rank; k-- > 0;) {
+      std::string r = index(kernel_.outer[k]);
+      lines += indent + "const int64_t kiln_o" + std::to_string(k) + " = " +
+               (k == 0 ? std::string("kiln_rest") : "kiln_rest % " + r) + ";\n";
+      if (k > 0) lines += indent + "kiln_rest /= " + r + ";\n";
+    }
+    return lines;
   }
 
   // A buffer of a flat kernel: its element at the thread's outer index.
@@ -438,6 +588,7 @@ private:
 
   int threads_ = 256;
   int group_ = 1;                                 // threads per row (1: a flat kernel)
+  int lanes_ = 1;                                 // items per thread in a flat kernel's vector path
   sym::Expr item_;                                // flat kernels: kiln_item
   std::unordered_map<sym::Expr, size_t> outerOf_; // a buffer's index variable -> its outer dim
   std::vector<std::string> shared_;
