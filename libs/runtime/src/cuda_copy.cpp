@@ -42,13 +42,16 @@ void copyMatrix(const CudaDriver& driver, CUstream stream, const void* srcData, 
   bool unitCols = d.colStride == 1 || d.cols == 1, unitRows = d.rowStride == 1 || d.rows == 1;
   if (!unitCols && !unitRows) { // element by element, one copy per row or column (the fewer)
     if ((s.rowStride == 0 && d.rows > 1) || (s.colStride == 0 && d.cols > 1))
-      throw Error(ErrorCode::Internal, "runtime: a broadcast device copy into a matrix with no unit stride");
+      throw Error(ErrorCode::Internal,
+                  "runtime: a broadcast device copy into a matrix with no unit stride");
     if (d.rows <= d.cols)
       for (int64_t i = 0; i < d.rows; ++i)
-        copy(at(src, i * s.rowStride), s.colStride, at(dst, i * d.rowStride), d.colStride, 1, d.cols);
+        copy(at(src, i * s.rowStride), s.colStride, at(dst, i * d.rowStride), d.colStride, 1,
+             d.cols);
     else
       for (int64_t j = 0; j < d.cols; ++j)
-        copy(at(src, j * s.colStride), s.rowStride, at(dst, j * d.colStride), d.rowStride, 1, d.rows);
+        copy(at(src, j * s.colStride), s.rowStride, at(dst, j * d.colStride), d.rowStride, 1,
+             d.rows);
     return;
   }
   if (!unitCols) s = s.transposed(), d = d.transposed(); // make dst's rows the contiguous dim

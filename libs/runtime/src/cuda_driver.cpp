@@ -91,12 +91,17 @@ void cudaCheck(CUresult result, const char* call) {
     l.driver->cuGetErrorName(result, &name);
     l.driver->cuGetErrorString(result, &text);
   }
-  std::string message = std::string(call) + ": " + (name ? name : "CUDA error " + std::to_string(result)) +
+  std::string message = std::string(call) + ": " +
+                        (name ? name : "CUDA error " + std::to_string(result)) +
                         (text ? std::string(": ") + text : "");
   ErrorCode code = ErrorCode::Internal;
   if (result == CUDA_ERROR_OUT_OF_MEMORY) code = ErrorCode::ResourceExhausted;
-  if (result == CUDA_ERROR_NO_DEVICE || result == CUDA_ERROR_INVALID_DEVICE) code = ErrorCode::Unavailable;
-  if (result == CUDA_ERROR_NOT_SUPPORTED) code = ErrorCode::Unsupported;
+  if (result == CUDA_ERROR_NO_DEVICE || result == CUDA_ERROR_INVALID_DEVICE)
+    code = ErrorCode::Unavailable;
+  if (result == CUDA_ERROR_NOT_SUPPORTED || result == CUDA_ERROR_NO_BINARY_FOR_GPU ||
+      result == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
+    code = ErrorCode::Unsupported; // e.g. a cubin for another architecture
+  if (result == CUDA_ERROR_INVALID_IMAGE) code = ErrorCode::Malformed;
   throw Error(code, "runtime: " + message);
 }
 

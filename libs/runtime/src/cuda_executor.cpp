@@ -28,9 +28,9 @@ public:
 
   void begin(const sym::Binding& binding, const std::vector<int64_t>& symbols) override {
     if (plan_.launches.size() != plan_.kernels.size())
-      throw Error(ErrorCode::Malformed, "runtime: a CUDA plan of " + std::to_string(plan_.kernels.size()) +
-                                            " kernels with " + std::to_string(plan_.launches.size()) +
-                                            " launches");
+      throw Error(ErrorCode::Malformed,
+                  "runtime: a CUDA plan of " + std::to_string(plan_.kernels.size()) +
+                      " kernels with " + std::to_string(plan_.launches.size()) + " launches");
     binding_ = &binding;
     symbols_ = &symbols;
     for (uint32_t k = 0; k < plan_.kernels.size(); ++k) {
@@ -54,7 +54,8 @@ public:
     for (uint32_t b : launch.buffers) {
       if (!buffers[b])
         throw Error(ErrorCode::Internal, "runtime: " + plan_.kernels[kernel] + " reads buffer " +
-                                             plan_.buffers.at(b).name + ", which holds no memory now");
+                                             plan_.buffers.at(b).name +
+                                             ", which holds no memory now");
       pointers.push_back(reinterpret_cast<CUdeviceptr>(buffers[b]));
     }
     std::vector<int64_t> values;
@@ -91,9 +92,12 @@ public:
     cudaCheck(driver_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
     for (uint32_t k : failing_) { // the first kernel, in plan order, that failed
       const std::string& name = plan_.kernels[k];
-      if (host[k] == 1) throw Error(ErrorCode::InvalidArgument, name + ": integer division by zero");
-      if (host[k] == 2) throw Error(ErrorCode::InvalidArgument, name + ": an index is out of range");
-      if (host[k] != 0) throw Error(ErrorCode::Internal, name + ": status " + std::to_string(host[k]));
+      if (host[k] == 1)
+        throw Error(ErrorCode::InvalidArgument, name + ": integer division by zero");
+      if (host[k] == 2)
+        throw Error(ErrorCode::InvalidArgument, name + ": an index is out of range");
+      if (host[k] != 0)
+        throw Error(ErrorCode::Internal, name + ": status " + std::to_string(host[k]));
     }
   }
 
@@ -150,7 +154,8 @@ void* CudaAllocator::allocate(size_t bytes) {
 void CudaAllocator::release(void* data) {
   try { // called from destructors: a failure here is lost, never thrown
     CudaContextScope scope(where_.device);
-    cudaDriver().cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(data), static_cast<CUstream>(where_.stream));
+    cudaDriver().cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(data),
+                                static_cast<CUstream>(where_.stream));
   } catch (const Error&) {
   }
 }
@@ -177,7 +182,8 @@ void* CudaModule::function(int device, uint32_t index) const {
   if (it == loaded_.end()) {
     const CudaDriver& d = cudaDriver();
     CudaContextScope scope(device);
-    if (image_.empty()) throw Error(ErrorCode::Malformed, "runtime: a CUDA artifact without a cubin");
+    if (image_.empty())
+      throw Error(ErrorCode::Malformed, "runtime: a CUDA artifact without a cubin");
     CUmodule module = nullptr;
     cudaCheck(d.cuModuleLoadData(&module, image_.data()), "cuModuleLoadData");
     Loaded loaded{module, {}};

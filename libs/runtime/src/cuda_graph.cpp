@@ -25,7 +25,8 @@ public:
       return held_.back().data;
     }
     if (next_ >= held_.size() || held_[next_].bytes != bytes)
-      throw Error(ErrorCode::Internal, "runtime: the captured run allocates differently from its warm-up");
+      throw Error(ErrorCode::Internal,
+                  "runtime: the captured run allocates differently from its warm-up");
     return held_[next_++].data;
   }
   void release(void*) override {} // held until the runner goes
@@ -74,8 +75,9 @@ CudaGraphRunner::CudaGraphRunner(const Plan& plan, std::shared_ptr<const CudaMod
                   "runtime: a CUDA graph of a plan with kernels that may fail (indexing, integer "
                   "division): reading their status would synchronize every replay");
   if (!where.stream)
-    throw Error(ErrorCode::InvalidArgument,
-                "runtime: a CUDA graph is captured on a stream other than the legacy default stream");
+    throw Error(
+        ErrorCode::InvalidArgument,
+        "runtime: a CUDA graph is captured on a stream other than the legacy default stream");
   State& s = *state_;
   s.plan = plan;
   s.module = std::move(module);
@@ -84,7 +86,8 @@ CudaGraphRunner::CudaGraphRunner(const Plan& plan, std::shared_ptr<const CudaMod
   s.memory.startReplaying();
   CudaContextScope scope(where.device);
   auto stream = static_cast<CUstream>(where.stream);
-  cudaCheck(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+  cudaCheck(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+            "cuStreamBeginCapture");
   try {
     s.result = runCuda(s.plan, *s.module, inputs, s.memory, where);
   } catch (...) {
@@ -102,7 +105,8 @@ CudaGraphRunner::~CudaGraphRunner() = default;
 void CudaGraphRunner::replay() {
   const CudaDriver& d = cudaDriver();
   CudaContextScope scope(state_->where.device);
-  cudaCheck(d.cuGraphLaunch(state_->exec, static_cast<CUstream>(state_->where.stream)), "cuGraphLaunch");
+  cudaCheck(d.cuGraphLaunch(state_->exec, static_cast<CUstream>(state_->where.stream)),
+            "cuGraphLaunch");
 }
 
 const std::vector<Tensor>& CudaGraphRunner::outputs() const {

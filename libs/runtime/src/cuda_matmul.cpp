@@ -103,7 +103,8 @@ void runGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const voi
              const void* bias, double alpha, double beta) {
   const CublasLt& lt = cublasLt();
   cublasLtHandle_t handle = cublasLtHandle(ctx.device);
-  Owned<cublasLtMatmulDesc_t, decltype(lt.cublasLtMatmulDescDestroy)> op{nullptr, lt.cublasLtMatmulDescDestroy};
+  Owned<cublasLtMatmulDesc_t, decltype(lt.cublasLtMatmulDescDestroy)> op{
+      nullptr, lt.cublasLtMatmulDescDestroy};
   cublasCheck(lt.cublasLtMatmulDescCreate(&op.handle, g.types.compute, g.types.scale),
               "cublasLtMatmulDescCreate");
   int32_t ta = g.transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -111,17 +112,22 @@ void runGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const voi
   set(setOp, op.handle, CUBLASLT_MATMUL_DESC_TRANSA, ta, "cublasLtMatmulDescSetAttribute");
   set(setOp, op.handle, CUBLASLT_MATMUL_DESC_TRANSB, tb, "cublasLtMatmulDescSetAttribute");
   if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
-    set(setOp, op.handle, CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue, "cublasLtMatmulDescSetAttribute");
-  if (bias) set(setOp, op.handle, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, "cublasLtMatmulDescSetAttribute");
+    set(setOp, op.handle, CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue,
+        "cublasLtMatmulDescSetAttribute");
+  if (bias)
+    set(setOp, op.handle, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias,
+        "cublasLtMatmulDescSetAttribute");
   using Layout = Owned<cublasLtMatrixLayout_t, decltype(lt.cublasLtMatrixLayoutDestroy)>;
   auto layout = [&](Layout& out, int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
-    cublasCheck(lt.cublasLtMatrixLayoutCreate(&out.handle, g.types.data, static_cast<uint64_t>(rows),
+    cublasCheck(lt.cublasLtMatrixLayoutCreate(&out.handle, g.types.data,
+                                              static_cast<uint64_t>(rows),
                                               static_cast<uint64_t>(cols), ld),
                 "cublasLtMatrixLayoutCreate");
     if (g.batch == 1) return;
     auto setLayout = lt.cublasLtMatrixLayoutSetAttribute;
     int32_t count = static_cast<int32_t>(g.batch);
-    set(setLayout, out.handle, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count, "cublasLtMatrixLayoutSetAttribute");
+    set(setLayout, out.handle, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count,
+        "cublasLtMatrixLayoutSetAttribute");
     set(setLayout, out.handle, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, stride,
         "cublasLtMatrixLayoutSetAttribute");
   };
@@ -142,7 +148,8 @@ void runGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const voi
     if (it == cache.algos.end()) {
       Owned<cublasLtMatmulPreference_t, decltype(lt.cublasLtMatmulPreferenceDestroy)> pref{
           nullptr, lt.cublasLtMatmulPreferenceDestroy};
-      cublasCheck(lt.cublasLtMatmulPreferenceCreate(&pref.handle), "cublasLtMatmulPreferenceCreate");
+      cublasCheck(lt.cublasLtMatmulPreferenceCreate(&pref.handle),
+                  "cublasLtMatmulPreferenceCreate");
       auto setPref = lt.cublasLtMatmulPreferenceSetAttribute;
       uint64_t bytes = workspaceBytes;
       const char* call = "cublasLtMatmulPreferenceSetAttribute";
@@ -153,8 +160,9 @@ void runGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const voi
       set(setPref, pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.alignD, call);
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
-      cublasCheck(lt.cublasLtMatmulAlgoGetHeuristic(handle, op.handle, la.handle, lb.handle, ld.handle,
-                                                    ld.handle, pref.handle, 1, &result, &found),
+      cublasCheck(lt.cublasLtMatmulAlgoGetHeuristic(handle, op.handle, la.handle, lb.handle,
+                                                    ld.handle, ld.handle, pref.handle, 1, &result,
+                                                    &found),
                   "cublasLtMatmulAlgoGetHeuristic");
       if (found == 0)
         throw Error(ErrorCode::Unsupported, "runtime: cuBLASLt has no algorithm for a " +
@@ -166,11 +174,11 @@ void runGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const voi
   }
   float alpha32 = static_cast<float>(alpha), beta32 = static_cast<float>(beta);
   bool wide = g.types.scale == CUDA_R_64F;
-  cublasCheck(lt.cublasLtMatmul(handle, op.handle, wide ? static_cast<const void*>(&alpha) : &alpha32,
-                                a, la.handle, b, lb.handle,
-                                wide ? static_cast<const void*>(&beta) : &beta32, d, ld.handle, d,
-                                ld.handle, &algo, workspace, workspaceBytes, ctx.stream),
-              "cublasLtMatmul");
+  cublasCheck(
+      lt.cublasLtMatmul(handle, op.handle, wide ? static_cast<const void*>(&alpha) : &alpha32, a,
+                        la.handle, b, lb.handle, wide ? static_cast<const void*>(&beta) : &beta32,
+                        d, ld.handle, d, ld.handle, &algo, workspace, workspaceBytes, ctx.stream),
+      "cublasLtMatmul");
 }
 
 // Device memory for the length of one extern call (stream-ordered release).
@@ -197,7 +205,8 @@ std::vector<Dim> collapse(const ProductShape& p) {
     if (next.size == 1) continue;
     if (!dims.empty()) {
       Dim& last = dims.back();
-      if (last.a == next.a * next.size && last.b == next.b * next.size && last.c == next.c * next.size) {
+      if (last.a == next.a * next.size && last.b == next.b * next.size &&
+          last.c == next.c * next.size) {
         last = {last.size * next.size, next.a, next.b, next.c};
         continue;
       }
@@ -229,9 +238,11 @@ public:
       : p_(p), types_(types), epilogue_(epilogue), ctx_(ctx), e_(elementSize(p.dtype)) {}
 
   void run(const Entry& entry) {
-    int64_t m = p_.c.matrix.rows, n = p_.c.matrix.cols, k = p_.a.matrix.cols, count = entry.inner.size;
+    int64_t m = p_.c.matrix.rows, n = p_.c.matrix.cols, k = p_.a.matrix.cols,
+            count = entry.inner.size;
     if (m == 0 || n == 0 || count == 0) return;
-    if (count > INT32_MAX) throw Error(ErrorCode::Unsupported, "runtime: a batch of more than 2^31 products");
+    if (count > INT32_MAX)
+      throw Error(ErrorCode::Unsupported, "runtime: a batch of more than 2^31 products");
     bool withBias = p_.bias && p_.beta != 0;
     // The result: C itself when cuBLASLt can write it (as D = C, or D = C^T
     // from B^T A^T), else a dense temporary copied into C at the end.
@@ -249,7 +260,8 @@ public:
     const void* biasVector = nullptr;
     if (withBias && swap && p_.beta == 1 && count == 1 && m > 1 && n > 1 && k > 1) {
       MatrixLayout b = biasLayout(*p_.bias, m, n);
-      if (b.rowStride == 0 && b.colStride == 1 && alignment(p_.bias->data) >= 16) biasVector = p_.bias->data;
+      if (b.rowStride == 0 && b.colStride == 1 && alignment(p_.bias->data) >= 16)
+        biasVector = p_.bias->data;
     }
     double beta = 0;
     if (withBias && !biasVector) { // C = the bias, broadcast; then D = alpha * AB + beta * C
@@ -260,13 +272,16 @@ public:
     }
     if (k == 0) { // no products: C is 0, or the bias (with beta 1)
       if (withBias && (p_.beta != 1 || epilogue_ != Epilogue::None))
-        throw Error(ErrorCode::Unsupported, "runtime: addmm with an empty inner dim, beta != 1 or an epilogue");
+        throw Error(ErrorCode::Unsupported,
+                    "runtime: addmm with an empty inner dim, beta != 1 or an epilogue");
       if (!withBias) {
         Temp zero(ctx_.allocator, 16);
-        cudaCheck(ctx_.driver.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(zero.data), 0, 16, ctx_.stream),
+        cudaCheck(ctx_.driver.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(zero.data), 0, 16,
+                                              ctx_.stream),
                   "cuMemsetD8Async");
         for (int64_t i = 0; i < count; ++i)
-          copyMatrix(ctx_.driver, ctx_.stream, zero.data, {m, n, 0, 0}, at(cData, i * cStride, e_), c, e_);
+          copyMatrix(ctx_.driver, ctx_.stream, zero.data, {m, n, 0, 0}, at(cData, i * cStride, e_),
+                     c, e_);
       }
     } else {
       // D = C: A @ B; or D = C^T: B^T @ A^T.
@@ -274,7 +289,8 @@ public:
       MatrixLayout y = swap ? p_.a.matrix.transposed() : p_.b.matrix;
       const void* xData = swap ? entry.b : entry.a;
       const void* yData = swap ? entry.a : entry.b;
-      int64_t xStride = swap ? entry.inner.b : entry.inner.a, yStride = swap ? entry.inner.a : entry.inner.b;
+      int64_t xStride = swap ? entry.inner.b : entry.inner.a,
+              yStride = swap ? entry.inner.a : entry.inner.b;
       std::optional<Temp> xTemp, yTemp;
       dense(x, xData, xStride, count, xTemp);
       dense(y, yData, yStride, count, yTemp);
@@ -305,13 +321,15 @@ private:
 
   // An operand cuBLASLt cannot read as it lies is copied into a dense
   // row-major temporary (`count` matrices), which it reads transposed.
-  void dense(MatrixLayout& x, const void*& data, int64_t& stride, int64_t count, std::optional<Temp>& temp) {
+  void dense(MatrixLayout& x, const void*& data, int64_t& stride, int64_t count,
+             std::optional<Temp>& temp) {
     if (stored(x)) return;
     int64_t size = x.rows * x.cols;
     temp.emplace(ctx_.allocator, static_cast<size_t>(count * size) * e_);
     MatrixLayout to{x.rows, x.cols, x.cols, 1};
     for (int64_t i = 0; i < count; ++i)
-      copyMatrix(ctx_.driver, ctx_.stream, at(data, i * stride, e_), x, at(temp->data, i * size, e_), to, e_);
+      copyMatrix(ctx_.driver, ctx_.stream, at(data, i * stride, e_), x,
+                 at(temp->data, i * size, e_), to, e_);
     x = to, data = temp->data, stride = size;
   }
 
@@ -337,7 +355,8 @@ Epilogue parseEpilogue(const std::vector<ir::Attr>& attrs) {
   for (const ir::Attr& a : attrs) {
     if (a.name != "epilogue") continue;
     const auto* name = std::get_if<std::string>(&a.value);
-    if (!name) throw Error(ErrorCode::InvalidArgument, "runtime: the epilogue attribute is not a name");
+    if (!name)
+      throw Error(ErrorCode::InvalidArgument, "runtime: the epilogue attribute is not a name");
     if (name->empty() || *name == "none") return Epilogue::None;
     if (*name == "relu") return Epilogue::Relu;
     if (*name == "gelu_tanh") return Epilogue::GeluTanh;
@@ -360,7 +379,8 @@ bool cudaMatrixProduct(const std::string& op, const std::vector<Tensor>& inputs,
                                             " (have: f32, f16, bf16, f64)");
   Epilogue epilogue = parseEpilogue(attrs);
   if (epilogue != Epilogue::None && p->a.matrix.cols == 0)
-    throw Error(ErrorCode::Unsupported, "runtime: an epilogue on a product with an empty inner dim");
+    throw Error(ErrorCode::Unsupported,
+                "runtime: an epilogue on a product with an empty inner dim");
   std::vector<Dim> dims = collapse(*p);
   Dim inner = dims.empty() ? Dim{1, 0, 0, 0} : dims.back();
   if (!dims.empty()) dims.pop_back();

@@ -12,15 +12,20 @@ namespace {
 
 } // namespace
 
-void* CudaAllocator::allocate(size_t) { unavailable(); }
+void* CudaAllocator::allocate(size_t) {
+  unavailable();
+}
 void CudaAllocator::release(void*) {}
 
 CudaModule::CudaModule(std::string image, std::vector<std::string> kernels)
     : image_(std::move(image)), kernels_(std::move(kernels)) {}
 CudaModule::~CudaModule() = default;
-void* CudaModule::function(int, uint32_t) const { unavailable(); }
+void* CudaModule::function(int, uint32_t) const {
+  unavailable();
+}
 
-RunResult runCuda(const Plan&, const CudaModule&, const std::vector<Tensor>&, Allocator&, CudaStream) {
+RunResult runCuda(const Plan&, const CudaModule&, const std::vector<Tensor>&, Allocator&,
+                  CudaStream) {
   unavailable();
 }
 
@@ -30,7 +35,11 @@ CudaGraphRunner::CudaGraphRunner(const Plan&, std::shared_ptr<const CudaModule>,
   unavailable();
 }
 CudaGraphRunner::~CudaGraphRunner() = default;
-void CudaGraphRunner::replay() { unavailable(); }
-const std::vector<Tensor>& CudaGraphRunner::outputs() const { unavailable(); }
+void CudaGraphRunner::replay() {
+  unavailable();
+}
+const std::vector<Tensor>& CudaGraphRunner::outputs() const {
+  unavailable();
+}
 
 } // namespace kiln::runtime

@@ -20,8 +20,9 @@ std::string shapeText(const std::vector<int64_t>& sizes) {
 ProductOperand operand(const std::string& op, const Tensor& t, bool row,
                        const std::vector<int64_t>& batchSizes) {
   size_t r = t.sizes.size(), dims = batchSizes.size();
-  if (t.strides.size() != r) invalid(op, "an operand with " + std::to_string(r) + " sizes and " +
-                                             std::to_string(t.strides.size()) + " strides");
+  if (t.strides.size() != r)
+    invalid(op, "an operand with " + std::to_string(r) + " sizes and " +
+                    std::to_string(t.strides.size()) + " strides");
   ProductOperand p{t.data, {}, std::vector<int64_t>(dims, 0)};
   MatrixLayout& m = p.matrix;
   if (r == 0) invalid(op, "a 0-d operand");
@@ -32,7 +33,8 @@ ProductOperand operand(const std::string& op, const Tensor& t, bool row,
     m.rowStride = t.strides[r - 2], m.colStride = t.strides[r - 1];
   }
   size_t own = r >= 2 ? r - 2 : 0;
-  if (own > dims) invalid(op, "operand " + shapeText(t.sizes) + " has more batch dims than the result");
+  if (own > dims)
+    invalid(op, "operand " + shapeText(t.sizes) + " has more batch dims than the result");
   for (size_t d = 0; d < own; ++d) {
     int64_t size = t.sizes[d], want = batchSizes[dims - own + d];
     if (size != want && size != 1)
@@ -75,8 +77,8 @@ std::optional<ProductShape> productShape(const std::string& op, const std::vecto
   p.dtype = out.dtype;
   for (const Tensor& t : inputs)
     if (t.dtype != out.dtype)
-      invalid(op, std::string("operands of ") + std::string(ir::name(t.dtype)) + " for a result of " +
-                      std::string(ir::name(out.dtype)));
+      invalid(op, std::string("operands of ") + std::string(ir::name(t.dtype)) +
+                      " for a result of " + std::string(ir::name(out.dtype)));
   size_t ra = a->sizes.size(), rb = b->sizes.size();
   if ((op == "mm" || op == "addmm") && (ra != 2 || rb != 2))
     invalid(op, "takes 2-d operands, got " + shapeText(a->sizes) + " and " + shapeText(b->sizes));
@@ -103,7 +105,8 @@ std::optional<ProductShape> productShape(const std::string& op, const std::vecto
   if (p.bias) {
     const std::vector<int64_t>& s = p.bias->sizes;
     size_t r = s.size();
-    bool fits = (r < 1 || s[r - 1] == 1 || s[r - 1] == c.cols) && (r < 2 || s[0] == 1 || s[0] == c.rows);
+    bool fits =
+        (r < 1 || s[r - 1] == 1 || s[r - 1] == c.cols) && (r < 2 || s[0] == 1 || s[0] == c.rows);
     if (!fits || p.bias->strides.size() != r)
       invalid(op, "a bias " + shapeText(s) + " for a result " + shapeText(out.sizes));
   }

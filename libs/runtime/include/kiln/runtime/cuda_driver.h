@@ -41,6 +41,8 @@ namespace kiln::runtime {
   X(cuMemcpy2DAsync)                                                                               \
   X(cuMemsetD8Async)                                                                               \
   X(cuMemsetD32Async)                                                                              \
+  X(cuStreamCreate)                                                                                \
+  X(cuStreamDestroy)                                                                               \
   X(cuStreamSynchronize)                                                                           \
   X(cuStreamBeginCapture)                                                                          \
   X(cuStreamEndCapture)                                                                            \
@@ -70,7 +72,8 @@ CudaDriver loadCudaDriver(const std::string& library);
 bool cudaAvailable();
 
 // Turns a failed CUresult into a typed Error naming `call` and the driver's
-// text: out of memory is ResourceExhausted, no device Unavailable, the rest Internal.
+// text: out of memory is ResourceExhausted, no device Unavailable, a cubin
+// for another architecture Unsupported, a damaged one Malformed, the rest Internal.
 void cudaCheck(CUresult result, const char* call);
 
 // Makes the primary context of `device` (the one torch uses) current on this
