@@ -462,8 +462,8 @@ public:
   // base, element offset, value): `base` is the allocated object the output
   // views, or None when it views an input (then offset is an address); `value`
   // is a symbolic-int output's value when it lies in host memory (CUDA), else None.
-  py::list run(const std::vector<std::tuple<std::string, std::vector<int64_t>,
-                                            std::vector<int64_t>, uintptr_t, int>>& inputs,
+  py::list run(const std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>,
+                                            uintptr_t, int>>& inputs,
                py::function allocate, int device, uintptr_t stream) {
     checkDevices(inputs, device);
     std::vector<runtime::Tensor> tensors;
@@ -487,8 +487,9 @@ public:
       }
       auto [base, offset] = allocator.owner(t.data);
       out.append(py::make_tuple(dtype, t.sizes, t.strides, base,
-                                base.is_none() ? reinterpret_cast<uintptr_t>(t.data)
-                                               : static_cast<uintptr_t>(offset / elementSize(t.dtype)),
+                                base.is_none()
+                                    ? reinterpret_cast<uintptr_t>(t.data)
+                                    : static_cast<uintptr_t>(offset / elementSize(t.dtype)),
                                 py::none()));
     }
     return out;
@@ -510,12 +511,14 @@ private:
       int where = std::get<4>(inputs[k]);
       if (!plan.inputs[k].isTensor()) {
         if (where >= 0)
-          invalid(fmt::format("input {} is a symbolic int: pass an int or a CPU tensor, not one on {}",
-                              k, on(where)));
+          invalid(
+              fmt::format("input {} is a symbolic int: pass an int or a CPU tensor, not one on {}",
+                          k, on(where)));
         continue;
       }
       if (!cuda && where >= 0)
-        invalid(fmt::format("input {} is on {}: this artifact was compiled for the CPU", k, on(where)));
+        invalid(
+            fmt::format("input {} is on {}: this artifact was compiled for the CPU", k, on(where)));
       if (cuda && where != device)
         invalid(fmt::format("input {} is on {}: this artifact runs on cuda:{} ({})", k, on(where),
                             device, loaded_->artifact().target));

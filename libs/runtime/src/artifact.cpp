@@ -311,8 +311,8 @@ std::shared_ptr<LoadedArtifact> LoadedArtifact::load(std::string_view bytes, con
     return loaded;
   }
   if (a.target != "cpu")
-    throw Error(ErrorCode::Unsupported, "runtime: an artifact for target '" + a.target +
-                                            "' (have: cpu, cuda:sm_NN)");
+    throw Error(ErrorCode::Unsupported,
+                "runtime: an artifact for target '" + a.target + "' (have: cpu, cuda:sm_NN)");
   if (!a.plan.kernels.empty()) {
     std::string path = dir + "/" + keyFileName(a.key) + ".so";
     if (::access(path.c_str(), R_OK) != 0) { // written once, atomically

@@ -86,7 +86,8 @@ template <class T> void product(const ProductShape& p) {
   int64_t cRow = p.c.matrix.rowStride, cCol = p.c.matrix.colStride;
   std::vector<T> scratchA, scratchB;
   forEachEntry(p, [&](int64_t offA, int64_t offB, int64_t offC) {
-    Matrix<T> ma = matrix<T>(p.a.data, p.a.matrix, offA), mb = matrix<T>(p.b.data, p.b.matrix, offB);
+    Matrix<T> ma = matrix<T>(p.a.data, p.a.matrix, offA),
+              mb = matrix<T>(p.b.data, p.b.matrix, offB);
     T* c = static_cast<T*>(p.c.data) + offC;
     T betaHere = 0;
     if (p.bias && beta != T(0)) { // c = the bias, broadcast
@@ -120,8 +121,10 @@ bool matrixProduct(const std::string& op, const std::vector<Tensor>& inputs, dou
     if (v.dtype != out.dtype) return false;
   std::optional<ProductShape> p = productShape(op, inputs, alpha, beta, out);
   if (!p) return false;
-  if (out.dtype == ir::DType::Float32) product<float>(*p);
-  else product<double>(*p);
+  if (out.dtype == ir::DType::Float32)
+    product<float>(*p);
+  else
+    product<double>(*p);
   return true;
 }
 

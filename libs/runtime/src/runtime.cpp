@@ -10,10 +10,10 @@
 #include "blas.h"
 #include "kiln/common/error.h"
 #include "kiln/runtime/executor.h"
-#include "matrix_product.h"
 #include "kiln/sym/print.h"
 #include "kiln/sym/range.h"
 #include "kiln/sym/symbol_table.h"
+#include "matrix_product.h"
 
 namespace kiln::runtime {
 namespace {
@@ -91,8 +91,10 @@ public:
   RunResult handOut(const std::vector<View>& outputs, Executor& executor) {
     RunResult result;
     for (const View& v : outputs) {
-      if (v.symInt.isNull()) result.outputs.push_back(view(v));
-      else result.outputs.push_back(executor.symIntOutput(sym::evaluate(v.symInt, binding_), result));
+      if (v.symInt.isNull())
+        result.outputs.push_back(view(v));
+      else
+        result.outputs.push_back(executor.symIntOutput(sym::evaluate(v.symInt, binding_), result));
     }
     for (const View& v : outputs) {
       if (!v.symInt.isNull() || !owned_[v.buffer]) continue;
