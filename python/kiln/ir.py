@@ -153,9 +153,13 @@ def _cache_dir() -> str:
 class Compiled:
     """A graph compiled by the stack's codegen service, run in this process by libs/runtime.
 
-    Call it with CPU tensors (one per placeholder, laid out as the placeholders say; a
-    symbolic-int placeholder takes a 0-d int64 tensor); it returns new torch tensors (views
-    of memory torch allocated: no copies), or views of an input where the graph returns one.
+    Call it with tensors on the artifact's device (one per placeholder, laid out as the
+    placeholders say; a symbolic-int placeholder takes a 0-d int64 CPU tensor, or an int on
+    CUDA); it returns new torch tensors (views of memory torch allocated: no copies), or
+    views of an input where the graph returns one. A CUDA artifact runs on its inputs'
+    device, on torch's current stream, with torch's caching allocator, and does not wait for
+    the GPU (except to report an indexing or integer-division error, where the graph may
+    raise one); a symbolic-int output comes back as a 0-d int64 CPU tensor.
     """
 
     def __init__(self, artifact: bytes, cache_hit: bool, cache_dir: str):
@@ -163,22 +167,41 @@ class Compiled:
         self._artifact = _ir.load_artifact(artifact, cache_dir)
         self.cache_hit = cache_hit
         self.explain = self._artifact.explain  # the scheduled kernels
-        self.source = self._artifact.source    # the generated C++
+        self.source = self._artifact.source    # the generated C++ (or CUDA C++)
         self.key = self._artifact.key          # its content key in the artifact cache
+        self.target = self._artifact.target    # "cpu" or "cuda:sm_NN"
 
-    def __call__(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
-        inputs = []
+    def __call__(self, *tensors) -> list[torch.Tensor]:
+        cuda = self.target.startswith("cuda")
+        inputs, device = [], None
+        tensors = tuple(
+            torch.tensor(t, dtype=torch.int64) if cuda and isinstance(t, int) else t for t in tensors
+        )
         for t in tensors:
-            if t.device.type != "cpu":
-                raise ValueError(f"kiln's CPU artifacts take CPU tensors, got one on {t.device}")
-            inputs.append((dtype_name(t.dtype), list(t.shape), list(t.stride()), t.data_ptr()))
-        raw = self._artifact.run(inputs, lambda nbytes: torch.empty(nbytes, dtype=torch.uint8))
+            where = t.device.index if t.device.type == "cuda" else -1
+            if where is None:
+                where = torch.cuda.current_device()
+            if where >= 0 and device is None:
+                device = where
+            inputs.append((dtype_name(t.dtype), list(t.shape), list(t.stride()), t.data_ptr(), where))
+        if cuda:
+            if device is None:  # no CUDA input: torch's current device (inputs are checked in C++)
+                device = torch.cuda.current_device() if torch.cuda.is_available() else 0
+            on = torch.device("cuda", device)
+            stream = torch.cuda.current_stream(on).cuda_stream if torch.cuda.is_available() else 0
+            raw = self._artifact.run(
+                inputs, lambda nbytes: torch.empty(nbytes, dtype=torch.uint8, device=on), device, stream
+            )
+        else:
+            raw = self._artifact.run(inputs, lambda nbytes: torch.empty(nbytes, dtype=torch.uint8))
         return [self._tensor(r, tensors) for r in raw]
 
     @staticmethod
     def _tensor(raw, inputs):
-        name, sizes, strides, base, offset = raw
+        name, sizes, strides, base, offset, value = raw
         dtype = torch_dtype(name)
+        if value is not None:  # a symbolic int, computed on the host
+            return torch.tensor(value, dtype=dtype)
         if base is not None:
             return base.view(dtype).as_strided(sizes, strides, offset)
         empty = 0 in sizes  # an empty view may start just past the end (x[7:] of 5 rows)
@@ -189,12 +212,14 @@ class Compiled:
             if t.dtype == dtype and start <= offset and (offset < end or (empty and offset <= end)):
                 return t.as_strided(sizes, strides, (offset - start) // t.element_size())
         if empty:  # of an empty input (its storage may have no address): nothing to alias
-            return torch.empty(sizes, dtype=dtype).as_strided(sizes, strides)
+            device = next((t.device for t in inputs if t.device.type == "cuda"), "cpu")
+            return torch.empty(sizes, dtype=dtype, device=device).as_strided(sizes, strides)
         raise RuntimeError("kiln: an output views memory that is not an input's")
 
 
 def compile(graph: Graph, stack: Stack | None = None, target: str = "cpu") -> Compiled:
     """Compiles `graph` through the stack's codegen service (cached by content) and loads it.
+    `target` is "cpu", or "cuda" / "cuda:sm_NN" for torch CUDA tensors.
 
         compiled = ir.compile(g)              # the stack at $KILN_RUN_DIR, else the default one
         (y,) = compiled(torch.randn(8, 768))  # any size its symbols admit

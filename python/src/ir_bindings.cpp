@@ -456,37 +456,77 @@ class PyArtifact {
 public:
   explicit PyArtifact(std::shared_ptr<runtime::LoadedArtifact> loaded) : loaded_(std::move(loaded)) {}
 
-  // inputs: (dtype, sizes, strides, data address) each; allocate(nbytes) ->
-  // a uint8 tensor-like object with .data_ptr(). Returns per output (dtype,
-  // sizes, strides, base, element offset): `base` is the allocated object the
-  // output views, or None when it views an input (then offset is an address).
-  py::list run(const std::vector<std::tuple<std::string, std::vector<int64_t>,
-                                            std::vector<int64_t>, uintptr_t>>& inputs,
-               py::function allocate) {
+  // inputs: (dtype, sizes, strides, data address, device) each, device -1 for
+  // host memory (CPU tensors, symbolic ints) or the CUDA ordinal;
+  // allocate(nbytes) -> a uint8 tensor-like object with .data_ptr() (on the
+  // device, for a CUDA artifact); `device` and `stream` (a CUstream address)
+  // say where a CUDA artifact runs. Returns per output (dtype, sizes, strides,
+  // base, element offset, value): `base` is the allocated object the output
+  // views, or None when it views an input (then offset is an address); `value`
+  // is a symbolic-int output's value when it lies in host memory (CUDA), else None.
+  py::list run(const std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>,
+                                            uintptr_t, int>>& inputs,
+               py::function allocate, int device, uintptr_t stream) {
+    checkDevices(inputs, device);
     std::vector<runtime::Tensor> tensors;
-    for (const auto& [dtype, sizes, strides, address] : inputs)
+    for (const auto& [dtype, sizes, strides, address, where] : inputs)
       tensors.push_back({parseDType(py::str(dtype)), reinterpret_cast<void*>(address), sizes, strides});
     PyAllocator allocator(std::move(allocate));
     runtime::RunResult result;
     {
       py::gil_scoped_release nogil;
-      result = loaded_->run(tensors, allocator);
+      result = loaded_->run(tensors, allocator, {device, reinterpret_cast<void*>(stream)});
     }
+    const std::vector<runtime::View>& views = loaded_->artifact().plan.outputs;
     py::list out;
-    for (const runtime::Tensor& t : result.outputs) {
+    for (size_t k = 0; k < result.outputs.size(); ++k) {
+      const runtime::Tensor& t = result.outputs[k];
+      std::string dtype(dtypeName(t.dtype));
+      if (loaded_->onCuda() && !views[k].symInt.isNull()) { // a host value, not device memory
+        out.append(py::make_tuple(dtype, t.sizes, t.strides, py::none(), py::none(),
+                                  *static_cast<const int64_t*>(t.data)));
+        continue;
+      }
       auto [base, offset] = allocator.owner(t.data);
-      out.append(py::make_tuple(std::string(dtypeName(t.dtype)), t.sizes, t.strides, base,
-                                base.is_none() ? reinterpret_cast<uintptr_t>(t.data)
-                                               : static_cast<uintptr_t>(offset / elementSize(t.dtype))));
+      out.append(py::make_tuple(dtype, t.sizes, t.strides, base,
+                                base.is_none()
+                                    ? reinterpret_cast<uintptr_t>(t.data)
+                                    : static_cast<uintptr_t>(offset / elementSize(t.dtype)),
+                                py::none()));
     }
     return out;
   }
 
+  std::string target() const { return loaded_->artifact().target; }
   std::string explain() const { return loaded_->artifact().explain; }
   std::string source() const { return loaded_->artifact().source; }
   std::string key() const { return loaded_->artifact().key; }
 
 private:
+  // Tensors on the artifact's device, symbolic ints in host memory: a clear
+  // error here rather than a fault in a kernel.
+  template <class Inputs> void checkDevices(const Inputs& inputs, int device) const {
+    const runtime::Plan& plan = loaded_->artifact().plan;
+    bool cuda = loaded_->onCuda();
+    auto on = [](int d) { return d < 0 ? std::string("cpu") : fmt::format("cuda:{}", d); };
+    for (size_t k = 0; k < inputs.size() && k < plan.inputs.size(); ++k) {
+      int where = std::get<4>(inputs[k]);
+      if (!plan.inputs[k].isTensor()) {
+        if (where >= 0)
+          invalid(
+              fmt::format("input {} is a symbolic int: pass an int or a CPU tensor, not one on {}",
+                          k, on(where)));
+        continue;
+      }
+      if (!cuda && where >= 0)
+        invalid(
+            fmt::format("input {} is on {}: this artifact was compiled for the CPU", k, on(where)));
+      if (cuda && where != device)
+        invalid(fmt::format("input {} is on {}: this artifact runs on cuda:{} ({})", k, on(where),
+                            device, loaded_->artifact().target));
+    }
+  }
+
   class PyAllocator : public runtime::Allocator {
   public:
     explicit PyAllocator(py::function make) : make_(std::move(make)) {}
@@ -546,8 +586,10 @@ void bindIr(py::module_& parent) {
   bindValue(m);
   bindGraph(m);
   py::class_<PyArtifact>(m, "Artifact", "A compiled graph loaded in this process.")
-      .def("run", &PyArtifact::run, py::arg("inputs"), py::arg("allocate"),
-           "Runs on (dtype, sizes, strides, address) inputs; use kiln.ir.compile instead.")
+      .def("run", &PyArtifact::run, py::arg("inputs"), py::arg("allocate"), py::arg("device") = 0,
+           py::arg("stream") = 0,
+           "Runs on (dtype, sizes, strides, address, device) inputs; use kiln.ir.compile instead.")
+      .def_property_readonly("target", &PyArtifact::target)
       .def_property_readonly("explain", &PyArtifact::explain)
       .def_property_readonly("source", &PyArtifact::source)
       .def_property_readonly("key", &PyArtifact::key);

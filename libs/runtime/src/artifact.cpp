@@ -297,12 +297,26 @@ KernelFn Library::kernel(const std::string& name) const {
   return reinterpret_cast<KernelFn>(fn);
 }
 
-std::shared_ptr<LoadedArtifact> LoadedArtifact::load(std::string_view bytes,
-                                                     const std::string& dir) {
+bool isCudaTarget(const std::string& target) {
+  return target == "cuda" || target.rfind("cuda:", 0) == 0;
+}
+
+std::shared_ptr<LoadedArtifact> LoadedArtifact::load(std::string_view bytes, const std::string& dir) {
   std::shared_ptr<LoadedArtifact> loaded(new LoadedArtifact());
   loaded->table_ = std::make_unique<sym::SymbolTable>();
   loaded->artifact_ = fromBytes(bytes, *loaded->table_);
   const Artifact& a = loaded->artifact_;
+  if (isCudaTarget(a.target)) {
+    if (a.plan.launches.size() != a.plan.kernels.size())
+      malformed("a CUDA plan of " + std::to_string(a.plan.kernels.size()) + " kernels with " +
+                std::to_string(a.plan.launches.size()) + " launches");
+    if (!a.plan.kernels.empty() && a.library.empty()) malformed("a CUDA artifact without a cubin");
+    loaded->module_ = std::make_shared<CudaModule>(a.library, a.plan.kernels);
+    return loaded;
+  }
+  if (a.target != "cpu")
+    throw Error(ErrorCode::Unsupported,
+                "runtime: an artifact for target '" + a.target + "' (have: cpu, cuda:sm_NN)");
   if (!a.plan.kernels.empty()) {
     std::string path = dir + "/" + keyFileName(a.key) + ".so";
     if (::access(path.c_str(), R_OK) != 0) { // written once, atomically
@@ -320,7 +334,9 @@ std::shared_ptr<LoadedArtifact> LoadedArtifact::load(std::string_view bytes,
   return loaded;
 }
 
-RunResult LoadedArtifact::run(const std::vector<Tensor>& inputs, Allocator& allocator) const {
+RunResult LoadedArtifact::run(const std::vector<Tensor>& inputs, Allocator& allocator,
+                              CudaStream where) const {
+  if (module_) return runCuda(artifact_.plan, *module_, inputs, allocator, where);
   return runtime::run(
       artifact_.plan,
       [&](const std::string& name) -> KernelFn {

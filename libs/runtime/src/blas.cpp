@@ -1,5 +1,7 @@
 #include "blas.h"
 
+#include "matrix_product.h"
+
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -18,28 +20,8 @@ template <class T> struct Matrix {
   T operator()(int64_t i, int64_t j) const { return data[i * rowStride + j * colStride]; }
 };
 
-// An operand or the result as a batch of matrices: its matrix, and its
-// strides along the result's batch dims (0 where it broadcasts or lacks one).
-// A 1-d operand is one row (`row`) or one column.
-template <class T> struct Batch {
-  Matrix<T> matrix;
-  std::vector<int64_t> strides;
-};
-
-template <class T> Batch<T> asBatch(const Tensor& t, bool row, size_t batchDims) {
-  size_t r = t.sizes.size();
-  Batch<T> b{{static_cast<const T*>(t.data), 1, 1, 0, 0}, std::vector<int64_t>(batchDims, 0)};
-  Matrix<T>& m = b.matrix;
-  if (r == 1 && row) m.cols = t.sizes[0], m.colStride = t.strides[0];
-  if (r == 1 && !row) m.rows = t.sizes[0], m.rowStride = t.strides[0];
-  if (r >= 2) {
-    m.rows = t.sizes[r - 2], m.cols = t.sizes[r - 1];
-    m.rowStride = t.strides[r - 2], m.colStride = t.strides[r - 1];
-  }
-  size_t own = r >= 2 ? r - 2 : 0;
-  for (size_t d = 0; d < own; ++d)
-    b.strides[batchDims - own + d] = t.sizes[d] == 1 ? 0 : t.strides[d];
-  return b;
+template <class T> Matrix<T> matrix(const void* data, const MatrixLayout& m, int64_t offset) {
+  return {static_cast<const T*>(data) + offset, m.rows, m.cols, m.rowStride, m.colStride};
 }
 
 #ifdef KILN_HAVE_CBLAS
@@ -98,38 +80,20 @@ void loop(const Matrix<T>& a, const Matrix<T>& b, T* c, int64_t cRow, int64_t cC
     }
 }
 
-template <class T>
-void product(const Tensor& a, const Tensor& b, const Tensor* bias, T alpha, T beta,
-             const Tensor& out) {
-  bool rowA = a.sizes.size() == 1, columnB = b.sizes.size() == 1;
-  size_t batchDims = out.sizes.size() - (rowA ? 0 : 1) - (columnB ? 0 : 1);
-  Batch<T> ba = asBatch<T>(a, true, batchDims), bb = asBatch<T>(b, false, batchDims);
-  // The result's matrix: rows and columns its dims have, or 1.
-  int64_t cRow = rowA ? 0 : out.strides[batchDims], cCol = columnB ? 0 : out.strides.back();
-  int64_t entries = 1;
-  for (size_t d = 0; d < batchDims; ++d) entries *= out.sizes[d];
-  std::vector<int64_t> idx(batchDims, 0);
+template <class T> void product(const ProductShape& p) {
+  T alpha = static_cast<T>(p.alpha), beta = static_cast<T>(p.beta);
+  int64_t m = p.c.matrix.rows, n = p.c.matrix.cols;
+  int64_t cRow = p.c.matrix.rowStride, cCol = p.c.matrix.colStride;
   std::vector<T> scratchA, scratchB;
-  for (int64_t e = 0; e < entries; ++e) {
-    int64_t offA = 0, offB = 0, offC = 0;
-    for (size_t d = 0; d < batchDims; ++d) {
-      offA += idx[d] * ba.strides[d];
-      offB += idx[d] * bb.strides[d];
-      offC += idx[d] * out.strides[d];
-    }
-    Matrix<T> ma = ba.matrix, mb = bb.matrix;
-    ma.data += offA;
-    mb.data += offB;
-    T* c = static_cast<T*>(out.data) + offC;
-    int64_t m = ma.rows, n = mb.cols;
+  forEachEntry(p, [&](int64_t offA, int64_t offB, int64_t offC) {
+    Matrix<T> ma = matrix<T>(p.a.data, p.a.matrix, offA),
+              mb = matrix<T>(p.b.data, p.b.matrix, offB);
+    T* c = static_cast<T*>(p.c.data) + offC;
     T betaHere = 0;
-    if (bias && beta != T(0)) { // c = the bias, broadcast
-      size_t rb = bias->sizes.size();
-      const T* s = static_cast<const T*>(bias->data);
-      int64_t si = rb == 2 && bias->sizes[0] != 1 ? bias->strides[0] : 0;
-      int64_t sj = rb >= 1 && bias->sizes[rb - 1] != 1 ? bias->strides[rb - 1] : 0;
+    if (p.bias && beta != T(0)) { // c = the bias, broadcast
+      Matrix<T> s = matrix<T>(p.bias->data, biasLayout(*p.bias, m, n), 0);
       for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) c[i * cRow + j * cCol] = s[i * si + j * sj];
+        for (int64_t j = 0; j < n; ++j) c[i * cRow + j * cCol] = s(i, j);
       betaHere = beta;
     }
     bool done = false;
@@ -137,11 +101,7 @@ void product(const Tensor& a, const Tensor& b, const Tensor* bias, T alpha, T be
     done = m == 0 || n == 0 || gemm(ma, mb, c, cRow, cCol, alpha, betaHere, scratchA, scratchB);
 #endif
     if (!done) loop(ma, mb, c, cRow, cCol, alpha, betaHere);
-    for (size_t d = batchDims; d-- > 0;) {
-      if (++idx[d] < out.sizes[d]) break;
-      idx[d] = 0;
-    }
-  }
+  });
 }
 
 } // namespace
@@ -159,24 +119,12 @@ bool matrixProduct(const std::string& op, const std::vector<Tensor>& inputs, dou
   if (out.dtype != ir::DType::Float32 && out.dtype != ir::DType::Float64) return false;
   for (const Tensor& v : inputs)
     if (v.dtype != out.dtype) return false;
-  const Tensor* bias = nullptr;
-  const Tensor *a, *b;
-  if (op == "addmm" && inputs.size() == 3) {
-    bias = &inputs[0];
-    a = &inputs[1];
-    b = &inputs[2];
-  } else if ((op == "mm" || op == "bmm" || op == "matmul") && inputs.size() == 2) {
-    a = &inputs[0];
-    b = &inputs[1];
-    alpha = 1;
-    beta = 0;
-  } else {
-    return false;
-  }
+  std::optional<ProductShape> p = productShape(op, inputs, alpha, beta, out);
+  if (!p) return false;
   if (out.dtype == ir::DType::Float32)
-    product<float>(*a, *b, bias, static_cast<float>(alpha), static_cast<float>(beta), out);
+    product<float>(*p);
   else
-    product<double>(*a, *b, bias, alpha, beta, out);
+    product<double>(*p);
   return true;
 }
 

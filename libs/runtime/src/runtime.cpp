@@ -9,9 +9,11 @@
 
 #include "blas.h"
 #include "kiln/common/error.h"
+#include "kiln/runtime/executor.h"
 #include "kiln/sym/print.h"
 #include "kiln/sym/range.h"
 #include "kiln/sym/symbol_table.h"
+#include "matrix_product.h"
 
 namespace kiln::runtime {
 namespace {
@@ -28,15 +30,6 @@ std::vector<int64_t> evaluateAll(const ir::Shape& shape, const sym::Binding& bin
 
 std::byte* at(void* data, int64_t offset, ir::DType dtype) {
   return static_cast<std::byte*>(data) + offset * static_cast<int64_t>(elementSize(dtype));
-}
-
-double numberAttr(const std::vector<ir::Attr>& attrs, const char* name) {
-  for (const ir::Attr& a : attrs) {
-    if (a.name != name) continue;
-    if (auto* d = std::get_if<double>(&a.value)) return *d;
-    if (auto* i = std::get_if<int64_t>(&a.value)) return static_cast<double>(*i);
-  }
-  return 1.0;
 }
 
 // The plan's buffers during one run; releases what it allocated unless handed out.
@@ -95,17 +88,13 @@ public:
   }
 
   // The outputs: views of buffers now owned by the caller.
-  RunResult handOut(const std::vector<View>& outputs) {
+  RunResult handOut(const std::vector<View>& outputs, Executor& executor) {
     RunResult result;
     for (const View& v : outputs) {
-      if (v.symInt.isNull()) {
+      if (v.symInt.isNull())
         result.outputs.push_back(view(v));
-        continue;
-      }
-      void* data = allocator_.allocate(sizeof(int64_t)); // the caller's, as other outputs
-      *static_cast<int64_t*>(data) = sym::evaluate(v.symInt, binding_);
-      result.outputs.push_back({ir::DType::Int64, data, {}, {}});
-      result.buffers.push_back(data);
+      else
+        result.outputs.push_back(executor.symIntOutput(sym::evaluate(v.symInt, binding_), result));
     }
     for (const View& v : outputs) {
       if (!v.symInt.isNull() || !owned_[v.buffer]) continue;
@@ -123,6 +112,47 @@ private:
   std::vector<bool> owned_;
   std::vector<size_t> bytes_ = std::vector<size_t>(plan_.buffers.size(), 0);
   std::multimap<size_t, void*> pool_; // freed intermediates by size
+};
+
+// Kernels of a loaded shared object, called in turn; extern calls through BLAS.
+class HostExecutor : public Executor {
+public:
+  HostExecutor(const Plan& plan, const KernelLookup& kernels, Allocator& allocator)
+      : plan_(plan), kernels_(kernels), allocator_(allocator) {}
+
+  void begin(const sym::Binding&, const std::vector<int64_t>& symbols) override {
+    for (const std::string& name : plan_.kernels) fns_.push_back(kernels_(name));
+    symbols_ = &symbols;
+  }
+
+  void runKernel(uint32_t kernel, char* const* buffers) override {
+    int status = fns_.at(kernel)(buffers, symbols_->data());
+    const std::string& name = plan_.kernels[kernel];
+    if (status == 1) invalid(name + ": integer division by zero");
+    if (status == 2) invalid(name + ": an index is out of range");
+    if (status != 0) throw Error(ErrorCode::Internal, name + ": status " + std::to_string(status));
+  }
+
+  void callExtern(const Step& step, const std::vector<Tensor>& inputs,
+                  const std::vector<ir::Attr>& attrs, const Tensor& out) override {
+    runExtern(step.op, inputs, attrs, out);
+  }
+
+  void end() override {}
+
+  Tensor symIntOutput(int64_t value, RunResult& result) override {
+    void* data = allocator_.allocate(sizeof(int64_t)); // the caller's, as other outputs
+    *static_cast<int64_t*>(data) = value;
+    result.buffers.push_back(data);
+    return {ir::DType::Int64, data, {}, {}};
+  }
+
+private:
+  const Plan& plan_;
+  const KernelLookup& kernels_;
+  Allocator& allocator_;
+  std::vector<KernelFn> fns_;
+  const std::vector<int64_t>* symbols_ = nullptr;
 };
 
 } // namespace
@@ -211,32 +241,27 @@ sym::Binding bindInputs(const std::vector<ir::Value>& inputs, const std::vector<
 
 void runExtern(const std::string& op, const std::vector<Tensor>& inputs,
                const std::vector<ir::Attr>& attrs, const Tensor& out) {
-  if (detail::matrixProduct(op, inputs, numberAttr(attrs, "alpha"), numberAttr(attrs, "beta"), out))
+  if (detail::matrixProduct(op, inputs, detail::numberAttr(attrs, "alpha"),
+                            detail::numberAttr(attrs, "beta"), out))
     return;
   throw Error(ErrorCode::Unsupported, "runtime: no CPU routine for the extern call " + op + " of " +
                                           std::string(ir::name(out.dtype)) +
                                           " (CPU lowering makes loops of it)");
 }
 
-RunResult run(const Plan& plan, const KernelLookup& kernels, const std::vector<Tensor>& inputs,
+RunResult run(const Plan& plan, Executor& executor, const std::vector<Tensor>& inputs,
               Allocator& allocator) {
   sym::Binding binding = bindInputs(plan.inputs, inputs);
   std::vector<int64_t> symbols;
   for (sym::Expr s : plan.symbols) symbols.push_back(sym::evaluate(s, binding));
-  std::vector<KernelFn> fns;
-  for (const std::string& name : plan.kernels) fns.push_back(kernels(name));
   Buffers buffers(plan, inputs, allocator, binding);
+  executor.begin(binding, symbols);
   for (const Step& step : plan.steps) {
     switch (step.kind) {
-    case Step::RunKernel: {
+    case Step::RunKernel:
       for (uint32_t b : step.writes) buffers.ensure(b);
-      int status = fns.at(step.kernel)(buffers.pointers(), symbols.data());
-      if (status == 1) invalid(plan.kernels[step.kernel] + ": integer division by zero");
-      if (status == 2) invalid(plan.kernels[step.kernel] + ": an index is out of range");
-      if (status != 0)
-        throw Error(ErrorCode::Internal, plan.kernels[step.kernel] + ": status " + std::to_string(status));
+      executor.runKernel(step.kernel, buffers.pointers());
       break;
-    }
     case Step::CallExtern: {
       std::vector<Tensor> args;
       for (const View& v : step.inputs) args.push_back(buffers.view(v));
@@ -245,13 +270,20 @@ RunResult run(const Plan& plan, const KernelLookup& kernels, const std::vector<T
       std::vector<ir::Attr> attrs = step.attrs;
       for (ir::Attr& a : attrs)
         if (auto* e = std::get_if<sym::Expr>(&a.value)) a.value = sym::evaluate(*e, binding);
-      runExtern(step.op, args, attrs, buffers.view(whole));
+      executor.callExtern(step, args, attrs, buffers.view(whole));
       break;
     }
     case Step::Free: buffers.free(step.buffer); break;
     }
   }
-  return buffers.handOut(plan.outputs);
+  executor.end();
+  return buffers.handOut(plan.outputs, executor);
+}
+
+RunResult run(const Plan& plan, const KernelLookup& kernels, const std::vector<Tensor>& inputs,
+              Allocator& allocator) {
+  HostExecutor executor(plan, kernels, allocator);
+  return run(plan, executor, inputs, allocator);
 }
 
 } // namespace kiln::runtime

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <vector>
 
 #include "kiln/ir/dtype.h"
@@ -15,8 +16,9 @@
 
 namespace kiln::runtime {
 
-// A tensor in host memory: `data` points at its element 0 (torch's data_ptr).
-// A symbolic-int input is a 0-d Int64 tensor.
+// A tensor in memory of the device the plan runs on: `data` points at its
+// element 0 (torch's data_ptr). A symbolic-int input is a 0-d Int64 tensor in
+// host memory, on every device.
 struct Tensor {
   ir::DType dtype = ir::DType::Float32;
   void* data = nullptr;
@@ -49,9 +51,12 @@ sym::Binding bindInputs(const std::vector<ir::Value>& inputs, const std::vector<
 struct RunResult {
   std::vector<Tensor> outputs; // views of inputs or of `buffers`
   std::vector<void*> buffers;  // what the allocator gave for the outputs: the caller's to release
+  // Values of symbolic-int outputs kept in host memory (CUDA's); the outputs point at them.
+  std::list<int64_t> hostInts;
 };
 
-// Runs the plan. Intermediates are released as the plan frees them, and all
+// Runs the plan on the CPU, kernels from `kernels` (see executor.h for other
+// devices). Intermediates are released as the plan frees them, and all
 // of them if a step fails. Error{InvalidArgument} for bad inputs and a
 // kernel's reported error.
 RunResult run(const Plan& plan, const KernelLookup& kernels, const std::vector<Tensor>& inputs,

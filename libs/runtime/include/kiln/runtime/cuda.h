@@ -1,0 +1,79 @@
+// Running plans on a CUDA device: kernels of a cubin launched on a stream of
+// the device's primary context (the one torch uses), extern matrix products
+// through cuBLASLt, buffers from an Allocator of device memory. Without a
+// driver every entry point gives Error{Unavailable} (see cuda_driver.h); this
+// header needs no CUDA header.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kiln/runtime/plan.h"
+#include "kiln/runtime/runtime.h"
+
+namespace kiln::runtime {
+
+// Where CUDA work goes: a device's primary context and a stream on it
+// (a CUstream; null is the legacy default stream, torch's default).
+struct CudaStream {
+  int device = 0;
+  void* stream = nullptr;
+};
+
+// Device memory, stream-ordered on `where` (cuMemAllocAsync / cuMemFreeAsync):
+// what it releases may be reused by work queued on that stream after the
+// release. Python passes torch's caching allocator instead.
+class CudaAllocator : public Allocator {
+public:
+  explicit CudaAllocator(CudaStream where) : where_(where) {}
+  void* allocate(size_t bytes) override; // Error{ResourceExhausted}, Error{Unavailable}
+  void release(void* data) override;
+
+private:
+  CudaStream where_;
+};
+
+// A cubin's kernels, loaded (cuModuleLoadData) into a device's primary context
+// the first time that device asks for one of them; unloaded with the module.
+class CudaModule {
+public:
+  CudaModule(std::string image, std::vector<std::string> kernels);
+  ~CudaModule();
+  CudaModule(const CudaModule&) = delete;
+  CudaModule& operator=(const CudaModule&) = delete;
+
+  const std::vector<std::string>& kernels() const { return kernels_; }
+  // Kernel `index`'s CUfunction on `device` (its context must be current).
+  // Error{Unavailable} without a driver, Error{Internal} for an image the
+  // driver rejects, Error{NotFound} for a kernel it lacks.
+  void* function(int device, uint32_t index) const;
+
+private:
+  struct Loaded {
+    void* module = nullptr; // CUmodule
+    std::vector<void*> functions;
+  };
+  std::string image_;
+  std::vector<std::string> kernels_;
+  mutable std::mutex mutex_;
+  mutable std::map<int, Loaded> loaded_; // by device
+};
+
+// Runs the plan on `where`: inputs are device tensors (symbolic ints: 0-d
+// Int64 in host memory), buffers come from `allocator` (device memory usable
+// on `where`), work is queued on the stream and not waited for — except when a
+// kernel that may fail ran: then the run synchronizes the stream once at its
+// end to read the status words, and reports the first failing kernel's error
+// (Error{InvalidArgument}, as the CPU). Symbolic-int outputs are 0-d Int64 in
+// host memory (RunResult::hostInts). Error{Unavailable} without a driver.
+RunResult runCuda(const Plan& plan, const CudaModule& module, const std::vector<Tensor>& inputs,
+                  Allocator& allocator, CudaStream where);
+
+// Whether `target` names a CUDA artifact ("cuda" or "cuda:sm_NN").
+bool isCudaTarget(const std::string& target);
+
+} // namespace kiln::runtime

@@ -1,0 +1,52 @@
+// kiln::runtime::Executor: how one device runs the steps of a plan. The plan
+// interpreter (runtime::run) is shared by every device — it binds the inputs,
+// allocates, reuses and frees the buffers, and hands the outputs out as views —
+// and asks an executor only for what differs: running a kernel, running an
+// extern call, and making a symbolic-int output. The CPU's runs kernels of a
+// loaded shared object (runtime.h); CUDA's launches kernels of a cubin on a
+// stream (cuda.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kiln/runtime/plan.h"
+#include "kiln/runtime/runtime.h"
+
+namespace kiln::runtime {
+
+class Executor {
+public:
+  virtual ~Executor() = default;
+
+  // Before the first step: the run's binding and the values of the plan's
+  // symbol slots (Plan::symbols), both alive until end().
+  virtual void begin(const sym::Binding& binding, const std::vector<int64_t>& symbols) = 0;
+
+  // Plan::kernels[kernel] on the buffers' element 0 pointers (indexed by plan
+  // buffer; the step's writes are allocated). Error{InvalidArgument} for an
+  // error the kernel reports (it may come later, from end(), on a device that
+  // runs asynchronously).
+  virtual void runKernel(uint32_t kernel, char* const* buffers) = 0;
+
+  // An extern call: `inputs` are the step's views, `attrs` its attributes with
+  // symbolic values evaluated, `out` the result buffer as laid out.
+  virtual void callExtern(const Step& step, const std::vector<Tensor>& inputs,
+                          const std::vector<ir::Attr>& attrs, const Tensor& out) = 0;
+
+  // After the last step, before the outputs are handed out: kernels' errors
+  // not reported yet are (CUDA reads its status words here).
+  virtual void end() = 0;
+
+  // A symbolic-int output of value `value`: a 0-d Int64 tensor, whose memory
+  // the executor records in `result` (RunResult::buffers or ::hostInts).
+  virtual Tensor symIntOutput(int64_t value, RunResult& result) = 0;
+};
+
+// Runs the plan's steps through `executor`, buffers from `allocator`.
+// Intermediates are released as the plan frees them, and all of them if a
+// step fails. Error{InvalidArgument} for bad inputs and a kernel's reported error.
+RunResult run(const Plan& plan, Executor& executor, const std::vector<Tensor>& inputs,
+              Allocator& allocator);
+
+} // namespace kiln::runtime

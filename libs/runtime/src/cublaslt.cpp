@@ -1,0 +1,81 @@
+#include "cublaslt.h"
+
+#include <dlfcn.h>
+
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "kiln/common/error.h"
+
+namespace kiln::runtime::detail {
+namespace {
+
+struct Loaded {
+  std::optional<CublasLt> library;
+  std::string error;
+};
+
+const Loaded& loaded() {
+  static const Loaded once = [] {
+    Loaded out;
+    std::string why;
+    void* handle = nullptr;
+    for (const char* path : {"libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13"}) {
+      handle = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);
+      if (handle) break;
+      const char* e = ::dlerror();
+      why += std::string(why.empty() ? "" : "; ") + (e ? e : path);
+    }
+    if (!handle) {
+      out.error = "no cuBLASLt: libcublasLt.so.13 could not be loaded: " + why;
+      return out;
+    }
+    CublasLt lt;
+#define KILN_CUBLASLT_LOAD(name)                                                                   \
+  lt.name = reinterpret_cast<decltype(lt.name)>(::dlsym(handle, #name));                           \
+  if (!lt.name) {                                                                                  \
+    out.error = "no cuBLASLt: libcublasLt.so.13 lacks " #name;                                     \
+    return out;                                                                                    \
+  }
+    KILN_CUBLASLT_FUNCTIONS(KILN_CUBLASLT_LOAD)
+#undef KILN_CUBLASLT_LOAD
+    out.library = lt;
+    return out;
+  }();
+  return once;
+}
+
+} // namespace
+
+const CublasLt& cublasLt() {
+  const Loaded& l = loaded();
+  if (!l.library) throw Error(ErrorCode::Unavailable, l.error);
+  return *l.library;
+}
+
+void cublasCheck(cublasStatus_t status, const char* call) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  const Loaded& l = loaded();
+  const char* text = l.library ? l.library->cublasLtGetStatusString(status) : nullptr;
+  ErrorCode code = ErrorCode::Internal;
+  if (status == CUBLAS_STATUS_ALLOC_FAILED) code = ErrorCode::ResourceExhausted;
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) code = ErrorCode::Unsupported;
+  throw Error(code, std::string("runtime: ") + call + ": " +
+                        (text ? text : "cuBLAS status " + std::to_string(status)));
+}
+
+cublasLtHandle_t cublasLtHandle(int device) {
+  static std::mutex mutex;
+  static std::map<int, cublasLtHandle_t> handles; // one per device, kept for the process
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = handles.find(device);
+  if (it != handles.end()) return it->second;
+  cublasLtHandle_t handle;
+  cublasCheck(cublasLt().cublasLtCreate(&handle), "cublasLtCreate");
+  handles.emplace(device, handle);
+  return handle;
+}
+
+} // namespace kiln::runtime::detail

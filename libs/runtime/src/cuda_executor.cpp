@@ -1,0 +1,214 @@
+// CUDA's executor: kernels of a cubin launched on a stream, matrix products
+// through cuBLASLt, the kernels' status words read once at the end of a run.
+#include <algorithm>
+#include <climits>
+
+#include "cuda_matmul.h"
+#include "kiln/common/error.h"
+#include "kiln/runtime/cuda.h"
+#include "kiln/runtime/cuda_driver.h"
+#include "kiln/runtime/executor.h"
+
+namespace kiln::runtime {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20; // cuBLASLt's, per run
+constexpr uint32_t kDefaultSharedBytes = 48 << 10;   // above it a kernel must opt in
+
+class CudaExecutor : public Executor {
+public:
+  CudaExecutor(const Plan& plan, const CudaModule& module, Allocator& allocator, CudaStream where)
+      : plan_(plan), module_(module), allocator_(allocator), where_(where), driver_(cudaDriver()),
+        stream_(static_cast<CUstream>(where.stream)) {}
+
+  ~CudaExecutor() override {
+    if (status_) allocator_.release(status_);
+    if (workspace_) allocator_.release(workspace_);
+  }
+
+  void begin(const sym::Binding& binding, const std::vector<int64_t>& symbols) override {
+    if (plan_.launches.size() != plan_.kernels.size())
+      throw Error(ErrorCode::Malformed,
+                  "runtime: a CUDA plan of " + std::to_string(plan_.kernels.size()) +
+                      " kernels with " + std::to_string(plan_.launches.size()) + " launches");
+    binding_ = &binding;
+    symbols_ = &symbols;
+    for (uint32_t k = 0; k < plan_.kernels.size(); ++k) {
+      auto fn = static_cast<CUfunction>(module_.function(where_.device, k));
+      uint32_t shared = plan_.launches[k].sharedBytes;
+      if (shared > kDefaultSharedBytes)
+        cudaCheck(driver_.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                             static_cast<int>(shared)),
+                  "cuFuncSetAttribute");
+      functions_.push_back(fn);
+    }
+  }
+
+  void runKernel(uint32_t kernel, char* const* buffers) override {
+    const Launch& launch = plan_.launches.at(kernel);
+    int64_t items = sym::evaluate(launch.items, *binding_);
+    if (items <= 0) return; // nothing to do: launch nothing
+    int64_t blocks = std::min<int64_t>((items - 1) / launch.itemsPerBlock + 1, INT32_MAX);
+    // The parameters: buffers' element 0, symbol values, the status word.
+    std::vector<CUdeviceptr> pointers;
+    for (uint32_t b : launch.buffers) {
+      if (!buffers[b])
+        throw Error(ErrorCode::Internal, "runtime: " + plan_.kernels[kernel] + " reads buffer " +
+                                             plan_.buffers.at(b).name +
+                                             ", which holds no memory now");
+      pointers.push_back(reinterpret_cast<CUdeviceptr>(buffers[b]));
+    }
+    std::vector<int64_t> values;
+    for (uint32_t slot : launch.symbols) values.push_back(symbols_->at(slot));
+    int* status = nullptr;
+    if (launch.mayFail) {
+      status = statusWords() + kernel;
+      failing_.push_back(kernel);
+    }
+    std::vector<void*> args;
+    for (CUdeviceptr& p : pointers) args.push_back(&p);
+    for (int64_t& v : values) args.push_back(&v);
+    args.push_back(&status);
+    cudaCheck(driver_.cuLaunchKernel(functions_[kernel], static_cast<unsigned>(blocks), 1, 1,
+                                     launch.threads, 1, 1, launch.sharedBytes, stream_, args.data(),
+                                     nullptr),
+              "cuLaunchKernel");
+  }
+
+  void callExtern(const Step& step, const std::vector<Tensor>& inputs,
+                  const std::vector<ir::Attr>& attrs, const Tensor& out) override {
+    detail::CudaCallContext context{driver_, stream_, where_.device, allocator_,
+                                    [this](size_t& bytes) { return workspace(bytes); }};
+    if (detail::cudaMatrixProduct(step.op, inputs, attrs, out, context)) return;
+    throw Error(ErrorCode::Unsupported, "runtime: no CUDA routine for the extern call " + step.op);
+  }
+
+  void end() override {
+    if (failing_.empty()) return; // nothing can have failed: no synchronization
+    std::vector<int> host(plan_.kernels.size(), 0);
+    cudaCheck(driver_.cuMemcpyDtoHAsync(host.data(), reinterpret_cast<CUdeviceptr>(status_),
+                                        host.size() * sizeof(int), stream_),
+              "cuMemcpyDtoHAsync");
+    cudaCheck(driver_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    for (uint32_t k : failing_) { // the first kernel, in plan order, that failed
+      const std::string& name = plan_.kernels[k];
+      if (host[k] == 1)
+        throw Error(ErrorCode::InvalidArgument, name + ": integer division by zero");
+      if (host[k] == 2)
+        throw Error(ErrorCode::InvalidArgument, name + ": an index is out of range");
+      if (host[k] != 0)
+        throw Error(ErrorCode::Internal, name + ": status " + std::to_string(host[k]));
+    }
+  }
+
+  // Host memory: the value is known here, the device has no use for it.
+  Tensor symIntOutput(int64_t value, RunResult& result) override {
+    result.hostInts.push_back(value);
+    return {ir::DType::Int64, &result.hostInts.back(), {}, {}};
+  }
+
+private:
+  // One status int per kernel (set only by those that may fail), zeroed
+  // before the first of them runs.
+  int* statusWords() {
+    if (!status_) {
+      size_t count = plan_.kernels.size();
+      status_ = allocator_.allocate(count * sizeof(int));
+      cudaCheck(driver_.cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(status_), 0, count, stream_),
+                "cuMemsetD32Async");
+    }
+    return static_cast<int*>(status_);
+  }
+
+  void* workspace(size_t& bytes) {
+    if (!workspace_) workspace_ = allocator_.allocate(kWorkspaceBytes);
+    bytes = kWorkspaceBytes;
+    return workspace_;
+  }
+
+  const Plan& plan_;
+  const CudaModule& module_;
+  Allocator& allocator_;
+  CudaStream where_;
+  const CudaDriver& driver_;
+  CUstream stream_;
+  const sym::Binding* binding_ = nullptr;
+  const std::vector<int64_t>* symbols_ = nullptr;
+  std::vector<CUfunction> functions_;
+  std::vector<uint32_t> failing_; // kernels launched that may fail, in order
+  void* status_ = nullptr;
+  void* workspace_ = nullptr;
+};
+
+} // namespace
+
+void* CudaAllocator::allocate(size_t bytes) {
+  const CudaDriver& d = cudaDriver();
+  CudaContextScope scope(where_.device);
+  CUdeviceptr p = 0;
+  cudaCheck(d.cuMemAllocAsync(&p, std::max<size_t>(bytes, 1), static_cast<CUstream>(where_.stream)),
+            "cuMemAllocAsync");
+  return reinterpret_cast<void*>(p);
+}
+
+void CudaAllocator::release(void* data) {
+  try { // called from destructors: a failure here is lost, never thrown
+    CudaContextScope scope(where_.device);
+    cudaDriver().cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(data),
+                                static_cast<CUstream>(where_.stream));
+  } catch (const Error&) {
+  }
+}
+
+CudaModule::CudaModule(std::string image, std::vector<std::string> kernels)
+    : image_(std::move(image)), kernels_(std::move(kernels)) {}
+
+CudaModule::~CudaModule() {
+  for (auto& [device, loaded] : loaded_) {
+    try {
+      CudaContextScope scope(device);
+      cudaDriver().cuModuleUnload(static_cast<CUmodule>(loaded.module));
+    } catch (const Error&) { // the driver may be gone at exit
+    }
+  }
+}
+
+void* CudaModule::function(int device, uint32_t index) const {
+  if (index >= kernels_.size())
+    throw Error(ErrorCode::NotFound, "runtime: kernel " + std::to_string(index) + " of " +
+                                         std::to_string(kernels_.size()));
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = loaded_.find(device);
+  if (it == loaded_.end()) {
+    const CudaDriver& d = cudaDriver();
+    CudaContextScope scope(device);
+    if (image_.empty())
+      throw Error(ErrorCode::Malformed, "runtime: a CUDA artifact without a cubin");
+    CUmodule module = nullptr;
+    cudaCheck(d.cuModuleLoadData(&module, image_.data()), "cuModuleLoadData");
+    Loaded loaded{module, {}};
+    for (const std::string& name : kernels_) {
+      CUfunction fn = nullptr;
+      CUresult r = d.cuModuleGetFunction(&fn, module, name.c_str());
+      if (r != CUDA_SUCCESS) {
+        d.cuModuleUnload(module);
+        if (r == CUDA_ERROR_NOT_FOUND)
+          throw Error(ErrorCode::NotFound, "runtime: no kernel " + name + " in the cubin");
+        cudaCheck(r, "cuModuleGetFunction");
+      }
+      loaded.functions.push_back(fn);
+    }
+    it = loaded_.emplace(device, std::move(loaded)).first;
+  }
+  return it->second.functions[index];
+}
+
+RunResult runCuda(const Plan& plan, const CudaModule& module, const std::vector<Tensor>& inputs,
+                  Allocator& allocator, CudaStream where) {
+  cudaDriver(); // Error{Unavailable} before anything else
+  CudaContextScope scope(where.device);
+  CudaExecutor executor(plan, module, allocator, where);
+  return run(plan, executor, inputs, allocator);
+}
+
+} // namespace kiln::runtime

@@ -1,0 +1,405 @@
+#include "cuda_matmul.h"
+
+#include <climits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <tuple>
+#include <utility>
+
+#include "cublaslt.h"
+#include "cuda_copy.h"
+#include "kiln/common/error.h"
+#include "matrix_product.h"
+
+namespace kiln::runtime::detail {
+namespace {
+
+// A matrix as cuBLASLt reads it: column-major with leading dimension `ld`
+// (unit row stride), or the transpose of one (unit column stride).
+struct Stored {
+  bool transposed;
+  int64_t ld;
+};
+
+std::optional<Stored> stored(const MatrixLayout& x) {
+  int64_t rows = std::max<int64_t>(x.rows, 1), cols = std::max<int64_t>(x.cols, 1);
+  if (x.rowStride == 1 || x.rows == 1) {
+    int64_t ld = x.cols == 1 ? rows : x.colStride;
+    if (ld >= rows) return Stored{false, ld};
+  }
+  if (x.colStride == 1 || x.cols == 1) {
+    int64_t ld = x.rows == 1 ? cols : x.rowStride;
+    if (ld >= cols) return Stored{true, ld};
+  }
+  return std::nullopt;
+}
+
+struct Types {
+  cudaDataType data, scale;
+  cublasComputeType_t compute;
+};
+
+std::optional<Types> typesOf(ir::DType dtype) {
+  switch (dtype) {
+  case ir::DType::Float32: return Types{CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F};
+  case ir::DType::Float16: return Types{CUDA_R_16F, CUDA_R_32F, CUBLAS_COMPUTE_32F};
+  case ir::DType::BFloat16: return Types{CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F};
+  case ir::DType::Float64: return Types{CUDA_R_64F, CUDA_R_64F, CUBLAS_COMPUTE_64F};
+  default: return std::nullopt;
+  }
+}
+
+uint32_t alignment(const void* p) {
+  auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
+}
+
+// One cuBLASLt call: D (m x n, column-major) = epilogue(alpha * op(A) op(B) +
+// beta * D), `batch` times at the given strides.
+struct Gemm {
+  Types types;
+  bool transA = false, transB = false;
+  int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldd = 0;
+  int64_t batch = 1, strideA = 0, strideB = 0, strideD = 0;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  uint32_t alignA = 0, alignB = 0, alignD = 0, alignBias = 0;
+
+  auto key() const {
+    return std::make_tuple(int(types.data), transA, transB, m, n, k, lda, ldb, ldd, batch, strideA,
+                           strideB, strideD, int(epilogue), alignA, alignB, alignD, alignBias);
+  }
+};
+
+// The heuristic's choice per call shape, for the process.
+struct AlgoCache {
+  std::mutex mutex;
+  using Key = decltype(std::tuple_cat(std::make_tuple(0), std::declval<Gemm>().key()));
+  std::map<Key, cublasLtMatmulAlgo_t> algos; // device, then the call's shape
+};
+
+AlgoCache& algoCache() {
+  static AlgoCache cache;
+  return cache;
+}
+
+template <class T, class Destroy> struct Owned { // a cuBLASLt descriptor, destroyed with its scope
+  T handle = nullptr;
+  Destroy destroy;
+  ~Owned() {
+    if (handle) destroy(handle);
+  }
+};
+
+template <class Desc, class Attr, class Value>
+void set(cublasStatus_t (*fn)(Desc, Attr, const void*, size_t), Desc desc, Attr attr,
+         const Value& value, const char* call) {
+  cublasCheck(fn(desc, attr, &value, sizeof(value)), call);
+}
+
+void runGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const void* b, void* d,
+             const void* bias, double alpha, double beta) {
+  const CublasLt& lt = cublasLt();
+  cublasLtHandle_t handle = cublasLtHandle(ctx.device);
+  Owned<cublasLtMatmulDesc_t, decltype(lt.cublasLtMatmulDescDestroy)> op{
+      nullptr, lt.cublasLtMatmulDescDestroy};
+  cublasCheck(lt.cublasLtMatmulDescCreate(&op.handle, g.types.compute, g.types.scale),
+              "cublasLtMatmulDescCreate");
+  int32_t ta = g.transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  auto setOp = lt.cublasLtMatmulDescSetAttribute;
+  set(setOp, op.handle, CUBLASLT_MATMUL_DESC_TRANSA, ta, "cublasLtMatmulDescSetAttribute");
+  set(setOp, op.handle, CUBLASLT_MATMUL_DESC_TRANSB, tb, "cublasLtMatmulDescSetAttribute");
+  if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    set(setOp, op.handle, CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue,
+        "cublasLtMatmulDescSetAttribute");
+  if (bias)
+    set(setOp, op.handle, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias,
+        "cublasLtMatmulDescSetAttribute");
+  using Layout = Owned<cublasLtMatrixLayout_t, decltype(lt.cublasLtMatrixLayoutDestroy)>;
+  auto layout = [&](Layout& out, int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
+    cublasCheck(lt.cublasLtMatrixLayoutCreate(&out.handle, g.types.data,
+                                              static_cast<uint64_t>(rows),
+                                              static_cast<uint64_t>(cols), ld),
+                "cublasLtMatrixLayoutCreate");
+    if (g.batch == 1) return;
+    auto setLayout = lt.cublasLtMatrixLayoutSetAttribute;
+    int32_t count = static_cast<int32_t>(g.batch);
+    set(setLayout, out.handle, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count,
+        "cublasLtMatrixLayoutSetAttribute");
+    set(setLayout, out.handle, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, stride,
+        "cublasLtMatrixLayoutSetAttribute");
+  };
+  Layout la{nullptr, lt.cublasLtMatrixLayoutDestroy}, lb{nullptr, lt.cublasLtMatrixLayoutDestroy},
+      ld{nullptr, lt.cublasLtMatrixLayoutDestroy};
+  layout(la, g.transA ? g.k : g.m, g.transA ? g.m : g.k, g.lda, g.strideA);
+  layout(lb, g.transB ? g.n : g.k, g.transB ? g.k : g.n, g.ldb, g.strideB);
+  layout(ld, g.m, g.n, g.ldd, g.strideD);
+  size_t workspaceBytes = 0;
+  void* workspace = ctx.workspace(workspaceBytes);
+
+  cublasLtMatmulAlgo_t algo;
+  {
+    AlgoCache& cache = algoCache();
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    auto key = std::tuple_cat(std::make_tuple(ctx.device), g.key());
+    auto it = cache.algos.find(key);
+    if (it == cache.algos.end()) {
+      Owned<cublasLtMatmulPreference_t, decltype(lt.cublasLtMatmulPreferenceDestroy)> pref{
+          nullptr, lt.cublasLtMatmulPreferenceDestroy};
+      cublasCheck(lt.cublasLtMatmulPreferenceCreate(&pref.handle),
+                  "cublasLtMatmulPreferenceCreate");
+      auto setPref = lt.cublasLtMatmulPreferenceSetAttribute;
+      uint64_t bytes = workspaceBytes;
+      const char* call = "cublasLtMatmulPreferenceSetAttribute";
+      set(setPref, pref.handle, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, bytes, call);
+      set(setPref, pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.alignA, call);
+      set(setPref, pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.alignB, call);
+      set(setPref, pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, g.alignD, call);
+      set(setPref, pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.alignD, call);
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      cublasCheck(lt.cublasLtMatmulAlgoGetHeuristic(handle, op.handle, la.handle, lb.handle,
+                                                    ld.handle, ld.handle, pref.handle, 1, &result,
+                                                    &found),
+                  "cublasLtMatmulAlgoGetHeuristic");
+      if (found == 0)
+        throw Error(ErrorCode::Unsupported, "runtime: cuBLASLt has no algorithm for a " +
+                                                std::to_string(g.m) + "x" + std::to_string(g.n) +
+                                                "x" + std::to_string(g.k) + " product");
+      it = cache.algos.emplace(key, result.algo).first;
+    }
+    algo = it->second;
+  }
+  float alpha32 = static_cast<float>(alpha), beta32 = static_cast<float>(beta);
+  bool wide = g.types.scale == CUDA_R_64F;
+  cublasCheck(
+      lt.cublasLtMatmul(handle, op.handle, wide ? static_cast<const void*>(&alpha) : &alpha32, a,
+                        la.handle, b, lb.handle, wide ? static_cast<const void*>(&beta) : &beta32,
+                        d, ld.handle, d, ld.handle, &algo, workspace, workspaceBytes, ctx.stream),
+      "cublasLtMatmul");
+}
+
+// Device memory for the length of one extern call (stream-ordered release).
+struct Temp {
+  Allocator& allocator;
+  void* data = nullptr;
+  Temp(Allocator& a, size_t bytes) : allocator(a), data(a.allocate(std::max<size_t>(bytes, 1))) {}
+  ~Temp() { allocator.release(data); }
+  Temp(const Temp&) = delete;
+  Temp& operator=(const Temp&) = delete;
+};
+
+// A batch dim of the product: its size and each operand's stride (elements).
+struct Dim {
+  int64_t size, a, b, c;
+};
+
+// The batch dims, size-1 dims dropped and dims merged where every operand
+// steps through them as through one.
+std::vector<Dim> collapse(const ProductShape& p) {
+  std::vector<Dim> dims;
+  for (size_t d = 0; d < p.batchSizes.size(); ++d) {
+    Dim next{p.batchSizes[d], p.a.batchStrides[d], p.b.batchStrides[d], p.c.batchStrides[d]};
+    if (next.size == 1) continue;
+    if (!dims.empty()) {
+      Dim& last = dims.back();
+      if (last.a == next.a * next.size && last.b == next.b * next.size &&
+          last.c == next.c * next.size) {
+        last = {last.size * next.size, next.a, next.b, next.c};
+        continue;
+      }
+    }
+    dims.push_back(next);
+  }
+  return dims;
+}
+
+const char* at(const void* base, int64_t elements, size_t e) {
+  return static_cast<const char*>(base) + elements * static_cast<int64_t>(e);
+}
+char* at(void* base, int64_t elements, size_t e) {
+  return static_cast<char*>(base) + elements * static_cast<int64_t>(e);
+}
+
+// The product of one entry of the outer batch dims: `count` matrices of the
+// inner batch dim, `inner` holding each operand's stride along it.
+struct Entry {
+  const void* a;
+  const void* b;
+  void* c;
+  Dim inner;
+};
+
+class DeviceProduct {
+public:
+  DeviceProduct(const ProductShape& p, Types types, Epilogue epilogue, const CudaCallContext& ctx)
+      : p_(p), types_(types), epilogue_(epilogue), ctx_(ctx), e_(elementSize(p.dtype)) {}
+
+  void run(const Entry& entry) {
+    int64_t m = p_.c.matrix.rows, n = p_.c.matrix.cols, k = p_.a.matrix.cols,
+            count = entry.inner.size;
+    if (m == 0 || n == 0 || count == 0) return;
+    if (count > INT32_MAX)
+      throw Error(ErrorCode::Unsupported, "runtime: a batch of more than 2^31 products");
+    bool withBias = p_.bias && p_.beta != 0;
+    // The result: C itself when cuBLASLt can write it (as D = C, or D = C^T
+    // from B^T A^T), else a dense temporary copied into C at the end.
+    MatrixLayout c = p_.c.matrix;
+    void* cData = entry.c;
+    int64_t cStride = entry.inner.c;
+    std::optional<Temp> cTemp;
+    if (!storedColumnMajor(c) && !storedColumnMajor(c.transposed())) {
+      cTemp.emplace(ctx_.allocator, static_cast<size_t>(count * m * n) * e_);
+      cData = cTemp->data, c = {m, n, n, 1}, cStride = m * n;
+    }
+    bool swap = storedColumnMajor(c.transposed());
+    // addmm's bias as cuBLASLt's epilogue (torch's fast path): a vector along
+    // C's columns (D = C^T's rows), beta 1, one matrix.
+    const void* biasVector = nullptr;
+    if (withBias && swap && p_.beta == 1 && count == 1 && m > 1 && n > 1 && k > 1) {
+      MatrixLayout b = biasLayout(*p_.bias, m, n);
+      if (b.rowStride == 0 && b.colStride == 1 && alignment(p_.bias->data) >= 16)
+        biasVector = p_.bias->data;
+    }
+    double beta = 0;
+    if (withBias && !biasVector) { // C = the bias, broadcast; then D = alpha * AB + beta * C
+      for (int64_t i = 0; i < count; ++i)
+        copyMatrix(ctx_.driver, ctx_.stream, p_.bias->data, biasLayout(*p_.bias, m, n),
+                   at(cData, i * cStride, e_), c, e_);
+      beta = p_.beta;
+    }
+    if (k == 0) { // no products: C is 0, or the bias (with beta 1)
+      if (withBias && (p_.beta != 1 || epilogue_ != Epilogue::None))
+        throw Error(ErrorCode::Unsupported,
+                    "runtime: addmm with an empty inner dim, beta != 1 or an epilogue");
+      if (!withBias) {
+        Temp zero(ctx_.allocator, 16);
+        cudaCheck(ctx_.driver.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(zero.data), 0, 16,
+                                              ctx_.stream),
+                  "cuMemsetD8Async");
+        for (int64_t i = 0; i < count; ++i)
+          copyMatrix(ctx_.driver, ctx_.stream, zero.data, {m, n, 0, 0}, at(cData, i * cStride, e_),
+                     c, e_);
+      }
+    } else {
+      // D = C: A @ B; or D = C^T: B^T @ A^T.
+      MatrixLayout x = swap ? p_.b.matrix.transposed() : p_.a.matrix;
+      MatrixLayout y = swap ? p_.a.matrix.transposed() : p_.b.matrix;
+      const void* xData = swap ? entry.b : entry.a;
+      const void* yData = swap ? entry.a : entry.b;
+      int64_t xStride = swap ? entry.inner.b : entry.inner.a,
+              yStride = swap ? entry.inner.a : entry.inner.b;
+      std::optional<Temp> xTemp, yTemp;
+      dense(x, xData, xStride, count, xTemp);
+      dense(y, yData, yStride, count, yTemp);
+      MatrixLayout d = swap ? c.transposed() : c;
+      Stored sx = *stored(x), sy = *stored(y), sd = *stored(d);
+      Gemm g;
+      g.types = types_;
+      g.transA = sx.transposed, g.transB = sy.transposed;
+      g.m = d.rows, g.n = d.cols, g.k = k;
+      g.lda = sx.ld, g.ldb = sy.ld, g.ldd = sd.ld;
+      g.batch = count, g.strideA = xStride, g.strideB = yStride, g.strideD = cStride;
+      g.epilogue = epilogueOf(biasVector != nullptr);
+      g.alignA = alignment(xData), g.alignB = alignment(yData), g.alignD = alignment(cData);
+      g.alignBias = biasVector ? alignment(biasVector) : 0;
+      runGemm(ctx_, g, xData, yData, cData, biasVector, p_.alpha, beta);
+    }
+    if (cTemp)
+      for (int64_t i = 0; i < count; ++i)
+        copyMatrix(ctx_.driver, ctx_.stream, at(cData, i * cStride, e_), c,
+                   at(entry.c, i * entry.inner.c, e_), p_.c.matrix, e_);
+  }
+
+private:
+  static bool storedColumnMajor(const MatrixLayout& x) {
+    auto s = stored(x);
+    return s && !s->transposed;
+  }
+
+  // An operand cuBLASLt cannot read as it lies is copied into a dense
+  // row-major temporary (`count` matrices), which it reads transposed.
+  void dense(MatrixLayout& x, const void*& data, int64_t& stride, int64_t count,
+             std::optional<Temp>& temp) {
+    if (stored(x)) return;
+    int64_t size = x.rows * x.cols;
+    temp.emplace(ctx_.allocator, static_cast<size_t>(count * size) * e_);
+    MatrixLayout to{x.rows, x.cols, x.cols, 1};
+    for (int64_t i = 0; i < count; ++i)
+      copyMatrix(ctx_.driver, ctx_.stream, at(data, i * stride, e_), x,
+                 at(temp->data, i * size, e_), to, e_);
+    x = to, data = temp->data, stride = size;
+  }
+
+  cublasLtEpilogue_t epilogueOf(bool bias) const {
+    switch (epilogue_) {
+    case Epilogue::Relu: return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    case Epilogue::GeluTanh: return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    case Epilogue::None: break;
+    }
+    return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  }
+
+  const ProductShape& p_;
+  Types types_;
+  Epilogue epilogue_;
+  const CudaCallContext& ctx_;
+  size_t e_;
+};
+
+} // namespace
+
+Epilogue parseEpilogue(const std::vector<ir::Attr>& attrs) {
+  for (const ir::Attr& a : attrs) {
+    if (a.name != "epilogue") continue;
+    const auto* name = std::get_if<std::string>(&a.value);
+    if (!name)
+      throw Error(ErrorCode::InvalidArgument, "runtime: the epilogue attribute is not a name");
+    if (name->empty() || *name == "none") return Epilogue::None;
+    if (*name == "relu") return Epilogue::Relu;
+    if (*name == "gelu_tanh") return Epilogue::GeluTanh;
+    throw Error(ErrorCode::InvalidArgument,
+                "runtime: unknown epilogue '" + *name + "' (have: none, relu, gelu_tanh)");
+  }
+  return Epilogue::None;
+}
+
+bool cudaMatrixProduct(const std::string& op, const std::vector<Tensor>& inputs,
+                       const std::vector<ir::Attr>& attrs, const Tensor& out,
+                       const CudaCallContext& context) {
+  std::optional<ProductShape> p =
+      productShape(op, inputs, numberAttr(attrs, "alpha"), numberAttr(attrs, "beta"), out);
+  if (!p) return false;
+  std::optional<Types> types = typesOf(out.dtype);
+  if (!types)
+    throw Error(ErrorCode::Unsupported, "runtime: no CUDA routine for " + op + " of " +
+                                            std::string(ir::name(out.dtype)) +
+                                            " (have: f32, f16, bf16, f64)");
+  Epilogue epilogue = parseEpilogue(attrs);
+  if (epilogue != Epilogue::None && p->a.matrix.cols == 0)
+    throw Error(ErrorCode::Unsupported,
+                "runtime: an epilogue on a product with an empty inner dim");
+  std::vector<Dim> dims = collapse(*p);
+  Dim inner = dims.empty() ? Dim{1, 0, 0, 0} : dims.back();
+  if (!dims.empty()) dims.pop_back();
+  DeviceProduct product(*p, *types, epilogue, context);
+  size_t e = elementSize(p->dtype);
+  std::vector<int64_t> index(dims.size(), 0);
+  int64_t outer = 1;
+  for (const Dim& d : dims) outer *= d.size;
+  for (int64_t n = 0; n < outer; ++n) { // the outer batch dims, row-major
+    int64_t offA = 0, offB = 0, offC = 0;
+    for (size_t d = 0; d < dims.size(); ++d)
+      offA += index[d] * dims[d].a, offB += index[d] * dims[d].b, offC += index[d] * dims[d].c;
+    product.run({at(p->a.data, offA, e), at(p->b.data, offB, e), at(p->c.data, offC, e), inner});
+    for (size_t d = dims.size(); d-- > 0;) {
+      if (++index[d] < dims[d].size) break;
+      index[d] = 0;
+    }
+  }
+  return true;
+}
+
+} // namespace kiln::runtime::detail

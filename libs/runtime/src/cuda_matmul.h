@@ -1,0 +1,39 @@
+// Internal to libs/runtime: extern matrix products on a CUDA device through
+// cuBLASLt — mm, bmm, addmm (alpha, beta) and matmul in torch's forms, for
+// f32 (CUBLAS_COMPUTE_32F: no TF32, torch's default), f16 and bf16 (f32
+// accumulation) and f64. The shapes are matrix_product.h's, as on the CPU.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/runtime/cuda_driver.h"
+#include "kiln/runtime/runtime.h"
+
+namespace kiln::runtime::detail {
+
+// What a device extern call runs with: the stream, and device memory from the
+// run's allocator (scratch released when the call returns, stream-ordered).
+struct CudaCallContext {
+  const CudaDriver& driver;
+  CUstream stream;
+  int device;
+  Allocator& allocator;
+  std::function<void*(size_t& bytes)> workspace; // the run's cuBLASLt workspace and its size
+};
+
+// The epilogue a step's `epilogue` attribute asks for after the product (and
+// addmm's bias): "" or "none", "relu", "gelu_tanh" (torch's gelu(approximate=
+// "tanh"); cuBLASLt has no erf gelu). Error{InvalidArgument} for other names.
+enum class Epilogue { None, Relu, GeluTanh };
+Epilogue parseEpilogue(const std::vector<ir::Attr>& attrs);
+
+// Runs `op` into `out` on the device; false when `op` is not a matrix product.
+// Error{Unsupported} for a dtype other than f32, f16, bf16, f64.
+bool cudaMatrixProduct(const std::string& op, const std::vector<Tensor>& inputs,
+                       const std::vector<ir::Attr>& attrs, const Tensor& out,
+                       const CudaCallContext& context);
+
+} // namespace kiln::runtime::detail
