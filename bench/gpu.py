@@ -149,7 +149,12 @@ def main():
             (got,) = compiled(*ins)
             want = eager(*ins)
             tol = 2e-2 if want.dtype == torch.bfloat16 else 1e-4
-            torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+            try:
+                torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+                mismatch = None
+            except AssertionError as e:  # reported with the timings, never hidden
+                mismatch = str(e).splitlines()[:4]
+                print(f"{name}: MISMATCH vs eager: {mismatch}", flush=True)
             fns = {"kiln": lambda: compiled(*ins), "eager": lambda: eager(*ins), "torch_compile": lambda: tc(*ins)}
             if moved:
                 src = torch.empty(moved // 2, dtype=torch.uint8, device="cuda")
@@ -166,6 +171,8 @@ def main():
                 "kernels": compiled.explain.count("kernel "),
                 "extern_calls": compiled.explain.count("extern "),
             }
+            if mismatch:
+                r["mismatch_vs_eager"] = mismatch
             if moved:
                 r["kiln_gbps"] = round(moved / t["kiln"] / 1e9, 1)
                 r["copy_gbps"] = round(moved / t["copy"] / 1e9, 1)

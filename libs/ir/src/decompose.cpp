@@ -35,8 +35,7 @@ ValueId scalarOp(Graph& g, std::string_view op, ValueId x, AttrValue other) {
   return g.call(op, {x}, {{"other", std::move(other)}});
 }
 
-ValueId gelu(Graph& g, const Node& node, const std::vector<ValueId>& in) {
-  ValueId x = in[0];
+ValueId geluOf(Graph& g, const Node& node, ValueId x) {
   ValueId inner;
   if (attrOr<std::string>(node, "approximate", "none") == "tanh") {
     ValueId cube = scalarOp(g, "pow", x, int64_t{3});
@@ -49,14 +48,25 @@ ValueId gelu(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   return g.call("mul", {half, scalarOp(g, "add", inner, 1.0)});
 }
 
+// A composite of f16/bf16 computed in f32 and rounded once, as torch's
+// kernels (and Inductor) compute it: `body` gets x in opmath.
+template <class Body> ValueId inOpmath(Graph& g, ValueId x, Body body) {
+  DType t = g.meta(x).dtype;
+  if (t != DType::Float16 && t != DType::BFloat16) return body(x);
+  ValueId y = body(g.call("to_dtype", {x}, {{"dtype", DType::Float32}}));
+  return g.call("to_dtype", {y}, {{"dtype", t}});
+}
+
+ValueId gelu(Graph& g, const Node& node, const std::vector<ValueId>& in) {
+  return inOpmath(g, in[0], [&](ValueId x) { return geluOf(g, node, x); });
+}
+
 ValueId silu(Graph& g, const Node&, const std::vector<ValueId>& in) {
-  return g.call("mul", {in[0], g.call("sigmoid", {in[0]})});
+  return inOpmath(g, in[0], [&](ValueId x) { return g.call("mul", {x, g.call("sigmoid", {x})}); });
 }
 
 // softmax: exp(x - max) / sum; log_softmax: (x - max) - log(sum(exp(x - max))).
-ValueId softmax(Graph& g, const Node& node, const std::vector<ValueId>& in) {
-  ValueId x = in[0];
-  if (const AttrValue* t = node.attr("dtype")) x = g.call("to_dtype", {x}, {{"dtype", *t}});
+ValueId softmaxOf(Graph& g, const Node& node, ValueId x) {
   std::vector<Attr> along = {{"dim", std::vector<int64_t>{attrOr<int64_t>(node, "dim", 0)}},
                              {"keepdim", true}};
   // Over an empty dim there is no max (nor any element): skip the shift.
@@ -70,11 +80,15 @@ ValueId softmax(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   if (node.target == "softmax") {
     // torch's CPU kernels multiply by the sum's reciprocal: a multiply per element where a divide
     // costs several times more. Half types keep the divide (a rounded reciprocal adds an error).
-    DType t = g.meta(e).dtype;
-    if (t == DType::Float32 || t == DType::Float64) return g.call("mul", {e, g.call("reciprocal", {total})});
-    return g.call("div", {e, total});
+    return g.call("mul", {e, g.call("reciprocal", {total})});
   }
   return g.call("sub", {shifted, g.call("log", {total})});
+}
+
+ValueId softmax(Graph& g, const Node& node, const std::vector<ValueId>& in) {
+  ValueId x = in[0];
+  if (const AttrValue* t = node.attr("dtype")) x = g.call("to_dtype", {x}, {{"dtype", *t}});
+  return inOpmath(g, x, [&](ValueId v) { return softmaxOf(g, node, v); });
 }
 
 // addmm: alpha * (mat1 @ mat2) + beta * self, where a factor of 0 drops its
@@ -141,9 +155,8 @@ double defaultEps(DType t) { // torch.finfo(t).eps, rms_norm's default
 
 // layer_norm: (x - mean) * rsqrt(var + eps) * weight + bias over the trailing dims;
 // rms_norm: x * rsqrt(mean(x^2) + eps) * weight.
-ValueId norm(Graph& g, const Node& node, const std::vector<ValueId>& in) {
-  ValueId x = in[0];
-  const TensorMeta& m = g.meta(x);
+ValueId normOf(Graph& g, const Node& node, const std::vector<ValueId>& in, ValueId x) {
+  const TensorMeta m = g.meta(x); // a copy: calls grow the graph
   size_t k = std::visit(
       [](const auto& v) -> size_t {
         using V = std::decay_t<decltype(v)>;
@@ -157,7 +170,7 @@ ValueId norm(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   for (size_t i = m.dim() - k; i < m.dim(); ++i) dims.push_back(static_cast<int64_t>(i));
   std::vector<Attr> along = {{"dim", dims}, {"keepdim", true}};
   bool layer = node.target == "layer_norm";
-  double eps = attrOr<double>(node, "eps", layer ? 1e-5 : defaultEps(m.dtype));
+  double eps = attrOr<double>(node, "eps", layer ? 1e-5 : defaultEps(g.meta(in[0]).dtype));
   ValueId centred = layer ? g.call("sub", {x, g.call("mean", {x}, along)}) : x;
   ValueId power = g.call("mean", {g.call("mul", {centred, centred})}, along);
   ValueId y = g.call("mul", {centred, g.call("rsqrt", {scalarOp(g, "add", power, eps)})});
@@ -171,6 +184,10 @@ ValueId norm(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   if (!marked("weight") && next < in.size()) y = g.call("mul", {y, in[next++]});
   if (layer && next < in.size()) y = g.call("add", {y, in[next++]});
   return y;
+}
+
+ValueId norm(Graph& g, const Node& node, const std::vector<ValueId>& in) {
+  return inOpmath(g, in[0], [&](ValueId x) { return normOf(g, node, in, x); });
 }
 
 // weight [C] viewed to broadcast along the class dim of an input of `rank` dims.
