@@ -126,6 +126,13 @@ public:
       group_ = 1;
     }
     int perBlock = threads_ / group_;
+    // 32-bit loop indices where every count is known and small: a 64-bit
+    // division or modulo (unflattening an item) costs several times a 32-bit one.
+    std::optional<int64_t> work =
+        rows ? staticRowWork(program_, kernel_) : std::optional<int64_t>(1);
+    if (items.asInteger() && work && *items.asInteger() < (int64_t{1} << 30) &&
+        *work < (int64_t{1} << 30))
+      ix_ = "int";
 
     std::ostringstream body;
     std::string indent = "  ";
@@ -142,14 +149,15 @@ public:
       body << indent << "const int kiln_lane = threadIdx.x % " << group_ << ";\n";
     else if (rows)
       body << indent << "const int kiln_lane = threadIdx.x;\n";
-    std::string first =
-        rows && group_ < threads_ ? "(int64_t)blockIdx.x * " + std::to_string(perBlock) +
-                                        " + threadIdx.x / " + std::to_string(group_)
-        : rows
-            ? "(int64_t)blockIdx.x"
-            : scalarStart + "(int64_t)blockIdx.x * " + std::to_string(threads_) + " + threadIdx.x";
-    body << indent << "for (int64_t " << item << " = " << first << "; " << item << " < "
-         << index(items) << "; " << item << " += (int64_t)gridDim.x * " << perBlock << ") {\n";
+    std::string first = rows && group_ < threads_
+                            ? "(" + ix_ + ")blockIdx.x * " + std::to_string(perBlock) +
+                                  " + threadIdx.x / " + std::to_string(group_)
+                        : rows ? "(" + ix_ + ")blockIdx.x"
+                               : scalarStart + "(" + ix_ + ")blockIdx.x * " +
+                                     std::to_string(threads_) + " + threadIdx.x";
+    body << indent << "for (" << ix_ << " " << item << " = " << first << "; " << item << " < "
+         << index(items) << "; " << item << " += (" << ix_ << ")gridDim.x * " << perBlock
+         << ") {\n";
     indent += "  ";
     if (rank > 0) body << unflatten(item, indent);
     for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
@@ -340,24 +348,40 @@ private:
       text += indent + "kiln_aligned = kiln_aligned && reinterpret_cast<unsigned long long>" +
               address(a.buffer, a.base) + " % " + std::to_string(width(a.buffer)) + " == 0;\n";
     }
-    text += indent + "const int64_t kiln_vitems = kiln_aligned ? (" + index(items) + ") / " +
+    text += indent + "const " + ix_ + " kiln_vitems = kiln_aligned ? (" + index(items) + ") / " +
             lanes + " : 0;\n";
-    text += indent + "for (int64_t kiln_v = (int64_t)blockIdx.x * " + std::to_string(threads_) +
-            " + threadIdx.x; kiln_v < kiln_vitems; kiln_v += (int64_t)gridDim.x * " +
-            std::to_string(threads_) + ") {\n";
+    text += indent + "for (" + ix_ + " kiln_v = (" + ix_ + ")blockIdx.x * " +
+            std::to_string(threads_) + " + threadIdx.x; kiln_v < kiln_vitems; kiln_v += (" + ix_ +
+            ")gridDim.x * " + std::to_string(threads_) + ") {\n";
     std::string inner = indent + "  ";
+    auto lastRange = kernel_.outer.back().asInteger();
+    bool rowAligned = lastRange && *lastRange % lanes_ == 0;
+    if (rowAligned) {
+      std::string once = unflatten("kiln_v * " + lanes, inner);
+      for (size_t k = 0; k < kernel_.outer.size(); ++k) {
+        std::string o = "kiln_o" + std::to_string(k), p = "kiln_p" + std::to_string(k);
+        for (size_t at = once.find(o); at != std::string::npos; at = once.find(o, at + 1))
+          once.replace(at, o.size(), p);
+      }
+      text += once;
+    }
     for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
       BufferId id = kernel_.buffers[m];
       const Buffer& b = program_.buffers[id];
       const Loops& l = b.loops;
       std::string at = "kiln_v * " + lanes;
+      std::vector<std::string> arrays; // each load's array: one per (buffer, base)
+      std::map<std::pair<BufferId, std::string>, std::string> loaded;
       for (size_t k = 0; k < loads[m].size(); ++k) { // after the stores of the buffers before
         auto [node, base] = loads[m][k];
-        std::string name = "kiln_l" + std::to_string(m) + "_" + std::to_string(k);
         BufferId from = node->buffer;
-        text += inner + storageType(program_.buffers[from].layout.dtype) + " " + name + "[" +
+        auto [it, fresh] = loaded.emplace(std::make_pair(from, sym::toString(base)),
+                                          "kiln_l" + std::to_string(m) + "_" + std::to_string(k));
+        arrays.push_back(it->second);
+        if (!fresh) continue;
+        text += inner + storageType(program_.buffers[from].layout.dtype) + " " + it->second + "[" +
                 lanes + "];\n";
-        text += inner + "*reinterpret_cast<" + word(width(from)) + "*>(" + name +
+        text += inner + "*reinterpret_cast<" + word(width(from)) + "*>(" + it->second +
                 ") = *reinterpret_cast<const " + word(width(from)) + "*>(" + pointer(from) +
                 " + (" + index(base) + ") + " + at + ");\n";
       }
@@ -366,12 +390,19 @@ private:
       for (int u = 0; u < lanes_; ++u) {
         text += inner + "{\n";
         std::string lane = inner + "  ";
-        text += lane + "const int64_t kiln_item = " + at + " + " + std::to_string(u) + ";\n";
-        text += unflatten("kiln_item", lane);
+        text += lane + "const " + ix_ + " kiln_item = " + at + " + " + std::to_string(u) + ";\n";
+        if (rowAligned) { // the vector's items share a row: its outer indices, the last one + u
+          for (size_t k = 0; k < kernel_.outer.size(); ++k)
+            text += lane + "const " + ix_ + " kiln_o" + std::to_string(k) + " = kiln_p" +
+                    std::to_string(k) +
+                    (k + 1 == kernel_.outer.size() ? " + " + std::to_string(u) : std::string()) +
+                    ";\n";
+        } else {
+          text += unflatten("kiln_item", lane);
+        }
         for (size_t k = 0; k < loads[m].size(); ++k) {
           const ScalarNode* node = loads[m][k].first;
-          std::string element = "kiln_l" + std::to_string(m) + "_" + std::to_string(k) + "[" +
-                                std::to_string(u) + "]";
+          std::string element = arrays[k] + "[" + std::to_string(u) + "]";
           DType t = program_.buffers[node->buffer].layout.dtype;
           if (t == DType::Float16) element = "kiln_h2f(" + element + ")";
           if (t == DType::BFloat16) element = "kiln_b2f(" + element + ")";
@@ -402,10 +433,10 @@ private:
   // The outer indices of a flat position.
   std::string unflatten(const std::string& flat, const std::string& indent) {
     size_t rank = kernel_.outer.size();
-    std::string lines = indent + "int64_t kiln_rest = " + flat + ";\n";
+    std::string lines = indent + ix_ + " kiln_rest = " + flat + ";\n";
     for (size_t k = rank; k-- > 0;) {
       std::string r = index(kernel_.outer[k]);
-      lines += indent + "const int64_t kiln_o" + std::to_string(k) + " = " +
+      lines += indent + "const " + ix_ + " kiln_o" + std::to_string(k) + " = " +
                (k == 0 ? std::string("kiln_rest") : "kiln_rest % " + r) + ";\n";
       if (k > 0) lines += indent + "kiln_rest /= " + r + ";\n";
     }
@@ -471,10 +502,10 @@ private:
   // A loop of the group's threads over `ranges` (flattened), binding `vars`.
   std::string strided(const std::vector<sym::Expr>& vars, const Shape& ranges,
                       std::string& indent) {
-    std::string lines = indent + "for (int64_t kiln_j = kiln_lane; kiln_j < " + numelText(ranges) +
-                        "; kiln_j += " + std::to_string(group_) + ") {\n";
+    std::string lines = indent + "for (" + ix_ + " kiln_j = kiln_lane; kiln_j < " +
+                        numelText(ranges) + "; kiln_j += " + std::to_string(group_) + ") {\n";
     indent += "  ";
-    if (!vars.empty()) lines += indent + "int64_t kiln_jrest = kiln_j;\n";
+    if (!vars.empty()) lines += indent + ix_ + " kiln_jrest = kiln_j;\n";
     for (size_t k = vars.size(); k-- > 0;) {
       declared_.insert(vars[k]);
       std::string r = index(ranges[k]);
@@ -588,6 +619,7 @@ private:
 
   int threads_ = 256;
   int group_ = 1;                                 // threads per row (1: a flat kernel)
+  std::string ix_ = "int64_t";                    // the loops' index type
   int lanes_ = 1;                                 // items per thread in a flat kernel's vector path
   sym::Expr item_;                                // flat kernels: kiln_item
   std::unordered_map<sym::Expr, size_t> outerOf_; // a buffer's index variable -> its outer dim
