@@ -27,9 +27,9 @@ Var TraceState::tensor(ir::ValueId id) {
 const ir::TensorMeta& TraceState::meta(const Var& v) const { return graph.meta(v->value); }
 
 Var TraceState::op(const std::string& name, std::vector<ir::ValueId> inputs, std::vector<ir::Attr> attrs) {
-  if (gradEnabled && !requiresGrad)
-    for (ir::ValueId in : inputs)
-      if (graph.value(in).isTensor() && graph.meta(in).requiresGrad) requiresGrad = true;
+  for (ir::ValueId in : inputs)
+    if (graph.value(in).isTensor() && graph.meta(in).requiresGrad)
+      (gradEnabled ? requiresGrad : noGradOverGrad) = true;
   // CPU autocast's lower-precision ops: the matrix products (what torch 1.13 and 2.x
   // both list for the CPU among the ops kiln has). Eligible inputs are floating
   // tensors other than f64 not already of the autocast dtype.
