@@ -380,6 +380,8 @@ std::optional<Var> callTorch(TraceState& s, const std::string& name, std::vector
   if (auto it = renamed().find(m); it != renamed().end()) m = it->second;
   // In-place methods of the IR (x.add_(y), x.relu_()).
   if (name.rfind("Tensor.", 0) == 0 && m.size() > 1 && m.back() == '_' && ir::findOp(m)) return s.callOp(m, args, kwargs);
+  // torch.arange(start, end[, step]): the IR's schema is (end, start, step).
+  if (m == "arange" && args.size() >= 2) std::swap(args[0], args[1]);
   if (sameNamed().count(m)) {
     Kwargs kw = without(kwargs, {"out"});
     if (kwarg(kwargs, "out")) unsupported(name + "(out=...)");
