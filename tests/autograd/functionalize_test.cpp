@@ -2,6 +2,8 @@
 // graph computes and leaves in its inputs (the interpreter runs both).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "kiln/autograd/functionalize.h"
 #include "kiln/autograd/train.h"
 #include "kiln/common/error.h"
@@ -33,7 +35,9 @@ HostTensor ramp(std::vector<int64_t> sizes) {
   return HostTensor::fromDoubles(DType::Float64, sizes, v);
 }
 
-HostTensor copy(const HostTensor& h) { return HostTensor::fromDoubles(h.dtype, h.sizes, h.toDoubles()); }
+HostTensor copy(const HostTensor& h) {
+  return HostTensor::fromDoubles(h.dtype, h.sizes, h.toDoubles());
+}
 
 // The functionalized graph's outputs equal the original's, and its epilogue the
 // inputs the original left behind.
@@ -54,10 +58,12 @@ void expectSameAsMutating(const ir::Graph& g, const std::vector<HostTensor>& inp
   for (size_t k = 0; k < pure.mutatedInputs.size(); ++k)
     EXPECT_EQ(got[pure.userOutputs + k].toDoubles(), mutated[pure.mutatedInputs[k]].toDoubles())
         << "input " << pure.mutatedInputs[k];
-  for (size_t i = 0; i < inputs.size(); ++i) // untouched: not in the epilogue
-    if (std::find(pure.mutatedInputs.begin(), pure.mutatedInputs.end(), i) ==
-        pure.mutatedInputs.end())
+  for (size_t i = 0; i < inputs.size(); ++i) { // untouched: not in the epilogue
+    auto& m = pure.mutatedInputs;
+    if (std::find(m.begin(), m.end(), i) == m.end()) {
       EXPECT_EQ(mutated[i].toDoubles(), inputs[i].toDoubles()) << "input " << i;
+    }
+  }
 }
 
 TEST(Functionalize, InPlaceOnInputsAndIntermediates) {
@@ -77,8 +83,9 @@ TEST(Functionalize, WritesThroughViewsReachTheBaseAndOtherViews) {
   G m;
   auto x = m.g.placeholder("x", m.f({3, 4}));
   auto row = m.g.call("select", {x}, {{"dim", int64_t{0}}, {"index", int64_t{1}}});
-  auto col = m.g.call("select", {m.g.call("transpose", {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}})},
-                      {{"dim", int64_t{0}}, {"index", int64_t{2}}});
+  auto col =
+      m.g.call("select", {m.g.call("transpose", {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}})},
+               {{"dim", int64_t{0}}, {"index", int64_t{2}}});
   m.g.call("add_", {row}, {{"other", 10.0}});
   m.g.call("mul_", {col}, {{"other", 3.0}}); // col (x[:, 2]) sees row's write at x[1, 2]
   m.g.setOutputs({row, col, m.g.call("mul", {x}, {{"other", 1.0}})});
