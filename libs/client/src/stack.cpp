@@ -154,7 +154,8 @@ Partitioned Stack::partition(const ir::Graph& graph, const std::vector<bool>& re
   auto partition = request.initRoot<schema::PartitionerRequest>().initPartition();
   ir::toWire(graph, partition.initGraph());
   auto mask = partition.initRequiresGrad(static_cast<unsigned>(requiresGrad.size()));
-  for (size_t i = 0; i < requiresGrad.size(); ++i) mask.set(static_cast<unsigned>(i), requiresGrad[i]);
+  for (size_t i = 0; i < requiresGrad.size(); ++i)
+    mask.set(static_cast<unsigned>(i), requiresGrad[i]);
   partition.initOptions().setMemoryBudget(memoryBudget);
   auto reply = rpc_->call("partitioner", request, timeout);
   return rpc::decoding([&] {
