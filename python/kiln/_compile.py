@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-from kiln import _trace, ir
+from kiln import _trace, _train, ir
 from kiln._kiln import KilnError
 from kiln._trace import Unsupported
 
@@ -124,15 +124,6 @@ class _Runner:
         return _trace.rebuild(self.outputs, results)
 
 
-def _requires_grad(args, kwargs) -> bool:
-    if not torch.is_grad_enabled():
-        return False
-    leaves = torch.utils._pytree.tree_flatten((args, kwargs))[0]
-    return any((isinstance(t, torch.Tensor) and t.requires_grad) or
-               (isinstance(t, torch.nn.Module) and any(p.requires_grad for p in t.parameters()))
-               for t in leaves)
-
-
 class CompiledFunction:
     """`fn` compiled by kiln; call it as `fn`. See kiln.compile."""
 
@@ -189,9 +180,6 @@ class CompiledFunction:
         frame = miss.frame
         if self._dynamic is False:
             frame = guards.FrameState()
-        if _requires_grad(args, kwargs):
-            # TODO(issue 8): training graphs go through the partitioner.
-            return self._eager(cache, args, kwargs, frame, "inputs that require grad under grad mode")
         try:
             traced = _trace.trace(self._fn, args, kwargs, frame=_frame_dict(frame), fullgraph=self._fullgraph,
                                   scope=guards.scope(), stack=self._stack)
@@ -199,27 +187,36 @@ class CompiledFunction:
             if self._fullgraph:
                 raise
             return self._eager(cache, args, kwargs, frame, str(e))
-        if traced.requires_grad:  # autograd would record it (the tracer saw grad mode and inputs needing grad)
-            # TODO(issue 8): training graphs go through the partitioner. The trace's guards say
-            # which inputs (parameters of modules it read included) required grad.
-            reason = "inputs that require grad under grad mode"
-            if reason not in self.fallback_reasons:
-                self.fallback_reasons.append(reason)
-            return cache.insert(guards.GuardSet.from_bytes(traced.guards), _Eager(reason))
-        compiled = ir.compile(traced.graph, self._stack)
-        runner = _Runner(traced, compiled)
+        runner = self._runner(traced, args, kwargs)
+        if isinstance(runner, _Eager):
+            if runner.reason not in self.fallback_reasons:
+                self.fallback_reasons.append(runner.reason)
+            return cache.insert(guards.GuardSet.from_bytes(traced.guards), runner)
         if miss.entry is not None:  # found elsewhere (the guards service): now runnable here too
             miss.entry.value = runner
             return miss.entry
-        return cache.insert(guards.GuardSet.from_bytes(traced.guards), runner, artifacts=[compiled.key],
+        training = isinstance(runner, _train.TrainingRunner)
+        artifacts = [runner.forward.key, runner.backward.key] if training else [runner.compiled.key]
+        return cache.insert(guards.GuardSet.from_bytes(traced.guards), runner, artifacts=artifacts,
                             graphs=[traced.graph.structural_hash()])
+
+    def _runner(self, traced, args, kwargs):
+        """What runs a traced call: its graph compiled, or, when autograd would record the call
+        (the tracer saw grad mode and inputs or parameters that require grad), the training
+        runner (kiln._train), or an _Eager entry saying why kiln cannot train it."""
+        if not traced.requires_grad:
+            return _Runner(traced, ir.compile(traced.graph, self._stack))
+        fn, call_args = _trace.normalize(self._fn, args)
+        inputs = _trace.graph_inputs(traced, fn, call_args, kwargs)
+        try:
+            return _train.compile_training(traced, self._stack, inputs)
+        except _train.NotTrainable as e:
+            return _Eager(str(e))
 
     def _load(self, cache, args, kwargs):
         """What runs a stored entry in this process: traced again under the function's frame
         state (the trace that made it), its graph compiled (a codegen cache hit)."""
         from kiln import guards
-        if _requires_grad(args, kwargs):
-            return _Eager("inputs that require grad under grad mode")
         try:
             traced = _trace.trace(self._fn, args, kwargs, frame=_frame_dict(cache.frame), fullgraph=self._fullgraph,
                                   scope=guards.scope(), stack=self._stack)
@@ -227,9 +224,7 @@ class CompiledFunction:
             if self._fullgraph:
                 raise
             return _Eager(str(e))
-        if traced.requires_grad:  # autograd would record it (the tracer saw grad mode and inputs needing grad)
-            return _Eager("inputs that require grad under grad mode")
-        return _Runner(traced, ir.compile(traced.graph, self._stack))
+        return self._runner(traced, args, kwargs)
 
     def _eager(self, cache, args, kwargs, frame, reason: str):
         from kiln import guards
@@ -314,6 +309,9 @@ def explain(fn, *args, **kwargs) -> str:
         value = entry.value
         if isinstance(value, _Eager):
             lines.append(f"entry {entry.id} runs eagerly: {value.reason}")
+        elif isinstance(value, _train.TrainingRunner):
+            lines.append(f"entry {entry.id} trains (forward and backward artifacts):")
+            lines += ["    " + line for line in value.explain.splitlines()]
         elif isinstance(value, _Runner):
             lines.append(f"entry {entry.id} graph:")
             lines += ["    " + line for line in str(value.graph).splitlines()]

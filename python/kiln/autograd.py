@@ -7,8 +7,8 @@ partition into a forward and a backward graph (libs/autograd).
     p = autograd.partition(g, [True, True], memory_budget=0.0)
     outs_and_saved = ir.run(p.forward, x, w); grads = ir.run(p.backward, *saved, tangent)
 
-TODO(issue 8): kiln.compile runs the forward and backward artifacts inside a
-torch.autograd.Function when an input requires grad under grad mode.
+kiln.compile runs such forward and backward graphs (from the partitioner service, which also
+functionalizes mutations) inside a torch.autograd.Function: see kiln._train.
 """
 from dataclasses import dataclass
 from typing import Sequence

@@ -21,6 +21,7 @@
 #include "kiln/common/error.h"
 #include "kiln/guards/frame_state.h"
 #include "kiln/guards/wire.h"
+#include "kiln/ir/wire.h"
 #include "kiln/shm/store.h"
 #include "capnp_dict.h"
 #include "guard_bindings.h"
@@ -367,6 +368,33 @@ void bindStack(py::module_& m) {
           },
           py::arg("graph"), py::arg("target") = "cpu", py::arg("timeout_ms") = 120000,
           "Compiles a kiln.ir.Graph through the codegen service: (artifact bytes, cache hit).")
+      .def(
+          "partition",
+          [](PyStack& self, py::handle graph, std::vector<bool> requiresGrad, double memoryBudget,
+             int64_t timeoutMs) {
+            const ir::Graph& g = graphOf(graph);
+            client::Partitioned p = withoutGil([&] {
+              return self.locked([&](auto& s) {
+                return s.partition(g, requiresGrad, memoryBudget, Millis(timeoutMs));
+              });
+            });
+            py::object fromBytes = py::module_::import("kiln.ir").attr("Graph").attr("from_bytes");
+            py::dict out;
+            out["forward"] = fromBytes(py::bytes(ir::toBytes(p.forward)));
+            out["backward"] = fromBytes(py::bytes(ir::toBytes(p.backward)));
+            out["user_outputs"] = p.userOutputs;
+            out["mutated_inputs"] = p.mutatedInputs;
+            out["saved"] = p.saved;
+            out["tangent_of"] = p.tangentOf;
+            out["grad_of"] = p.gradOf;
+            out["recomputed"] = p.recomputed;
+            return out;
+          },
+          py::arg("graph"), py::arg("requires_grad"), py::arg("memory_budget") = 0.5,
+          py::arg("timeout_ms") = 60000,
+          "Functionalizes, differentiates and partitions a kiln.ir.Graph through the partitioner "
+          "service: {forward, backward, user_outputs, mutated_inputs, saved, tangent_of, grad_of, "
+          "recomputed}.")
       .def(
           "trace",
           [](PyStack& self, const std::string& request, int64_t timeoutMs) {

@@ -83,7 +83,6 @@ JointGraph backward(const ir::Graph& input, const std::vector<bool>& requiresGra
     for (ValueId in : n.inputs) any = any || carries[in];
     if (!any || !floating(n.value)) continue;
     Differentiability d = differentiability(n.target);
-    // TODO(issue 8): functionalization rewrites mutation ops before this point.
     if (d == Differentiability::Unsupported)
       throw Error(ErrorCode::Unsupported,
                   "backward: no derivative rule for '" + n.target + "'" +

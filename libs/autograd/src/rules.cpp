@@ -76,7 +76,7 @@ Differentiability differentiability(std::string_view op) {
   if (detail::kNone.count(op)) return Differentiability::None;
   const ir::OpInfo& info = ir::getOp(op);
   if (info.decompose && !info.mutates) return Differentiability::Decompose;
-  return Differentiability::Unsupported; // mutation ops: TODO(issue 8) functionalize first
+  return Differentiability::Unsupported; // mutation ops: functionalize() first (train.h)
 }
 
 std::vector<std::string> differentiableOps() {

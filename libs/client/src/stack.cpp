@@ -15,6 +15,7 @@
 #include "kiln/schema/common.capnp.h"
 #include "kiln/schema/guards.capnp.h"
 #include "kiln/schema/launcher.capnp.h"
+#include "kiln/schema/partitioner.capnp.h"
 #include "kiln/schema/tracer.capnp.h"
 
 namespace kiln::client {
@@ -144,6 +145,34 @@ Compiled Stack::compile(const ir::Graph& graph, const std::string& target, Milli
     auto bytes = words.asBytes();
     return Compiled{std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size()),
                     root.getCompile().getCacheHit()};
+  });
+}
+
+Partitioned Stack::partition(const ir::Graph& graph, const std::vector<bool>& requiresGrad,
+                             double memoryBudget, Millis timeout) {
+  capnp::MallocMessageBuilder request;
+  auto partition = request.initRoot<schema::PartitionerRequest>().initPartition();
+  ir::toWire(graph, partition.initGraph());
+  auto mask = partition.initRequiresGrad(static_cast<unsigned>(requiresGrad.size()));
+  for (size_t i = 0; i < requiresGrad.size(); ++i)
+    mask.set(static_cast<unsigned>(i), requiresGrad[i]);
+  partition.initOptions().setMemoryBudget(memoryBudget);
+  auto reply = rpc_->call("partitioner", request, timeout);
+  return rpc::decoding([&] {
+    auto root = reply->root<schema::PartitionerReply>();
+    if (!root.isPartition())
+      throw Error(ErrorCode::Malformed, "reply to `partition` is not partition", "partitioner");
+    auto in = root.getPartition();
+    Partitioned out(std::make_shared<sym::SymbolTable>());
+    out.forward = ir::fromWire(in.getForward(), *out.symbols);
+    out.backward = ir::fromWire(in.getBackward(), *out.symbols);
+    out.userOutputs = in.getUserOutputs();
+    for (uint32_t i : in.getMutatedInputs()) out.mutatedInputs.push_back(i);
+    out.saved = in.getSaved();
+    for (uint32_t i : in.getTangentOf()) out.tangentOf.push_back(i);
+    for (uint32_t i : in.getGradOf()) out.gradOf.push_back(i);
+    out.recomputed = in.getRecomputed();
+    return out;
   });
 }
 

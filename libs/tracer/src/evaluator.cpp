@@ -1507,6 +1507,11 @@ private:
       }
     }
     if (outputs.empty()) unsupported("a function that computes no tensor");
+    // The graph has no op that stops grads (TODO: a `detach` op): a training graph with a
+    // no_grad region over tensors that require grad would differentiate through it.
+    if (requiresGrad && noGradOverGrad)
+      unsupported("a torch.no_grad() region over tensors that require grad, in a call autograd "
+                  "records");
     graph.setOutputs(outputs);
     ir::toWire(graph, out.initGraph());
     guards::toWire(guards, out.initGuards());

@@ -27,9 +27,9 @@ Var TraceState::tensor(ir::ValueId id) {
 const ir::TensorMeta& TraceState::meta(const Var& v) const { return graph.meta(v->value); }
 
 Var TraceState::op(const std::string& name, std::vector<ir::ValueId> inputs, std::vector<ir::Attr> attrs) {
-  if (gradEnabled && !requiresGrad)
-    for (ir::ValueId in : inputs)
-      if (graph.value(in).isTensor() && graph.meta(in).requiresGrad) requiresGrad = true;
+  for (ir::ValueId in : inputs)
+    if (graph.value(in).isTensor() && graph.meta(in).requiresGrad)
+      (gradEnabled ? requiresGrad : noGradOverGrad) = true;
   // CPU autocast's lower-precision ops: the matrix products (what torch 1.13 and 2.x
   // both list for the CPU among the ops kiln has). Eligible inputs are floating
   // tensors other than f64 not already of the autocast dtype.
@@ -380,6 +380,8 @@ std::optional<Var> callTorch(TraceState& s, const std::string& name, std::vector
   if (auto it = renamed().find(m); it != renamed().end()) m = it->second;
   // In-place methods of the IR (x.add_(y), x.relu_()).
   if (name.rfind("Tensor.", 0) == 0 && m.size() > 1 && m.back() == '_' && ir::findOp(m)) return s.callOp(m, args, kwargs);
+  // torch.arange(start, end[, step]): the IR's schema is (end, start, step).
+  if (m == "arange" && args.size() >= 2) std::swap(args[0], args[1]);
   if (sameNamed().count(m)) {
     Kwargs kw = without(kwargs, {"out"});
     if (kwarg(kwargs, "out")) unsupported(name + "(out=...)");

@@ -42,6 +42,7 @@ public:
   // cast their float inputs to it first, as torch's CPU autocast does.
   std::optional<DType> autocastCpu;
   bool requiresGrad = false; // an op ran under grad mode on an input that requires grad
+  bool noGradOverGrad = false; // an op ran in a no_grad region on an input that requires grad
 
   Var tensor(ir::ValueId id);
   const ir::TensorMeta& meta(const Var& v) const;

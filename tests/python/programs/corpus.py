@@ -47,8 +47,7 @@ class Program:
 
 def inference(module: torch.nn.Module) -> torch.nn.Module:
     """A module of the corpus's inference programs: parameters that need no grad (under
-    grad mode, parameters that require it make kiln run the call eagerly until the
-    partitioner issue: see module_that_requires_grad)."""
+    grad mode, parameters that require it make a training entry: see module_that_requires_grad)."""
     return module.requires_grad_(False)
 
 

@@ -189,7 +189,7 @@ def module_training_flag(x):
     return x * 2 if mlp.training else x
 
 
-@program(inputs=lambda: r(4, 8), falls_back="require grad")
+@program(inputs=lambda: r(4, 8))
 def module_that_requires_grad(x):
     return trained(x)
 

@@ -38,8 +38,7 @@ struct Partition {
 bool isRecomputable(std::string_view op);
 
 // Error{InvalidArgument} for a memory budget outside [0, 1].
-// TODO(issue 8): services/partitioner's verb partition(graph, requires_grad mask, options)
-// wraps backward() and this, answering typed errors for non-differentiable requests.
+// The partitioner service's verb wraps functionalize(), backward() and this (train.h).
 Partition partition(const JointGraph& joint, const PartitionOptions& options = {});
 
 } // namespace kiln::autograd

@@ -17,6 +17,7 @@
 #include "kiln/guards/input.h"
 #include "kiln/ir/graph.h"
 #include "kiln/rpc/client.h"
+#include "kiln/sym/symbol_table.h"
 
 namespace kiln::client {
 
@@ -33,6 +34,25 @@ struct ServiceInfo {
 struct Compiled {
   std::string artifact;
   bool cacheHit = false; // served from the artifact cache: no compiler ran
+};
+
+// The partitioner's answer (schemas/partitioner.capnp): a traced graph functionalized,
+// differentiated and partitioned. forward: the inputs -> the graph's outputs
+// (`userOutputs`), the new value of each mutated input (`mutatedInputs`: placeholder
+// indices), then `saved` values; backward: the saved values, then one tangent per
+// `tangentOf` entry (a forward output) -> one grad per `gradOf` entry (an input).
+struct Partitioned {
+  explicit Partitioned(std::shared_ptr<sym::SymbolTable> table)
+      : symbols(std::move(table)), forward(*symbols), backward(*symbols) {}
+  std::shared_ptr<sym::SymbolTable> symbols; // both graphs'
+  ir::Graph forward;
+  ir::Graph backward;
+  size_t userOutputs = 0;
+  std::vector<size_t> mutatedInputs;
+  size_t saved = 0;
+  std::vector<size_t> tangentOf;
+  std::vector<size_t> gradOf;
+  size_t recomputed = 0; // forward nodes the backward recomputes
 };
 
 // The guards service's answer to a lookup: the entry that holds, or why none did.
@@ -77,6 +97,13 @@ public:
   // generated source in its detail; an op without a lowering Error{unsupported}.
   Compiled compile(const ir::Graph& graph, const std::string& target = "cpu",
                    Millis timeout = Millis(120000));
+  // Functionalizes, differentiates and partitions `graph` for the placeholders marked in
+  // `requiresGrad` through the partitioner service (docs/autograd.md). A request that
+  // cannot be differentiated is Error{invalid_argument} (no input marked, a marked input
+  // not floating, a mask of the wrong length) or Error{unsupported} (an op without a
+  // derivative rule, a mutation functionalization cannot follow).
+  Partitioned partition(const ir::Graph& graph, const std::vector<bool>& requiresGrad,
+                        double memoryBudget = 0.5, Millis timeout = Millis(60000));
   // Traces through the tracer service: a whole TraceRequest message in, the
   // TraceReply message out (schemas/tracer.capnp, docs/tracer.md). A request
   // that does not decode is Error{malformed}.

@@ -1,0 +1,132 @@
+"""Training entries of kiln.compile: a traced call that autograd would record (an input
+or a parameter requires grad under grad mode) is functionalized, differentiated and
+partitioned by the partitioner service; its forward and backward graphs are compiled
+by the codegen service and run here inside a torch.autograd.Function.
+
+    runner = compile_training(traced, stack, inputs)   # KilnError when a service fails
+    out = runner(fn, args, kwargs)                      # as eager; out.backward() runs the backward artifact
+
+The forward artifact returns the call's outputs, the new values of the inputs it
+mutated (copied into them after it ran, as eager's in-place ops would have left
+them) and the values saved for the backward, held by autograd as torch tensors
+(save_for_backward: an input changed in place before the backward is an error, as
+in eager). Inputs are passed to the Function as they are, never detached: autograd
+records edges to those that require grad only. The backward runs once per forward
+(`retain_graph=True` lets it run again); it is not differentiable itself, so double
+backward raises torch's error for once-differentiable functions.
+"""
+from __future__ import annotations
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from kiln import _trace, ir
+from kiln._kiln import KilnError
+
+MEMORY_BUDGET = 0.5
+
+
+class NotTrainable(Exception):
+    """The call runs eagerly under grad mode: `reason` says why (not a failure of the stack)."""
+
+
+def requires_grad_mask(inputs: list) -> list[bool]:
+    return [isinstance(t, torch.Tensor) and t.requires_grad for t in inputs]
+
+
+def compile_training(traced: _trace.Traced, stack, inputs: list) -> "TrainingRunner":
+    """The training runner of a traced call whose graph inputs are `inputs` (read from it).
+    Raises NotTrainable for graphs kiln cannot train (an op without a derivative rule or a
+    lowering, a mutation of an input that carries grad), KilnError when the stack fails."""
+    mask = requires_grad_mask(inputs)
+    try:
+        parts = stack.partition(traced.graph, mask, memory_budget=MEMORY_BUDGET)
+        # A mutated input whose new value carries grad would join autograd's graph in eager.
+        mutated = range(parts["user_outputs"], parts["user_outputs"] + len(parts["mutated_inputs"]))
+        if any(i in parts["tangent_of"] for i in mutated):
+            raise NotTrainable("an in-place update of an input with a value that requires grad")
+        forward = ir.compile(parts["forward"], stack)
+        backward = ir.compile(parts["backward"], stack)
+    except KilnError as e:
+        if e.code in ("unsupported", "invalid_argument"):
+            raise NotTrainable(f"training graph: {e.message}") from e
+        raise
+    return TrainingRunner(traced, parts, forward, backward)
+
+
+class TrainingRunner:
+    """A compiled training entry: forward and backward artifacts, where the inputs come from
+    and how the result is built."""
+
+    def __init__(self, traced: _trace.Traced, parts: dict, forward: ir.Compiled, backward: ir.Compiled):
+        from kiln._compile import _accessor, _int_accessor
+        self.inputs = [_int_accessor(_accessor(p)) if is_int else _accessor(p)
+                       for p, is_int in zip(traced.inputs, traced.int_inputs)]
+        self.traced = traced
+        self.graph = traced.graph
+        self.parts = parts
+        self.forward = forward
+        self.backward = backward
+        self.user_outputs = parts["user_outputs"]
+        self.mutated_inputs = parts["mutated_inputs"]
+        self.forward_outputs = self.user_outputs + len(self.mutated_inputs)
+        self.tangent_of = parts["tangent_of"]
+        self.grad_of = parts["grad_of"]
+
+    def __call__(self, fn, args, kwargs):
+        inputs = [get(fn, args, kwargs) for get in self.inputs]
+        results = _KilnFunction.apply(self, *inputs)
+        outputs = list(results[:self.user_outputs])
+        for k, i in enumerate(self.mutated_inputs):
+            with torch.no_grad():
+                inputs[i].copy_(results[self.user_outputs + k])
+        if self.traced.side_effects:
+            _trace.replay(self.traced, outputs, fn, args, kwargs)
+        return _trace.rebuild(self.traced.outputs, outputs)
+
+    @property
+    def explain(self) -> str:
+        p = self.parts
+        return (f"forward ({p['user_outputs']} outputs, {len(p['mutated_inputs'])} mutated inputs "
+                f"{p['mutated_inputs']}, {p['saved']} saved, {p['recomputed']} recomputed):\n{p['forward']}\n"
+                f"forward kernels:\n{self.forward.explain}\n"
+                f"backward (grads of inputs {p['grad_of']}):\n{p['backward']}\n"
+                f"backward kernels:\n{self.backward.explain}")
+
+
+def _storage(t: torch.Tensor) -> int:
+    return (t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()).data_ptr()
+
+
+class _KilnFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, runner: TrainingRunner, *inputs):
+        results = runner.forward(*inputs)
+        outputs, saved = results[:runner.forward_outputs], results[runner.forward_outputs:]
+        if runner.mutated_inputs:  # a saved input must keep the value the backward was planned with
+            written = {_storage(inputs[i]) for i in runner.mutated_inputs}
+            saved = [s.clone() if _storage(s) in written else s for s in saved]
+        ctx.runner = runner
+        ctx.num_inputs = len(inputs)
+        ctx.output_layouts = [(o.shape, o.dtype) for o in outputs]
+        ctx.save_for_backward(*saved)
+        differentiable = set(runner.tangent_of)
+        ctx.mark_non_differentiable(*[o for k, o in enumerate(outputs) if k not in differentiable])
+        return tuple(outputs)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads):
+        runner = ctx.runner
+        tangents = []
+        for k in runner.tangent_of:
+            g = grads[k]
+            if g is None:
+                shape, dtype = ctx.output_layouts[k]
+                g = torch.zeros(shape, dtype=dtype)
+            tangents.append(g.contiguous())
+        results = runner.backward(*ctx.saved_tensors, *tangents)
+        out = [None] * (1 + ctx.num_inputs)
+        for grad, i in zip(results, runner.grad_of):
+            out[1 + i] = grad
+        return tuple(out)

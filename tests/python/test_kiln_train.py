@@ -1,0 +1,400 @@
+"""Training with kiln.compile: calls that autograd records run a forward and a backward
+artifact (the partitioner service's graphs, compiled by codegen) inside a
+torch.autograd.Function; results, grads, input mutations and a whole training run
+equal eager's; a failing partitioner makes calls run eagerly, the next call compiles."""
+import math
+import os
+import signal
+import time
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import kiln
+from kiln import ir
+
+
+def trained(fn) -> bool:
+    """Whether every entry of a compiled function trains through kiln (none runs eagerly)."""
+    from kiln import _train
+    cache = fn.cache
+    return bool(cache.entries) and all(isinstance(e.value, _train.TrainingRunner) for e in cache.entries)
+
+
+def grads_of(*tensors):
+    return [t.grad.clone() for t in tensors]
+
+
+# ---- the partitioner service ---------------------------------------------------------
+
+def mlp_graph(requires_grad=True):
+    g = ir.Graph()
+    x = g.placeholder("x", "float32", [4, 8], requires_grad=requires_grad)
+    w1 = g.placeholder("w1", "float32", [8, 16], requires_grad=requires_grad)
+    w2 = g.placeholder("w2", "float32", [16, 3], requires_grad=requires_grad)
+    g.set_outputs([g.call("matmul", g.call("gelu", g.call("matmul", x, w1)), w2)])
+    return g
+
+
+def test_partition_verb_gives_graphs_that_compute_eager_grads(stack):
+    p = stack.partition(mlp_graph(), [True, True, True], memory_budget=0.0)
+    assert p["user_outputs"] == 1 and p["mutated_inputs"] == [] and p["tangent_of"] == [0]
+    assert p["grad_of"] == [0, 1, 2] and p["saved"] >= 3
+    x, w1, w2 = (torch.randn(*s, requires_grad=True) for s in ((4, 8), (8, 16), (16, 3)))
+    y = F.gelu(x @ w1) @ w2
+    t = torch.randn(4, 3)
+    y.backward(t)
+    fw = ir.compile(p["forward"], stack)(x.detach(), w1.detach(), w2.detach())
+    torch.testing.assert_close(fw[0], y.detach())
+    grads = ir.compile(p["backward"], stack)(*fw[1:], t)
+    for got, want in zip(grads, (x.grad, w1.grad, w2.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_partition_verb_answers_typed_errors(stack):
+    with pytest.raises(kiln.KilnError) as e:
+        stack.partition(mlp_graph(), [True, False, False, True])  # a mask of the wrong length
+    assert e.value.code == "invalid_argument" and e.value.service == "partitioner"
+    with pytest.raises(kiln.KilnError) as e:
+        stack.partition(mlp_graph(), [False, False, False])  # nothing to differentiate
+    assert e.value.code == "invalid_argument"
+    g = ir.Graph()
+    i = g.placeholder("i", "int64", [4])
+    g.set_outputs([g.call("mul", i, 2)])
+    with pytest.raises(kiln.KilnError) as e:
+        stack.partition(g, [True])  # an integer input cannot require grad
+    assert e.value.code == "invalid_argument"
+    assert stack.ping("partitioner", b"alive") == b"alive"  # the worker lives on
+
+
+# ---- functions and modules -------------------------------------------------------------
+
+def test_a_function_of_inputs_that_require_grad_trains_compiled(stack):
+    def f(x, w, b):
+        return (F.gelu(x @ w + b) * 2).sum(dim=-1)
+
+    fast = kiln.compile(f, stack=stack)
+    args = [torch.randn(5, 8, requires_grad=True), torch.randn(8, 6, requires_grad=True), torch.randn(6)]
+    eager_args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    out, want = fast(*args), f(*eager_args)
+    torch.testing.assert_close(out, want)
+    assert out.requires_grad and out.grad_fn is not None
+    t = torch.randn(5)
+    out.backward(t)
+    want.backward(t)
+    torch.testing.assert_close(args[0].grad, eager_args[0].grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(args[1].grad, eager_args[1].grad, rtol=1e-4, atol=1e-5)
+    assert args[2].grad is None  # it needs no grad
+    assert trained(fast), kiln.explain(fast)
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 32)
+        self.fc2 = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+def test_parameter_grads_of_a_compiled_module_equal_eagers(stack):
+    torch.manual_seed(0)
+    model = MLP()
+    reference = MLP()
+    reference.load_state_dict(model.state_dict())
+    fast = kiln.compile(model, stack=stack)
+    x = torch.randn(3, 8)
+    fast(x).pow(2).mean().backward()
+    reference(x).pow(2).mean().backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
+    assert trained(fast._compiled_forward), kiln.explain(fast)
+    assert not fast._compiled_forward.fallback_reasons
+
+
+def test_retain_graph_and_double_backward(stack):
+    def f(x):
+        return (x.sin() * x).sum()
+
+    fast = kiln.compile(f, stack=stack)
+    x = torch.randn(6, requires_grad=True)
+    out = fast(x)
+    out.backward(retain_graph=True)
+    first = x.grad.clone()
+    out.backward()  # retained: runs the backward artifact again
+    torch.testing.assert_close(x.grad, 2 * first)
+    (g,) = torch.autograd.grad(fast(x), x, create_graph=True)
+    with pytest.raises(RuntimeError):  # the backward is not differentiable: a clear error
+        g.sum().backward()
+
+
+def test_a_second_backward_without_retain_graph_is_torchs_error(stack):
+    def f(x):
+        return (x * x).sum()
+
+    fast = kiln.compile(f, stack=stack)
+    x = torch.randn(4, requires_grad=True)
+    out = fast(x)
+    out.backward()
+    with pytest.raises(RuntimeError, match="second time|freed"):
+        out.backward()
+
+
+def test_no_grad_calls_still_run_the_inference_entry(stack):
+    model = MLP()
+    fast = kiln.compile(model, stack=stack)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x))
+    out = fast(x)
+    assert out.requires_grad
+    torch.testing.assert_close(out, model(x))
+
+
+def test_a_killed_partitioner_runs_eagerly_then_the_next_call_compiles(stack):
+    def f(x, w):
+        return torch.tanh(x @ w).sum()
+
+    pid = next(w["pid"] for s in kiln.status(stack.run_dir)["services"] if s["name"] == "partitioner"
+               for w in s["workers"])
+    os.kill(pid, signal.SIGKILL)
+    fast = kiln.compile(f, stack=stack)
+    x, w = torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast(x, w).backward()  # compiled after a retry, or eager: never an error
+        torch.testing.assert_close(w.grad, torch.autograd.grad(f(x, w), w)[0])
+        deadline = time.time() + 30
+        while not fast.cache.entries and time.time() < deadline:
+            time.sleep(0.2)
+            fast(x, w)
+    assert trained(fast), kiln.explain(fast)
+    w.grad = None
+    fast(x, w).backward()
+    torch.testing.assert_close(w.grad, torch.autograd.grad(f(x, w), w)[0])
+
+
+# ---- functionalization ---------------------------------------------------------------------
+
+def run_both(stack, f, make):
+    """f compiled and eager, each on its own arguments from make()."""
+    fast = kiln.compile(f, stack=stack)
+    a, b = make(), make()
+    got, want = fast(*a), f(*b)
+    return fast, a, b, got, want
+
+
+def test_input_mutations_are_copied_back_as_eager(stack):
+    def f(x, w, counter):
+        counter.add_(1)            # an input that needs no grad, mutated
+        x.mul_(2)                  # mutated, then read by an op whose backward needs it
+        return (x @ w).relu().sum() + counter.sum()
+
+    torch.manual_seed(1)
+    data = (torch.randn(3, 4), torch.randn(4, 2), torch.zeros(2))
+    make = lambda: (data[0].clone(), data[1].clone().requires_grad_(), data[2].clone())
+    fast, a, b, got, want = run_both(stack, f, make)
+    torch.testing.assert_close(got, want)
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(a[0], b[0])
+    torch.testing.assert_close(a[2], b[2])
+    torch.testing.assert_close(a[1].grad, b[1].grad)
+    assert trained(fast), kiln.explain(fast)
+
+
+def test_mutations_through_views_of_inputs(stack):
+    def f(x, w):
+        row = x[1]                 # a view of an input
+        row.add_(10)               # writes x
+        t = x.t()
+        t[0].mul_(3)               # writes x's first column through a transposed view
+        return (x @ w).sum(), row * 1
+
+    data = (torch.randn(3, 4), torch.randn(4, 2))
+    make = lambda: (data[0].clone(), data[1].clone().requires_grad_())
+    fast, a, b, got, want = run_both(stack, f, make)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(a[0], b[0])
+    got[0].backward()
+    want[0].backward()
+    torch.testing.assert_close(a[1].grad, b[1].grad)
+    assert trained(fast), kiln.explain(fast)
+
+
+def test_in_place_ops_on_intermediates(stack):
+    def f(x, w):
+        h = x @ w
+        h.mul_(2)
+        h.add_(1)
+        t = h.tanh()
+        h.sigmoid_()
+        return (t * h).sum()
+
+    data = (torch.randn(3, 4), torch.randn(4, 2))
+    make = lambda: (data[0].clone().requires_grad_(), data[1].clone().requires_grad_())
+    fast, a, b, got, want = run_both(stack, f, make)
+    torch.testing.assert_close(got, want)
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(a[0].grad, b[0].grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(a[1].grad, b[1].grad, rtol=1e-4, atol=1e-5)
+    assert trained(fast), kiln.explain(fast)
+
+
+def test_outputs_that_alias_inputs(stack):
+    def f(x, w):
+        return x.view(2, 6), x @ w
+
+    data = (torch.randn(3, 4), torch.randn(4, 2))
+    make = lambda: (data[0].clone(), data[1].clone().requires_grad_())
+    fast, a, b, got, want = run_both(stack, f, make)
+    torch.testing.assert_close(got, want)
+    assert got[0].data_ptr() == a[0].data_ptr()  # a view of the input, as eager's
+    got[1].sum().backward()
+    want[1].sum().backward()
+    torch.testing.assert_close(a[1].grad, b[1].grad)
+
+
+def test_a_mutated_leaf_that_requires_grad_runs_eagerly(stack):
+    def f(x):
+        x.add_(1)
+        return x.sum()
+
+    fast = kiln.compile(f, stack=stack)
+    with pytest.raises(RuntimeError, match="leaf Variable"):  # eager's own error
+        fast(torch.randn(3, requires_grad=True))
+
+
+# ---- training end to end: nanoGPT-style, 2 layers, AdamW ------------------------------------
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, n_embd, n_head, block_size):
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.n_head, self.n_embd = n_head, n_embd
+        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size))
+                             .view(1, 1, block_size, block_size))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class MLPBlock(nn.Module):
+    def __init__(self, n_embd):
+        super().__init__()
+        self.c_fc = nn.Linear(n_embd, 4 * n_embd)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * n_embd, n_embd)
+
+    def forward(self, x):
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, n_embd, n_head, block_size):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = CausalSelfAttention(n_embd, n_head, block_size)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.mlp = MLPBlock(n_embd)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size=65, block_size=16, n_layer=2, n_head=4, n_embd=32):
+        super().__init__()
+        self.wte = nn.Embedding(vocab_size, n_embd)
+        self.wpe = nn.Embedding(block_size, n_embd)
+        self.h = nn.ModuleList([Block(n_embd, n_head, block_size) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(n_embd)
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.wte.weight = self.lm_head.weight  # weight tying, as nanoGPT
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, idx, targets):
+        b, t = idx.size()
+        pos = torch.arange(0, t, dtype=torch.long)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.h:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return logits, loss
+
+
+def train(model, forward, idx, targets, steps=20):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    losses, first_grads = [], None
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        _, loss = forward(idx, targets)
+        loss.backward()
+        if step == 0:
+            first_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        opt.step()
+        losses.append(loss.item())
+    return losses, first_grads
+
+
+def test_nanogpt_trains_as_eager(stack):
+    torch.manual_seed(0)
+    eager_model = GPT()
+    kiln_model = GPT()
+    kiln_model.load_state_dict(eager_model.state_dict())
+    idx = torch.randint(0, 65, (4, 16))
+    targets = torch.randint(0, 65, (4, 16))
+    fast = kiln.compile(kiln_model, stack=stack)
+    eager_losses, eager_grads = train(eager_model, eager_model, idx, targets)
+    kiln_losses, kiln_grads = train(kiln_model, fast, idx, targets)
+    print("step  eager      kiln")
+    for step, (e, k) in enumerate(zip(eager_losses, kiln_losses)):
+        print(f"{step:4d}  {e:.6f}  {k:.6f}")
+    assert not fast._compiled_forward.fallback_reasons, fast._compiled_forward.fallback_reasons
+    assert trained(fast._compiled_forward), kiln.explain(fast)
+    for name, g in eager_grads.items():
+        torch.testing.assert_close(kiln_grads[name], g, rtol=1e-3, atol=1e-5, msg=name)
+    torch.testing.assert_close(torch.tensor(kiln_losses), torch.tensor(eager_losses), rtol=1e-3, atol=1e-4)
+    assert kiln_losses[-1] < kiln_losses[0] - 1.0  # it learned the batch
+
+
+def test_an_input_saved_for_a_recompute_keeps_its_value_when_mutated(stack):
+    def f(x, w):
+        h = x.sin()                # the partition may save x and recompute sin(x) in the backward
+        x.add_(1)
+        return (h * w).sum()
+
+    data = (torch.randn(5), torch.randn(5))
+    make = lambda: (data[0].clone(), data[1].clone().requires_grad_())
+    fast, a, b, got, want = run_both(stack, f, make)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(a[0], b[0])
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(a[1].grad, b[1].grad)
+    assert trained(fast), kiln.explain(fast)
