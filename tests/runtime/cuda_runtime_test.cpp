@@ -344,7 +344,7 @@ public:
       for (sym::Expr s : plan.inputs[k].tensor().strides) strides.push_back(*s.asInteger());
       int64_t n = extent(c.inputs[k], strides);
       std::vector<double> v(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) v[i] = static_cast<double>((i * 7 + k * 5) % 17 - 8) / 8;
+      for (int64_t i = 0; i < n; ++i) v[i] = testing::productInput(static_cast<int64_t>(k), i);
       inputs.push_back({c.dtype, upload(bytesOf(c.dtype, v)), c.inputs[k], strides});
       values.push_back(std::move(v));
     }

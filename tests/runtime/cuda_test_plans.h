@@ -4,6 +4,7 @@
 // produce them (kiln/runtime/plan.h, Launch).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,12 @@ struct ProductCase {
   std::string epilogue; // "" / "relu" / "gelu_tanh"
 };
 Plan productPlan(sym::SymbolTable& table, const ProductCase& c);
+
+// Element i of input k of a ProductCase: a multiple of 1/8 in [-1, 1], exact in
+// every float dtype (signed arithmetic: an unsigned `k` once wrapped -1 to 2^61).
+inline double productInput(int64_t k, int64_t i) {
+  return static_cast<double>((i * 7 + k * 5) % 17 - 8) / 8;
+}
 
 // x: f32[s0], k: symbolic int, w: f32[s0, 8] -> matmul(2 x + k, w): f32[8]
 // (a kernel, then an extern call on its result; the kernel's buffer freed).

@@ -2,12 +2,15 @@
 // and extern calls.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 #include "kiln/common/error.h"
 #include "kiln/runtime/runtime.h"
 #include "kiln/sym/range.h"
 #include "kiln/sym/symbol_table.h"
+
+#include "cuda_test_plans.h" // productInput
 
 namespace kiln::runtime {
 namespace {
@@ -237,6 +240,30 @@ TEST_F(Runtime, ExternMatmulTakesEveryFormOfTorchMatmul) {
   runExtern("matmul", {{DType::Float64, v.data(), {3}, {1}}, {DType::Float64, b.data(), {3}, {4}}},
             {}, {DType::Float64, &dot, {}, {}});
   EXPECT_EQ(dot, v[0] * b[0] + v[1] * b[4] + v[2] * b[8]);
+}
+
+TEST_F(Runtime, ExternMatmulOfTheCudaTestsBroadcastCase) {
+  // CudaExtern's [2, 1, 5, 8] @ [3, 8, 4] -> [2, 3, 5, 4] on its inputs, against a naive
+  // loop: the inputs stay in [-1, 1] (f16 holds them), the result is torch's.
+  std::vector<double> a(2 * 5 * 8), b(3 * 8 * 4), out(2 * 3 * 5 * 4), expected;
+  for (size_t i = 0; i < a.size(); ++i) a[i] = testing::productInput(0, int64_t(i));
+  for (size_t i = 0; i < b.size(); ++i) b[i] = testing::productInput(1, int64_t(i));
+  for (double v : a) ASSERT_LE(std::abs(v), 1);
+  for (double v : b) ASSERT_LE(std::abs(v), 1);
+  runExtern("matmul",
+            {{DType::Float64, a.data(), {2, 1, 5, 8}, {40, 40, 8, 1}},
+             {DType::Float64, b.data(), {3, 8, 4}, {32, 4, 1}}},
+            {}, {DType::Float64, out.data(), {2, 3, 5, 4}, {60, 20, 4, 1}});
+  for (int x = 0; x < 2; ++x)
+    for (int y = 0; y < 3; ++y)
+      for (int i = 0; i < 5; ++i)
+        for (int j = 0; j < 4; ++j) {
+          double dot = 0;
+          for (int k = 0; k < 8; ++k) dot += a[x * 40 + i * 8 + k] * b[y * 32 + k * 4 + j];
+          expected.push_back(dot);
+        }
+  EXPECT_EQ(out, expected);
+  EXPECT_EQ(out[0], 100.0 / 64);
 }
 
 } // namespace
