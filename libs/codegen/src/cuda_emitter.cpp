@@ -160,13 +160,19 @@ public:
          << ") {\n";
     indent += "  ";
     if (rank > 0) body << unflatten(item, indent);
+    if (rows) perThread_ = persistentRow();
+    std::ostringstream members;
     for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
       BufferId id = kernel_.buffers[m];
-      body << (rows ? rowMember(id, indent) : flatMember(id, indent));
+      members << (rows ? rowMember(id, indent) : flatMember(id, indent));
+      inRowLoop_ = false;
       // A later buffer may read this one's elements, stored by other threads of the group.
       if (rows && m + 1 < kernel_.buffers.size())
-        body << indent << (group_ <= 32 ? "__syncwarp();\n" : "__syncthreads();\n");
+        members << indent << (group_ <= 32 ? "__syncwarp();\n" : "__syncthreads();\n");
     }
+    std::istringstream decls(rowDecls_);
+    for (std::string line; std::getline(decls, line);) body << indent << line << "\n";
+    body << members.str();
     indent.resize(indent.size() - 2);
     body << indent << "}\n";
 
@@ -430,6 +436,33 @@ private:
     return text;
   }
 
+  // Elements per thread when every buffer of this row kernel runs over one
+  // static inner extent (or none) small enough to keep in registers; else 0.
+  int persistentRow() const {
+    std::optional<Shape> common;
+    for (BufferId id : kernel_.buffers) {
+      const Loops& l = program_.buffers[id].loops;
+      Shape inner = l.reductionRanges;
+      if (l.reduce == ReduceOp::None) {
+        LoopShape shape = withoutUnitDims(l);
+        size_t rank = std::min(kernel_.outer.size(), shape.ranges.size());
+        inner.assign(shape.ranges.begin() + static_cast<std::ptrdiff_t>(rank), shape.ranges.end());
+      }
+      if (inner.empty()) continue;
+      if (common && *common != inner) return 0;
+      common = inner;
+    }
+    if (!common) return 0;
+    int64_t w = 1;
+    for (sym::Expr r : *common) {
+      auto v = r.asInteger();
+      if (!v) return 0;
+      w *= *v;
+    }
+    int64_t per = (w + group_ - 1) / group_;
+    return per >= 1 && per <= 32 ? static_cast<int>(per) : 0;
+  }
+
   // The outer indices of a flat position.
   std::string unflatten(const std::string& flat, const std::string& indent) {
     size_t rank = kernel_.outer.size();
@@ -502,18 +535,66 @@ private:
   // A loop of the group's threads over `ranges` (flattened), binding `vars`.
   std::string strided(const std::vector<sym::Expr>& vars, const Shape& ranges,
                       std::string& indent) {
-    std::string lines = indent + "for (" + ix_ + " kiln_j = kiln_lane; kiln_j < " +
-                        numelText(ranges) + "; kiln_j += " + std::to_string(group_) + ") {\n";
+    std::string lines;
+    if (perThread_ > 0) { // a static row: unrolled, so cached elements stay in registers
+      std::string g = std::to_string(group_), w = numelText(ranges);
+      lines = indent + "#pragma unroll\n" + indent + "for (int kiln_t = 0; kiln_t < " +
+              std::to_string(perThread_) + "; ++kiln_t) if (const " + ix_ +
+              " kiln_j = kiln_lane + kiln_t * " + g + "; kiln_j < " + w + ") {\n";
+    } else {
+      lines = indent + "for (" + ix_ + " kiln_j = kiln_lane; kiln_j < " + numelText(ranges) +
+              "; kiln_j += " + std::to_string(group_) + ") {\n";
+    }
     indent += "  ";
     if (!vars.empty()) lines += indent + ix_ + " kiln_jrest = kiln_j;\n";
     for (size_t k = vars.size(); k-- > 0;) {
       declared_.insert(vars[k]);
+      innerOf_[vars[k]] = k;
       std::string r = index(ranges[k]);
       lines += indent + "const int64_t " + sym::toString(vars[k]) + " = " +
                (k == 0 ? std::string("kiln_jrest") : "kiln_jrest % " + r) + ";\n";
       if (k > 0) lines += indent + "kiln_jrest /= " + r + ";\n";
     }
+    inRowLoop_ = true;
     return lines;
+  }
+
+  // A row kernel whose buffers all run over one static inner extent keeps
+  // what it loads from memory in registers (element kiln_t of a per-thread
+  // array): a later buffer of the row reading the same element (softmax's
+  // three passes over x, layer_norm's over x + r) reads the register, so the
+  // row crosses memory once. Only loads every thread makes (not under a
+  // `where`) of memory the kernel does not write.
+  std::string cachedLoad(const ScalarNode& n, const std::string& element, bool lazy) override {
+    if (perThread_ == 0 || !inRowLoop_ || lazy || isWritten(n.buffer) ||
+        writtenRoots().count(root(n.buffer)))
+      return element;
+    sym::Substitution canonical;
+    for (sym::Expr v : sym::freeSymbols(n.index)) {
+      if (auto o = outerOf_.find(v); o != outerOf_.end())
+        canonical[v] = canonicalVar("kiln_co", o->second);
+      else if (auto i = innerOf_.find(v); i != innerOf_.end())
+        canonical[v] = canonicalVar("kiln_ci", i->second);
+      else if (!isSizeSymbol(v))
+        return element; // a variable of no row position
+    }
+    std::string key =
+        std::to_string(n.buffer) + ":" + sym::toString(sym::substitute(n.index, canonical));
+    auto [it, fresh] = cached_.emplace(key, "kiln_c" + std::to_string(cached_.size()));
+    std::string slot = it->second + "[kiln_t]";
+    if (!fresh) return slot;
+    DType t = program_.buffers[n.buffer].layout.dtype;
+    rowDecls_ += valueType(t) + " " + it->second + "[" + std::to_string(perThread_) + "];\n";
+    return "(" + slot + " = " + element + ")";
+  }
+
+  bool isSizeSymbol(sym::Expr v) const { return !declared_.count(v); } // not a loop variable
+
+  sym::Expr canonicalVar(const std::string& prefix, size_t k) {
+    sym::SymbolTable& table = zero().table();
+    std::string name = prefix + std::to_string(k);
+    auto known = table.lookup(name);
+    return known ? *known : table.declare(name, std::nullopt, sym::Range::size());
   }
 
   // A buffer of a row kernel: pointwise over its dims past the outer ones, or a reduction.
@@ -618,8 +699,13 @@ private:
   }
 
   int threads_ = 256;
-  int group_ = 1;                                 // threads per row (1: a flat kernel)
-  std::string ix_ = "int64_t";                    // the loops' index type
+  int group_ = 1;              // threads per row (1: a flat kernel)
+  std::string ix_ = "int64_t"; // the loops' index type
+  int perThread_ = 0;          // a persistent row's elements per thread (0: not persistent)
+  bool inRowLoop_ = false;     // emitting inside a row's inner loop
+  std::unordered_map<sym::Expr, size_t> innerOf_; // an inner index variable -> its position
+  std::map<std::string, std::string> cached_;     // (buffer, canonical index) -> register array
+  std::string rowDecls_;                          // the register arrays, declared per row
   int lanes_ = 1;                                 // items per thread in a flat kernel's vector path
   sym::Expr item_;                                // flat kernels: kiln_item
   std::unordered_map<sym::Expr, size_t> outerOf_; // a buffer's index variable -> its outer dim

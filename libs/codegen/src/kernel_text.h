@@ -81,6 +81,11 @@ protected:
   // An index expression as the emitter prints it: the same value, possibly
   // over other variables (a target's cheaper form).
   virtual sym::Expr rewriteIndex(sym::Expr e) { return e; }
+  // A direct load's element as the emitter reads it: a target may keep
+  // elements it loaded in registers for later buffers of the kernel.
+  virtual std::string cachedLoad(const ScalarNode&, const std::string& element, bool /*lazy*/) {
+    return element;
+  }
 
   static std::string pointer(BufferId id) { return "kiln_b" + std::to_string(id); }
 
@@ -189,7 +194,7 @@ protected:
     if (b.layout.dtype == DType::Float16) element = "kiln_h2f(" + element + ")";
     if (b.layout.dtype == DType::BFloat16) element = "kiln_b2f(" + element + ")";
     if (lazy && !prefix.empty()) return "[&]() { " + prefix + "return " + element + "; }()";
-    return element;
+    return n.indirect.empty() ? cachedLoad(n, element, lazy) : element;
   }
 
   std::string unaryExpr(const ScalarNode& n, const std::string& x) {
