@@ -380,22 +380,27 @@ struct TorchThreadState {
   c10::impl::PODLocalDispatchKeySet* keys = nullptr;
 };
 
-// Not inlined: one __tls_get_addr per call (inlined, the compiler repeats it per access).
-__attribute__((noinline)) const TorchThreadState* torchThreadState() {
+// Not inlined, so that one __tls_get_addr finds it (inlined, GCC repeats the
+// call for each access).
+__attribute__((noinline)) TorchThreadState* torchThreadStateSlot() {
   static thread_local TorchThreadState state;
-  TorchThreadState* s = &state;
+  return &state;
+}
+
+const TorchThreadState& torchThreadState() {
+  TorchThreadState* s = torchThreadStateSlot();
   if (!s->autograd) {
     s->autograd = &c10::AutogradState::get_tls_state();
     s->keys = &c10::impl::raw_local_dispatch_key_set;
   }
-  return s;
+  return *s;
 }
 
 } // namespace
 
 void GlobalBits::read(uint32_t groups) {
   if (groups & (kGrad | kAutocastOn)) {
-    const TorchThreadState& t = *torchThreadState();
+    const TorchThreadState& t = torchThreadState();
     if (groups & kGrad) bits |= t.autograd->get_grad_mode() ? kGradBit : 0;
     if (groups & kAutocastOn) {
       // Autocast is on for a device while its dispatch key is not excluded (how
@@ -466,6 +471,8 @@ LoadedProgram::LoadedProgram(guards::Program program) : program_(std::move(progr
           a.first = static_cast<uint32_t>(dims_.size());
           for (const auto& v : t.sizes) dims_.push_back(v.value_or(kAnySize));
           for (const auto& v : t.strides) dims_.push_back(v.value_or(kAnySize));
+          a.staticDims = std::all_of(dims_.begin() + a.first, dims_.end(),
+                                     [](int64_t d) { return d != kAnySize; });
         } else if (c.kind == Check::Kind::DictKeys) {
           a.first = static_cast<uint32_t>(keyMirrors_.size());
           for (const Constant& k : c.dictKeys.keys) keyMirrors_.push_back(keep(objectOf(k)));
@@ -480,7 +487,11 @@ LoadedProgram::LoadedProgram(guards::Program program) : program_(std::move(progr
     nodeCount_ = program_.nodes.size();
     symbolCount_ = program_.symbols.size();
     stackSize_ = program_.maxStack + 1;
-    for (const guards::Instruction& i : program_.code) {
+    const std::vector<guards::Instruction>& code = program_.code;
+    shapeFirst_ = code.size() >= 2 && code[0].op == guards::Op::CallShape &&
+                  code[1].op == guards::Op::Globals;
+    for (size_t pc = shapeFirst_ ? 2 : 0; pc < code.size(); ++pc) {
+      const guards::Instruction& i = code[pc];
       LoadedProgram::FastOp op;
       op.op = i.op;
       op.node = i.node;
@@ -519,13 +530,13 @@ PyFrontend::PyFrontend(const LoadedProgram& program, PyObject* fn, PyObject* arg
 }
 
 bool PyFrontend::callShape(const guards::CallShape& shape) {
-  if (!args_ || static_cast<size_t>(PyTuple_GET_SIZE(args_)) != shape.positional) return false;
+  const std::vector<PyObject*>& names = p_.keywords(); // shape.keywords as str objects
+  if (!args_ || PyTuple_GET_SIZE(args_) != static_cast<Py_ssize_t>(shape.positional)) return false;
   const size_t given = kwargs_ ? static_cast<size_t>(PyDict_GET_SIZE(kwargs_)) : 0;
-  if (given != shape.keywords.size()) return false;
+  if (given != names.size()) return false;
   if (given == 0) return true;
   Py_ssize_t pos = 0;
   PyObject *key, *value;
-  const std::vector<PyObject*>& names = p_.keywords();
   while (PyDict_Next(kwargs_, &pos, &key, &value)) {
     bool known = false;
     for (PyObject* n : names)
@@ -701,7 +712,13 @@ bool tensorMatches(PyObject* o, const LoadedProgram::CheckAux& e, const int64_t*
     if (sizes.size() != e.dims) return false;
     c10::IntArrayRef strides = t.strides();
     const int64_t* expectedStrides = dims + e.dims;
-    for (size_t k = 0; k < e.dims; ++k)
+    if (e.staticDims) {
+      int64_t differ = 0;
+      for (size_t k = 0; k < e.dims; ++k)
+        differ |= (dims[k] ^ sizes[k]) | (expectedStrides[k] ^ strides[k]);
+      if (differ) return false;
+    } else
+      for (size_t k = 0; k < e.dims; ++k)
       if ((dims[k] != LoadedProgram::kAnySize && dims[k] != sizes[k]) ||
           (expectedStrides[k] != LoadedProgram::kAnySize && expectedStrides[k] != strides[k]))
         return false;
@@ -848,9 +865,14 @@ __attribute__((flatten)) bool runFast(const LoadedProgram& program, PyFrontend& 
     scratch.symbols = s.symbols.size();
     scratch.stack = s.stack.size();
   }
+  // compile() puts the call shape and the global state first (fastCode() starts after them).
+  if (program.shapeFirst() && !(f.callShape(p.call) && f.globals(p.globals))) {
+    f.done();
+    return false;
+  }
   PyFrontend::Value* r = s.registers.data();
-  bool ok = true;
   for (const LoadedProgram::FastOp& i : program.fastCode()) {
+    bool ok = false;
     switch (i.op) {
     case guards::Op::CallShape: ok = f.callShape(p.call); break;
     case guards::Op::Globals: ok = f.globals(p.globals); break;
@@ -868,10 +890,13 @@ __attribute__((flatten)) bool runFast(const LoadedProgram& program, PyFrontend& 
       ok = guards::evaluateShape(p.shapes[i.operand], s.symbols.data(), s.stack.data());
       break;
     }
-    if (!ok) break;
+    if (!ok) {
+      f.done();
+      return false;
+    }
   }
   f.done();
-  return ok;
+  return true;
 }
 
 } // namespace

@@ -54,7 +54,8 @@ public:
     uint8_t deviceType = 0;       //   (ir::DeviceType)
     uint8_t dims = 0;             // Tensor: its dim count
     bool requiresGrad = false;
-    bool anyOffset = false; // Tensor: the storage offset is dynamic
+    bool anyOffset = false;  // Tensor: the storage offset is dynamic
+    bool staticDims = false; // Tensor: no size or stride is dynamic
     int64_t offset = 0;
   };
   static constexpr int64_t kAnySize = INT64_MIN; // a dynamic size or stride in dims()
@@ -99,7 +100,10 @@ public:
     return unresolved_[static_cast<size_t>(&check(node, c) - checks_.data())];
   }
   const GlobalsAux& globals() const { return globals_; }
+  // The code as the fast path runs it; without the call shape and global state
+  // where those come first (shapeFirst()), as compile() puts them.
   const std::vector<FastOp>& fastCode() const { return fast_; }
+  bool shapeFirst() const { return shapeFirst_; }
   // Whether a load reads the called function (a global, closure cell or default).
   bool readsFunction() const { return readsFunction_; }
   // What a run's scratch must hold: registers, symbol slots, stack entries.
@@ -118,6 +122,7 @@ private:
   GlobalsAux globals_;
   std::vector<FastOp> fast_;
   bool readsFunction_ = false;
+  bool shapeFirst_ = false;
   size_t nodeCount_ = 0, symbolCount_ = 0, stackSize_ = 0;
   std::vector<PyObject*> refs_; // every reference above, released at the end
 };
