@@ -25,6 +25,7 @@ using guards::Check;
 using guards::Constant;
 using guards::Input;
 using guards::StepKind;
+using FastKind = LoadedProgram::FastKind;
 
 // torch 2.4 reads autocast state by device type; 1.13 (Debian) has one function per device.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
@@ -502,11 +503,19 @@ LoadedProgram::LoadedProgram(guards::Program program) : program_(std::move(progr
         op.what = &node.step;
         op.aux = &nodes_[i.node];
         const StepKind k = node.step.kind;
+        if (k == StepKind::Arg && node.step.index >= 0 && node.step.index <= INT32_MAX) {
+          op.kind = FastKind::LoadArg;
+          op.operand = static_cast<uint32_t>(node.step.index);
+        }
         readsFunction_ |= k == StepKind::Global || k == StepKind::Closure ||
                           k == StepKind::Default || k == StepKind::KwDefault;
       } else if (i.op == guards::Op::Check) {
         op.what = &node.checks[i.operand];
         op.aux = &checks_[nodes_[i.node].firstCheck + i.operand];
+        const Check::Kind k = node.checks[i.operand].kind;
+        op.kind = k == Check::Kind::Type     ? FastKind::CheckType
+                  : k == Check::Kind::Tensor ? FastKind::CheckTensor
+                                             : FastKind::Other;
       }
       fast_.push_back(op);
     }
@@ -621,15 +630,14 @@ bool PyFrontend::loadItem(PyObject* obj, int64_t index, PyObject* indexName, Val
 
 bool PyFrontend::load(const guards::Step& step, Value parent, Value& out) {
   const uint32_t node = p_.nodeOf(step);
-  return loadAt(node, step, p_.node(node), parent, out);
+  return loadAt(node, step, p_.node(node), parent.obj, out);
 }
 
 bool PyFrontend::loadAt(uint32_t node, const guards::Step& step, const LoadedProgram::NodeAux& aux,
-                        Value parent, Value& out) {
+                        PyObject* p, Value& out) {
   out.obj = nullptr;
   out.integer = 0;
   out.node = node;
-  PyObject* p = parent.obj;
   switch (step.kind) {
   case StepKind::Arg:
     if (!args_ || step.index < 0 || step.index >= PyTuple_GET_SIZE(args_)) return false;
@@ -719,9 +727,9 @@ bool tensorMatches(PyObject* o, const LoadedProgram::CheckAux& e, const int64_t*
       if (differ) return false;
     } else
       for (size_t k = 0; k < e.dims; ++k)
-      if ((dims[k] != LoadedProgram::kAnySize && dims[k] != sizes[k]) ||
-          (expectedStrides[k] != LoadedProgram::kAnySize && expectedStrides[k] != strides[k]))
-        return false;
+        if ((dims[k] != LoadedProgram::kAnySize && dims[k] != sizes[k]) ||
+            (expectedStrides[k] != LoadedProgram::kAnySize && expectedStrides[k] != strides[k]))
+          return false;
     if (!e.anyOffset && e.offset != t.storage_offset()) return false;
     return t.requires_grad() == e.requiresGrad; // a call into torch: last
   } catch (const std::exception&) {
@@ -753,7 +761,7 @@ bool PyFrontend::check(Value v, const Check& c) {
   return checkWith(v, c, p_.check(v.node, c));
 }
 
-bool PyFrontend::checkWith(Value v, const Check& c, const LoadedProgram::CheckAux& aux) {
+bool PyFrontend::checkWith(const Value& v, const Check& c, const LoadedProgram::CheckAux& aux) {
   if (!v.obj) { // an int read from a tensor
     switch (c.kind) {
     case Check::Kind::Type: return aux.type == &PyLong_Type;
@@ -871,15 +879,46 @@ __attribute__((flatten)) bool runFast(const LoadedProgram& program, PyFrontend& 
     return false;
   }
   PyFrontend::Value* r = s.registers.data();
+  PyObject* args = f.args();
   for (const LoadedProgram::FastOp& i : program.fastCode()) {
     bool ok = false;
+    PyFrontend::Value& v = r[i.node];
+    // What PyFrontend::loadAt and checkWith do for these kinds, without the call.
+    switch (i.kind) {
+    case FastKind::LoadArg:
+      v.obj = args && static_cast<Py_ssize_t>(i.operand) < PyTuple_GET_SIZE(args)
+                  ? PyTuple_GET_ITEM(args, i.operand)
+                  : nullptr;
+      v.integer = 0;
+      v.node = i.node;
+      ok = v.obj != nullptr;
+      break;
+    case FastKind::CheckType: {
+      PyTypeObject* type = static_cast<const LoadedProgram::CheckAux*>(i.aux)->type;
+      ok = v.obj ? Py_TYPE(v.obj) == type : type == &PyLong_Type;
+      break;
+    }
+    case FastKind::CheckTensor: {
+      const auto& aux = *static_cast<const LoadedProgram::CheckAux*>(i.aux);
+      ok = v.obj && tensorMatches(v.obj, aux, program.dims(aux));
+      break;
+    }
+    case FastKind::Other: break;
+    }
+    if (i.kind != FastKind::Other) {
+      if (!ok) {
+        f.done();
+        return false;
+      }
+      continue;
+    }
     switch (i.op) {
     case guards::Op::CallShape: ok = f.callShape(p.call); break;
     case guards::Op::Globals: ok = f.globals(p.globals); break;
     case guards::Op::Load:
       ok = f.loadAt(i.node, *static_cast<const guards::Step*>(i.what),
                     *static_cast<const LoadedProgram::NodeAux*>(i.aux),
-                    i.parent < 0 ? PyFrontend::Value{} : r[i.parent], r[i.node]);
+                    i.parent < 0 ? nullptr : r[i.parent].obj, r[i.node]);
       break;
     case guards::Op::Check:
       ok = f.checkWith(r[i.node], *static_cast<const Check*>(i.what),

@@ -70,11 +70,20 @@ public:
   };
 
   // The program as the fast path runs it: what each instruction reads, resolved.
+  // The most common instructions have kinds of their own, run without a call
+  // into the front end; the others run as the VM runs them.
+  enum class FastKind : uint8_t {
+    Other,
+    LoadArg,     // register = args[operand]
+    CheckType,   // Py_TYPE(register) is the check's type
+    CheckTensor, // the register is a tensor as the check says
+  };
   struct FastOp {
     guards::Op op;
+    FastKind kind = FastKind::Other;
     int32_t parent = -1;        // Load: the parent's register, or -1 for a root
     uint32_t node = 0;          // Load, Check, Symbol: the register
-    uint32_t operand = 0;       // Symbol: the slot; Shape: the shape guard
+    uint32_t operand = 0;       // Symbol: the slot; Shape: the shape guard; LoadArg: i
     const void* what = nullptr; // Load: the guards::Step; Check: the guards::Check
     const void* aux = nullptr;  // Load: the NodeAux; Check: the CheckAux
   };
@@ -164,6 +173,7 @@ public:
   PyFrontend(const LoadedProgram& program, PyObject* fn, PyObject* args, PyObject* kwargs,
              std::vector<PyObject*>& owned, GlobalBits* globals = nullptr);
 
+  PyObject* args() const { return args_; }
   bool callShape(const guards::CallShape& shape);
   bool globals(const guards::GlobalState& expected);
   bool load(const guards::Step& step, Value parent, Value& out);
@@ -172,8 +182,8 @@ public:
   void done();
   // load() and check() with the register and what they read resolved (the fast path).
   bool loadAt(uint32_t node, const guards::Step& step, const LoadedProgram::NodeAux& aux,
-              Value parent, Value& out);
-  bool checkWith(Value v, const guards::Check& c, const LoadedProgram::CheckAux& aux);
+              PyObject* parent, Value& out);
+  bool checkWith(const Value& v, const guards::Check& c, const LoadedProgram::CheckAux& aux);
 
   // The slow path: may call Python.
   std::string callText();
