@@ -2,7 +2,8 @@
 // compiled guard programs over the Python front end (guard_frontend.h) and
 // the per-function cache of entries. The checks that run on every call
 // (`GuardProgram.checker()`, `FunctionCache.lookup_function()`) are plain
-// METH_FASTCALL functions, so a call costs no pybind11 dispatch.
+// METH_FASTCALL functions, so a call costs no pybind11 dispatch (and CPython
+// 3.11+ calls them straight from its interpreter loop).
 #include "guard_bindings.h"
 
 #include "sym_operators.h"
@@ -151,20 +152,45 @@ PyObject* kwargsOrNull(PyObject* kwargs) {
   return kwargs;
 }
 
-// ---- fast functions: METH_FASTCALL over a capsule holding the C++ object ----
+// ---- fast functions: METH_FASTCALL over a small object holding the C++ one ----
 
-template <class T> T* capsuleTarget(PyObject* capsule) {
-  return static_cast<std::shared_ptr<T>*>(PyCapsule_GetPointer(capsule, nullptr))->get();
+// The `self` of a fast function: the C++ object it runs on, one load away.
+struct FastTarget {
+  PyObject_HEAD void* target;
+  std::shared_ptr<void>* keep;
+};
+
+void deallocFastTarget(PyObject* o) {
+  PyTypeObject* type = Py_TYPE(o);
+  delete reinterpret_cast<FastTarget*>(o)->keep;
+  type->tp_free(o);
+  Py_DECREF(type);
+}
+
+PyTypeObject* fastTargetType() {
+  static PyTypeObject* type = [] {
+    static PyType_Slot slots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(&deallocFastTarget)},
+                                  {0, nullptr}};
+    static PyType_Spec spec = {"_kiln.guards.FastTarget", sizeof(FastTarget), 0, Py_TPFLAGS_DEFAULT,
+                               slots};
+    PyObject* t = PyType_FromSpec(&spec);
+    if (!t) throw py::error_already_set();
+    return reinterpret_cast<PyTypeObject*>(t); // kept for the process's life
+  }();
+  return type;
+}
+
+template <class T> T* targetOf(PyObject* self) {
+  return static_cast<T*>(reinterpret_cast<FastTarget*>(self)->target);
 }
 
 template <class T> py::object fastFunction(PyMethodDef* def, std::shared_ptr<T> target) {
-  PyObject* capsule =
-      PyCapsule_New(new std::shared_ptr<T>(std::move(target)), nullptr, [](PyObject* c) {
-        delete static_cast<std::shared_ptr<T>*>(PyCapsule_GetPointer(c, nullptr));
-      });
-  if (!capsule) throw py::error_already_set();
-  PyObject* f = PyCFunction_NewEx(def, capsule, nullptr);
-  Py_DECREF(capsule);
+  FastTarget* self = PyObject_New(FastTarget, fastTargetType());
+  if (!self) throw py::error_already_set();
+  self->target = target.get();
+  self->keep = new std::shared_ptr<void>(std::move(target));
+  PyObject* f = PyCFunction_NewEx(def, reinterpret_cast<PyObject*>(self), nullptr);
+  Py_DECREF(self);
   if (!f) throw py::error_already_set();
   return py::reinterpret_steal<py::object>(f);
 }
@@ -182,7 +208,7 @@ PyObject* programCheck(PyObject* self, PyObject* const* argv, Py_ssize_t n) {
   }
   PyObject* kwargs = kwargsOrNull(n == 3 ? argv[2] : nullptr);
   if (kwargs == reinterpret_cast<PyObject*>(-1)) return nullptr;
-  NativeProgram* p = capsuleTarget<NativeProgram>(self);
+  NativeProgram* p = targetOf<NativeProgram>(self);
   try {
     return PyBool_FromLong(passes(*p->program, argv[0], argv[1], kwargs, p->scratch));
   } catch (const std::exception& e) {
@@ -207,10 +233,11 @@ struct NativeCache {
   std::vector<Entry> entries;
   std::vector<std::pair<uint64_t, std::string>> reasons; // of the last miss
   RunScratch scratch;
-  int lookups = 0; // > 0 while a lookup runs (entries must not change then)
+  int lookups = 0;            // > 0 while a lookup runs (entries must not change then)
+  bool readsFunction = false; // an entry reads the function (its globals, cells, defaults)
 
   PyObject* fn() const {
-    PyObject* f = PyWeakref_GetObject(function.ptr());
+    PyObject* f = PyWeakref_GET_OBJECT(function.ptr());
     return f == Py_None ? nullptr : f;
   }
   void mutable_() const {
@@ -226,16 +253,19 @@ PyObject* cacheLookup(PyObject* self, PyObject* const* argv, Py_ssize_t n) {
   }
   PyObject* kwargs = kwargsOrNull(n == 2 ? argv[1] : nullptr);
   if (kwargs == reinterpret_cast<PyObject*>(-1)) return nullptr;
-  NativeCache* c = capsuleTarget<NativeCache>(self);
-  PyObject* fn = c->fn();
+  NativeCache* c = targetOf<NativeCache>(self);
   ++c->lookups;
   struct Leave {
     int& n;
     ~Leave() { --n; }
   } leave{c->lookups};
   try {
+    PyObject* fn = c->readsFunction ? c->fn() : nullptr;
+    GlobalBits globals; // read once for every entry
     for (const NativeCache::Entry& e : c->entries)
-      if (passes(*e.program, fn, argv[0], kwargs, c->scratch)) return Py_NewRef(e.value.ptr());
+      if (passes(*e.program, fn, argv[0], kwargs, c->scratch, &globals))
+        return Py_NewRef(e.value.ptr());
+    fn = c->fn();
     c->reasons.clear();
     for (const NativeCache::Entry& e : c->entries) {
       auto why = explainCall(*e.program, fn, argv[0], kwargs);
@@ -299,10 +329,10 @@ void bindSym(py::module_& m) {
   F ge = [](sym::Expr a, sym::Expr b) { return sym::ge(a, b); };
   F both = [](sym::Expr a, sym::Expr b) { return sym::logicalAnd(a, b); };
   F either = [](sym::Expr a, sym::Expr b) { return sym::logicalOr(a, b); };
-  py::class_<GuardSym> cls(m, "Sym", "A symbolic int of one guard set; comparisons make shape guards.");
+  py::class_<GuardSym> cls(m, "Sym",
+                           "A symbolic int of one guard set; comparisons make shape guards.");
   defSymArithmetic(cls, make, other);
-  cls
-      .def("__eq__", binary(eq))
+  cls.def("__eq__", binary(eq))
       .def("__ne__", binary(ne))
       .def("__lt__", binary(lt))
       .def("__le__", binary(le))
@@ -532,6 +562,7 @@ void bindProgram(py::module_& m) {
             e.id = id;
             e.program = load(guards, &e.text);
             e.value = std::move(value);
+            c.readsFunction |= e.program->readsFunction();
             c.entries.push_back(std::move(e));
           },
           py::arg("id"), py::arg("guards"), py::arg("value"))
@@ -540,6 +571,7 @@ void bindProgram(py::module_& m) {
              c.mutable_();
              c.entries.clear();
              c.reasons.clear();
+             c.readsFunction = false;
            })
       .def("__len__", [](const NativeCache& c) { return c.entries.size(); })
       .def_property_readonly("ids",

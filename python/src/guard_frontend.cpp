@@ -25,6 +25,7 @@ using guards::Check;
 using guards::Constant;
 using guards::Input;
 using guards::StepKind;
+using FastKind = LoadedProgram::FastKind;
 
 // torch 2.4 reads autocast state by device type; 1.13 (Debian) has one function per device.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
@@ -337,7 +338,92 @@ PyTypeObject* resolveType(const guards::TypeRef& ref, std::string& why) {
   return reinterpret_cast<PyTypeObject*>(at);
 }
 
+// Bits of GlobalBits: grad mode, deterministic, autocast on (cpu, cuda), and
+// where the dtypes sit.
+constexpr uint64_t kGradBit = 1, kDeterministicBit = 2, kCpuOnBit = 4, kCudaOnBit = 8;
+constexpr int kDefaultDtypeShift = 8, kCpuDtypeShift = 16, kCudaDtypeShift = 24;
+
+uint64_t dtypeBits(int16_t scalarType, int shift) {
+  return (static_cast<uint64_t>(scalarType) & 0xff) << shift;
+}
+
+LoadedProgram::GlobalsAux packGlobals(const guards::GlobalState& e) {
+  LoadedProgram::GlobalsAux g;
+  auto expect = [&](uint32_t group, uint64_t mask, uint64_t value) {
+    if ((g.mask & mask) && (g.value & mask) != value) g.never = true;
+    g.groups |= group;
+    g.mask |= mask;
+    g.value = (g.value & ~mask) | value;
+  };
+  if (e.gradEnabled) expect(GlobalBits::kGrad, kGradBit, *e.gradEnabled ? kGradBit : 0);
+  if (e.deterministic)
+    expect(GlobalBits::kDeterministic, kDeterministicBit, *e.deterministic ? kDeterministicBit : 0);
+  if (e.defaultDtype)
+    expect(GlobalBits::kDefaultDtype, dtypeBits(-1, kDefaultDtypeShift),
+           dtypeBits(scalarTypeOf(*e.defaultDtype), kDefaultDtypeShift));
+  for (const guards::Autocast& a : e.autocast) {
+    const bool cuda = a.device == ir::DeviceType::Cuda;
+    const uint64_t on = cuda ? kCudaOnBit : kCpuOnBit;
+    const int shift = cuda ? kCudaDtypeShift : kCpuDtypeShift;
+    expect(GlobalBits::kAutocastOn, on, a.enabled ? on : 0);
+    if (a.enabled) // the dtype only where autocast is on (Autocast::holds)
+      expect(cuda ? GlobalBits::kCudaDtype : GlobalBits::kCpuDtype, dtypeBits(-1, shift),
+             dtypeBits(scalarTypeOf(a.dtype), shift));
+  }
+  return g;
+}
+
+// Where torch keeps this thread's grad mode and dispatch key sets: thread-locals
+// of libc10, each a __tls_get_addr call away; found once per thread, then read
+// through one access to this thread-local.
+struct TorchThreadState {
+  c10::AutogradState* autograd = nullptr;
+  c10::impl::PODLocalDispatchKeySet* keys = nullptr;
+};
+
+// Not inlined, so that one __tls_get_addr finds it (inlined, GCC repeats the
+// call for each access).
+__attribute__((noinline)) TorchThreadState* torchThreadStateSlot() {
+  static thread_local TorchThreadState state;
+  return &state;
+}
+
+const TorchThreadState& torchThreadState() {
+  TorchThreadState* s = torchThreadStateSlot();
+  if (!s->autograd) {
+    s->autograd = &c10::AutogradState::get_tls_state();
+    s->keys = &c10::impl::raw_local_dispatch_key_set;
+  }
+  return *s;
+}
+
 } // namespace
+
+void GlobalBits::read(uint32_t groups) {
+  if (groups & (kGrad | kAutocastOn)) {
+    const TorchThreadState& t = torchThreadState();
+    if (groups & kGrad) bits |= t.autograd->get_grad_mode() ? kGradBit : 0;
+    if (groups & kAutocastOn) {
+      // Autocast is on for a device while its dispatch key is not excluded (how
+      // both torch 1.13's is_enabled() and 2.x's is_autocast_enabled(device) read it).
+      const c10::impl::LocalDispatchKeySet keys(*t.keys);
+      bits |= keys.excluded_.has(c10::DispatchKey::AutocastCPU) ? 0 : kCpuOnBit;
+      bits |= keys.excluded_.has(c10::DispatchKey::AutocastCUDA) ? 0 : kCudaOnBit;
+    }
+  }
+  if (groups & kDeterministic) {
+    static at::Context& context = at::globalContext();
+    bits |= context.deterministicAlgorithms() ? kDeterministicBit : 0;
+  }
+  if (groups & kDefaultDtype)
+    bits |=
+        dtypeBits(static_cast<int16_t>(c10::get_default_dtype_as_scalartype()), kDefaultDtypeShift);
+  if (groups & kCpuDtype)
+    bits |= dtypeBits(static_cast<int16_t>(autocastDtype(false)), kCpuDtypeShift);
+  if (groups & kCudaDtype)
+    bits |= dtypeBits(static_cast<int16_t>(autocastDtype(true)), kCudaDtypeShift);
+  have |= groups;
+}
 
 LoadedProgram::LoadedProgram(guards::Program program) : program_(std::move(program)) {
   resolveTorchTypes();
@@ -386,6 +472,8 @@ LoadedProgram::LoadedProgram(guards::Program program) : program_(std::move(progr
           a.first = static_cast<uint32_t>(dims_.size());
           for (const auto& v : t.sizes) dims_.push_back(v.value_or(kAnySize));
           for (const auto& v : t.strides) dims_.push_back(v.value_or(kAnySize));
+          a.staticDims = std::all_of(dims_.begin() + a.first, dims_.end(),
+                                     [](int64_t d) { return d != kAnySize; });
         } else if (c.kind == Check::Kind::DictKeys) {
           a.first = static_cast<uint32_t>(keyMirrors_.size());
           for (const Constant& k : c.dictKeys.keys) keyMirrors_.push_back(keep(objectOf(k)));
@@ -396,11 +484,41 @@ LoadedProgram::LoadedProgram(guards::Program program) : program_(std::move(progr
     }
     for (const std::string& k : program_.call.keywords)
       keywords_.push_back(keep(objectOf(Constant{k})));
-    const guards::GlobalState& g = program_.globals;
-    if (g.defaultDtype) globals_.defaultDtype = scalarTypeOf(*g.defaultDtype);
-    for (const guards::Autocast& a : g.autocast)
-      globals_.autocast.push_back(
-          {a.device == ir::DeviceType::Cuda, a.enabled, scalarTypeOf(a.dtype)});
+    globals_ = packGlobals(program_.globals);
+    nodeCount_ = program_.nodes.size();
+    symbolCount_ = program_.symbols.size();
+    stackSize_ = program_.maxStack + 1;
+    const std::vector<guards::Instruction>& code = program_.code;
+    shapeFirst_ = code.size() >= 2 && code[0].op == guards::Op::CallShape &&
+                  code[1].op == guards::Op::Globals;
+    for (size_t pc = shapeFirst_ ? 2 : 0; pc < code.size(); ++pc) {
+      const guards::Instruction& i = code[pc];
+      LoadedProgram::FastOp op;
+      op.op = i.op;
+      op.node = i.node;
+      op.operand = i.operand;
+      const guards::Node& node = program_.nodes[i.node];
+      if (i.op == guards::Op::Load) {
+        op.parent = node.parent;
+        op.what = &node.step;
+        op.aux = &nodes_[i.node];
+        const StepKind k = node.step.kind;
+        if (k == StepKind::Arg && node.step.index >= 0 && node.step.index <= INT32_MAX) {
+          op.kind = FastKind::LoadArg;
+          op.operand = static_cast<uint32_t>(node.step.index);
+        }
+        readsFunction_ |= k == StepKind::Global || k == StepKind::Closure ||
+                          k == StepKind::Default || k == StepKind::KwDefault;
+      } else if (i.op == guards::Op::Check) {
+        op.what = &node.checks[i.operand];
+        op.aux = &checks_[nodes_[i.node].firstCheck + i.operand];
+        const Check::Kind k = node.checks[i.operand].kind;
+        op.kind = k == Check::Kind::Type     ? FastKind::CheckType
+                  : k == Check::Kind::Tensor ? FastKind::CheckTensor
+                                             : FastKind::Other;
+      }
+      fast_.push_back(op);
+    }
   } catch (...) {
     for (PyObject* o : refs_) Py_DECREF(o);
     throw;
@@ -413,20 +531,21 @@ LoadedProgram::~LoadedProgram() {
 }
 
 PyFrontend::PyFrontend(const LoadedProgram& program, PyObject* fn, PyObject* args, PyObject* kwargs,
-                       std::vector<PyObject*>& owned)
-    : p_(program), args_(args), kwargs_(kwargs), owned_(owned) {
+                       std::vector<PyObject*>& owned, GlobalBits* globals)
+    : p_(program), args_(args), kwargs_(kwargs), owned_(owned), globals_(globals) {
   if (fn && PyMethod_Check(fn)) fn = PyMethod_GET_FUNCTION(fn);
   if (fn && PyFunction_Check(fn)) function_ = fn;
+  last_[0].obj = last_[1].obj = nullptr;
 }
 
 bool PyFrontend::callShape(const guards::CallShape& shape) {
-  if (!args_ || static_cast<size_t>(PyTuple_GET_SIZE(args_)) != shape.positional) return false;
+  const std::vector<PyObject*>& names = p_.keywords(); // shape.keywords as str objects
+  if (!args_ || PyTuple_GET_SIZE(args_) != static_cast<Py_ssize_t>(shape.positional)) return false;
   const size_t given = kwargs_ ? static_cast<size_t>(PyDict_GET_SIZE(kwargs_)) : 0;
-  if (given != shape.keywords.size()) return false;
+  if (given != names.size()) return false;
   if (given == 0) return true;
   Py_ssize_t pos = 0;
   PyObject *key, *value;
-  const std::vector<PyObject*>& names = p_.keywords();
   while (PyDict_Next(kwargs_, &pos, &key, &value)) {
     bool known = false;
     for (PyObject* n : names)
@@ -439,25 +558,10 @@ bool PyFrontend::callShape(const guards::CallShape& shape) {
   return true;
 }
 
-bool PyFrontend::globals(const guards::GlobalState& e) {
-  const LoadedProgram::GlobalsAux& g = p_.globals();
-  if (e.gradEnabled && *e.gradEnabled != c10::GradMode::is_enabled()) return false;
-  if (e.defaultDtype &&
-      static_cast<int16_t>(c10::get_default_dtype_as_scalartype()) != g.defaultDtype)
-    return false;
-  if (e.deterministic && *e.deterministic != at::globalContext().deterministicAlgorithms())
-    return false;
-  if (g.autocast.empty()) return true;
-  // Autocast is on for a device while its dispatch key is not excluded (how both
-  // torch 1.13's is_enabled() and 2.x's is_autocast_enabled(device) read it): one
-  // read of the thread's key sets for every device.
-  const c10::impl::LocalDispatchKeySet keys = c10::impl::tls_local_dispatch_key_set();
-  for (const LoadedProgram::GlobalsAux::Autocast& a : g.autocast) {
-    const bool on = !keys.excluded_.has(a.cuda ? c10::DispatchKey::AutocastCUDA
-                                               : c10::DispatchKey::AutocastCPU);
-    if (on != a.enabled || static_cast<int16_t>(autocastDtype(a.cuda)) != a.dtype) return false;
-  }
-  return true;
+bool PyFrontend::globals(const guards::GlobalState&) {
+  if (globals_) return globals_->holds(p_.globals());
+  GlobalBits now;
+  return now.holds(p_.globals());
 }
 
 bool PyFrontend::own(PyObject* made, Value& out) {
@@ -525,10 +629,15 @@ bool PyFrontend::loadItem(PyObject* obj, int64_t index, PyObject* indexName, Val
 }
 
 bool PyFrontend::load(const guards::Step& step, Value parent, Value& out) {
-  out = Value{};
-  out.node = p_.nodeOf(step);
-  const LoadedProgram::NodeAux& aux = p_.node(out.node);
-  PyObject* p = parent.obj;
+  const uint32_t node = p_.nodeOf(step);
+  return loadAt(node, step, p_.node(node), parent.obj, out);
+}
+
+bool PyFrontend::loadAt(uint32_t node, const guards::Step& step, const LoadedProgram::NodeAux& aux,
+                        PyObject* p, Value& out) {
+  out.obj = nullptr;
+  out.integer = 0;
+  out.node = node;
   switch (step.kind) {
   case StepKind::Arg:
     if (!args_ || step.index < 0 || step.index >= PyTuple_GET_SIZE(args_)) return false;
@@ -611,10 +720,16 @@ bool tensorMatches(PyObject* o, const LoadedProgram::CheckAux& e, const int64_t*
     if (sizes.size() != e.dims) return false;
     c10::IntArrayRef strides = t.strides();
     const int64_t* expectedStrides = dims + e.dims;
-    for (size_t k = 0; k < e.dims; ++k)
-      if ((dims[k] != LoadedProgram::kAnySize && dims[k] != sizes[k]) ||
-          (expectedStrides[k] != LoadedProgram::kAnySize && expectedStrides[k] != strides[k]))
-        return false;
+    if (e.staticDims) {
+      int64_t differ = 0;
+      for (size_t k = 0; k < e.dims; ++k)
+        differ |= (dims[k] ^ sizes[k]) | (expectedStrides[k] ^ strides[k]);
+      if (differ) return false;
+    } else
+      for (size_t k = 0; k < e.dims; ++k)
+        if ((dims[k] != LoadedProgram::kAnySize && dims[k] != sizes[k]) ||
+            (expectedStrides[k] != LoadedProgram::kAnySize && expectedStrides[k] != strides[k]))
+          return false;
     if (!e.anyOffset && e.offset != t.storage_offset()) return false;
     return t.requires_grad() == e.requiresGrad; // a call into torch: last
   } catch (const std::exception&) {
@@ -643,7 +758,10 @@ bool dictKeysMatch(PyObject* o, const guards::DictKeys& e, PyObject* const* mirr
 } // namespace
 
 bool PyFrontend::check(Value v, const Check& c) {
-  const LoadedProgram::CheckAux& aux = p_.check(v.node, c);
+  return checkWith(v, c, p_.check(v.node, c));
+}
+
+bool PyFrontend::checkWith(const Value& v, const Check& c, const LoadedProgram::CheckAux& aux) {
   if (!v.obj) { // an int read from a tensor
     switch (c.kind) {
     case Check::Kind::Type: return aux.type == &PyLong_Type;
@@ -687,6 +805,7 @@ bool PyFrontend::integer(Value v, int64_t& out) {
 }
 
 void PyFrontend::done() {
+  if (owned_.empty()) return;
   for (PyObject* o : owned_) Py_DECREF(o);
   owned_.clear();
 }
@@ -739,20 +858,102 @@ std::optional<guards::TensorInput> PyFrontend::tensor(Value v) {
   return describedAs(v, 0, [](auto& f, auto x) { return f.tensor(x); });
 }
 
-__attribute__((flatten)) bool passes(const LoadedProgram& program, PyObject* fn, PyObject* args,
-                                     PyObject* kwargs, RunScratch& scratch) {
+namespace {
+
+// guards::run over the program's FastOps: the same instructions in the same order
+// through the same front end, with what each reads resolved when it was loaded.
+__attribute__((flatten)) bool runFast(const LoadedProgram& program, PyFrontend& f,
+                                      RunScratch& scratch) {
+  const guards::Program& p = program.program();
+  guards::Scratch<PyFrontend::Value>& s = scratch.registers;
+  if (scratch.nodes < program.nodeCount() || scratch.symbols < program.symbolCount() ||
+      scratch.stack < program.stackSize()) {
+    s.fit(p);
+    scratch.nodes = s.registers.size();
+    scratch.symbols = s.symbols.size();
+    scratch.stack = s.stack.size();
+  }
+  // compile() puts the call shape and the global state first (fastCode() starts after them).
+  if (program.shapeFirst() && !(f.callShape(p.call) && f.globals(p.globals))) {
+    f.done();
+    return false;
+  }
+  PyFrontend::Value* r = s.registers.data();
+  PyObject* args = f.args();
+  for (const LoadedProgram::FastOp& i : program.fastCode()) {
+    bool ok = false;
+    PyFrontend::Value& v = r[i.node];
+    // What PyFrontend::loadAt and checkWith do for these kinds, without the call.
+    switch (i.kind) {
+    case FastKind::LoadArg:
+      v.obj = args && static_cast<Py_ssize_t>(i.operand) < PyTuple_GET_SIZE(args)
+                  ? PyTuple_GET_ITEM(args, i.operand)
+                  : nullptr;
+      v.integer = 0;
+      v.node = i.node;
+      ok = v.obj != nullptr;
+      break;
+    case FastKind::CheckType: {
+      PyTypeObject* type = static_cast<const LoadedProgram::CheckAux*>(i.aux)->type;
+      ok = v.obj ? Py_TYPE(v.obj) == type : type == &PyLong_Type;
+      break;
+    }
+    case FastKind::CheckTensor: {
+      const auto& aux = *static_cast<const LoadedProgram::CheckAux*>(i.aux);
+      ok = v.obj && tensorMatches(v.obj, aux, program.dims(aux));
+      break;
+    }
+    case FastKind::Other: break;
+    }
+    if (i.kind != FastKind::Other) {
+      if (!ok) {
+        f.done();
+        return false;
+      }
+      continue;
+    }
+    switch (i.op) {
+    case guards::Op::CallShape: ok = f.callShape(p.call); break;
+    case guards::Op::Globals: ok = f.globals(p.globals); break;
+    case guards::Op::Load:
+      ok = f.loadAt(i.node, *static_cast<const guards::Step*>(i.what),
+                    *static_cast<const LoadedProgram::NodeAux*>(i.aux),
+                    i.parent < 0 ? nullptr : r[i.parent].obj, r[i.node]);
+      break;
+    case guards::Op::Check:
+      ok = f.checkWith(r[i.node], *static_cast<const Check*>(i.what),
+                       *static_cast<const LoadedProgram::CheckAux*>(i.aux));
+      break;
+    case guards::Op::Symbol: ok = f.integer(r[i.node], s.symbols[i.operand]); break;
+    case guards::Op::Shape:
+      ok = guards::evaluateShape(p.shapes[i.operand], s.symbols.data(), s.stack.data());
+      break;
+    }
+    if (!ok) {
+      f.done();
+      return false;
+    }
+  }
+  f.done();
+  return true;
+}
+
+} // namespace
+
+bool passes(const LoadedProgram& program, PyObject* fn, PyObject* args, PyObject* kwargs,
+            RunScratch& scratch, GlobalBits* globals) {
   if (scratch.busy) { // re-entered from Python code that a load ran
     RunScratch fresh;
     fresh.busy = true;
-    return passes(program, fn, args, kwargs, fresh);
+    return passes(program, fn, args, kwargs, fresh, globals);
   }
   scratch.busy = true;
   struct Release {
     RunScratch& s;
     ~Release() { s.busy = false; }
   } release{scratch};
-  PyFrontend f(program, fn, args, kwargs, scratch.owned);
-  return guards::run(program.program(), f, scratch.registers);
+  PyFrontend f(program, fn, args, kwargs, scratch.owned, globals);
+  return runFast(program, f, scratch);
 }
 
 std::optional<std::string> explainCall(const LoadedProgram& program, PyObject* fn, PyObject* args,

@@ -54,20 +54,38 @@ public:
     uint8_t deviceType = 0;       //   (ir::DeviceType)
     uint8_t dims = 0;             // Tensor: its dim count
     bool requiresGrad = false;
-    bool anyOffset = false; // Tensor: the storage offset is dynamic
+    bool anyOffset = false;  // Tensor: the storage offset is dynamic
+    bool staticDims = false; // Tensor: no size or stride is dynamic
     int64_t offset = 0;
   };
   static constexpr int64_t kAnySize = INT64_MIN; // a dynamic size or stride in dims()
 
-  // The global state's dtypes as c10::ScalarTypes.
+  // The guarded global state packed as GlobalBits packs torch's (see there):
+  // it holds when (bits & mask) == value. `groups`: what must be read from torch.
   struct GlobalsAux {
-    int16_t defaultDtype = -1;
-    struct Autocast {
-      bool cuda = false;
-      bool enabled = false;
-      int16_t dtype = -1;
-    };
-    std::vector<Autocast> autocast;
+    uint32_t groups = 0;
+    bool never = false; // two autocast guards of one device that disagree
+    uint64_t mask = 0;
+    uint64_t value = 0;
+  };
+
+  // The program as the fast path runs it: what each instruction reads, resolved.
+  // The most common instructions have kinds of their own, run without a call
+  // into the front end; the others run as the VM runs them.
+  enum class FastKind : uint8_t {
+    Other,
+    LoadArg,     // register = args[operand]
+    CheckType,   // Py_TYPE(register) is the check's type
+    CheckTensor, // the register is a tensor as the check says
+  };
+  struct FastOp {
+    guards::Op op;
+    FastKind kind = FastKind::Other;
+    int32_t parent = -1;        // Load: the parent's register, or -1 for a root
+    uint32_t node = 0;          // Load, Check, Symbol: the register
+    uint32_t operand = 0;       // Symbol: the slot; Shape: the shape guard; LoadArg: i
+    const void* what = nullptr; // Load: the guards::Step; Check: the guards::Check
+    const void* aux = nullptr;  // Load: the NodeAux; Check: the CheckAux
   };
 
   const guards::Program& program() const { return program_; }
@@ -91,6 +109,16 @@ public:
     return unresolved_[static_cast<size_t>(&check(node, c) - checks_.data())];
   }
   const GlobalsAux& globals() const { return globals_; }
+  // The code as the fast path runs it; without the call shape and global state
+  // where those come first (shapeFirst()), as compile() puts them.
+  const std::vector<FastOp>& fastCode() const { return fast_; }
+  bool shapeFirst() const { return shapeFirst_; }
+  // Whether a load reads the called function (a global, closure cell or default).
+  bool readsFunction() const { return readsFunction_; }
+  // What a run's scratch must hold: registers, symbol slots, stack entries.
+  size_t nodeCount() const { return nodeCount_; }
+  size_t symbolCount() const { return symbolCount_; }
+  size_t stackSize() const { return stackSize_; }
 
 private:
   guards::Program program_;
@@ -101,7 +129,34 @@ private:
   std::vector<PyObject*> keyMirrors_;
   std::vector<PyObject*> keywords_;
   GlobalsAux globals_;
+  std::vector<FastOp> fast_;
+  bool readsFunction_ = false;
+  bool shapeFirst_ = false;
+  size_t nodeCount_ = 0, symbolCount_ = 0, stackSize_ = 0;
   std::vector<PyObject*> refs_; // every reference above, released at the end
+};
+
+// torch's global state packed in one word — grad mode (bit 0), deterministic
+// algorithms (1), autocast on for cpu and cuda (2, 3), the default dtype (bits
+// 8-15), the autocast dtype of cpu (16-23) and cuda (24-31) — read from torch in
+// groups on first need. One read serves every program a lookup runs.
+struct GlobalBits {
+  enum Group : uint32_t {
+    kGrad = 1,
+    kDeterministic = 2,
+    kDefaultDtype = 4,
+    kAutocastOn = 8,
+    kCpuDtype = 16,
+    kCudaDtype = 32,
+  };
+  uint64_t bits = 0;
+  uint32_t have = 0; // the groups read
+
+  bool holds(const LoadedProgram::GlobalsAux& g) {
+    if (g.groups & ~have) read(g.groups & ~have);
+    return (bits & g.mask) == g.value && !g.never;
+  }
+  void read(uint32_t groups);
 };
 
 class PyFrontend {
@@ -114,15 +169,21 @@ public:
 
   // `fn` may be a function or a bound method (its function is read), or null;
   // `kwargs` a dict or null. `owned` collects what loads made; done() empties it.
+  // `globals`: the global state read so far in this lookup (null: read afresh).
   PyFrontend(const LoadedProgram& program, PyObject* fn, PyObject* args, PyObject* kwargs,
-             std::vector<PyObject*>& owned);
+             std::vector<PyObject*>& owned, GlobalBits* globals = nullptr);
 
+  PyObject* args() const { return args_; }
   bool callShape(const guards::CallShape& shape);
   bool globals(const guards::GlobalState& expected);
   bool load(const guards::Step& step, Value parent, Value& out);
   bool check(Value v, const guards::Check& c);
   bool integer(Value v, int64_t& out);
   void done();
+  // load() and check() with the register and what they read resolved (the fast path).
+  bool loadAt(uint32_t node, const guards::Step& step, const LoadedProgram::NodeAux& aux,
+              PyObject* parent, Value& out);
+  bool checkWith(const Value& v, const guards::Check& c, const LoadedProgram::CheckAux& aux);
 
   // The slow path: may call Python.
   std::string callText();
@@ -140,12 +201,13 @@ private:
   // The dicts an attribute or module item is read from, for the two objects last
   // read (a ModuleList and its current layer: the list's items, a layer's weight
   // and bias): found once per run, forgotten before anything that may run Python.
+  // (Not initialized but by ObjectDicts{}: a run that reads no attribute pays nothing.)
   struct ObjectDicts {
-    PyObject* obj = nullptr;
-    PyObject* dict = nullptr; // its instance __dict__
-    bool module = false;      // an nn.Module: _parameters, _buffers, _modules below
-    bool known[3] = {false, false, false};
-    PyObject* fields[3] = {nullptr, nullptr, nullptr};
+    PyObject* obj;
+    PyObject* dict; // its instance __dict__
+    bool module;    // an nn.Module: _parameters, _buffers, _modules below
+    bool known[3];
+    PyObject* fields[3];
   };
   ObjectDicts& dictsOf(PyObject* obj);
   PyObject* moduleField(ObjectDicts& d, int field); // 0 _parameters, 1 _buffers, 2 _modules
@@ -155,20 +217,23 @@ private:
   PyObject* args_;
   PyObject* kwargs_;
   std::vector<PyObject*>& owned_;
-  ObjectDicts last_[2]; // [0] the most recent
+  GlobalBits* globals_;
+  ObjectDicts last_[2]; // [0] the most recent; empty while obj is null
 };
 
 // Reusable state of one program's runs. A run that finds it busy (another
 // thread ran Python code inside a load, or re-entered) uses a fresh one.
 struct RunScratch {
   guards::Scratch<PyFrontend::Value> registers;
+  size_t nodes = 0, symbols = 0, stack = 0; // what `registers` fits
   std::vector<PyObject*> owned;
   bool busy = false;
 };
 
-// The fast path: does `program` hold of the call?
+// The fast path: does `program` hold of the call? `globals`: the global state
+// read so far in this lookup, shared by the programs of a cache (null: read afresh).
 bool passes(const LoadedProgram& program, PyObject* fn, PyObject* args, PyObject* kwargs,
-            RunScratch& scratch);
+            RunScratch& scratch, GlobalBits* globals = nullptr);
 // The slow path: nullopt when it holds, else why not (as the C++ front end words it).
 std::optional<std::string> explainCall(const LoadedProgram& program, PyObject* fn, PyObject* args,
                                        PyObject* kwargs);

@@ -186,6 +186,18 @@ TEST(Vm, GlobalState) {
   EXPECT_EQ(failure(set, call), std::nullopt);
 }
 
+TEST(Vm, AutocastDtypeGuardedOnlyWhereOn) {
+  GuardSet set;
+  set.globals.autocast = {{ir::DeviceType::Cpu, true, DType::BFloat16},
+                          {ir::DeviceType::Cuda, false, DType::Float16}};
+  CallInput call = callOf({});
+  call.state.autocast[0] = {ir::DeviceType::Cpu, true, DType::BFloat16};
+  call.state.autocast[1] = {ir::DeviceType::Cuda, false, DType::BFloat16}; // off: any dtype
+  EXPECT_EQ(failure(set, call), std::nullopt);
+  call.state.autocast[0].dtype = DType::Float16;
+  EXPECT_EQ(failure(set, call), "autocast(cpu) == on bfloat16 failed: got on float16");
+}
+
 TEST(Vm, ShapeGuardsOverSymbols) {
   GuardSet set;
   set.call.positional = 2;

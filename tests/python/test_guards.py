@@ -269,6 +269,21 @@ def test_global_state():
         torch.use_deterministic_algorithms(False)
     with torch.autocast("cpu"):
         assert failure(s, ()) == "autocast(cpu) == off failed: got on bfloat16"
+    torch.set_autocast_gpu_dtype(torch.bfloat16)  # (torch 1.13's CPU autocast has only bfloat16)
+    try:
+        assert failure(s, ()) is None  # autocast is off: its dtype is not guarded
+    finally:
+        torch.set_autocast_gpu_dtype(torch.float16)
+    on = kg.GuardSet()
+    on.guard_globals(autocast=[("cuda", True, torch.float16)])
+    torch.set_autocast_enabled(True)  # cuda's (only a thread-local: no GPU needed)
+    try:
+        assert failure(on, ()) is None
+        torch.set_autocast_gpu_dtype(torch.bfloat16)
+        assert failure(on, ()) == "autocast(cuda) == on float16 failed: got on bfloat16"
+    finally:
+        torch.set_autocast_enabled(False)
+        torch.set_autocast_gpu_dtype(torch.float16)
     only_grad = kg.GuardSet()
     only_grad.guard_globals(grad_enabled=False)
     with torch.no_grad():
@@ -522,6 +537,49 @@ def test_lookup_checks_entries_in_order_with_one_reason_each():
         "L['x'] == 1 failed: got 4", "L['x'] == 2 failed: got 4", "L['x'] == 3 failed: got 4"]
     with pytest.raises(TypeError):
         cache.lookup([2])
+
+
+_SCALE = 2
+
+
+def scaled(x):
+    return x * _SCALE
+
+
+def test_lookup_reads_the_global_state_once_for_every_entry():
+    global _SCALE
+    cache = kg.FunctionCache(scaled)
+    builds = {"no_grad": lambda s: s.guard_globals(grad_enabled=False),
+              "autocast": lambda s: s.guard_globals(autocast=[("cuda", True, torch.float16)]),
+              "scale 2": lambda s: s.check_equals(s.path(kg.global_("_SCALE")), 2),
+              "plain": lambda s: s.guard_current_globals()}
+    for name, build in builds.items():
+        s = kg.GuardSet()
+        s.expect_call(1)
+        build(s)
+        cache.insert(s, name)
+    assert cache.lookup((1,)).value == "scale 2"
+    with torch.no_grad():
+        assert cache.lookup((1,)).value == "no_grad"
+    torch.set_autocast_enabled(True)  # cuda's (only a thread-local: no GPU needed)
+    try:
+        assert cache.lookup((1,)).value == "autocast"
+    finally:
+        torch.set_autocast_enabled(False)
+    _SCALE = 3
+    try:
+        assert cache.lookup((1,)).value == "plain"
+        with torch.autocast("cpu"), torch.no_grad():
+            assert cache.lookup((1,), {}).value == "no_grad"
+            with torch.enable_grad():
+                assert cache.lookup((1,)) is None
+                assert [why for _, why in cache._native.last_reasons] == [
+                    "torch.is_grad_enabled() == False failed: got True",
+                    "autocast(cuda) == on float16 failed: got off",
+                    "G['_SCALE'] == 2 failed: got 3",
+                    "autocast(cpu) == off failed: got on bfloat16"]
+    finally:
+        _SCALE = 2
 
 
 def test_function_cache_through_the_guards_service(stack):

@@ -131,6 +131,11 @@ struct Autocast {
   friend bool operator==(const Autocast& a, const Autocast& b) {
     return a.device == b.device && a.enabled == b.enabled && a.dtype == b.dtype;
   }
+  // Whether `got` is as this guard says: on or off, and the dtype only where
+  // it is on (off, torch reads no autocast dtype; the guard's text says "off").
+  bool holds(const Autocast& got) const {
+    return device == got.device && enabled == got.enabled && (!enabled || dtype == got.dtype);
+  }
 };
 
 // Process-wide state; unset fields are not checked (a CallInput sets them all).
