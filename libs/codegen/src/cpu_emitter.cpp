@@ -147,50 +147,6 @@ private:
     return lines + reduction(id, store, indent);
   }
 
-  // A scatter (Loops::scatter): the ordered loop innermost, in order; each
-  // element added to the one its index names when that index is in range,
-  // else the kernel's index error (and no store).
-  std::string scatter(BufferId id, std::string indent) {
-    const Buffer& b = program_.buffers[id];
-    const Loops& l = b.loops;
-    buffers_.insert(id);
-    std::string lines = indent + "// " + b.name + " (scatter)\n", close;
-    for (size_t k = 0; k < l.vars.size(); ++k)
-      if (l.ranges[k].asInteger() == 1) declare(l.vars[k], "0", lines, indent);
-    LoopShape outer = scatterOuter(l);
-    for (size_t k = 0; k < outer.vars.size(); ++k)
-      declare(outer.vars[k], "kiln_o" + std::to_string(k), lines, indent);
-    if (l.scatterDim < l.vars.size() && l.ranges[l.scatterDim].asInteger() != 1) {
-      sym::Expr var = l.vars[l.scatterDim];
-      declared_.insert(var);
-      std::string v = sym::toString(var);
-      lines += indent + "for (int64_t " + v + " = 0; " + v + " < " + index(l.ranges[l.scatterDim]) +
-               "; ++" + v + ") {\n";
-      indent += "  ";
-      close = indent.substr(2) + "}\n";
-    }
-    Block block(indent);
-    DType t = b.layout.dtype;
-    DType compute = t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t;
-    std::string value = convert(l.body->dtype, compute, emit(l.body, block, false));
-    const ScalarNode& to = *l.scatter;
-    std::string inRange, bind;
-    for (size_t k = 0; k < to.indirect.size(); ++k) {
-      std::string at = emit(to.args[k], block, false), size = index(to.indirectSizes[k]);
-      declared_.insert(to.indirect[k]);
-      inRange += (k ? " && " : "") + at + " >= 0 && " + at + " < " + size;
-      bind += "const int64_t " + sym::toString(to.indirect[k]) + " = " + at + "; ";
-    }
-    lines += block.lines;
-    std::string element = pointer(id) + "[" + index(to.index) + "]", old = element;
-    if (t == DType::Float16) old = "kiln_h2f(" + element + ")";
-    if (t == DType::BFloat16) old = "kiln_b2f(" + element + ")";
-    std::string sum = "static_cast<" + valueType(compute) + ">(" + old + " + " + value + ")";
-    lines += indent + "if (" + (inRange.empty() ? "true" : inRange) + ") { " + bind + element +
-             " = " + stored(t, compute, sum) + "; } else kiln_flag(&kiln_error, 2);\n";
-    return lines + close;
-  }
-
   std::string reduction(BufferId id, sym::Expr store, std::string indent) {
     const Buffer& b = program_.buffers[id];
     const Loops& l = b.loops;

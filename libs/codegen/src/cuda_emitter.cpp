@@ -494,48 +494,6 @@ private:
            "] = " + stored(b.layout.dtype, l.body->dtype, value) + ";\n";
   }
 
-  // A scatter: the thread runs the ordered dim in order, adding each element
-  // to the one its index names (an index out of range is an error, no store).
-  std::string scatter(BufferId id, std::string indent) {
-    const Buffer& b = program_.buffers[id];
-    const Loops& l = b.loops;
-    std::string lines = indent + "// " + b.name + " (scatter)\n", close;
-    for (size_t k = 0; k < l.vars.size(); ++k)
-      if (l.ranges[k].asInteger() == 1) declare(l.vars[k], "0", lines, indent);
-    LoopShape outer = scatterOuter(l);
-    for (size_t k = 0; k < outer.vars.size(); ++k)
-      declare(outer.vars[k], "kiln_o" + std::to_string(k), lines, indent);
-    if (l.scatterDim < l.vars.size() && l.ranges[l.scatterDim].asInteger() != 1) {
-      sym::Expr var = l.vars[l.scatterDim];
-      declared_.insert(var);
-      std::string v = sym::toString(var);
-      lines += indent + "for (int64_t " + v + " = 0; " + v + " < " + index(l.ranges[l.scatterDim]) +
-               "; ++" + v + ") {\n";
-      indent += "  ";
-      close = indent.substr(2) + "}\n";
-    }
-    Block block(indent);
-    DType t = b.layout.dtype;
-    DType compute = t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t;
-    std::string value = convert(l.body->dtype, compute, emit(l.body, block, false));
-    const ScalarNode& to = *l.scatter;
-    std::string inRange, bind;
-    for (size_t k = 0; k < to.indirect.size(); ++k) {
-      std::string at = emit(to.args[k], block, false), size = index(to.indirectSizes[k]);
-      declared_.insert(to.indirect[k]);
-      inRange += (k ? " && " : "") + at + " >= 0 && " + at + " < " + size;
-      bind += "const int64_t " + sym::toString(to.indirect[k]) + " = " + at + "; ";
-    }
-    lines += block.lines;
-    std::string element = pointer(id) + "[" + index(to.index) + "]", old = element;
-    if (t == DType::Float16) old = "kiln_h2f(" + element + ")";
-    if (t == DType::BFloat16) old = "kiln_b2f(" + element + ")";
-    std::string sum = "static_cast<" + valueType(compute) + ">(" + old + " + " + value + ")";
-    lines += indent + "if (" + (inRange.empty() ? "true" : inRange) + ") { " + bind + element +
-             " = " + stored(t, compute, sum) + "; } else kiln_flag(&kiln_error, 2);\n";
-    return lines + close;
-  }
-
   // A loop of the group's threads over `ranges` (flattened), binding `vars`.
   std::string strided(const std::vector<sym::Expr>& vars, const Shape& ranges,
                       std::string& indent) {
