@@ -290,16 +290,44 @@ private:
     return base;
   }
 
-  // The loads of `s` that always run (not under a `where`, not indirect) at base + kiln_item.
-  void contiguousLoads(const Scalar& s, const sym::Substitution& units,
-                       std::vector<std::pair<const ScalarNode*, sym::Expr>>& out) {
+  // The offset `base` when `index` is base + the last outer index, base free of
+  // outer indices: a row-broadcast operand (a bias), whose elements follow the
+  // items of a vector that lies within one row.
+  std::optional<sym::Expr> rowBase(sym::Expr index, const sym::Substitution& units) {
+    sym::Expr at = sym::substitute(index, units);
+    std::optional<sym::Expr> last;
+    for (sym::Expr v : sym::freeSymbols(at)) {
+      auto o = outerOf_.find(v);
+      if (o == outerOf_.end()) continue;
+      if (o->second + 1 != kernel_.outer.size() || last) return std::nullopt;
+      last = v;
+    }
+    if (!last) return std::nullopt;
+    sym::Expr base = sym::substitute(at, {{*last, zero()}});
+    if (at != base + *last) return std::nullopt;
+    return base;
+  }
+
+  // A load of the vector path: its elements at base + kiln_item, or (a row's
+  // broadcast operand) at base + the row position of the vector's first item.
+  struct VectorLoad {
+    const ScalarNode* node;
+    sym::Expr base;
+    bool perRow;
+  };
+
+  // The loads of `s` that always run (not under a `where`, not indirect) as
+  // `find` places them.
+  template <class Find>
+  void vectorLoads(const Scalar& s, const sym::Substitution& units, bool perRow, Find find,
+                   std::vector<VectorLoad>& out) {
     if (s->kind == ScalarKind::Where) {
-      contiguousLoads(s->args[0], units, out);
+      vectorLoads(s->args[0], units, perRow, find, out);
       return;
     }
     if (s->kind == ScalarKind::Load && s->indirect.empty() && !registers_.count(s->buffer))
-      if (auto base = contiguousBase(s->index, units)) out.emplace_back(s.get(), *base);
-    for (const Scalar& a : s->args) contiguousLoads(a, units, out);
+      if (auto base = find(s->index, units)) out.push_back({s.get(), *base, perRow});
+    for (const Scalar& a : s->args) vectorLoads(a, units, perRow, find, out);
   }
 
   // A flat kernel's 128-bit path: each thread takes `lanes_` consecutive items,
@@ -312,18 +340,19 @@ private:
       BufferId buffer;
       sym::Expr base;
     };
-    std::vector<std::vector<std::pair<const ScalarNode*, sym::Expr>>> loads;
+    std::vector<std::vector<VectorLoad>> loads;
     std::vector<std::optional<sym::Expr>> stores;
     std::vector<Access> accesses;
     size_t widest = 0;
+    auto contiguous = [&](sym::Expr i, const sym::Substitution& u) { return contiguousBase(i, u); };
     for (BufferId id : kernel_.buffers) {
       const Buffer& b = program_.buffers[id];
       sym::Substitution units = mapOuter(b.loops);
       loads.emplace_back();
-      contiguousLoads(b.loops.body, units, loads.back());
-      for (auto& [node, base] : loads.back()) {
-        accesses.push_back({node->buffer, base});
-        widest = std::max(widest, elementSize(program_.buffers[node->buffer].layout.dtype));
+      vectorLoads(b.loops.body, units, false, contiguous, loads.back());
+      for (const VectorLoad& v : loads.back()) {
+        accesses.push_back({v.node->buffer, v.base});
+        widest = std::max(widest, elementSize(program_.buffers[v.node->buffer].layout.dtype));
       }
       stores.push_back(contiguousBase(storeIndex(b), units));
       if (stores.back()) {
@@ -333,6 +362,24 @@ private:
     }
     if (accesses.empty() || widest > 8) return "";
     lanes_ = static_cast<int>(16 / widest);
+    auto lastRange = kernel_.outer.back().asInteger();
+    bool rowAligned = lastRange && *lastRange % lanes_ == 0;
+    if (rowAligned) { // a vector lies within a row: broadcast operands load as vectors too
+      auto perRow = [&](sym::Expr i, const sym::Substitution& u) -> std::optional<sym::Expr> {
+        if (contiguousBase(i, u)) return std::nullopt; // already a vector of items
+        return rowBase(i, u);
+      };
+      for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
+        std::vector<VectorLoad> found;
+        vectorLoads(program_.buffers[kernel_.buffers[m]].loops.body,
+                    mapOuter(program_.buffers[kernel_.buffers[m]].loops), true, perRow, found);
+        for (const VectorLoad& v : found) {
+          if (elementSize(program_.buffers[v.node->buffer].layout.dtype) > widest) continue;
+          accesses.push_back({v.node->buffer, v.base});
+          loads[m].push_back(v);
+        }
+      }
+    }
     auto word = [](size_t bytes) {
       return bytes == 16  ? "uint4"
              : bytes == 8 ? "uint2"
@@ -360,8 +407,6 @@ private:
             std::to_string(threads_) + " + threadIdx.x; kiln_v < kiln_vitems; kiln_v += (" + ix_ +
             ")gridDim.x * " + std::to_string(threads_) + ") {\n";
     std::string inner = indent + "  ";
-    auto lastRange = kernel_.outer.back().asInteger();
-    bool rowAligned = lastRange && *lastRange % lanes_ == 0;
     if (rowAligned) {
       std::string once = unflatten("kiln_v * " + lanes, inner);
       for (size_t k = 0; k < kernel_.outer.size(); ++k) {
@@ -378,18 +423,20 @@ private:
       std::string at = "kiln_v * " + lanes;
       std::vector<std::string> arrays; // each load's array: one per (buffer, base)
       std::map<std::pair<BufferId, std::string>, std::string> loaded;
+      std::string rowAt = "kiln_p" + std::to_string(kernel_.outer.size() - 1);
       for (size_t k = 0; k < loads[m].size(); ++k) { // after the stores of the buffers before
-        auto [node, base] = loads[m][k];
+        auto [node, base, perRow] = loads[m][k];
         BufferId from = node->buffer;
-        auto [it, fresh] = loaded.emplace(std::make_pair(from, sym::toString(base)),
-                                          "kiln_l" + std::to_string(m) + "_" + std::to_string(k));
+        auto [it, fresh] =
+            loaded.emplace(std::make_pair(from, sym::toString(base) + (perRow ? " per row" : "")),
+                           "kiln_l" + std::to_string(m) + "_" + std::to_string(k));
         arrays.push_back(it->second);
         if (!fresh) continue;
         text += inner + storageType(program_.buffers[from].layout.dtype) + " " + it->second + "[" +
                 lanes + "];\n";
         text += inner + "*reinterpret_cast<" + word(width(from)) + "*>(" + it->second +
                 ") = *reinterpret_cast<const " + word(width(from)) + "*>(" + pointer(from) +
-                " + (" + index(base) + ") + " + at + ");\n";
+                " + (" + index(base) + ") + " + (perRow ? rowAt : at) + ");\n";
       }
       std::string out = "kiln_s" + std::to_string(m);
       if (stores[m]) text += inner + storageType(b.layout.dtype) + " " + out + "[" + lanes + "];\n";
@@ -407,7 +454,7 @@ private:
           text += unflatten("kiln_item", lane);
         }
         for (size_t k = 0; k < loads[m].size(); ++k) {
-          const ScalarNode* node = loads[m][k].first;
+          const ScalarNode* node = loads[m][k].node;
           std::string element = arrays[k] + "[" + std::to_string(u) + "]";
           DType t = program_.buffers[node->buffer].layout.dtype;
           if (t == DType::Float16) element = "kiln_h2f(" + element + ")";
@@ -423,7 +470,7 @@ private:
           text += lane + out + "[" + std::to_string(u) + "] = " + value + ";\n";
         else
           text += lane + pointer(id) + "[" + index(storeIndex(b)) + "] = " + value + ";\n";
-        for (auto& [node, base] : loads[m]) replaced_.erase(node);
+        for (const VectorLoad& v : loads[m]) replaced_.erase(v.node);
         text += inner + "}\n";
       }
       if (stores[m])
