@@ -99,9 +99,10 @@ Target parseTarget(const std::string& target) {
 
 LowerOptions lowerOptions(const Target& target) {
   LowerOptions options;
-  // cuBLASLt multiplies every floating dtype (f16/bf16 accumulating in f32).
-  if (target.cuda)
+  if (target.cuda) { // cuBLASLt multiplies every floating dtype; addmm's bias in its epilogue
+    options.externOps.insert("addmm");
     options.externProductDTypes = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
+  }
   // TODO(issue 7): scaled_dot_product_attention through cuDNN's fused attention
   // (an extern op of the CUDA target); now its decomposition (two products and a softmax kernel).
   return options;

@@ -48,6 +48,20 @@ bool isProduct(const std::string& op) {
   return op == "mm" || op == "bmm" || op == "matmul";
 }
 
+// The products a library may run, by their result's dtype (LowerOptions).
+bool isLibraryProduct(const std::string& op) {
+  return isProduct(op) || op == "addmm";
+}
+
+// Which composite nodes stay whole for the target's library calls.
+std::function<bool(const ir::Node&)> keptFor(const LowerOptions& options) {
+  return [&options](const ir::Node& n) {
+    if (!options.externOps.count(n.target)) return false;
+    if (!isLibraryProduct(n.target) || !n.value.isTensor()) return true;
+    return options.externProductDTypes.count(n.value.tensor().dtype) > 0;
+  };
+}
+
 ReduceOp reduceOpOf(const std::string& op) {
   if (op == "sum" || op == "mean") return ReduceOp::Sum;
   if (op == "prod") return ReduceOp::Prod;
@@ -61,9 +75,9 @@ ReduceOp reduceOpOf(const std::string& op) {
 }
 
 bool isUnaryMath(const std::string& op) {
-  for (const char* u : {"exp", "exp2", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos",
-                        "tan", "tanh", "sigmoid", "erf", "reciprocal", "neg", "abs", "relu",
-                        "floor", "ceil", "round", "trunc", "sign"})
+  for (const char* u : {"exp",  "exp2",  "log",  "log1p",   "expm1", "sqrt",       "rsqrt", "sin",
+                        "cos",  "tan",   "tanh", "sigmoid", "erf",   "reciprocal", "neg",   "abs",
+                        "relu", "floor", "ceil", "round",   "trunc", "sign"})
     if (op == u) return true;
   return false;
 }
@@ -161,8 +175,9 @@ private:
   }
 
   BufferId addBuffer(Buffer buffer) {
-    buffer.name = buffer.kind == BufferKind::Input ? buffer.name
-                                                   : "buf" + std::to_string(program_.buffers.size());
+    buffer.name = buffer.kind == BufferKind::Input
+                      ? buffer.name
+                      : "buf" + std::to_string(program_.buffers.size());
     program_.buffers.push_back(std::move(buffer));
     return static_cast<BufferId>(program_.buffers.size() - 1);
   }
@@ -298,7 +313,7 @@ private:
     const ir::AttrValue& v = a.call->attr(arg);
     DType t = std::holds_alternative<double>(v) ? DType::Float64
               : std::holds_alternative<bool>(v) ? DType::Bool
-                                                 : DType::Int64;
+                                                : DType::Int64;
     rt.add(t, ir::Operand::Scalar);
   }
 
@@ -374,7 +389,8 @@ private:
     // floating out accumulate in out's dtype.
     const ir::TensorMeta& out = graph_->value(written).tensor();
     ir::TensorMeta r = functional.value.tensor();
-    bool accumulates = info.functional == "sum" || info.functional == "mean" || info.functional == "prod";
+    bool accumulates =
+        info.functional == "sum" || info.functional == "mean" || info.functional == "prod";
     if (*info.mutates != 0 && accumulates && ir::isFloating(r.dtype) && ir::isFloating(out.dtype) &&
         elementSize(out.dtype) > elementSize(r.dtype)) {
       r.dtype = out.dtype;
@@ -410,7 +426,7 @@ private:
     std::vector<ValueId> ins;
     for (ValueId in : node.inputs) ins.push_back(sub.placeholder("in", graph_->value(in)));
     sub.setOutputs({sub.call(node.target, ins, node.attrs)});
-    ir::Graph core = ir::decompose(sub, options_.externOps);
+    ir::Graph core = ir::decompose(sub, keptFor(options_));
     std::vector<Lowered> inner;
     for (size_t k = 0; k < node.inputs.size(); ++k) {
       inner.push_back(values_.at(node.inputs[k]));
@@ -634,7 +650,7 @@ private:
   // Whether the target runs this node as a library call (LowerOptions).
   bool isExtern(const ir::Node& node, const TensorMeta& meta) {
     if (!options_.externOps.count(node.target)) return false;
-    if (!isProduct(node.target)) return true;
+    if (!isLibraryProduct(node.target)) return true;
     for (ValueId in : node.inputs)
       if (graph_->value(in).isTensor() && graph_->value(in).tensor().dtype != meta.dtype)
         return false;
@@ -946,7 +962,8 @@ private:
   // Where evaluates only the chosen branch, so the others never load.
   Lowered lowerConcat(const ir::Node& node, const TensorMeta& meta) {
     bool stack = node.target == "stack";
-    int64_t dim = std::get<int64_t>(node.attr("dim") ? *node.attr("dim") : ir::AttrValue(int64_t{0}));
+    int64_t dim =
+        std::get<int64_t>(node.attr("dim") ? *node.attr("dim") : ir::AttrValue(int64_t{0}));
     size_t d = static_cast<size_t>(dim < 0 ? dim + int64_t(meta.dim()) : dim);
     return pointwise(meta, [&](const Index& i) {
       Scalar result;
@@ -989,8 +1006,8 @@ private:
       });
     if (op == "arange") {
       return pointwise(meta, [&](const Index& i) {
-        Scalar start = a.call->has("start") ? operand(node, a, "start", {}, {})
-                                            : constantI(DType::Int64, 0);
+        Scalar start =
+            a.call->has("start") ? operand(node, a, "start", {}, {}) : constantI(DType::Int64, 0);
         Scalar step =
             a.call->has("step") ? operand(node, a, "step", {}, {}) : constantI(DType::Int64, 1);
         Scalar end = operand(node, a, "end", {}, {});
@@ -1110,7 +1127,7 @@ private:
 } // namespace
 
 Program lower(const ir::Graph& graph, const LowerOptions& options) {
-  ir::Graph core = ir::decompose(graph, options.externOps);
+  ir::Graph core = ir::decompose(graph, keptFor(options));
   return Lowering(core, options).run();
 }
 

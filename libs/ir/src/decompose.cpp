@@ -72,7 +72,8 @@ ValueId softmaxOf(Graph& g, const Node& node, ValueId x) {
   // Over an empty dim there is no max (nor any element): skip the shift.
   const TensorMeta& m = g.meta(x);
   int64_t d = attrOr<int64_t>(node, "dim", 0);
-  size_t at = static_cast<size_t>(d < 0 ? d + static_cast<int64_t>(std::max<size_t>(m.dim(), 1)) : d);
+  size_t at =
+      static_cast<size_t>(d < 0 ? d + static_cast<int64_t>(std::max<size_t>(m.dim(), 1)) : d);
   bool empty = m.dim() > 0 && m.sizes.at(at).asInteger() == 0;
   ValueId shifted = empty ? x : g.call("sub", {x, g.call("amax", {x}, along)});
   ValueId e = g.call("exp", {shifted});
@@ -120,6 +121,10 @@ ValueId linear(Graph& g, const Node&, const std::vector<ValueId>& in) {
   ValueId w = in[1];
   if (g.meta(w).dim() == 2)
     w = g.call("transpose", {w}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+  // A matrix and a bias: addmm, which a GPU library adds in the product's
+  // epilogue (one rounding, as torch's linear); elsewhere it decomposes further.
+  if (in.size() > 2 && g.meta(in[0]).dim() == 2 && g.meta(w).dim() == 2 && g.meta(in[2]).dim() == 1)
+    return g.call("addmm", {in[2], in[0], w});
   ValueId y = g.call("matmul", {in[0], w});
   return in.size() > 2 ? g.call("add", {y, in[2]}) : y;
 }
@@ -312,6 +317,10 @@ void addDecompositions(std::vector<OpInfo>& ops) {
 } // namespace detail
 
 Graph decompose(const Graph& graph, const std::set<std::string>& keep) {
+  return decompose(graph, [&](const Node& n) { return keep.count(n.target) > 0; });
+}
+
+Graph decompose(const Graph& graph, const std::function<bool(const Node&)>& keep) {
   Graph current = graph;
   for (int round = 0; round < 8; ++round) {
     Graph out(graph.symbols());
@@ -321,7 +330,7 @@ Graph decompose(const Graph& graph, const std::set<std::string>& keep) {
       Node n = current.node(id);
       for (ValueId& in : n.inputs) in = remap[in];
       const OpInfo* op = n.kind == NodeKind::Call ? findOp(n.target) : nullptr;
-      if (!op || !op->decompose || keep.count(n.target)) {
+      if (!op || !op->decompose || keep(n)) {
         remap[id] = out.append(std::move(n));
         continue;
       }

@@ -2,6 +2,8 @@
 // renumbered densely; placeholders are always kept (they are the signature).
 #pragma once
 
+#include <functional>
+
 #include <set>
 #include <string>
 
@@ -25,5 +27,8 @@ Graph eliminateCommonSubexpressions(const Graph& graph);
 // The ops in `keep` stay as they are (a target with a library routine for
 // them: scaled_dot_product_attention through cuDNN).
 Graph decompose(const Graph& graph, const std::set<std::string>& keep = {});
+// The same, keeping the composite nodes `keep` says (a target's library calls
+// may depend on a node's dtype: cuBLASLt's addmm of floats, not of integers).
+Graph decompose(const Graph& graph, const std::function<bool(const Node&)>& keep);
 
 } // namespace kiln::ir
