@@ -14,6 +14,7 @@ Graph.call binds its arguments to the op's schema (ir.op_schema(name)): graph va
 tensor arguments, numbers, lists, dtypes, strings and symbols become attributes.
 Errors are KilnError with code "invalid_argument", "not_found" or "unsupported".
 """
+import functools
 import os
 from typing import Sequence
 
@@ -150,6 +151,12 @@ def _cache_dir() -> str:
     return os.path.join(base, "kiln")
 
 
+@functools.lru_cache(maxsize=None)
+def _cuda_available() -> bool:
+    """torch.cuda.is_available(), asked once: it queries the driver, and calls run per step."""
+    return torch.cuda.is_available()
+
+
 class Compiled:
     """A graph compiled by the stack's codegen service, run in this process by libs/runtime.
 
@@ -185,10 +192,11 @@ class Compiled:
                 device = where
             inputs.append((dtype_name(t.dtype), list(t.shape), list(t.stride()), t.data_ptr(), where))
         if cuda:
+            available = _cuda_available()
             if device is None:  # no CUDA input: torch's current device (inputs are checked in C++)
-                device = torch.cuda.current_device() if torch.cuda.is_available() else 0
+                device = torch.cuda.current_device() if available else 0
             on = torch.device("cuda", device)
-            stream = torch.cuda.current_stream(on).cuda_stream if torch.cuda.is_available() else 0
+            stream = torch.cuda.current_stream(on).cuda_stream if available else 0
             raw = self._artifact.run(
                 inputs, lambda nbytes: torch.empty(nbytes, dtype=torch.uint8, device=on), device, stream
             )

@@ -185,7 +185,7 @@ public:
     std::ostringstream out;
     out << "extern \"C\" __global__ void __launch_bounds__(" << threads_ << ") " << name << "(";
     std::vector<std::string> params;
-    std::set<BufferId> written = writtenRoots();
+    const std::set<BufferId>& written = writtenRoots();
     for (BufferId id : buffers_) {
       const Buffer& b = program_.buffers[id];
       bool writes = isWritten(id);
@@ -220,10 +220,13 @@ private:
     return std::find(kernel_.buffers.begin(), kernel_.buffers.end(), id) != kernel_.buffers.end();
   }
 
-  std::set<BufferId> writtenRoots() const {
-    std::set<BufferId> out;
-    for (BufferId id : kernel_.buffers) out.insert(root(id));
-    return out;
+  // The memory this kernel writes (the roots of its buffers), found once.
+  const std::set<BufferId>& writtenRoots() {
+    if (!writtenRoots_) {
+      writtenRoots_.emplace();
+      for (BufferId id : kernel_.buffers) writtenRoots_->insert(root(id));
+    }
+    return *writtenRoots_;
   }
 
   // The index variables of a buffer's dims of size 1 are 0; its outer ones are the row's.
@@ -408,13 +411,7 @@ private:
             ")gridDim.x * " + std::to_string(threads_) + ") {\n";
     std::string inner = indent + "  ";
     if (rowAligned) {
-      std::string once = unflatten("kiln_v * " + lanes, inner);
-      for (size_t k = 0; k < kernel_.outer.size(); ++k) {
-        std::string o = "kiln_o" + std::to_string(k), p = "kiln_p" + std::to_string(k);
-        for (size_t at = once.find(o); at != std::string::npos; at = once.find(o, at + 1))
-          once.replace(at, o.size(), p);
-      }
-      text += once;
+      text += unflatten("kiln_v * " + lanes, inner, "kiln_p");
     }
     for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
       BufferId id = kernel_.buffers[m];
@@ -514,13 +511,14 @@ private:
     return per >= 1 && per <= 32 ? static_cast<int>(per) : 0;
   }
 
-  // The outer indices of a flat position.
-  std::string unflatten(const std::string& flat, const std::string& indent) {
+  // The outer indices of a flat position, named <prefix>0, <prefix>1, ...
+  std::string unflatten(const std::string& flat, const std::string& indent,
+                        const std::string& prefix = "kiln_o") {
     size_t rank = kernel_.outer.size();
     std::string lines = indent + ix_ + " kiln_rest = " + flat + ";\n";
     for (size_t k = rank; k-- > 0;) {
       std::string r = index(kernel_.outer[k]);
-      lines += indent + "const " + ix_ + " kiln_o" + std::to_string(k) + " = " +
+      lines += indent + "const " + ix_ + " " + prefix + std::to_string(k) + " = " +
                (k == 0 ? std::string("kiln_rest") : "kiln_rest % " + r) + ";\n";
       if (k > 0) lines += indent + "kiln_rest /= " + r + ";\n";
     }
@@ -575,8 +573,7 @@ private:
   // row crosses memory once. Only loads every thread makes (not under a
   // `where`) of memory the kernel does not write.
   std::string cachedLoad(const ScalarNode& n, const std::string& element, bool lazy) override {
-    if (perThread_ == 0 || !inRowLoop_ || lazy || isWritten(n.buffer) ||
-        writtenRoots().count(root(n.buffer)))
+    if (perThread_ == 0 || !inRowLoop_ || lazy || writtenRoots().count(root(n.buffer)))
       return element;
     sym::Substitution canonical;
     for (sym::Expr v : sym::freeSymbols(n.index)) {
@@ -708,7 +705,8 @@ private:
   }
 
   int threads_ = 256;
-  int group_ = 1;              // threads per row (1: a flat kernel)
+  int group_ = 1; // threads per row (1: a flat kernel)
+  std::optional<std::set<BufferId>> writtenRoots_;
   std::string ix_ = "int64_t"; // the loops' index type
   int perThread_ = 0;          // a persistent row's elements per thread (0: not persistent)
   bool inRowLoop_ = false;     // emitting inside a row's inner loop

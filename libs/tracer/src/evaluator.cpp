@@ -1507,7 +1507,7 @@ private:
       }
     }
     if (outputs.empty()) unsupported("a function that computes no tensor");
-    // The graph has no op that stops grads (TODO: a `detach` op): a training graph with a
+    // The graph has no op that stops grads (TODO(issue 8): a `detach` op): a training graph with a
     // no_grad region over tensors that require grad would differentiate through it.
     if (requiresGrad && noGradOverGrad)
       unsupported("a torch.no_grad() region over tensors that require grad, in a call autograd "

@@ -6,13 +6,15 @@ Each case carries `pytest.mark.op(name)` (harness.cases adds it). At the end the
 
 then the failing ops with their failed case count, and the registered ops no case covers.
 """
-import collections
+import os
+import sys
 
 import pytest
 
-_case_op: dict[str, str] = {}
-_failed: collections.Counter = collections.Counter()
-_passed: collections.Counter = collections.Counter()
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from op_tally import OpTally  # noqa: E402
+
+_tally = OpTally("op")
 
 
 @pytest.fixture(autouse=True)
@@ -30,43 +32,28 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(items):
-    for item in items:
-        marker = item.get_closest_marker("op")
-        if marker is not None:
-            _case_op[item.nodeid] = marker.args[0]
+    _tally.collect(items)
 
 
 def pytest_runtest_logreport(report):
-    op = _case_op.get(report.nodeid)
-    if op is None:
-        return
-    if report.failed or hasattr(report, "wasxfail"):  # a known failure is still a failure
-        _failed[op] += 1
-    elif report.when == "call" and report.passed:
-        _passed[op] += 1
+    _tally.record(report)
 
 
 def pytest_terminal_summary(terminalreporter):
-    if not _case_op:
+    if not _tally.case_op:
         return
     from kiln import ir
 
-    tested = set(_case_op.values())
-    failing = sorted(op for op in tested if _failed[op])
-    conforming = sorted(op for op in tested if not _failed[op] and _passed[op])
+    tested, failing = _tally.tested(), _tally.failing()
     write = terminalreporter.write_line
-    write("")
-    write(f"ops: {len(conforming)} conform, {len(failing)} fail")
-    for op in failing:
-        write(f"  fails: {op} ({_failed[op]} of {_failed[op] + _passed[op]} cases)")
+    _tally.write_summary(write, "ops")
     import harness
 
     if harness.COMPILED != "off":
         ok = {op for (op, how) in harness.compiled_tally if how == "ok"}
         unsupported = {op for (op, how) in harness.compiled_tally if how == "unsupported"}
-        compiled_failing = sorted(op for op in failing)
         not_lowered = f": {' '.join(sorted(unsupported))}" if unsupported else ""
-        write(f"compiled: {len(ok - set(compiled_failing))} ops ran compiled, "
+        write(f"compiled: {len(ok - set(failing))} ops ran compiled, "
               f"{len(unsupported)} not lowered yet{not_lowered}")
         cubin = {op for (op, how) in harness.cuda_tally if how == "cubin"}
         ran = {op for (op, how) in harness.cuda_tally if how == "ran"}
