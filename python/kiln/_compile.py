@@ -33,6 +33,11 @@ from kiln import _trace, _train, ir
 from kiln._kiln import KilnError
 from kiln._trace import Unsupported
 
+# torch.compile's modes kiln has: "reduce-overhead" replays a CUDA entry's launches from CUDA
+# graphs (kiln._cudagraph); on the CPU, and for training entries, it is the default mode.
+# TODO(issue 7): training entries' forward and backward artifacts under CUDA graphs too.
+MODES = (None, "default", "reduce-overhead")
+
 __all__ = ["compile", "explain", "Unsupported", "CompiledFunction", "CompiledModule", "default_stack"]
 
 _lock = threading.Lock()
@@ -129,12 +134,13 @@ class CompiledFunction:
 
     def __init__(self, fn: Callable, *, dynamic: bool | None = None, fullgraph: bool = False,
                  mode: str | None = None, stack=None):
-        if mode not in (None, "default"):
-            raise ValueError(f"kiln.compile: mode {mode!r} is not supported on the CPU")  # TODO(issue 7): reduce-overhead
+        if mode not in MODES:
+            raise ValueError(f"kiln.compile: mode {mode!r} is not one of {', '.join(map(repr, MODES))}")
         functools.update_wrapper(self, fn)
         self._fn = fn
         self._dynamic = dynamic
         self._fullgraph = fullgraph
+        self._mode = mode or "default"
         self._stack = stack
         self._cache = None
         self._warned = False
@@ -204,14 +210,30 @@ class CompiledFunction:
         """What runs a traced call: its graph compiled, or, when autograd would record the call
         (the tracer saw grad mode and inputs or parameters that require grad), the training
         runner (kiln._train), or an _Eager entry saying why kiln cannot train it."""
+        target = ir.target_for(traced.graph)
         if not traced.requires_grad:
-            return _Runner(traced, ir.compile(traced.graph, self._stack))
+            if self._mode == "reduce-overhead" and target.startswith("cuda"):
+                return _Runner(traced, self._graphed(traced.graph, target))
+            return _Runner(traced, ir.compile(traced.graph, self._stack, target))
         fn, call_args = _trace.normalize(self._fn, args)
         inputs = _trace.graph_inputs(traced, fn, call_args, kwargs)
         try:
-            return _train.compile_training(traced, self._stack, inputs)
+            return _train.compile_training(traced, self._stack, inputs, target)
         except _train.NotTrainable as e:
             return _Eager(str(e))
+
+    def _graphed(self, graph, target):
+        """reduce-overhead: the graph made pure, compiled, its launches replayed from CUDA graphs."""
+        from kiln import _cudagraph, autograd
+        try:
+            pure, user_outputs, mutated = autograd.functionalize(graph)
+        except KilnError as e:  # a write it cannot make pure: no CUDA graph, as in default mode
+            compiled = ir.compile(graph, self._stack, target)
+            graphed = _cudagraph.CudaGraphed(compiled, [], len(graph.outputs))
+            graphed.reasons.append(f"not captured: {e.message}")
+            graphed.disable()
+            return graphed
+        return _cudagraph.CudaGraphed(ir.compile(pure, self._stack, target), mutated, user_outputs)
 
     def _load(self, cache, args, kwargs):
         """What runs a stored entry in this process: traced again under the function's frame
@@ -274,6 +296,8 @@ def compile(fn_or_module=None, *, dynamic: bool | None = None, fullgraph: bool =
 
     dynamic: None (automatic: a dim that changes becomes symbolic), False (always static).
     fullgraph: raise kiln.Unsupported instead of running eagerly what cannot be traced.
+    mode: None/"default", or "reduce-overhead": a CUDA entry's kernels replayed from a CUDA
+        graph per input layout (inputs copied into the graph's memory; outputs are copies).
     stack: a kiln.Stack (default: the running stack, or one started for this process).
     """
     options = dict(dynamic=dynamic, fullgraph=fullgraph, mode=mode, stack=stack)
@@ -313,6 +337,9 @@ def explain(fn, *args, **kwargs) -> str:
             lines.append(f"entry {entry.id} trains (forward and backward artifacts):")
             lines += ["    " + line for line in value.explain.splitlines()]
         elif isinstance(value, _Runner):
+            if getattr(value.compiled, "reasons", None):
+                lines.append(f"entry {entry.id} runs without a CUDA graph for some inputs: " +
+                             "; ".join(value.compiled.reasons))
             lines.append(f"entry {entry.id} graph:")
             lines += ["    " + line for line in str(value.graph).splitlines()]
             lines.append(f"entry {entry.id} kernels:")

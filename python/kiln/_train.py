@@ -34,7 +34,7 @@ def requires_grad_mask(inputs: list) -> list[bool]:
     return [isinstance(t, torch.Tensor) and t.requires_grad for t in inputs]
 
 
-def compile_training(traced: _trace.Traced, stack, inputs: list) -> "TrainingRunner":
+def compile_training(traced: _trace.Traced, stack, inputs: list, target: str = "cpu") -> "TrainingRunner":
     """The training runner of a traced call whose graph inputs are `inputs` (read from it).
     Raises NotTrainable for graphs kiln cannot train (an op without a derivative rule or a
     lowering, a mutation of an input that carries grad), KilnError when the stack fails."""
@@ -45,8 +45,8 @@ def compile_training(traced: _trace.Traced, stack, inputs: list) -> "TrainingRun
         mutated = range(parts["user_outputs"], parts["user_outputs"] + len(parts["mutated_inputs"]))
         if any(i in parts["tangent_of"] for i in mutated):
             raise NotTrainable("an in-place update of an input with a value that requires grad")
-        forward = ir.compile(parts["forward"], stack)
-        backward = ir.compile(parts["backward"], stack)
+        forward = ir.compile(parts["forward"], stack, target)
+        backward = ir.compile(parts["backward"], stack, target)
     except KilnError as e:
         if e.code in ("unsupported", "invalid_argument"):
             raise NotTrainable(f"training graph: {e.message}") from e
@@ -108,7 +108,7 @@ class _KilnFunction(torch.autograd.Function):
             saved = [s.clone() if _storage(s) in written else s for s in saved]
         ctx.runner = runner
         ctx.num_inputs = len(inputs)
-        ctx.output_layouts = [(o.shape, o.dtype) for o in outputs]
+        ctx.output_layouts = [(o.shape, o.dtype, o.device) for o in outputs]
         ctx.save_for_backward(*saved)
         differentiable = set(runner.tangent_of)
         ctx.mark_non_differentiable(*[o for k, o in enumerate(outputs) if k not in differentiable])
@@ -122,8 +122,8 @@ class _KilnFunction(torch.autograd.Function):
         for k in runner.tangent_of:
             g = grads[k]
             if g is None:
-                shape, dtype = ctx.output_layouts[k]
-                g = torch.zeros(shape, dtype=dtype)
+                shape, dtype, device = ctx.output_layouts[k]
+                g = torch.zeros(shape, dtype=dtype, device=device)
             tangents.append(g.contiguous())
         results = runner.backward(*ctx.saved_tensors, *tangents)
         out = [None] * (1 + ctx.num_inputs)

@@ -58,5 +58,12 @@ def partition(graph: Graph, requires_grad: Sequence[bool], memory_budget: float 
     return Partition(**info)
 
 
+def functionalize(graph: Graph) -> tuple[Graph, int, list]:
+    """The graph without mutations, how many of its outputs are the original's, and the inputs
+    it mutated: one more output each, that input's new value (to copy into it)."""
+    info = _ir.functionalize(graph)
+    return info["graph"], info["user_outputs"], info["mutated_inputs"]
+
+
 __all__ = ["Joint", "Partition", "backward", "differentiability", "differentiable_ops",
-           "partition"]
+           "functionalize", "partition"]

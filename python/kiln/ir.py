@@ -177,13 +177,14 @@ class Compiled:
         self.source = self._artifact.source    # the generated C++ (or CUDA C++)
         self.key = self._artifact.key          # its content key in the artifact cache
         self.target = self._artifact.target    # "cpu" or "cuda:sm_NN"
+        self.symbolic_ints = self._artifact.symbolic_ints  # per input: a symbolic int, else a tensor
+        self.synchronizes = self._artifact.synchronizes    # a run waits for its kernels' error status
 
     def __call__(self, *tensors) -> list[torch.Tensor]:
         cuda = self.target.startswith("cuda")
         inputs, device = [], None
-        tensors = tuple(
-            torch.tensor(t, dtype=torch.int64) if cuda and isinstance(t, int) else t for t in tensors
-        )
+        if cuda:
+            tensors = self._cuda_inputs(tensors)
         for t in tensors:
             where = t.device.index if t.device.type == "cuda" else -1
             if where is None:
@@ -204,6 +205,19 @@ class Compiled:
             raw = self._artifact.run(inputs, lambda nbytes: torch.empty(nbytes, dtype=torch.uint8))
         return [self._tensor(r, tensors) for r in raw]
 
+    def _cuda_inputs(self, tensors) -> tuple:
+        """Symbolic ints as 0-d int64 host tensors; 0-d CPU tensors (scalars, as torch lets
+        them mix with CUDA tensors) copied to the device of the call's CUDA tensors."""
+        device = next((t.device for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda), None)
+        out = []
+        for t, symbolic in zip(tensors, self.symbolic_ints):
+            if isinstance(t, int):
+                t = torch.tensor(t, dtype=torch.int64)
+            elif not symbolic and not t.is_cuda and t.dim() == 0:
+                t = t.to(device if device is not None else torch.device("cuda", torch.cuda.current_device()))
+            out.append(t)
+        return tuple(out) + tuple(tensors[len(out):])
+
     @staticmethod
     def _tensor(raw, inputs):
         name, sizes, strides, base, offset, value = raw
@@ -223,6 +237,20 @@ class Compiled:
             device = next((t.device for t in inputs if t.device.type == "cuda"), "cpu")
             return torch.empty(sizes, dtype=dtype, device=device).as_strided(sizes, strides)
         raise RuntimeError("kiln: an output views memory that is not an input's")
+
+
+def target_for(graph: Graph) -> str:
+    """Where a traced graph runs: "cuda:sm_NN" (the architecture of its device) when any of
+    its values lives on a CUDA device, else "cpu"."""
+    for i in range(len(graph)):
+        meta = graph.value(i).meta
+        for m in meta if isinstance(meta, list) else [meta]:
+            device = m.get("device", "cpu") if isinstance(m, dict) else "cpu"
+            if device.startswith("cuda"):
+                index = int(device[5:]) if device.startswith("cuda:") else torch.cuda.current_device()
+                major, minor = torch.cuda.get_device_capability(index)
+                return f"cuda:sm_{major}{minor}"
+    return "cpu"
 
 
 def compile(graph: Graph, stack: Stack | None = None, target: str = "cpu") -> Compiled:
@@ -255,5 +283,6 @@ __all__ = [
     "op_schema",
     "placeholder_like",
     "run",
+    "target_for",
     "torch_dtype",
 ]

@@ -7,6 +7,7 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "kiln/autograd/functionalize.h"
 #include "kiln/autograd/partition.h"
 #include "kiln/autograd/rules.h"
 #include "kiln/common/error.h"
@@ -501,6 +503,15 @@ public:
   std::string explain() const { return loaded_->artifact().explain; }
   std::string source() const { return loaded_->artifact().source; }
   std::string key() const { return loaded_->artifact().key; }
+  bool synchronizes() const {
+    const auto& launches = loaded_->artifact().plan.launches;
+    return std::any_of(launches.begin(), launches.end(), [](const auto& l) { return l.mayFail; });
+  }
+  std::vector<bool> symbolicInts() const {
+    std::vector<bool> out;
+    for (const auto& input : loaded_->artifact().plan.inputs) out.push_back(!input.isTensor());
+    return out;
+  }
 
 private:
   // Tensors on the artifact's device, symbolic ints in host memory: a clear
@@ -592,7 +603,11 @@ void bindIr(py::module_& parent) {
       .def_property_readonly("target", &PyArtifact::target)
       .def_property_readonly("explain", &PyArtifact::explain)
       .def_property_readonly("source", &PyArtifact::source)
-      .def_property_readonly("key", &PyArtifact::key);
+      .def_property_readonly("key", &PyArtifact::key)
+      .def_property_readonly("synchronizes", &PyArtifact::synchronizes,
+                             "Whether a run waits for the GPU to read its kernels' error status.")
+      .def_property_readonly("symbolic_ints", &PyArtifact::symbolicInts,
+                             "Per input: whether it is a symbolic int (else a tensor).");
   m.def(
       "load_artifact",
       [](const py::bytes& data, const std::string& dir) {
@@ -638,6 +653,19 @@ void bindIr(py::module_& parent) {
       py::arg("graph"), py::arg("requires_grad"), py::arg("memory_budget") = 0.5,
       "backward, then the min-cut partition: {joint, forward, backward, saved, recomputed, "
       "forward_outputs, tangent_of, grad_of} (saved/recomputed: joint-graph ids).");
+  m.def(
+      "functionalize",
+      [](const GraphPtr& g) {
+        autograd::Functionalized f = autograd::functionalize(g->graph);
+        py::dict out;
+        out["graph"] = derived(g, std::move(f.graph));
+        out["user_outputs"] = f.userOutputs;
+        out["mutated_inputs"] = f.mutatedInputs;
+        return out;
+      },
+      py::arg("graph"),
+      "The graph without mutations: {graph, user_outputs, mutated_inputs}; its outputs are the "
+      "original's, then each mutated input's new value.");
   m.def(
       "differentiability",
       [](const std::string& op) {

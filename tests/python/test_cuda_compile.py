@@ -1,0 +1,140 @@
+"""kiln.compile on CUDA tensors: graphs whose values live on a GPU compile for its
+architecture and run there (torch's stream and allocator); training runs both artifacts on
+the GPU; mode="reduce-overhead" replays CUDA graphs with default mode's results. Skipped
+where torch sees no CUDA device (scripts/device-run gpu runs them on the H100)."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import kiln
+from kiln import _cudagraph, ir
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def runner_of(fast):
+    (entry,) = fast.cache.entries
+    return entry.value
+
+
+def test_modes_are_checked_and_reduce_overhead_is_default_mode_on_the_cpu(stack):
+    with pytest.raises(ValueError, match="max-autotune"):
+        kiln.compile(lambda x: x, mode="max-autotune")
+
+    def f(x):
+        return x * 2 + 1
+
+    fast = kiln.compile(f, mode="reduce-overhead", stack=stack)
+    x = torch.randn(5)
+    for _ in range(3):
+        torch.testing.assert_close(fast(x), f(x))
+    assert runner_of(fast).compiled.target == "cpu"
+
+
+def test_functionalize_returns_mutated_inputs_as_outputs():
+    from kiln import autograd
+    g = ir.Graph()
+    x = g.placeholder("x", "float32", [4])
+    g.call("add_", x, 1)
+    g.set_outputs([g.call("mul", x, 2)])
+    pure, user_outputs, mutated = autograd.functionalize(g)
+    assert user_outputs == 1 and mutated == [0]
+    assert "add_" not in str(pure)
+    out, new_x = ir.run(pure, torch.ones(4))
+    torch.testing.assert_close(out, torch.full((4,), 4.0))
+    torch.testing.assert_close(new_x, torch.full((4,), 2.0))
+
+
+@needs_gpu
+def test_a_cuda_call_compiles_for_the_gpu_and_matches_eager(stack):
+    def f(x, w, scale):
+        return F.gelu(x @ w) * scale + x.softmax(dim=-1).sum(dim=-1, keepdim=True)
+
+    fast = kiln.compile(f, stack=stack)
+    x, w = torch.randn(64, 32, device="cuda"), torch.randn(32, 32, device="cuda")
+    scale = torch.tensor(0.5)  # a 0-d CPU tensor beside CUDA tensors, as torch allows
+    for _ in range(2):
+        torch.testing.assert_close(fast(x, w, scale), f(x, w, scale), rtol=1e-4, atol=1e-4)
+    compiled = runner_of(fast).compiled
+    major, minor = torch.cuda.get_device_capability()
+    assert compiled.target == f"cuda:sm_{major}{minor}"
+    assert fast(x, w, scale).device == x.device
+
+
+@needs_gpu
+def test_dynamic_sizes_on_the_gpu(stack):
+    def f(x):
+        return F.layer_norm(x, (x.shape[-1],)) * 2
+
+    fast = kiln.compile(f, stack=stack)
+    for rows in (8, 16, 33, 1000):
+        x = torch.randn(rows, 96, device="cuda", dtype=torch.bfloat16)
+        torch.testing.assert_close(fast(x), f(x))
+    assert len(fast.cache.entries) == 2, kiln.explain(fast)
+
+
+@needs_gpu
+def test_training_runs_forward_and_backward_on_the_gpu(stack):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 8)).cuda()
+    reference = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 8)).cuda()
+    reference.load_state_dict(model.state_dict())
+    fast = kiln.compile(model, stack=stack)
+    x = torch.randn(16, 32, device="cuda")
+    fast(x).square().mean().backward()
+    reference(x).square().mean().backward()
+    assert not fast._compiled_forward.fallback_reasons, fast._compiled_forward.fallback_reasons
+    for got, want in zip(model.parameters(), reference.parameters()):
+        assert got.grad.device == want.grad.device
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-5)
+    runner = runner_of(fast._compiled_forward)
+    assert runner.forward.target.startswith("cuda") and runner.backward.target.startswith("cuda")
+
+
+@needs_gpu
+def test_reduce_overhead_replays_a_cuda_graph(stack):
+    def f(x, w):
+        return torch.relu(x @ w) + 1
+
+    fast = kiln.compile(f, mode="reduce-overhead", stack=stack)
+    w = nn.Parameter(torch.randn(16, 16, device="cuda"))
+    xs = [torch.randn(8, 16, device="cuda") for _ in range(4)]
+    with torch.no_grad():
+        outs = [fast(x, w) for x in xs]
+        for x, out in zip(xs, outs):  # each call's output is its own: a replay does not overwrite it
+            torch.testing.assert_close(out, f(x, w))
+    graphed = runner_of(fast).compiled
+    assert isinstance(graphed, _cudagraph.CudaGraphed)
+    assert [g for g in graphed._graphs.values() if g is not None], graphed.reasons
+    assert graphed._graphs and not graphed.reasons
+
+
+@needs_gpu
+def test_reduce_overhead_writes_mutated_inputs_back(stack):
+    def f(x, total):
+        total.add_(x.sum())
+        return x * 2
+
+    fast = kiln.compile(f, mode="reduce-overhead", stack=stack)
+    total, expected = torch.zeros((), device="cuda"), torch.zeros((), device="cuda")
+    for k in range(4):
+        x = torch.full((8,), float(k), device="cuda")
+        torch.testing.assert_close(fast(x, total), x * 2)
+        expected += x.sum()
+        torch.testing.assert_close(total, expected)
+    assert not runner_of(fast).compiled.reasons
+
+
+@needs_gpu
+def test_reduce_overhead_runs_uncaptured_where_an_output_views_an_input(stack):
+    def f(x):
+        return x.t(), x + 1
+
+    fast = kiln.compile(f, mode="reduce-overhead", stack=stack)
+    for _ in range(3):
+        x = torch.randn(4, 6, device="cuda")
+        view, plus = fast(x)
+        assert view.data_ptr() == x.data_ptr()  # still a view of the caller's tensor
+        torch.testing.assert_close(plus, x + 1)
+    assert any("views an input" in r for r in runner_of(fast).compiled.reasons)
