@@ -314,8 +314,19 @@ def global_state() -> dict:
         "gradEnabled": {"value": torch.is_grad_enabled()},
         "defaultDtype": {"value": dtype_name(torch.get_default_dtype())},
         "deterministic": {"value": torch.are_deterministic_algorithms_enabled()},
-        "autocast": [],
+        "autocast": [_autocast("cpu"), _autocast("cuda")],
     }
+
+
+def _autocast(device: str) -> dict:
+    """Autocast's state for a device type (torch 2.x asks by device type; 1.13 has a function each)."""
+    if hasattr(torch, "get_autocast_dtype"):
+        enabled, dtype = torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
+    elif device == "cpu":
+        enabled, dtype = torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
+    else:
+        enabled, dtype = torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+    return {"device": device, "enabled": enabled, "dtype": dtype_name(dtype)}
 
 
 def _global_names(code: types.CodeType) -> set:

@@ -307,6 +307,18 @@ TEST_F(StoreDir, ACorruptOrTornFileIsSkippedAndTheOthersLoad) {
   EXPECT_EQ(EntryStore(dir_).entries(kFn).size(), 1u);
 }
 
+TEST_F(StoreDir, AFileOfAnotherBuildIsSkipped) {
+  std::string path;
+  {
+    EntryStore store(dir_);
+    store.insert(kFn, entryFor(callOf({8, 4}), {}, "a"));
+    path = store.pathOf(kFn);
+  }
+  ASSERT_EQ(EntryStore(dir_).entries(kFn).size(), 1u);
+  overwrite(path, 8, "another!"); // the hash of the build that wrote it, after the magic
+  EXPECT_TRUE(EntryStore(dir_).entries(kFn).empty());
+}
+
 TEST_F(StoreDir, AMemoryOnlyStoreWritesNothing) {
   EntryStore store("");
   store.insert(kFn, entryFor(callOf({8, 4}), {}, "a"));

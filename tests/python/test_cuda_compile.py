@@ -138,3 +138,18 @@ def test_reduce_overhead_runs_uncaptured_where_an_output_views_an_input(stack):
         assert view.data_ptr() == x.data_ptr()  # still a view of the caller's tensor
         torch.testing.assert_close(plus, x + 1)
     assert any("views an input" in r for r in runner_of(fast).compiled.reasons)
+
+
+@needs_gpu
+def test_cuda_autocast_casts_as_eager(stack):
+    def f(x, w, b):
+        h = F.linear(x, w, b)
+        return h.softmax(-1), F.layer_norm(h, (h.shape[-1],)), h.sum(), F.gelu(h) * 2
+
+    fast = kiln.compile(f, stack=stack)
+    x, w, b = (torch.randn(*s, device="cuda") for s in ((64, 128), (256, 128), (256,)))
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        want, got = f(x, w, b), fast(x, w, b)
+    assert [t.dtype for t in got] == [t.dtype for t in want]
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, rtol=2e-2, atol=2e-2)

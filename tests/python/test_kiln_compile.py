@@ -203,3 +203,18 @@ def test_a_service_killed_mid_compile_still_returns_the_result(stack):
         fast(x)
     torch.testing.assert_close(fast(x), f(x))
     assert entries(fast) >= 1
+
+
+def test_autocast_around_the_call_is_traced_and_guarded(stack):
+    def f(x, w):
+        return F.relu(x @ w) * 2
+
+    fast = kiln.compile(f, stack=stack)
+    x, w = torch.randn(4, 8), torch.randn(8, 3)
+    assert fast(x, w).dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = fast(x, w)
+        assert out.dtype == torch.bfloat16  # as eager: the product runs in bf16
+        torch.testing.assert_close(out, f(x, w))
+    assert fast(x, w).dtype == torch.float32
+    assert entries(fast) == 2, kiln.explain(fast)

@@ -109,3 +109,28 @@ def test_a_dynamic_size_returned_as_an_int(stack):
         total, n = _trace.rebuild(traced.outputs, compiled(*_trace.graph_inputs(traced, g, (x,), {})))
         assert n == batch
         torch.testing.assert_close(total, x.sum(0))
+
+
+def test_autocast_at_the_call_casts_as_torch_does_per_device(stack, monkeypatch):
+    import torch.nn.functional as F
+
+    def g(x, w, b):
+        h = F.linear(x, w, b)
+        return h.softmax(-1), F.layer_norm(h, (h.shape[-1],)), h.sum(), h * 2
+
+    # A request as kiln sends it for CUDA tensors under torch.autocast("cuda", torch.bfloat16):
+    # the tracer needs no GPU to trace it.
+    monkeypatch.setattr(_trace, "_device", lambda d: {"type": "cuda", "index": 0})
+    state = _trace.global_state()
+    state["autocast"] = [{"device": "cpu", "enabled": False, "dtype": "bfloat16"},
+                         {"device": "cuda", "enabled": True, "dtype": "bfloat16"}]
+    monkeypatch.setattr(_trace, "global_state", lambda: state)
+    traced = _trace.trace(g, (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6)), {}, stack=stack)
+    text = str(traced.graph)
+    softmax, layer_norm, total, doubled = (traced.graph.value(v.id).meta for v in traced.graph.outputs)
+    assert "linear(" in text and text.count("to_dtype") >= 4, text  # x, w, b to bf16; h to f32 for layer_norm
+    assert softmax["dtype"] == "float32" and layer_norm["dtype"] == "float32" and total["dtype"] == "float32"
+    assert doubled["dtype"] == "bfloat16", text  # pointwise ops keep the autocast dtype
+    assert all(m["device"].startswith("cuda") for m in (softmax, doubled))
+    guards = str(kiln.guards.GuardSet.from_bytes(traced.guards))
+    assert "autocast(cuda) == on bfloat16" in guards and "autocast(cpu) == off" in guards, guards

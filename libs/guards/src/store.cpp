@@ -16,6 +16,7 @@
 #include <capnp/serialize.h>
 
 #include "kiln/common/error.h"
+#include "kiln/common/version.h"
 #include "kiln/common/log.h"
 #include "kiln/guards/input_frontend.h"
 #include "kiln/guards/wire.h"
@@ -23,11 +24,13 @@
 namespace kiln::guards {
 namespace {
 
-// A function's file: magic, payload length, payload checksum, then the
-// payload (a StoredFunction message). A file whose length or checksum does
-// not match is torn or corrupt, and is never read further.
-constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'G', 'R', 'D', '1'};
-constexpr size_t kHeader = sizeof kMagic + 16;
+// A function's file: magic, the hash of the kiln build that wrote it, payload
+// length, payload checksum, then the payload (a StoredFunction message). A file
+// whose length or checksum does not match is torn or corrupt, and is never read
+// further; one of another build is skipped: its entries were traced by another
+// tracer (as the codegen cache keys artifacts by build).
+constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'G', 'R', 'D', '2'};
+constexpr size_t kHeader = sizeof kMagic + 24;
 constexpr const char* kExtension = ".kguard";
 constexpr uint64_t kMaxFileWords = uint64_t{1} << 27; // 1 GiB
 
@@ -311,18 +314,22 @@ std::string EntryStore::encode(const Function& f) const {
   auto bytes = words.asBytes();
   const std::string payload(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
   std::string file(kMagic, sizeof kMagic);
-  const uint64_t length = payload.size(), sum = fnv1a(payload);
+  const uint64_t build = fnv1a(buildId()), length = payload.size(), sum = fnv1a(payload);
+  file.append(reinterpret_cast<const char*>(&build), 8);
   file.append(reinterpret_cast<const char*>(&length), 8);
   file.append(reinterpret_cast<const char*>(&sum), 8);
   return file + payload;
 }
 
 EntryStore::Function EntryStore::decode(const std::string& file) const {
-  uint64_t length = 0, sum = 0;
+  uint64_t build = 0, length = 0, sum = 0;
   if (file.size() < kHeader || std::memcmp(file.data(), kMagic, sizeof kMagic) != 0)
-    throw Error(ErrorCode::Malformed, "not a guards store file");
-  std::memcpy(&length, file.data() + sizeof kMagic, 8);
-  std::memcpy(&sum, file.data() + sizeof kMagic + 8, 8);
+    throw Error(ErrorCode::Malformed, "not a guards store file of this kiln version");
+  std::memcpy(&build, file.data() + sizeof kMagic, 8);
+  std::memcpy(&length, file.data() + sizeof kMagic + 8, 8);
+  std::memcpy(&sum, file.data() + sizeof kMagic + 16, 8);
+  if (build != fnv1a(buildId()))
+    throw Error(ErrorCode::Malformed, "written by another kiln build (not " + std::string(buildId()) + ")");
   const std::string_view payload = std::string_view(file).substr(kHeader);
   if (length != payload.size())
     throw Error(ErrorCode::Malformed, "torn: " + std::to_string(payload.size()) + " of " +

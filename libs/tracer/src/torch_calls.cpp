@@ -12,6 +12,7 @@
 #include "kiln/sym/wire.h"
 
 #include <capnp/message.h>
+#include "autocast.h"
 #include "tracer_state.h"
 
 namespace kiln::tracer {
@@ -30,18 +31,7 @@ Var TraceState::op(const std::string& name, std::vector<ir::ValueId> inputs, std
   for (ir::ValueId in : inputs)
     if (graph.value(in).isTensor() && graph.meta(in).requiresGrad)
       (gradEnabled ? requiresGrad : noGradOverGrad) = true;
-  // CPU autocast's lower-precision ops: the matrix products (what torch 1.13 and 2.x
-  // both list for the CPU among the ops kiln has). Eligible inputs are floating
-  // tensors other than f64 not already of the autocast dtype.
-  static const std::set<std::string> lowerPrecision = {"mm", "bmm", "matmul", "addmm", "linear"};
-  if (autocastCpu && lowerPrecision.count(name))
-    for (ir::ValueId& in : inputs) {
-      if (!graph.value(in).isTensor()) continue;
-      const ir::TensorMeta& m = graph.meta(in);
-      if (m.device.type == ir::DeviceType::Cpu && ir::isFloating(m.dtype) && m.dtype != DType::Float64 &&
-          m.dtype != *autocastCpu)
-        in = graph.call("to_dtype", {in}, {{"dtype", *autocastCpu}});
-    }
+  applyAutocast(graph, {autocastCpu, autocastCuda}, name, inputs, attrs);
   ir::ValueId id;
   try {
     id = graph.call(name, std::move(inputs), std::move(attrs));

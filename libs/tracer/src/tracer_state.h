@@ -38,9 +38,10 @@ public:
   guards::GuardSet guards;
   guards::FrameState frame;
   bool gradEnabled = true; // inside torch.no_grad() regions: false
-  // Inside torch.autocast("cpu", dtype) regions: that dtype. Matrix products then
-  // cast their float inputs to it first, as torch's CPU autocast does.
-  std::optional<DType> autocastCpu;
+  // Where autocast is on for a device type (at the call, or inside torch.autocast
+  // regions): its lower-precision dtype. Ops then cast their inputs on that device
+  // type as torch's autocast does (autocast.h).
+  std::optional<DType> autocastCpu, autocastCuda;
   bool requiresGrad = false; // an op ran under grad mode on an input that requires grad
   bool noGradOverGrad = false; // an op ran in a no_grad region on an input that requires grad
 
