@@ -11,9 +11,9 @@ copy of the same bytes measured in the same run. Workloads (issue 7's list):
   (b) softmax over the last dim, 4096x4096 and 32768x1024 f32;
   (c) layer_norm(x+r)*w+b, 16384x4096 bf16;
   (d) MLP 4096 -> 16384 -> 4096 with GELU, 8192 rows, bf16, forward;
-  (e) per-call overhead of x+1 on one element: kiln's compiled call (the artifact through
-      libs/runtime; the guard check is measured by bench/guards) vs torch.compile's default
-      and reduce-overhead modes;
+  (e) per-call overhead of x+1 on one element: kiln's artifact call (libs/runtime alone),
+      kiln.compile's call (guards + artifact) and its reduce-overhead mode (guards + CUDA
+      graph replay) vs torch.compile's default and reduce-overhead modes;
   (f) cold compile seconds (empty caches) of each workload, kiln vs torch.compile.
 Ratios > 1 mean kiln is faster. Writes bench/results/gpu-<kind>-<date>.json.
 """
@@ -195,8 +195,17 @@ def main():
             xs = torch.randn(1, device="cuda")
             fn = lambda x: x + 1
             tc, tc_ro = torch_compiled(fn), torch_compiled(fn, mode="reduce-overhead")
-            t = compare({"kiln": lambda: compiled(xs), "eager": lambda: fn(xs), "torch_compile": lambda: tc(xs),
-                         "torch_compile_reduce_overhead": lambda: tc_ro(xs)}, 2000)
+            import kiln
+            # Through kiln.compile: the guard check, then the artifact (default) or a CUDA
+            # graph's replay (reduce-overhead). Two functions: each its own guard entries.
+            kc = kiln.compile(lambda x: x + 1, stack=stack)
+            kc_ro = kiln.compile(lambda x: x + 1, mode="reduce-overhead", stack=stack)
+            t = compare({"kiln": lambda: compiled(xs), "kiln_compile": lambda: kc(xs),
+                         "kiln_compile_reduce_overhead": lambda: kc_ro(xs), "eager": lambda: fn(xs),
+                         "torch_compile": lambda: tc(xs), "torch_compile_reduce_overhead": lambda: tc_ro(xs)}, 2000)
+            for f in (kc, kc_ro):
+                if f.fallback_reasons or not f.cache.entries:
+                    print("kiln.compile fell back:", f.fallback_reasons, flush=True)
             results["e_per_call_overhead"] = {k + "_us": round(v * 1e6, 2) for k, v in t.items()}
             print("e_per_call_overhead", results["e_per_call_overhead"], flush=True)
 

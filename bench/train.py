@@ -1,0 +1,209 @@
+"""bench/train: a GPT-2 small training step with kiln.compile, eager PyTorch and torch.compile.
+
+    PYTHONPATH=build/python KILN_BIN_DIR=build/bin python3 bench/train.py --kind h100
+
+GPT-2 small (12 layers, 12 heads, 768 wide, 50257 tokens, 124M parameters), batch 8 x 1024
+tokens, bf16 autocast, fused AdamW, on the GPU (scripts/device-run runs it; `--tiny --device
+cpu` checks the script anywhere). Each contender trains the same initial weights on the same
+batch in this process: its first step (cold: tracing and compiling with empty caches), then
+`--steps` timed steps. Reported: ms/step, tokens/s, peak memory (torch's allocator), cold
+compile seconds (first step minus a warm one), and the largest relative difference of its
+losses from eager's. Ratios > 1 mean kiln is better. Writes bench/results/train-<kind>-<date>.json.
+"""
+import argparse
+import gc
+import math
+import time
+
+import torch
+import torch.nn as nn
+
+from bench_common import private_stack, write_report
+
+F = nn.functional
+
+
+class Attention(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.c_attn = nn.Linear(width, 3 * width)
+        self.c_proj = nn.Linear(width, width)
+        self.heads, self.width = heads, width
+        self.sdpa = hasattr(F, "scaled_dot_product_attention")  # torch 2.x; 1.13 (the CPU check) spells it out
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.width, dim=2)
+        q = q.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        k = k.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        v = v.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            mask = torch.ones(T, T, device=x.device).tril()
+            y = F.softmax(att.masked_fill(mask == 0, float("-inf")), dim=-1) @ v
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.attn = Attention(width, heads)
+        self.c_fc, self.c_proj = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.c_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, context, layers, heads, width):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, width), nn.Embedding(context, width)
+        self.h = nn.ModuleList([Block(width, heads) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(width)
+        self.lm_head = nn.Linear(width, vocab, bias=False)
+        self.wte.weight = self.lm_head.weight
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    def forward(self, idx, targets):
+        T = idx.size(1)
+        x = self.wte(idx) + self.wpe(torch.arange(0, T, dtype=torch.long, device=idx.device))
+        for block in self.h:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def run(name, make_forward, model, idx, targets, steps, autocast):
+    """Trains `model` through make_forward(model); returns timings, memory and losses."""
+    device = idx.device
+    cuda = device.type == "cuda"
+    forward = make_forward(model)
+    fused = {"fused": True} if cuda else {}  # torch 1.13 (the CPU check) has no fused AdamW
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, **fused)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            loss = forward(idx, targets)
+        loss.backward()
+        opt.step()
+        return loss
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    losses = []
+    start = time.perf_counter()
+    losses.append(step().item())
+    first = time.perf_counter() - start
+    losses.append(step().item())  # the second call may still settle (a recompile, lazy loads)
+    sync()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        loss = step()
+        sync()
+        times.append(time.perf_counter() - start)
+        losses.append(loss.item())
+    times.sort()
+    per_step = times[len(times) // 2]
+    tokens = idx.numel()
+    r = {"ms_per_step": round(per_step * 1e3, 2), "tokens_per_s": round(tokens / per_step),
+         "cold_compile_s": round(max(first - per_step, 0.0), 2), "losses": [round(x, 5) for x in losses]}
+    if cuda:
+        r["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    print(f"{name:14s} {r['ms_per_step']:9.2f} ms/step  {r['tokens_per_s']:8d} tok/s  "
+          f"peak {r.get('peak_memory_gib', '-')} GiB  cold {r['cold_compile_s']} s  loss {losses[0]:.4f} -> {losses[-1]:.4f}",
+          flush=True)
+    return r
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kind", default="gpu", help="machine kind in the file name")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--tiny", action="store_true", help="2 layers, 64 wide, batch 2 x 64: checks the script")
+    parser.add_argument("--only", help="comma-separated contenders: eager,torch_compile,kiln")
+    parser.add_argument("--out", help="results file (default: bench/results/...)")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("bench/train needs a GPU (or --device cpu --tiny)")
+    config = (dict(vocab=50257, context=1024, layers=12, heads=12, width=768, batch=8) if not args.tiny else
+              dict(vocab=512, context=64, layers=2, heads=4, width=64, batch=2))
+    autocast = device.type == "cuda"
+    torch.manual_seed(0)
+    idx = torch.randint(0, config["vocab"], (config["batch"], config["context"]), device=device)
+    targets = torch.randint(0, config["vocab"], (config["batch"], config["context"]), device=device)
+    initial = GPT(config["vocab"], config["context"], config["layers"], config["heads"], config["width"]).state_dict()
+
+    def fresh():
+        model = GPT(config["vocab"], config["context"], config["layers"], config["heads"], config["width"]).to(device)
+        model.load_state_dict(initial)
+        return model
+
+    only = set(args.only.split(",")) if args.only else {"eager", "torch_compile", "kiln"}
+    results = {}
+    with private_stack() as stack:
+        import kiln
+
+        def torch_compile(model):
+            import torch._inductor.config as inductor
+            inductor.force_disable_caches = True
+            torch._dynamo.reset()
+            return torch.compile(model)
+
+        contenders = {"eager": lambda m: m, "torch_compile": torch_compile,
+                      "kiln": lambda m: kiln.compile(m, stack=stack)}
+        for name, make in contenders.items():
+            if name not in only:
+                continue
+            model = fresh()
+            made = []
+            results[name] = run(name, lambda m: made.append(make(m)) or made[-1], model, idx, targets,
+                                args.steps, autocast)
+            if name == "kiln":  # numbers of a run that fell back to eager would say nothing of kiln
+                compiled = made[0]._compiled_forward
+                results[name]["entries"] = len(compiled.cache.entries)
+                results[name]["fell_back"] = compiled.fallback_reasons
+                if compiled.fallback_reasons:
+                    print("kiln FELL BACK to eager:", compiled.fallback_reasons, flush=True)
+            del model, made
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    eager = results.get("eager")
+    for name, r in results.items():
+        if eager and name != "eager":
+            r["max_rel_loss_diff_vs_eager"] = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], eager["losses"]))
+    summary = {}
+    if "kiln" in results and "torch_compile" in results:
+        k, t = results["kiln"], results["torch_compile"]
+        summary = {"tokens_per_s_vs_torch_compile": round(k["tokens_per_s"] / t["tokens_per_s"], 3),
+                   "cold_compile_fraction_of_torch_compile": round(k["cold_compile_s"] / max(t["cold_compile_s"], 1e-9), 3)}
+        if "peak_memory_gib" in k:
+            summary["peak_memory_vs_torch_compile"] = round(k["peak_memory_gib"] / t["peak_memory_gib"], 3)
+        print("summary", summary, flush=True)
+    results["summary"] = summary
+    write_report("train", args.kind, args.out,
+                 {**config, "steps": args.steps, "autocast": "bf16" if autocast else None, "torch": torch.__version__,
+                  "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"},
+                 results, target={"tokens_per_s_vs_torch_compile": 1.0, "peak_memory_vs_torch_compile": 1.0,
+                                  "cold_compile_fraction_of_torch_compile": 0.2})
+
+
+if __name__ == "__main__":
+    main()
