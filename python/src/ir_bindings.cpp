@@ -561,13 +561,16 @@ private:
         }
     }
     // The allocated object holding `data`, and the byte offset in it; None if not ours.
+    // Just past an allocation's end (an empty view) only where no allocation starts
+    // there: torch's CUDA allocator carves neighbouring blocks out of one segment.
     std::pair<py::object, size_t> owner(void* data) {
       auto* at = static_cast<std::byte*>(data);
-      for (const Owner& o : owners_) {
-        auto* begin = static_cast<std::byte*>(o.data);
-        if (at >= begin && at <= begin + o.bytes)
-          return {o.object, static_cast<size_t>(at - begin)};
-      }
+      for (bool pastTheEnd : {false, true})
+        for (const Owner& o : owners_) {
+          auto* begin = static_cast<std::byte*>(o.data);
+          if (at >= begin && (at < begin + o.bytes || (pastTheEnd && at == begin + o.bytes)))
+            return {o.object, static_cast<size_t>(at - begin)};
+        }
       return {py::none(), 0};
     }
 

@@ -153,3 +153,17 @@ def test_cuda_autocast_casts_as_eager(stack):
     assert [t.dtype for t in got] == [t.dtype for t in want]
     for g, e in zip(got, want):
         torch.testing.assert_close(g, e, rtol=2e-2, atol=2e-2)
+
+
+def test_a_cuda_training_graph_partitions_and_compiles_without_a_gpu(stack):
+    # Causal attention and slicing: their decompositions and derivative rules make index
+    # tensors (arange), which must live on the graph's device.
+    g = ir.Graph()
+    q, k, v = (g.placeholder(n, "float32", [2, 4, 16, 8], device="cuda:0", requires_grad=True) for n in "qkv")
+    y = g.call("scaled_dot_product_attention", q, k, v, is_causal=True)
+    g.set_outputs([g.call("sum", g.call("slice", y, dim=2, start=1, end=9, step=2))])
+    parts = stack.partition(g, [True, True, True])
+    for graph in (parts["forward"], parts["backward"]):
+        metas = [graph.value(i).meta for i in range(len(graph))]
+        assert all(m["device"] == "cuda:0" for m in metas if isinstance(m, dict) and "device" in m), graph
+        assert ir.compile(graph, stack, "cuda").target == "cuda:sm_90"

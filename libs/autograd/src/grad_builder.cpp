@@ -65,7 +65,8 @@ ValueId scatterSlice(Graph& g, ValueId grad, const ir::TensorMeta& self, int64_t
   const ir::TensorMeta gm = g.meta(grad);
   sym::Expr n = gm.sizes.at(dim);
   ValueId index =
-      g.call("arange", {}, {{"end", start + n * step}, {"start", start}, {"step", step}});
+      g.call("arange", {}, {{"end", start + n * step}, {"start", start}, {"step", step},
+                            {"device", ir::toString(gm.device)}});
   ir::Shape along(gm.dim(), g.symbols().integer(1));
   along[dim] = n;
   index = g.call("reshape", {index}, {{"size", sizesAttr(along)}});

@@ -121,6 +121,7 @@ Grads asStrided(RuleContext& c) {
   if (!self.isContiguous())
     throw Error(ErrorCode::Unsupported, "backward of as_strided: only of a contiguous input");
   sym::Expr offset = self.storageOffset;
+  const std::string device = ir::toString(self.device);
   if (const AttrValue* a = c.attr("storage_offset")) {
     if (auto* i = std::get_if<int64_t>(a))
       offset = c.g.symbols().integer(*i);
@@ -138,12 +139,12 @@ Grads asStrided(RuleContext& c) {
   // Each element's storage position: offset + sum_k i_k * stride_k.
   ir::Shape ones(out.dim(), c.g.symbols().integer(1));
   ValueId position =
-      o.call("reshape", {o.call("arange", {}, {{"end", offset + 1}, {"start", offset}})},
+      o.call("reshape", {o.call("arange", {}, {{"end", offset + 1}, {"start", offset}, {"device", device}})},
              {{"size", sizesAttr(ones)}});
   for (size_t k = 0; k < out.dim(); ++k) {
     ir::Shape along = ones;
     along[k] = out.sizes[k];
-    ValueId i = o.call("reshape", {o.call("arange", {}, {{"end", out.sizes[k]}})},
+    ValueId i = o.call("reshape", {o.call("arange", {}, {{"end", out.sizes[k]}, {"device", device}})},
                        {{"size", sizesAttr(along)}});
     position = o.add(position, withScalar(c.g, "mul", i, out.strides[k]));
   }

@@ -281,8 +281,10 @@ ValueId attention(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   }
   if (attrOr<bool>(node, "is_causal", false)) {
     sym::Expr l = q.sizes[n - 2], s = g.meta(in[1]).sizes[n - 2];
-    ValueId rows = g.call("unsqueeze", {g.call("arange", {}, {{"end", l}})}, {{"dim", int64_t{1}}});
-    ValueId keep = g.call("ge", {rows, g.call("arange", {}, {{"end", s}})});
+    const std::string device = toString(q.device);
+    ValueId rows = g.call("unsqueeze", {g.call("arange", {}, {{"end", l}, {"device", device}})},
+                          {{"dim", int64_t{1}}});
+    ValueId keep = g.call("ge", {rows, g.call("arange", {}, {{"end", s}, {"device", device}})});
     scores = g.call("where", {keep, scores}, {{"other", -INFINITY}});
   }
   if (in.size() > 3) {
