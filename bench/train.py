@@ -81,7 +81,7 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
-def run(name, make_forward, model, idx, targets, steps, autocast):
+def run(name, make_forward, model, idx, targets, steps, autocast, profile=False):
     """Trains `model` through make_forward(model); returns timings, memory and losses."""
     device = idx.device
     cuda = device.type == "cuda"
@@ -116,6 +116,13 @@ def run(name, make_forward, model, idx, targets, steps, autocast):
         sync()
         times.append(time.perf_counter() - start)
         losses.append(loss.item())
+    if profile and cuda:  # where a step's GPU time goes, by kernel
+        from torch.profiler import ProfilerActivity, profile as profiler
+        with profiler(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            sync()
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=60),
+              flush=True)
     times.sort()
     per_step = times[len(times) // 2]
     tokens = idx.numel()
@@ -129,6 +136,29 @@ def run(name, make_forward, model, idx, targets, steps, autocast):
     return r
 
 
+def _timed_phases() -> dict:
+    """Seconds kiln.compile spends tracing, partitioning (with codegen of both graphs) and in
+    codegen alone, summed over calls (the SDK's module functions, wrapped)."""
+    from kiln import _trace, _train, ir
+    phases = {}
+
+    def wrap(module, name, phase):
+        inner = getattr(module, name)
+
+        def timed(*a, **k):
+            start = time.perf_counter()
+            try:
+                return inner(*a, **k)
+            finally:
+                phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - start
+        setattr(module, name, timed)
+
+    wrap(_trace, "trace", "trace")
+    wrap(_train, "compile_training", "partition_and_codegen")
+    wrap(ir, "compile", "codegen")
+    return phases
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kind", default="gpu", help="machine kind in the file name")
@@ -136,8 +166,10 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--tiny", action="store_true", help="2 layers, 64 wide, batch 2 x 64: checks the script")
     parser.add_argument("--only", help="comma-separated contenders: eager,torch_compile,kiln")
+    parser.add_argument("--profile", help="comma-separated contenders to profile one step of")
     parser.add_argument("--out", help="results file (default: bench/results/...)")
     args = parser.parse_args()
+    profiled = set(args.profile.split(",")) if args.profile else set()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("bench/train needs a GPU (or --device cpu --tiny)")
@@ -172,8 +204,12 @@ def main():
                 continue
             model = fresh()
             made = []
+            phases = _timed_phases() if name == "kiln" else None
             results[name] = run(name, lambda m: made.append(make(m)) or made[-1], model, idx, targets,
-                                args.steps, autocast)
+                                args.steps, autocast, name in profiled)
+            if phases:
+                results[name]["cold_phases_s"] = {k: round(v, 2) for k, v in phases.items()}
+                print("kiln cold compile by phase (s):", results[name]["cold_phases_s"], flush=True)
             if name == "kiln":  # numbers of a run that fell back to eager would say nothing of kiln
                 compiled = made[0]._compiled_forward
                 results[name]["entries"] = len(compiled.cache.entries)
