@@ -219,6 +219,14 @@ Grads mm(RuleContext& c) {
           c.needs[1] ? std::optional(o.call(op, {mT(o, a), g})) : std::nullopt};
 }
 
+// [..., M, K] as the matrix [... * M, K].
+ValueId rowsOf(Ops& o, ValueId x) {
+  const ir::Shape sizes = o.g.meta(x).sizes;
+  sym::Expr rows = sizes[0];
+  for (size_t k = 1; k + 1 < sizes.size(); ++k) rows = rows * sizes[k];
+  return o.call("reshape", {x}, {{"size", sizesAttr(ir::Shape{rows, sizes.back()})}});
+}
+
 // matmul: 1-d operands made matrices (a row, a column), the grad given their
 // dims back; batch dims broadcast (backward() sums them back).
 Grads matmul(RuleContext& c) {
@@ -240,7 +248,11 @@ Grads matmul(RuleContext& c) {
     ValueId ga = o.call("matmul", {g, mT(o, b)});
     r[0] = rowA ? o.call("squeeze", {ga}, {{"dim", std::vector<int64_t>{-2}}}) : ga;
   }
-  if (c.needs[1]) {
+  if (c.needs[1] && !colB && c.meta(1).dim() == 2 && c.g.meta(a).dim() > 2) {
+    // A weight shared across a batch: one product over the batch's rows, not a
+    // product per batch element summed afterwards (a [batch, K, N] intermediate).
+    r[1] = o.call("mm", {mT(o, rowsOf(o, a)), rowsOf(o, g)});
+  } else if (c.needs[1]) {
     ValueId ga = mT(o, a), gb = o.call("matmul", {ga, g});
     r[1] = colB ? o.call("squeeze", {gb}, {{"dim", std::vector<int64_t>{-1}}}) : gb;
   }

@@ -143,11 +143,12 @@ private:
     std::vector<Member> members;
     for (const Member& m : members_) members.push_back(member(m.id, rank));
     Member candidate = member(id, rank);
-    bool ok = true;
+    bool ok = true, readsMember = false;
     VarMap self = mapping(candidate, rank, candidate.inner, candidate.innerRanges);
     forEachLoad(b.loops.body, [&](const ScalarNode& load) {
       for (const Member& producer : members) {
         if (producer.id != load.buffer) continue;
+        readsMember = true;
         const Buffer& p = program_.buffers[producer.id];
         // The producer's element read must be the one stored at this outer
         // index (and, for a pointwise producer, at the reader's inner index).
@@ -161,11 +162,28 @@ private:
       }
     });
     if (!ok) return false;
+    // Unrelated work shares a kernel only where it adds no loop: over the same
+    // outer ranges, and a pointwise buffer over a member's own ranges (nested in
+    // the items, other loops would run serially within each: one block on a GPU).
+    if (!readsMember && (*outer != outer_ || (!isReduction(b) && !sameLoopAsAMember(members, shape))))
+      return false;
+    // A kernel of one item (a reduction to a scalar) holds no pointwise loops:
+    // they get kernels parallel over their elements.
+    if (outer->empty() && !isReduction(b) && !shape.ranges.empty()) return false;
     outer_ = *outer;
     reductions_ = reductions_ || isReduction(b);
     members.push_back(candidate);
     members_ = std::move(members);
     return true;
+  }
+
+  bool sameLoopAsAMember(const std::vector<Member>& members, const LoopShape& shape) const {
+    for (const Member& m : members) {
+      Shape ranges = outer_;
+      ranges.insert(ranges.end(), m.innerRanges.begin(), m.innerRanges.end());
+      if (ranges == shape.ranges) return true;
+    }
+    return false;
   }
 
   sym::Expr canonical(size_t k) {

@@ -12,7 +12,11 @@
 //   - everything they read from buffers of the kernel is at the same outer
 //     index: a reduction's result at the outer index, a pointwise buffer's
 //     element at the very index it was stored at;
-//   - no extern call comes between them (extern calls are steps of their own).
+//   - no extern call comes between them (extern calls are steps of their own);
+//   - a buffer that reads none of the kernel's joins only over the same outer
+//     ranges and, if pointwise, over the ranges of a member's loop (horizontal
+//     fusion adds no loop), and a kernel over no outer range (a reduction to a
+//     scalar: one item) takes no pointwise loops.
 // A reduction nothing outside its kernel reads, and that is no output, lives
 // in a register only (Kernel::local). A mutation (alias buffer) is a kernel of
 // its own; a scatter's kernel runs over its ranges but the ordered one
