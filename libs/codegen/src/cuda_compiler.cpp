@@ -10,7 +10,9 @@ namespace kiln::codegen {
 
 std::vector<std::string> cudaCompilerOptions(const std::string& arch) {
   // No fast math: NaN, infinities and rounding must be torch's.
-  return {"--gpu-architecture=" + arch, "-std=c++17", "--device-as-default-execution-space"};
+  // --split-compile=0: optimise the kernels on every CPU at once (one thread per CPU).
+  return {"--gpu-architecture=" + arch, "-std=c++17", "--device-as-default-execution-space",
+          "--split-compile=0"};
 }
 
 #ifdef KILN_HAVE_NVRTC
