@@ -133,9 +133,10 @@ class CompiledFunction:
     """`fn` compiled by kiln; call it as `fn`. See kiln.compile."""
 
     def __init__(self, fn: Callable, *, dynamic: bool | None = None, fullgraph: bool = False,
-                 mode: str | None = None, stack=None):
+                 mode: str | None = None, options: dict | None = None, stack=None):
         if mode not in MODES:
             raise ValueError(f"kiln.compile: mode {mode!r} is not one of {', '.join(map(repr, MODES))}")
+        self._options = _checked_options(options)
         functools.update_wrapper(self, fn)
         self._fn = fn
         self._dynamic = dynamic
@@ -218,7 +219,8 @@ class CompiledFunction:
         fn, call_args = _trace.normalize(self._fn, args)
         inputs = _trace.graph_inputs(traced, fn, call_args, kwargs)
         try:
-            return _train.compile_training(traced, self._stack, inputs, target)
+            return _train.compile_training(traced, self._stack, inputs, target,
+                                           memory_budget=self._options["memory_budget"])
         except _train.NotTrainable as e:
             return _Eager(str(e))
 
@@ -263,6 +265,25 @@ class CompiledFunction:
                           f"({error})", RuntimeWarning, stacklevel=3)
 
 
+# kiln.compile's options= (torch.compile's spelling: a dict of settings) and their defaults.
+OPTIONS = {
+    # Training: the partitioner's trade of recompute for memory, 0 (recompute all it can)
+    # to 1 (save everything the backward reads).
+    "memory_budget": 0.5,
+}
+
+
+def _checked_options(options: dict | None) -> dict:
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"kiln.compile: unknown option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
+    budget = options.get("memory_budget", OPTIONS["memory_budget"])
+    if not isinstance(budget, (int, float)) or not 0.0 <= budget <= 1.0:
+        raise ValueError(f"kiln.compile: memory_budget must be a number in [0, 1], got {budget!r}")
+    return {**OPTIONS, **options}
+
+
 def _frame_dict(frame) -> dict:
     """A kiln.guards.FrameState as the tracer request's FrameState."""
     if frame is None:
@@ -291,23 +312,25 @@ class CompiledModule(torch.nn.Module):
 
 
 def compile(fn_or_module=None, *, dynamic: bool | None = None, fullgraph: bool = False, mode: str | None = None,
-            stack=None):
+            options: dict | None = None, stack=None):
     """Compiles a function or an nn.Module with kiln (see this module's doc).
 
     dynamic: None (automatic: a dim that changes becomes symbolic), False (always static).
     fullgraph: raise kiln.Unsupported instead of running eagerly what cannot be traced.
     mode: None/"default", or "reduce-overhead": a CUDA entry's kernels replayed from a CUDA
         graph per input layout (inputs copied into the graph's memory; outputs are copies).
+    options: {"memory_budget": 0..1} (training: 0 recomputes all it can in the backward,
+        1 saves everything it reads; default 0.5).
     stack: a kiln.Stack (default: the running stack, or one started for this process).
     """
-    options = dict(dynamic=dynamic, fullgraph=fullgraph, mode=mode, stack=stack)
+    settings = dict(dynamic=dynamic, fullgraph=fullgraph, mode=mode, options=options, stack=stack)
     if fn_or_module is None:
-        return lambda f: compile(f, **options)
+        return lambda f: compile(f, **settings)
     if isinstance(fn_or_module, torch.nn.Module):
-        return CompiledModule(fn_or_module, **options)
+        return CompiledModule(fn_or_module, **settings)
     if not callable(fn_or_module):
         raise TypeError(f"kiln.compile: expected a function or an nn.Module, got {type(fn_or_module).__name__}")
-    return CompiledFunction(fn_or_module, **options)
+    return CompiledFunction(fn_or_module, **settings)
 
 
 def explain(fn, *args, **kwargs) -> str:

@@ -23,9 +23,6 @@ from torch.autograd.function import once_differentiable
 from kiln import _trace, ir
 from kiln._kiln import KilnError
 
-MEMORY_BUDGET = 0.5
-
-
 class NotTrainable(Exception):
     """The call runs eagerly under grad mode: `reason` says why (not a failure of the stack)."""
 
@@ -34,13 +31,14 @@ def requires_grad_mask(inputs: list) -> list[bool]:
     return [isinstance(t, torch.Tensor) and t.requires_grad for t in inputs]
 
 
-def compile_training(traced: _trace.Traced, stack, inputs: list, target: str = "cpu") -> "TrainingRunner":
+def compile_training(traced: _trace.Traced, stack, inputs: list, target: str = "cpu",
+                     memory_budget: float = 0.5) -> "TrainingRunner":
     """The training runner of a traced call whose graph inputs are `inputs` (read from it).
     Raises NotTrainable for graphs kiln cannot train (an op without a derivative rule or a
     lowering, a mutation of an input that carries grad), KilnError when the stack fails."""
     mask = requires_grad_mask(inputs)
     try:
-        parts = stack.partition(traced.graph, mask, memory_budget=MEMORY_BUDGET)
+        parts = stack.partition(traced.graph, mask, memory_budget=memory_budget)
         # A mutated input whose new value carries grad would join autograd's graph in eager.
         mutated = range(parts["user_outputs"], parts["user_outputs"] + len(parts["mutated_inputs"]))
         if any(i in parts["tangent_of"] for i in mutated):

@@ -398,3 +398,24 @@ def test_an_input_saved_for_a_recompute_keeps_its_value_when_mutated(stack):
     want.backward()
     torch.testing.assert_close(a[1].grad, b[1].grad)
     assert trained(fast), kiln.explain(fast)
+
+
+def test_the_memory_budget_option_trades_saved_values_for_recompute(stack):
+    def f(x, w1, w2):
+        return (F.gelu(torch.tanh(x @ w1) * 2) @ w2).sum()
+
+    saved = {}
+    for budget in (0.0, 1.0):
+        fast = kiln.compile(f, options={"memory_budget": budget}, stack=stack)
+        x, w1, w2 = (torch.randn(*s, requires_grad=True) for s in ((4, 8), (8, 16), (16, 3)))
+        fast(x, w1, w2).backward()
+        want = torch.autograd.grad(f(x, w1, w2), (x, w1, w2))
+        for got, expected in zip((x.grad, w1.grad, w2.grad), want):
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+        (entry,) = fast.cache.entries
+        saved[budget] = (entry.value.parts["saved"], entry.value.parts["recomputed"])
+    assert saved[0.0][0] < saved[1.0][0] and saved[0.0][1] > saved[1.0][1] == 0, saved
+    with pytest.raises(ValueError, match="memory_budget"):
+        kiln.compile(f, options={"memory_budget": 2})
+    with pytest.raises(ValueError, match="unknown option"):
+        kiln.compile(f, options={"triton.cudagraphs": True})
