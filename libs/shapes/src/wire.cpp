@@ -90,7 +90,11 @@ std::vector<sym::Expr> readExprs(capnp::List<schema::SymExpr>::Reader in, sym::S
 }
 
 void writeExprs(const std::vector<sym::Expr>& exprs, capnp::List<schema::SymExpr>::Builder out) {
-  for (unsigned i = 0; i < out.size() && i < exprs.size(); ++i) sym::toWire(exprs[i], out[i]);
+  for (unsigned i = 0; i < out.size() && i < exprs.size(); ++i) {
+    if (exprs[i].isNull())
+      throw Error(ErrorCode::InvalidArgument, "expression " + std::to_string(i) + " is missing");
+    sym::toWire(exprs[i], out[i]);
+  }
 }
 
 Options readOptions(schema::ShapesOptions::Reader in) {
