@@ -67,6 +67,14 @@ TEST_F(Decide, SaysUnknownOnTimeout) {
   EXPECT_LT(ms.count(), 2000);
 }
 
+TEST_F(Decide, DoesNotAskZ3AboutHugePowers) {
+  Expr p = u1;
+  for (int k = 1; k < 65; ++k) p = p * u1;
+  Decision d = decide(eq(p, u2));
+  EXPECT_EQ(d.answer, Answer::Unknown);
+  EXPECT_EQ(d.how, "z3: an exponent above 64");
+}
+
 TEST_F(Decide, AssumesTheQuestionsDivisorsAreNonZero) {
   EXPECT_EQ(decide(eq(floorDiv(u1 * u2, u2), u1)).answer, Answer::True); // folded by libs/sym
   EXPECT_EQ(decide(ge(mod(u0, u1 * u1 + 1), 0)).answer, Answer::True);

@@ -64,7 +64,7 @@ Expr randomGuard(std::mt19937_64& rng, const std::vector<Expr>& s) {
 TEST(SimplifyEquivalence, RandomGuardSetsByEnumeration) {
   std::mt19937_64 rng(20240609);
   int simplified = 0;
-  for (int round = 0; round < 150; ++round) {
+  for (int round = 0; round < 100; ++round) {
     SymbolTable table;
     std::vector<Expr> symbols = {
         table.createBacked(static_cast<int64_t>(2 + rng() % 10)),
@@ -106,5 +106,5 @@ TEST(SimplifyEquivalence, RandomGuardSetsByEnumeration) {
       ++v[i];
     }
   }
-  EXPECT_GT(simplified, 50) << "most random sets have something to simplify";
+  EXPECT_GT(simplified, 30) << "most random sets have something to simplify";
 }

@@ -14,6 +14,13 @@
 
 namespace kiln::shapes::detail {
 
+constexpr int64_t kMaxExponent = 64; // a larger power is not asked of Z3
+
+// An expression Z3 is not given: the query's answer is Unknown.
+struct TooHard {
+  std::string reason;
+};
+
 // Z3 terms are cached per node; a node's definedness conditions (its symbolic
 // divisors are non-zero) are kept beside it.
 struct Solver::Impl {
@@ -43,17 +50,24 @@ struct Solver::Impl {
       case sym::Kind::Integer: return ctx.int_val(static_cast<int64_t>(*e.asInteger()));
       case sym::Kind::Boolean: return ctx.bool_val(*e.asBoolean());
       case sym::Kind::Symbol: symbols.insert(e); return ctx.int_const(e.name().c_str());
-      case sym::Kind::Sum: {
-        z3::expr v = ctx.int_val(static_cast<int64_t>(e.constant()));
+      case sym::Kind::Sum: { // n-ary, so that a long sum is not a deep tree
+        z3::expr_vector terms(ctx);
+        terms.push_back(ctx.int_val(static_cast<int64_t>(e.constant())));
         for (size_t i = 0; i < in.size(); ++i)
-          v = v + ctx.int_val(static_cast<int64_t>(args[i].coeff)) * in[i].value;
-        return v;
+          terms.push_back(ctx.int_val(static_cast<int64_t>(args[i].coeff)) * in[i].value);
+        return z3::sum(terms);
       }
       case sym::Kind::Product: {
-        z3::expr v = ctx.int_val(1);
-        for (size_t i = 0; i < in.size(); ++i)
-          for (int64_t k = 0; k < args[i].coeff; ++k) v = v * in[i].value;
-        return v;
+        std::vector<Z3_ast> factors; // alive in `in`
+        for (size_t i = 0; i < in.size(); ++i) {
+          if (args[i].coeff > kMaxExponent)
+            throw TooHard{"an exponent above " + std::to_string(kMaxExponent)};
+          for (int64_t k = 0; k < args[i].coeff; ++k) factors.push_back(in[i].value);
+        }
+        z3::expr product(ctx,
+                         Z3_mk_mul(ctx, static_cast<unsigned>(factors.size()), factors.data()));
+        ctx.check_error();
+        return product;
       }
       case sym::Kind::FloorDiv:
       case sym::Kind::Mod: {
@@ -78,10 +92,9 @@ struct Solver::Impl {
       case sym::Kind::Le: return in[0].value <= in[1].value;
       case sym::Kind::And:
       case sym::Kind::Or: {
-        z3::expr v = in[0].value;
-        for (size_t i = 1; i < in.size(); ++i)
-          v = e.kind() == sym::Kind::And ? v && in[i].value : v || in[i].value;
-        return v;
+        z3::expr_vector items(ctx);
+        for (const Encoded& a : in) items.push_back(a.value);
+        return e.kind() == sym::Kind::And ? z3::mk_and(items) : z3::mk_or(items);
       }
       case sym::Kind::Not: return !in[0].value;
       }
@@ -162,6 +175,8 @@ Proof Solver::run(const std::vector<sym::Expr>& premises,
     return r == static_cast<z3::check_result>(proved) ? Proof::Proved : Proof::Refuted;
   } catch (const z3::exception& e) {
     reason_ = e.msg();
+  } catch (const TooHard& e) {
+    reason_ = e.reason;
   }
   return Proof::Unknown;
 }
