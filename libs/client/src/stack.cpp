@@ -372,6 +372,32 @@ shapes::ConstraintReport Stack::checkConstraints(sym::SymbolTable& table, const 
   });
 }
 
+guards::GuardSet Stack::simplifyGuards(const guards::GuardSet& set, const shapes::Options& options,
+                                        Millis timeout) {
+  // The copy comes from the wire form, which carries no ranges: its table has
+  // unbounded symbols, so a bound the service returns is not folded away by a
+  // range narrowed in `set`'s table.
+  guards::GuardSet out = guards::guardSetFromBytes(guards::toBytes(set));
+  if (out.shapeGuards().empty()) return out;
+  capnp::MallocMessageBuilder request;
+  auto in = request.initRoot<schema::ShapesRequest>().initSimplify();
+  const std::vector<sym::Expr> symbols = out.table().symbols();
+  auto wireSymbols = in.initSymbols(static_cast<unsigned>(symbols.size()));
+  for (unsigned i = 0; i < wireSymbols.size(); ++i)
+    shapes::writeSymbol(symbols[i], sym::Range::unbounded(), wireSymbols[i]);
+  shapes::writeExprs(out.shapeGuards(), in.initGuards(static_cast<unsigned>(out.shapeGuards().size())));
+  shapes::writeOptions(options, in.initOptions());
+  auto reply = rpc_->call(kShapes, request, timeout);
+  shapes::Simplified simplified = rpc::decoding([&] {
+    return shapes::readSimplified(shapesReply(*reply, schema::ShapesReply::SIMPLIFY, "simplify").getSimplify(),
+                                  out.table());
+  });
+  if (simplified.unsatisfiable) // every guard held when traced: a broken answer; keep the guards
+    throw Error(ErrorCode::Internal, "simplify: a traced guard set cannot be unsatisfiable", kShapes);
+  out.replaceShapeGuards(simplified.checks);
+  return out;
+}
+
 StackStatus Stack::status(Millis timeout) {
   capnp::MallocMessageBuilder request;
   request.initRoot<schema::LauncherRequest>().setStatus();

@@ -144,6 +144,11 @@ public:
                                             const std::vector<sym::Expr>& guards,
                                             const shapes::Options& options = {},
                                             Millis timeout = Millis(30000));
+  // A copy of `set` whose shape guards are simplify's `checks` of them (fewer,
+  // and equivalent: the same calls pass). The set's symbols are sent with
+  // unbounded ranges: only its guards say anything about them.
+  guards::GuardSet simplifyGuards(const guards::GuardSet& set, const shapes::Options& options = {},
+                                  Millis timeout = Millis(30000));
 
   // Asks the launcher to drain and stop every service and exit; returns once it agreed.
   void down(Millis timeout = Millis(5000));
