@@ -368,6 +368,8 @@ void bindStack(py::module_& m) {
           },
           py::arg("graph"), py::arg("target") = "cpu", py::arg("timeout_ms") = 120000,
           "Compiles a kiln.ir.Graph through the codegen service: (artifact bytes, cache hit).")
+      // TODO(issue 9): decide and checkConstraints from Python (kiln.export's
+      // constraint errors); today only Stack::decide / Stack::checkConstraints in C++.
       .def(
           "simplify_guards",
           [](PyStack& self, const py::bytes& guardSet, int64_t timeoutMs) {

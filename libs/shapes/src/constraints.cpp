@@ -246,6 +246,8 @@ private:
           fix);
       return;
     }
+    // TODO(issue 9): with runtime asserts (seed 000), such a condition can become an
+    // assert in the exported program instead of a violation, when the user allows it.
     add(ViolationKind::Other, dimsOf(g),
         fmt::format("not all values of {} satisfy the traced code's condition {}",
                     joined(dimsOf(g)), text(g)),

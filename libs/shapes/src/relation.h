@@ -42,6 +42,9 @@ struct Solved {
   sym::Expr symbol;
   sym::Expr expr;
 };
+// TODO(issue 9): `2*s0 == 3*s1` and divisibility (`s0 % 8 == 0`) could become
+// replacements by a fresh symbol (s0 := 3*t, s1 := 2*t; s0 := 8*t), as PyTorch does;
+// they stay guards for now.
 std::optional<Solved> solveEquality(sym::Expr d);
 
 // `x % k == r` (k > 0 constant) as a fact about x: x = k*q + r.

@@ -29,6 +29,10 @@ struct Decision {
 // non-zero (as libs/sym does). Error{InvalidArgument} for a question or fact
 // that is not boolean or belongs to another table, and for facts that
 // contradict each other.
+// TODO(issue 9): the tracer's TraceState::decide (libs/tracer/src/torch_calls.cpp)
+// evaluates with hints only; for unbacked symbols it should ask this (through the
+// service, with the bindings' ranges as facts) and turn Unknown into a deferred
+// runtime assert node instead of a failure.
 Decision decide(sym::Expr question, const std::vector<sym::Expr>& facts = {},
                 const Options& options = {});
 
