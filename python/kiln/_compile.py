@@ -195,17 +195,25 @@ class CompiledFunction:
                 raise
             return self._eager(cache, args, kwargs, frame, str(e))
         runner = self._runner(traced, args, kwargs)
+        guard_set = guards.GuardSet.from_bytes(self._simplified(traced.guards))
         if isinstance(runner, _Eager):
             if runner.reason not in self.fallback_reasons:
                 self.fallback_reasons.append(runner.reason)
-            return cache.insert(guards.GuardSet.from_bytes(traced.guards), runner)
+            return cache.insert(guard_set, runner)
         if miss.entry is not None:  # found elsewhere (the guards service): now runnable here too
             miss.entry.value = runner
             return miss.entry
         training = isinstance(runner, _train.TrainingRunner)
         artifacts = [runner.forward.key, runner.backward.key] if training else [runner.compiled.key]
-        return cache.insert(guards.GuardSet.from_bytes(traced.guards), runner, artifacts=artifacts,
-                            graphs=[traced.graph.structural_hash()])
+        return cache.insert(guard_set, runner, artifacts=artifacts, graphs=[traced.graph.structural_hash()])
+
+    def _simplified(self, guard_bytes: bytes) -> bytes:
+        """The traced guard set with its shape guards simplified by the shapes service (fewer,
+        equivalent); as traced if the service cannot answer."""
+        try:
+            return self._stack.simplify_guards(guard_bytes)
+        except KilnError:
+            return guard_bytes
 
     def _runner(self, traced, args, kwargs):
         """What runs a traced call: its graph compiled, or, when autograd would record the call

@@ -368,6 +368,23 @@ void bindStack(py::module_& m) {
           },
           py::arg("graph"), py::arg("target") = "cpu", py::arg("timeout_ms") = 120000,
           "Compiles a kiln.ir.Graph through the codegen service: (artifact bytes, cache hit).")
+      // TODO(issue 9): decide and checkConstraints from Python (kiln.export's
+      // constraint errors); today only Stack::decide / Stack::checkConstraints in C++.
+      .def(
+          "simplify_guards",
+          [](PyStack& self, const py::bytes& guardSet, int64_t timeoutMs) {
+            std::string in = guardSet;
+            std::string out = withoutGil([&] {
+              return self.locked([&](auto& s) {
+                return guards::toBytes(
+                    s.simplifyGuards(guards::guardSetFromBytes(in), {}, Millis(timeoutMs)));
+              });
+            });
+            return py::bytes(out);
+          },
+          py::arg("guards"), py::arg("timeout_ms") = 30000,
+          "A guard set's bytes with its shape guards simplified by the shapes service "
+          "(fewer, equivalent: docs/shapes.md).")
       .def(
           "partition",
           [](PyStack& self, py::handle graph, std::vector<bool> requiresGrad, double memoryBudget,

@@ -43,6 +43,20 @@ TEST(GuardSet, RefusesBadPathsAndGuards) {
   EXPECT_THROW(tensorMatches(ragged), Error);
 }
 
+TEST(GuardSet, ReplacesItsShapeGuardsOrNone) {
+  GuardSet set;
+  uint32_t x = set.node(-1, arg(0, "x"));
+  sym::Expr s0 = set.symbol("s0", set.node(static_cast<int32_t>(x), size(0)));
+  sym::Expr s1 = set.symbol("s1", set.node(static_cast<int32_t>(x), size(1)));
+  set.shapeGuard(sym::ge(s0, 2));
+  set.shapeGuard(sym::gt(s0, 5));
+  set.replaceShapeGuards({sym::gt(s0, 5), sym::eq(s1, s0)});
+  EXPECT_EQ(set.shapeGuards(), (std::vector<sym::Expr>{sym::gt(s0, 5), sym::eq(s1, s0)}));
+  sym::Expr stray = set.table().declare("s9", std::nullopt, sym::Range::unbounded());
+  EXPECT_THROW(set.replaceShapeGuards({sym::ge(s0, 3), sym::eq(stray, 1)}), Error);
+  EXPECT_EQ(set.shapeGuards().size(), 2u) << "left as it was";
+}
+
 GuardSet sample() {
   GuardSet set;
   set.call.positional = 2;

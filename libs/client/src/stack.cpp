@@ -16,7 +16,10 @@
 #include "kiln/schema/guards.capnp.h"
 #include "kiln/schema/launcher.capnp.h"
 #include "kiln/schema/partitioner.capnp.h"
+#include "kiln/schema/shapes.capnp.h"
 #include "kiln/schema/tracer.capnp.h"
+#include "kiln/shapes/wire.h"
+#include "kiln/sym/wire.h"
 
 namespace kiln::client {
 
@@ -301,6 +304,98 @@ guards::FrameState Stack::guardsMark(const guards::FunctionKey& function, const 
   return rpc::decoding([&] {
     return guards::fromWire(guardsReply(*reply, schema::GuardsReply::MARK, "mark").getMark());
   });
+}
+
+// ---- shapes ---------------------------------------------------------------
+
+static constexpr const char* kShapes = "shapes";
+
+static schema::ShapesReply::Reader shapesReply(rpc::Message& reply, schema::ShapesReply::Which verb,
+                                               const char* name) {
+  auto root = reply.root<schema::ShapesReply>();
+  if (root.which() != verb)
+    throw Error(ErrorCode::Malformed, fmt::format("reply to `{}` is not {}", name, name), kShapes);
+  return root;
+}
+
+template <class Builder> static void writeTable(const sym::SymbolTable& table, Builder out) {
+  shapes::writeSymbols(table, out.initSymbols(static_cast<unsigned>(table.symbols().size())));
+}
+
+shapes::Simplified Stack::simplify(sym::SymbolTable& table, const std::vector<sym::Expr>& guards,
+                                   const shapes::Options& options, Millis timeout) {
+  capnp::MallocMessageBuilder request;
+  auto in = request.initRoot<schema::ShapesRequest>().initSimplify();
+  writeTable(table, in);
+  shapes::writeExprs(guards, in.initGuards(static_cast<unsigned>(guards.size())));
+  shapes::writeOptions(options, in.initOptions());
+  auto reply = rpc_->call(kShapes, request, timeout);
+  return rpc::decoding([&] {
+    return shapes::readSimplified(shapesReply(*reply, schema::ShapesReply::SIMPLIFY, "simplify").getSimplify(),
+                                  table);
+  });
+}
+
+shapes::Decision Stack::decide(sym::Expr question, const std::vector<sym::Expr>& facts,
+                               const shapes::Options& options, Millis timeout) {
+  if (question.isNull()) throw Error(ErrorCode::InvalidArgument, "decide: the question is missing");
+  capnp::MallocMessageBuilder request;
+  auto in = request.initRoot<schema::ShapesRequest>().initDecide();
+  writeTable(question.table(), in);
+  sym::toWire(question, in.initQuestion());
+  shapes::writeExprs(facts, in.initFacts(static_cast<unsigned>(facts.size())));
+  shapes::writeOptions(options, in.initOptions());
+  auto reply = rpc_->call(kShapes, request, timeout);
+  return rpc::decoding([&] {
+    return shapes::readDecision(shapesReply(*reply, schema::ShapesReply::DECIDE, "decide").getDecide());
+  });
+}
+
+shapes::ConstraintReport Stack::checkConstraints(sym::SymbolTable& table, const std::vector<shapes::DimSpec>& dims,
+                                                 const std::vector<sym::Expr>& guards,
+                                                 const shapes::Options& options, Millis timeout) {
+  capnp::MallocMessageBuilder request;
+  auto in = request.initRoot<schema::ShapesRequest>().initCheckConstraints();
+  writeTable(table, in);
+  auto wireDims = in.initDims(static_cast<unsigned>(dims.size()));
+  for (unsigned i = 0; i < wireDims.size(); ++i) {
+    if (dims[i].symbol.isNull())
+      throw Error(ErrorCode::InvalidArgument, "checkConstraints: dim " + dims[i].dim + " has no symbol");
+    shapes::writeDim(dims[i], wireDims[i]);
+  }
+  shapes::writeExprs(guards, in.initGuards(static_cast<unsigned>(guards.size())));
+  shapes::writeOptions(options, in.initOptions());
+  auto reply = rpc_->call(kShapes, request, timeout);
+  return rpc::decoding([&] {
+    return shapes::readReport(
+        shapesReply(*reply, schema::ShapesReply::CHECK_CONSTRAINTS, "checkConstraints").getCheckConstraints());
+  });
+}
+
+guards::GuardSet Stack::simplifyGuards(const guards::GuardSet& set, const shapes::Options& options,
+                                        Millis timeout) {
+  // The copy comes from the wire form, which carries no ranges: its table has
+  // unbounded symbols, so a bound the service returns is not folded away by a
+  // range narrowed in `set`'s table.
+  guards::GuardSet out = guards::guardSetFromBytes(guards::toBytes(set));
+  if (out.shapeGuards().empty()) return out;
+  capnp::MallocMessageBuilder request;
+  auto in = request.initRoot<schema::ShapesRequest>().initSimplify();
+  const std::vector<sym::Expr> symbols = out.table().symbols();
+  auto wireSymbols = in.initSymbols(static_cast<unsigned>(symbols.size()));
+  for (unsigned i = 0; i < wireSymbols.size(); ++i)
+    shapes::writeSymbol(symbols[i], sym::Range::unbounded(), wireSymbols[i]);
+  shapes::writeExprs(out.shapeGuards(), in.initGuards(static_cast<unsigned>(out.shapeGuards().size())));
+  shapes::writeOptions(options, in.initOptions());
+  auto reply = rpc_->call(kShapes, request, timeout);
+  shapes::Simplified simplified = rpc::decoding([&] {
+    return shapes::readSimplified(shapesReply(*reply, schema::ShapesReply::SIMPLIFY, "simplify").getSimplify(),
+                                  out.table());
+  });
+  if (simplified.unsatisfiable) // every guard held when traced: a broken answer; keep the guards
+    throw Error(ErrorCode::Internal, "simplify: a traced guard set cannot be unsatisfiable", kShapes);
+  out.replaceShapeGuards(simplified.checks);
+  return out;
 }
 
 StackStatus Stack::status(Millis timeout) {

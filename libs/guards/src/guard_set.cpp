@@ -187,6 +187,17 @@ void GuardSet::shapeGuard(sym::Expr relation) {
   shapeGuards_.push_back(relation);
 }
 
+void GuardSet::replaceShapeGuards(const std::vector<sym::Expr>& relations) {
+  std::vector<sym::Expr> before = std::move(shapeGuards_);
+  shapeGuards_.clear();
+  try {
+    for (sym::Expr g : relations) shapeGuard(g);
+  } catch (...) {
+    shapeGuards_ = std::move(before);
+    throw;
+  }
+}
+
 std::string GuardSet::source(uint32_t node) const {
   const Node& n = nodes_.at(node);
   const Step& s = n.step;

@@ -17,6 +17,9 @@
 #include "kiln/guards/input.h"
 #include "kiln/ir/graph.h"
 #include "kiln/rpc/client.h"
+#include "kiln/shapes/constraints.h"
+#include "kiln/shapes/decide.h"
+#include "kiln/shapes/simplify.h"
 #include "kiln/sym/symbol_table.h"
 
 namespace kiln::client {
@@ -125,6 +128,27 @@ public:
                                    Millis timeout = Millis(60000));
   guards::FrameState guardsMark(const guards::FunctionKey& function, const std::string& dim, bool dynamic,
                                 Millis timeout = Millis(10000));
+
+  // The shapes service (docs/services.md, kiln/shapes/*.h). Each request carries
+  // every symbol of `table` (names, hints, ranges); what comes back is made of
+  // `table`'s symbols and does not narrow them. `simplify`: a guard set (true at
+  // the hints) as ranges, replacements and the guards no others imply; `decide`:
+  // true, false or unknown for `question` under `facts`; `checkConstraints`: the
+  // guards of a trace against the user's dynamic_shapes, with suggested fixes.
+  // A guard that is not boolean or is false at the hints is Error{invalid_argument}.
+  shapes::Simplified simplify(sym::SymbolTable& table, const std::vector<sym::Expr>& guards,
+                              const shapes::Options& options = {}, Millis timeout = Millis(30000));
+  shapes::Decision decide(sym::Expr question, const std::vector<sym::Expr>& facts = {},
+                          const shapes::Options& options = {}, Millis timeout = Millis(30000));
+  shapes::ConstraintReport checkConstraints(sym::SymbolTable& table, const std::vector<shapes::DimSpec>& dims,
+                                            const std::vector<sym::Expr>& guards,
+                                            const shapes::Options& options = {},
+                                            Millis timeout = Millis(30000));
+  // A copy of `set` whose shape guards are simplify's `checks` of them (fewer,
+  // and equivalent: the same calls pass). The set's symbols are sent with
+  // unbounded ranges: only its guards say anything about them.
+  guards::GuardSet simplifyGuards(const guards::GuardSet& set, const shapes::Options& options = {},
+                                  Millis timeout = Millis(30000));
 
   // Asks the launcher to drain and stop every service and exit; returns once it agreed.
   void down(Millis timeout = Millis(5000));

@@ -166,6 +166,9 @@ public:
   // s = the int at `node` (declared in this set's table on first use).
   sym::Expr symbol(const std::string& name, uint32_t node);
   void shapeGuard(sym::Expr relation); // must be a relation over this set's symbols
+  // Replaces every shape guard (as the shapes service's simplify returns them),
+  // each checked as shapeGuard checks it; on an error the set is left as it was.
+  void replaceShapeGuards(const std::vector<sym::Expr>& relations);
 
   CallShape call;
   GlobalState globals;
