@@ -256,11 +256,9 @@ public:
     // temporaries (as Inductor pads such products).
     pad_ = k >= 64 && m * n >= (int64_t{1} << 20);
     if ((!storedColumnMajor(c) && !storedColumnMajor(c.transposed())) || misaligned(c)) {
-      bool columnMajor = storedColumnMajor(c); // a padded C keeps its orientation
-      int64_t ld = columnMajor ? paddedCols(m) : paddedCols(n);
-      cTemp.emplace(ctx_.allocator, static_cast<size_t>(count * (columnMajor ? n : m) * ld) * e_);
-      cData = cTemp->data, cStride = (columnMajor ? n : m) * ld;
-      c = columnMajor ? MatrixLayout{m, n, 1, ld} : MatrixLayout{m, n, ld, 1};
+      int64_t ld = paddedCols(n);
+      cTemp.emplace(ctx_.allocator, static_cast<size_t>(count * m * ld) * e_);
+      cData = cTemp->data, c = {m, n, ld, 1}, cStride = m * ld;
     }
     bool swap = storedColumnMajor(c.transposed());
     // addmm's bias as cuBLASLt's epilogue (torch's fast path): a vector along
