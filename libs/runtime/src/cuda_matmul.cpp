@@ -337,18 +337,14 @@ private:
     return pad_ && per > 1 ? (cols + per - 1) / per * per : cols;
   }
 
-  // An operand cuBLASLt cannot read as it lies is copied into a row-major
-  // temporary (`count` matrices), which it reads transposed; a misaligned one
-  // into a padded temporary of its own orientation (a copy of rows, no transpose).
+  // An operand cuBLASLt cannot read as it lies (or reads slowly: misaligned) is
+  // copied into a row-major temporary (`count` matrices), which it reads transposed.
   void dense(MatrixLayout& x, const void*& data, int64_t& stride, int64_t count,
              std::optional<Temp>& temp) {
-    auto s = stored(x);
-    if (s && !misaligned(x)) return;
-    bool columnMajor = s && !s->transposed;
-    int64_t ld = columnMajor ? paddedCols(x.rows) : paddedCols(x.cols);
-    int64_t size = (columnMajor ? x.cols : x.rows) * ld;
+    if (stored(x) && !misaligned(x)) return;
+    int64_t ld = paddedCols(x.cols), size = x.rows * ld;
     temp.emplace(ctx_.allocator, static_cast<size_t>(count * size) * e_);
-    MatrixLayout to = columnMajor ? MatrixLayout{x.rows, x.cols, 1, ld} : MatrixLayout{x.rows, x.cols, ld, 1};
+    MatrixLayout to{x.rows, x.cols, ld, 1};
     for (int64_t i = 0; i < count; ++i)
       copyMatrix(ctx_.driver, ctx_.stream, at(data, i * stride, e_), x,
                  at(temp->data, i * size, e_), to, e_);
