@@ -250,15 +250,9 @@ public:
     void* cData = entry.c;
     int64_t cStride = entry.inner.c;
     std::optional<Temp> cTemp;
-    // Rows whose stride is no multiple of 16 bytes (GPT-2's 50257 logits) keep
-    // cuBLASLt to its pre-Hopper kernels, ~3x slower: for a product with enough
-    // work per element copied, the operands and the result go through padded
-    // temporaries (as Inductor pads such products).
-    pad_ = k >= 64 && m * n >= (int64_t{1} << 20);
-    if ((!storedColumnMajor(c) && !storedColumnMajor(c.transposed())) || misaligned(c)) {
-      int64_t ld = paddedCols(n);
-      cTemp.emplace(ctx_.allocator, static_cast<size_t>(count * m * ld) * e_);
-      cData = cTemp->data, c = {m, n, ld, 1}, cStride = m * ld;
+    if (!storedColumnMajor(c) && !storedColumnMajor(c.transposed())) {
+      cTemp.emplace(ctx_.allocator, static_cast<size_t>(count * m * n) * e_);
+      cData = cTemp->data, c = {m, n, n, 1}, cStride = m * n;
     }
     bool swap = storedColumnMajor(c.transposed());
     // addmm's bias as cuBLASLt's epilogue (torch's fast path): a vector along
@@ -325,26 +319,14 @@ private:
     return s && !s->transposed;
   }
 
-  // Whether a stored matrix's leading dim is to be padded (see run()).
-  bool misaligned(const MatrixLayout& x) const {
-    auto s = stored(x);
-    return pad_ && s && (s->ld * static_cast<int64_t>(e_)) % 16 != 0;
-  }
-
-  // Columns of a row padded to a multiple of 16 bytes where padding is on.
-  int64_t paddedCols(int64_t cols) const {
-    int64_t per = 16 / static_cast<int64_t>(e_);
-    return pad_ && per > 1 ? (cols + per - 1) / per * per : cols;
-  }
-
-  // An operand cuBLASLt cannot read as it lies (or reads slowly: misaligned) is
-  // copied into a row-major temporary (`count` matrices), which it reads transposed.
+  // An operand cuBLASLt cannot read as it lies is copied into a dense
+  // row-major temporary (`count` matrices), which it reads transposed.
   void dense(MatrixLayout& x, const void*& data, int64_t& stride, int64_t count,
              std::optional<Temp>& temp) {
-    if (stored(x) && !misaligned(x)) return;
-    int64_t ld = paddedCols(x.cols), size = x.rows * ld;
+    if (stored(x)) return;
+    int64_t size = x.rows * x.cols;
     temp.emplace(ctx_.allocator, static_cast<size_t>(count * size) * e_);
-    MatrixLayout to{x.rows, x.cols, ld, 1};
+    MatrixLayout to{x.rows, x.cols, x.cols, 1};
     for (int64_t i = 0; i < count; ++i)
       copyMatrix(ctx_.driver, ctx_.stream, at(data, i * stride, e_), x,
                  at(temp->data, i * size, e_), to, e_);
@@ -365,7 +347,6 @@ private:
   Epilogue epilogue_;
   const CudaCallContext& ctx_;
   size_t e_;
-  bool pad_ = false; // this product pads misaligned leading dims
 };
 
 } // namespace
