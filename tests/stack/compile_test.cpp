@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kiln_cli.h"
 #include "kiln/client/stack.h"
 #include "kiln/common/error.h"
 #include "kiln/runtime/artifact.h"
@@ -19,15 +20,7 @@ using namespace kiln;
 
 namespace {
 
-std::string runKiln(const std::string& args) {
-  const std::string command = std::string(KILN_BIN_DIR) + "/kiln " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  char buffer[4096];
-  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) output.append(buffer, n);
-  pclose(pipe);
-  return output;
-}
+using kiln::testing::runKiln;
 
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
