@@ -76,8 +76,6 @@ int64_t TraceState::concrete(const Var& v) {
 
 namespace {
 
-bool isNumber(const Var& v) { return v->kind == Kind::Int || v->kind == Kind::Float || v->kind == Kind::Bool; }
-
 std::string deviceText(ir::Device d) { return ir::toString(d); }
 
 // An attribute of the kind the op's schema wants, from a variable.
