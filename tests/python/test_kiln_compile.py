@@ -215,6 +215,7 @@ def test_autocast_around_the_call_is_traced_and_guarded(stack):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = fast(x, w)
         assert out.dtype == torch.bfloat16  # as eager: the product runs in bf16
-        torch.testing.assert_close(out, f(x, w))
+        # bf16 products may round differently in the last place (torch's CPU kernel sums in its own order)
+        torch.testing.assert_close(out, f(x, w), rtol=2e-2, atol=2e-2)
     assert fast(x, w).dtype == torch.float32
     assert entries(fast) == 2, kiln.explain(fast)
