@@ -238,11 +238,8 @@ class CompiledFunction:
         try:
             pure, user_outputs, mutated = autograd.functionalize(graph)
         except KilnError as e:  # a write it cannot make pure: no CUDA graph, as in default mode
-            compiled = ir.compile(graph, self._stack, target)
-            graphed = _cudagraph.CudaGraphed(compiled, [], len(graph.outputs))
-            graphed.reasons.append(f"not captured: {e.message}")
-            graphed.disable()
-            return graphed
+            return _cudagraph.CudaGraphed(ir.compile(graph, self._stack, target), [], len(graph.outputs),
+                                          uncaptured=f"not captured: {e.message}")
         return _cudagraph.CudaGraphed(ir.compile(pure, self._stack, target), mutated, user_outputs)
 
     def _load(self, cache, args, kwargs):

@@ -23,22 +23,23 @@ GRAPHS_PER_ENTRY = 8
 
 
 class CudaGraphed:
-    def __init__(self, compiled, mutated_inputs: list[int], user_outputs: int):
+    def __init__(self, compiled, mutated_inputs: list[int], user_outputs: int, uncaptured: str | None = None):
+        """`uncaptured`: why no layout is ever captured (the graph could not be made pure)."""
         self.compiled = compiled
         self.mutated_inputs = mutated_inputs
         self.user_outputs = user_outputs
-        self.key, self.explain, self.source, self.target = compiled.key, compiled.explain, compiled.source, compiled.target
-        self.reasons: list[str] = []
+        self.reasons: list[str] = [uncaptured] if uncaptured else []
+        self._uncaptured = uncaptured is not None
         self._graphs: dict = {}   # layout -> _Captured, or None where capture failed
         self._warm: set = set()   # layouts run once
-        self._disabled = False
 
-    def disable(self) -> None:
-        """Every layout runs uncaptured (the graph is not pure: see `reasons`)."""
-        self._disabled = True
+    def __getattr__(self, name):  # key, explain, source, target, ...: the artifact's
+        if name == "compiled":
+            raise AttributeError(name)
+        return getattr(self.compiled, name)
 
     def __call__(self, *inputs) -> list[torch.Tensor]:
-        if self._disabled:
+        if self._uncaptured:
             return self.compiled(*inputs)
         layout = tuple(_layout(t, symbolic) for t, symbolic in zip(inputs, self.compiled.symbolic_ints))
         captured = self._graphs.get(layout)

@@ -3,7 +3,7 @@ or a parameter requires grad under grad mode) is functionalized, differentiated 
 partitioned by the partitioner service; its forward and backward graphs are compiled
 by the codegen service and run here inside a torch.autograd.Function.
 
-    runner = compile_training(traced, stack, inputs)   # KilnError when a service fails
+    runner = compile_training(traced, stack, inputs, "cpu", memory_budget=0.5)   # KilnError when a service fails
     out = runner(fn, args, kwargs)                      # as eager; out.backward() runs the backward artifact
 
 The forward artifact returns the call's outputs, the new values of the inputs it
@@ -31,8 +31,8 @@ def requires_grad_mask(inputs: list) -> list[bool]:
     return [isinstance(t, torch.Tensor) and t.requires_grad for t in inputs]
 
 
-def compile_training(traced: _trace.Traced, stack, inputs: list, target: str = "cpu",
-                     memory_budget: float = 0.5) -> "TrainingRunner":
+def compile_training(traced: _trace.Traced, stack, inputs: list, target: str, *,
+                     memory_budget: float) -> "TrainingRunner":
     """The training runner of a traced call whose graph inputs are `inputs` (read from it).
     Raises NotTrainable for graphs kiln cannot train (an op without a derivative rule or a
     lowering, a mutation of an input that carries grad), KilnError when the stack fails."""

@@ -13,6 +13,9 @@ namespace kiln::tracer {
 
 struct AutocastState {
   std::optional<ir::DType> cpu, cuda; // the lower-precision dtype where autocast is on
+  std::optional<ir::DType>& of(ir::DeviceType device) {
+    return device == ir::DeviceType::Cuda ? cuda : cpu;
+  }
 };
 
 // Rewrites `inputs` (adding to_dtype nodes) and `attrs` (a reduction's dtype) of a

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <functional>
 #include <map>
-#include <tuple>
 
 #include "kiln/common/error.h"
 #include "kiln/guards/wire.h"
@@ -115,8 +114,7 @@ public:
     guards.globals = guards::fromWire(request.getState());
     if (guards.globals.gradEnabled) gradEnabled = *guards.globals.gradEnabled;
     for (const guards::Autocast& a : guards.globals.autocast)
-      (a.device == ir::DeviceType::Cuda ? autocastCuda : autocastCpu) =
-          a.enabled ? std::optional<DType>(a.dtype) : std::nullopt;
+      autocast.of(a.device) = a.enabled ? std::optional<DType>(a.dtype) : std::nullopt;
     for (auto a : request.getArgs()) describe(a);
     for (auto k : request.getKwargs()) describe(k.getValue());
     for (auto o : request.getObjects()) describe(o);
@@ -501,14 +499,14 @@ private:
       return args.size() > 1 ? args[1] : none();
     }
     if (self->kind == Kind::Autocast && name == "__enter__") {
-      autocastStack_.push_back({autocastCpu, autocastCuda});
-      (self->name == "cuda" ? autocastCuda : autocastCpu) =
+      autocastStack_.push_back(autocast);
+      autocast.of(self->name == "cuda" ? ir::DeviceType::Cuda : ir::DeviceType::Cpu) =
           self->boolean ? std::optional<DType>(self->dtype) : std::nullopt;
       return none();
     }
     if (self->kind == Kind::Autocast && name == "__exit__") {
       if (autocastStack_.empty()) unsupported("an autocast exit without its enter");
-      std::tie(autocastCpu, autocastCuda) = autocastStack_.back();
+      autocast = autocastStack_.back();
       autocastStack_.pop_back();
       return none();
     }
@@ -1551,7 +1549,7 @@ private:
   std::string file_;
   int line_ = 0;
   std::vector<bool> gradStack_;
-  std::vector<std::pair<std::optional<DType>, std::optional<DType>>> autocastStack_; // cpu, cuda
+  std::vector<AutocastState> autocastStack_;
   std::string rootModule_;
 };
 

@@ -12,7 +12,6 @@
 #include "kiln/sym/wire.h"
 
 #include <capnp/message.h>
-#include "autocast.h"
 #include "tracer_state.h"
 
 namespace kiln::tracer {
@@ -31,7 +30,7 @@ Var TraceState::op(const std::string& name, std::vector<ir::ValueId> inputs, std
   for (ir::ValueId in : inputs)
     if (graph.value(in).isTensor() && graph.meta(in).requiresGrad)
       (gradEnabled ? requiresGrad : noGradOverGrad) = true;
-  applyAutocast(graph, {autocastCpu, autocastCuda}, name, inputs, attrs);
+  applyAutocast(graph, autocast, name, inputs, attrs);
   ir::ValueId id;
   try {
     id = graph.call(name, std::move(inputs), std::move(attrs));

@@ -2,6 +2,8 @@
 // mapping of torch calls to graph ops (torch_calls.cpp).
 #pragma once
 
+#include "autocast.h"
+
 #include <map>
 #include <string>
 #include <utility>
@@ -41,7 +43,7 @@ public:
   // Where autocast is on for a device type (at the call, or inside torch.autocast
   // regions): its lower-precision dtype. Ops then cast their inputs on that device
   // type as torch's autocast does (autocast.h).
-  std::optional<DType> autocastCpu, autocastCuda;
+  AutocastState autocast;
   bool requiresGrad = false; // an op ran under grad mode on an input that requires grad
   bool noGradOverGrad = false; // an op ran in a no_grad region on an input that requires grad
 
