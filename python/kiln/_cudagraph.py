@@ -61,7 +61,8 @@ class CudaGraphed:
     def _capture(self, layout, inputs):
         reason = None
         if self.compiled.synchronizes:
-            reason = "its kernels report errors (indexing, integer division): reading them waits for the GPU"
+            reason = ("its kernels report errors (indexing, integer division) or it has data-dependent sizes: "
+                      "reading them waits for the GPU")
         elif sum(g is not None for g in self._graphs.values()) >= GRAPHS_PER_ENTRY:
             reason = f"more than {GRAPHS_PER_ENTRY} input layouts"
         captured = None

@@ -106,6 +106,11 @@ def run(graph: Graph, *inputs: torch.Tensor) -> list[torch.Tensor]:
     return [_tensor(raw) for raw in graph.interpret([_raw(t) for t in inputs])]
 
 
+# As an argument of op_graph/eval_op: a fresh unbacked symbol of the graph (the `symbol`
+# that item, nonzero and masked_select bind).
+UNBACKED = object()
+
+
 def op_graph(op: str, *args, **kwargs) -> tuple[Graph, list[torch.Tensor]]:
     """A graph applying one op: a placeholder per tensor argument (with its layout), the call,
     and its result as the output (a tuple's pieces, for split and the like); and the tensors
@@ -114,6 +119,8 @@ def op_graph(op: str, *args, **kwargs) -> tuple[Graph, list[torch.Tensor]]:
     tensors: list[torch.Tensor] = []
 
     def lift(arg):
+        if arg is UNBACKED:
+            return graph.unbacked()
         if isinstance(arg, torch.Tensor):
             tensors.append(arg)
             return placeholder_like(graph, f"arg{len(tensors) - 1}", arg)

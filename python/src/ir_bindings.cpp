@@ -375,6 +375,10 @@ void bindGraph(py::module_& m) {
           py::arg("max") = py::none(),
           "A size symbol: backed when it has a hint, unbacked otherwise; in [min, max] "
           "(default [0, inf]).")
+      .def(
+          "unbacked", [](const GraphPtr& g) { return PySym{g, g->table->createUnbacked()}; },
+          "A fresh unbacked symbol u<n>, unbounded: what item, nonzero and masked_select bind "
+          "(their `symbol` argument); the op narrows its range.")
       .def("placeholder", &placeholder, py::arg("name"), py::arg("dtype"), py::arg("sizes"),
            py::arg("strides") = py::none(), py::arg("storage_offset") = 0,
            py::arg("device") = "cpu", py::arg("requires_grad") = false,
@@ -503,9 +507,14 @@ public:
   std::string explain() const { return loaded_->artifact().explain; }
   std::string source() const { return loaded_->artifact().source; }
   std::string key() const { return loaded_->artifact().key; }
+  // Whether a run waits for the GPU: for kernels' error status, or to read
+  // data-dependent sizes (item, nonzero steps).
   bool synchronizes() const {
-    const auto& launches = loaded_->artifact().plan.launches;
-    return std::any_of(launches.begin(), launches.end(), [](const auto& l) { return l.mayFail; });
+    const runtime::Plan& plan = loaded_->artifact().plan;
+    return std::any_of(plan.launches.begin(), plan.launches.end(), [](const auto& l) { return l.mayFail; }) ||
+           std::any_of(plan.steps.begin(), plan.steps.end(), [](const runtime::Step& s) {
+             return s.kind == runtime::Step::CallExtern && (s.op == "item" || s.op == "nonzero");
+           });
   }
   std::vector<bool> symbolicInts() const {
     std::vector<bool> out;

@@ -6,6 +6,7 @@
 
 #include "kiln/common/error.h"
 #include "kiln/sym/print.h"
+#include "kiln/sym/range.h"
 
 using namespace kiln;
 using namespace kiln::sym;
@@ -126,4 +127,28 @@ TEST(SymbolTable, BuildsTheSameNodesFromSeveralThreads) {
   std::vector<Expr> again;
   work(again);
   EXPECT_EQ(table.nodeCount(), nodes);
+}
+
+TEST(SymbolTable, FactsAnswerQuestionsTheRangesCannot) {
+  SymbolTable t;
+  Expr n = t.createBacked(12), u = t.createUnbacked(Range::size());
+  Expr divides = eq(mod(n, u), 0);
+  EXPECT_FALSE(staticallyKnown(divides).has_value());
+  t.assume(divides);
+  EXPECT_EQ(staticallyKnown(divides), std::optional<bool>(true));
+  EXPECT_EQ(staticallyKnown(logicalNot(divides)), std::optional<bool>(false));
+  EXPECT_EQ(t.facts(), std::vector<Expr>{divides});
+  t.assume(divides); // once
+  EXPECT_EQ(t.facts().size(), 1u);
+}
+
+TEST(SymbolTable, AFactBoundingOneSymbolNarrowsItsRange) {
+  SymbolTable t;
+  Expr u = t.createUnbacked();
+  t.assume(logicalAnd(ge(u, 2), le(u, 9)));
+  EXPECT_EQ(range(u), (Range{2, 9}));
+  EXPECT_TRUE(t.facts().empty());
+  EXPECT_EQ(staticallyKnown(ne(u, 0)), std::optional<bool>(true));
+  EXPECT_THROW(t.assume(t.boolean(false)), kiln::Error);
+  EXPECT_THROW(t.assume(u + 1), kiln::Error);
 }

@@ -338,6 +338,7 @@ private:
     const std::string& op = node.target;
     const ir::OpInfo& info = ir::getOp(op);
     if (info.mutates) return lowerMutation(node, info, id);
+    if (op == "item" || op == "_assert_scalar") return lowerRuntimeStep(node);
     Args a = bind(node);
     if (node.value.isSymInt()) {
       Lowered v;
@@ -352,7 +353,7 @@ private:
       return piece;
     }
     if (ir::isViewOp(op)) return lowerView(node, id, a, meta);
-    if (isExtern(node, meta)) return lowerExtern(node, meta);
+    if (isExtern(node, meta) || op == "nonzero") return lowerExtern(node, meta);
     if (isProduct(op)) return lowerProduct(node, meta);
     if (op == "dropout") return lowerDropout(node, a, meta);
     if (op == "scatter_add") return lowerScatterAdd(node, a, meta);
@@ -658,6 +659,15 @@ private:
   }
 
   Lowered lowerExtern(const ir::Node& node, const TensorMeta& meta) {
+    Lowered v;
+    v.meta = meta;
+    v.base = meta.storageOffset;
+    v.buffer = addBuffer(externBuffer(node, meta));
+    return v;
+  }
+
+  // An extern buffer of this layout calling the node's op on its inputs, stored first.
+  Buffer externBuffer(const ir::Node& node, const TensorMeta& meta) {
     Buffer b;
     b.kind = BufferKind::Extern;
     b.layout = meta;
@@ -675,10 +685,18 @@ private:
       b.call.inputs.push_back(*v.buffer);
       b.call.inputViews.push_back(view);
     }
+    return b;
+  }
+
+  // item (binding its unbacked symbol from a tensor's element) and _assert_scalar:
+  // steps of the plan that the runtime runs itself (no memory of their own;
+  // the 0-d buffer only orders them among the other steps). Their value is the
+  // symbolic scalar the graph gave them.
+  Lowered lowerRuntimeStep(const ir::Node& node) {
+    addBuffer(externBuffer(node, TensorMeta::contiguous(DType::Int64, {}, table_)));
     Lowered v;
-    v.meta = meta;
-    v.base = meta.storageOffset;
-    v.buffer = addBuffer(std::move(b));
+    v.kind = Lowered::SymInt;
+    v.symInt = node.value.symInt();
     return v;
   }
 

@@ -216,6 +216,10 @@ public:
       deferred_.push_back({e, v, what});
     }
   }
+  // An unbacked symbol's value, as a data-dependent op found it. Not checked
+  // against its range: ranges narrowed by facts are checked by the graph's
+  // own _assert_scalar nodes, with their messages.
+  void bindData(sym::Expr symbol, int64_t v) { binding_[symbol] = v; }
   void checkDeferred() {
     for (const auto& d : deferred_) {
       int64_t got = sym::evaluate(d.e, binding_);
@@ -650,6 +654,72 @@ HostTensor runOutForm(const Graph& graph, const Node& node, const OpInfo& op,
   return out;
 }
 
+// masked_select: the elements of self where the mask is true, over their broadcast.
+HostTensor maskedSelect(const HostTensor& self, const HostTensor& mask, sym::Expr symbol, Binder& binder) {
+  size_t rank = std::max(self.sizes.size(), mask.sizes.size());
+  std::vector<int64_t> shape(rank, 1);
+  for (const HostTensor* t : {&self, &mask})
+    for (size_t d = 0; d < t->sizes.size(); ++d)
+      if (t->sizes[d] != 1) shape[rank - t->sizes.size() + d] = t->sizes[d];
+  std::vector<std::vector<int64_t>> picked;
+  forEachIndex(shape, [&](const std::vector<int64_t>& idx) {
+    if (loadI(mask.dtype, at(mask, idx))) picked.push_back(idx);
+  });
+  auto count = static_cast<int64_t>(picked.size());
+  binder.bindData(symbol, count);
+  HostTensor out = allocate(self.dtype, {count}, {1}, 0);
+  bool floating = isFloating(self.dtype);
+  for (int64_t k = 0; k < count; ++k) {
+    std::byte* dst = out.storage->data() + k * static_cast<int64_t>(elementSize(self.dtype));
+    if (floating)
+      storeF(self.dtype, dst, loadF(self.dtype, at(self, picked[static_cast<size_t>(k)])));
+    else
+      storeI(self.dtype, dst, loadI(self.dtype, at(self, picked[static_cast<size_t>(k)])));
+  }
+  return out;
+}
+
+// item, nonzero, masked_select and _assert_scalar: what they compute binds a
+// symbol or checks the binding (ops_data.cpp).
+HostTensor runDataDependent(const Node& node, const std::vector<HostTensor>& values, Binder& binder) {
+  if (node.target == "_assert_scalar") {
+    sym::Expr condition = std::get<sym::Expr>(*node.attr("condition"));
+    int64_t holds = sym::evaluate(condition, binder.binding());
+    if (!holds)
+      fail(ErrorCode::InvalidArgument,
+           sym::assertFailure(condition, std::get<std::string>(*node.attr("message")),
+                              binder.binding()));
+    HostTensor t = allocate(DType::Int64, {}, {}, 0);
+    storeI(DType::Int64, t.storage->data(), holds);
+    return t;
+  }
+  sym::Expr symbol = std::get<sym::Expr>(*node.attr("symbol"));
+  const HostTensor& self = values.at(node.inputs.at(0));
+  if (node.target == "masked_select") return maskedSelect(self, values.at(node.inputs.at(1)), symbol, binder);
+  if (node.target == "item") {
+    int64_t v = self.toInts().at(0);
+    binder.bindData(symbol, v);
+    HostTensor t = allocate(DType::Int64, {}, {}, 0);
+    storeI(DType::Int64, t.storage->data(), v);
+    return t;
+  }
+  std::vector<double> elements = self.toDoubles(); // nonzero: row-major, as torch orders them
+  std::vector<int64_t> coordinates;
+  int64_t count = 0;
+  forEachIndex(self.sizes, [&](const std::vector<int64_t>& idx) {
+    if (elements[static_cast<size_t>(count++)] == 0) return;
+    coordinates.insert(coordinates.end(), idx.begin(), idx.end());
+  });
+  auto rank = static_cast<int64_t>(self.sizes.size());
+  int64_t found = rank ? static_cast<int64_t>(coordinates.size()) / rank : (elements.at(0) != 0);
+  binder.bindData(symbol, found);
+  std::vector<int64_t> sizes{found, rank};
+  HostTensor t = allocate(DType::Int64, sizes, contiguousStridesOf(sizes), 0);
+  for (size_t i = 0; i < coordinates.size(); ++i)
+    storeI(DType::Int64, t.storage->data() + i * sizeof(int64_t), coordinates[i]);
+  return t;
+}
+
 HostTensor runNode(const Graph& graph, const Node& node, const std::vector<HostTensor>& values,
                    const sym::Binding& binding) {
   const OpInfo& op = getOp(node.target);
@@ -716,6 +786,9 @@ std::vector<HostTensor> interpret(const Graph& graph, std::vector<HostTensor> in
       tuples[id] = runPieces(graph, n, values, binder.binding());
     else if (n.target == "getitem")
       values[id] = tuples.at(n.inputs.at(0)).at(std::get<int64_t>(*n.attr("index")));
+    else if (n.target == "item" || n.target == "nonzero" || n.target == "masked_select" ||
+             n.target == "_assert_scalar")
+      values[id] = runDataDependent(n, values, binder);
     else
       values[id] = runNode(graph, n, values, binder.binding());
   }

@@ -54,6 +54,7 @@ struct Registry {
     detail::addMatmulOps(ops);
     detail::addCreationOps(ops);
     detail::addNnOps(ops);
+    detail::addDataOps(ops);
     detail::addDecompositions(ops);
     for (OpInfo& op : ops)
       if (!op.canonical && takesDims(op)) op.canonical = detail::canonicalDims;
@@ -88,6 +89,10 @@ bool attrFits(ArgKind kind, const AttrValue& v) {
   case ArgKind::Bool: return std::holds_alternative<bool>(v);
   case ArgKind::DType: return std::holds_alternative<DType>(v);
   case ArgKind::String: return std::holds_alternative<std::string>(v);
+  case ArgKind::Symbol:
+    return std::holds_alternative<sym::Expr>(v) && std::get<sym::Expr>(v).isSymbol();
+  case ArgKind::Condition:
+    return std::holds_alternative<sym::Expr>(v) && std::get<sym::Expr>(v).isBool();
   default: return false;
   }
 }
@@ -125,6 +130,8 @@ std::string_view argKindName(ArgKind kind) {
   case ArgKind::Bool: return "bool";
   case ArgKind::DType: return "dtype";
   case ArgKind::String: return "string";
+  case ArgKind::Symbol: return "symbol";
+  case ArgKind::Condition: return "condition";
   }
   return "?";
 }

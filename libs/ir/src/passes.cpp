@@ -40,7 +40,7 @@ Graph eliminateDeadCode(const Graph& graph) {
   for (ValueId id = static_cast<ValueId>(graph.size()); id-- > 0;) {
     const Node& n = graph.node(id);
     if (n.kind == NodeKind::Placeholder) live[id] = true;
-    if (const OpInfo* op = findOp(n.target); op && op->mutates) live[id] = true;
+    if (const OpInfo* op = findOp(n.target); op && (op->mutates || op->effect)) live[id] = true;
     if (!live[id]) continue;
     for (ValueId in : n.inputs) live[in] = true;
   }

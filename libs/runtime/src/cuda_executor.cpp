@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "cuda_matmul.h"
+#include "data_dependent.h"
 #include "kiln/common/error.h"
 #include "kiln/runtime/cuda.h"
 #include "kiln/runtime/cuda_driver.h"
@@ -101,6 +102,29 @@ public:
     }
   }
 
+  int64_t readInt(const Tensor& t) override {
+    Tensor host = toHost(t);
+    return detail::readInt(host);
+  }
+
+  // On the host: the count decides the result's size, which the host needs
+  // anyway, and a tensor whose non-zeros are looked for is mostly a mask.
+  // TODO(issue 9): a device kernel (count + scan) for large inputs.
+  void nonzero(const Tensor& t, const std::function<Tensor(int64_t)>& output) override {
+    Tensor in = toHost(t);
+    Tensor out = output(detail::countNonzero(in));
+    size_t bytes = static_cast<size_t>(extent(out.sizes, out.strides)) * sizeof(int64_t);
+    if (bytes == 0) return;
+    std::vector<int64_t> rows(bytes / sizeof(int64_t));
+    Tensor hostOut = out;
+    hostOut.data = rows.data();
+    detail::fillNonzero(in, hostOut);
+    cudaCheck(driver_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(out.data),
+                                    reinterpret_cast<CUdeviceptr>(rows.data()), bytes, stream_),
+              "cuMemcpyAsync");
+    cudaCheck(driver_.cuStreamSynchronize(stream_), "cuStreamSynchronize"); // `rows` goes now
+  }
+
   // Host memory: the value is known here, the device has no use for it.
   Tensor symIntOutput(int64_t value, RunResult& result) override {
     result.hostInts.push_back(value);
@@ -108,6 +132,21 @@ public:
   }
 
 private:
+  // A copy in host memory of the bytes `t` spans (its data pointing into `hostCopy_`),
+  // once the stream's work before it is done.
+  Tensor toHost(const Tensor& t) {
+    size_t bytes = static_cast<size_t>(extent(t.sizes, t.strides)) * ir::elementSize(t.dtype);
+    hostCopy_.assign(bytes, std::byte{0});
+    if (bytes)
+      cudaCheck(driver_.cuMemcpyDtoHAsync(hostCopy_.data(), reinterpret_cast<CUdeviceptr>(t.data),
+                                          bytes, stream_),
+                "cuMemcpyDtoHAsync");
+    cudaCheck(driver_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    Tensor host = t;
+    host.data = hostCopy_.data();
+    return host;
+  }
+
   // One status int per kernel (set only by those that may fail), zeroed
   // before the first of them runs.
   int* statusWords() {
@@ -138,6 +177,7 @@ private:
   std::vector<uint32_t> failing_; // kernels launched that may fail, in order
   void* status_ = nullptr;
   void* workspace_ = nullptr;
+  std::vector<std::byte> hostCopy_;
 };
 
 } // namespace

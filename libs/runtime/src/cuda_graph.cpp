@@ -1,5 +1,6 @@
 #include "kiln/runtime/cuda_graph.h"
 
+#include "data_dependent.h"
 #include "kiln/common/error.h"
 #include "kiln/runtime/cuda_driver.h"
 
@@ -74,6 +75,11 @@ CudaGraphRunner::CudaGraphRunner(const Plan& plan, std::shared_ptr<const CudaMod
       throw Error(ErrorCode::Unsupported,
                   "runtime: a CUDA graph of a plan with kernels that may fail (indexing, integer "
                   "division): reading their status would synchronize every replay");
+  for (const Step& step : plan.steps)
+    if (detail::bindsSymbol(step))
+      throw Error(ErrorCode::Unsupported,
+                  "runtime: a CUDA graph of a plan with data-dependent sizes (" + step.op +
+                      "): the host reads them while it runs");
   if (!where.stream)
     throw Error(
         ErrorCode::InvalidArgument,

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "blas.h"
+#include "data_dependent.h"
 #include "kiln/common/error.h"
 #include "kiln/runtime/executor.h"
 #include "kiln/sym/print.h"
@@ -140,6 +141,12 @@ public:
 
   void end() override {}
 
+  int64_t readInt(const Tensor& t) override { return detail::readInt(t); }
+
+  void nonzero(const Tensor& t, const std::function<Tensor(int64_t)>& output) override {
+    detail::fillNonzero(t, output(detail::countNonzero(t)));
+  }
+
   Tensor symIntOutput(int64_t value, RunResult& result) override {
     void* data = allocator_.allocate(sizeof(int64_t)); // the caller's, as other outputs
     *static_cast<int64_t*>(data) = value;
@@ -249,12 +256,30 @@ void runExtern(const std::string& op, const std::vector<Tensor>& inputs,
                                           " (CPU lowering makes loops of it)");
 }
 
+// The kernels' symbol slots whose symbols are all bound (the others wait for
+// the steps that bind their unbacked symbols).
+void evaluateSlots(const Plan& plan, const sym::Binding& binding, std::vector<int64_t>& slots) {
+  slots.resize(plan.symbols.size(), 0);
+  for (size_t k = 0; k < plan.symbols.size(); ++k) {
+    bool bound = true;
+    for (sym::Expr s : sym::freeSymbols(plan.symbols[k])) bound = bound && binding.count(s);
+    if (bound) slots[k] = sym::evaluate(plan.symbols[k], binding);
+  }
+}
+
 RunResult run(const Plan& plan, Executor& executor, const std::vector<Tensor>& inputs,
               Allocator& allocator) {
   sym::Binding binding = bindInputs(plan.inputs, inputs);
   std::vector<int64_t> symbols;
-  for (sym::Expr s : plan.symbols) symbols.push_back(sym::evaluate(s, binding));
+  evaluateSlots(plan, binding, symbols);
   Buffers buffers(plan, inputs, allocator, binding);
+  // An unbacked symbol's value, as a step found it. Its range needs no check:
+  // the ranges facts narrowed are checked by their own assert steps, with
+  // their messages, and the rest hold by construction (nonzero's count).
+  auto bindUnbacked = [&](const Step& step, int64_t value) {
+    binding[detail::boundSymbol(step)] = value;
+    evaluateSlots(plan, binding, symbols);
+  };
   executor.begin(binding, symbols);
   for (const Step& step : plan.steps) {
     switch (step.kind) {
@@ -263,10 +288,26 @@ RunResult run(const Plan& plan, Executor& executor, const std::vector<Tensor>& i
       executor.runKernel(step.kernel, buffers.pointers());
       break;
     case Step::CallExtern: {
+      if (detail::isAssert(step)) {
+        detail::checkAssert(step, binding);
+        break;
+      }
       std::vector<Tensor> args;
       for (const View& v : step.inputs) args.push_back(buffers.view(v));
       View whole{step.buffer, plan.buffers[step.buffer].layout};
       whole.meta.storageOffset = plan.buffers[step.buffer].layout.storageOffset;
+      if (detail::bindsSymbol(step)) {
+        if (args.size() != 1) throw Error(ErrorCode::Malformed, "runtime: a " + step.op + " step of " + std::to_string(args.size()) + " inputs");
+        if (step.op == "item") {
+          bindUnbacked(step, executor.readInt(args[0]));
+        } else {
+          executor.nonzero(args[0], [&](int64_t count) {
+            bindUnbacked(step, count);
+            return buffers.view(whole);
+          });
+        }
+        break;
+      }
       std::vector<ir::Attr> attrs = step.attrs;
       for (ir::Attr& a : attrs)
         if (auto* e = std::get_if<sym::Expr>(&a.value)) a.value = sym::evaluate(*e, binding);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "kiln/common/error.h"
@@ -90,6 +91,9 @@ public:
   void narrow(SymbolInfo& info, Range range);
   std::string freshName(char prefix);
   size_t nodeCount() const;
+  void assume(const Node* fact);
+  std::vector<Expr> facts() const;
+  bool isFact(const Node* condition) const;
 
   Expr integer(int64_t v) { return Expr(intern(Kind::Integer, v, nullptr, 0)); }
   // Changes whenever a symbol's range narrows, which makes every cached node
@@ -117,6 +121,8 @@ private:
   std::vector<const Node*> symbolNodes_;
   std::unordered_map<std::string, const Node*> byName_;
   uint64_t counters_[2] = {0, 0}; // next s<n>, u<n>
+  std::vector<const Node*> facts_;
+  std::unordered_set<const Node*> factSet_;
   Expr trueNode_, falseNode_;
   std::atomic<uint16_t> rangeStamp_{1}; // 1 to 65535: 0 marks a node range never computed
 };

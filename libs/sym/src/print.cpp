@@ -1,6 +1,7 @@
 // Human text and C++ for expressions. Both walk the canonical form in its
 // canonical order, so the output is deterministic.
 #include "kiln/sym/print.h"
+#include "kiln/sym/eval.h"
 
 #include "poly.h"
 
@@ -207,6 +208,17 @@ std::string print(Expr e, Syntax syntax) {
 
 } // namespace
 } // namespace detail
+
+std::string assertFailure(Expr condition, const std::string& message,
+                          const std::unordered_map<Expr, int64_t>& binding) {
+  std::string values;
+  for (Expr s : freeSymbols(condition)) {
+    auto it = binding.find(s);
+    if (it == binding.end()) continue;
+    values += (values.empty() ? " with " : ", ") + s.name() + " = " + std::to_string(it->second);
+  }
+  return "runtime assert failed: " + message + ": " + toString(condition) + values;
+}
 
 std::string toString(Expr e) {
   if (e.isNull()) return "<null>";

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "kiln/sym/range.h"
+#include "kiln/sym/symbol_table.h"
 #include "poly.h"
 
 namespace kiln::sym {
@@ -255,7 +256,11 @@ Range range(Expr e) {
 }
 
 std::optional<bool> staticallyKnown(Expr e) {
-  return detail::knownNode(detail::requireBool(e, "staticallyKnown"));
+  if (auto known = detail::knownNode(detail::requireBool(e, "staticallyKnown"))) return known;
+  SymbolTable& table = e.table();
+  if (table.isFact(e)) return true;
+  if (table.isFact(logicalNot(e))) return false;
+  return std::nullopt;
 }
 
 } // namespace kiln::sym

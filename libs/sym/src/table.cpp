@@ -208,6 +208,23 @@ void Table::advanceRangeStamp() {
   rangeStamp_.store(now == UINT16_MAX ? 1 : now + 1, std::memory_order_release);
 }
 
+void Table::assume(const Node* fact) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (factSet_.insert(fact).second) facts_.push_back(fact);
+}
+
+std::vector<Expr> Table::facts() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<Expr> out;
+  for (const Node* n : facts_) out.push_back(Expr(n));
+  return out;
+}
+
+bool Table::isFact(const Node* condition) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return factSet_.count(condition) > 0;
+}
+
 size_t Table::nodeCount() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return count_ + symbolNodes_.size();
@@ -365,6 +382,41 @@ std::optional<int64_t> SymbolTable::hint(Expr symbol) const {
 
 void SymbolTable::narrow(Expr symbol, Range range) {
   impl_->narrow(symbolOf(*this, symbol), range);
+}
+
+void SymbolTable::assume(Expr fact) {
+  detail::requireBool(fact, "assume");
+  if (&fact.table() != this) throw Error(ErrorCode::InvalidArgument, "assume: a fact of another table");
+  if (fact.asBoolean() == std::optional<bool>(false))
+    throw Error(ErrorCode::InvalidArgument, "assume: the fact is false");
+  if (fact.asBoolean()) return;
+  if (fact.kind() == Kind::And) {
+    for (const Term& t : fact.terms()) assume(t.expr);
+    return;
+  }
+  // One symbol against a constant: a bound of its range, which every later
+  // range computation sees (relations are normalised: `u0 >= 2` is 2 <= u0).
+  if (fact.kind() == Kind::Le || fact.kind() == Kind::Eq) {
+    Expr lhs = fact.terms()[0].expr, rhs = fact.terms()[1].expr;
+    bool eq = fact.kind() == Kind::Eq;
+    if (lhs.isSymbol() && rhs.asInteger()) {
+      int64_t c = *rhs.asInteger();
+      return narrow(lhs, {eq ? c : kNegInf, c});
+    }
+    if (rhs.isSymbol() && lhs.asInteger()) {
+      int64_t c = *lhs.asInteger();
+      return narrow(rhs, {c, eq ? c : kInf});
+    }
+  }
+  impl_->assume(fact.node());
+}
+
+std::vector<Expr> SymbolTable::facts() const {
+  return impl_->facts();
+}
+
+bool SymbolTable::isFact(Expr condition) const {
+  return impl_->isFact(condition.node());
 }
 
 size_t SymbolTable::nodeCount() const {

@@ -41,6 +41,8 @@ enum class ArgKind {
   Bool,
   DType,
   String,
+  Symbol,    // SymExpr attribute: a fresh unbacked symbol the node binds (ops_data.cpp)
+  Condition, // SymExpr attribute: a boolean expression
 };
 
 std::string_view argKindName(ArgKind kind);
@@ -79,6 +81,9 @@ struct OpInfo {
   // add_out); it takes the same arguments, less an out= form's `out`.
   std::string functional = {};
   CanonicalFn canonical = nullptr;
+  // The node does something besides giving its value (a runtime assert): DCE
+  // keeps it.
+  bool effect = false;
 };
 
 // An out= form "<op>_out": `functional`'s schema plus a trailing Tensor `out`

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kiln/runtime/plan.h"
@@ -20,7 +21,8 @@ public:
   virtual ~Executor() = default;
 
   // Before the first step: the run's binding and the values of the plan's
-  // symbol slots (Plan::symbols), both alive until end().
+  // symbol slots (Plan::symbols), both alive until end(). Both grow as steps
+  // bind unbacked symbols (item, nonzero): a slot is valid once its symbols are bound.
   virtual void begin(const sym::Binding& binding, const std::vector<int64_t>& symbols) = 0;
 
   // Plan::kernels[kernel] on the buffers' element 0 pointers (indexed by plan
@@ -33,6 +35,15 @@ public:
   // symbolic values evaluated, `out` the result buffer as laid out.
   virtual void callExtern(const Step& step, const std::vector<Tensor>& inputs,
                           const std::vector<ir::Attr>& attrs, const Tensor& out) = 0;
+
+  // item(): element 0 of an integer or bool tensor of this device, on the host
+  // (a device waits for it: what follows is sized by it).
+  virtual int64_t readInt(const Tensor& t) = 0;
+
+  // nonzero(): counts the tensor's non-zero elements, asks `output` for the
+  // result of that many rows (which binds the plan's symbol and allocates it)
+  // and writes their indices into it, row-major.
+  virtual void nonzero(const Tensor& t, const std::function<Tensor(int64_t count)>& output) = 0;
 
   // After the last step, before the outputs are handed out: kernels' errors
   // not reported yet are (CUDA reads its status words here).

@@ -4,6 +4,7 @@
 
 #include <ostream>
 #include <string>
+#include <unordered_map>
 
 #include "kiln/sym/expr.h"
 
@@ -13,6 +14,11 @@ namespace kiln::sym {
 // "s0 % 8", "min(s0, s1)", "s0 < s1 + 2", "s0 == 4 && s1 != 0", "!(...)".
 std::string toString(Expr e);
 std::ostream& operator<<(std::ostream& out, Expr e);
+
+// A failed runtime assert for its error: "runtime assert failed: <message>:
+// <condition> with u0 = 5, s0 = 3" (the bound symbols it mentions).
+std::string assertFailure(Expr condition, const std::string& message,
+                          const std::unordered_map<Expr, int64_t>& binding);
 
 // A C++ expression of type int64_t (bool for boolean expressions) over int64_t
 // variables named as the symbols. // and % go through the prelude's helpers,

@@ -64,6 +64,16 @@ public:
   // the result would be empty or exclude the symbol's hint.
   void narrow(Expr symbol, Range range);
 
+  // Facts: boolean expressions taken as true from now on because something
+  // checks them at run time (a deferred runtime assert on unbacked symbols,
+  // seed 000). staticallyKnown() answers a question that is a fact (true) or
+  // the negation of one (false); a fact bounding one symbol by a constant
+  // narrows its range instead. Like ranges, facts only accumulate.
+  // Error{InvalidArgument} for a non-boolean or a constant-false fact.
+  void assume(Expr fact);
+  std::vector<Expr> facts() const; // in the order assumed
+  bool isFact(Expr condition) const;
+
   size_t nodeCount() const; // interned nodes, for tests and benchmarks
 
   detail::Table& impl() const { return *impl_; } // for libs/sym's own sources

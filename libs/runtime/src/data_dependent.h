@@ -1,0 +1,36 @@
+// Internal to libs/runtime: the steps of a plan that bind unbacked symbols or
+// check runtime asserts (the IR's item, nonzero and _assert_scalar), on host
+// memory. A device executor brings its tensors to the host for them: their
+// results decide sizes, which the host needs anyway.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/runtime/plan.h"
+#include "kiln/runtime/runtime.h"
+
+namespace kiln::runtime::detail {
+
+// Whether the plan step is one of these (an extern step of op item, nonzero or
+// _assert_scalar).
+bool bindsSymbol(const Step& step); // item, nonzero
+bool isAssert(const Step& step);    // _assert_scalar
+
+// The unbacked symbol a binding step binds: its `symbol` attribute.
+// Error{Malformed} when it has none.
+sym::Expr boundSymbol(const Step& step);
+
+// An _assert_scalar step checked against the binding: Error{InvalidArgument}
+// with sym::assertFailure's text when its condition is false.
+void checkAssert(const Step& step, const sym::Binding& binding);
+
+// Element 0 of an integer or bool tensor in host memory, as int64.
+int64_t readInt(const Tensor& t);
+// The number of non-zero elements of a strided host tensor (NaN counts).
+int64_t countNonzero(const Tensor& t);
+// Their indices, row-major, into `out` (i64 [count, rank], contiguous rows).
+void fillNonzero(const Tensor& t, const Tensor& out);
+
+} // namespace kiln::runtime::detail
