@@ -49,7 +49,8 @@ const std::set<std::string, std::less<>> kNone = {
     "logical_not", "logical_and", "logical_or", "isnan",  "isinf",  "bitwise_and",
     "bitwise_or",  "bitwise_xor", "argmax",     "argmin", "any",    "all",
     "sym_size",    "full",        "zeros",      "ones",   "empty",  "full_like",
-    "zeros_like",  "ones_like",   "empty_like", "arange", "getitem"};
+    "zeros_like",  "ones_like",   "empty_like", "arange", "getitem", "sym_int",
+    "item",        "nonzero",     "_assert_scalar"};
 } // namespace
 } // namespace detail
 

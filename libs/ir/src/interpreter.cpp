@@ -216,10 +216,16 @@ public:
       deferred_.push_back({e, v, what});
     }
   }
-  // An unbacked symbol's value, as a data-dependent op found it. Not checked
-  // against its range: ranges narrowed by facts are checked by the graph's
-  // own _assert_scalar nodes, with their messages.
-  void bindData(sym::Expr symbol, int64_t v) { binding_[symbol] = v; }
+  // An unbacked symbol's value, as a data-dependent op found it, checked against
+  // its range: a runtime assert that bounds one symbol became its range.
+  void bindData(sym::Expr symbol, int64_t v, const std::string& op) {
+    sym::Range r = sym::range(symbol);
+    if (!r.contains(v))
+      fail(ErrorCode::InvalidArgument, "runtime assert failed: " + symbol.name() + " = " + std::to_string(v) +
+                                           " lies outside " + sym::toString(r) +
+                                           " (the range the trace assumed for the value " + op + " gives)");
+    binding_[symbol] = v;
+  }
   void checkDeferred() {
     for (const auto& d : deferred_) {
       int64_t got = sym::evaluate(d.e, binding_);
@@ -666,7 +672,7 @@ HostTensor maskedSelect(const HostTensor& self, const HostTensor& mask, sym::Exp
     if (loadI(mask.dtype, at(mask, idx))) picked.push_back(idx);
   });
   auto count = static_cast<int64_t>(picked.size());
-  binder.bindData(symbol, count);
+  binder.bindData(symbol, count, "masked_select");
   HostTensor out = allocate(self.dtype, {count}, {1}, 0);
   bool floating = isFloating(self.dtype);
   for (int64_t k = 0; k < count; ++k) {
@@ -698,7 +704,7 @@ HostTensor runDataDependent(const Node& node, const std::vector<HostTensor>& val
   if (node.target == "masked_select") return maskedSelect(self, values.at(node.inputs.at(1)), symbol, binder);
   if (node.target == "item") {
     int64_t v = self.toInts().at(0);
-    binder.bindData(symbol, v);
+    binder.bindData(symbol, v, "item");
     HostTensor t = allocate(DType::Int64, {}, {}, 0);
     storeI(DType::Int64, t.storage->data(), v);
     return t;
@@ -712,7 +718,7 @@ HostTensor runDataDependent(const Node& node, const std::vector<HostTensor>& val
   });
   auto rank = static_cast<int64_t>(self.sizes.size());
   int64_t found = rank ? static_cast<int64_t>(coordinates.size()) / rank : (elements.at(0) != 0);
-  binder.bindData(symbol, found);
+  binder.bindData(symbol, found, "nonzero");
   std::vector<int64_t> sizes{found, rank};
   HostTensor t = allocate(DType::Int64, sizes, contiguousStridesOf(sizes), 0);
   for (size_t i = 0; i < coordinates.size(); ++i)

@@ -384,8 +384,10 @@ Shape broadcast(const OpCall& call, std::initializer_list<std::string_view> args
       std::optional<bool> differ = sym::staticallyKnown(
           sym::logicalAnd(sym::ne(s, 1), sym::logicalAnd(sym::ne(o, 1), sym::ne(o, s))));
       if (differ == std::optional<bool>(true)) call.fail(arg, "does not broadcast: " + what);
-      throw Error(ErrorCode::Unsupported, call.op().name + ": argument '" + std::string(arg) +
-                                              "': cannot decide whether it broadcasts: " + what);
+      // The condition taken (as torch's size-oblivious checks): the sizes are equal.
+      throw Undecided(call.op().name + ": argument '" + std::string(arg) +
+                          "': cannot decide whether it broadcasts: " + what,
+                      sym::eq(o, s));
     }
   }
   return out;
@@ -451,9 +453,9 @@ void require(const OpCall& call, std::string_view arg, sym::Expr condition,
   std::optional<bool> known = sym::staticallyKnown(condition);
   if (known == std::optional<bool>(true)) return;
   if (known == std::optional<bool>(false)) call.fail(arg, message);
-  throw Error(ErrorCode::Unsupported, call.op().name + ": argument '" + std::string(arg) +
-                                          "': cannot decide whether " + sym::toString(condition) +
-                                          " holds; if not: " + message);
+  throw Undecided(call.op().name + ": argument '" + std::string(arg) + "': cannot decide whether " +
+                      sym::toString(condition) + " holds; if not: " + message,
+                  condition);
 }
 
 void requireEqual(const OpCall& call, std::string_view arg, sym::Expr a, sym::Expr b,

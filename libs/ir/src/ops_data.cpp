@@ -1,6 +1,7 @@
 // Data-dependent ops: item (a tensor's one value as a symbol), nonzero and
 // masked_select (sizes counted from the data), and _assert_scalar (a deferred
-// runtime assert, seed 000).
+// runtime assert, seed 000); and sym_int, an integer expression of symbols the
+// graph binds (a graph output such as `2*u0`).
 //
 // item, nonzero and masked_select bind an unbacked symbol, given as their
 // `symbol` attribute: whoever builds the node creates it
@@ -86,14 +87,20 @@ Value inferMaskedSelect(const OpCall& call) {
 }
 
 // _assert_scalar(condition, message): fails the run when the condition is
-// false; from here on the table takes it as a fact (so later ops may rely on it).
+// false; from here on the table takes it as a fact (so later ops may rely on
+// it). Its value is 1, as the condition's once it held (a value is an integer).
 Value inferAssertScalar(const OpCall& call) {
   sym::Expr condition = std::get<sym::Expr>(call.attr("condition"));
   if (sym::staticallyKnown(condition) == std::optional<bool>(false))
     call.fail("condition", sym::toString(condition) + " is false for every value (" +
                                call.string("message") + ")");
   call.table().assume(condition);
-  return Value(condition);
+  return Value(call.table().integer(1));
+}
+
+// sym_int(value): the value of an integer expression over the graph's symbols.
+Value inferSymInt(const OpCall& call) {
+  return Value(call.symInt("value"));
 }
 
 ValueId decomposeMaskedSelect(Graph& g, const Node& node, const std::vector<ValueId>& in) {
@@ -127,6 +134,7 @@ void addDataOps(std::vector<OpInfo>& ops) {
   ArgSpec self{"self", ArgKind::Tensor}, symbol{"symbol", ArgKind::Symbol};
   ops.push_back({"item", {self, symbol}, inferItem});
   ops.push_back({"nonzero", {self, symbol}, inferNonzero});
+  ops.push_back({"sym_int", {{"value", ArgKind::Scalar}}, inferSymInt});
   ops.push_back({"masked_select", {self, {"mask", ArgKind::Tensor}, symbol}, inferMaskedSelect,
                  decomposeMaskedSelect});
   OpInfo check{"_assert_scalar",

@@ -20,9 +20,11 @@ TensorMeta viewOf(const TensorMeta& self, Shape sizes, Shape strides) {
   return m;
 }
 
-[[noreturn]] void undecidable(const OpCall& call, std::string_view arg, const std::string& what) {
-  throw Error(ErrorCode::Unsupported,
-              call.op().name + ": argument '" + std::string(arg) + "': cannot decide " + what);
+[[noreturn]] void undecidable(const OpCall& call, std::string_view arg, const std::string& what,
+                              sym::Expr condition = {}) {
+  std::string message = call.op().name + ": argument '" + std::string(arg) + "': cannot decide " + what;
+  if (!condition.isNull()) throw Undecided(message, condition);
+  throw Error(ErrorCode::Unsupported, message);
 }
 
 // The sizes asked for, with one -1 inferred from the number of elements.
@@ -51,15 +53,16 @@ Shape viewSizes(const OpCall& call) {
     if (exact == std::optional<bool>(false))
       call.fail("size", "invalid for input of " + sym::toString(total) + " elements");
     if (!exact)
-      undecidable(call, "size",
-                  "whether " + sym::toString(known) + " divides " + sym::toString(total));
+      undecidable(call, "size", "whether " + sym::toString(known) + " divides " + sym::toString(total),
+                  sym::eq(quotient * known, total));
     sizes[*inferred] = quotient;
   } else {
     std::optional<bool> same = sym::staticallyKnown(sym::eq(known, total));
     if (same == std::optional<bool>(false))
       call.fail("size", sym::toString(known) + " elements, invalid for input " + shape);
     if (!same)
-      undecidable(call, "size", "whether " + sym::toString(known) + " == " + sym::toString(total));
+      undecidable(call, "size", "whether " + sym::toString(known) + " == " + sym::toString(total),
+                  sym::eq(known, total));
   }
   return sizes;
 }

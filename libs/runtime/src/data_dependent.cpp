@@ -4,6 +4,7 @@
 
 #include "kiln/common/error.h"
 #include "kiln/sym/print.h"
+#include "kiln/sym/range.h"
 
 namespace kiln::runtime::detail {
 namespace {
@@ -76,6 +77,14 @@ sym::Expr boundSymbol(const Step& step) {
   const sym::Expr* e = v ? std::get_if<sym::Expr>(v) : nullptr;
   if (!e || !e->isSymbol()) malformed(step, "without the symbol it binds");
   return *e;
+}
+
+void checkRange(sym::Expr symbol, int64_t value, const std::string& op) {
+  sym::Range r = sym::range(symbol);
+  if (!r.contains(value))
+    throw Error(ErrorCode::InvalidArgument,
+                "runtime assert failed: " + symbol.name() + " = " + std::to_string(value) + " lies outside " +
+                    sym::toString(r) + " (the range the trace assumed for the value " + op + " gives)");
 }
 
 void checkAssert(const Step& step, const sym::Binding& binding) {

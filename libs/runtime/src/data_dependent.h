@@ -22,6 +22,10 @@ bool isAssert(const Step& step);    // _assert_scalar
 // Error{Malformed} when it has none.
 sym::Expr boundSymbol(const Step& step);
 
+// An unbacked symbol's value checked against its range: Error{InvalidArgument}
+// "runtime assert failed: u0 = 5 lies outside [6, 6] (...)".
+void checkRange(sym::Expr symbol, int64_t value, const std::string& op);
+
 // An _assert_scalar step checked against the binding: Error{InvalidArgument}
 // with sym::assertFailure's text when its condition is false.
 void checkAssert(const Step& step, const sym::Binding& binding);

@@ -273,11 +273,12 @@ RunResult run(const Plan& plan, Executor& executor, const std::vector<Tensor>& i
   std::vector<int64_t> symbols;
   evaluateSlots(plan, binding, symbols);
   Buffers buffers(plan, inputs, allocator, binding);
-  // An unbacked symbol's value, as a step found it. Its range needs no check:
-  // the ranges facts narrowed are checked by their own assert steps, with
-  // their messages, and the rest hold by construction (nonzero's count).
+  // An unbacked symbol's value, as a step found it, checked against its range:
+  // a runtime assert that bounds one symbol became its range (SymbolTable::assume).
   auto bindUnbacked = [&](const Step& step, int64_t value) {
-    binding[detail::boundSymbol(step)] = value;
+    sym::Expr symbol = detail::boundSymbol(step);
+    detail::checkRange(symbol, value, step.op);
+    binding[symbol] = value;
     evaluateSlots(plan, binding, symbols);
   };
   executor.begin(binding, symbols);

@@ -217,7 +217,7 @@ std::string assertFailure(Expr condition, const std::string& message,
     if (it == binding.end()) continue;
     values += (values.empty() ? " with " : ", ") + s.name() + " = " + std::to_string(it->second);
   }
-  return "runtime assert failed: " + message + ": " + toString(condition) + values;
+  return "runtime assert failed: " + toString(condition) + " (" + message + ")" + values;
 }
 
 std::string toString(Expr e) {

@@ -1455,12 +1455,15 @@ private:
           o.initConstant().setInt(*c);
           return;
         }
-        // A symbol of the inputs, read back as a graph output.
-        // TODO(issue 6): other expressions of symbols (the graph has no op computing one).
-        auto source = symbolSources_.find(v->symbolic);
-        if (source == symbolSources_.end()) unsupported("returning the symbolic int " + sym::toString(v->symbolic));
-        auto [input, dim] = source->second;
-        ir::ValueId id = dim < 0 ? input : graph.call("sym_size", {input}, {{"dim", dim}});
+        // A symbol of the inputs, read back as a graph output; any other
+        // expression of the graph's symbols computed by sym_int.
+        ir::ValueId id;
+        if (auto source = symbolSources_.find(v->symbolic); source != symbolSources_.end()) {
+          auto [input, dim] = source->second;
+          id = dim < 0 ? input : graph.call("sym_size", {input}, {{"dim", dim}});
+        } else {
+          id = graph.call("sym_int", {}, {{"value", v->symbolic}});
+        }
         auto it = std::find(outputs.begin(), outputs.end(), id);
         if (it == outputs.end()) it = outputs.insert(outputs.end(), id);
         o.setSymInt(static_cast<uint32_t>(it - outputs.begin()));

@@ -6,6 +6,7 @@
 
 #include "kiln/common/error.h"
 #include "kiln/ir/op_registry.h"
+#include "kiln/shapes/decide.h"
 #include "kiln/sym/eval.h"
 #include "kiln/sym/print.h"
 #include "kiln/sym/range.h"
@@ -17,6 +18,19 @@
 namespace kiln::tracer {
 
 void unsupported(const std::string& reason) { throw Unsupported{reason}; }
+
+namespace {
+
+// Runtime asserts one op call may defer before the trace gives up on it.
+constexpr int kMaxAssertsPerOp = 4;
+
+bool mentionsUnbacked(sym::Expr e) {
+  for (sym::Expr s : sym::freeSymbols(e))
+    if (!e.table().isBacked(s)) return true;
+  return false;
+}
+
+} // namespace
 
 Var TraceState::tensor(ir::ValueId id) {
   Var v = make(Kind::Tensor);
@@ -31,13 +45,21 @@ Var TraceState::op(const std::string& name, std::vector<ir::ValueId> inputs, std
     if (graph.value(in).isTensor() && graph.meta(in).requiresGrad)
       (gradEnabled ? requiresGrad : noGradOverGrad) = true;
   applyAutocast(graph, autocast, name, inputs, attrs);
-  ir::ValueId id;
-  try {
-    id = graph.call(name, std::move(inputs), std::move(attrs));
-  } catch (const Error& e) {
-    // The user's code would fail in eager too (or kiln cannot say it would not):
-    // run it eagerly, where torch raises its own error.
-    unsupported(name + ": " + e.message());
+  ir::ValueId id = 0;
+  for (int asserts = 0;; ++asserts) {
+    try {
+      id = graph.call(name, inputs, attrs);
+      break;
+    } catch (const ir::Undecided& e) {
+      // As torch's meta functions torch._check what unbacked sizes must satisfy.
+      if (asserts < kMaxAssertsPerOp && mentionsUnbacked(e.condition()) && deferAssert(e.condition(), name))
+        continue;
+      unsupported(name + ": " + e.message());
+    } catch (const Error& e) {
+      // The user's code would fail in eager too (or kiln cannot say it would not):
+      // run it eagerly, where torch raises its own error.
+      unsupported(name + ": " + e.message());
+    }
   }
   const ir::Value& value = graph.value(id);
   if (value.isTensor()) return tensor(id);
@@ -49,9 +71,28 @@ Var TraceState::op(const std::string& name, std::vector<ir::ValueId> inputs, std
   return sequence(Kind::Tuple, std::move(items));
 }
 
+Var TraceState::unbackedOp(const std::string& name, std::vector<ir::ValueId> inputs) {
+  return op(name, std::move(inputs), {{"symbol", table.createUnbacked()}});
+}
+
+bool TraceState::deferAssert(sym::Expr condition, const std::string& op) {
+  switch (shapes::decide(condition, table.facts()).answer) {
+  case shapes::Answer::True: table.assume(condition); return true;
+  case shapes::Answer::False: return false;
+  case shapes::Answer::Unknown: break;
+  }
+  graph.call("_assert_scalar", {}, {{"condition", condition}, {"message", op + "'s arguments"}});
+  return true;
+}
+
 bool TraceState::decide(sym::Expr relation) {
   if (auto b = relation.asBoolean()) return *b;
   if (auto known = sym::staticallyKnown(relation)) return *known;
+  if (mentionsUnbacked(relation)) {
+    shapes::Decision d = shapes::decide(relation, table.facts());
+    if (d.answer != shapes::Answer::Unknown) return d.answer == shapes::Answer::True;
+    unsupported("a branch on " + sym::toString(relation) + ", which depends on data (" + d.how + ")");
+  }
   bool value = sym::evaluateWithHints(relation) != 0;
   sym::Expr taken = value ? relation : sym::logicalNot(relation);
   // The guard set has its own symbols of the same names.
@@ -68,6 +109,8 @@ int64_t TraceState::concrete(const Var& v) {
   if (v->kind != Kind::Int && v->kind != Kind::Bool) unsupported("an int was expected, got a " + kindName(v->kind));
   if (auto c = v->symbolic.asInteger()) return *c;
   if (auto b = v->symbolic.asBoolean()) return *b;
+  if (mentionsUnbacked(v->symbolic))
+    unsupported("the value of " + sym::toString(v->symbolic) + ", which depends on data, where Python needs a number");
   int64_t value = sym::evaluateWithHints(v->symbolic);
   decide(sym::eq(v->symbolic, value));
   return value;
@@ -300,6 +343,21 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
     return args[0];
   }
   if (m == "masked_fill" && method) return s.callOp("where", {args[1], args[2], args[0]}, {});
+  // Data-dependent results: an unbacked symbol each (issue 9).
+  if (m == "item" && method && args.size() == 1) {
+    DType t = s.meta(args[0]).dtype;
+    if (ir::isFloating(t)) unsupported("item() of a " + std::string(ir::name(t)) + " tensor: kiln's symbols are integers");
+    return s.unbackedOp("item", {args[0]->value});
+  }
+  if (m == "nonzero") {
+    if (auto tuple = kwarg(kwargs, "as_tuple"); tuple && s.concrete(*tuple)) unsupported("nonzero(as_tuple=True)");
+    return s.unbackedOp("nonzero", {args.at(0)->value});
+  }
+  if (m == "masked_select") {
+    std::optional<Var> mask = args.size() > 1 ? std::optional<Var>(args[1]) : kwarg(kwargs, "mask");
+    if (!mask || (*mask)->kind != Kind::Tensor) unsupported("masked_select without a mask tensor");
+    return s.unbackedOp("masked_select", {args.at(0)->value, (*mask)->value});
+  }
   if (m == "type_as" && method) return toDType(s, args[0], s.meta(args[1]).dtype);
   if ((m == "relu" || m == "gelu" || m == "silu" || m == "sigmoid" || m == "tanh") && isFunctional(name)) {
     if (auto inplace = kwarg(kwargs, "inplace"); inplace && s.concrete(*inplace)) unsupported(name + "(inplace=True)");
@@ -457,6 +515,11 @@ Var tensorIndex(TraceState& s, const Var& t, const Var& index) {
       --specified;
       continue;
     }
+    case Kind::Tensor:
+      // x[mask] with a bool mask of x's shape: its selected elements (data-dependent count).
+      if (items.size() == 1 && s.meta(i).dtype == DType::Bool && s.meta(i).dim() == rank)
+        return s.unbackedOp("masked_select", {out->value, i->value});
+      unsupported("indexing a tensor with a tensor"); // TODO(issue 6): advanced indexing
     default: unsupported("indexing a tensor with a " + kindName(i->kind)); // TODO(issue 6): advanced indexing
     }
   }
@@ -500,7 +563,7 @@ std::optional<Var> moduleMember(const std::string& module, const std::string& na
   if ((module == "torch" || module == "torch.nn.functional" || module == "torch.special") &&
       (sameNamed().count(m) || m == "zeros" || m == "ones" || m == "empty" || m == "max" || m == "min" ||
        m == "dropout" || m == "no_grad" || m == "enable_grad" || m == "flatten" || m == "tril" || m == "triu" ||
-       m == "autocast"))
+       m == "autocast" || m == "nonzero" || m == "masked_select"))
     return builtin(module + "." + name);
   return std::nullopt;
 }

@@ -56,11 +56,23 @@ public:
   // op), its arguments bound to the op's schema as torch binds them.
   Var callOp(const std::string& name, std::vector<Var> args, const Kwargs& kwargs);
 
-  // Decides a condition now, guarding the decision when it rests on symbols.
+  // An op binding a fresh unbacked symbol (item, nonzero, masked_select).
+  Var unbackedOp(const std::string& name, std::vector<ir::ValueId> inputs);
+
+  // Decides a condition now, guarding the decision when it rests on backed
+  // symbols. One on unbacked symbols is asked of the shapes library (ranges,
+  // the trace's runtime asserts, Z3); if it cannot tell, the branch depends on
+  // data: Unsupported.
   bool decide(sym::Expr relation);
   // The value of an int now: a constant as it is; a symbolic one specialised to
   // its hint (guarded), for the places Python needs a concrete int.
   int64_t concrete(const Var& v);
+
+private:
+  // A condition an op needs that only the data decides: checked at run time
+  // (an _assert_scalar node) and a fact from here on, unless the shapes
+  // library proves it. False when it is false for every value.
+  bool deferAssert(sym::Expr condition, const std::string& op);
 };
 
 // Torch callables: `name` is the qualified name ("torch.relu",

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/common/error.h"
 #include "kiln/ir/graph.h"
 
 namespace kiln::sym {
@@ -27,6 +28,21 @@ class SymbolTable;
 }
 
 namespace kiln::ir {
+
+// Error{Unsupported} of an inference the symbols' ranges and the table's facts
+// cannot decide, where `condition` is what must hold for the call to be valid.
+// A tracer may check it at run time instead, as torch._check does for unbacked
+// symbols: an _assert_scalar node before the call makes it a fact, and the
+// call is then inferred again.
+class Undecided : public Error {
+public:
+  Undecided(std::string message, sym::Expr condition)
+      : Error(ErrorCode::Unsupported, std::move(message)), condition_(condition) {}
+  sym::Expr condition() const { return condition_; }
+
+private:
+  sym::Expr condition_;
+};
 
 enum class ArgKind {
   Tensor,

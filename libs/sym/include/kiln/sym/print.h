@@ -15,8 +15,8 @@ namespace kiln::sym {
 std::string toString(Expr e);
 std::ostream& operator<<(std::ostream& out, Expr e);
 
-// A failed runtime assert for its error: "runtime assert failed: <message>:
-// <condition> with u0 = 5, s0 = 3" (the bound symbols it mentions).
+// A failed runtime assert for its error: "runtime assert failed: <condition>
+// (<message>) with u0 = 5, s0 = 3" (the bound symbols it mentions).
 std::string assertFailure(Expr condition, const std::string& message,
                           const std::unordered_map<Expr, int64_t>& binding);
 
