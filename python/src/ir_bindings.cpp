@@ -340,6 +340,14 @@ void bindSym(py::module_& m) {
              return a.expr == symOf(*a.owner, b);
            })
       .def("__hash__", [](const PySym& a) { return a.expr.hash(); })
+      // Relations as boolean symbols (== and != are taken: structural equality):
+      // conditions for _assert_scalar.
+      .def("le", [](const PySym& a, py::handle b) { return PySym{a.owner, sym::le(a.expr, symOf(*a.owner, b))}; })
+      .def("lt", [](const PySym& a, py::handle b) { return PySym{a.owner, sym::lt(a.expr, symOf(*a.owner, b))}; })
+      .def("ge", [](const PySym& a, py::handle b) { return PySym{a.owner, sym::ge(a.expr, symOf(*a.owner, b))}; })
+      .def("gt", [](const PySym& a, py::handle b) { return PySym{a.owner, sym::gt(a.expr, symOf(*a.owner, b))}; })
+      .def("eq", [](const PySym& a, py::handle b) { return PySym{a.owner, sym::eq(a.expr, symOf(*a.owner, b))}; })
+      .def("ne", [](const PySym& a, py::handle b) { return PySym{a.owner, sym::ne(a.expr, symOf(*a.owner, b))}; })
       .def("__str__", [](const PySym& a) { return sym::toString(a.expr); })
       .def("__repr__", [](const PySym& a) { return "Sym(" + sym::toString(a.expr) + ")"; })
       .def_property_readonly("range", [](const PySym& a) {

@@ -142,13 +142,14 @@ TEST(SymbolTable, FactsAnswerQuestionsTheRangesCannot) {
   EXPECT_EQ(t.facts().size(), 1u);
 }
 
-TEST(SymbolTable, AFactBoundingOneSymbolNarrowsItsRange) {
+TEST(SymbolTable, AConjunctionIsItsConjunctsAndNoRangeNarrows) {
   SymbolTable t;
   Expr u = t.createUnbacked();
   t.assume(logicalAnd(ge(u, 2), le(u, 9)));
-  EXPECT_EQ(range(u), (Range{2, 9}));
-  EXPECT_TRUE(t.facts().empty());
-  EXPECT_EQ(staticallyKnown(ne(u, 0)), std::optional<bool>(true));
+  EXPECT_EQ(range(u), Range::unbounded()); // the facts stay as stated
+  EXPECT_EQ(t.facts().size(), 2u);
+  EXPECT_EQ(staticallyKnown(ge(u, 2)), std::optional<bool>(true));
+  EXPECT_EQ(staticallyKnown(lt(u, 2)), std::optional<bool>(false));
   EXPECT_THROW(t.assume(t.boolean(false)), kiln::Error);
   EXPECT_THROW(t.assume(u + 1), kiln::Error);
 }

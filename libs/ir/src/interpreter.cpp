@@ -719,10 +719,11 @@ HostTensor runDataDependent(const Node& node, const std::vector<HostTensor>& val
   auto rank = static_cast<int64_t>(self.sizes.size());
   int64_t found = rank ? static_cast<int64_t>(coordinates.size()) / rank : (elements.at(0) != 0);
   binder.bindData(symbol, found, "nonzero");
-  std::vector<int64_t> sizes{found, rank};
-  HostTensor t = allocate(DType::Int64, sizes, contiguousStridesOf(sizes), 0);
-  for (size_t i = 0; i < coordinates.size(); ++i)
-    storeI(DType::Int64, t.storage->data() + i * sizeof(int64_t), coordinates[i]);
+  HostTensor t = allocate(DType::Int64, {found, rank}, {1, std::max<int64_t>(found, 1)}, 0);
+  for (int64_t row = 0; row < found; ++row)
+    for (int64_t d = 0; d < rank; ++d)
+      storeI(DType::Int64, t.storage->data() + (row + d * t.strides[1]) * sizeof(int64_t),
+             coordinates[static_cast<size_t>(row * rank + d)]);
   return t;
 }
 

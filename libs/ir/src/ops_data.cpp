@@ -60,14 +60,16 @@ Value inferItem(const OpCall& call) {
   return Value(s);
 }
 
-// nonzero(self, symbol): the indices of the non-zero elements, i64[symbol, rank].
+// nonzero(self, symbol): the indices of the non-zero elements, i64[symbol, rank],
+// column-major as torch lays it out (strides [1, symbol]).
 Value inferNonzero(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   sym::SymbolTable& table = call.table();
   sym::Expr count = boundSymbol(call);
   narrowTo(call, count, {0, sym::range(numel(self.sizes, table)).hi});
-  Shape sizes{count, table.integer(static_cast<int64_t>(self.dim()))};
-  TensorMeta out = TensorMeta::contiguous(DType::Int64, sizes, table, self.device);
+  TensorMeta out = TensorMeta::contiguous(DType::Int64, {count, table.integer(static_cast<int64_t>(self.dim()))},
+                                          table, self.device);
+  out.strides = {table.integer(1), count};
   return Value(out);
 }
 

@@ -49,12 +49,16 @@ Shape viewSizes(const OpCall& call) {
   if (inferred) {
     if (provable(sym::eq(known, 0))) call.fail("size", "cannot infer -1 with a size of 0");
     sym::Expr quotient = sym::floorDiv(total, known);
+    // Divisibility as the quotient's product (what the ranges fold best), else as
+    // a remainder (how a runtime assert, or the user's torch._check, says it).
     std::optional<bool> exact = sym::staticallyKnown(sym::eq(quotient * known, total));
+    sym::Expr divides = sym::eq(sym::mod(total, known), 0);
+    if (!exact) exact = sym::staticallyKnown(divides);
     if (exact == std::optional<bool>(false))
       call.fail("size", "invalid for input of " + sym::toString(total) + " elements");
     if (!exact)
       undecidable(call, "size", "whether " + sym::toString(known) + " divides " + sym::toString(total),
-                  sym::eq(quotient * known, total));
+                  divides);
     sizes[*inferred] = quotient;
   } else {
     std::optional<bool> same = sym::staticallyKnown(sym::eq(known, total));

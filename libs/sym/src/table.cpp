@@ -394,20 +394,6 @@ void SymbolTable::assume(Expr fact) {
     for (const Term& t : fact.terms()) assume(t.expr);
     return;
   }
-  // One symbol against a constant: a bound of its range, which every later
-  // range computation sees (relations are normalised: `u0 >= 2` is 2 <= u0).
-  if (fact.kind() == Kind::Le || fact.kind() == Kind::Eq) {
-    Expr lhs = fact.terms()[0].expr, rhs = fact.terms()[1].expr;
-    bool eq = fact.kind() == Kind::Eq;
-    if (lhs.isSymbol() && rhs.asInteger()) {
-      int64_t c = *rhs.asInteger();
-      return narrow(lhs, {eq ? c : kNegInf, c});
-    }
-    if (rhs.isSymbol() && lhs.asInteger()) {
-      int64_t c = *lhs.asInteger();
-      return narrow(rhs, {c, eq ? c : kInf});
-    }
-  }
   impl_->assume(fact.node());
 }
 

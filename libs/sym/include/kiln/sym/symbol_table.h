@@ -67,9 +67,11 @@ public:
   // Facts: boolean expressions taken as true from now on because something
   // checks them at run time (a deferred runtime assert on unbacked symbols,
   // seed 000). staticallyKnown() answers a question that is a fact (true) or
-  // the negation of one (false); a fact bounding one symbol by a constant
-  // narrows its range instead. Like ranges, facts only accumulate.
-  // Error{InvalidArgument} for a non-boolean or a constant-false fact.
+  // the negation of one (false); a conjunction is its conjuncts. A fact never
+  // narrows a range: expressions built later would fold the very condition
+  // the runtime must check (kiln::shapes::decide reasons with facts' bounds).
+  // Like ranges, facts only accumulate. Error{InvalidArgument} for a
+  // non-boolean or a constant-false fact.
   void assume(Expr fact);
   std::vector<Expr> facts() const; // in the order assumed
   bool isFact(Expr condition) const;
