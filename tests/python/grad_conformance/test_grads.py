@@ -364,3 +364,14 @@ def test_as_strided(case):
     size, stride, offset = case
     check_grads("as_strided", torch.as_strided, leaf(2, 4), size=list(size), stride=list(stride),
                 storage_offset=offset)
+
+
+# --- data-dependent --------------------------------------------------------
+
+@pytest.mark.parametrize("case", cases("masked_select", [((3, 4), (3, 4)), ((3, 4), (4,)), ((4,), (2, 1))]))
+def test_masked_select(case):
+    # the mask's count is an unbacked symbol; its grad scatters back through the broadcast
+    shape, mask_shape = case
+    mask = torch.rand(mask_shape, generator=torch.Generator().manual_seed(3)) > 0.4
+    check_grads("masked_select", lambda x, mask: torch.masked_select(x, mask), leaf(*shape), mask,
+                symbol=ir.UNBACKED, torch_kwargs={})
