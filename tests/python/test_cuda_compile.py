@@ -75,6 +75,33 @@ def test_dynamic_sizes_on_the_gpu(stack):
 
 
 @needs_gpu
+def test_data_dependent_sizes_on_the_gpu(stack):
+    def f(x, n):
+        picked = x[x > 0]
+        return picked * 2, torch.nonzero(x).shape[0], x.view(n.item(), -1).sum(1)
+
+    fast = kiln.compile(f, fullgraph=True, stack=stack)
+    for seed in range(3):
+        x = torch.randn(6, 8, device="cuda", generator=torch.Generator("cuda").manual_seed(seed))
+        for got, want in zip(fast(x, torch.tensor(12)), f(x, torch.tensor(12))):
+            torch.testing.assert_close(got, want)
+    with pytest.raises(kiln.KilnError, match="runtime assert failed"):
+        fast(x, torch.tensor(7))
+
+
+@needs_gpu
+def test_reduce_overhead_runs_data_dependent_sizes_uncaptured(stack):
+    def f(x):
+        return x[x > 0] + 1
+
+    fast = kiln.compile(f, mode="reduce-overhead", stack=stack)
+    for _ in range(3):
+        x = torch.randn(64, device="cuda")
+        torch.testing.assert_close(fast(x), f(x))
+    assert any("data-dependent sizes" in r for r in runner_of(fast).compiled.reasons)
+
+
+@needs_gpu
 def test_training_runs_forward_and_backward_on_the_gpu(stack):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 8)).cuda()
