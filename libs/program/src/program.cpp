@@ -44,7 +44,84 @@ std::string sizesText(const std::vector<int64_t>& sizes) {
 }
 
 Error malformed(const std::string& what) {
-  return Error(ErrorCode::Malformed, "not a valid kiln program: " + what);
+  return Error(ErrorCode::Malformed, "not a valid kiln file: " + what);
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    if (::access(path.c_str(), F_OK) != 0) throw Error(ErrorCode::NotFound, "no file " + path);
+    throwSystemError("open " + path);
+  }
+  std::ostringstream bytes;
+  bytes << file.rdbuf();
+  if (file.bad()) throwSystemError("read " + path);
+  return bytes.str();
+}
+
+void writeFileAtomically(const std::string& path, const std::string& bytes) {
+  const std::string temp = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    if (!out) throwSystemError("open " + temp);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) {
+      std::remove(temp.c_str());
+      throwSystemError("write " + temp);
+    }
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    std::remove(temp.c_str());
+    throwSystemError("rename " + temp + " to " + path);
+  }
+}
+
+std::string flatBytes(capnp::MessageBuilder& message) {
+  kj::Array<capnp::word> flat = capnp::messageToFlatArray(message);
+  auto bytes = flat.asBytes();
+  return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+}
+
+void writeTensor(const TensorData& t, schema::TensorData::Builder out) {
+  out.setDtype(static_cast<schema::DType>(t.dtype));
+  auto sizes = out.initSizes(static_cast<unsigned>(t.sizes.size()));
+  for (unsigned k = 0; k < sizes.size(); ++k) sizes.set(k, t.sizes[k]);
+  out.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(t.bytes.data()), t.bytes.size()));
+}
+
+TensorData readTensor(schema::TensorData::Reader in, const std::string& what) {
+  const auto dtype = static_cast<uint16_t>(in.getDtype());
+  if (dtype >= kDTypeCount) throw malformed(what + " has no known dtype");
+  TensorData t{static_cast<DType>(dtype), {}, {}};
+  int64_t numel = 1;
+  for (int64_t s : in.getSizes()) {
+    if (s < 0) throw malformed(what + " has a negative size");
+    t.sizes.push_back(s);
+    numel *= s;
+  }
+  auto d = in.getData();
+  if (d.size() != static_cast<size_t>(numel) * elementSize(t.dtype))
+    throw malformed(what + fmt::format(" has {} bytes for {} elements", d.size(), numel));
+  t.bytes.assign(reinterpret_cast<const char*>(d.begin()), d.size());
+  return t;
+}
+
+// A flat message's words, checked for size; the reader must not outlive them.
+kj::Array<capnp::word> wordsOf(std::string_view bytes) {
+  if (bytes.size() < sizeof(capnp::word) || bytes.size() % sizeof(capnp::word) != 0)
+    throw malformed(fmt::format("{} bytes is not a whole message (truncated?)", bytes.size()));
+  if (bytes.size() > kMaxFileBytes) throw Error(ErrorCode::TooLarge, "a file over 512 MiB");
+  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
+  std::memcpy(words.begin(), bytes.data(), bytes.size());
+  return words;
+}
+
+capnp::ReaderOptions readerOptions() {
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = ir::kMaxWireWords;
+  options.nestingLimit = 256;
+  return options;
 }
 
 } // namespace
@@ -137,12 +214,7 @@ std::string Program::toBytes() const {
       inputs[i].setUser();
       continue;
     }
-    auto c = inputs[i].initConstant();
-    c.setDtype(static_cast<schema::DType>(in.constant->dtype));
-    auto sizes = c.initSizes(static_cast<unsigned>(in.constant->sizes.size()));
-    for (unsigned k = 0; k < sizes.size(); ++k) sizes.set(k, in.constant->sizes[k]);
-    c.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(in.constant->bytes.data()),
-                           in.constant->bytes.size()));
+    writeTensor(*in.constant, inputs[i].initConstant());
   }
   auto symbols = out.initSymbols(static_cast<unsigned>(symbols_.size()));
   for (unsigned i = 0; i < symbols.size(); ++i) {
@@ -164,22 +236,13 @@ std::string Program::toBytes() const {
     capnp::FlatArrayMessageReader spec(words);
     out.setOutputs(spec.getRoot<schema::OutputSpec>());
   }
-  kj::Array<capnp::word> flat = capnp::messageToFlatArray(message);
-  auto bytes = flat.asBytes();
-  return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+  return flatBytes(message);
 }
 
 Program Program::fromBytes(std::string_view bytes) {
-  if (bytes.size() < sizeof(capnp::word) || bytes.size() % sizeof(capnp::word) != 0)
-    throw malformed(fmt::format("{} bytes is not a whole message (truncated?)", bytes.size()));
-  if (bytes.size() > kMaxFileBytes) throw Error(ErrorCode::TooLarge, "a kiln program over 512 MiB");
-  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
-  std::memcpy(words.begin(), bytes.data(), bytes.size());
-  capnp::ReaderOptions options;
-  options.traversalLimitInWords = ir::kMaxWireWords;
-  options.nestingLimit = 256;
+  kj::Array<capnp::word> words = wordsOf(bytes);
   try {
-    capnp::FlatArrayMessageReader message(words, options);
+    capnp::FlatArrayMessageReader message(words, readerOptions());
     auto in = message.getRoot<schema::Program>();
     if (in.getMagic() != schema::PROGRAM_MAGIC) throw malformed("bad magic (not a .kiln file)");
     if (in.getFormatVersion() != schema::PROGRAM_FORMAT_VERSION)
@@ -199,16 +262,7 @@ Program Program::fromBytes(std::string_view bytes) {
       auto wire = in.getInputs()[i];
       Input input{wire.getName(), wire.getSource(), placeholders[i], std::nullopt, {}};
       for (auto step : wire.getPath()) input.path.push_back(guards::fromWire(step));
-      if (wire.isConstant()) {
-        auto c = wire.getConstant();
-        const auto dtype = static_cast<uint16_t>(c.getDtype());
-        if (dtype >= kDTypeCount) throw malformed("the stored tensor of " + input.name + " has no known dtype");
-        TensorData data{static_cast<DType>(dtype), {}, {}};
-        for (int64_t s : c.getSizes()) data.sizes.push_back(s);
-        auto d = c.getData();
-        data.bytes.assign(reinterpret_cast<const char*>(d.begin()), d.size());
-        input.constant = std::move(data);
-      }
+      if (wire.isConstant()) input.constant = readTensor(wire.getConstant(), "the stored tensor of " + input.name);
       inputs.push_back(std::move(input));
     }
     std::vector<Symbol> symbols;
@@ -224,8 +278,7 @@ Program Program::fromBytes(std::string_view bytes) {
     if (in.hasOutputs()) {
       capnp::MallocMessageBuilder spec;
       spec.setRoot(in.getOutputs());
-      auto flat = capnp::messageToFlatArray(spec);
-      outputSpec.assign(reinterpret_cast<const char*>(flat.asBytes().begin()), flat.asBytes().size());
+      outputSpec = flatBytes(spec);
     }
     return Program(std::move(table), std::move(graph), std::move(inputs), std::move(symbols),
                    std::move(asserts), std::move(outputSpec), in.getName());
@@ -238,38 +291,33 @@ Program Program::fromBytes(std::string_view bytes) {
 }
 
 Program Program::load(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    if (::access(path.c_str(), F_OK) != 0) throw Error(ErrorCode::NotFound, "no kiln program at " + path);
-    throwSystemError("open " + path);
-  }
-  std::ostringstream bytes;
-  bytes << file.rdbuf();
-  if (!file && !file.eof()) throwSystemError("read " + path);
+  const std::string bytes = readFile(path);
   try {
-    return fromBytes(bytes.str());
+    return fromBytes(bytes);
   } catch (const Error& e) {
     throw Error(e.code(), path + ": " + e.message());
   }
 }
 
-void Program::save(const std::string& path) const {
-  const std::string bytes = toBytes();
-  const std::string temp = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out) throwSystemError("open " + temp);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) {
-      std::remove(temp.c_str());
-      throwSystemError("write " + temp);
-    }
+void Program::save(const std::string& path) const { writeFileAtomically(path, toBytes()); }
+
+TensorData loadTensor(const std::string& path) {
+  const std::string bytes = readFile(path);
+  try {
+    kj::Array<capnp::word> words = wordsOf(bytes);
+    capnp::FlatArrayMessageReader message(words, readerOptions());
+    return readTensor(message.getRoot<schema::TensorData>(), "the tensor");
+  } catch (const kj::Exception& e) {
+    throw Error(ErrorCode::Malformed, path + ": not a tensor file: " + e.getDescription().cStr());
+  } catch (const Error& e) {
+    throw Error(e.code(), path + ": " + e.message());
   }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    std::remove(temp.c_str());
-    throwSystemError("rename " + temp + " to " + path);
-  }
+}
+
+void saveTensor(const std::string& path, const TensorData& tensor) {
+  capnp::MallocMessageBuilder message;
+  writeTensor(tensor, message.initRoot<schema::TensorData>());
+  writeFileAtomically(path, flatBytes(message));
 }
 
 // ---- a call ------------------------------------------------------------------------

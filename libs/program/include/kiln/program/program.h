@@ -27,6 +27,11 @@ struct TensorData {
   std::string bytes;
 };
 
+// A tensor file: one flat message of schemas/program.capnp's TensorData (how
+// kiln-run-program takes inputs and gives outputs). Errors as Program::load's.
+TensorData loadTensor(const std::string& path);
+void saveTensor(const std::string& path, const TensorData& tensor);
+
 // One placeholder of the graph: the caller's, or a tensor the program carries.
 struct Input {
   std::string name;   // "x", "self.fc1.weight"
