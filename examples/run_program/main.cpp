@@ -47,7 +47,8 @@ program::TensorData packed(const runtime::Tensor& t) {
   for (int64_t n = 0; n < numel; ++n) {
     int64_t offset = 0;
     for (size_t k = 0; k < index.size(); ++k) offset += index[k] * t.strides[k];
-    std::memcpy(out.bytes.data() + n * item, static_cast<const char*>(t.data) + offset * item, item);
+    std::memcpy(out.bytes.data() + n * item, static_cast<const char*>(t.data) + offset * item,
+                item);
     for (size_t k = index.size(); k-- > 0;) {
       if (++index[k] < t.sizes[k]) break;
       index[k] = 0;
@@ -74,10 +75,13 @@ struct DeviceMemory {
   program::TensorData download(const runtime::Tensor& t) {
     const runtime::CudaDriver& driver = runtime::cudaDriver();
     runtime::cudaCheck(driver.cuStreamSynchronize(nullptr), "cuStreamSynchronize");
-    const size_t bytes = static_cast<size_t>(runtime::extent(t.sizes, t.strides)) * elementSize(t.dtype);
+    const size_t bytes =
+        static_cast<size_t>(runtime::extent(t.sizes, t.strides)) * elementSize(t.dtype);
     std::string host(bytes, '\0');
-    if (bytes) runtime::cudaCheck(driver.cuMemcpyDtoH(host.data(), reinterpret_cast<CUdeviceptr>(t.data), bytes),
-                                  "cuMemcpyDtoH");
+    if (bytes)
+      runtime::cudaCheck(
+          driver.cuMemcpyDtoH(host.data(), reinterpret_cast<CUdeviceptr>(t.data), bytes),
+          "cuMemcpyDtoH");
     runtime::Tensor view = t;
     view.data = host.data();
     return packed(view);
@@ -87,8 +91,9 @@ struct DeviceMemory {
 };
 #endif
 
-int run(const std::string& path, const std::vector<std::string>& inputs, const std::vector<std::string>& outputs,
-        const std::string& runDir, const std::string& target, int device, bool describe) {
+int run(const std::string& path, const std::vector<std::string>& inputs,
+        const std::vector<std::string>& outputs, const std::string& runDir,
+        const std::string& target, int device, bool describe) {
   Program p = Program::load(path);
   if (describe) {
     std::cout << p.text();
@@ -115,11 +120,13 @@ int run(const std::string& path, const std::vector<std::string>& inputs, const s
 #endif
   }
   if (!outputs.empty() && outputs.size() != results.size())
-    throw Error(ErrorCode::InvalidArgument, "the program has " + std::to_string(results.size()) + " outputs, " +
-                                                std::to_string(outputs.size()) + " --output files given");
+    throw Error(ErrorCode::InvalidArgument, "the program has " + std::to_string(results.size()) +
+                                                " outputs, " + std::to_string(outputs.size()) +
+                                                " --output files given");
   for (size_t k = 0; k < outputs.size(); ++k) program::saveTensor(outputs[k], results[k]);
-  std::cerr << "kiln-run-program: " << compiled.program().name() << " on " << compiled.target() << ": "
-            << results.size() << " outputs" << (compiled.cacheHit() ? " (artifact cache hit)" : "") << "\n";
+  std::cerr << "kiln-run-program: " << compiled.program().name() << " on " << compiled.target()
+            << ": " << results.size() << " outputs"
+            << (compiled.cacheHit() ? " (artifact cache hit)" : "") << "\n";
   return 0;
 }
 
@@ -134,7 +141,8 @@ int main(int argc, char** argv) {
   app.add_option("program", path, "the .kiln file")->required();
   app.add_option("--input,-i", inputs, "a tensor file per user input, in order");
   app.add_option("--output,-o", outputs, "a tensor file per output, in order");
-  app.add_option("--run-dir", runDir, "the stack's run dir (default: $KILN_RUN_DIR or the default stack)");
+  app.add_option("--run-dir", runDir,
+                 "the stack's run dir (default: $KILN_RUN_DIR or the default stack)");
   app.add_option("--target", target, "cpu, cuda or cuda:sm_NN (default: the program's device)");
   app.add_option("--device", device, "the CUDA device ordinal");
   app.add_flag("--describe", describe, "print the program's spec, asserts and graph");
@@ -142,7 +150,8 @@ int main(int argc, char** argv) {
   try {
     return run(path, inputs, outputs, runDir, target, device, describe);
   } catch (const kiln::Error& e) {
-    std::cerr << "kiln-run-program: " << kiln::errorCodeName(e.code()) << ": " << e.message() << "\n";
+    std::cerr << "kiln-run-program: " << kiln::errorCodeName(e.code()) << ": " << e.message()
+              << "\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "kiln-run-program: internal: " << e.what() << "\n";

@@ -10,13 +10,13 @@
 #include <tuple>
 #include <vector>
 
+#include "capnp_dict.h"
 #include "kiln/common/error.h"
 #include "kiln/ir/dtype.h"
 #include "kiln/ir/wire.h"
 #include "kiln/program/program.h"
 #include "kiln/schema/program.capnp.h"
 #include "kiln/sym/print.h"
-#include "capnp_dict.h"
 
 namespace py = pybind11;
 
@@ -35,17 +35,20 @@ DType dtypeNamed(const std::string& name) {
 ir::Device deviceNamed(const std::string& name) {
   if (name == "cpu") return {};
   if (name == "cuda") return {ir::DeviceType::Cuda, -1};
-  if (name.rfind("cuda:", 0) == 0) return {ir::DeviceType::Cuda, static_cast<int16_t>(std::stoi(name.substr(5)))};
+  if (name.rfind("cuda:", 0) == 0)
+    return {ir::DeviceType::Cuda, static_cast<int16_t>(std::stoi(name.substr(5)))};
   throw Error(ErrorCode::InvalidArgument, "unknown device '" + name + "'");
 }
 
-py::object bound(int64_t v, int64_t inf) { return v == inf ? py::object(py::none()) : py::int_(v); }
+py::object bound(int64_t v, int64_t inf) {
+  return v == inf ? py::object(py::none()) : py::int_(v);
+}
 
 // A step as kiln._trace spells paths (the tracer request's GuardStep dicts).
 py::dict stepDict(const guards::Step& step) {
   using guards::StepKind;
-  static const char* const names[] = {"arg", "kwarg", "global", "closure", "attr", "index",
-                                      "key", "intKey", "size", "stride", "default", "kwDefault"};
+  static const char* const names[] = {"arg", "kwarg",  "global", "closure", "attr",    "index",
+                                      "key", "intKey", "size",   "stride",  "default", "kwDefault"};
   py::dict d;
   const char* kind = names[static_cast<int>(step.kind)];
   switch (step.kind) {
@@ -66,8 +69,10 @@ py::list inputsOf(const Program& p) {
     const ir::TensorMeta& m = p.graph().meta(in.placeholder);
     py::list sizes;
     for (sym::Expr s : m.sizes) {
-      if (auto v = s.asInteger()) sizes.append(*v);
-      else sizes.append(sym::toString(s));
+      if (auto v = s.asInteger())
+        sizes.append(*v);
+      else
+        sizes.append(sym::toString(s));
     }
     py::dict d;
     d["name"] = in.name;
@@ -89,18 +94,23 @@ py::list inputsOf(const Program& p) {
 void bindProgram(py::module_& m) {
   m.attr("PROGRAM_MAGIC") = py::int_(schema::PROGRAM_MAGIC);
   m.attr("PROGRAM_FORMAT_VERSION") = py::int_(schema::PROGRAM_FORMAT_VERSION);
-  py::class_<Program, ProgramPtr>(m, "Program", "An exported program (libs/program): a `.kiln` file's contents.")
+  py::class_<Program, ProgramPtr>(m, "Program",
+                                  "An exported program (libs/program): a `.kiln` file's contents.")
       .def_static(
           "from_bytes",
-          [](const py::bytes& bytes) { return std::make_shared<Program>(Program::fromBytes(std::string(bytes))); },
-          py::arg("data"), "Reads a program; KilnError malformed / unsupported (another format version).")
+          [](const py::bytes& bytes) {
+            return std::make_shared<Program>(Program::fromBytes(std::string(bytes)));
+          },
+          py::arg("data"),
+          "Reads a program; KilnError malformed / unsupported (another format version).")
       .def_static(
           "load",
           [](const std::string& path) {
             py::gil_scoped_release nogil;
             return std::make_shared<Program>(Program::load(path));
           },
-          py::arg("path"), "Reads a `.kiln` file; KilnError not_found / io / malformed / unsupported.")
+          py::arg("path"),
+          "Reads a `.kiln` file; KilnError not_found / io / malformed / unsupported.")
       .def("to_bytes", [](const Program& p) { return py::bytes(p.toBytes()); })
       .def(
           "save",
@@ -112,12 +122,13 @@ void bindProgram(py::module_& m) {
       .def_property_readonly("name", &Program::name)
       .def_property_readonly("graph",
                              [](const Program& p) {
-                               return py::module_::import("kiln.ir").attr("Graph").attr("from_bytes")(
-                                   py::bytes(ir::toBytes(p.graph())));
+                               return py::module_::import("kiln.ir").attr("Graph").attr(
+                                   "from_bytes")(py::bytes(ir::toBytes(p.graph())));
                              })
-      .def_property_readonly("inputs", &inputsOf,
-                             "One dict per graph placeholder: name, source, dtype, device, sizes (ints, "
-                             "and symbol names), stored (the program carries it).")
+      .def_property_readonly(
+          "inputs", &inputsOf,
+          "One dict per graph placeholder: name, source, dtype, device, sizes (ints, "
+          "and symbol names), stored (the program carries it).")
       .def_property_readonly("symbols",
                              [](const Program& p) {
                                py::list out;
@@ -148,14 +159,16 @@ void bindProgram(py::module_& m) {
           "stored",
           [](const Program& p, size_t input) {
             const program::Input& in = p.inputs().at(input);
-            if (!in.constant) throw Error(ErrorCode::InvalidArgument, "input " + in.name + " is the caller's");
+            if (!in.constant)
+              throw Error(ErrorCode::InvalidArgument, "input " + in.name + " is the caller's");
             return py::make_tuple(std::string(dtypeName(in.constant->dtype)), in.constant->sizes,
                                   py::bytes(in.constant->bytes));
           },
           py::arg("input"), "A stored input's (dtype, sizes, bytes).")
       .def(
           "check",
-          [](const Program& p, const std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>>& given) {
+          [](const Program& p,
+             const std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>>& given) {
             std::vector<program::InputShape> shapes;
             for (const auto& [dtype, device, sizes] : given)
               shapes.push_back({dtypeNamed(dtype), deviceNamed(device), sizes});

@@ -4,8 +4,8 @@
 
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 
 #include <capnp/message.h>
 #include <capnp/serialize.h>
@@ -32,7 +32,9 @@ Program seedProgram() {
   sym::Expr s0 = table->declare("s0", 3, {2, sym::kInf});
   sym::Expr s1 = table->declare("s1", 4, {2, sym::kInf});
   sym::Expr s2 = table->declare("s2", 12, {2, sym::kInf});
-  auto meta = [&](ir::Shape sizes) { return ir::Value(ir::TensorMeta::contiguous(DType::Float32, sizes, *table)); };
+  auto meta = [&](ir::Shape sizes) {
+    return ir::Value(ir::TensorMeta::contiguous(DType::Float32, sizes, *table));
+  };
   ir::ValueId x = g.placeholder("x", meta({s0, s1}));
   ir::ValueId w = g.placeholder("w", meta({table->integer(1)}));
   ir::ValueId y = g.placeholder("y", meta({s2}));
@@ -47,10 +49,13 @@ Program seedProgram() {
                                        {s2, "n", "y.size(0)", {2, sym::kInf}}};
   std::vector<RuntimeAssert> asserts{{sym::eq(s0 * s1, s2), "the traced code needs a*b == n"},
                                      {sym::ne(s0, s1), "the traced code needs a != b"}};
-  return Program(table, std::move(g), std::move(inputs), std::move(symbols), std::move(asserts), {}, "f");
+  return Program(table, std::move(g), std::move(inputs), std::move(symbols), std::move(asserts), {},
+                 "f");
 }
 
-InputShape f32(std::vector<int64_t> sizes) { return {DType::Float32, {}, std::move(sizes)}; }
+InputShape f32(std::vector<int64_t> sizes) {
+  return {DType::Float32, {}, std::move(sizes)};
+}
 
 std::string errorOf(const std::function<void()>& f, ErrorCode* code = nullptr) {
   try {
@@ -63,7 +68,8 @@ std::string errorOf(const std::function<void()>& f, ErrorCode* code = nullptr) {
 }
 
 struct TempFile {
-  fs::path path = fs::temp_directory_path() / ("kiln-program-test-" + std::to_string(::getpid()) + ".kiln");
+  fs::path path =
+      fs::temp_directory_path() / ("kiln-program-test-" + std::to_string(::getpid()) + ".kiln");
   ~TempFile() { fs::remove(path); }
   void write(const std::string& bytes) const { std::ofstream(path, std::ios::binary) << bytes; }
 };
@@ -75,32 +81,52 @@ TEST(Program, ChecksACallAgainstTheSpecAndTheAsserts) {
   ASSERT_EQ(p.userInputs().size(), 2u);
   sym::Binding b = p.check({f32({3, 4}), f32({12})});
   EXPECT_EQ(b.at(*p.table().lookup("s2")), 12);
-  EXPECT_EQ(errorOf([&] { p.check({f32({3, 4}), f32({13})}); }),
-            "f: runtime assert s0*s1 == s2 failed: s0=3, s1=4, s2=13 (the traced code needs a*b == n)");
-  EXPECT_NE(errorOf([&] { p.check({f32({4, 4}), f32({16})}); }).find("runtime assert s0 != s1 failed: s0=4, s1=4"),
+  EXPECT_EQ(
+      errorOf([&] {
+        p.check({f32({3, 4}), f32({13})});
+      }),
+      "f: runtime assert s0*s1 == s2 failed: s0=3, s1=4, s2=13 (the traced code needs a*b == n)");
+  EXPECT_NE(errorOf([&] {
+              p.check({f32({4, 4}), f32({16})});
+            }).find("runtime assert s0 != s1 failed: s0=4, s1=4"),
             std::string::npos);
-  EXPECT_EQ(errorOf([&] { p.check({f32({65, 2}), f32({130})}); }),
+  EXPECT_EQ(errorOf([&] {
+              p.check({f32({65, 2}), f32({130})});
+            }),
             "f: x.size(0) (a) is 65, outside a's range [2, 64]");
   EXPECT_EQ(errorOf([&] { p.check({f32({3, 4})}); }), "f: expected 2 inputs (x, y), got 1");
-  EXPECT_EQ(errorOf([&] { p.check({f32({3, 4}), {DType::Float64, {}, {12}}}); }),
+  EXPECT_EQ(errorOf([&] {
+              p.check({f32({3, 4}), {DType::Float64, {}, {12}}});
+            }),
             "f: input y must be float32, got float64");
-  EXPECT_NE(errorOf([&] { p.check({f32({12}), f32({12})}); }).find("input x must have 2 dims"), std::string::npos);
-  EXPECT_NE(errorOf([&] { p.check({f32({3, 4}), {DType::Float32, {ir::DeviceType::Cuda, 0}, {12}}}); })
-                .find("must be on cpu"),
+  EXPECT_NE(errorOf([&] {
+              p.check({f32({12}), f32({12})});
+            }).find("input x must have 2 dims"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] {
+              p.check({f32({3, 4}), {DType::Float32, {ir::DeviceType::Cuda, 0}, {12}}});
+            }).find("must be on cpu"),
             std::string::npos);
 }
 
 TEST(Program, OneDimIsOneValue) {
   auto table = std::make_shared<sym::SymbolTable>();
   ir::Graph g(*table);
-  sym::Expr s0 = table->declare("s0", 4, {2, sym::kInf}), s1 = table->declare("s1", 4, {2, sym::kInf});
-  ir::ValueId x = g.placeholder("x", ir::Value(ir::TensorMeta::contiguous(DType::Float32, {s0}, *table)));
-  ir::ValueId y = g.placeholder("y", ir::Value(ir::TensorMeta::contiguous(DType::Float32, {s1}, *table)));
+  sym::Expr s0 = table->declare("s0", 4, {2, sym::kInf}),
+            s1 = table->declare("s1", 4, {2, sym::kInf});
+  ir::ValueId x =
+      g.placeholder("x", ir::Value(ir::TensorMeta::contiguous(DType::Float32, {s0}, *table)));
+  ir::ValueId y =
+      g.placeholder("y", ir::Value(ir::TensorMeta::contiguous(DType::Float32, {s1}, *table)));
   g.setOutputs({x, y});
-  Program p(table, std::move(g), {{"x", "L['x']", x, std::nullopt, {}}, {"y", "L['y']", y, std::nullopt, {}}},
-            {{s0, "batch", "x.size(0)", {2, sym::kInf}}, {s1, "batch", "y.size(0)", {2, sym::kInf}}}, {});
+  Program p(
+      table, std::move(g),
+      {{"x", "L['x']", x, std::nullopt, {}}, {"y", "L['y']", y, std::nullopt, {}}},
+      {{s0, "batch", "x.size(0)", {2, sym::kInf}}, {s1, "batch", "y.size(0)", {2, sym::kInf}}}, {});
   EXPECT_NO_THROW(p.check({f32({5}), f32({5})}));
-  EXPECT_EQ(errorOf([&] { p.check({f32({5}), f32({6})}); }),
+  EXPECT_EQ(errorOf([&] {
+              p.check({f32({5}), f32({6})});
+            }),
             "program: x.size(0) and y.size(0) are both Dim batch, but they are 5 and 6");
 }
 
@@ -116,8 +142,12 @@ TEST(Program, RoundTripsThroughAFile) {
   EXPECT_EQ(back.symbols()[0].range, (sym::Range{2, 64}));
   ASSERT_TRUE(back.inputs()[1].constant);
   EXPECT_EQ(back.inputs()[1].constant->bytes, p.inputs()[1].constant->bytes);
-  EXPECT_EQ(errorOf([&] { back.check({f32({3, 4}), f32({13})}); }),
-            errorOf([&] { p.check({f32({3, 4}), f32({13})}); }));
+  EXPECT_EQ(errorOf([&] {
+              back.check({f32({3, 4}), f32({13})});
+            }),
+            errorOf([&] {
+              p.check({f32({3, 4}), f32({13})});
+            }));
   EXPECT_NE(back.text().find("s0*s1 == s2"), std::string::npos) << back.text();
 }
 
@@ -132,7 +162,8 @@ TEST(Program, LoadErrorsAreTyped) {
     return code;
   };
   EXPECT_EQ(codeOfLoading(good.substr(0, good.size() / 2)), ErrorCode::Malformed) << "truncated";
-  EXPECT_EQ(codeOfLoading(good.substr(0, good.size() - 8)), ErrorCode::Malformed) << "one word short";
+  EXPECT_EQ(codeOfLoading(good.substr(0, good.size() - 8)), ErrorCode::Malformed)
+      << "one word short";
   EXPECT_EQ(codeOfLoading(good.substr(0, 13)), ErrorCode::Malformed) << "not whole words";
   EXPECT_EQ(codeOfLoading(""), ErrorCode::Malformed) << "empty";
   EXPECT_EQ(codeOfLoading(std::string(4096, '\x5a')), ErrorCode::Malformed) << "garbage";
@@ -145,19 +176,24 @@ TEST(Program, LoadErrorsAreTyped) {
     message.setRoot(reader.getRoot<schema::Program>());
     edit(message.getRoot<schema::Program>());
     auto flat = capnp::messageToFlatArray(message);
-    return std::string(reinterpret_cast<const char*>(flat.asBytes().begin()), flat.asBytes().size());
+    return std::string(reinterpret_cast<const char*>(flat.asBytes().begin()),
+                       flat.asBytes().size());
   };
   ErrorCode code = ErrorCode::Internal;
   file.write(edited([](schema::Program::Builder p) { p.setMagic(0x1234); }));
   EXPECT_NE(errorOf([&] { Program::load(file.path); }, &code).find("bad magic"), std::string::npos);
   EXPECT_EQ(code, ErrorCode::Malformed);
-  file.write(edited([](schema::Program::Builder p) { p.setFormatVersion(schema::PROGRAM_FORMAT_VERSION + 1); }));
-  EXPECT_NE(errorOf([&] { Program::load(file.path); }, &code).find("format version 2"), std::string::npos);
+  file.write(edited(
+      [](schema::Program::Builder p) { p.setFormatVersion(schema::PROGRAM_FORMAT_VERSION + 1); }));
+  EXPECT_NE(errorOf([&] { Program::load(file.path); }, &code).find("format version 2"),
+            std::string::npos);
   EXPECT_EQ(code, ErrorCode::Unsupported);
   file.write(edited([](schema::Program::Builder p) { p.getSymbols()[0].setName("s9"); }));
   errorOf([&] { Program::load(file.path); }, &code);
   EXPECT_EQ(code, ErrorCode::Malformed) << "a symbol the graph lacks";
-  file.write(edited([](schema::Program::Builder p) { p.getInputs()[1].getConstant().setData(kj::heapArray<kj::byte>(3)); }));
+  file.write(edited([](schema::Program::Builder p) {
+    p.getInputs()[1].getConstant().setData(kj::heapArray<kj::byte>(3));
+  }));
   errorOf([&] { Program::load(file.path); }, &code);
   EXPECT_EQ(code, ErrorCode::Malformed) << "a stored tensor of the wrong size";
   file.write(edited([](schema::Program::Builder p) { p.initInputs(1); }));

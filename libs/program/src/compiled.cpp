@@ -16,7 +16,8 @@ namespace {
 // As the codegen service's cache (kiln/codegen/cache.h) and kiln.ir pick it.
 std::string defaultLibraryDir() {
   if (const char* dir = std::getenv("KILN_CACHE_DIR"); dir && *dir) return dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/kiln";
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return std::string(xdg) + "/kiln";
   const char* home = std::getenv("HOME");
   return std::string(home && *home ? home : "/tmp") + "/.cache/kiln";
 }
@@ -37,10 +38,12 @@ std::string cudaTarget(int device) {
   CUdevice dev = 0;
   runtime::cudaCheck(driver.cuDeviceGet(&dev, device), "cuDeviceGet");
   int major = 0, minor = 0;
-  runtime::cudaCheck(driver.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
-                     "cuDeviceGetAttribute");
-  runtime::cudaCheck(driver.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
-                     "cuDeviceGetAttribute");
+  runtime::cudaCheck(
+      driver.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+      "cuDeviceGetAttribute");
+  runtime::cudaCheck(
+      driver.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
+      "cuDeviceGetAttribute");
   return "cuda:sm_" + std::to_string(major) + std::to_string(minor);
 #else
   (void)device;
@@ -108,9 +111,11 @@ CompiledProgram CompiledProgram::compile(Program program, client::Stack& stack, 
         runtime::CudaContextScope scope(device);
         const runtime::CudaDriver& driver = runtime::cudaDriver();
         CUdeviceptr data = 0;
-        runtime::cudaCheck(driver.cuMemAlloc(&data, std::max<size_t>(c.bytes.size(), 1)), "cuMemAlloc");
+        runtime::cudaCheck(driver.cuMemAlloc(&data, std::max<size_t>(c.bytes.size(), 1)),
+                           "cuMemAlloc");
         out.deviceConstants_.push_back(reinterpret_cast<void*>(data));
-        runtime::cudaCheck(driver.cuMemcpyHtoD(data, c.bytes.data(), c.bytes.size()), "cuMemcpyHtoD");
+        runtime::cudaCheck(driver.cuMemcpyHtoD(data, c.bytes.data(), c.bytes.size()),
+                           "cuMemcpyHtoD");
         t.data = reinterpret_cast<void*>(data);
       }
 #endif
@@ -131,7 +136,8 @@ Outputs CompiledProgram::run(const std::vector<runtime::Tensor>& inputs) const {
   size_t next = 0;
   for (size_t i = 0; i < all.size(); ++i)
     if (!p.inputs()[i].constant) all[i] = inputs[next++];
-  runtime::RunResult result = artifact_->run(all, *allocator_, runtime::CudaStream{device_, nullptr});
+  runtime::RunResult result =
+      artifact_->run(all, *allocator_, runtime::CudaStream{device_, nullptr});
   return Outputs(std::move(result), allocator_);
 }
 

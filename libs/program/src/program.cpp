@@ -126,25 +126,27 @@ capnp::ReaderOptions readerOptions() {
 
 } // namespace
 
-Program::Program(std::shared_ptr<sym::SymbolTable> table, ir::Graph graph, std::vector<Input> inputs,
-                 std::vector<Symbol> symbols, std::vector<RuntimeAssert> asserts,
-                 std::string outputSpec, std::string name)
+Program::Program(std::shared_ptr<sym::SymbolTable> table, ir::Graph graph,
+                 std::vector<Input> inputs, std::vector<Symbol> symbols,
+                 std::vector<RuntimeAssert> asserts, std::string outputSpec, std::string name)
     : table_(std::move(table)), graph_(std::move(graph)), inputs_(std::move(inputs)),
-      symbols_(std::move(symbols)), asserts_(std::move(asserts)), outputSpec_(std::move(outputSpec)),
-      name_(std::move(name)) {
+      symbols_(std::move(symbols)), asserts_(std::move(asserts)),
+      outputSpec_(std::move(outputSpec)), name_(std::move(name)) {
   validate();
 }
 
 void Program::validate() const {
   auto bad = [](const std::string& what) { return Error(ErrorCode::InvalidArgument, what); };
-  if (!table_ || &graph_.symbols() != table_.get()) throw bad("the graph is not over the program's table");
+  if (!table_ || &graph_.symbols() != table_.get())
+    throw bad("the graph is not over the program's table");
   std::vector<ir::ValueId> placeholders;
   for (ir::ValueId id = 0; id < graph_.size(); ++id)
     if (graph_.node(id).kind == ir::NodeKind::Placeholder) placeholders.push_back(id);
   if (placeholders.size() != inputs_.size())
     throw bad(fmt::format("{} inputs for {} placeholders", inputs_.size(), placeholders.size()));
   auto declared = [this](sym::Expr s) {
-    return std::any_of(symbols_.begin(), symbols_.end(), [&](const Symbol& d) { return d.symbol == s; });
+    return std::any_of(symbols_.begin(), symbols_.end(),
+                       [&](const Symbol& d) { return d.symbol == s; });
   };
   for (const Symbol& s : symbols_) {
     if (s.symbol.isNull() || !s.symbol.isSymbol() || &s.symbol.table() != table_.get())
@@ -168,21 +170,25 @@ void Program::validate() const {
         same = size && *size == c.sizes[k];
         numel *= c.sizes[k];
       }
-      if (!same) throw bad("the stored tensor of " + in.name + " does not match " + ir::toString(m));
+      if (!same)
+        throw bad("the stored tensor of " + in.name + " does not match " + ir::toString(m));
       if (c.bytes.size() != static_cast<size_t>(numel) * elementSize(c.dtype))
-        throw bad("the stored tensor of " + in.name + " has " + std::to_string(c.bytes.size()) + " bytes");
+        throw bad("the stored tensor of " + in.name + " has " + std::to_string(c.bytes.size()) +
+                  " bytes");
       continue;
     }
     for (sym::Expr size : m.sizes)
       if (!size.asInteger() && !(size.isSymbol() && declared(size)))
-        throw bad("input " + in.name + " has size " + sym::toString(size) + ", which no Dim declares");
+        throw bad("input " + in.name + " has size " + sym::toString(size) +
+                  ", which no Dim declares");
   }
   for (const RuntimeAssert& a : asserts_) {
     if (a.condition.isNull() || !a.condition.isBool() || &a.condition.table() != table_.get())
       throw bad("a runtime assert that is not a condition of the program");
     for (sym::Expr s : sym::freeSymbols(a.condition))
-      if (!declared(s)) throw bad("runtime assert " + sym::toString(a.condition) + " names " + s.name() +
-                                  ", which no Dim declares");
+      if (!declared(s))
+        throw bad("runtime assert " + sym::toString(a.condition) + " names " + s.name() +
+                  ", which no Dim declares");
   }
 }
 
@@ -246,29 +252,33 @@ Program Program::fromBytes(std::string_view bytes) {
     auto in = message.getRoot<schema::Program>();
     if (in.getMagic() != schema::PROGRAM_MAGIC) throw malformed("bad magic (not a .kiln file)");
     if (in.getFormatVersion() != schema::PROGRAM_FORMAT_VERSION)
-      throw Error(ErrorCode::Unsupported,
-                  fmt::format("kiln program format version {}; this kiln reads version {} (made by {})",
-                              in.getFormatVersion(), schema::PROGRAM_FORMAT_VERSION,
-                              in.getProducer().cStr()));
+      throw Error(
+          ErrorCode::Unsupported,
+          fmt::format("kiln program format version {}; this kiln reads version {} (made by {})",
+                      in.getFormatVersion(), schema::PROGRAM_FORMAT_VERSION,
+                      in.getProducer().cStr()));
     auto table = std::make_shared<sym::SymbolTable>();
     ir::Graph graph = ir::fromWire(in.getGraph(), *table);
     std::vector<ir::ValueId> placeholders;
     for (ir::ValueId id = 0; id < graph.size(); ++id)
       if (graph.node(id).kind == ir::NodeKind::Placeholder) placeholders.push_back(id);
     if (in.getInputs().size() != placeholders.size())
-      throw malformed(fmt::format("{} inputs for {} placeholders", in.getInputs().size(), placeholders.size()));
+      throw malformed(
+          fmt::format("{} inputs for {} placeholders", in.getInputs().size(), placeholders.size()));
     std::vector<Input> inputs;
     for (unsigned i = 0; i < in.getInputs().size(); ++i) {
       auto wire = in.getInputs()[i];
       Input input{wire.getName(), wire.getSource(), placeholders[i], std::nullopt, {}};
       for (auto step : wire.getPath()) input.path.push_back(guards::fromWire(step));
-      if (wire.isConstant()) input.constant = readTensor(wire.getConstant(), "the stored tensor of " + input.name);
+      if (wire.isConstant())
+        input.constant = readTensor(wire.getConstant(), "the stored tensor of " + input.name);
       inputs.push_back(std::move(input));
     }
     std::vector<Symbol> symbols;
     for (auto s : in.getSymbols()) {
       auto symbol = table->lookup(s.getName().cStr());
-      if (!symbol) throw malformed(std::string("symbol ") + s.getName().cStr() + " is not the graph's");
+      if (!symbol)
+        throw malformed(std::string("symbol ") + s.getName().cStr() + " is not the graph's");
       symbols.push_back({*symbol, s.getDim(), s.getSource(), {s.getMin(), s.getMax()}});
     }
     std::vector<RuntimeAssert> asserts;
@@ -299,7 +309,9 @@ Program Program::load(const std::string& path) {
   }
 }
 
-void Program::save(const std::string& path) const { writeFileAtomically(path, toBytes()); }
+void Program::save(const std::string& path) const {
+  writeFileAtomically(path, toBytes());
+}
 
 TensorData loadTensor(const std::string& path) {
   const std::string bytes = readFile(path);
@@ -339,13 +351,14 @@ sym::Binding Program::check(const std::vector<InputShape>& given) const {
     const InputShape& got = given[i];
     const ir::TensorMeta& m = graph_.meta(in.placeholder);
     if (got.dtype != m.dtype)
-      throw bad(fmt::format("input {} must be {}, got {}", in.name, dtypeName(m.dtype), dtypeName(got.dtype)));
+      throw bad(fmt::format("input {} must be {}, got {}", in.name, dtypeName(m.dtype),
+                            dtypeName(got.dtype)));
     if (got.device.type != m.device.type)
       throw bad(fmt::format("input {} must be on {}, got {}", in.name, ir::toString(m.device),
                             ir::toString(got.device)));
     if (got.sizes.size() != m.dim())
-      throw bad(fmt::format("input {} must have {} dims ({}), got {}", in.name, m.dim(), ir::toString(m),
-                            sizesText(got.sizes)));
+      throw bad(fmt::format("input {} must have {} dims ({}), got {}", in.name, m.dim(),
+                            ir::toString(m), sizesText(got.sizes)));
     for (size_t k = 0; k < m.dim(); ++k) {
       const int64_t value = got.sizes[k];
       const std::string where = fmt::format("{}.size({})", in.name, k);
@@ -361,8 +374,8 @@ sym::Binding Program::check(const std::vector<InputShape>& given) const {
                               symbol->dim, rangeText(symbol->range)));
       auto [seen, fresh] = dims.emplace(symbol->dim, std::make_pair(value, where));
       if (!fresh && seen->second.first != value)
-        throw bad(fmt::format("{} and {} are both Dim {}, but they are {} and {}", seen->second.second,
-                              where, symbol->dim, seen->second.first, value));
+        throw bad(fmt::format("{} and {} are both Dim {}, but they are {} and {}",
+                              seen->second.second, where, symbol->dim, seen->second.first, value));
       binding[symbol->symbol] = value;
     }
   }
@@ -390,11 +403,12 @@ std::string Program::text() const {
         << (in.constant ? "  (stored)" : "") << "  # " << in.source << "\n";
   if (!symbols_.empty()) out << "symbols:\n";
   for (const Symbol& s : symbols_)
-    out << "  " << s.symbol.name() << " = Dim('" << s.dim << "') in " << rangeText(s.range) << "  # "
-        << s.source << "\n";
+    out << "  " << s.symbol.name() << " = Dim('" << s.dim << "') in " << rangeText(s.range)
+        << "  # " << s.source << "\n";
   if (!asserts_.empty()) out << "runtime asserts:\n";
   for (const RuntimeAssert& a : asserts_)
-    out << "  " << sym::toString(a.condition) << (a.message.empty() ? "" : "  # " + a.message) << "\n";
+    out << "  " << sym::toString(a.condition) << (a.message.empty() ? "" : "  # " + a.message)
+        << "\n";
   out << "graph:\n";
   std::istringstream graph(ir::print(graph_));
   for (std::string line; std::getline(graph, line);) out << "  " << line << "\n";
