@@ -230,3 +230,15 @@ def test_mlp_on_cuda_from_python_and_cpp(stack, run_dir, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "on cuda:sm_" in done.stderr
     torch.testing.assert_close(read_tensor(out), expected.cpu())
+
+
+def test_decide_from_python(stack):
+    from kiln import guards as kg
+    s = kg.GuardSet()
+    x = s.symbol("s0", s.path(kg.arg(0, "x"), kg.size(0)))
+    y = s.symbol("s1", s.path(kg.arg(1, "y"), kg.size(0)))
+    assert stack.decide(x > 5, [x > 7])[0] is True
+    assert stack.decide(x > 5, [x < 3])[0] is False
+    answer, how = stack.decide(x == y, [x >= 2])
+    assert answer is None and how
+    assert stack.decide(x * y >= 4, [x >= 2, y >= 2])[0] is True
