@@ -81,7 +81,7 @@ enum ViolationKind {
   range @2;       # fewer valid values than declared
   derived @3;     # a Dim the guards make a function of others
   divisible @4;   # a Dim the guards require a multiple of k
-  other @5;
+  other @5;       # no input at all is accepted
 }
 
 struct Violation {
@@ -91,9 +91,18 @@ struct Violation {
   fix @3 :Text;                   # a suggested line of the spec, or empty
 }
 
+# A condition no Dim spelling expresses (`batch*seq == n`, `batch != seq`): the
+# exported program checks it when it runs instead of refusing the spec.
+struct RuntimeAssert {
+  condition @0 :Common.SymExpr;   # over the request's symbols
+  dims @1 :List(Text);
+  message @2 :Text;               # the condition in Dim names
+}
+
 struct CheckConstraintsReply {
   violations @0 :List(Violation); # empty: every declared input is accepted
   text @1 :Text;                  # the report as torch.export words it; empty when ok
+  asserts @2 :List(RuntimeAssert);
 }
 
 struct ShapesRequest {

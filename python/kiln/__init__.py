@@ -4,14 +4,19 @@
     fast = kiln.compile(model)   # or @kiln.compile on a function
     y = fast(x)                  # what model(x) gives, compiled by the stack
     print(kiln.explain(fast))    # guards, graphs, kernels, fallbacks
+    prog = kiln.export(model, (x,), dynamic_shapes={"x": {0: kiln.Dim("batch")}})  # a .kiln program
 """
 from kiln._kiln import KilnError, ShmStore, Stack
 from kiln._shm import shm_empty, shm_free, shm_get, shm_put
 from kiln._stack import connect, status
 from kiln import guards, ir
 from kiln._compile import Unsupported, compile, explain
+from kiln._export import ConstraintViolation, Dim, ExportedProgram, export, load_program
 
 __all__ = [
+    "ConstraintViolation",
+    "Dim",
+    "ExportedProgram",
     "KilnError",
     "ShmStore",
     "Stack",
@@ -19,8 +24,10 @@ __all__ = [
     "compile",
     "connect",
     "explain",
+    "export",
     "guards",
     "ir",
+    "load_program",
     "shm_empty",
     "shm_free",
     "shm_get",

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include <capnp/message.h>
+#include <capnp/serialize.h>
 #include <fmt/format.h>
 
 #include "kiln/client/stack.h"
@@ -22,10 +24,13 @@
 #include "kiln/guards/frame_state.h"
 #include "kiln/guards/wire.h"
 #include "kiln/ir/wire.h"
+#include "kiln/schema/shapes.capnp.h"
+#include "kiln/shapes/wire.h"
 #include "kiln/shm/store.h"
 #include "capnp_dict.h"
 #include "guard_bindings.h"
 #include "ir_bindings.h"
+#include "program_bindings.h"
 
 namespace py = pybind11;
 
@@ -368,8 +373,62 @@ void bindStack(py::module_& m) {
           },
           py::arg("graph"), py::arg("target") = "cpu", py::arg("timeout_ms") = 120000,
           "Compiles a kiln.ir.Graph through the codegen service: (artifact bytes, cache hit).")
-      // TODO(issue 9): decide and checkConstraints from Python (kiln.export's
-      // constraint errors); today only Stack::decide / Stack::checkConstraints in C++.
+      .def(
+          "decide",
+          [](PyStack& self, const GuardSym& question, const std::vector<GuardSym>& facts,
+             uint32_t timeoutMs, uint32_t budgetMs, int64_t rpcTimeoutMs) {
+            std::vector<sym::Expr> exprs;
+            for (const GuardSym& f : facts) {
+              if (f.owner != question.owner)
+                throw Error(ErrorCode::InvalidArgument, "decide: a fact over another guard set's symbols");
+              exprs.push_back(f.expr);
+            }
+            shapes::Decision d = withoutGil([&] {
+              return self.locked([&](auto& s) {
+                return s.decide(question.expr, exprs, {timeoutMs, budgetMs}, Millis(rpcTimeoutMs));
+              });
+            });
+            py::object answer = d.answer == shapes::Answer::True    ? py::object(py::bool_(true))
+                                : d.answer == shapes::Answer::False ? py::object(py::bool_(false))
+                                                                    : py::object(py::none());
+            return py::make_tuple(answer, d.how);
+          },
+          py::arg("question"), py::arg("facts") = std::vector<GuardSym>{}, py::arg("z3_timeout_ms") = 200,
+          py::arg("z3_budget_ms") = 2000, py::arg("timeout_ms") = 30000,
+          "Whether a relation over kiln.guards.Sym symbols holds for every binding within their "
+          "ranges that satisfies `facts`, through the shapes service: (True | False | None for "
+          "unknown, how).")
+      .def(
+          "check_constraints",
+          [](PyStack& self, const py::bytes& guardSet, const std::vector<py::dict>& dims,
+             int64_t timeoutMs) {
+            guards::GuardSet set = guards::guardSetFromBytes(std::string(guardSet));
+            std::vector<shapes::DimSpec> spec;
+            for (const py::dict& d : dims) {
+              const auto name = d["symbol"].cast<std::string>();
+              auto symbol = set.table().lookup(name);
+              if (!symbol)
+                throw Error(ErrorCode::InvalidArgument, "check_constraints: the guard set has no symbol " + name);
+              shapes::DimSpec dim{d["source"].cast<std::string>(), *symbol, d["dim"].cast<std::string>()};
+              if (d.contains("min") && !d["min"].is_none()) dim.range.lo = d["min"].cast<int64_t>();
+              if (d.contains("max") && !d["max"].is_none()) dim.range.hi = d["max"].cast<int64_t>();
+              spec.push_back(std::move(dim));
+            }
+            std::string reply = withoutGil([&] {
+              shapes::ConstraintReport report = self.locked([&](auto& s) {
+                return s.checkConstraints(set.table(), spec, set.shapeGuards(), {}, Millis(timeoutMs));
+              });
+              capnp::MallocMessageBuilder message;
+              shapes::writeReport(report, message.initRoot<schema::CheckConstraintsReply>());
+              auto flat = capnp::messageToFlatArray(message);
+              return std::string(reinterpret_cast<const char*>(flat.asBytes().begin()), flat.asBytes().size());
+            });
+            return capnpDecode("CheckConstraintsReply", reply);
+          },
+          py::arg("guards"), py::arg("dims"), py::arg("timeout_ms") = 30000,
+          "The shape guards of a guard set (bytes) against the user's Dims ({source, symbol, dim, "
+          "min, max} each), through the shapes service: {violations: [{kind, dims, message, fix}], "
+          "text, asserts: [{condition (a SymExpr), dims, message}]} (docs/shapes.md).")
       .def(
           "simplify_guards",
           [](PyStack& self, const py::bytes& guardSet, int64_t timeoutMs) {
@@ -537,4 +596,5 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::bindIr(m);
   kiln::python::bindCapnp(m);
   kiln::python::bindGuards(m);
+  kiln::python::bindProgram(m);
 }

@@ -17,6 +17,8 @@
 #include "kiln/common/error.h"
 #include "kiln/schema/graph.capnp.h"
 #include "kiln/schema/guards.capnp.h"
+#include "kiln/schema/program.capnp.h"
+#include "kiln/schema/shapes.capnp.h"
 #include "kiln/schema/tracer.capnp.h"
 #include "kiln/tracer/tracer.h"
 
@@ -33,6 +35,10 @@ capnp::StructSchema schemaNamed(const std::string& name) {
       {"FrameState", capnp::Schema::from<schema::FrameState>()},
       {"CallInput", capnp::Schema::from<schema::CallInput>()},
       {"Graph", capnp::Schema::from<schema::Graph>()},
+      {"Program", capnp::Schema::from<schema::Program>()},
+      {"OutputSpec", capnp::Schema::from<schema::OutputSpec>()},
+      {"TensorData", capnp::Schema::from<schema::TensorData>()},
+      {"CheckConstraintsReply", capnp::Schema::from<schema::CheckConstraintsReply>()},
   };
   auto it = schemas.find(name);
   if (it == schemas.end()) throw Error(ErrorCode::InvalidArgument, "no message type " + name);
@@ -160,7 +166,9 @@ py::bytes encode(const std::string& type, py::handle value) {
   return py::bytes(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
 }
 
-py::object decode(const std::string& type, const std::string& bytes) {
+} // namespace
+
+py::object capnpDecode(const std::string& type, const std::string& bytes) {
   if (bytes.size() % sizeof(capnp::word) != 0) throw Error(ErrorCode::Malformed, type + ": not whole words");
   kj::Array<capnp::word> words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
   std::memcpy(words.begin(), bytes.data(), bytes.size());
@@ -175,12 +183,10 @@ py::object decode(const std::string& type, const std::string& bytes) {
   }
 }
 
-} // namespace
-
 void bindCapnp(py::module_& m) {
   m.def("capnp_encode", &encode, py::arg("type"), py::arg("value"),
         "A message of `type` (TraceRequest, GuardSet, ...) from nested dicts, as bytes.");
-  m.def("capnp_decode", &decode, py::arg("type"), py::arg("data"), "A message's bytes as nested dicts.");
+  m.def("capnp_decode", &capnpDecode, py::arg("type"), py::arg("data"), "A message's bytes as nested dicts.");
   m.def(
       "trace",
       [](const std::string& request) {

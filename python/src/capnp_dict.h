@@ -4,8 +4,14 @@
 
 #include <pybind11/pybind11.h>
 
+#include <string>
+
 namespace kiln::python {
 
 void bindCapnp(pybind11::module_& m);
+
+// A flat message of `type` (TraceReply, Program, CheckConstraintsReply, ...) as nested
+// dicts; Error{Malformed} for bytes that do not decode.
+pybind11::object capnpDecode(const std::string& type, const std::string& bytes);
 
 } // namespace kiln::python

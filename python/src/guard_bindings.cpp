@@ -41,11 +41,6 @@ using namespace kiln::guards;
   throw Error(ErrorCode::InvalidArgument, message);
 }
 
-// A symbolic int of one guard set (its symbols and shape guards).
-struct GuardSym {
-  std::shared_ptr<GuardSet> owner;
-  sym::Expr expr;
-};
 
 struct PyCallInput {
   CallInput call;

@@ -18,6 +18,12 @@ struct PyGuardSet {
   std::shared_ptr<guards::GuardSet> set = std::make_shared<guards::GuardSet>();
 };
 
+// kiln.guards.Sym: a symbolic int of one guard set (its symbols and shape guards).
+struct GuardSym {
+  std::shared_ptr<guards::GuardSet> owner;
+  sym::Expr expr;
+};
+
 // A Python call described for the C++ front end (the slow path); `fn` may be None.
 guards::CallInput describePythonCall(pybind11::handle fn, pybind11::handle args,
                                      pybind11::handle kwargs);

@@ -100,17 +100,26 @@ TEST_F(Constraints, ARangeNarrowerThanDeclaredSuggestsTheRange) {
   EXPECT_EQ(r.violations[0].fix, "batch = Dim('batch', min=3, max=1024)");
 }
 
-TEST_F(Constraints, ARelationBetweenDimsSuggestsADerivedDim) {
-  ConstraintReport r = check({batch, seq, n}, {eq(s2, s0 * s1)});
+TEST_F(Constraints, AnAffineRelationBetweenDimsSuggestsADerivedDim) {
+  ConstraintReport r = check({batch, {"z.size(0)", s3, "m"}}, {eq(s3, 2 * s0 + 1)});
   ASSERT_EQ(r.violations.size(), 1u) << r.text();
   EXPECT_EQ(r.violations[0].kind, ViolationKind::Derived);
-  EXPECT_EQ(r.violations[0].dims, (std::vector<std::string>{"n", "batch", "seq"}));
+  EXPECT_EQ(r.violations[0].dims, (std::vector<std::string>{"m", "batch"}));
   EXPECT_EQ(r.violations[0].message,
-            "y.size(0) (n) is not independent: the traced code needs n == batch*seq");
-  EXPECT_EQ(r.violations[0].fix, "n = batch*seq");
-  r = check({batch, {"z.size(0)", s3, "m"}}, {eq(s3, 2 * s0 + 1)});
-  ASSERT_EQ(r.violations.size(), 1u) << r.text();
+            "z.size(0) (m) is not independent: the traced code needs m == 2*batch + 1");
   EXPECT_EQ(r.violations[0].fix, "m = 2*batch + 1");
+  EXPECT_TRUE(r.asserts.empty());
+}
+
+// Seed 000: x.reshape(-1) + y with x: [s0, s1], y: [s2] needs s0*s1 == s2, which no
+// derived Dim spells (they are a*root + b): the program asserts it when it runs.
+TEST_F(Constraints, ANonlinearRelationBecomesARuntimeAssert) {
+  ConstraintReport r = check({batch, seq, n}, {eq(s2, s0 * s1)});
+  EXPECT_TRUE(r.ok()) << r.text();
+  ASSERT_EQ(r.asserts.size(), 1u);
+  EXPECT_EQ(r.asserts[0].condition, eq(s2, s0 * s1));
+  EXPECT_EQ(r.asserts[0].dims, (std::vector<std::string>{"batch", "seq", "n"}));
+  EXPECT_NE(r.asserts[0].message.find("batch*seq"), std::string::npos) << r.asserts[0].message;
 }
 
 TEST_F(Constraints, ADivisibilityGuardSuggestsAMultipleOfANewDim) {
@@ -122,14 +131,32 @@ TEST_F(Constraints, ADivisibilityGuardSuggestsAMultipleOfANewDim) {
       << r.violations[0].message;
 }
 
-TEST_F(Constraints, OtherConditionsAreReportedWithoutAFix) {
+TEST_F(Constraints, ConditionsNoDimSpellsBecomeRuntimeAsserts) {
   ConstraintReport r = check({batch, {"x.size(1)", s4, "seq"}}, {ne(s0, s4)});
-  ASSERT_EQ(r.violations.size(), 1u) << r.text();
-  EXPECT_EQ(r.violations[0].kind, ViolationKind::Other);
-  EXPECT_EQ(r.violations[0].message,
-            "not all values of batch, seq satisfy the traced code's condition batch != seq");
-  EXPECT_TRUE(r.violations[0].fix.empty());
+  EXPECT_TRUE(r.ok()) << r.text();
+  ASSERT_EQ(r.asserts.size(), 1u);
+  EXPECT_EQ(r.asserts[0].condition, ne(s0, s4));
+  EXPECT_EQ(r.asserts[0].message, "the traced code needs batch != seq");
+  // Seed 000's three branches (x: [6], y: [12]): the negations of the first two, the
+  // third as it is.
+  SymbolTable t;
+  Expr x = t.createBacked(6, {2, kInf}), y = t.createBacked(12, {2, kInf});
+  r = checkConstraints(t, {{"x.size(0)", x, "a"}, {"y.size(0)", y, "b"}},
+                       {ne(x, y), ne(x, y * y * y), eq(x * x, 3 * y)});
+  EXPECT_TRUE(r.ok()) << r.text();
+  ASSERT_GE(r.asserts.size(), 2u) << "Z3 may prove the second from the third";
+  EXPECT_EQ(r.asserts.front().condition, ne(x, y));
+  EXPECT_EQ(r.asserts.back().condition, eq(x * x, 3 * y));
 }
+
+TEST_F(Constraints, AnUndeclaredSymbolEqualToDimsIsNotTheUsersBusiness) {
+  // A stride read as a symbol (x.stride(0) == seq) constrains only the stride.
+  Expr stride = table.createBacked(8, {1, kInf});
+  ConstraintReport r = check({batch, seq}, {eq(stride, s1)});
+  EXPECT_TRUE(r.ok()) << r.text();
+  EXPECT_TRUE(r.asserts.empty());
+}
+
 
 TEST_F(Constraints, RefusesABadSpec) {
   EXPECT_THROW(check({{"x.size(0)", Expr(), "batch"}}, {}), Error);

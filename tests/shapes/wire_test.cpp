@@ -92,9 +92,14 @@ TEST_F(ShapesWire, RepliesRoundTrip) {
 
   shapes::ConstraintReport r;
   r.violations.push_back({shapes::ViolationKind::Divisible, {"batch"}, "message", "fix"});
+  r.asserts.push_back({ne(s0, u0), {"batch"}, "the traced code needs batch != u0"});
   shapes::writeReport(r, reply.initCheckConstraints());
   EXPECT_EQ(reply.asReader().getCheckConstraints().getText(), r.text());
-  shapes::ConstraintReport rb = shapes::readReport(reply.asReader().getCheckConstraints());
+  shapes::ConstraintReport rb = shapes::readReport(reply.asReader().getCheckConstraints(), table);
+  ASSERT_EQ(rb.asserts.size(), 1u);
+  EXPECT_EQ(rb.asserts[0].condition, ne(s0, u0));
+  EXPECT_EQ(rb.asserts[0].dims, std::vector<std::string>{"batch"});
+  EXPECT_EQ(rb.asserts[0].message, "the traced code needs batch != u0");
   ASSERT_EQ(rb.violations.size(), 1u);
   EXPECT_EQ(rb.violations[0].kind, shapes::ViolationKind::Divisible);
   EXPECT_EQ(rb.violations[0].dims, std::vector<std::string>{"batch"});

@@ -368,7 +368,8 @@ shapes::ConstraintReport Stack::checkConstraints(sym::SymbolTable& table, const 
   auto reply = rpc_->call(kShapes, request, timeout);
   return rpc::decoding([&] {
     return shapes::readReport(
-        shapesReply(*reply, schema::ShapesReply::CHECK_CONSTRAINTS, "checkConstraints").getCheckConstraints());
+        shapesReply(*reply, schema::ShapesReply::CHECK_CONSTRAINTS, "checkConstraints").getCheckConstraints(),
+        table);
   });
 }
 

@@ -183,27 +183,37 @@ private:
   }
 
   void checkReplacement(const Replacement& r) {
-    if (!entryOf(r.symbol) && !(r.expr.isSymbol() && entryOf(r.expr))) return;
-    if (declared(sym::eq(r.symbol, r.expr))) return;
-    if (auto v = r.expr.asInteger(); v && entryOf(r.symbol)) return staticDim(r.symbol, *v);
+    // An undeclared symbol (a stride, an unbacked size) equal to something: that
+    // constrains only it, and its other guards were rewritten in terms of `expr`.
     const DimSpec* x = entryOf(r.symbol);
-    assumeFixed(sym::eq(r.symbol, r.expr));
-    if (r.expr.isSymbol() && x && entryOf(r.expr)) {
-      reported_.insert(r.symbol);
+    if (!x || declared(sym::eq(r.symbol, r.expr))) return;
+    if (auto v = r.expr.asInteger()) return staticDim(r.symbol, *v);
+    reported_.insert(r.symbol);
+    if (r.expr.isSymbol() && entryOf(r.expr)) {
+      assumeFixed(sym::eq(r.symbol, r.expr));
       return equal(*entryOf(r.expr), *x);
     }
-    if (!x) { // an undeclared symbol equal to a Dim: name the Dim
-      add(ViolationKind::Other, dimsOf(r.expr),
-          fmt::format("the traced code needs {} == {}", r.symbol.name(), text(r.expr)), "");
-      return;
-    }
+    if (!derivable(r.expr)) return runtimeAssert(sym::eq(r.symbol, r.expr));
+    assumeFixed(sym::eq(r.symbol, r.expr));
     std::vector<std::string> dims = dimsOf(r.expr);
     dims.insert(dims.begin(), x->dim);
-    reported_.insert(r.symbol);
     add(ViolationKind::Derived, dims,
         fmt::format("{} is not independent: the traced code needs {} == {}", who(r.symbol), x->dim,
                     text(r.expr)),
         fmt::format("{} = {}", x->dim, text(r.expr)));
+  }
+
+  // Whether a Dim can be declared as `expr`: torch.export's derived Dims are
+  // `a*root + b` of one root Dim.
+  bool derivable(sym::Expr expr) const {
+    const auto a = detail::affine(expr);
+    return a && entryOf(a->symbol) && entryOf(a->symbol)->derived.isNull();
+  }
+
+  // A condition no Dim spelling expresses: checked when the program runs.
+  void runtimeAssert(sym::Expr condition) {
+    report_.asserts.push_back(
+        {condition, dimsOf(condition), fmt::format("the traced code needs {}", text(condition))});
   }
 
   void checkRange(sym::Expr x, sym::Range r) {
@@ -246,12 +256,7 @@ private:
           fix);
       return;
     }
-    // TODO(issue 9): with runtime asserts (seed 000), such a condition can become an
-    // assert in the exported program instead of a violation, when the user allows it.
-    add(ViolationKind::Other, dimsOf(g),
-        fmt::format("not all values of {} satisfy the traced code's condition {}",
-                    joined(dimsOf(g)), text(g)),
-        "");
+    runtimeAssert(g);
   }
 
   static std::string joined(const std::vector<std::string>& names) {

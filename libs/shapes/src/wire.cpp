@@ -205,10 +205,18 @@ void writeReport(const ConstraintReport& r, schema::CheckConstraintsReply::Build
     violations[i].setMessage(v.message);
     violations[i].setFix(v.fix);
   }
+  auto asserts = out.initAsserts(static_cast<unsigned>(r.asserts.size()));
+  for (unsigned i = 0; i < asserts.size(); ++i) {
+    const RuntimeAssert& a = r.asserts[i];
+    sym::toWire(a.condition, asserts[i].initCondition());
+    auto dims = asserts[i].initDims(static_cast<unsigned>(a.dims.size()));
+    for (unsigned k = 0; k < dims.size(); ++k) dims.set(k, a.dims[k]);
+    asserts[i].setMessage(a.message);
+  }
   out.setText(r.text());
 }
 
-ConstraintReport readReport(schema::CheckConstraintsReply::Reader in) {
+ConstraintReport readReport(schema::CheckConstraintsReply::Reader in, sym::SymbolTable& table) {
   return decoding("checkConstraints reply", [&] {
     ConstraintReport r;
     for (auto v : in.getViolations()) {
@@ -221,6 +229,15 @@ ConstraintReport readReport(schema::CheckConstraintsReply::Reader in) {
       out.message = v.getMessage();
       out.fix = v.getFix();
       r.violations.push_back(std::move(out));
+    }
+    for (auto a : in.getAsserts()) {
+      RuntimeAssert out;
+      out.condition = readExpr(a.getCondition(), table, "a runtime assert");
+      if (!out.condition.isBool())
+        throw Error(ErrorCode::Malformed, "a runtime assert that is not a condition");
+      for (auto d : a.getDims()) out.dims.emplace_back(d.cStr());
+      out.message = a.getMessage();
+      r.asserts.push_back(std::move(out));
     }
     return r;
   });

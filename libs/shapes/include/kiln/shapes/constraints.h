@@ -28,9 +28,9 @@ enum class ViolationKind { // in schemas/shapes.capnp's order
   Equal,                   // two Dims the guards make equal: use one Dim
   Static,                  // a Dim the guards pin to a constant: make it static
   Range,                   // a Dim whose valid values are fewer than declared: narrow its range
-  Derived,                 // a Dim the guards make a function of others: derive it
+  Derived,                 // a Dim the guards make `a*other + b` of another: derive it
   Divisible,               // a Dim the guards require a multiple of k: derive it as k*_dim
-  Other,                   // a condition no Dim spelling expresses (or unproven in time)
+  Other,                   // the traced code accepts no input at all
 };
 
 std::string_view violationKindName(ViolationKind kind);
@@ -42,8 +42,18 @@ struct Violation {
   std::string fix;               // a suggested line of the spec, or empty
 };
 
+// A condition on Dims the Dim language cannot spell (`batch*seq == n`,
+// `batch != seq`, `batch**2 == 3*n`, or not proven in time): the exported
+// program checks it at run time instead of refusing the spec (seed 000).
+struct RuntimeAssert {
+  sym::Expr condition;           // over the trace's symbols
+  std::vector<std::string> dims; // the Dim names it concerns
+  std::string message;           // the condition in the user's terms
+};
+
 struct ConstraintReport {
   std::vector<Violation> violations;
+  std::vector<RuntimeAssert> asserts; // hold for every input the program accepts
   bool ok() const { return violations.empty(); }
   // torch.export's shape: "Constraints violated (batch, seq)!", one "- message"
   // per violation, then "Suggested fixes:" with one line per fix. Empty if ok.

@@ -43,6 +43,7 @@ void writeDecision(const Decision& d, schema::DecideReply::Builder out);
 Decision readDecision(schema::DecideReply::Reader in);
 
 void writeReport(const ConstraintReport& r, schema::CheckConstraintsReply::Builder out);
-ConstraintReport readReport(schema::CheckConstraintsReply::Reader in);
+// The asserts' conditions are read over `table`'s symbols.
+ConstraintReport readReport(schema::CheckConstraintsReply::Reader in, sym::SymbolTable& table);
 
 } // namespace kiln::shapes
