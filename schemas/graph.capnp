@@ -67,4 +67,8 @@ struct Graph {
   placeholders @2 :List(Placeholder);
   nodes @3 :List(Node);          # in topological order
   outputs @4 :List(UInt32);
+  # Conditions over the graph's symbols taken as true (SymbolTable::assume): the
+  # trace's runtime asserts and the size equalities its guards ensure. Read
+  # before the nodes, whose inference may need them.
+  facts @5 :List(Common.SymExpr);
 }

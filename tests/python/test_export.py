@@ -116,13 +116,19 @@ def test_reshape_guard_becomes_a_runtime_assert(stack, run_dir, tmp_path):
     assert f"runtime assert {s0}*{s1} == {s2} failed: {s0}=3, {s1}=4, {s2}=13" in done.stderr
 
 
-@pytest.mark.xfail(strict=True, raises=kiln.Unsupported,
-                   reason="TODO(issue 9): the tracer does not guard (with hints) on a size equality an op's "
-                          "inference cannot decide (broadcast s0*s1 against s2), so seed 000's implicit form "
-                          "does not trace yet")
 def test_seed_reshape_add_implicit_guard(stack):
-    kiln.export(lambda x, y: x.reshape(-1) + y, (torch.randn(3, 4), torch.randn(12)), dynamic_shapes=SEED_DIMS,
-                stack=stack)
+    """Seed 000's own form: the broadcast needs s0*s1 == s2, which the tracer guards with the
+    example's sizes; export turns it into the program's runtime assert."""
+    def f(x, y):
+        return x.reshape(-1) + y
+    prog = kiln.export(f, (torch.randn(3, 4), torch.randn(12)), dynamic_shapes=SEED_DIMS, stack=stack)
+    (condition, _), = prog.runtime_asserts
+    s0, s1, s2 = (s["name"] for s in prog.symbols)
+    assert condition == f"{s0}*{s1} == {s2}"
+    x, y = torch.randn(5, 2), torch.randn(10)
+    torch.testing.assert_close(prog(x, y), f(x, y))
+    with pytest.raises(kiln.KilnError, match=rf"runtime assert {s0}\*{s1} == {s2} failed"):
+        prog(torch.randn(3, 4), torch.randn(13))
 
 
 def three_branches(x, y):
@@ -168,11 +174,12 @@ def test_dims_the_code_makes_equal_violate_the_spec(stack):
         prog(torch.ones(6, 8), torch.ones(7, 8))
 
 
-@pytest.mark.xfail(strict=True, raises=kiln.Unsupported,
-                   reason="TODO(issue 9): broadcasting two symbolic sizes is not guarded by the tracer yet")
 def test_dims_made_equal_by_a_broadcast(stack):
-    kiln.export(lambda x, y: x + y, (torch.randn(4, 8), torch.randn(4, 8)),
-                dynamic_shapes={"x": {0: kiln.Dim("batch")}, "y": {0: kiln.Dim("seq")}}, stack=stack)
+    with pytest.raises(kiln.ConstraintViolation) as e:
+        kiln.export(lambda x, y: x + y, (torch.randn(4, 8), torch.randn(4, 8)),
+                    dynamic_shapes={"x": {0: kiln.Dim("batch")}, "y": {0: kiln.Dim("seq")}}, stack=stack)
+    assert "x.size(0) (batch) and y.size(0) (seq) must be equal" in str(e.value)
+    assert "seq = batch" in str(e.value)
 
 
 def test_a_dim_the_code_specializes(stack):

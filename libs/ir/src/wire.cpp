@@ -1,5 +1,6 @@
 #include "kiln/ir/wire.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <capnp/message.h>
@@ -8,6 +9,8 @@
 
 #include "kiln/common/error.h"
 #include "kiln/ir/verify.h"
+#include "kiln/sym/eval.h"
+#include "kiln/sym/print.h"
 #include "kiln/sym/range.h"
 #include "kiln/sym/symbol_table.h"
 #include "kiln/sym/wire.h"
@@ -176,6 +179,12 @@ namespace {
 
 Graph read(schema::Graph::Reader in, sym::SymbolTable& table) {
   for (auto s : in.getSymbols()) readSymbol(s, table);
+  for (auto f : in.getFacts()) {
+    sym::Expr fact = sym::fromWire(f, table);
+    if (!fact.isBool() || fact.asBoolean() == std::optional<bool>(false))
+      malformed("a fact that is not a satisfiable condition: " + sym::toString(fact));
+    table.assume(fact);
+  }
   auto values = in.getValues();
   size_t count = values.size();
   // Which placeholder or node defines each value id; nodes in increasing order.
@@ -228,6 +237,16 @@ void toWire(const Graph& graph, schema::Graph::Builder out) {
   std::vector<sym::Expr> symbols = mentionedSymbols(graph);
   auto syms = out.initSymbols(static_cast<unsigned>(symbols.size()));
   for (unsigned i = 0; i < symbols.size(); ++i) writeSymbol(symbols[i], syms[i]);
+  // The table's facts about these symbols only (a table may serve several graphs).
+  std::vector<sym::Expr> facts;
+  for (sym::Expr f : graph.symbols().facts()) {
+    bool ours = true;
+    for (sym::Expr s : sym::freeSymbols(f))
+      ours = ours && std::find(symbols.begin(), symbols.end(), s) != symbols.end();
+    if (ours) facts.push_back(f);
+  }
+  auto factList = out.initFacts(static_cast<unsigned>(facts.size()));
+  for (unsigned i = 0; i < facts.size(); ++i) sym::toWire(facts[i], factList[i]);
   const std::vector<Node>& nodes = graph.nodes();
   auto values = out.initValues(static_cast<unsigned>(nodes.size()));
   unsigned placeholderCount = 0;

@@ -51,9 +51,17 @@ Var TraceState::op(const std::string& name, std::vector<ir::ValueId> inputs, std
       id = graph.call(name, inputs, attrs);
       break;
     } catch (const ir::Undecided& e) {
-      // As torch's meta functions torch._check what unbacked sizes must satisfy.
-      if (asserts < kMaxAssertsPerOp && mentionsUnbacked(e.condition()) && deferAssert(e.condition(), name))
-        continue;
+      // What an op needs of unbacked sizes is checked at run time, as torch's meta
+      // functions torch._check it; of backed sizes, it is guarded with their hints
+      // (as Dynamo guards `s0*s1 == s2` for x.reshape(-1) + y): either way a fact
+      // of the trace from here on.
+      sym::Expr condition = e.condition();
+      if (asserts < kMaxAssertsPerOp) {
+        if (mentionsUnbacked(condition) ? deferAssert(condition, name) : decide(condition)) {
+          table.assume(condition);
+          continue;
+        }
+      }
       unsupported(name + ": " + e.message());
     } catch (const Error& e) {
       // The user's code would fail in eager too (or kiln cannot say it would not):
