@@ -139,8 +139,22 @@ int down(const Where& where, int timeoutMs) {
     return 0;
   }
   const int pid = launcher::launcherPid(paths);
-  client::Stack::connect(paths.runDir).down();
   const auto deadline = Clock::now() + Millis(timeoutMs);
+  if (pid > 0 && !processAlive(pid)) {
+    // A killed launcher's services hold the run dir's lock until they notice
+    // and exit: wait for them rather than call the stack live.
+    while (Clock::now() < deadline) {
+      if (launcher::removeIfStale(paths)) {
+        std::cout << "removed the run dir of a dead stack at " << paths.runDir << "\n";
+        return 0;
+      }
+      std::this_thread::sleep_for(Millis(20));
+    }
+    std::cerr << "kiln: the launcher (pid " << pid << ") is gone but its services still hold "
+              << paths.runDir << " after " << timeoutMs << " ms\n";
+    return 1;
+  }
+  client::Stack::connect(paths.runDir).down();
   while (Clock::now() < deadline) {
     if (!processAlive(pid) && !fs::exists(paths.runDir)) {
       std::cout << "stack at " << paths.runDir << " stopped\n";

@@ -28,11 +28,9 @@ struct Decision {
 // `options.timeoutMs` per query. Symbolic divisors in the question are assumed
 // non-zero (as libs/sym does). Error{InvalidArgument} for a question or fact
 // that is not boolean or belongs to another table, and for facts that
-// contradict each other.
-// TODO(issue 9): the tracer's TraceState::decide (libs/tracer/src/torch_calls.cpp)
-// evaluates with hints only; for unbacked symbols it should ask this (through the
-// service, with the bindings' ranges as facts) and turn Unknown into a deferred
-// runtime assert node instead of a failure.
+// contradict each other. The tracer asks it in-process about unbacked symbols
+// (TraceState::decide, deferAssert in libs/tracer/src/torch_calls.cpp), with the
+// trace's facts: a mid-trace question must not wait on a round trip.
 Decision decide(sym::Expr question, const std::vector<sym::Expr>& facts = {},
                 const Options& options = {});
 
