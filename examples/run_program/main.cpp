@@ -26,16 +26,6 @@ namespace {
 
 using namespace kiln;
 
-std::vector<int64_t> contiguousStrides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> strides(sizes.size());
-  int64_t stride = 1;
-  for (size_t k = sizes.size(); k-- > 0;) {
-    strides[k] = stride;
-    stride *= std::max<int64_t>(sizes[k], 1);
-  }
-  return strides;
-}
-
 // A strided tensor in host memory, packed row-major.
 program::TensorData packed(const runtime::Tensor& t) {
   program::TensorData out{t.dtype, t.sizes, {}};
@@ -70,7 +60,7 @@ struct DeviceMemory {
     runtime::cudaCheck(driver.cuMemAlloc(&p, std::max<size_t>(t.bytes.size(), 1)), "cuMemAlloc");
     owned.push_back(p);
     runtime::cudaCheck(driver.cuMemcpyHtoD(p, t.bytes.data(), t.bytes.size()), "cuMemcpyHtoD");
-    return {t.dtype, reinterpret_cast<void*>(p), t.sizes, contiguousStrides(t.sizes)};
+    return {t.dtype, reinterpret_cast<void*>(p), t.sizes, runtime::contiguousStrides(t.sizes)};
   }
   program::TensorData download(const runtime::Tensor& t) {
     const runtime::CudaDriver& driver = runtime::cudaDriver();
@@ -107,7 +97,7 @@ int run(const std::string& path, const std::vector<std::string>& inputs,
   std::vector<program::TensorData> results;
   if (!compiled.onCuda()) {
     for (program::TensorData& t : data)
-      tensors.push_back({t.dtype, t.bytes.data(), t.sizes, contiguousStrides(t.sizes)});
+      tensors.push_back({t.dtype, t.bytes.data(), t.sizes, runtime::contiguousStrides(t.sizes)});
     program::Outputs out = compiled.run(tensors);
     for (const runtime::Tensor& t : out.tensors()) results.push_back(packed(t));
   } else {

@@ -22,16 +22,6 @@ std::string defaultLibraryDir() {
   return std::string(home && *home ? home : "/tmp") + "/.cache/kiln";
 }
 
-std::vector<int64_t> contiguousStrides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> strides(sizes.size());
-  int64_t stride = 1;
-  for (size_t k = sizes.size(); k-- > 0;) {
-    strides[k] = stride;
-    stride *= std::max<int64_t>(sizes[k], 1);
-  }
-  return strides;
-}
-
 std::string cudaTarget(int device) {
 #ifdef KILN_HAVE_CUDA
   const runtime::CudaDriver& driver = runtime::cudaDriver();
@@ -105,7 +95,7 @@ CompiledProgram CompiledProgram::compile(Program program, client::Stack& stack, 
     runtime::Tensor t;
     if (in.constant) {
       const TensorData& c = *in.constant;
-      t = {c.dtype, const_cast<char*>(c.bytes.data()), c.sizes, contiguousStrides(c.sizes)};
+      t = {c.dtype, const_cast<char*>(c.bytes.data()), c.sizes, runtime::contiguousStrides(c.sizes)};
 #ifdef KILN_HAVE_CUDA
       if (cuda) { // the stored tensors go to the device once
         runtime::CudaContextScope scope(device);

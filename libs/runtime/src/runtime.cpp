@@ -183,6 +183,16 @@ int64_t extent(const std::vector<int64_t>& sizes, const std::vector<int64_t>& st
   return last + 1;
 }
 
+std::vector<int64_t> contiguousStrides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t stride = 1;
+  for (size_t k = sizes.size(); k-- > 0;) {
+    strides[k] = stride;
+    stride *= std::max<int64_t>(sizes[k], 1);
+  }
+  return strides;
+}
+
 sym::Binding bindInputs(const std::vector<ir::Value>& inputs, const std::vector<Tensor>& tensors) {
   if (inputs.size() != tensors.size())
     invalid(std::to_string(inputs.size()) + " inputs expected, got " + std::to_string(tensors.size()));

@@ -72,4 +72,7 @@ void runExtern(const std::string& op, const std::vector<Tensor>& inputs,
 // The number of elements a layout spans (its last element's position + 1).
 int64_t extent(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides);
 
+// Row-major strides of these sizes (a size of 0 counts as 1, as in torch).
+std::vector<int64_t> contiguousStrides(const std::vector<int64_t>& sizes);
+
 } // namespace kiln::runtime
