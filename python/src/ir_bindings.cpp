@@ -520,9 +520,7 @@ public:
   bool synchronizes() const {
     const runtime::Plan& plan = loaded_->artifact().plan;
     return std::any_of(plan.launches.begin(), plan.launches.end(), [](const auto& l) { return l.mayFail; }) ||
-           std::any_of(plan.steps.begin(), plan.steps.end(), [](const runtime::Step& s) {
-             return s.kind == runtime::Step::CallExtern && (s.op == "item" || s.op == "nonzero");
-           });
+           std::any_of(plan.steps.begin(), plan.steps.end(), runtime::bindsSymbol);
   }
   std::vector<bool> symbolicInts() const {
     std::vector<bool> out;

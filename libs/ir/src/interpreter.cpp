@@ -219,11 +219,7 @@ public:
   // An unbacked symbol's value, as a data-dependent op found it, checked against
   // its range: a runtime assert that bounds one symbol became its range.
   void bindData(sym::Expr symbol, int64_t v, const std::string& op) {
-    sym::Range r = sym::range(symbol);
-    if (!r.contains(v))
-      fail(ErrorCode::InvalidArgument, "runtime assert failed: " + symbol.name() + " = " + std::to_string(v) +
-                                           " lies outside " + sym::toString(r) +
-                                           " (the range the trace assumed for the value " + op + " gives)");
+    if (!sym::range(symbol).contains(v)) fail(ErrorCode::InvalidArgument, sym::rangeFailure(symbol, v, op));
     binding_[symbol] = v;
   }
   void checkDeferred() {

@@ -76,7 +76,7 @@ CudaGraphRunner::CudaGraphRunner(const Plan& plan, std::shared_ptr<const CudaMod
                   "runtime: a CUDA graph of a plan with kernels that may fail (indexing, integer "
                   "division): reading their status would synchronize every replay");
   for (const Step& step : plan.steps)
-    if (detail::bindsSymbol(step))
+    if (bindsSymbol(step))
       throw Error(ErrorCode::Unsupported,
                   "runtime: a CUDA graph of a plan with data-dependent sizes (" + step.op +
                       "): the host reads them while it runs");

@@ -64,10 +64,6 @@ template <class Fn> void forEachElement(const Tensor& t, Fn fn) {
 
 } // namespace
 
-bool bindsSymbol(const Step& step) {
-  return step.kind == Step::CallExtern && (step.op == "item" || step.op == "nonzero");
-}
-
 bool isAssert(const Step& step) {
   return step.kind == Step::CallExtern && step.op == "_assert_scalar";
 }
@@ -80,11 +76,8 @@ sym::Expr boundSymbol(const Step& step) {
 }
 
 void checkRange(sym::Expr symbol, int64_t value, const std::string& op) {
-  sym::Range r = sym::range(symbol);
-  if (!r.contains(value))
-    throw Error(ErrorCode::InvalidArgument,
-                "runtime assert failed: " + symbol.name() + " = " + std::to_string(value) + " lies outside " +
-                    sym::toString(r) + " (the range the trace assumed for the value " + op + " gives)");
+  if (!sym::range(symbol).contains(value))
+    throw Error(ErrorCode::InvalidArgument, sym::rangeFailure(symbol, value, op));
 }
 
 void checkAssert(const Step& step, const sym::Binding& binding) {
@@ -129,3 +122,11 @@ void fillNonzero(const Tensor& t, const Tensor& out) {
 }
 
 } // namespace kiln::runtime::detail
+
+namespace kiln::runtime {
+
+bool bindsSymbol(const Step& step) {
+  return step.kind == Step::CallExtern && (step.op == "item" || step.op == "nonzero");
+}
+
+} // namespace kiln::runtime

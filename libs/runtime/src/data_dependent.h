@@ -13,10 +13,8 @@
 
 namespace kiln::runtime::detail {
 
-// Whether the plan step is one of these (an extern step of op item, nonzero or
-// _assert_scalar).
-bool bindsSymbol(const Step& step); // item, nonzero
-bool isAssert(const Step& step);    // _assert_scalar
+// Whether the step is an _assert_scalar (bindsSymbol, plan.h, tells the others).
+bool isAssert(const Step& step);
 
 // The unbacked symbol a binding step binds: its `symbol` attribute.
 // Error{Malformed} when it has none.

@@ -307,7 +307,7 @@ RunResult run(const Plan& plan, Executor& executor, const std::vector<Tensor>& i
       for (const View& v : step.inputs) args.push_back(buffers.view(v));
       View whole{step.buffer, plan.buffers[step.buffer].layout};
       whole.meta.storageOffset = plan.buffers[step.buffer].layout.storageOffset;
-      if (detail::bindsSymbol(step)) {
+      if (bindsSymbol(step)) {
         if (args.size() != 1) throw Error(ErrorCode::Malformed, "runtime: a " + step.op + " step of " + std::to_string(args.size()) + " inputs");
         if (step.op == "item") {
           bindUnbacked(step, executor.readInt(args[0]));

@@ -2,6 +2,7 @@
 // canonical order, so the output is deterministic.
 #include "kiln/sym/print.h"
 #include "kiln/sym/eval.h"
+#include "kiln/sym/range.h"
 
 #include "poly.h"
 
@@ -218,6 +219,11 @@ std::string assertFailure(Expr condition, const std::string& message,
     values += (values.empty() ? " with " : ", ") + s.name() + " = " + std::to_string(it->second);
   }
   return "runtime assert failed: " + toString(condition) + " (" + message + ")" + values;
+}
+
+std::string rangeFailure(Expr symbol, int64_t value, const std::string& op) {
+  return "runtime assert failed: " + symbol.name() + " = " + std::to_string(value) + " lies outside " +
+         toString(range(symbol)) + " (the range the trace assumed for the value " + op + " gives)";
 }
 
 std::string toString(Expr e) {

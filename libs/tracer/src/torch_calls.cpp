@@ -85,7 +85,7 @@ Var TraceState::unbackedOp(const std::string& name, std::vector<ir::ValueId> inp
 
 bool TraceState::deferAssert(sym::Expr condition, const std::string& op) {
   switch (shapes::decide(condition, table.facts()).answer) {
-  case shapes::Answer::True: table.assume(condition); return true;
+  case shapes::Answer::True: return true;
   case shapes::Answer::False: return false;
   case shapes::Answer::Unknown: break;
   }

@@ -70,8 +70,8 @@ public:
 
 private:
   // A condition an op needs that only the data decides: checked at run time
-  // (an _assert_scalar node) and a fact from here on, unless the shapes
-  // library proves it. False when it is false for every value.
+  // (an _assert_scalar node) unless the shapes library proves it. False when
+  // it is false for every value. The caller takes it as a fact.
   bool deferAssert(sym::Expr condition, const std::string& op);
 };
 

@@ -33,6 +33,9 @@ struct PlanBuffer {
   int32_t aliasOf = -1; // >= 0: it is that buffer's memory (a mutation writes it)
 };
 
+// One step of the plan. Three extern ops the runtime runs itself (the IR's
+// data-dependent ops): item and nonzero bind an unbacked symbol (their `symbol`
+// attribute) to what the data gives, _assert_scalar checks the binding.
 struct Step {
   enum Kind { RunKernel, CallExtern, Free } kind = RunKernel;
   uint32_t kernel = 0; // RunKernel: index into Plan::kernels
@@ -61,6 +64,9 @@ struct Launch {
   std::vector<uint32_t> symbols;
   bool mayFail = false;
 };
+
+// Whether the step binds a symbol from data (item, nonzero): a run waits for it.
+bool bindsSymbol(const Step& step);
 
 struct Plan {
   std::vector<ir::Value> inputs; // the graph's placeholders: tensors or symbolic ints

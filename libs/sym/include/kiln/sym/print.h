@@ -19,6 +19,9 @@ std::ostream& operator<<(std::ostream& out, Expr e);
 // (<message>) with u0 = 5, s0 = 3" (the bound symbols it mentions).
 std::string assertFailure(Expr condition, const std::string& message,
                           const std::unordered_map<Expr, int64_t>& binding);
+// A value a data-dependent op (`op`) gave outside its symbol's range, for its
+// error: "runtime assert failed: u0 = 5 lies outside [0, 4] (...)".
+std::string rangeFailure(Expr symbol, int64_t value, const std::string& op);
 
 // A C++ expression of type int64_t (bool for boolean expressions) over int64_t
 // variables named as the symbols. // and % go through the prelude's helpers,
