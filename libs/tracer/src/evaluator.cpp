@@ -209,6 +209,8 @@ private:
       return integer(table.integer(d.getInt()));
     case schema::ObjectDesc::FLOAT:
       typeGuard();
+      // TODO(issue 9): a float input as a graph input (seed 000: a 0-d f64 wrapped number,
+      // specialised only where Python needs its value), so a learning rate does not recompile.
       guards.check(node(path), guards::equals(guards::Constant{d.getFloat()}));
       return floating(d.getFloat());
     case schema::ObjectDesc::STR:
