@@ -305,7 +305,7 @@ RunResult run(const Plan& plan, Executor& executor, const std::vector<Tensor>& i
       }
       std::vector<Tensor> args;
       for (const View& v : step.inputs) args.push_back(buffers.view(v));
-      View whole{step.buffer, plan.buffers[step.buffer].layout};
+      View whole{step.buffer, plan.buffers[step.buffer].layout, {}};
       whole.meta.storageOffset = plan.buffers[step.buffer].layout.storageOffset;
       if (bindsSymbol(step)) {
         if (args.size() != 1) throw Error(ErrorCode::Malformed, "runtime: a " + step.op + " step of " + std::to_string(args.size()) + " inputs");
