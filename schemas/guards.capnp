@@ -187,13 +187,16 @@ struct CompiledEntry {
   id @4 :UInt64;                    # unique within the function
 }
 
-# What automatic dynamic has learnt of one input: its sizes (or int value) as
+# What automatic dynamic has learnt of one input: its sizes (or int or float value) as
 # first seen, each later turned dynamic when another call differed there.
 struct FrameInput {
   source @0 :Text;                  # L['x']
   sizes @1 :List(StaticInt);        # a tensor's dims; empty for an int
   value @2 :StaticInt;              # an int input's value
   isTensor @3 :Bool;
+  isFloat @4 :Bool;                 # a float input: its value below
+  number @5 :Float64;
+  numberDynamic @6 :Bool;           # the float differed between calls
 }
 
 struct FrameState {

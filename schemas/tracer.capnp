@@ -142,6 +142,7 @@ struct OutputSpec {
     list @3 :List(OutputSpec);
     dict @4 :List(OutputItem);
     symInt @5 :UInt32;              # a graph output holding an int (0-d i64): returned as a Python int
+    number @6 :UInt32;              # a graph output holding a float (0-d f64): returned as a Python float
   }
 }
 
@@ -154,6 +155,7 @@ struct OutputItem {
 struct InputBinding {
   path @0 :List(Guards.GuardStep);
   isInt @1 :Bool;                   # a dynamic int argument, passed as a 0-d tensor
+  isFloat @2 :Bool;                 # a dynamic float argument, passed as a 0-d f64 CPU tensor
 }
 
 struct SideEffect {

@@ -95,28 +95,11 @@ class _Eager:
         return f"<eager: {self.reason}>"
 
 
-def _accessor(path: list) -> Callable:
-    """A function (fn, args, kwargs) -> the object at `path` (fast for plain arguments)."""
-    if len(path) == 1 and "arg" in path[0]:
-        i = path[0]["arg"]
-        return lambda fn, args, kwargs: args[i]
-    if len(path) == 1 and "kwarg" in path[0]:
-        name = path[0]["name"]
-        return lambda fn, args, kwargs: kwargs[name]
-    return lambda fn, args, kwargs: _trace.resolve(path, fn, args, kwargs)
-
-
-def _int_accessor(get: Callable) -> Callable:
-    """A dynamic int argument, as the 0-d int64 tensor its graph input is."""
-    return lambda fn, args, kwargs: torch.tensor(get(fn, args, kwargs), dtype=torch.int64)
-
-
 class _Runner:
     """A compiled entry: the artifact, where its inputs come from and how its result is built."""
 
     def __init__(self, traced: _trace.Traced, compiled: ir.Compiled):
-        self.inputs = [_int_accessor(_accessor(p)) if is_int else _accessor(p)
-                       for p, is_int in zip(traced.inputs, traced.int_inputs)]
+        self.inputs = _trace.input_getters(traced)
         self.outputs = traced.outputs
         self.compiled = compiled
         self.graph = traced.graph

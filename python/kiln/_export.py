@@ -169,8 +169,9 @@ def export(fn_or_module, args: tuple, kwargs: dict | None = None, *, dynamic_sha
     if traced.side_effects:
         raise _trace.Unsupported("kiln.export: the function changes objects of the call (side effects); "
                                  "a program cannot replay them")
-    if any(traced.int_inputs):
-        raise _trace.Unsupported("kiln.export: a dynamic int argument")  # TODO(issue 9): SymInt inputs
+    if any(traced.int_inputs) or any(traced.float_inputs):
+        # TODO(issue 9): SymInt and float inputs of a program
+        raise _trace.Unsupported("kiln.export: a dynamic int or float argument")
 
     # Which symbol the trace gave each declared dim.
     decoded = _kiln.capnp_decode("GuardSet", traced.guards)

@@ -304,6 +304,7 @@ class Traced:
         self.guards = _kiln.capnp_encode("GuardSet", traced["guards"])
         self.inputs = [i["path"] for i in traced["inputs"]]
         self.int_inputs = [i["isInt"] for i in traced["inputs"]]  # dynamic ints: passed as 0-d int64
+        self.float_inputs = [i.get("isFloat", False) for i in traced["inputs"]]  # dynamic floats: 0-d f64
         self.outputs = traced["outputs"]
         self.side_effects = traced["sideEffects"]
         self.requires_grad = traced["requiresGrad"]  # autograd would record the call
@@ -400,8 +401,36 @@ def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: b
 
 def graph_inputs(traced: Traced, fn, args, kwargs) -> list:
     """The tensors the graph takes, read from the call by their paths."""
-    values = [resolve(path, fn, args, kwargs) for path in traced.inputs]
-    return [torch.tensor(v, dtype=torch.int64) if is_int else v for v, is_int in zip(values, traced.int_inputs)]
+    return [get(fn, args, kwargs) for get in input_getters(traced)]
+
+
+def input_getters(traced: Traced) -> list:
+    """For each graph input, a function (fn, args, kwargs) -> what the graph takes: the
+    tensor at its path, or a dynamic int (float) there as a 0-d int64 (f64) CPU tensor."""
+    getters = []
+    for path, is_int, is_float in zip(traced.inputs, traced.int_inputs, traced.float_inputs):
+        get = _accessor(path)
+        if is_int:
+            get = _as_tensor(get, torch.int64)
+        elif is_float:
+            get = _as_tensor(get, torch.float64)
+        getters.append(get)
+    return getters
+
+
+def _accessor(path: list):
+    """A function (fn, args, kwargs) -> the object at `path` (fast for plain arguments)."""
+    if len(path) == 1 and "arg" in path[0]:
+        i = path[0]["arg"]
+        return lambda fn, args, kwargs: args[i]
+    if len(path) == 1 and "kwarg" in path[0]:
+        name = path[0]["name"]
+        return lambda fn, args, kwargs: kwargs[name]
+    return lambda fn, args, kwargs: resolve(path, fn, args, kwargs)
+
+
+def _as_tensor(get, dtype):
+    return lambda fn, args, kwargs: torch.tensor(get(fn, args, kwargs), dtype=dtype)
 
 
 def rebuild(spec: dict, results: list):
@@ -418,6 +447,8 @@ def rebuild(spec: dict, results: list):
         return {_from_constant(i["key"]): rebuild(i["value"], results) for i in spec["dict"]}
     if "symInt" in spec:
         return int(results[spec["symInt"]])
+    if "number" in spec:
+        return float(results[spec["number"]])
     raise ValueError(f"unknown output spec {spec}")
 
 

@@ -57,9 +57,7 @@ class TrainingRunner:
     and how the result is built."""
 
     def __init__(self, traced: _trace.Traced, parts: dict, forward: ir.Compiled, backward: ir.Compiled):
-        from kiln._compile import _accessor, _int_accessor
-        self.inputs = [_int_accessor(_accessor(p)) if is_int else _accessor(p)
-                       for p, is_int in zip(traced.inputs, traced.int_inputs)]
+        self.inputs = _trace.input_getters(traced)
         self.traced = traced
         self.graph = traced.graph
         self.parts = parts

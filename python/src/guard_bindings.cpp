@@ -478,6 +478,7 @@ void bindCalls(py::module_& m) {
           "dynamic).")
       .def("dynamic_dim", &FrameState::dynamicDim, py::arg("source"), py::arg("dim"))
       .def("dynamic_int", &FrameState::dynamicInt, py::arg("source"))
+      .def("dynamic_float", &FrameState::dynamicFloat, py::arg("source"))
       .def("mark", &FrameState::mark, py::arg("dim"), py::arg("dynamic"),
            "mark_dynamic (dynamic=True) or mark_static of \"L['x'].size()[0]\" or \"L['n']\".")
       .def("copy", [](const FrameState& f) { return FrameState(f); })

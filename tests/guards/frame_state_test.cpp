@@ -52,6 +52,25 @@ TEST(AutomaticDynamic, ASizeChangeRecompilesOnceWithASymbol) {
   EXPECT_EQ(f.compiles, 4);
 }
 
+TEST(AutomaticDynamic, AFloatThatChangesIsGuardedByTypeOnly) {
+  Function f{{"x", "lr"}};
+  f.call(callOf({tensor({4}), Input::of(0.1)}));
+  f.call(callOf({tensor({4}), Input::of(0.1)}));
+  EXPECT_EQ(f.compiles, 1);
+  EXPECT_FALSE(f.frame.dynamicFloat("L['lr']"));
+  for (double lr : {0.2, 0.3, 1e-3, -0.0}) f.call(callOf({tensor({4}), Input::of(lr)}));
+  EXPECT_EQ(f.compiles, 2) << f.frame.text();
+  EXPECT_TRUE(f.frame.dynamicFloat("L['lr']"));
+  EXPECT_FALSE(f.frame.dynamicInt("L['lr']"));
+  std::string text = guardsForCall(callOf({tensor({4}), Input::of(0.5)}), {"x", "lr"}, f.frame).text();
+  EXPECT_NE(text.find("type(L['lr']) is builtins.float"), std::string::npos) << text;
+  EXPECT_EQ(text.find("L['lr'] =="), std::string::npos) << text;
+  // An int at that source is another kind of input: observed afresh, static again.
+  EXPECT_TRUE(f.frame.observe(observe(callOf({tensor({4}), Input::of(3)}), {"x", "lr"})));
+  EXPECT_FALSE(f.frame.dynamicInt("L['lr']"));
+  EXPECT_FALSE(f.frame.dynamicFloat("L['lr']"));
+}
+
 TEST(AutomaticDynamic, GuardsOfADynamicDim) {
   FrameState frame;
   frame.observe(observe(callOf({tensor({8, 16, 4})}), {"x"}));

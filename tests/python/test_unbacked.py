@@ -104,16 +104,6 @@ def test_a_branch_the_ranges_decide_is_no_fallback(stack):
     torch.testing.assert_close(fast(torch.ones(3)), torch.ones(3) * 2)
 
 
-def test_item_of_a_float_falls_back(stack):
-    def f(x):
-        return x * x.sum().item()
-
-    fast = kiln.compile(f, stack=stack)
-    x = torch.randn(4)
-    torch.testing.assert_close(fast(x), f(x))
-    assert any("symbols are integers" in r for r in fast.fallback_reasons)
-
-
 def test_training_through_a_masked_selection(stack):
     def f(x, w):
         h = x @ w

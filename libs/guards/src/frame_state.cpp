@@ -1,6 +1,7 @@
 #include "kiln/guards/frame_state.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "kiln/common/error.h"
@@ -8,6 +9,16 @@
 #include "kiln/sym/range.h"
 
 namespace kiln::guards {
+
+namespace {
+
+// The same float as a guard means it: NaN is NaN, and -0.0 is not 0.0 (1 / x differs).
+bool sameFloat(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return a == b && std::signbit(a) == std::signbit(b);
+}
+
+} // namespace
 
 const FrameInput* FrameState::find(const std::string& source) const {
   for (const FrameInput& in : inputs)
@@ -23,10 +34,18 @@ bool FrameState::observe(const std::vector<FrameInput>& seen) {
       inputs.push_back(s);
       continue;
     }
-    if (it->isTensor != s.isTensor || (it->isTensor && it->sizes.size() != s.sizes.size())) {
+    if (it->isTensor != s.isTensor || it->isFloat != s.isFloat ||
+        (it->isTensor && it->sizes.size() != s.sizes.size())) {
       // Another kind or rank of input at this source: start over from it.
       *it = s;
       changed = true;
+      continue;
+    }
+    if (s.isFloat) {
+      if (it->number && s.number && !sameFloat(*it->number, *s.number)) {
+        it->number.reset();
+        changed = true;
+      }
       continue;
     }
     if (!s.isTensor) {
@@ -65,7 +84,14 @@ bool FrameState::dynamicInt(const std::string& source) const {
   if (forcedStatic.count(source)) return false;
   if (forcedDynamic.count(source)) return true;
   const FrameInput* in = find(source);
-  return in && !in->isTensor && !in->value;
+  return in && !in->isTensor && !in->isFloat && !in->value;
+}
+
+bool FrameState::dynamicFloat(const std::string& source) const {
+  if (forcedStatic.count(source)) return false;
+  if (forcedDynamic.count(source)) return true;
+  const FrameInput* in = find(source);
+  return in && in->isFloat && !in->number;
 }
 
 void FrameState::mark(const std::string& dim, bool dynamic) {
@@ -82,6 +108,8 @@ std::string FrameState::text() const {
       for (size_t k = 0; k < in.sizes.size(); ++k)
         out << (k ? ", " : "") << (dynamicDim(in.source, k) ? std::string("dynamic") : std::to_string(*in.sizes[k]));
       out << "]\n";
+    } else if (in.isFloat) {
+      out << (dynamicFloat(in.source) ? std::string("dynamic") : in.number ? Constant{*in.number}.text() : "?") << "\n";
     } else {
       out << (dynamicInt(in.source) ? std::string("dynamic") : in.value ? std::to_string(*in.value) : "?") << "\n";
     }
@@ -108,6 +136,14 @@ void collect(const Input& in, const std::string& source, std::vector<FrameInput>
     FrameInput f;
     f.source = source;
     f.value = in.integer;
+    out.push_back(std::move(f));
+    return;
+  }
+  case Input::Kind::Float: {
+    FrameInput f;
+    f.source = source;
+    f.isFloat = true;
+    f.number = in.number;
     out.push_back(std::move(f));
     return;
   }
@@ -163,9 +199,12 @@ public:
         set_.check(node, equals(Constant{in.integer}));
       }
       return;
+    case Input::Kind::Float:
+      set_.check(node, typeIs(in.typeRef()));
+      if (!frame_.dynamicFloat(source)) set_.check(node, equals(*constantOf(in)));
+      return;
     case Input::Kind::None:
     case Input::Kind::Bool:
-    case Input::Kind::Float:
     case Input::Kind::Str:
       set_.check(node, typeIs(in.typeRef()));
       set_.check(node, equals(*constantOf(in)));

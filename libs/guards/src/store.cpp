@@ -96,7 +96,9 @@ bool sameInputs(const std::vector<FrameInput>& a, const std::vector<FrameInput>&
   return std::equal(a.begin(), a.end(), b.begin(), b.end(),
                     [](const FrameInput& x, const FrameInput& y) {
                       return x.source == y.source && x.isTensor == y.isTensor &&
-                             x.sizes == y.sizes && x.value == y.value;
+                             x.isFloat == y.isFloat && x.sizes == y.sizes && x.value == y.value &&
+                             x.number.has_value() == y.number.has_value() &&
+                             (!x.number || Constant{*x.number} == Constant{*y.number});
                     });
 }
 

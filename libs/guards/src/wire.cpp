@@ -421,6 +421,9 @@ void toWire(const std::vector<FrameInput>& inputs, capnp::List<schema::FrameInpu
     auto sizes = out[k].initSizes(static_cast<unsigned>(in.sizes.size()));
     for (unsigned d = 0; d < sizes.size(); ++d) writeStatic(in.sizes[d], sizes[d]);
     writeStatic(in.value, out[k].initValue());
+    out[k].setIsFloat(in.isFloat);
+    out[k].setNumber(in.number.value_or(0));
+    out[k].setNumberDynamic(in.isFloat && !in.number);
   }
 }
 
@@ -432,6 +435,8 @@ std::vector<FrameInput> fromWire(capnp::List<schema::FrameInput>::Reader in) {
     i.isTensor = f.getIsTensor();
     for (auto s : f.getSizes()) i.sizes.push_back(readStatic(s));
     i.value = readStatic(f.getValue());
+    i.isFloat = f.getIsFloat();
+    if (i.isFloat && !f.getNumberDynamic()) i.number = f.getNumber();
     out.push_back(std::move(i));
   }
   return out;

@@ -201,18 +201,28 @@ private:
         guards.symbol(name, node(path));
         sym::Expr s = table.declare(name, d.getInt(), sym::Range::unbounded());
         ir::ValueId id = graph.placeholder("arg" + std::to_string(inputs_.size()), ir::Value(s));
-        inputs_.push_back({path, true});
+        inputs_.push_back({path, InputKind::Int});
         symbolSources_[s] = {id, -1};
         return integer(s);
       }
       guards.check(node(path), guards::equals(guards::Constant{d.getInt()}));
       return integer(table.integer(d.getInt()));
-    case schema::ObjectDesc::FLOAT:
+    case schema::ObjectDesc::FLOAT: {
       typeGuard();
-      // TODO(issue 9): a float input as a graph input (seed 000: a 0-d f64 wrapped number,
-      // specialised only where Python needs its value), so a learning rate does not recompile.
+      if (frame.dynamicFloat(pathText(path))) {
+        // Automatic dynamic made this float a graph input (floats.cpp): guarded only
+        // where Python needs its value.
+        ir::TensorMeta scalar;
+        scalar.dtype = DType::Float64;
+        scalar.storageOffset = table.integer(0);
+        ir::ValueId id = graph.placeholder("arg" + std::to_string(inputs_.size()), scalar);
+        inputs_.push_back({path, InputKind::Float});
+        floatInput(id, path, d.getFloat());
+        return tracedFloat(id, d.getFloat());
+      }
       guards.check(node(path), guards::equals(guards::Constant{d.getFloat()}));
       return floating(d.getFloat());
+    }
     case schema::ObjectDesc::STR:
       typeGuard();
       guards.check(node(path), guards::equals(guards::Constant{std::string(d.getStr().cStr())}));
@@ -325,7 +335,7 @@ private:
     case Kind::Int:
       if (auto c = v->symbolic.asInteger()) return guards::Constant{*c};
       break;
-    case Kind::Float: return guards::Constant{v->number};
+    case Kind::Float: return guards::Constant{number(v)};
     case Kind::Str: return guards::Constant{v->name};
     default: break;
     }
@@ -359,7 +369,7 @@ private:
     }
     meta.storageOffset = table.integer(t.storageOffset);
     ir::ValueId id = graph.placeholder("arg" + std::to_string(inputs_.size()), meta);
-    inputs_.push_back({path, false});
+    inputs_.push_back({path, InputKind::Tensor});
     for (const auto& [s, dim] : dynamicDims) symbolSources_.emplace(s, std::make_pair(id, dim));
     return tensor(id);
   }
@@ -675,6 +685,7 @@ private:
     }
     if (name == "builtins.abs" && args.size() == 1) {
       if (args[0]->kind == Kind::Tensor) return callOp("abs", args, {});
+      if (args[0]->kind == Kind::Float && args[0]->traced) return tracedFloat(op("abs", {args[0]->value})->value, std::fabs(args[0]->number));
       if (args[0]->kind == Kind::Float) return floating(std::fabs(args[0]->number));
       Var neg = compare("<", args[0], integer(table.integer(0)));
       return truth(neg) ? arith("-", integer(table.integer(0)), args[0]) : args[0];
@@ -707,10 +718,11 @@ private:
       if (end == args[0]->name.c_str() || *end != '\0') unsupported("float() of '" + args[0]->name + "'");
       return floating(v);
     }
+    if (name == "builtins.float" && args.size() == 1 && args[0]->kind == Kind::Float) return args[0];
     if (name == "builtins.float" && args.size() == 1 && args[0]->kind != Kind::Tensor)
-      return floating(args[0]->kind == Kind::Float ? args[0]->number : static_cast<double>(concrete(args[0])));
+      return floating(static_cast<double>(concrete(args[0])));
     if (name == "builtins.int" && args.size() == 1 && args[0]->kind == Kind::Float)
-      return integer(table.integer(static_cast<int64_t>(args[0]->number)));
+      return integer(table.integer(static_cast<int64_t>(number(args[0]))));
     if (name == "builtins.int" && args.size() == 1 && args[0]->kind == Kind::Int) return args[0];
     if (name == "builtins.bool" && args.size() == 1) return boolean(truth(args[0]));
     if (name == "builtins.str" && args.size() == 1) return string(text(args[0]));
@@ -720,10 +732,9 @@ private:
   }
 
   Var math(const std::string& f, const std::vector<Var>& args) {
-    auto number = [&](const Var& v) {
-      if (v->kind == Kind::Float) return v->number;
-      return static_cast<double>(concrete(v));
-    };
+    if (args.size() == 1 && args[0]->kind == Kind::Float && args[0]->traced)
+      if (auto traced = floatMath(f, args[0])) return *traced;
+    if (args.size() == 2 && f == "pow" && (args[0]->traced || args[1]->traced)) return arith("**", args[0], args[1]);
     if (args.size() == 1) {
       double x = number(args[0]);
       if (f == "sqrt") return floating(std::sqrt(x));
@@ -851,7 +862,7 @@ private:
     case Kind::Str: return a->name == b->name;
     case Kind::Bool: return a->boolean == b->boolean;
     case Kind::Int: return decide(sym::eq(a->symbolic, b->symbolic));
-    case Kind::Float: return a->number == b->number;
+    case Kind::Float: return number(a) == number(b);
     default: return false;
     }
   }
@@ -861,7 +872,7 @@ private:
     case Kind::None: return false;
     case Kind::Bool: return v->symbolic.isNull() ? v->boolean : decide(v->symbolic);
     case Kind::Int: return decide(sym::ne(v->symbolic, 0));
-    case Kind::Float: return v->number != 0;
+    case Kind::Float: return number(v) != 0;
     case Kind::Str: return !v->name.empty();
     case Kind::Tuple:
     case Kind::List:
@@ -877,7 +888,7 @@ private:
     case Kind::Int: return std::to_string(concrete(v));
     case Kind::Float: {
       char buf[32];
-      std::snprintf(buf, sizeof buf, "%.17g", v->number);
+      std::snprintf(buf, sizeof buf, "%.17g", number(v));
       return buf;
     }
     case Kind::Bool: return truth(v) ? "True" : "False";
@@ -910,7 +921,7 @@ private:
       if (op == ">=") return relation(sym::ge(x, y));
     }
     if (isNumber(a) && isNumber(b)) {
-      double x = numberOf(a), y = numberOf(b);
+      double x = number(a), y = number(b);
       if (op == "<") return boolean(x < y);
       if (op == "<=") return boolean(x <= y);
       if (op == "==") return boolean(x == y);
@@ -940,10 +951,6 @@ private:
     return v->kind == Kind::Int || v->kind == Kind::Float || (v->kind == Kind::Bool && v->symbolic.isNull());
   }
 
-  double numberOf(const Var& v) {
-    if (v->kind == Kind::Float) return v->number;
-    return static_cast<double>(concrete(v));
-  }
 
   sym::Expr asExpr(const Var& v) {
     if (v->kind == Kind::Bool) return table.integer(v->boolean ? 1 : 0);
@@ -978,6 +985,11 @@ private:
     }
     if (a->kind == Kind::Str && b->kind == Kind::Str && op == "+") return string(a->name + b->name);
     if (!isNumber(a) || !isNumber(b)) unsupported(kindName(a->kind) + " " + op + " " + kindName(b->kind));
+    // Floats the graph computes: from a traced float, or from a symbolic int (0.9 ** step, n / 2).
+    auto symbolicInt = [](const Var& v) { return v->kind == Kind::Int && !v->symbolic.asInteger(); };
+    bool floatResult = a->kind == Kind::Float || b->kind == Kind::Float || op == "/";
+    if (a->traced || b->traced || (floatResult && (symbolicInt(a) || symbolicInt(b)) && op != "//" && op != "%"))
+      return floatArith(op, a, b);
     bool ints = a->kind != Kind::Float && b->kind != Kind::Float;
     if (ints) {
       sym::Expr x = asExpr(a), y = asExpr(b);
@@ -1006,7 +1018,7 @@ private:
         return integer(table.integer(r));
       }
     }
-    double x = numberOf(a), y = numberOf(b);
+    double x = number(a), y = number(b);
     if (op == "+") return floating(x + y);
     if (op == "-") return floating(x - y);
     if (op == "*") return floating(x * y);
@@ -1326,6 +1338,7 @@ private:
       } else if (opname == "UNARY_NEGATIVE") {
         Var v = f.pop();
         if (v->kind == Kind::Tensor) f.stack.push_back(op("neg", {v->value}));
+        else if (v->kind == Kind::Float && v->traced) f.stack.push_back(tracedFloat(op("neg", {v->value})->value, -v->number));
         else f.stack.push_back(arith("-", integer(table.integer(0)), v));
       } else if (opname == "UNARY_NOT") {
         f.stack.push_back(boolean(!truth(f.pop())));
@@ -1471,7 +1484,16 @@ private:
         o.setSymInt(static_cast<uint32_t>(it - outputs.begin()));
         return;
       }
-      case Kind::Float: o.initConstant().setFloat(v->number); return;
+      case Kind::Float: {
+        if (!v->traced) {
+          o.initConstant().setFloat(v->number);
+          return;
+        }
+        auto it = std::find(outputs.begin(), outputs.end(), v->value);
+        if (it == outputs.end()) it = outputs.insert(outputs.end(), v->value);
+        o.setNumber(static_cast<uint32_t>(it - outputs.begin()));
+        return;
+      }
       case Kind::Str: o.initConstant().setStr(v->name); return;
       case Kind::Tuple:
       case Kind::List: {
@@ -1527,16 +1549,18 @@ private:
     for (unsigned k = 0; k < inputs.size(); ++k) {
       auto steps = inputs[k].initPath(static_cast<unsigned>(inputs_[k].path.size()));
       for (unsigned j = 0; j < steps.size(); ++j) guards::toWire(inputs_[k].path[j], steps[j]);
-      inputs[k].setIsInt(inputs_[k].isInt);
+      inputs[k].setIsInt(inputs_[k].kind == InputKind::Int);
+      inputs[k].setIsFloat(inputs_[k].kind == InputKind::Float);
     }
   }
 
   schema::TraceRequest::Reader request_;
   std::map<std::string, schema::ObjectDesc::Reader> described_;
   std::map<std::string, Var> realized_;
+  enum class InputKind { Tensor, Int, Float }; // Int: a symbolic-int placeholder; Float: a 0-d f64 one
   struct Input {
     Path path;
-    bool isInt; // a dynamic int argument: a symbolic-int placeholder
+    InputKind kind;
   };
   std::vector<Input> inputs_;
   struct Effect {

@@ -139,7 +139,7 @@ ir::AttrValue attrOf(TraceState& s, const std::string& op, const ir::ArgSpec& sp
     if (v->kind == Kind::Int || v->kind == Kind::Bool) return s.concrete(v);
     return wrong("expected an int");
   case ir::ArgKind::Float:
-    if (v->kind == Kind::Float) return v->number;
+    if (v->kind == Kind::Float) return s.number(v);
     if (v->kind == Kind::Int || v->kind == Kind::Bool) return static_cast<double>(s.concrete(v));
     return wrong("expected a float");
   case ir::ArgKind::Bool:
@@ -154,7 +154,7 @@ ir::AttrValue attrOf(TraceState& s, const std::string& op, const ir::ArgSpec& sp
     if (v->kind == Kind::Device) return deviceText(v->device);
     return wrong("expected a str");
   case ir::ArgKind::Scalar:
-    if (v->kind == Kind::Float) return v->number;
+    if (v->kind == Kind::Float) return s.number(v);
     if (v->kind == Kind::Bool && v->symbolic.isNull()) return v->boolean;
     if (v->kind == Kind::Int) {
       if (auto c = v->symbolic.asInteger()) return *c;
@@ -182,6 +182,11 @@ ir::AttrValue attrOf(TraceState& s, const std::string& op, const ir::ArgSpec& sp
   }
 }
 
+// Ops whose number arguments must be constants (the others take a 0-d tensor there).
+bool numbersOnly(const std::string& op) {
+  return op == "full" || op == "arange" || op == "sym_int" || op == "narrow" || op == "as_strided" || op == "split";
+}
+
 bool isInputKind(ir::ArgKind k) {
   return k == ir::ArgKind::Tensor || k == ir::ArgKind::TensorList || k == ir::ArgKind::Tuple || k == ir::ArgKind::SymInt;
 }
@@ -189,6 +194,18 @@ bool isInputKind(ir::ArgKind k) {
 } // namespace
 
 Var TraceState::callOp(const std::string& name, std::vector<Var> args, const Kwargs& kwargs) {
+  if ((name == "add" || name == "sub" || name == "add_" || name == "sub_") && args.size() == 2) {
+    // A traced float alpha (p.add_(g, alpha=-lr), as torch.optim writes it) scales
+    // `other` in the graph rather than becoming a constant; floating operands only,
+    // as torch refuses a float alpha for integral ones.
+    auto alpha = std::find_if(kwargs.begin(), kwargs.end(), [](const auto& kw) { return kw.first == "alpha"; });
+    if (alpha != kwargs.end() && alpha->second->kind == Kind::Float && alpha->second->traced &&
+        args[1]->kind == Kind::Tensor && ir::isFloating(meta(args[1]).dtype)) {
+      Kwargs rest(kwargs.begin(), alpha);
+      rest.insert(rest.end(), std::next(alpha), kwargs.end());
+      return callOp(name, {args[0], callOp("mul", {args[1], alpha->second}, {})}, rest);
+    }
+  }
   const ir::OpInfo* info = ir::findOp(name);
   if (!info) unsupported("no graph op " + name);
   std::vector<ir::ValueId> inputs;
@@ -223,6 +240,10 @@ Var TraceState::callOp(const std::string& name, std::vector<Var> args, const Kwa
       if (!isInputKind(spec.kind) && spec.kind != ir::ArgKind::Scalar)
         unsupported(name + ": argument '" + spec.name + "' is a tensor");
       inputs.push_back(arg->value);
+    } else if (arg->kind == Kind::Float && arg->traced && spec.kind == ir::ArgKind::Scalar && !numbersOnly(name)) {
+      std::vector<Var> operands = args;
+      for (const auto& kw : kwargs) operands.push_back(kw.second);
+      inputs.push_back(floatOperand(arg, operands));
     } else if (isInputKind(spec.kind)) {
       if (arg->kind != Kind::None) unsupported(name + ": argument '" + spec.name + "' is a " + kindName(arg->kind) + ", not a tensor");
     } else {
@@ -353,8 +374,7 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
   if (m == "masked_fill" && method) return s.callOp("where", {args[1], args[2], args[0]}, {});
   // Data-dependent results: an unbacked symbol each (issue 9).
   if (m == "item" && method && args.size() == 1) {
-    DType t = s.meta(args[0]).dtype;
-    if (ir::isFloating(t)) unsupported("item() of a " + std::string(ir::name(t)) + " tensor: kiln's symbols are integers");
+    if (ir::isFloating(s.meta(args[0]).dtype)) return s.itemFloat(args[0]);
     return s.unbackedOp("item", {args[0]->value});
   }
   if (m == "nonzero") {
@@ -379,7 +399,7 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
     std::optional<Var> training = args.size() > 2 ? std::optional<Var>(args[2]) : kwarg(kwargs, "training");
     std::optional<Var> p = args.size() > 1 ? std::optional<Var>(args[1]) : kwarg(kwargs, "p");
     bool train = training ? s.concrete(*training) != 0 : true;
-    double prob = p ? ((*p)->kind == Kind::Float ? (*p)->number : static_cast<double>(s.concrete(*p))) : 0.5;
+    double prob = p ? s.number(*p) : 0.5;
     if (!train || prob == 0) return args[0];
     unsupported("dropout in training mode"); // TODO(issue 8): seed/offset inputs from the RNG state
   }

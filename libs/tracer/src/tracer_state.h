@@ -5,6 +5,8 @@
 #include "autocast.h"
 
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,7 +70,30 @@ public:
   // its hint (guarded), for the places Python needs a concrete int.
   int64_t concrete(const Var& v);
 
+  // ---- Python floats the graph computes (floats.cpp) ------------------------
+  // A float input made dynamic: a 0-d f64 CPU graph input, its value now `hint`.
+  void floatInput(ir::ValueId placeholder, const Path& path, double hint);
+  // A float that is graph value `value` (0-d f64), whose value now is `hint`.
+  Var tracedFloat(ir::ValueId value, double hint);
+  // The value of a float now, for the places Python needs the number: a traced
+  // float is specialised (the float inputs it is computed from are guarded equal
+  // to their values); one computed from tensor data cannot be (Unsupported).
+  double number(const Var& v);
+  // t.item() of a floating tensor of one element: a traced float whose value the
+  // trace does not know (it stays on t's device until Python needs the number).
+  Var itemFloat(const Var& t);
+  // Python arithmetic (+ - * / // % **) of numbers where one is a traced float.
+  Var floatArith(const std::string& op, const Var& a, const Var& b);
+  // math.<f>(x) of a traced float: sqrt exp log tanh cos sin erf; nullopt for others.
+  std::optional<Var> floatMath(const std::string& f, const Var& x);
+  // A traced float as a number operand of a tensor op, beside `operands` (the
+  // call's tensors and numbers): cast as torch promotes a Python float.
+  ir::ValueId floatOperand(const Var& v, const std::vector<Var>& operands);
+
 private:
+  std::map<ir::ValueId, std::pair<Path, double>> floatInputs_; // placeholder -> (source, value)
+  std::set<ir::ValueId> dataFloats_;                            // itemFloat's values
+
   // A condition an op needs that only the data decides: checked at run time
   // (an _assert_scalar node) unless the shapes library proves it. False when
   // it is false for every value. The caller takes it as a fact.

@@ -18,7 +18,7 @@ enum class Kind : uint8_t {
   None,
   Bool,     // constant, or symbolic (`symbolic` is a relation)
   Int,      // `symbolic`: a constant or an expression over sizes
-  Float,
+  Float,    // `number`; a traced one (`traced`) is graph value `value` (0-d f64), `number` its value now
   Str,
   Ellipsis,
   Tensor,   // graph value `value`
@@ -73,6 +73,7 @@ struct VarNode {
   std::optional<Path> path; // where it came from in the call, for its guards
   std::optional<schema::ObjectDesc::Reader> desc;
   bool isList = false; // a List made by the traced code (a side effect when mutated, otherwise)
+  bool traced = false; // a Float the graph computes (see floats.cpp)
 };
 
 inline Var make(Kind kind) {

@@ -1,12 +1,13 @@
 // Automatic dynamic: what a function's calls have shown of its inputs' sizes
-// and int values. The first call's are recorded as static; a later call that
-// differs in a tensor dim (or an int) turns that one dynamic, so the next trace
-// makes it a symbol and later sizes reuse that entry (PyTorch's
-// automatic_dynamic_shapes). mark_dynamic / mark_static override it. The ranks
+// and int and float values. The first call's are recorded as static; a later
+// call that differs in a tensor dim (or an int, or a float) turns that one
+// dynamic, so the next trace makes it a symbol (a float: a graph input) and
+// later values reuse that entry (PyTorch's automatic_dynamic_shapes). mark_dynamic / mark_static override it. The ranks
 // of a job merge their observations in rank order, so all of them reach the
 // same decisions (the seeds' compiler collectives).
 #pragma once
 
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,8 +20,10 @@ namespace kiln::guards {
 struct FrameInput {
   std::string source; // L['x'], L['xs'][1]
   bool isTensor = false;
+  bool isFloat = false;
   std::vector<StaticInt> sizes; // a tensor's dims
   StaticInt value;              // an int's value
+  std::optional<double> number; // a float's value (nullopt: dynamic)
 };
 
 struct FrameState {
@@ -33,6 +36,7 @@ struct FrameState {
   bool observe(const std::vector<FrameInput>& seen);
   bool dynamicDim(const std::string& source, size_t dim) const;
   bool dynamicInt(const std::string& source) const;
+  bool dynamicFloat(const std::string& source) const;
   void mark(const std::string& dim, bool dynamic); // "L['x'].size()[0]" or "L['n']"
   std::string text() const;
 };
@@ -51,7 +55,7 @@ FrameState merge(FrameState base, const std::vector<std::vector<FrameInput>>& by
 // keys and tensor matches, through lists, tuples and dicts. A dynamic dim of a
 // contiguous tensor becomes a symbol read from its size (with its contiguous
 // strides as shape guards and `>= 2`, sizes 0 and 1 staying static as in
-// PyTorch); a dynamic int becomes a symbol. Objects get a type guard only:
+// PyTorch); a dynamic int becomes a symbol; a dynamic float is guarded by type. Objects get a type guard only:
 // what the graph reads of them is the tracer's to guard. Symbols are named
 // s0, s1, ... in source order.
 // The guards of one tensor at `node` as guardsForCall makes them: a tensor
