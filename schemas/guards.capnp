@@ -24,6 +24,7 @@ struct GuardStep {
     stride @9 :UInt32;      # a tensor's .stride()[d], as an int
     default @11 :UInt32;    # the called function's default i (__defaults__[i])
     kwDefault @12 :Void;    # its keyword-only default `name` (__kwdefaults__[name])
+    value @13 :Void;        # a 0-d CPU tensor's .item(): an int or a float
   }
   name @10 :Text;
 }
@@ -146,6 +147,12 @@ struct InputValue {
     sizes @3 :List(Int64);
     strides @4 :List(Int64);
     storageOffset @5 :Int64;
+    # a 0-d CPU int, bool or float tensor's value (what .item() gives)
+    value :union {
+      none @6 :Void;
+      int @7 :Int64;
+      float @8 :Float64;
+    }
   }
 }
 

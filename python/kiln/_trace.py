@@ -113,8 +113,14 @@ def _device(d: torch.device) -> dict:
 
 
 def _tensor(t: torch.Tensor) -> dict:
-    return {"dtype": dtype_name(t.dtype), "device": _device(t.device), "requiresGrad": t.requires_grad,
-            "sizes": list(t.shape), "strides": list(t.stride()), "storageOffset": t.storage_offset()}
+    out = {"dtype": dtype_name(t.dtype), "device": _device(t.device), "requiresGrad": t.requires_grad,
+           "sizes": list(t.shape), "strides": list(t.stride()), "storageOffset": t.storage_offset()}
+    if t.dim() == 0 and t.device.type == "cpu":  # .item() of it is backed by this value (seed 000)
+        if t.dtype.is_floating_point:
+            out["value"] = {"float": t.item()}
+        elif not t.dtype.is_complex and t.dtype != torch.bool:
+            out["value"] = {"int": t.item()}
+    return out
 
 
 # Built-in modules kiln lowers itself (the rest are inlined through their forward).
@@ -430,7 +436,12 @@ def _accessor(path: list):
 
 
 def _as_tensor(get, dtype):
-    return lambda fn, args, kwargs: torch.tensor(get(fn, args, kwargs), dtype=dtype)
+    def get_tensor(fn, args, kwargs):
+        value = get(fn, args, kwargs)
+        if isinstance(value, torch.Tensor):  # .item() of a 0-d input, backed: the input as it is
+            return value.to(dtype)
+        return torch.tensor(value, dtype=dtype)
+    return get_tensor
 
 
 def rebuild(spec: dict, results: list):

@@ -101,6 +101,23 @@ bool isKeyedContainer(PyObject* o) {
   return t.moduleDict && PyObject_TypeCheck(o, t.moduleDict);
 }
 
+// .item() of a 0-d CPU tensor of an integral (not bool) or floating dtype, as the
+// tracer describes it (guards::TensorInput::value).
+std::variant<std::monostate, int64_t, double> valueOf(const at::Tensor& t) {
+  if (t.dim() != 0 || !t.device().is_cpu() || t.is_complex()) return {};
+  if (at::isFloatingType(t.scalar_type())) return t.item<double>();
+  if (at::isIntegralType(t.scalar_type(), /*includeBool=*/false)) return t.item<int64_t>();
+  return {};
+}
+
+// A new reference to that value as a Python int or float; null when there is none.
+PyObject* scalarOf(const at::Tensor& t) {
+  auto value = valueOf(t);
+  if (auto* i = std::get_if<int64_t>(&value)) return PyLong_FromLongLong(*i);
+  if (auto* d = std::get_if<double>(&value)) return PyFloat_FromDouble(*d);
+  return nullptr;
+}
+
 bool isTensor(PyObject* o) {
   return THPVariableClass &&
          PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(THPVariableClass));
@@ -690,6 +707,14 @@ bool PyFrontend::loadAt(uint32_t node, const guards::Step& step, const LoadedPro
       return false;
     }
   }
+  case StepKind::Value: {
+    if (!p || !isTensor(p)) return false;
+    PyObject* value = scalarOf(THPVariable_Unpack(p));
+    if (!value) return false;
+    owned_.push_back(value);
+    out.obj = value;
+    return true;
+  }
   }
   return false;
 }
@@ -1032,6 +1057,7 @@ std::optional<guards::TensorInput> tensorInputOf(PyObject* o) {
     in.sizes = t.sizes().vec();
     in.strides = t.strides().vec();
     in.storageOffset = t.storage_offset();
+    in.value = valueOf(t);
     return in;
   } catch (const std::exception&) {
     return std::nullopt;

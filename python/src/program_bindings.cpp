@@ -48,7 +48,8 @@ py::object bound(int64_t v, int64_t inf) {
 py::dict stepDict(const guards::Step& step) {
   using guards::StepKind;
   static const char* const names[] = {"arg", "kwarg",  "global", "closure", "attr",    "index",
-                                      "key", "intKey", "size",   "stride",  "default", "kwDefault"};
+                                      "key", "intKey", "size",   "stride",  "default", "kwDefault",
+                                      "value"};
   py::dict d;
   const char* kind = names[static_cast<int>(step.kind)];
   switch (step.kind) {
@@ -56,7 +57,8 @@ py::dict stepDict(const guards::Step& step) {
   case StepKind::Global:
   case StepKind::Attr:
   case StepKind::Key:
-  case StepKind::KwDefault: d[kind] = py::none(); break;
+  case StepKind::KwDefault:
+  case StepKind::Value: d[kind] = py::none(); break;
   default: d[kind] = step.index; break;
   }
   if (!step.name.empty()) d["name"] = step.name;

@@ -33,6 +33,30 @@ GuardSet oneArg(const std::string& name = "x") {
   return set;
 }
 
+TEST(Vm, TheValueOfA0dTensorIsReadThroughItem) {
+  auto scalar = [](std::variant<std::monostate, int64_t, double> value, DType dtype) {
+    TensorInput t = contiguousTensor(dtype, {});
+    t.value = value;
+    return callOf({Input::of(t)});
+  };
+  GuardSet ints = oneArg("n");
+  uint32_t item = ints.node(0, value());
+  EXPECT_EQ(ints.source(item), "L['n'].item()");
+  sym::Expr s0 = ints.symbol("s0", item);
+  ints.shapeGuard(sym::gt(s0, 3));
+  EXPECT_EQ(failure(ints, scalar(int64_t{5}, DType::Int64)), std::nullopt);
+  EXPECT_EQ(failure(ints, scalar(int64_t{2}, DType::Int64)), "4 <= s0 failed: got s0 = 2 (L['n'].item())");
+  EXPECT_NE(failure(ints, scalar({}, DType::Int64)), std::nullopt); // no value described: no match
+
+  GuardSet floats = oneArg("t");
+  uint32_t number = floats.node(0, value());
+  floats.check(number, typeIs({"builtins", "float"}));
+  floats.check(number, equals(Constant{0.5}));
+  EXPECT_EQ(failure(floats, scalar(0.5, DType::Float32)), std::nullopt);
+  EXPECT_EQ(failure(floats, scalar(0.25, DType::Float32)), "L['t'].item() == 0.5 failed: got 0.25");
+  EXPECT_NE(failure(floats, scalar(int64_t{1}, DType::Int64)), std::nullopt);
+}
+
 TEST(Vm, CallShapeCountsArgumentsAndKeywords) {
   GuardSet set;
   set.call.positional = 1;

@@ -83,10 +83,39 @@ def test_data_dependent_sizes_on_the_gpu(stack):
     fast = kiln.compile(f, fullgraph=True, stack=stack)
     for seed in range(3):
         x = torch.randn(6, 8, device="cuda", generator=torch.Generator("cuda").manual_seed(seed))
-        for got, want in zip(fast(x, torch.tensor(12)), f(x, torch.tensor(12))):
+        for got, want in zip(fast(x, torch.tensor([12])), f(x, torch.tensor([12]))):  # 1-d: unbacked
             torch.testing.assert_close(got, want)
     with pytest.raises(kiln.KilnError, match="runtime assert failed"):
-        fast(x, torch.tensor(7))
+        fast(x, torch.tensor([7]))
+
+
+@needs_gpu
+def test_dynamic_floats_and_float_items_on_the_gpu(stack):
+    def f(p, g, lr):
+        return p - lr * g * g.abs().max().item(), lr * 2
+
+    fast = kiln.compile(f, stack=stack)
+    p, g = torch.randn(256, device="cuda"), torch.randn(256, device="cuda")
+    for lr in (0.1, 0.2, 0.3, 1e-3):
+        got, want = fast(p, g, lr), f(p, g, lr)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1] and type(got[1]) is float
+    assert len(fast.cache.entries) == 2
+
+
+@needs_gpu
+def test_reduce_overhead_replays_with_a_dynamic_float(stack):
+    def f(p, g, lr):
+        return p - lr * g
+
+    fast = kiln.compile(f, mode="reduce-overhead", stack=stack)
+    p, g = torch.randn(256, device="cuda"), torch.randn(256, device="cuda")
+    with torch.no_grad():
+        for lr in (0.1, 0.2, 0.3, 1e-3, 0.2):
+            torch.testing.assert_close(fast(p, g, lr), f(p, g, lr))
+    assert len(fast.cache.entries) == 2
+    graphed = fast.cache.entries[-1].value.compiled
+    assert graphed._graphs and not graphed.reasons, graphed.reasons
 
 
 @needs_gpu

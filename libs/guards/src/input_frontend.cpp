@@ -212,15 +212,23 @@ bool InputFrontend::load(const Step& step, Value parent, Value& out) {
     out.integer = dims[static_cast<size_t>(step.index)];
     return true;
   }
+  case StepKind::Value: {
+    if (!p || p->kind != Input::Kind::Tensor) return false;
+    const auto& value = p->tensor.value;
+    if (auto* i = std::get_if<int64_t>(&value)) out.integer = *i;
+    else if (auto* d = std::get_if<double>(&value)) out.isFloat = true, out.number = *d;
+    else return false; // not a described 0-d CPU tensor
+    return true;
+  }
   }
   return false;
 }
 
 bool InputFrontend::check(Value v, const Check& c) {
-  if (!v.input) { // an int read from a tensor
+  if (!v.input) { // a number read from a tensor
     switch (c.kind) {
-    case Check::Kind::Type: return c.type == TypeRef{"builtins", "int"};
-    case Check::Kind::Equals: return c.equals == Constant{v.integer};
+    case Check::Kind::Type: return c.type == type(v);
+    case Check::Kind::Equals: return c.equals == (v.isFloat ? Constant{v.number} : Constant{v.integer});
     default: return false;
     }
   }
@@ -263,7 +271,7 @@ bool InputFrontend::check(Value v, const Check& c) {
 bool InputFrontend::integer(Value v, int64_t& out) {
   if (!v.input) {
     out = v.integer;
-    return true;
+    return !v.isFloat;
   }
   if (v.input->kind != Input::Kind::Int) return false;
   out = v.input->integer;
@@ -279,10 +287,12 @@ std::string InputFrontend::callText() {
   return out + "]";
 }
 
-TypeRef InputFrontend::type(Value v) { return v.input ? v.input->typeRef() : TypeRef{"builtins", "int"}; }
+TypeRef InputFrontend::type(Value v) {
+  return v.input ? v.input->typeRef() : TypeRef{"builtins", v.isFloat ? "float" : "int"};
+}
 
 std::string InputFrontend::repr(Value v) {
-  if (!v.input) return std::to_string(v.integer);
+  if (!v.input) return v.isFloat ? Constant{v.number}.text() : std::to_string(v.integer);
   if (auto c = constantOf(*v.input)) return c->text();
   if (v.input->kind == Input::Kind::Tensor) return "a tensor";
   return "a " + type(v).text();

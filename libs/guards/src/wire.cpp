@@ -96,6 +96,7 @@ void writeStep(const Step& s, schema::GuardStep::Builder out) {
   case StepKind::IntKey: out.setIntKey(s.index); return;
   case StepKind::Size: out.setSize(static_cast<uint32_t>(s.index)); return;
   case StepKind::Stride: out.setStride(static_cast<uint32_t>(s.index)); return;
+  case StepKind::Value: out.setValue(); return;
   case StepKind::Default: out.setDefault(static_cast<uint32_t>(s.index)); return;
   case StepKind::KwDefault: out.setKwDefault(); return;
   }
@@ -114,6 +115,7 @@ Step readStep(schema::GuardStep::Reader in) {
   case schema::GuardStep::INT_KEY: return intKey(in.getIntKey());
   case schema::GuardStep::SIZE: return size(in.getSize());
   case schema::GuardStep::STRIDE: return stride(in.getStride());
+  case schema::GuardStep::VALUE: return value();
   case schema::GuardStep::DEFAULT: return defaultArg(in.getDefault());
   case schema::GuardStep::KW_DEFAULT: return kwDefault(name);
   }
@@ -474,6 +476,8 @@ void toWire(const TensorInput& t, schema::InputValue::TensorInput::Builder w) {
   auto strides = w.initStrides(static_cast<unsigned>(t.strides.size()));
   for (unsigned k = 0; k < strides.size(); ++k) strides.set(k, t.strides[k]);
   w.setStorageOffset(t.storageOffset);
+  if (auto* i = std::get_if<int64_t>(&t.value)) w.initValue().setInt(*i);
+  else if (auto* d = std::get_if<double>(&t.value)) w.initValue().setFloat(*d);
 }
 
 TensorInput fromWire(schema::InputValue::TensorInput::Reader r) {
@@ -485,6 +489,10 @@ TensorInput fromWire(schema::InputValue::TensorInput::Reader r) {
   for (int64_t s : r.getStrides()) t.strides.push_back(s);
   if (t.sizes.size() != t.strides.size()) malformed("tensor with sizes and strides of different ranks");
   t.storageOffset = r.getStorageOffset();
+  if (r.getValue().isInt()) t.value = r.getValue().getInt();
+  if (r.getValue().isFloat()) t.value = r.getValue().getFloat();
+  if (!std::holds_alternative<std::monostate>(t.value) && !t.sizes.empty())
+    malformed("a tensor value given for a tensor that is not 0-d");
   return t;
 }
 

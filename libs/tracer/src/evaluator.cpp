@@ -11,6 +11,7 @@
 
 #include "kiln/common/error.h"
 #include "kiln/guards/wire.h"
+#include "kiln/ir/op_registry.h"
 #include "kiln/ir/wire.h"
 #include "kiln/sym/eval.h"
 #include "kiln/sym/print.h"
@@ -371,7 +372,32 @@ private:
     ir::ValueId id = graph.placeholder("arg" + std::to_string(inputs_.size()), meta);
     inputs_.push_back({path, InputKind::Tensor});
     for (const auto& [s, dim] : dynamicDims) symbolSources_.emplace(s, std::make_pair(id, dim));
+    if (!std::holds_alternative<std::monostate>(t.value)) scalarInputs_[id] = {path, t.value};
     return tensor(id);
+  }
+
+  std::optional<Var> itemOfInput(const Var& t) override {
+    auto it = scalarInputs_.find(t->value);
+    if (it == scalarInputs_.end()) return std::nullopt;
+    for (const ir::Node& n : graph.nodes()) // a write may have changed it since the call
+      if (const ir::OpInfo* info = ir::findOp(n.target); info && info->mutates) return std::nullopt;
+    auto& [path, value, item] = it->second;
+    if (item) return item;
+    Path source = extend(path, guards::value());
+    if (auto* i = std::get_if<int64_t>(&value)) {
+      std::string name = "s" + std::to_string(symbols_++);
+      guards.symbol(name, node(source));
+      sym::Expr s = table.declare(name, *i, sym::Range::unbounded());
+      ir::ValueId id = graph.placeholder("arg" + std::to_string(inputs_.size()), ir::Value(s));
+      inputs_.push_back({path, InputKind::Int});
+      symbolSources_[s] = {id, -1};
+      item = integer(s);
+    } else {
+      Var scalar = callOp("reshape", {t, sequence(Kind::Tuple, {})}, {});
+      floatInput(t->value, source, std::get<double>(value));
+      item = tracedFloat(op("to_dtype", {scalar->value}, {{"dtype", DType::Float64}})->value, std::get<double>(value));
+    }
+    return item;
   }
 
   void fillFunction(FunctionInfo& info, schema::FunctionDesc::Reader f, const Path& path) {
@@ -1574,6 +1600,12 @@ private:
   std::map<sym::Expr, std::pair<ir::ValueId, int64_t>, bool (*)(sym::Expr, sym::Expr)> symbolSources_{
       [](sym::Expr a, sym::Expr b) { return sym::compare(a, b) < 0; }};
   size_t symbols_ = 0;
+  struct ScalarInput {
+    Path path;
+    std::variant<std::monostate, int64_t, double> value;
+    Var item; // what .item() gave, once asked
+  };
+  std::map<ir::ValueId, ScalarInput> scalarInputs_; // 0-d CPU tensor inputs described with their values
   size_t steps_ = 0;
   std::string file_;
   int line_ = 0;

@@ -374,6 +374,7 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
   if (m == "masked_fill" && method) return s.callOp("where", {args[1], args[2], args[0]}, {});
   // Data-dependent results: an unbacked symbol each (issue 9).
   if (m == "item" && method && args.size() == 1) {
+    if (auto backed = s.itemOfInput(args[0])) return *backed;
     if (ir::isFloating(s.meta(args[0]).dtype)) return s.itemFloat(args[0]);
     return s.unbackedOp("item", {args[0]->value});
   }

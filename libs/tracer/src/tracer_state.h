@@ -36,6 +36,7 @@ using Kwargs = std::vector<std::pair<std::string, Var>>;
 class TraceState {
 public:
   TraceState() : graph(table) {}
+  virtual ~TraceState() = default;
 
   sym::SymbolTable table;
   ir::Graph graph;
@@ -79,6 +80,11 @@ public:
   // float is specialised (the float inputs it is computed from are guarded equal
   // to their values); one computed from tensor data cannot be (Unsupported).
   double number(const Var& v);
+  // t.item() of a 0-d CPU tensor input the call described with its value, not
+  // written by the graph: backed by that value as seed 000 has it — an int is a
+  // symbol (a graph input of its own), a float a traced float — guarded through
+  // `L['t'].item()`. nullopt for any other tensor (the evaluator's: it owns the inputs).
+  virtual std::optional<Var> itemOfInput(const Var& t) = 0;
   // t.item() of a floating tensor of one element: a traced float whose value the
   // trace does not know (it stays on t's device until Python needs the number).
   Var itemFloat(const Var& t);

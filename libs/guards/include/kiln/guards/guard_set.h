@@ -23,7 +23,7 @@
 
 namespace kiln::guards {
 
-enum class StepKind : uint8_t { Arg, Kwarg, Global, Closure, Attr, Index, Key, IntKey, Size, Stride, Default, KwDefault };
+enum class StepKind : uint8_t { Arg, Kwarg, Global, Closure, Attr, Index, Key, IntKey, Size, Stride, Default, KwDefault, Value };
 
 struct Step {
   StepKind kind = StepKind::Arg;
@@ -51,6 +51,7 @@ Step size(uint32_t dim);
 Step stride(uint32_t dim);
 Step defaultArg(uint32_t index); // the called function's __defaults__[index]
 Step kwDefault(std::string name); // its __kwdefaults__[name]
+Step value();                     // a 0-d CPU tensor's .item() (an int or a float)
 
 struct TypeRef {
   std::string module, qualname;

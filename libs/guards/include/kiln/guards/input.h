@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "kiln/guards/guard_set.h"
@@ -19,6 +20,8 @@ struct TensorInput {
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
   int64_t storageOffset = 0;
+  // A 0-d CPU tensor's value (an int for integral and bool dtypes), when described.
+  std::variant<std::monostate, int64_t, double> value;
 };
 
 // A value as the guards see it: a Python-like object with a type, an id and

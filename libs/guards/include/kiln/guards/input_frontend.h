@@ -12,10 +12,13 @@ namespace kiln::guards {
 
 class InputFrontend {
 public:
-  // A register: an Input of the call, or an int read from a tensor's sizes.
+  // A register: an Input of the call, or a number read from a tensor (an int of
+  // its sizes or strides, or its .item(): an int, or a float when `isFloat`).
   struct Value {
     const Input* input = nullptr;
     int64_t integer = 0;
+    bool isFloat = false;
+    double number = 0;
   };
 
   explicit InputFrontend(const CallInput& call) : call_(call) {}

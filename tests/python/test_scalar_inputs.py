@@ -1,8 +1,11 @@
-"""Python floats through kiln.compile (issue 9, seed 000): a float argument that changes between
-calls becomes a 0-d f64 graph input (automatic dynamic, as for ints), Python arithmetic on it is
-recorded in the graph, and it is specialised (guarded by value) only where Python needs the number.
-`.item()` of a floating tensor is a float the graph computes too."""
+"""Python floats and 0-d tensor inputs through kiln.compile (issue 9, seed 000): a float argument
+that changes between calls becomes a 0-d f64 graph input (automatic dynamic, as for ints), Python
+arithmetic on it is recorded in the graph, and it is specialised (guarded by value) only where
+Python needs the number. `.item()` of a floating tensor is a float the graph computes too, and
+`.item()` of a 0-d CPU int/float tensor input is backed by its value: guards can read it."""
 import math
+
+import pytest
 
 import torch
 import torch.nn.functional as F
@@ -178,3 +181,64 @@ def test_automatic_dynamic_observes_floats():
     assert "L['arg1']: dynamic" in frame.text()
     restored = guards.FrameState.from_bytes(frame.to_bytes())
     assert restored.dynamic_float("L['arg1']")
+
+
+def test_item_of_a_0d_int_input_is_a_backed_symbol(stack):
+    def f(x, n):
+        return x.view(n.item(), -1) * 2
+
+    fast = kiln.compile(f, stack=stack)
+    x = torch.randn(8)
+    for n in (2, 4, 8, 2):
+        torch.testing.assert_close(fast(x, torch.tensor(n)), f(x, torch.tensor(n)))
+    assert entries(fast) == 1  # backed: the view's divisibility is a guard on the value, not a recompile
+    text = dynamic_entry_text(fast)
+    assert "= L['n'].item()" in text and "L['n'].item() ==" not in text
+    with pytest.raises(RuntimeError):  # as eager: 8 elements do not view as [3, -1]
+        fast(x, torch.tensor(3))
+
+
+def test_a_branch_on_a_0d_int_input_is_a_guard_on_its_value(stack):
+    def f(x, n):
+        if n.item() > 3:
+            return x * 2
+        return x - 1
+
+    fast = kiln.compile(f, stack=stack)
+    x = torch.randn(4)
+    for n in (2, 5, 1, 9, 3):
+        torch.testing.assert_close(fast(x, torch.tensor(n)), f(x, torch.tensor(n)))
+    assert entries(fast) == 2  # one per side of the branch
+    assert fast.fallback_reasons == []
+
+
+def test_item_of_a_0d_float_input_is_backed_by_its_value(stack):
+    def scale(x, t):
+        return x * t.item(), t.item() * 2
+
+    def branch(x, t):
+        return x * 2 if t.item() > 0.3 else x
+
+    fast_scale, fast_branch = kiln.compile(scale, stack=stack), kiln.compile(branch, stack=stack)
+    x = torch.randn(4)
+    for v in (0.5, 0.25, 0.5, 2.0):
+        got, want = fast_scale(x, torch.tensor(v)), scale(x, torch.tensor(v))
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1] and type(got[1]) is float
+        torch.testing.assert_close(fast_branch(x, torch.tensor(v)), branch(x, torch.tensor(v)))
+    assert entries(fast_scale) == 1
+    assert entries(fast_branch) == 3  # specialised: guarded by value, as a Python float is
+    assert "L['t'].item() == 0.5" in "".join(e.guards.text() for e in fast_branch.cache.entries)
+
+
+def test_item_after_the_graph_writes_the_input_reads_the_new_value(stack):
+    def f(x, n):
+        n.add_(1)
+        return x * n.item()
+
+    fast = kiln.compile(f, stack=stack)
+    x = torch.randn(4)
+    for v in (3, 3, 5):
+        mine, theirs = torch.tensor(v), torch.tensor(v)
+        torch.testing.assert_close(fast(x, mine), f(x, theirs))
+        assert mine.item() == theirs.item() == v + 1
