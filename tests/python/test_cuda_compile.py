@@ -83,10 +83,11 @@ def test_data_dependent_sizes_on_the_gpu(stack):
     fast = kiln.compile(f, fullgraph=True, stack=stack)
     for seed in range(3):
         x = torch.randn(6, 8, device="cuda", generator=torch.Generator("cuda").manual_seed(seed))
-        for got, want in zip(fast(x, torch.tensor([12])), f(x, torch.tensor([12]))):  # 1-d: unbacked
+        n = torch.tensor(12, device="cuda")  # .item() of a CUDA tensor: unbacked, read at run time
+        for got, want in zip(fast(x, n), f(x, n)):
             torch.testing.assert_close(got, want)
     with pytest.raises(kiln.KilnError, match="runtime assert failed"):
-        fast(x, torch.tensor([7]))
+        fast(x, torch.tensor(7, device="cuda"))
 
 
 @needs_gpu
