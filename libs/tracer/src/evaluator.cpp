@@ -393,9 +393,8 @@ private:
       symbolSources_[s] = {id, -1};
       item = integer(s);
     } else {
-      Var scalar = callOp("reshape", {t, sequence(Kind::Tuple, {})}, {});
       floatInput(t->value, source, std::get<double>(value));
-      item = tracedFloat(op("to_dtype", {scalar->value}, {{"dtype", DType::Float64}})->value, std::get<double>(value));
+      item = tracedFloat(float64Scalar(t)->value, std::get<double>(value));
     }
     return item;
   }

@@ -38,6 +38,7 @@ double TraceState::number(const Var& v) {
     return static_cast<double>(concrete(v));
   }
   // The placeholders the value is computed from: each must be a float input.
+  const char* fromData = "the value of a float computed from tensor data (.item()), where Python needs a number";
   std::set<ir::ValueId> seen;
   std::vector<ir::ValueId> work{v->value};
   std::vector<ir::ValueId> sources;
@@ -46,11 +47,9 @@ double TraceState::number(const Var& v) {
     work.pop_back();
     if (!seen.insert(id).second) continue;
     const ir::Node& n = graph.node(id);
-    if (dataFloats_.count(id))
-      unsupported("the value of a float computed from tensor data (.item()), where Python needs a number");
+    if (dataFloats_.count(id)) unsupported(fromData);
     if (n.kind == ir::NodeKind::Placeholder) {
-      if (!floatInputs_.count(id))
-        unsupported("the value of a float computed from tensor data (.item()), where Python needs a number");
+      if (!floatInputs_.count(id)) unsupported(fromData);
       sources.push_back(id);
       continue;
     }
@@ -70,10 +69,14 @@ Var TraceState::itemFloat(const Var& t) {
   const ir::TensorMeta& m = meta(t);
   if (!sym::staticallyKnown(sym::eq(ir::numel(m.sizes, table), 1)).value_or(false))
     unsupported("item() of a tensor that may not have one element");
-  Var scalar = callOp("reshape", {t, sequence(Kind::Tuple, {})}, {});
-  Var value = op("to_dtype", {scalar->value}, {{"dtype", DType::Float64}});
+  Var value = float64Scalar(t);
   dataFloats_.insert(value->value);
   return tracedFloat(value->value, std::numeric_limits<double>::quiet_NaN());
+}
+
+Var TraceState::float64Scalar(const Var& t) {
+  Var scalar = callOp("reshape", {t, sequence(Kind::Tuple, {})}, {});
+  return op("to_dtype", {scalar->value}, {{"dtype", DType::Float64}});
 }
 
 namespace {

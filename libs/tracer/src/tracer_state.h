@@ -88,6 +88,8 @@ public:
   // t.item() of a floating tensor of one element: a traced float whose value the
   // trace does not know (it stays on t's device until Python needs the number).
   Var itemFloat(const Var& t);
+  // A tensor of one element as a 0-d f64 graph value (what a float's .item() reads).
+  Var float64Scalar(const Var& t);
   // Python arithmetic (+ - * / // % **) of numbers where one is a traced float.
   Var floatArith(const std::string& op, const Var& a, const Var& b);
   // math.<f>(x) of a traced float: sqrt exp log tanh cos sin erf; nullopt for others.
