@@ -203,6 +203,11 @@ class CompiledFunction:
         (the tracer saw grad mode and inputs or parameters that require grad), the training
         runner (kiln._train), or an _Eager entry saying why kiln cannot train it."""
         target = ir.target_for(traced.graph)
+        if target.startswith("cuda"):
+            host = _host_input(traced)
+            if host is not None:  # only 0-d CPU tensors (scalars) mix with CUDA ones, as in torch's ops
+                return _Eager(f"{host} is a CPU tensor with dims beside CUDA tensors: a compiled graph "
+                              "runs on one device")
         if not traced.requires_grad:
             if self._mode == "reduce-overhead" and target.startswith("cuda"):
                 return _Runner(traced, self._graphed(traced.graph, target))
@@ -251,6 +256,16 @@ class CompiledFunction:
             self._warned = True
             warnings.warn(f"kiln: {getattr(self._fn, '__qualname__', self._fn)} runs eagerly: the stack failed "
                           f"({error})", RuntimeWarning, stacklevel=3)
+
+
+def _host_input(traced) -> str | None:
+    """The path of a graph input that is a CPU tensor of one or more dims, if any."""
+    placeholders = [i for i in range(len(traced.graph)) if traced.graph.node(i)["kind"] == "placeholder"]
+    for k, i in enumerate(placeholders):
+        meta = traced.graph.value(i).meta
+        if isinstance(meta, dict) and meta.get("device", "cpu") == "cpu" and meta["sizes"]:
+            return _trace.path_text(traced.inputs[k])
+    return None
 
 
 # kiln.compile's options= (torch.compile's spelling: a dict of settings) and their defaults.

@@ -114,22 +114,6 @@ def _declared(signature: inspect.Signature, args: tuple, kwargs: dict, dynamic_s
     return out
 
 
-def _path_text(path: list) -> str:
-    """A graph input's path as the user reads it: x, xs[0], self.fc1.weight."""
-    text = ""
-    for step in path:
-        name = step.get("name", "")
-        if "arg" in step or "kwarg" in step or "global" in step or "closure" in step:
-            text = name
-        elif "attr" in step:
-            text += f".{name}"
-        elif "key" in step:
-            text += f"[{name!r}]"
-        else:
-            text += f"[{step.get('index', step.get('intKey'))}]"
-    return text
-
-
 # ---- export -----------------------------------------------------------------------------
 
 def export(fn_or_module, args: tuple, kwargs: dict | None = None, *, dynamic_shapes=None,
@@ -202,13 +186,13 @@ def export(fn_or_module, args: tuple, kwargs: dict | None = None, *, dynamic_sha
         head = path[0]
         if "arg" in head and head["arg"] >= offset or "kwarg" in head:
             user_path = [dict(head, arg=head["arg"] - offset) if "arg" in head else head] + path[1:]
-            inputs.append({"name": _path_text(path), "source": _path_text(path), "user": None, "path": user_path})
+            inputs.append({"name": _trace.path_text(path), "source": _trace.path_text(path), "user": None, "path": user_path})
             continue
         tensor = _trace.resolve(path, fn, call_args, kwargs)
         if not tensor.is_contiguous():
-            raise _trace.Unsupported(f"kiln.export: {_path_text(path)} is not contiguous")  # TODO(issue 9)
+            raise _trace.Unsupported(f"kiln.export: {_trace.path_text(path)} is not contiguous")  # TODO(issue 9)
         data = tensor.detach().to("cpu").contiguous()
-        inputs.append({"name": _path_text(path), "source": _path_text(path), "path": [],
+        inputs.append({"name": _trace.path_text(path), "source": _trace.path_text(path), "path": [],
                        "constant": {"dtype": ir.dtype_name(data.dtype), "sizes": list(data.shape),
                                     "data": data.view(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b""}})
     symbols = [{"name": d["symbol"], "dim": d["dim"], "source": d["source"], "min": d["min"], "max": d["max"]}

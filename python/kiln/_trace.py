@@ -405,6 +405,22 @@ def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: b
 
 # ---- running what was traced --------------------------------------------------------
 
+def path_text(path: list) -> str:
+    """A graph input's path as the user reads it: x, xs[0], self.fc1.weight."""
+    text = ""
+    for step in path:
+        name = step.get("name", "")
+        if "arg" in step or "kwarg" in step or "global" in step or "closure" in step:
+            text = name
+        elif "attr" in step:
+            text += f".{name}"
+        elif "key" in step:
+            text += f"[{name!r}]"
+        else:
+            text += f"[{step.get('index', step.get('intKey'))}]"
+    return text
+
+
 def graph_inputs(traced: Traced, fn, args, kwargs) -> list:
     """The tensors the graph takes, read from the call by their paths."""
     return [get(fn, args, kwargs) for get in input_getters(traced)]

@@ -224,3 +224,14 @@ def test_a_cuda_training_graph_partitions_and_compiles_without_a_gpu(stack):
         metas = [graph.value(i).meta for i in range(len(graph))]
         assert all(m["device"] == "cuda:0" for m in metas if isinstance(m, dict) and "device" in m), graph
         assert ir.compile(graph, stack, "cuda").target == "cuda:sm_90"
+
+
+@needs_gpu
+def test_a_cpu_tensor_with_dims_beside_cuda_ones_runs_eagerly(stack):
+    def f(x, n):
+        return x.view(n.item(), -1) * 2
+
+    fast = kiln.compile(f, stack=stack)
+    x, n = torch.randn(4, 6, device="cuda"), torch.tensor([3])
+    torch.testing.assert_close(fast(x, n), f(x, n))
+    assert any("n is a CPU tensor with dims" in r for r in fast.fallback_reasons), fast.fallback_reasons
