@@ -183,16 +183,16 @@ def export(fn_or_module, args: tuple, kwargs: dict | None = None, *, dynamic_sha
     graph = _kiln.capnp_decode("Graph", traced.graph.to_bytes())
     inputs = []
     for path in traced.inputs:
-        head = path[0]
+        head, text = path[0], _trace.path_text(path)
         if "arg" in head and head["arg"] >= offset or "kwarg" in head:
             user_path = [dict(head, arg=head["arg"] - offset) if "arg" in head else head] + path[1:]
-            inputs.append({"name": _trace.path_text(path), "source": _trace.path_text(path), "user": None, "path": user_path})
+            inputs.append({"name": text, "source": text, "user": None, "path": user_path})
             continue
         tensor = _trace.resolve(path, fn, call_args, kwargs)
         if not tensor.is_contiguous():
-            raise _trace.Unsupported(f"kiln.export: {_trace.path_text(path)} is not contiguous")  # TODO(issue 9)
+            raise _trace.Unsupported(f"kiln.export: {text} is not contiguous")  # TODO(issue 9)
         data = tensor.detach().to("cpu").contiguous()
-        inputs.append({"name": _trace.path_text(path), "source": _trace.path_text(path), "path": [],
+        inputs.append({"name": text, "source": text, "path": [],
                        "constant": {"dtype": ir.dtype_name(data.dtype), "sizes": list(data.shape),
                                     "data": data.view(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b""}})
     symbols = [{"name": d["symbol"], "dim": d["dim"], "source": d["source"], "min": d["min"], "max": d["max"]}

@@ -310,7 +310,7 @@ class Traced:
         self.guards = _kiln.capnp_encode("GuardSet", traced["guards"])
         self.inputs = [i["path"] for i in traced["inputs"]]
         self.int_inputs = [i["isInt"] for i in traced["inputs"]]  # dynamic ints: passed as 0-d int64
-        self.float_inputs = [i.get("isFloat", False) for i in traced["inputs"]]  # dynamic floats: 0-d f64
+        self.float_inputs = [i["isFloat"] for i in traced["inputs"]]  # dynamic floats: 0-d f64
         self.outputs = traced["outputs"]
         self.side_effects = traced["sideEffects"]
         self.requires_grad = traced["requiresGrad"]  # autograd would record the call

@@ -1,7 +1,6 @@
 #include "kiln/guards/frame_state.h"
 
 #include <algorithm>
-#include <cmath>
 #include <sstream>
 
 #include "kiln/common/error.h"
@@ -9,16 +8,6 @@
 #include "kiln/sym/range.h"
 
 namespace kiln::guards {
-
-namespace {
-
-// The same float as a guard means it: NaN is NaN, and -0.0 is not 0.0 (1 / x differs).
-bool sameFloat(double a, double b) {
-  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
-  return a == b && std::signbit(a) == std::signbit(b);
-}
-
-} // namespace
 
 const FrameInput* FrameState::find(const std::string& source) const {
   for (const FrameInput& in : inputs)
@@ -42,7 +31,8 @@ bool FrameState::observe(const std::vector<FrameInput>& seen) {
       continue;
     }
     if (s.isFloat) {
-      if (it->number && s.number && !sameFloat(*it->number, *s.number)) {
+      // the same float as its equals guard means it (NaN is NaN)
+      if (it->number && s.number && Constant{*it->number} != Constant{*s.number}) {
         it->number.reset();
         changed = true;
       }

@@ -213,10 +213,8 @@ private:
       if (frame.dynamicFloat(pathText(path))) {
         // Automatic dynamic made this float a graph input (floats.cpp): guarded only
         // where Python needs its value.
-        ir::TensorMeta scalar;
-        scalar.dtype = DType::Float64;
-        scalar.storageOffset = table.integer(0);
-        ir::ValueId id = graph.placeholder("arg" + std::to_string(inputs_.size()), scalar);
+        ir::ValueId id = graph.placeholder("arg" + std::to_string(inputs_.size()),
+                                           ir::TensorMeta::contiguous(DType::Float64, {}, table));
         inputs_.push_back({path, InputKind::Float});
         floatInput(id, path, d.getFloat());
         return tracedFloat(id, d.getFloat());
@@ -710,7 +708,7 @@ private:
     }
     if (name == "builtins.abs" && args.size() == 1) {
       if (args[0]->kind == Kind::Tensor) return callOp("abs", args, {});
-      if (args[0]->kind == Kind::Float && args[0]->traced) return tracedFloat(op("abs", {args[0]->value})->value, std::fabs(args[0]->number));
+      if (args[0]->kind == Kind::Float && args[0]->traced) return *floatMath("abs", args[0]);
       if (args[0]->kind == Kind::Float) return floating(std::fabs(args[0]->number));
       Var neg = compare("<", args[0], integer(table.integer(0)));
       return truth(neg) ? arith("-", integer(table.integer(0)), args[0]) : args[0];
@@ -1363,7 +1361,7 @@ private:
       } else if (opname == "UNARY_NEGATIVE") {
         Var v = f.pop();
         if (v->kind == Kind::Tensor) f.stack.push_back(op("neg", {v->value}));
-        else if (v->kind == Kind::Float && v->traced) f.stack.push_back(tracedFloat(op("neg", {v->value})->value, -v->number));
+        else if (v->kind == Kind::Float && v->traced) f.stack.push_back(*floatMath("neg", v));
         else f.stack.push_back(arith("-", integer(table.integer(0)), v));
       } else if (opname == "UNARY_NOT") {
         f.stack.push_back(boolean(!truth(f.pop())));

@@ -33,10 +33,8 @@ Var TraceState::tracedFloat(ir::ValueId value, double hint) {
 }
 
 double TraceState::number(const Var& v) {
-  if (v->kind != Kind::Float || !v->traced) {
-    if (v->kind == Kind::Float) return v->number;
-    return static_cast<double>(concrete(v));
-  }
+  if (v->kind != Kind::Float) return static_cast<double>(concrete(v));
+  if (!v->traced) return v->number;
   // The placeholders the value is computed from: each must be a float input.
   const char* fromData = "the value of a float computed from tensor data (.item()), where Python needs a number";
   std::set<ir::ValueId> seen;
@@ -133,7 +131,8 @@ std::optional<Var> TraceState::floatMath(const std::string& f, const Var& x) {
       {"sqrt", [](double v) { return std::sqrt(v); }}, {"exp", [](double v) { return std::exp(v); }},
       {"log", [](double v) { return std::log(v); }},   {"tanh", [](double v) { return std::tanh(v); }},
       {"cos", [](double v) { return std::cos(v); }},   {"sin", [](double v) { return std::sin(v); }},
-      {"erf", [](double v) { return std::erf(v); }}};
+      {"erf", [](double v) { return std::erf(v); }},   {"abs", [](double v) { return std::fabs(v); }},
+      {"neg", [](double v) { return -v; }}};
   auto it = fns.find(f);
   if (it == fns.end()) return std::nullopt;
   // Python raises on sqrt/log outside their domain; torch gives nan

@@ -92,7 +92,8 @@ public:
   Var float64Scalar(const Var& t);
   // Python arithmetic (+ - * / // % **) of numbers where one is a traced float.
   Var floatArith(const std::string& op, const Var& a, const Var& b);
-  // math.<f>(x) of a traced float: sqrt exp log tanh cos sin erf; nullopt for others.
+  // math.<f>(x) of a traced float (sqrt exp log tanh cos sin erf), abs(x) and -x
+  // ("abs", "neg"); nullopt for others.
   std::optional<Var> floatMath(const std::string& f, const Var& x);
   // A traced float as a number operand of a tensor op, beside `operands` (the
   // call's tensors and numbers): cast as torch promotes a Python float.

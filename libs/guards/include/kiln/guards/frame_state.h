@@ -2,9 +2,10 @@
 // and int and float values. The first call's are recorded as static; a later
 // call that differs in a tensor dim (or an int, or a float) turns that one
 // dynamic, so the next trace makes it a symbol (a float: a graph input) and
-// later values reuse that entry (PyTorch's automatic_dynamic_shapes). mark_dynamic / mark_static override it. The ranks
-// of a job merge their observations in rank order, so all of them reach the
-// same decisions (the seeds' compiler collectives).
+// later values reuse that entry (PyTorch's automatic_dynamic_shapes).
+// mark_dynamic / mark_static override it. The ranks of a job merge their
+// observations in rank order, so all of them reach the same decisions (the
+// seeds' compiler collectives).
 #pragma once
 
 #include <optional>
@@ -55,8 +56,9 @@ FrameState merge(FrameState base, const std::vector<std::vector<FrameInput>>& by
 // keys and tensor matches, through lists, tuples and dicts. A dynamic dim of a
 // contiguous tensor becomes a symbol read from its size (with its contiguous
 // strides as shape guards and `>= 2`, sizes 0 and 1 staying static as in
-// PyTorch); a dynamic int becomes a symbol; a dynamic float is guarded by type. Objects get a type guard only:
-// what the graph reads of them is the tracer's to guard. Symbols are named
+// PyTorch); a dynamic int becomes a symbol; a dynamic float is guarded by type
+// only. Objects get a type guard only: what the graph reads of them is the
+// tracer's to guard. Symbols are named
 // s0, s1, ... in source order.
 // The guards of one tensor at `node` as guardsForCall makes them: a tensor
 // match, its dynamic dims as symbols s<n> (n from `nextSymbol`, advanced) with
