@@ -362,6 +362,32 @@ TEST_F(Lower, TypePromotionAndHalfPrecision) {
                    1e-3);
 }
 
+// A fused chain of bf16 ops keeps its intermediates in f32, through to_dtype
+// round trips too (Inductor's default; eager rounds each op's result): only
+// what a buffer stores rounds.
+TEST_F(Lower, HalfPrecisionChainsRoundWhereStored) {
+  ValueId x = input("x", DType::BFloat16, ints({1}));
+  ValueId a = input("a", DType::BFloat16, ints({1}));
+  ValueId b = input("b", DType::BFloat16, ints({1}));
+  ValueId xa = graph.call("mul", {x, a});
+  ValueId roundTrip = graph.call(
+      "to_dtype", {graph.call("to_dtype", {xa}, {{"dtype", DType::Float32}})},
+      {{"dtype", DType::BFloat16}});
+  graph.setOutputs({xa, graph.call("add", {xa, b}), graph.call("add", {roundTrip, b})});
+  // (1 + 2^-7)^2 = 1 + 2^-6 + 2^-14: bf16 (7 fraction bits) rounds it to 1 + 2^-6.
+  double step = 1.0 / 128;
+  std::vector<HostTensor> inputs = {HostTensor::fromDoubles(DType::BFloat16, {1}, {1 + step}),
+                                    HostTensor::fromDoubles(DType::BFloat16, {1}, {1 + step}),
+                                    HostTensor::fromDoubles(DType::BFloat16, {1}, {-1 - 2 * step})};
+  Program program = lower(graph);
+  std::vector<double> fused = {1 + 2 * step, 1.0 / 16384, 1.0 / 16384};
+  for (const auto& got : {evaluate(program, graph, inputs), runCompiled(program, inputs)})
+    for (size_t k = 0; k < fused.size(); ++k) EXPECT_EQ(got.at(k).toDoubles().at(0), fused[k]) << k;
+  std::vector<HostTensor> eager = ir::interpret(graph, inputs);
+  EXPECT_EQ(eager.at(1).toDoubles().at(0), 0.0);
+  EXPECT_EQ(eager.at(2).toDoubles().at(0), 0.0);
+}
+
 TEST_F(Lower, CreationOps) {
   ValueId x = input("x", DType::Float32, {s0, table.integer(2)});
   graph.setOutputs(

@@ -138,10 +138,9 @@ private:
         close = indent.substr(2) + "}\n" + close;
       }
       Block block(indent);
-      std::string value = emit(l.body, block, false);
+      std::string value = storedBody(b, block);
       lines += block.lines;
-      lines += indent + pointer(id) + "[" + index(store) +
-               "] = " + stored(b.layout.dtype, l.body->dtype, value) + ";\n";
+      lines += indent + pointer(id) + "[" + index(store) + "] = " + value + ";\n";
       return lines + close;
     }
     return lines + reduction(id, store, indent);

@@ -4,6 +4,7 @@
 #include "kiln/codegen/cuda_emitter.h"
 
 #include <algorithm>
+#include <functional>
 #include <sstream>
 #include <unordered_map>
 
@@ -145,6 +146,8 @@ public:
     }
     std::string scalarStart; // where the flat loop starts: after the vectorized part
     if (!rows && !scatters && rank > 0) body << vectorized(items, scalarStart);
+    if (rows) perThread_ = persistentRow();
+    if (rows) body << rowVectorPath();
     if (rows && group_ < threads_)
       body << indent << "const int kiln_lane = threadIdx.x % " << group_ << ";\n";
     else if (rows)
@@ -160,11 +163,10 @@ public:
          << ") {\n";
     indent += "  ";
     if (rank > 0) body << unflatten(item, indent);
-    if (rows) perThread_ = persistentRow();
     std::ostringstream members;
     for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
       BufferId id = kernel_.buffers[m];
-      members << (rows ? rowMember(id, indent) : flatMember(id, indent));
+      members << (rows ? rowMember(m, indent) : flatMember(id, indent));
       inRowLoop_ = false;
       // A later buffer may read this one's elements, stored by other threads of the group.
       if (rows && m + 1 < kernel_.buffers.size())
@@ -383,16 +385,10 @@ private:
         }
       }
     }
-    auto word = [](size_t bytes) {
-      return bytes == 16  ? "uint4"
-             : bytes == 8 ? "uint2"
-             : bytes == 4 ? "unsigned"
-             : bytes == 2 ? "unsigned short"
-                          : "unsigned char";
-    };
     auto width = [&](BufferId id) {
       return elementSize(program_.buffers[id].layout.dtype) * static_cast<size_t>(lanes_);
     };
+    auto word = [&](size_t bytes) { return wordOf(bytes); };
     auto address = [&](BufferId id, sym::Expr base) {
       return "(" + pointer(id) + " + (" + index(base) + "))";
     };
@@ -454,14 +450,12 @@ private:
           const ScalarNode* node = loads[m][k].node;
           std::string element = arrays[k] + "[" + std::to_string(u) + "]";
           DType t = program_.buffers[node->buffer].layout.dtype;
-          if (t == DType::Float16) element = "kiln_h2f(" + element + ")";
-          if (t == DType::BFloat16) element = "kiln_b2f(" + element + ")";
-          replaced_[node] = element;
+          replaced_[node] = fromStorage(t, element);
         }
         std::string lines;
         bindOuter(l, withoutUnitDims(l), lines, lane);
         Block block(lane);
-        std::string value = stored(b.layout.dtype, l.body->dtype, emit(l.body, block, false));
+        std::string value = storedBody(b, block);
         text += lines + block.lines;
         if (stores[m])
           text += lane + out + "[" + std::to_string(u) + "] = " + value + ";\n";
@@ -480,9 +474,147 @@ private:
     return text;
   }
 
-  // Elements per thread when every buffer of this row kernel runs over one
-  // static inner extent (or none) small enough to keep in registers; else 0.
-  int persistentRow() const {
+  // The unsigned type of `bytes` bytes (a vector access's word).
+  static std::string wordOf(size_t bytes) {
+    return bytes == 16  ? "uint4"
+           : bytes == 8 ? "uint2"
+           : bytes == 4 ? "unsigned"
+           : bytes == 2 ? "unsigned short"
+                        : "unsigned char";
+  }
+
+  std::string vectorWord(BufferId id, int lanes) const {
+    return wordOf(elementSize(program_.buffers[id].layout.dtype) * static_cast<size_t>(lanes));
+  }
+
+  // A stored element as the value kernels compute with (half types as float).
+  static std::string fromStorage(DType t, const std::string& element) {
+    if (t == DType::Float16) return "kiln_h2f(" + element + ")";
+    if (t == DType::BFloat16) return "kiln_b2f(" + element + ")";
+    return element;
+  }
+
+  // A persistent row's vectors per thread.
+  int vectorsPerThread() const {
+    int64_t vectors = rowExtent_ / rowLanes_;
+    return static_cast<int>((vectors + group_ - 1) / group_);
+  }
+
+  // A row buffer's inner loop: its variables past the outer dims, and its size-1 ones as 0.
+  struct RowInner {
+    std::vector<sym::Expr> vars;
+    Shape ranges;
+    sym::Substitution units;
+  };
+  RowInner rowInner(const Loops& l) {
+    RowInner in{l.reductionVars, l.reductionRanges, mapOuter(l)};
+    if (l.reduce == ReduceOp::None) {
+      LoopShape shape = withoutUnitDims(l);
+      size_t rank = std::min(kernel_.outer.size(), shape.vars.size());
+      in.vars.assign(shape.vars.begin() + static_cast<std::ptrdiff_t>(rank), shape.vars.end());
+      in.ranges.assign(shape.ranges.begin() + static_cast<std::ptrdiff_t>(rank),
+                       shape.ranges.end());
+    }
+    return in;
+  }
+
+  // The offset `base` when `index` is base + the row position (its inner
+  // variables flattened row-major), base free of them.
+  std::optional<sym::Expr> rowContiguousBase(sym::Expr index, const RowInner& in) {
+    sym::Expr at = sym::substitute(index, in.units);
+    sym::Substitution zeros;
+    sym::Expr position = zero();
+    for (size_t k = 0; k < in.vars.size(); ++k) {
+      zeros[in.vars[k]] = zero();
+      position = position * in.ranges[k] + in.vars[k];
+    }
+    sym::Expr base = sym::substitute(at, zeros);
+    if (in.vars.empty() || at != base + position) return std::nullopt;
+    return base;
+  }
+
+  // Row kernels' 16-byte path: per buffer, the loads (and the store) at
+  // base + the row position become one access per `rowLanes_` positions when
+  // the row's extent is static and a multiple of the lanes, and every such
+  // access is aligned in every row: its address in row 0 (checked once per
+  // launch, as kiln_vec) and its step from row to row (a multiple of the
+  // lanes; checked here when static). Returns kiln_vec's lines ("" when the
+  // kernel has no vector path).
+  std::string rowVectorPath() {
+    rowVectors_.assign(kernel_.buffers.size(), RowVectors{});
+    std::optional<int64_t> extent = commonRowExtent();
+    if (!extent) return "";
+    size_t widest = 0;
+    std::vector<std::vector<VectorLoad>> loads(kernel_.buffers.size());
+    std::vector<std::optional<sym::Expr>> stores(kernel_.buffers.size());
+    for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
+      const Buffer& b = program_.buffers[kernel_.buffers[m]];
+      RowInner in = rowInner(b.loops);
+      auto contiguous = [&](sym::Expr i, const sym::Substitution&) {
+        return rowContiguousBase(i, in);
+      };
+      vectorLoads(b.loops.body, in.units, false, contiguous, loads[m]);
+      for (const VectorLoad& v : loads[m])
+        widest = std::max(widest, elementSize(program_.buffers[v.node->buffer].layout.dtype));
+      bool local = std::find(kernel_.local.begin(), kernel_.local.end(), kernel_.buffers[m]) !=
+                   kernel_.local.end();
+      if (b.loops.reduce == ReduceOp::None && !local)
+        stores[m] = rowContiguousBase(storeIndex(b), in);
+      if (stores[m]) widest = std::max(widest, elementSize(b.layout.dtype));
+    }
+    if (widest == 0 || widest > 8 || *extent % static_cast<int64_t>(16 / widest) != 0) return "";
+    int lanes = static_cast<int>(16 / widest);
+    std::vector<std::string> checks;
+    // The access's row-0 address check, or null when some row may be unaligned.
+    auto aligned = [&](BufferId id, sym::Expr base) -> std::optional<std::string> {
+      sym::Substitution rowZero;
+      for (sym::Expr v : sym::freeSymbols(base))
+        if (outerOf_.count(v)) rowZero[v] = zero();
+      sym::Expr first = sym::substitute(base, rowZero), affine = first;
+      std::vector<std::string> steps;
+      for (auto& [v, zeroed] : rowZero) {
+        sym::Substitution one = rowZero;
+        one[v] = zero() + 1;
+        sym::Expr step = sym::substitute(base, one) - first;
+        auto known = step.asInteger();
+        if (known && *known % lanes != 0) return std::nullopt;
+        if (!known) steps.push_back("(" + index(step) + ") % " + std::to_string(lanes) + " == 0");
+        affine = affine + step * v;
+      }
+      if (affine != base) return std::nullopt;
+      buffers_.insert(id);
+      size_t bytes = elementSize(program_.buffers[id].layout.dtype) * static_cast<size_t>(lanes);
+      std::string check = "reinterpret_cast<unsigned long long>(" + pointer(id) + " + (" +
+                          index(first) + ")) % " + std::to_string(bytes) + " == 0";
+      for (const std::string& s : steps) check += " && " + s;
+      return check;
+    };
+    for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
+      mapOuter(program_.buffers[kernel_.buffers[m]].loops);
+      for (const VectorLoad& v : loads[m])
+        if (auto check = aligned(v.node->buffer, v.base)) {
+          checks.push_back(*check);
+          rowVectors_[m].loads.push_back(v);
+        }
+      if (stores[m])
+        if (auto check = aligned(kernel_.buffers[m], *stores[m])) {
+          checks.push_back(*check);
+          rowVectors_[m].store = stores[m];
+        }
+    }
+    if (checks.empty()) return "";
+    rowLanes_ = lanes;
+    rowExtent_ = *extent;
+    std::string text = "  const bool kiln_vec = true";
+    std::set<std::string> written;
+    for (const std::string& c : checks)
+      if (written.insert(c).second) text += "\n      && " + c;
+    return text + "; // every 16-byte access of the vector path\n";
+  }
+
+  // The one static inner extent every buffer of this row kernel runs over
+  // (buffers of one element per row aside); null if they differ or one is symbolic.
+  std::optional<int64_t> commonRowExtent() const {
     std::optional<Shape> common;
     for (BufferId id : kernel_.buffers) {
       const Loops& l = program_.buffers[id].loops;
@@ -493,21 +625,28 @@ private:
         inner.assign(shape.ranges.begin() + static_cast<std::ptrdiff_t>(rank), shape.ranges.end());
       }
       if (inner.empty()) continue;
-      if (common && *common != inner) return 0;
+      if (common && *common != inner) return std::nullopt;
       common = inner;
     }
-    if (!common) return 0;
+    if (!common) return std::nullopt;
     int64_t w = 1;
     for (sym::Expr r : *common) {
       auto v = r.asInteger();
-      if (!v) return 0;
+      if (!v) return std::nullopt;
       w *= *v;
     }
-    // Measured on an H100 (bench/gpu): a warp per row gains (softmax of
-    // 32768x1024: 0.60x -> 0.86x torch.compile), a block per row loses (4096x4096:
-    // 1.18x -> 0.71x; its rows re-read from L1 were faster), so blocks keep re-reading.
-    if (group_ > 32) return 0;
-    int64_t per = (w + group_ - 1) / group_;
+    return w;
+  }
+
+  // Elements per thread when the row's extent is static and small enough to
+  // keep in registers; else 0. Measured on an H100 (exp/, 2026-11-24): with
+  // 16-byte loads a block per row keeps its elements too (softmax of 4096x4096
+  // 0.78x -> 1.5x torch.compile; re-reading from L1 was the faster form only
+  // for element-by-element loads).
+  int persistentRow() const {
+    std::optional<int64_t> w = commonRowExtent();
+    if (!w) return 0;
+    int64_t per = (*w + group_ - 1) / group_;
     return per >= 1 && per <= 32 ? static_cast<int>(per) : 0;
   }
 
@@ -534,36 +673,114 @@ private:
     std::string lines = indent + "// " + b.name + "\n";
     bindOuter(l, withoutUnitDims(l), lines, indent);
     Block block(indent);
-    std::string value = emit(l.body, block, false);
-    return lines + block.lines + indent + pointer(id) + "[" + index(storeIndex(b)) +
-           "] = " + stored(b.layout.dtype, l.body->dtype, value) + ";\n";
+    std::string value = storedBody(b, block);
+    return lines + block.lines + indent + pointer(id) + "[" + index(storeIndex(b)) + "] = " +
+           value + ";\n";
   }
 
-  // A loop of the group's threads over `ranges` (flattened), binding `vars`.
-  std::string strided(const std::vector<sym::Expr>& vars, const Shape& ranges,
-                      std::string& indent) {
-    std::string lines;
-    if (perThread_ > 0) { // a static row: unrolled, so cached elements stay in registers
-      std::string g = std::to_string(group_), w = numelText(ranges);
-      lines = indent + "#pragma unroll\n" + indent + "for (int kiln_t = 0; kiln_t < " +
-              std::to_string(perThread_) + "; ++kiln_t) if (const " + ix_ +
-              " kiln_j = kiln_lane + kiln_t * " + g + "; kiln_j < " + w + ") {\n";
-    } else {
-      lines = indent + "for (" + ix_ + " kiln_j = kiln_lane; kiln_j < " + numelText(ranges) +
-              "; kiln_j += " + std::to_string(group_) + ") {\n";
-    }
-    indent += "  ";
-    if (!vars.empty()) lines += indent + ix_ + " kiln_jrest = kiln_j;\n";
-    for (size_t k = vars.size(); k-- > 0;) {
+  // The work of one position of a row loop: lines after `block`'s, given
+  // where the position's value is stored ("" for a reduction).
+  using PositionBody = std::function<std::string(Block& block, const std::string& storeTo)>;
+
+  // A loop of the group's threads over a row buffer's inner positions
+  // (`ranges` flattened, binding `vars`). A kernel with a vector path runs it
+  // twice over: 16-byte accesses when kiln_vec, else element by element.
+  std::string rowLoop(size_t member, const std::vector<sym::Expr>& vars, const Shape& ranges,
+                      const std::string& storeTo, const std::string& indent,
+                      const PositionBody& body) {
+    if (rowLanes_ == 1) return rowLoopText(member, vars, ranges, storeTo, indent, body, false);
+    std::string in = indent + "  ";
+    // Both copies make the same register arrays: each fills them on its own.
+    std::map<std::string, std::string> before = cached_;
+    std::string vector = rowLoopText(member, vars, ranges, storeTo, in, body, true);
+    cached_ = before;
+    std::string scalar = rowLoopText(member, vars, ranges, storeTo, in, body, false);
+    return indent + "if (kiln_vec) {\n" + vector + indent + "} else {\n" + scalar + indent + "}\n";
+  }
+
+  std::string rowLoopText(size_t member, const std::vector<sym::Expr>& vars, const Shape& ranges,
+                          const std::string& storeTo, std::string indent, const PositionBody& body,
+                          bool vector) {
+    std::string lines, g = std::to_string(group_), close = indent + "}\n";
+    std::string lanes = std::to_string(rowLanes_);
+    const RowVectors& v = rowVectors_[member];
+    std::string storeSlot = storeTo;
+    for (size_t k = 0; k < vars.size(); ++k) { // before the vector loads: their cache keys
       declared_.insert(vars[k]);
       innerOf_[vars[k]] = k;
+    }
+    if (vector) { // kiln_jv: the thread's vector; kiln_u: its element
+      std::string count = "(" + numelText(ranges) + ") / " + lanes;
+      if (perThread_ > 0) {
+        lines = indent + "#pragma unroll\n" + indent + "for (int kiln_t = 0; kiln_t < " +
+                std::to_string(vectorsPerThread()) + "; ++kiln_t) if (const " + ix_ +
+                " kiln_jv = kiln_lane + kiln_t * " + g + "; kiln_jv < " + count + ") {\n";
+      } else {
+        lines = indent + "for (" + ix_ + " kiln_jv = kiln_lane; kiln_jv < " + count +
+                "; kiln_jv += " + g + ") {\n";
+      }
+      indent += "  ";
+      std::map<std::pair<BufferId, std::string>, std::string> arrays;
+      for (const VectorLoad& load : v.loads) {
+        if (perThread_ > 0 && inRowCache(*load.node)) continue; // read from registers
+        BufferId from = load.node->buffer;
+        auto [it, fresh] = arrays.emplace(std::make_pair(from, sym::toString(load.base)),
+                                          "kiln_l" + std::to_string(nextArray_));
+        if (fresh) {
+          ++nextArray_;
+          lines += indent + storageType(program_.buffers[from].layout.dtype) + " " + it->second +
+                   "[" + lanes + "];\n" + indent + "*reinterpret_cast<" + vectorWord(from, rowLanes_) + "*>(" +
+                   it->second + ") = *reinterpret_cast<const " + vectorWord(from, rowLanes_) + "*>(" +
+                   pointer(from) + " + (" + index(load.base) + ") + kiln_jv * " + lanes + ");\n";
+        }
+        vectorElement_[load.node] = it->second + "[kiln_u]";
+      }
+      if (v.store) {
+        storeSlot = "kiln_s" + std::to_string(nextArray_++);
+        lines += indent + storageType(program_.buffers[kernel_.buffers[member]].layout.dtype) +
+                 " " + storeSlot + "[" + lanes + "];\n";
+      }
+      lines += indent + "#pragma unroll\n" + indent + "for (int kiln_u = 0; kiln_u < " + lanes +
+               "; ++kiln_u) {\n";
+      indent += "  ";
+      lines += indent + "const " + ix_ + " kiln_j = kiln_jv * " + lanes + " + kiln_u;\n";
+      slot_ = "kiln_t * " + lanes + " + kiln_u";
+      if (v.store) storeSlot += "[kiln_u]";
+    } else if (perThread_ > 0) { // a static row: unrolled, so cached elements stay in registers
+      lines = indent + "#pragma unroll\n" + indent + "for (int kiln_t = 0; kiln_t < " +
+              std::to_string(perThread_) + "; ++kiln_t) if (const " + ix_ +
+              " kiln_j = kiln_lane + kiln_t * " + g + "; kiln_j < " + numelText(ranges) + ") {\n";
+      indent += "  ";
+      slot_ = "kiln_t";
+    } else {
+      lines = indent + "for (" + ix_ + " kiln_j = kiln_lane; kiln_j < " + numelText(ranges) +
+              "; kiln_j += " + g + ") {\n";
+      indent += "  ";
+    }
+    if (!vars.empty()) lines += indent + ix_ + " kiln_jrest = kiln_j;\n";
+    for (size_t k = vars.size(); k-- > 0;) {
       std::string r = index(ranges[k]);
       lines += indent + "const int64_t " + sym::toString(vars[k]) + " = " +
                (k == 0 ? std::string("kiln_jrest") : "kiln_jrest % " + r) + ";\n";
       if (k > 0) lines += indent + "kiln_jrest /= " + r + ";\n";
     }
     inRowLoop_ = true;
-    return lines;
+    Block block(indent);
+    std::string tail = body(block, storeSlot);
+    lines += block.lines + tail;
+    if (vector) {
+      for (const VectorLoad& load : v.loads) vectorElement_.erase(load.node);
+      indent.resize(indent.size() - 2);
+      lines += indent + "}\n";
+      if (v.store) {
+        BufferId id = kernel_.buffers[member];
+        std::string from = storeSlot.substr(0, storeSlot.find('['));
+        lines += indent + "*reinterpret_cast<" + vectorWord(id, rowLanes_) + "*>(" + pointer(id) + " + (" +
+                 index(*v.store) + ") + kiln_jv * " + lanes + ") = *reinterpret_cast<" +
+                 vectorWord(id, rowLanes_) + "*>(" + from + ");\n";
+      }
+    }
+    return lines + close;
   }
 
   // A row kernel of a warp per row whose buffers all run over one static inner extent keeps
@@ -572,9 +789,28 @@ private:
   // three passes over x, layer_norm's over x + r) reads the register, so the
   // row crosses memory once. Only loads every thread makes (not under a
   // `where`) of memory the kernel does not write.
-  std::string cachedLoad(const ScalarNode& n, const std::string& element, bool lazy) override {
+  std::string cachedLoad(const ScalarNode& n, const std::string& loaded, bool lazy) override {
+    std::string element = loaded;
+    if (auto v = vectorElement_.find(&n); v != vectorElement_.end())
+      element = fromStorage(program_.buffers[n.buffer].layout.dtype, v->second);
+    std::optional<std::string> key = rowCacheKey(n, lazy);
+    if (!key) return element;
+    auto [it, fresh] = cached_.emplace(*key, "kiln_c" + std::to_string(cached_.size()));
+    std::string slot = it->second + "[" + slot_ + "]";
+    if (!fresh) return slot;
+    if (cacheDeclared_.insert(it->second).second) {
+      DType t = program_.buffers[n.buffer].layout.dtype;
+      int slots = std::max(perThread_, rowLanes_ * vectorsPerThread());
+      rowDecls_ += valueType(t) + " " + it->second + "[" + std::to_string(slots) + "];\n";
+    }
+    return "(" + slot + " = " + element + ")";
+  }
+
+  // The register array's key of a load a persistent row keeps (its buffer and
+  // its index over canonical row positions); null for loads it does not keep.
+  std::optional<std::string> rowCacheKey(const ScalarNode& n, bool lazy) {
     if (perThread_ == 0 || !inRowLoop_ || lazy || writtenRoots().count(root(n.buffer)))
-      return element;
+      return std::nullopt;
     sym::Substitution canonical;
     for (sym::Expr v : sym::freeSymbols(n.index)) {
       if (auto o = outerOf_.find(v); o != outerOf_.end())
@@ -582,16 +818,17 @@ private:
       else if (auto i = innerOf_.find(v); i != innerOf_.end())
         canonical[v] = canonicalVar("kiln_ci", i->second);
       else if (!isSizeSymbol(v))
-        return element; // a variable of no row position
+        return std::nullopt; // a variable of no row position
     }
-    std::string key =
-        std::to_string(n.buffer) + ":" + sym::toString(sym::substitute(n.index, canonical));
-    auto [it, fresh] = cached_.emplace(key, "kiln_c" + std::to_string(cached_.size()));
-    std::string slot = it->second + "[kiln_t]";
-    if (!fresh) return slot;
-    DType t = program_.buffers[n.buffer].layout.dtype;
-    rowDecls_ += valueType(t) + " " + it->second + "[" + std::to_string(perThread_) + "];\n";
-    return "(" + slot + " = " + element + ")";
+    return std::to_string(n.buffer) + ":" + sym::toString(sym::substitute(n.index, canonical));
+  }
+
+  bool inRowCache(const ScalarNode& n) {
+    bool was = inRowLoop_;
+    inRowLoop_ = true;
+    std::optional<std::string> key = rowCacheKey(n, false);
+    inRowLoop_ = was;
+    return key && cached_.count(*key);
   }
 
   bool isSizeSymbol(sym::Expr v) const { return !declared_.count(v); } // not a loop variable
@@ -604,7 +841,8 @@ private:
   }
 
   // A buffer of a row kernel: pointwise over its dims past the outer ones, or a reduction.
-  std::string rowMember(BufferId id, std::string indent) {
+  std::string rowMember(size_t member, std::string indent) {
+    BufferId id = kernel_.buffers[member];
     const Buffer& b = program_.buffers[id];
     const Loops& l = b.loops;
     bool local = std::find(kernel_.local.begin(), kernel_.local.end(), id) != kernel_.local.end();
@@ -618,23 +856,22 @@ private:
       std::vector<sym::Expr> vars(shape.vars.begin() + static_cast<std::ptrdiff_t>(rank),
                                   shape.vars.end());
       Shape ranges(shape.ranges.begin() + static_cast<std::ptrdiff_t>(rank), shape.ranges.end());
-      std::string inner = indent, close;
-      if (!vars.empty()) {
-        lines += strided(vars, ranges, inner);
-        close = indent + "}\n";
-      }
-      Block block(inner);
-      std::string value = emit(l.body, block, false);
-      std::string assign = pointer(id) + "[" + index(store) +
-                           "] = " + stored(b.layout.dtype, l.body->dtype, value) + ";\n";
+      auto element = [&](Block& block, const std::string& storeTo) {
+        std::string value = storedBody(b, block);
+        return block.indent + storeTo + " = " + value + ";\n";
+      };
+      std::string target = pointer(id) + "[" + index(store) + "]";
+      if (!vars.empty()) return lines + rowLoop(member, vars, ranges, target, indent, element);
       // One element per row: every thread computes it, the first stores it.
-      lines += block.lines + inner + (vars.empty() ? "if (kiln_lane == 0) " : "") + assign;
-      return lines + close;
+      Block block(indent);
+      std::string assign = element(block, target);
+      return lines + block.lines + indent + "if (kiln_lane == 0) " + assign.substr(indent.size());
     }
-    return lines + reduction(id, store, indent, local);
+    return lines + reduction(member, store, indent, local);
   }
 
-  std::string reduction(BufferId id, sym::Expr store, std::string indent, bool local) {
+  std::string reduction(size_t member, sym::Expr store, std::string indent, bool local) {
+    BufferId id = kernel_.buffers[member];
     const Buffer& b = program_.buffers[id];
     const Loops& l = b.loops;
     std::string acc = "kiln_acc" + std::to_string(id), type = valueType(l.accumulator), lines;
@@ -682,17 +919,15 @@ private:
     std::string slots = group_ > 32 ? acc + "_slots" : "(" + slotType + "*)0";
     lines += indent + (arg ? slotType + " " + acc + " = {0, -1};\n"
                            : type + " " + acc + " = " + init + ";\n");
-    std::string inner = indent;
-    lines += strided(l.reductionVars, l.reductionRanges, inner);
-    Block block(inner);
-    std::string v = convert(l.body->dtype, l.accumulator, emit(l.body, block, false));
-    lines += block.lines;
-    if (arg)
-      lines += inner + acc + " = " + fn + "(" + acc + ", " + slotType + "{" + v + ", kiln_j});\n";
-    else
-      lines += inner + "{ const " + type + " a = " + acc + ", b = " + v + "; " + acc +
-               " = static_cast<" + type + ">(" + combine + "); }\n";
-    lines += indent + "}\n";
+    auto element = [&](Block& block, const std::string&) {
+      std::string v = convert(l.body->dtype, l.accumulator, emit(l.body, block, false));
+      if (arg)
+        return block.indent + acc + " = " + fn + "(" + acc + ", " + slotType + "{" + v +
+               ", kiln_j});\n";
+      return block.indent + "{ const " + type + " a = " + acc + ", b = " + v + "; " + acc +
+             " = static_cast<" + type + ">(" + combine + "); }\n";
+    };
+    lines += rowLoop(member, l.reductionVars, l.reductionRanges, "", indent, element);
     lines += indent + acc + " = kiln_group_reduce<" + std::to_string(group_) + ">(" + acc + ", " +
              fn + ", " + slots + ");\n";
     std::string result = arg ? acc + ".at" : acc;
@@ -709,6 +944,17 @@ private:
   std::optional<std::set<BufferId>> writtenRoots_;
   std::string ix_ = "int64_t"; // the loops' index type
   int perThread_ = 0;          // a persistent row's elements per thread (0: not persistent)
+  struct RowVectors {          // a row buffer's accesses of the vector path
+    std::vector<VectorLoad> loads;
+    std::optional<sym::Expr> store;
+  };
+  std::vector<RowVectors> rowVectors_; // per buffer of the kernel
+  int rowLanes_ = 1;                   // positions per vector of a row kernel (1: no vector path)
+  std::unordered_map<const ScalarNode*, std::string> vectorElement_; // a load -> its vector element
+  int64_t rowExtent_ = 0;              // the row's static extent (with a vector path)
+  std::string slot_ = "kiln_t";        // the position's slot in the register arrays
+  std::set<std::string> cacheDeclared_;
+  int nextArray_ = 0;
   bool inRowLoop_ = false;     // emitting inside a row's inner loop
   std::unordered_map<sym::Expr, size_t> innerOf_; // an inner index variable -> its position
   std::map<std::string, std::string> cached_;     // (buffer, canonical index) -> register array

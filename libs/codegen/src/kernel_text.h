@@ -163,6 +163,19 @@ protected:
     return v;
   }
 
+  struct Block;
+  // A computed buffer's body as its buffer stores it, its statements in
+  // `block`. A body rounded to the buffer's half dtype last is stored
+  // unrounded: the store's conversion is the rounding.
+  std::string storedBody(const Buffer& b, Block& block) {
+    const Scalar& body = b.loops.body;
+    DType t = b.layout.dtype;
+    if ((t == DType::Float16 || t == DType::BFloat16) && body->kind == ScalarKind::Cast &&
+        body->dtype == t && !replaced_.count(body.get()))
+      return stored(t, body->args[0]->dtype, emit(body->args[0], block, false));
+    return stored(t, body->dtype, emit(body, block, false));
+  }
+
   struct Block {
     explicit Block(std::string i) : indent(std::move(i)) {}
     std::string indent;

@@ -95,10 +95,14 @@ Scalar where(Scalar condition, Scalar a, Scalar b) {
 
 Scalar cast(DType dtype, Scalar arg) {
   if (arg->dtype == dtype) return arg;
+  bool half = arg->dtype == DType::Float16 || arg->dtype == DType::BFloat16;
+  if (half && arg->kind == ScalarKind::Cast && arg->args[0]->dtype == dtype)
+    return arg->args[0];
   ScalarNode n = nodeOf(ScalarKind::Cast, dtype);
   n.args = {std::move(arg)};
   return make(std::move(n));
 }
+
 
 Scalar philox(Scalar seed, Scalar counter) {
   ScalarNode n = nodeOf(ScalarKind::Philox, DType::Float64);

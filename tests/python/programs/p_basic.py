@@ -150,7 +150,9 @@ def comparisons(x):
     return (x > 0) & (x < 1), x == x, x != 0
 
 
-@program(inputs=lambda n=4: r(n, 8))
+# x.half().float() inside one kernel keeps x's f32 value, as torch.compile's default does
+# (Inductor's emulate_precision_casts off); eager rounds it to f16: 2^-11 relative.
+@program(inputs=lambda n=4: r(n, 8), rtol=1e-3, atol=1e-3)
 def to_dtype(x):
     return x.double() * 2, x.half().float(), x.to(torch.float64)
 

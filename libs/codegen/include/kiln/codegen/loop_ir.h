@@ -74,7 +74,12 @@ Scalar indexOf(DType dtype, sym::Expr value);
 Scalar unary(std::string op, DType dtype, Scalar arg);
 Scalar binary(std::string op, DType dtype, Scalar a, Scalar b);
 Scalar where(Scalar condition, Scalar a, Scalar b); // dtype of a (and b)
-Scalar cast(DType dtype, Scalar arg);               // arg itself when already of dtype
+// arg converted to dtype: arg itself when already of dtype. A value rounded
+// to f16/bf16 and converted straight back to the dtype it was computed in is
+// that value unrounded: a fused chain of half-precision ops (to_dtype's too)
+// keeps its intermediates in f32, as Inductor does (its
+// emulate_precision_casts off); what a buffer stores rounds.
+Scalar cast(DType dtype, Scalar arg);
 Scalar philox(Scalar seed, Scalar counter);
 
 // The scalar with index variables replaced (loads' indices and IndexOf values).
