@@ -148,6 +148,7 @@ public:
     if (!rows && !scatters && rank > 0) body << vectorized(items, scalarStart);
     if (rows) perThread_ = persistentRow();
     if (rows) body << rowVectorPath();
+    if (perThread_ > 0) planRowReuse();
     if (rows && group_ < threads_)
       body << indent << "const int kiln_lane = threadIdx.x % " << group_ << ";\n";
     else if (rows)
@@ -494,11 +495,45 @@ private:
     return element;
   }
 
+  // A persistent row's reduction whose reduced expression a later buffer of
+  // the row computes again (softmax's exp(x - max), layer_norm's x + r) keeps
+  // each value in a register array, which the later buffer reads instead.
+  void planRowReuse() {
+    size_t rank = kernel_.outer.size();
+    for (size_t p = 0; p < kernel_.buffers.size(); ++p) {
+      const Loops& pl = program_.buffers[kernel_.buffers[p]].loops;
+      LoopShape ps = withoutUnitDims(pl);
+      RowInner in = rowInner(pl);
+      if (ps.vars.size() < rank || in.vars.empty()) continue;
+      for (size_t r = 0; r < p; ++r) {
+        BufferId rid = kernel_.buffers[r];
+        const Loops& rl = program_.buffers[rid].loops;
+        if (rl.reduce == ReduceOp::None || rl.reductionRanges != in.ranges || opCount(rl.body) < 3)
+          continue;
+        LoopShape rs = withoutUnitDims(rl);
+        std::unordered_map<sym::Expr, sym::Expr> map = unitsToZero(rl);
+        for (size_t k = 0; k < rank && k < rs.vars.size(); ++k) map.emplace(rs.vars[k], ps.vars[k]);
+        for (size_t k = 0; k < in.vars.size(); ++k) map.emplace(rl.reductionVars[k], in.vars[k]);
+        std::vector<const ScalarNode*> found;
+        findAll(pl.body, codegen::substitute(rl.body, map), unitsToZero(pl), found);
+        if (found.empty()) continue;
+        auto [it, fresh] = rowKeeps_.emplace(rid, "kiln_e" + std::to_string(rid));
+        if (fresh)
+          rowDecls_ += valueType(rl.body->dtype) + " " + it->second + "[" +
+                       std::to_string(rowSlots()) + "];\n";
+        for (const ScalarNode* f : found) replaced_[f] = it->second + "[kiln_slot]";
+      }
+    }
+  }
+
   // A persistent row's vectors per thread.
   int vectorsPerThread() const {
     int64_t vectors = rowExtent_ / rowLanes_;
     return static_cast<int>((vectors + group_ - 1) / group_);
   }
+
+  // A persistent row's register array length: its positions per thread on either path.
+  int rowSlots() const { return std::max(perThread_, rowLanes_ * vectorsPerThread()); }
 
   // A row buffer's inner loop: its variables past the outer dims, and its size-1 ones as 0.
   struct RowInner {
@@ -744,14 +779,14 @@ private:
                "; ++kiln_u) {\n";
       indent += "  ";
       lines += indent + "const " + ix_ + " kiln_j = kiln_jv * " + lanes + " + kiln_u;\n";
-      slot_ = "kiln_t * " + lanes + " + kiln_u";
+      if (perThread_ > 0) lines += indent + "const int kiln_slot = kiln_t * " + lanes + " + kiln_u;\n";
       if (v.store) storeSlot += "[kiln_u]";
     } else if (perThread_ > 0) { // a static row: unrolled, so cached elements stay in registers
       lines = indent + "#pragma unroll\n" + indent + "for (int kiln_t = 0; kiln_t < " +
               std::to_string(perThread_) + "; ++kiln_t) if (const " + ix_ +
               " kiln_j = kiln_lane + kiln_t * " + g + "; kiln_j < " + numelText(ranges) + ") {\n";
       indent += "  ";
-      slot_ = "kiln_t";
+      lines += indent + "const int kiln_slot = kiln_t;\n";
     } else {
       lines = indent + "for (" + ix_ + " kiln_j = kiln_lane; kiln_j < " + numelText(ranges) +
               "; kiln_j += " + g + ") {\n";
@@ -796,12 +831,11 @@ private:
     std::optional<std::string> key = rowCacheKey(n, lazy);
     if (!key) return element;
     auto [it, fresh] = cached_.emplace(*key, "kiln_c" + std::to_string(cached_.size()));
-    std::string slot = it->second + "[" + slot_ + "]";
+    std::string slot = it->second + "[kiln_slot]";
     if (!fresh) return slot;
     if (cacheDeclared_.insert(it->second).second) {
       DType t = program_.buffers[n.buffer].layout.dtype;
-      int slots = std::max(perThread_, rowLanes_ * vectorsPerThread());
-      rowDecls_ += valueType(t) + " " + it->second + "[" + std::to_string(slots) + "];\n";
+      rowDecls_ += valueType(t) + " " + it->second + "[" + std::to_string(rowSlots()) + "];\n";
     }
     return "(" + slot + " = " + element + ")";
   }
@@ -919,12 +953,17 @@ private:
     std::string slots = group_ > 32 ? acc + "_slots" : "(" + slotType + "*)0";
     lines += indent + (arg ? slotType + " " + acc + " = {0, -1};\n"
                            : type + " " + acc + " = " + init + ";\n");
+    auto keeps = rowKeeps_.find(id);
     auto element = [&](Block& block, const std::string&) {
-      std::string v = convert(l.body->dtype, l.accumulator, emit(l.body, block, false));
+      std::string value = emit(l.body, block, false);
+      std::string kept = keeps == rowKeeps_.end()
+                             ? ""
+                             : block.indent + keeps->second + "[kiln_slot] = " + value + ";\n";
+      std::string v = convert(l.body->dtype, l.accumulator, value);
       if (arg)
-        return block.indent + acc + " = " + fn + "(" + acc + ", " + slotType + "{" + v +
+        return kept + block.indent + acc + " = " + fn + "(" + acc + ", " + slotType + "{" + v +
                ", kiln_j});\n";
-      return block.indent + "{ const " + type + " a = " + acc + ", b = " + v + "; " + acc +
+      return kept + block.indent + "{ const " + type + " a = " + acc + ", b = " + v + "; " + acc +
              " = static_cast<" + type + ">(" + combine + "); }\n";
     };
     lines += rowLoop(member, l.reductionVars, l.reductionRanges, "", indent, element);
@@ -952,7 +991,7 @@ private:
   int rowLanes_ = 1;                   // positions per vector of a row kernel (1: no vector path)
   std::unordered_map<const ScalarNode*, std::string> vectorElement_; // a load -> its vector element
   int64_t rowExtent_ = 0;              // the row's static extent (with a vector path)
-  std::string slot_ = "kiln_t";        // the position's slot in the register arrays
+  std::map<BufferId, std::string> rowKeeps_; // a reduction -> its register array of values
   std::set<std::string> cacheDeclared_;
   int nextArray_ = 0;
   bool inRowLoop_ = false;     // emitting inside a row's inner loop

@@ -344,6 +344,30 @@ protected:
     return map;
   }
 
+  // Every subtree of `tree` equal to `wanted` (tree's size-1 vars read as 0): layer_norm's
+  // variance reads x + r twice, as both factors of its square.
+  void findAll(const Scalar& tree, const Scalar& wanted,
+               const std::unordered_map<sym::Expr, sym::Expr>& units,
+               std::vector<const ScalarNode*>& found) {
+    if (same(wanted, tree, units)) {
+      found.push_back(tree.get());
+      return;
+    }
+    for (const Scalar& a : tree->args) findAll(a, wanted, units, found);
+  }
+
+  static bool same(const Scalar& a, const Scalar& b,
+                   const std::unordered_map<sym::Expr, sym::Expr>& units) {
+    if (a->kind != b->kind || a->dtype != b->dtype || a->op != b->op || a->buffer != b->buffer ||
+        a->number != b->number || a->integer != b->integer || a->args.size() != b->args.size() ||
+        !a->indirect.empty() || !b->indirect.empty() || a->index.isNull() != b->index.isNull())
+      return false;
+    if (!a->index.isNull() && a->index != sym::substitute(b->index, units)) return false;
+    for (size_t k = 0; k < a->args.size(); ++k)
+      if (!same(a->args[k], b->args[k], units)) return false;
+    return true;
+  }
+
   // The row-major position of `vars` in `ranges`, as C++.
   std::string linear(const std::vector<sym::Expr>& vars, const Shape& ranges) {
     sym::Expr at = zero();
