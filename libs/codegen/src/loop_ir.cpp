@@ -95,6 +95,7 @@ Scalar where(Scalar condition, Scalar a, Scalar b) {
 
 Scalar cast(DType dtype, Scalar arg) {
   if (arg->dtype == dtype) return arg;
+  // TODO(issue 7): an option (Inductor's emulate_precision_casts) to keep eager's rounding.
   bool half = arg->dtype == DType::Float16 || arg->dtype == DType::BFloat16;
   if (half && arg->kind == ScalarKind::Cast && arg->args[0]->dtype == dtype)
     return arg->args[0];
