@@ -389,17 +389,13 @@ private:
     auto width = [&](BufferId id) {
       return elementSize(program_.buffers[id].layout.dtype) * static_cast<size_t>(lanes_);
     };
-    auto word = [&](size_t bytes) { return wordOf(bytes); };
-    auto address = [&](BufferId id, sym::Expr base) {
-      return "(" + pointer(id) + " + (" + index(base) + "))";
-    };
     std::string lanes = std::to_string(lanes_);
     std::string indent = "  ", text;
     text += indent + "bool kiln_aligned = true; // every 16-byte access of the vector path\n";
     for (const Access& a : accesses) {
       buffers_.insert(a.buffer);
-      text += indent + "kiln_aligned = kiln_aligned && reinterpret_cast<unsigned long long>" +
-              address(a.buffer, a.base) + " % " + std::to_string(width(a.buffer)) + " == 0;\n";
+      text += indent + "kiln_aligned = kiln_aligned && " +
+              alignedAt(a.buffer, a.base, width(a.buffer)) + ";\n";
     }
     text += indent + "const " + ix_ + " kiln_vitems = kiln_aligned ? (" + index(items) + ") / " +
             lanes + " : 0;\n";
@@ -428,8 +424,8 @@ private:
         if (!fresh) continue;
         text += inner + storageType(program_.buffers[from].layout.dtype) + " " + it->second + "[" +
                 lanes + "];\n";
-        text += inner + "*reinterpret_cast<" + word(width(from)) + "*>(" + it->second +
-                ") = *reinterpret_cast<const " + word(width(from)) + "*>(" + pointer(from) +
+        text += inner + "*reinterpret_cast<" + wordOf(width(from)) + "*>(" + it->second +
+                ") = *reinterpret_cast<const " + wordOf(width(from)) + "*>(" + pointer(from) +
                 " + (" + index(base) + ") + " + (perRow ? rowAt : at) + ");\n";
       }
       std::string out = "kiln_s" + std::to_string(m);
@@ -466,8 +462,8 @@ private:
         text += inner + "}\n";
       }
       if (stores[m])
-        text += inner + "*reinterpret_cast<" + word(width(id)) + "*>(" + pointer(id) + " + (" +
-                index(*stores[m]) + ") + " + at + ") = *reinterpret_cast<" + word(width(id)) +
+        text += inner + "*reinterpret_cast<" + wordOf(width(id)) + "*>(" + pointer(id) + " + (" +
+                index(*stores[m]) + ") + " + at + ") = *reinterpret_cast<" + wordOf(width(id)) +
                 "*>(" + out + ");\n";
     }
     text += indent + "}\n";
@@ -482,6 +478,12 @@ private:
            : bytes == 4 ? "unsigned"
            : bytes == 2 ? "unsigned short"
                         : "unsigned char";
+  }
+
+  // Whether the address of element `base` of buffer `id` is a multiple of `bytes` (C++).
+  std::string alignedAt(BufferId id, sym::Expr base, size_t bytes) {
+    return "reinterpret_cast<unsigned long long>(" + pointer(id) + " + (" + index(base) + ")) % " +
+           std::to_string(bytes) + " == 0";
   }
 
   std::string vectorWord(BufferId id, int lanes) const {
@@ -619,8 +621,7 @@ private:
       if (affine != base) return std::nullopt;
       buffers_.insert(id);
       size_t bytes = elementSize(program_.buffers[id].layout.dtype) * static_cast<size_t>(lanes);
-      std::string check = "reinterpret_cast<unsigned long long>(" + pointer(id) + " + (" +
-                          index(first) + ")) % " + std::to_string(bytes) + " == 0";
+      std::string check = alignedAt(id, first, bytes);
       for (const std::string& s : steps) check += " && " + s;
       return check;
     };
@@ -739,7 +740,7 @@ private:
     std::string lines, g = std::to_string(group_), close = indent + "}\n";
     std::string lanes = std::to_string(rowLanes_);
     const RowVectors& v = rowVectors_[member];
-    std::string storeSlot = storeTo;
+    std::string storeSlot = storeTo, storeArray;
     for (size_t k = 0; k < vars.size(); ++k) { // before the vector loads: their cache keys
       declared_.insert(vars[k]);
       innerOf_[vars[k]] = k;
@@ -771,16 +772,16 @@ private:
         vectorElement_[load.node] = it->second + "[kiln_u]";
       }
       if (v.store) {
-        storeSlot = "kiln_s" + std::to_string(nextArray_++);
+        storeArray = "kiln_s" + std::to_string(nextArray_++);
         lines += indent + storageType(program_.buffers[kernel_.buffers[member]].layout.dtype) +
-                 " " + storeSlot + "[" + lanes + "];\n";
+                 " " + storeArray + "[" + lanes + "];\n";
       }
       lines += indent + "#pragma unroll\n" + indent + "for (int kiln_u = 0; kiln_u < " + lanes +
                "; ++kiln_u) {\n";
       indent += "  ";
       lines += indent + "const " + ix_ + " kiln_j = kiln_jv * " + lanes + " + kiln_u;\n";
       if (perThread_ > 0) lines += indent + "const int kiln_slot = kiln_t * " + lanes + " + kiln_u;\n";
-      if (v.store) storeSlot += "[kiln_u]";
+      if (v.store) storeSlot = storeArray + "[kiln_u]";
     } else if (perThread_ > 0) { // a static row: unrolled, so cached elements stay in registers
       lines = indent + "#pragma unroll\n" + indent + "for (int kiln_t = 0; kiln_t < " +
               std::to_string(perThread_) + "; ++kiln_t) if (const " + ix_ +
@@ -809,10 +810,9 @@ private:
       lines += indent + "}\n";
       if (v.store) {
         BufferId id = kernel_.buffers[member];
-        std::string from = storeSlot.substr(0, storeSlot.find('['));
         lines += indent + "*reinterpret_cast<" + vectorWord(id, rowLanes_) + "*>(" + pointer(id) + " + (" +
                  index(*v.store) + ") + kiln_jv * " + lanes + ") = *reinterpret_cast<" +
-                 vectorWord(id, rowLanes_) + "*>(" + from + ");\n";
+                 vectorWord(id, rowLanes_) + "*>(" + storeArray + ");\n";
       }
     }
     return lines + close;
@@ -828,7 +828,7 @@ private:
     std::string element = loaded;
     if (auto v = vectorElement_.find(&n); v != vectorElement_.end())
       element = fromStorage(program_.buffers[n.buffer].layout.dtype, v->second);
-    std::optional<std::string> key = rowCacheKey(n, lazy);
+    std::optional<std::string> key = lazy || !inRowLoop_ ? std::nullopt : rowCacheKey(n);
     if (!key) return element;
     auto [it, fresh] = cached_.emplace(*key, "kiln_c" + std::to_string(cached_.size()));
     std::string slot = it->second + "[kiln_slot]";
@@ -842,8 +842,8 @@ private:
 
   // The register array's key of a load a persistent row keeps (its buffer and
   // its index over canonical row positions); null for loads it does not keep.
-  std::optional<std::string> rowCacheKey(const ScalarNode& n, bool lazy) {
-    if (perThread_ == 0 || !inRowLoop_ || lazy || writtenRoots().count(root(n.buffer)))
+  std::optional<std::string> rowCacheKey(const ScalarNode& n) {
+    if (perThread_ == 0 || writtenRoots().count(root(n.buffer)))
       return std::nullopt;
     sym::Substitution canonical;
     for (sym::Expr v : sym::freeSymbols(n.index)) {
@@ -858,10 +858,7 @@ private:
   }
 
   bool inRowCache(const ScalarNode& n) {
-    bool was = inRowLoop_;
-    inRowLoop_ = true;
-    std::optional<std::string> key = rowCacheKey(n, false);
-    inRowLoop_ = was;
+    std::optional<std::string> key = rowCacheKey(n);
     return key && cached_.count(*key);
   }
 
@@ -898,8 +895,8 @@ private:
       if (!vars.empty()) return lines + rowLoop(member, vars, ranges, target, indent, element);
       // One element per row: every thread computes it, the first stores it.
       Block block(indent);
-      std::string assign = element(block, target);
-      return lines + block.lines + indent + "if (kiln_lane == 0) " + assign.substr(indent.size());
+      std::string assign = element(block, "if (kiln_lane == 0) " + target);
+      return lines + block.lines + assign;
     }
     return lines + reduction(member, store, indent, local);
   }
