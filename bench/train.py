@@ -121,7 +121,7 @@ def run(name, make_forward, model, idx, targets, steps, autocast, profile=False)
         with profiler(activities=[ProfilerActivity.CUDA]) as prof:
             step()
             sync()
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=60),
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=60, max_name_column_width=60),
               flush=True)
     times.sort()
     per_step = times[len(times) // 2]
@@ -168,6 +168,7 @@ def main():
     parser.add_argument("--only", help="comma-separated contenders: eager,torch_compile,kiln")
     parser.add_argument("--profile", help="comma-separated contenders to profile one step of")
     parser.add_argument("--out", help="results file (default: bench/results/...)")
+    parser.add_argument("--explain", help="write kiln.explain of the compiled model (graphs, kernels) here")
     args = parser.parse_args()
     profiled = set(args.profile.split(",")) if args.profile else set()
     device = torch.device(args.device)
@@ -216,6 +217,9 @@ def main():
                 results[name]["fell_back"] = compiled.fallback_reasons
                 if compiled.fallback_reasons:
                     print("kiln FELL BACK to eager:", compiled.fallback_reasons, flush=True)
+                if args.explain:
+                    with open(args.explain, "w") as f:
+                        f.write(kiln.explain(made[0]))
             del model, made
             gc.collect()
             if device.type == "cuda":

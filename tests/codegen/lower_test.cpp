@@ -14,6 +14,7 @@
 #include "kiln/codegen/cuda_emitter.h"
 #include "kiln/codegen/loop_eval.h"
 #include "kiln/codegen/lower.h"
+#include "kiln/codegen/pad_products.h"
 #include "kiln/codegen/schedule.h"
 #include "kiln/common/error.h"
 #include "kiln/ir/interpreter.h"
@@ -842,6 +843,82 @@ TEST_F(Lower, ProductsBlasDoesNotCoverAreLoopReductions) {
                         HostTensor::fromDoubles(DType::Int8, {2, 8}, std::vector<double>(16, 100))},
                        1e-2);
   EXPECT_EQ(countKind(p, BufferKind::Extern), 0u) << print(p);
+}
+
+// The nodes of `g` that call `op`.
+std::vector<const ir::Node*> callsOf(const ir::Graph& g, const std::string& op) {
+  std::vector<const ir::Node*> out;
+  for (const ir::Node& n : g.nodes())
+    if (n.kind == ir::NodeKind::Call && n.target == op) out.push_back(&n);
+  return out;
+}
+
+// cuBLASLt's Hopper kernels want 16-bit products' dims multiples of 8: odd
+// ones are zero-padded (the pads fuse into producers) and the result sliced
+// back; the values, and every value's layout, are what they were.
+TEST_F(Lower, HalfProductsWithOddDimsReadZeroPaddedOperands) {
+  ValueId a = input("a", DType::BFloat16, ints({10, 13}));
+  ValueId b = input("b", DType::BFloat16, ints({13, 7}));
+  ValueId bias = input("bias", DType::BFloat16, ints({7}));
+  ValueId product = graph.call("mm", {a, b});
+  graph.setOutputs({product, graph.call("mul", {product}, {{"other", 2.0}}),
+                    graph.call("addmm", {bias, a, b})});
+  ir::Graph padded = padProducts(graph, 1);
+  auto mms = callsOf(padded, "mm");
+  ASSERT_EQ(mms.size(), 1u) << ir::print(padded);
+  EXPECT_EQ(padded.meta(mms[0]->inputs[0]).sizes, ints({16, 16})) << ir::print(padded);
+  EXPECT_EQ(padded.meta(mms[0]->inputs[1]).sizes, ints({16, 8})) << ir::print(padded);
+  auto addmms = callsOf(padded, "addmm"); // its bias is read at M x N: its inner dim only
+  ASSERT_EQ(addmms.size(), 1u);
+  EXPECT_EQ(padded.meta(addmms[0]->inputs[1]).sizes, ints({10, 16})) << ir::print(padded);
+  EXPECT_EQ(padded.meta(addmms[0]->inputs[2]).sizes, ints({16, 7})) << ir::print(padded);
+  for (size_t k = 0; k < graph.outputs().size(); ++k)
+    EXPECT_EQ(padded.value(padded.outputs()[k]), graph.value(graph.outputs()[k]));
+  std::vector<HostTensor> inputs = {random(DType::BFloat16, {10, 13}),
+                                    random(DType::BFloat16, {13, 7}),
+                                    random(DType::BFloat16, {7})};
+  std::vector<HostTensor> expected = ir::interpret(graph, inputs);
+  std::vector<HostTensor> got = ir::interpret(padded, inputs);
+  for (size_t k = 0; k < expected.size(); ++k) // the padding adds exact zeros
+    EXPECT_EQ(got[k].toDoubles(), expected[k].toDoubles()) << "output " << k;
+  LowerOptions options;
+  options.padProductsFrom = 1;
+  Program program = lower(graph, options); // the CPU's products are loops: padded, they add zeros
+  expectClose(evaluate(program, graph, inputs), evaluate(lower(graph), graph, inputs), 0, program,
+              "evaluated, padded");
+
+  // Below the work bound, f32, and aligned products keep their graph.
+  EXPECT_EQ(padProducts(graph, 10 * 13 * 7 + 1).size(), graph.size());
+  ir::Graph wide(table);
+  ValueId wa = wide.placeholder("a", ir::Value(TensorMeta::contiguous(DType::Float32, ints({10, 13}), table)));
+  ValueId wb = wide.placeholder("b", ir::Value(TensorMeta::contiguous(DType::Float32, ints({13, 7}), table)));
+  wide.setOutputs({wide.call("mm", {wa, wb})});
+  EXPECT_EQ(padProducts(wide, 1).size(), wide.size());
+}
+
+// A grad read by two products through different views (dX = g @ w over a
+// reshape, dW = x^T @ g) is padded once, at the views' source.
+TEST_F(Lower, AValueReadByTwoProductsIsPaddedOnce) {
+  ValueId g = input("g", DType::BFloat16, ints({16, 13}));
+  ValueId w = input("w", DType::BFloat16, ints({13, 8}));
+  ValueId x = input("x", DType::BFloat16, ints({16, 8}));
+  ValueId g3 = graph.call("reshape", {g}, {{"size", ints({2, 8, 13})}});
+  ValueId dx = graph.call("matmul", {g3, w});
+  ValueId dw = graph.call("mm", {transpose(x, 0, 1), g});
+  graph.setOutputs({dx, transpose(dw, 0, 1)});
+  ir::Graph padded = padProducts(graph, 1);
+  auto cats = callsOf(padded, "cat");
+  ASSERT_EQ(cats.size(), 2u) << ir::print(padded); // g's columns and w's rows
+  size_t readingG = 0;
+  for (const ir::Node* c : cats) readingG += c->inputs[0] == g;
+  EXPECT_EQ(readingG, 1u) << ir::print(padded);
+  std::vector<HostTensor> inputs = {random(DType::BFloat16, {16, 13}),
+                                    random(DType::BFloat16, {13, 8}),
+                                    random(DType::BFloat16, {16, 8})};
+  std::vector<HostTensor> expected = ir::interpret(graph, inputs);
+  std::vector<HostTensor> got = ir::interpret(padded, inputs);
+  for (size_t k = 0; k < expected.size(); ++k)
+    EXPECT_EQ(got[k].toDoubles(), expected[k].toDoubles()) << "output " << k;
 }
 
 TEST_F(Lower, PrintsBuffersAndBodies) {

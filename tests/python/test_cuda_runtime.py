@@ -168,3 +168,31 @@ def test_row_kernels_match_torch_on_both_paths(stack, name, offset):
         else:
             tol = 2e-2 if w.dtype == torch.bfloat16 else 1e-5
             torch.testing.assert_close(g, w, rtol=tol, atol=tol)
+
+
+# A half-precision product with dims that are not multiples of 8 (GPT-2's 50257-token head)
+# reads zero-padded operands: cuBLASLt's Hopper kernels need the dims so (5-7x faster than
+# the fallback it picks otherwise); the pads fuse into the kernels producing the operands.
+def _odd_product(stack):
+    g = ir.Graph()
+    x = g.placeholder("x", "bfloat16", [2048, 1024], device="cuda")
+    w = g.placeholder("w", "bfloat16", [1001, 1024], device="cuda")
+    logits = g.call("mm", g.call("mul", x, other=2.0), g.call("transpose", w, dim0=0, dim1=1))
+    g.set_outputs([g.call("log_softmax", g.call("to_dtype", logits, "float32"), dim=-1)])
+    return ir.compile(g, stack, target="cuda:sm_90")
+
+
+def test_half_products_with_odd_dims_read_padded_operands(stack):
+    compiled = _odd_product(stack)
+    assert "over [1008, 1024]" in compiled.explain, compiled.explain  # w padded to 1008 rows
+    assert "[2048, 1008]" not in compiled.explain  # x * 2 is not: M and K are multiples of 8
+
+
+@needs_gpu
+def test_padded_products_match_torch(stack):
+    compiled = _odd_product(stack)
+    x = torch.randn(2048, 1024, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1001, 1024, device="cuda", dtype=torch.bfloat16)
+    (y,) = compiled(x, w)
+    assert y.shape == (2048, 1001)
+    torch.testing.assert_close(y, torch.log_softmax(((x * 2) @ w.t()).float(), -1), rtol=2e-2, atol=2e-2)

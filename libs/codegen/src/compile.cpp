@@ -102,6 +102,9 @@ LowerOptions lowerOptions(const Target& target) {
   if (target.cuda) { // cuBLASLt multiplies every floating dtype; addmm's bias in its epilogue
     options.externOps.insert("addmm");
     options.externProductDTypes = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
+    // 2^30 multiply-adds: ~4 us padded on an H100, where the sm75 fallback
+    // costs more than a fused pad; smaller products are not worth a kernel.
+    options.padProductsFrom = int64_t{1} << 30;
   }
   // TODO(issue 7): scaled_dot_product_attention through cuDNN's fused attention
   // (an extern op of the CUDA target); now its decomposition (two products and a softmax kernel).

@@ -7,6 +7,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "kiln/codegen/pad_products.h"
 #include "kiln/common/error.h"
 #include "kiln/ir/op_registry.h"
 #include "kiln/ir/passes.h"
@@ -359,7 +360,7 @@ private:
     if (op == "scatter_add") return lowerScatterAdd(node, a, meta);
     if (ReduceOp r = reduceOpOf(op); r != ReduceOp::None) return lowerReduction(node, a, meta, r);
     if (std::optional<Lowered> v = lowerPointwise(node, a, meta)) return std::move(*v);
-    if (std::optional<Lowered> v = lowerCopy(node, a, meta)) return std::move(*v);
+    if (std::optional<Lowered> v = lowerCopy(node, id, a, meta)) return std::move(*v);
     if (std::optional<Lowered> v = lowerCreation(node, a, meta)) return std::move(*v);
     if (std::optional<Lowered> v = lowerIndexing(node, a, meta)) return std::move(*v);
     throw Error(ErrorCode::Unsupported, "codegen: no lowering for op '" + op + "' yet");
@@ -956,9 +957,32 @@ private:
   }
 
   // Copies: clone and contiguous read the input at the same index; reshape
-  // and flatten at the same row-major position.
-  std::optional<Lowered> lowerCopy(const ir::Node& node, const Args&, const TensorMeta& meta) {
+  // and flatten at the same row-major position. A reshape, flatten or
+  // contiguous of a contiguous value is a view of it, as in torch: of a stored
+  // value it aliases the storage, of a body it is a body that realizing
+  // stores at its source, so that values reshaped apart (a grad read as
+  // [b, t, c] by one product and as [b*t, c] by another) are stored once.
+  std::optional<Lowered> lowerCopy(const ir::Node& node, ValueId id, const Args&,
+                                   const TensorMeta& meta) {
     const std::string& op = node.target;
+    if (op == "reshape" || op == "flatten" || op == "contiguous") {
+      ValueId input = node.inputs[0];
+      Lowered& in = values_.at(input);
+      if (in.meta.isContiguous() && meta.isContiguous() &&
+          in.meta.storageOffset == meta.storageOffset && (in.buffer || !written_.at(id))) {
+        Lowered v;
+        v.meta = meta;
+        if (in.buffer) {
+          v.buffer = in.buffer;
+          v.base = in.base;
+          return v;
+        }
+        v.vars = freshVars("i", meta.sizes);
+        v.body = loadAt(in, rowMajorIndex(v.vars, meta.sizes, in.meta.sizes));
+        v.viewed = in.viewed ? *in.viewed : input;
+        return v;
+      }
+    }
     if (op == "clone" || op == "contiguous") {
       const Lowered& in = values_.at(node.inputs[0]);
       return pointwise(meta, [&](const Index& i) { return loadAt(in, i); });
@@ -1146,6 +1170,7 @@ private:
 
 Program lower(const ir::Graph& graph, const LowerOptions& options) {
   ir::Graph core = ir::decompose(graph, keptFor(options));
+  if (options.padProductsFrom > 0) core = padProducts(core, options.padProductsFrom);
   return Lowering(core, options).run();
 }
 

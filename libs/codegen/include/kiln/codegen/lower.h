@@ -36,6 +36,9 @@ struct LowerOptions {
   // products of other dtypes are loop reductions (f16/bf16 accumulating in
   // f32, integers in their own type, as torch).
   std::set<DType> externProductDTypes = {DType::Float32, DType::Float64};
+  // Half-precision products of at least this many multiply-adds get their
+  // dims zero-padded to multiples of 8 (padProducts); 0: none (the CPU).
+  int64_t padProductsFrom = 0;
 };
 
 // Error{Unsupported} naming the first op without a lowering yet.
