@@ -77,7 +77,7 @@ struct Artifact {
 
 struct CompileRequest {
   graph @0 :Graph.Graph;
-  target @1 :Text;      # "cpu", "cuda" (sm_90) or "cuda:sm_NN"
+  target @1 :Text;      # "cpu", "cuda" (sm_90) or "cuda:sm_NN", each + an optional "+deterministic"
 }
 
 struct CompileReply {

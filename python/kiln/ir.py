@@ -248,7 +248,9 @@ class Compiled:
 
 def target_for(graph: Graph) -> str:
     """Where a traced graph runs: "cuda:sm_NN" (the architecture of its device) when any of
-    its values lives on a CUDA device, else "cpu"."""
+    its values lives on a CUDA device, else "cpu"; "cuda:sm_NN+deterministic" under
+    torch.use_deterministic_algorithms (scatters then add in order, as torch's
+    deterministic kernels; kiln.compile guards on the setting)."""
     for i in range(len(graph)):
         meta = graph.value(i).meta
         for m in meta if isinstance(meta, list) else [meta]:
@@ -256,7 +258,8 @@ def target_for(graph: Graph) -> str:
             if device.startswith("cuda"):
                 index = int(device[5:]) if device.startswith("cuda:") else torch.cuda.current_device()
                 major, minor = torch.cuda.get_device_capability(index)
-                return f"cuda:sm_{major}{minor}"
+                deterministic = "+deterministic" if torch.are_deterministic_algorithms_enabled() else ""
+                return f"cuda:sm_{major}{minor}{deterministic}"
     return "cpu"
 
 

@@ -768,6 +768,41 @@ TEST_F(Lower, ScatterAddIsAScatterLoopOfItsOwn) {
   }
 }
 
+// On CUDA a scatter of f32/f64/i32/i64 adds every element atomically with all
+// its loops in parallel (as torch's CUDA index_add_); other dtypes, and the
+// "+deterministic" target (torch.use_deterministic_algorithms), keep the
+// scatter dim's loop in order.
+TEST_F(Lower, CudaScattersAddAtomicallyUnlessDeterministic) {
+  ValueId weight = input("weight", DType::Float32, ints({50, 8}));
+  ValueId halves = input("halves", DType::BFloat16, ints({50, 8}));
+  ValueId index = input("index", DType::Int64, ints({300, 8}));
+  ValueId grad = input("grad", DType::Float32, ints({300, 8}));
+  graph.setOutputs(
+      {graph.call("scatter_add", {weight, index, grad}, {{"dim", int64_t{0}}}),
+       graph.call("scatter_add",
+                  {halves, index, graph.call("to_dtype", {grad}, {{"dtype", DType::BFloat16}})},
+                  {{"dim", int64_t{0}}})});
+  Program atomic = lower(graph, lowerOptions(parseTarget("cuda:sm_90")));
+  Schedule s = schedule(atomic);
+  std::string text = explain(s, atomic);
+  EXPECT_EQ(occurrences(text, "scatter in any order (atomics)"), 1u) << text; // the f32 one
+  EXPECT_EQ(occurrences(text, "scatter in order over [300]"), 1u) << text;    // bf16: in order
+  EXPECT_NE(emitCuda(atomic, s).code.find("kiln_atomic_add(&"), std::string::npos);
+  Program ordered = lower(graph, lowerOptions(parseTarget("cuda:sm_90+deterministic")));
+  text = explain(schedule(ordered), ordered);
+  EXPECT_EQ(occurrences(text, "scatter in order over [300]"), 2u) << text;
+  EXPECT_EQ(parseTarget("cuda+deterministic").name(), "cuda:sm_90+deterministic");
+  EXPECT_EQ(parseTarget("cpu+deterministic").name(), "cpu"); // the CPU always is
+  std::vector<double> rows;
+  for (int k = 0; k < 300 * 8; ++k) rows.push_back((k * 7) % 50);
+  std::vector<HostTensor> inputs = {random(DType::Float32, {50, 8}), random(DType::BFloat16, {50, 8}),
+                                    HostTensor::fromDoubles(DType::Int64, {300, 8}, rows),
+                                    random(DType::Float32, {300, 8})};
+  expectClose(evaluate(atomic, graph, inputs), ir::interpret(graph, inputs), 1e-5, atomic,
+              "evaluated");
+  expectSameValues(inputs, 1e-2); // the CPU's, and the CUDA source compiles (NVRTC)
+}
+
 TEST_F(Lower, ScatterAddOfZeroAndOneDims) {
   // 0-d and 1-d tensors stand for each other; an empty index adds nothing.
   ValueId scalar = input("scalar", DType::Float64, {});

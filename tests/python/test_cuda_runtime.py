@@ -196,3 +196,44 @@ def test_padded_products_match_torch(stack):
     (y,) = compiled(x, w)
     assert y.shape == (2048, 1001)
     torch.testing.assert_close(y, torch.log_softmax(((x * 2) @ w.t()).float(), -1), rtol=2e-2, atol=2e-2)
+
+
+# An embedding's grad: a scatter_add along dim 0 of many rows into few. On CUDA every element
+# adds atomically (all loops in parallel); under torch.use_deterministic_algorithms the target
+# is "+deterministic" and the rows add in order, the same sums bit for bit on every run.
+def _embedding_grad(stack, target):
+    g = ir.Graph()
+    w = g.placeholder("w", "float32", [500, 64], device="cuda")
+    i = g.placeholder("i", "int64", [8192, 64], device="cuda")
+    s = g.placeholder("s", "float32", [8192, 64], device="cuda")
+    g.set_outputs([g.call("scatter_add", w, 0, i, s)])
+    return ir.compile(g, stack, target=target)
+
+
+def test_cuda_scatters_add_atomically_unless_deterministic(stack):
+    assert "scatter in any order (atomics)" in _embedding_grad(stack, "cuda:sm_90").explain
+    ordered = _embedding_grad(stack, "cuda:sm_90+deterministic")
+    assert "scatter in order over [8192]" in ordered.explain
+    assert ordered.target == "cuda:sm_90+deterministic"
+
+
+@needs_gpu
+def test_atomic_and_ordered_scatters_match_torch(stack):
+    w = torch.randn(500, 64, device="cuda")
+    i = torch.randint(0, 500, (8192, 1), device="cuda").expand(8192, 64).contiguous()
+    s = torch.randn(8192, 64, device="cuda")
+    expected = w.scatter_add(0, i, s)
+    (atomic,) = _embedding_grad(stack, "cuda:sm_90")(w, i, s)
+    torch.testing.assert_close(atomic, expected, rtol=1e-4, atol=1e-4)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        probe = ir.Graph()
+        probe.set_outputs([probe.placeholder("x", "float32", [2], device="cuda")])
+        assert ir.target_for(probe).endswith("+deterministic")
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    ordered = _embedding_grad(stack, "cuda:sm_90+deterministic")
+    first, second = ordered(w, i, s)[0], ordered(w, i, s)[0]
+    assert torch.equal(first, second)
+    torch.testing.assert_close(first, expected, rtol=1e-4, atol=1e-4)

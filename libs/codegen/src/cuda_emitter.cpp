@@ -243,6 +243,8 @@ private:
     }
   }
 
+  bool atomicScatters() const override { return true; }
+
   // In a flat kernel, an index that walks the outer dims in row-major order
   // (stride c of the last dim, c times the last dim's size of the one before,
   // ...) is `base + c * kiln_item`: no division into outer indices, which for

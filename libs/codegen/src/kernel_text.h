@@ -86,6 +86,8 @@ protected:
   virtual std::string cachedLoad(const ScalarNode&, const std::string& element, bool /*lazy*/) {
     return element;
   }
+  // Whether the kernels' threads may add to one element at once (kiln_atomic_add).
+  virtual bool atomicScatters() const { return false; }
 
   static std::string pointer(BufferId id) { return "kiln_b" + std::to_string(id); }
 
@@ -112,7 +114,8 @@ protected:
   // A scatter (Loops::scatter) at the outer index kiln_o0..: its ordered loop
   // in order (the CPU's innermost loop, a CUDA thread's own); each element
   // added to the one its index names when that index is in range, else the
-  // kernel's index error (and no store).
+  // kernel's index error (and no store). Without a loop in order, each
+  // element adds atomically (a target whose atomicScatters()).
   std::string scatter(BufferId id, std::string indent) {
     const Buffer& b = program_.buffers[id];
     const Loops& l = b.loops;
@@ -146,6 +149,13 @@ protected:
     }
     lines += block.lines;
     std::string element = pointer(id) + "[" + index(to.index) + "]", old = element;
+    if (l.atomicScatter()) { // no loop in order: every element adds atomically
+      if (!atomicScatters())
+        throw Error(ErrorCode::Internal, "codegen: an unordered scatter on a target without atomics");
+      lines += indent + "if (" + (inRange.empty() ? "true" : inRange) + ") { " + bind +
+               "kiln_atomic_add(&" + element + ", " + value + "); } else kiln_flag(&kiln_error, 2);\n";
+      return lines + close;
+    }
     if (t == DType::Float16) old = "kiln_h2f(" + element + ")";
     if (t == DType::BFloat16) old = "kiln_b2f(" + element + ")";
     std::string sum = "static_cast<" + valueType(compute) + ">(" + old + " + " + value + ")";

@@ -200,6 +200,7 @@ std::string print(const Program& program) {
         out << "scatter " << shapeText(l.ranges) << " over (" << varsText(l.vars) << ")";
         if (l.scatterDim < l.vars.size())
           out << ", " << sym::toString(l.vars[l.scatterDim]) << " in order";
+        if (l.atomicScatter()) out << ", in any order";
         out << ", into " << print(l.scatter, program) << " +=\n";
       } else if (l.reduce == ReduceOp::None) {
         out << "pointwise " << shapeText(l.ranges) << " over (" << varsText(l.vars) << ")\n";

@@ -790,7 +790,10 @@ private:
     Loops& l = b.loops;
     l.ranges = index.meta.sizes;
     l.vars = freshVars("i", l.ranges);
-    l.scatterDim = dim;
+    bool atomic = options_.unorderedScatter &&
+                  (meta.dtype == DType::Float32 || meta.dtype == DType::Float64 ||
+                   meta.dtype == DType::Int32 || meta.dtype == DType::Int64);
+    l.scatterDim = atomic ? l.vars.size() : dim;
     auto at = [&](size_t r) { // the loop's index in a tensor of r dims
       Index idx;
       for (size_t k = 0; k < r; ++k) idx.push_back(k < indexRank ? l.vars[k] : table_.integer(0));

@@ -173,6 +173,13 @@ template <class T> KILN_FN T kiln_fremainder(T a, T b) {
 }
 #ifdef __CUDACC__
 KILN_FN void kiln_flag(int* error, int code) { *error = code; } /* a thread's own status */
+/* An unordered scatter's add (the dtypes LowerOptions::unorderedScatter takes). */
+KILN_FN void kiln_atomic_add(float* p, float v) { atomicAdd(p, v); }
+KILN_FN void kiln_atomic_add(double* p, double v) { atomicAdd(p, v); }
+KILN_FN void kiln_atomic_add(int32_t* p, int32_t v) { atomicAdd(reinterpret_cast<int*>(p), v); }
+KILN_FN void kiln_atomic_add(int64_t* p, int64_t v) { /* two's complement: the unsigned add */
+  atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+}
 #else
 KILN_FN void kiln_flag(int* error, int code) { __atomic_store_n(error, code, __ATOMIC_RELAXED); }
 #endif

@@ -289,6 +289,8 @@ std::string explain(const Schedule& schedule, const Program& program) {
       if (b.loops.scatter && b.loops.scatterDim < b.loops.ranges.size())
         out << "scatter in order over [" << sym::toString(b.loops.ranges[b.loops.scatterDim])
             << "]";
+      else if (b.loops.atomicScatter())
+        out << "scatter in any order (atomics)";
       else if (b.loops.scatter)
         out << "scatter";
       else if (b.loops.reduce != ReduceOp::None)

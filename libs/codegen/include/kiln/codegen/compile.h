@@ -15,9 +15,15 @@ namespace kiln::codegen {
 struct Target {
   bool cuda = false;
   std::string arch; // CUDA: "sm_90"
-  std::string name() const { return cuda ? "cuda:" + arch : "cpu"; }
+  // "+deterministic" (torch.use_deterministic_algorithms): scatters add in
+  // order on CUDA (LowerOptions::unorderedScatter off). The CPU always does.
+  bool deterministic = false;
+  std::string name() const {
+    return cuda ? "cuda:" + arch + (deterministic ? "+deterministic" : "") : "cpu";
+  }
 };
-// Error{Unsupported} for an unknown name.
+// "cpu", "cuda" (sm_90) or "cuda:sm_NN", each optionally followed by
+// "+deterministic". Error{Unsupported} for an unknown name.
 Target parseTarget(const std::string& target);
 
 // What `target` runs as library calls (lower.h).

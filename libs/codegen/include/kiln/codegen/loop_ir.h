@@ -104,10 +104,12 @@ struct Loops {
   // being stored at the loop's own index. Its index goes through loaded values
   // (checked as an indirect load's: out of range is an index error). Two
   // indices that differ outside `scatterDim` never reach the same element:
-  // the other loops may run in parallel (a CUDA target: atomics), the loop
-  // over vars[scatterDim] runs in order, so sums are deterministic.
+  // the other loops may run in parallel, the loop over vars[scatterDim] runs
+  // in order, so sums are deterministic. `scatterDim` past the vars: no loop
+  // in order, every element adds atomically (LowerOptions::unorderedScatter).
   Scalar scatter;
   size_t scatterDim = 0;
+  bool atomicScatter() const { return scatter && !vars.empty() && scatterDim >= vars.size(); }
 };
 
 struct ExternCall {
