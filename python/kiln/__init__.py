@@ -10,6 +10,7 @@ from kiln._kiln import KilnError, ShmStore, Stack
 from kiln._shm import shm_empty, shm_free, shm_get, shm_put
 from kiln._stack import connect, status
 from kiln import guards, ir
+from kiln.ir import check_errors
 from kiln._compile import Unsupported, compile, explain
 from kiln._export import ConstraintViolation, Dim, ExportedProgram, export, load_program
 
@@ -21,6 +22,7 @@ __all__ = [
     "ShmStore",
     "Stack",
     "Unsupported",
+    "check_errors",
     "compile",
     "connect",
     "explain",

@@ -172,8 +172,9 @@ class Compiled:
     CUDA); it returns new torch tensors (views of memory torch allocated: no copies), or
     views of an input where the graph returns one. A CUDA artifact runs on its inputs'
     device, on torch's current stream, with torch's caching allocator, and does not wait for
-    the GPU (except to report an indexing or integer-division error, where the graph may
-    raise one); a symbolic-int output comes back as a 0-d int64 CPU tensor.
+    the GPU (an index out of range or an integer division by zero in a kernel is raised by a
+    later run or kiln.check_errors(); sizes that depend on data are read on the host); a
+    symbolic-int output comes back as a 0-d int64 CPU tensor.
     """
 
     def __init__(self, artifact: bytes, cache_hit: bool, cache_dir: str):
@@ -263,6 +264,17 @@ def target_for(graph: Graph) -> str:
     return "cpu"
 
 
+def check_errors() -> None:
+    """Waits for kiln's CUDA work so far and raises the first kernel error not reported yet
+    (KilnError "invalid_argument": an index out of range, an integer division by zero).
+
+    A CUDA run does not wait for its kernels: such an error is raised by the first kiln run
+    after the GPU finished the run that made it, or here. KILN_CUDA_SYNC_ERRORS=1 makes
+    each run that can fail wait and raise its own error (as CUDA_LAUNCH_BLOCKING in torch).
+    """
+    _ir.check_cuda_errors()
+
+
 def compile(graph: Graph, stack: Stack | None = None, target: str = "cpu") -> Compiled:
     """Compiles `graph` through the stack's codegen service (cached by content) and loads it.
     `target` is "cpu", or "cuda" / "cuda:sm_NN" for torch CUDA tensors.
@@ -285,6 +297,7 @@ __all__ = [
     "Graph",
     "Sym",
     "Value",
+    "check_errors",
     "compile",
     "dtype_name",
     "eval_op",

@@ -30,6 +30,7 @@
 #include "kiln/ir/verify.h"
 #include "kiln/ir/wire.h"
 #include "kiln/runtime/artifact.h"
+#include "kiln/runtime/cuda.h"
 #include "kiln/sym/print.h"
 #include "kiln/sym/range.h"
 #include "kiln/sym/symbol_table.h"
@@ -515,8 +516,8 @@ public:
   std::string explain() const { return loaded_->artifact().explain; }
   std::string source() const { return loaded_->artifact().source; }
   std::string key() const { return loaded_->artifact().key; }
-  // Whether a run waits for the GPU: for kernels' error status, or to read
-  // data-dependent sizes (item, nonzero steps).
+  // Whether a run waits for the GPU to read data-dependent sizes (item,
+  // nonzero steps), or has kernels that report errors through status words.
   bool synchronizes() const {
     const runtime::Plan& plan = loaded_->artifact().plan;
     return std::any_of(plan.launches.begin(), plan.launches.end(), [](const auto& l) { return l.mayFail; }) ||
@@ -623,9 +624,17 @@ void bindIr(py::module_& parent) {
       .def_property_readonly("source", &PyArtifact::source)
       .def_property_readonly("key", &PyArtifact::key)
       .def_property_readonly("synchronizes", &PyArtifact::synchronizes,
-                             "Whether a run waits for the GPU to read its kernels' error status.")
+                             "Whether a run waits for the GPU (data-dependent sizes) or its "
+                             "kernels report errors (not captured in CUDA graphs).")
       .def_property_readonly("symbolic_ints", &PyArtifact::symbolicInts,
                              "Per input: whether it is a symbolic int (else a tensor).");
+  m.def(
+      "check_cuda_errors",
+      [] {
+        py::gil_scoped_release nogil;
+        runtime::checkCudaErrors();
+      },
+      "Waits for every CUDA run so far; raises the first kernel error not reported yet.");
   m.def(
       "load_artifact",
       [](const py::bytes& data, const std::string& dir) {

@@ -63,10 +63,20 @@ def test_a_kernels_index_error_is_a_typed_error(artifacts):
     x = torch.arange(8, dtype=torch.float32, device="cuda")
     (y,) = compiled(x, torch.tensor([7, 0, 3], device="cuda"))
     torch.testing.assert_close(y, x[[7, 0, 3]])
+    # The run does not wait for its kernels: the error comes once the GPU got there, from a
+    # later run or from kiln.check_errors(), once.
+    compiled(x, torch.tensor([1, 8, 2], device="cuda"))
     with pytest.raises(kiln.KilnError) as err:
-        compiled(x, torch.tensor([1, 8, 2], device="cuda"))
+        kiln.check_errors()
     assert err.value.code == "invalid_argument"
     assert "gather: an index is out of range" in str(err.value)
+    kiln.check_errors()  # reported: nothing left
+    compiled(x, torch.tensor([1, 8, 2], device="cuda"))
+    torch.cuda.synchronize()
+    with pytest.raises(kiln.KilnError, match="gather: an index is out of range"):
+        compiled(x, torch.tensor([7, 0, 3], device="cuda"))  # the next run reports it
+    (y,) = compiled(x, torch.tensor([7, 0, 3], device="cuda"))
+    torch.testing.assert_close(y, x[[7, 0, 3]])
 
 
 @needs_gpu

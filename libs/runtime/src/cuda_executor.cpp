@@ -1,7 +1,11 @@
 // CUDA's executor: kernels of a cubin launched on a stream, matrix products
-// through cuBLASLt, the kernels' status words read once at the end of a run.
+// through cuBLASLt, the kernels' status words copied to the host at the end of
+// a run and checked once the GPU got there (StatusChecks).
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
 
 #include "cuda_matmul.h"
 #include "data_dependent.h"
@@ -16,6 +20,99 @@ namespace {
 constexpr size_t kWorkspaceBytes = size_t{32} << 20; // cuBLASLt's, per run
 constexpr uint32_t kDefaultSharedBytes = 48 << 10;   // above it a kernel must opt in
 
+// Whether runs wait for their kernels' status (KILN_CUDA_SYNC_ERRORS=1: an
+// error raised by the run that made it, as CUDA_LAUNCH_BLOCKING for torch).
+bool synchronousChecks() {
+  static const bool sync = [] {
+    const char* v = std::getenv("KILN_CUDA_SYNC_ERRORS");
+    return v && *v && std::string(v) != "0";
+  }();
+  return sync;
+}
+
+// The status words of runs whose kernels may fail, on their way to the host:
+// a run does not wait for its kernels (the host keeps queueing work, as torch
+// does), so an index out of range or a division by zero is reported by the
+// first kiln run, or checkCudaErrors, after the GPU finished the run that
+// made it. Pinned host words are reused.
+class StatusChecks {
+public:
+  static StatusChecks& instance() {
+    static StatusChecks* checks = new StatusChecks(); // outlives static destructors
+    return *checks;
+  }
+
+  // Copies `count` status words at `device` to the host after the stream's work.
+  void add(const CudaDriver& driver, int device, CUstream stream, const int* words, size_t count,
+           std::vector<std::pair<size_t, std::string>> failing) {
+    Pending p{device, nullptr, nullptr, count, std::move(failing)};
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto it = free_.begin(); it != free_.end(); ++it)
+        if (it->second >= count) {
+          p.host = it->first, p.capacity = it->second;
+          free_.erase(it);
+          break;
+        }
+    }
+    if (!p.host) {
+      p.capacity = std::max<size_t>(count, 1024);
+      void* host = nullptr;
+      cudaCheck(driver.cuMemAllocHost(&host, p.capacity * sizeof(int)), "cuMemAllocHost");
+      p.host = static_cast<int*>(host);
+    }
+    cudaCheck(driver.cuMemcpyDtoHAsync(p.host, reinterpret_cast<CUdeviceptr>(words),
+                                       count * sizeof(int), stream),
+              "cuMemcpyDtoHAsync");
+    cudaCheck(driver.cuEventCreate(&p.done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    cudaCheck(driver.cuEventRecord(p.done, stream), "cuEventRecord");
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.push_back(std::move(p));
+  }
+
+  // Raises the first error among the runs the GPU finished (all of them when
+  // `wait`), in the order they were queued; the checked ones are forgotten.
+  void check(const CudaDriver& driver, bool wait) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!pending_.empty()) {
+      Pending p = std::move(pending_.front());
+      pending_.pop_front();
+      lock.unlock();
+      CudaContextScope scope(p.device);
+      CUresult state = wait ? driver.cuEventSynchronize(p.done) : driver.cuEventQuery(p.done);
+      if (state == CUDA_ERROR_NOT_READY) {
+        lock.lock();
+        pending_.push_front(std::move(p)); // later runs are not done either
+        return;
+      }
+      cudaCheck(state, wait ? "cuEventSynchronize" : "cuEventQuery");
+      driver.cuEventDestroy(p.done);
+      std::vector<int> status(p.host, p.host + p.count);
+      lock.lock();
+      free_.emplace_back(p.host, p.capacity);
+      for (const auto& [kernel, name] : p.failing) { // the first kernel, in plan order, that failed
+        int code = status.at(kernel);
+        if (code == 1) throw Error(ErrorCode::InvalidArgument, name + ": integer division by zero");
+        if (code == 2) throw Error(ErrorCode::InvalidArgument, name + ": an index is out of range");
+        if (code != 0) throw Error(ErrorCode::Internal, name + ": status " + std::to_string(code));
+      }
+    }
+  }
+
+private:
+  struct Pending {
+    int device;
+    CUevent done;
+    int* host;
+    size_t count;
+    std::vector<std::pair<size_t, std::string>> failing; // kernel index, name; in plan order
+    size_t capacity = 0;
+  };
+  std::mutex mutex_;
+  std::deque<Pending> pending_;
+  std::vector<std::pair<int*, size_t>> free_; // pinned words and their capacity
+};
+
 class CudaExecutor : public Executor {
 public:
   CudaExecutor(const Plan& plan, const CudaModule& module, Allocator& allocator, CudaStream where)
@@ -28,6 +125,7 @@ public:
   }
 
   void begin(const sym::Binding& binding, const std::vector<int64_t>& symbols) override {
+    StatusChecks::instance().check(driver_, false); // an earlier run's error, before more work
     if (plan_.launches.size() != plan_.kernels.size())
       throw Error(ErrorCode::Malformed,
                   "runtime: a CUDA plan of " + std::to_string(plan_.kernels.size()) +
@@ -85,21 +183,13 @@ public:
   }
 
   void end() override {
-    if (failing_.empty()) return; // nothing can have failed: no synchronization
-    std::vector<int> host(plan_.kernels.size(), 0);
-    cudaCheck(driver_.cuMemcpyDtoHAsync(host.data(), reinterpret_cast<CUdeviceptr>(status_),
-                                        host.size() * sizeof(int), stream_),
-              "cuMemcpyDtoHAsync");
-    cudaCheck(driver_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
-    for (uint32_t k : failing_) { // the first kernel, in plan order, that failed
-      const std::string& name = plan_.kernels[k];
-      if (host[k] == 1)
-        throw Error(ErrorCode::InvalidArgument, name + ": integer division by zero");
-      if (host[k] == 2)
-        throw Error(ErrorCode::InvalidArgument, name + ": an index is out of range");
-      if (host[k] != 0)
-        throw Error(ErrorCode::Internal, name + ": status " + std::to_string(host[k]));
-    }
+    if (failing_.empty()) return; // nothing can have failed
+    std::vector<std::pair<size_t, std::string>> failing;
+    for (uint32_t k : failing_) failing.emplace_back(k, plan_.kernels[k]);
+    StatusChecks& checks = StatusChecks::instance();
+    checks.add(driver_, where_.device, stream_, static_cast<const int*>(status_),
+               plan_.kernels.size(), std::move(failing));
+    if (synchronousChecks()) checks.check(driver_, true);
   }
 
   int64_t readInt(const Tensor& t) override {
@@ -241,6 +331,11 @@ void* CudaModule::function(int device, uint32_t index) const {
     it = loaded_.emplace(device, std::move(loaded)).first;
   }
   return it->second.functions[index];
+}
+
+void checkCudaErrors() {
+  if (!cudaAvailable()) return; // nothing ever ran
+  StatusChecks::instance().check(cudaDriver(), true);
 }
 
 RunResult runCuda(const Plan& plan, const CudaModule& module, const std::vector<Tensor>& inputs,

@@ -65,13 +65,20 @@ private:
 
 // Runs the plan on `where`: inputs are device tensors (symbolic ints: 0-d
 // Int64 in host memory), buffers come from `allocator` (device memory usable
-// on `where`), work is queued on the stream and not waited for — except when a
-// kernel that may fail ran: then the run synchronizes the stream once at its
-// end to read the status words, and reports the first failing kernel's error
-// (Error{InvalidArgument}, as the CPU). Symbolic-int outputs are 0-d Int64 in
-// host memory (RunResult::hostInts). Error{Unavailable} without a driver.
+// on `where`), work is queued on the stream and not waited for. Kernels that
+// may fail (an index out of range, an integer division by zero) write status
+// words, copied to the host behind the run's work: the first failing kernel's
+// error (Error{InvalidArgument}, as the CPU's) is raised by the first runCuda
+// or checkCudaErrors after the GPU finished that run — at once with
+// KILN_CUDA_SYNC_ERRORS=1, which makes each such run wait. Symbolic-int
+// outputs are 0-d Int64 in host memory (RunResult::hostInts).
+// Error{Unavailable} without a driver.
 RunResult runCuda(const Plan& plan, const CudaModule& module, const std::vector<Tensor>& inputs,
                   Allocator& allocator, CudaStream where);
+
+// Waits for every CUDA run so far and raises the first kernel error among
+// those not reported yet (above).
+void checkCudaErrors();
 
 // Whether `target` names a CUDA artifact ("cuda" or "cuda:sm_NN").
 bool isCudaTarget(const std::string& target);

@@ -44,6 +44,13 @@ namespace kiln::runtime {
   X(cuStreamCreate)                                                                                \
   X(cuStreamDestroy)                                                                               \
   X(cuStreamSynchronize)                                                                           \
+  X(cuEventCreate)                                                                                 \
+  X(cuEventRecord)                                                                                 \
+  X(cuEventQuery)                                                                                  \
+  X(cuEventSynchronize)                                                                            \
+  X(cuEventDestroy)                                                                                \
+  X(cuMemAllocHost)                                                                                \
+  X(cuMemFreeHost)                                                                                 \
   X(cuStreamBeginCapture)                                                                          \
   X(cuStreamEndCapture)                                                                            \
   X(cuStreamIsCapturing)                                                                           \
