@@ -573,7 +573,8 @@ private:
       at.insert(at.end(), i.begin() + static_cast<std::ptrdiff_t>(d + parts), i.end());
       return at;
     }
-    if (op == "view") return rowMajorIndex(i, out.sizes, in.sizes);
+    if (op == "view" || op == "reshape" || op == "flatten" || op == "contiguous")
+      return rowMajorIndex(i, out.sizes, in.sizes); // contiguous: as a view (lowerCopy)
     return std::nullopt;
   }
 
@@ -961,30 +962,17 @@ private:
 
   // Copies: clone and contiguous read the input at the same index; reshape
   // and flatten at the same row-major position. A reshape, flatten or
-  // contiguous of a contiguous value is a view of it, as in torch: of a stored
-  // value it aliases the storage, of a body it is a body that realizing
-  // stores at its source, so that values reshaped apart (a grad read as
-  // [b, t, c] by one product and as [b*t, c] by another) are stored once.
-  std::optional<Lowered> lowerCopy(const ir::Node& node, ValueId id, const Args&,
+  // contiguous of a contiguous value is a view of it, as in torch (lowerView):
+  // of a stored value it aliases the storage, of a body it is a body that
+  // realizing stores at its source, so that values reshaped apart (a grad read
+  // as [b, t, c] by one product and as [b*t, c] by another) are stored once.
+  std::optional<Lowered> lowerCopy(const ir::Node& node, ValueId id, const Args& a,
                                    const TensorMeta& meta) {
     const std::string& op = node.target;
     if (op == "reshape" || op == "flatten" || op == "contiguous") {
-      ValueId input = node.inputs[0];
-      Lowered& in = values_.at(input);
-      if (in.meta.isContiguous() && meta.isContiguous() &&
-          in.meta.storageOffset == meta.storageOffset && (in.buffer || !written_.at(id))) {
-        Lowered v;
-        v.meta = meta;
-        if (in.buffer) {
-          v.buffer = in.buffer;
-          v.base = in.base;
-          return v;
-        }
-        v.vars = freshVars("i", meta.sizes);
-        v.body = loadAt(in, rowMajorIndex(v.vars, meta.sizes, in.meta.sizes));
-        v.viewed = in.viewed ? *in.viewed : input;
-        return v;
-      }
+      const TensorMeta& from = values_.at(node.inputs[0]).meta;
+      if (from.isContiguous() && meta.isContiguous() && from.storageOffset == meta.storageOffset)
+        return lowerView(node, id, a, meta);
     }
     if (op == "clone" || op == "contiguous") {
       const Lowered& in = values_.at(node.inputs[0]);

@@ -37,7 +37,7 @@ public:
   // dims) the view's source is padded instead, so one value read by several
   // products (a grad read as dX's left and dW's right operand) is padded once.
   ValueId pad(ValueId value, size_t d, int64_t size) {
-    const ir::Node& n = g_.node(value);
+    const ir::Node n = g_.node(value); // copies: calls below grow the graph
     const ir::TensorMeta m = g_.meta(value);
     if (n.kind == ir::NodeKind::Call && !n.inputs.empty()) {
       const ir::TensorMeta in = g_.meta(n.inputs[0]);
