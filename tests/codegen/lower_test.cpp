@@ -317,6 +317,38 @@ TEST_F(Lower, MatmulsAreExternCalls) {
   EXPECT_EQ(countKind(p, BufferKind::Extern), 2u) << print(p);
 }
 
+// A layer repeated (gelu(x @ w) * c twice) launches one function twice; a
+// layer that differs in a constant has its own.
+TEST_F(Lower, CudaKernelsOfRepeatedLayersShareOneFunction) {
+  ValueId x = input("x", DType::Float32, ints({6, 8}));
+  ValueId w1 = input("w1", DType::Float32, ints({8, 8}));
+  ValueId w2 = input("w2", DType::Float32, ints({8, 8}));
+  auto layer = [&](ValueId in, ValueId w, double scale) {
+    return graph.call("mul", {graph.call("gelu", {graph.call("mm", {in, w})}),
+                              graph.call("full", {}, {{"size", std::vector<sym::Expr>{}},
+                                                      {"fill_value", scale}})});
+  };
+  ValueId twice = layer(layer(x, w1, 2.0), w2, 2.0);
+  graph.setOutputs({twice, layer(twice, w1, 3.0)});
+  std::vector<HostTensor> inputs = {random(DType::Float32, {6, 8}), random(DType::Float32, {8, 8}),
+                                    random(DType::Float32, {8, 8})};
+  expectSameValues(inputs, 1e-4);
+  Program program = lower(graph, lowerOptions(parseTarget("cuda")));
+  Schedule plan = schedule(program);
+  CudaSource source = emitCuda(program, plan);
+  std::vector<std::string> pointwise;
+  for (size_t k = 0; k < plan.kernels.size(); ++k) pointwise.push_back(source.kernels[k]);
+  ASSERT_EQ(pointwise.size(), 3u) << explain(plan, program);
+  EXPECT_EQ(pointwise[0], pointwise[1]);
+  EXPECT_NE(pointwise[1], pointwise[2]);
+  EXPECT_NE(source.code.find(") " + pointwise[0] + "("),
+            std::string::npos);
+  EXPECT_NE(source.code.find("// kiln_kernel_1: " + pointwise[0] + " (the same function)"),
+            std::string::npos)
+      << source.code;
+  EXPECT_NE(source.launches[0].buffers, source.launches[1].buffers);
+}
+
 TEST_F(Lower, MatrixProductsOfEveryLayout) {
   ValueId a = input("a", DType::Float32, ints({5, 3}));
   ValueId b = input("b", DType::Float32, ints({4, 3}));

@@ -16,6 +16,9 @@
 // Kernel n is `extern "C" __global__ kiln_kernel_<n>` taking, in order, a
 // pointer to element 0 of each buffer it touches, the int64 symbols it reads,
 // and an `int*` status word (1 division by zero, 2 index out of range).
+// Kernels that compute the same function of their arguments (each layer of a
+// repeated block) share the first one's: `CudaSource::kernels[n]` names the
+// function kernel n launches, and NVRTC compiles each function once.
 #pragma once
 
 #include <string>
@@ -29,7 +32,7 @@ namespace kiln::codegen {
 
 struct CudaSource {
   std::string code;
-  std::vector<std::string> kernels;      // the function of each schedule kernel, by index
+  std::vector<std::string> kernels;      // the function each schedule kernel launches, by index
   std::vector<sym::Expr> symbols;        // the size symbols the kernels read, in slot order
   std::vector<runtime::Launch> launches; // one per kernel
 };
