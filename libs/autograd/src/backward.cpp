@@ -21,11 +21,10 @@ bool floating(const ir::Value& v) {
 }
 
 // Composites with a rule of their own stay whole; the others are decomposed.
-std::set<std::string> keptComposites() {
-  std::set<std::string> keep;
-  for (const std::string& op : ir::opNames())
-    if (ir::getOp(op).decompose && findRule(op)) keep.insert(op);
-  return keep;
+// Attention's rule is flash attention's, without a mask.
+bool keptWhole(const ir::Node& n) {
+  if (!ir::getOp(n.target).decompose || !findRule(n.target)) return false;
+  return n.target != "scaled_dot_product_attention" || n.inputs.size() == 3;
 }
 
 // Grads of the values, added up as uses are met.
@@ -59,7 +58,7 @@ private:
 } // namespace
 
 JointGraph backward(const ir::Graph& input, const std::vector<bool>& requiresGrad) {
-  ir::Graph forward = ir::decompose(input, keptComposites());
+  ir::Graph forward = ir::decompose(input, keptWhole);
   JointGraph joint{ir::Graph(forward.symbols())};
   Graph& g = joint.graph;
   // The forward, and which of its values carry grad from a marked input.

@@ -327,6 +327,31 @@ Grads softmax(RuleContext& c) {
 
 } // namespace
 
+// scaled_dot_product_attention without a mask (backward() keeps only those
+// whole), as flash attention's backward: nothing of the [L, S] scores is
+// saved; the pieces recompute them from q and k with each row's logsumexp.
+Grads attention(RuleContext& c) {
+  Ops o{c.g};
+  ValueId q = c.in(0), k = c.in(1), v = c.in(2), g = *c.grad;
+  std::vector<Attr> attrs = {{"is_causal", c.attr("is_causal") ? *c.attr("is_causal") : false}};
+  if (const AttrValue* scale = c.attr("scale")) attrs.push_back({"scale", *scale});
+  DType opmath = c.meta(0).dtype == DType::Float64 ? DType::Float64 : DType::Float32;
+  auto wide = [&](ValueId x) { return o.call("to_dtype", {x}, {{"dtype", opmath}}); };
+  ValueId lse = o.call("attention_lse", {q, k, v}, attrs);
+  ValueId delta = o.call("sum", {o.mul(wide(g), wide(c.out))},
+                         {{"dim", std::vector<int64_t>{-1}}, {"keepdim", false}});
+  Grads r(3);
+  if (c.needs[0]) r[0] = o.call("attention_grad_query", {g, q, k, v, lse, delta}, attrs);
+  if (c.needs[1] || c.needs[2]) {
+    ValueId kv = o.call("attention_grad_key_value", {g, q, k, v, lse, delta}, attrs);
+    std::vector<sym::Expr> widths = {c.meta(1).sizes.back(), c.meta(2).sizes.back()};
+    ValueId pieces =
+        o.call("split_with_sizes", {kv}, {{"split_sizes", widths}, {"dim", int64_t{-1}}});
+    for (int64_t i : {0, 1}) r[1 + i] = o.call("getitem", {pieces}, {{"index", i}});
+  }
+  return r;
+}
+
 void addShapeRules(RuleTable& r) {
   r["sum"] = sum;
   r["mean"] = mean;
@@ -352,6 +377,7 @@ void addShapeRules(RuleTable& r) {
   r["scatter_add"] = scatterAdd;
   r["dropout"] = dropout;
   r["softmax"] = r["log_softmax"] = opmath<softmax>;
+  r["scaled_dot_product_attention"] = attention;
 }
 
 } // namespace kiln::autograd::detail

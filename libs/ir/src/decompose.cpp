@@ -264,21 +264,22 @@ ValueId crossEntropy(Graph& g, const Node& node, const std::vector<ValueId>& in)
   return g.call("div", {total, g.call("sum", {counted})});
 }
 
+// Attention's scores times its scale: the `scale` attribute, else 1 / sqrt(E).
+ValueId scaled(Graph& g, const Node& node, ValueId scores, sym::Expr embed) {
+  if (const AttrValue* scale = node.attr("scale")) return scalarOp(g, "mul", scores, *scale);
+  if (auto e = embed.asInteger())
+    return scalarOp(g, "mul", scores, 1 / std::sqrt(static_cast<double>(*e)));
+  ValueId width = g.call("full_like", {scores}, {{"fill_value", embed}});
+  return g.call("mul", {scores, g.call("rsqrt", {width})});
+}
+
 // scaled_dot_product_attention: softmax(q @ k^T * scale + mask) @ v, where a
 // bool mask (and is_causal's lower triangle) sets the scores it drops to -inf.
 ValueId attention(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   const TensorMeta q = g.meta(in[0]); // a copy: calls grow the graph
   int64_t n = static_cast<int64_t>(q.dim());
   ValueId kt = g.call("transpose", {in[1]}, {{"dim0", n - 2}, {"dim1", n - 1}});
-  ValueId scores = g.call("matmul", {in[0], kt});
-  if (const AttrValue* scale = node.attr("scale")) {
-    scores = scalarOp(g, "mul", scores, *scale);
-  } else if (auto e = q.sizes[n - 1].asInteger()) { // 1 / sqrt(E)
-    scores = scalarOp(g, "mul", scores, 1 / std::sqrt(static_cast<double>(*e)));
-  } else {
-    ValueId width = g.call("full_like", {scores}, {{"fill_value", q.sizes[n - 1]}});
-    scores = g.call("mul", {scores, g.call("rsqrt", {width})});
-  }
+  ValueId scores = scaled(g, node, g.call("matmul", {in[0], kt}), q.sizes[n - 1]);
   if (attrOr<bool>(node, "is_causal", false)) {
     sym::Expr l = q.sizes[n - 2], s = g.meta(in[1]).sizes[n - 2];
     const std::string device = toString(q.device);
@@ -295,6 +296,46 @@ ValueId attention(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   }
   ValueId weights = g.call("softmax", {scores}, {{"dim", int64_t{-1}}});
   return g.call("matmul", {weights, in[2]});
+}
+
+// The pieces of attention's backward (ops_nn.cpp): the scores recomputed in
+// opmath (f32, f64 for f64), their row logsumexp, and the grads from the
+// probabilities exp(scores - lse).
+ValueId attentionPiece(Graph& g, const Node& node, const std::vector<ValueId>& in) {
+  bool lseOnly = node.target == "attention_lse";
+  ValueId q = lseOnly ? in[0] : in[1], k = lseOnly ? in[1] : in[2];
+  const TensorMeta qm = g.meta(q); // a copy: calls grow the graph
+  int64_t n = static_cast<int64_t>(qm.dim());
+  DType opmath = qm.dtype == DType::Float64 ? DType::Float64 : DType::Float32;
+  auto wide = [&](ValueId x) { return g.call("to_dtype", {x}, {{"dtype", opmath}}); };
+  auto narrow = [&](ValueId x) { return g.call("to_dtype", {x}, {{"dtype", qm.dtype}}); };
+  auto mT = [&](ValueId x) {
+    return g.call("transpose", {x}, {{"dim0", n - 2}, {"dim1", n - 1}});
+  };
+  auto lastDim = [&](ValueId x) { return g.call("unsqueeze", {x}, {{"dim", int64_t{-1}}}); };
+  ValueId scores = scaled(g, node, wide(g.call("matmul", {q, mT(k)})), qm.sizes[n - 1]);
+  if (attrOr<bool>(node, "is_causal", false)) {
+    sym::Expr l = qm.sizes[n - 2], s = g.meta(k).sizes[n - 2];
+    const std::string device = toString(qm.device);
+    ValueId rows = g.call("unsqueeze", {g.call("arange", {}, {{"end", l}, {"device", device}})},
+                          {{"dim", int64_t{1}}});
+    ValueId keep = g.call("ge", {rows, g.call("arange", {}, {{"end", s}, {"device", device}})});
+    scores = g.call("where", {keep, scores}, {{"other", -INFINITY}});
+  }
+  std::vector<Attr> along = {{"dim", std::vector<int64_t>{-1}}, {"keepdim", false}};
+  if (lseOnly) {
+    ValueId max = g.call("amax", {scores}, {{"dim", std::vector<int64_t>{-1}}, {"keepdim", true}});
+    ValueId total = g.call("sum", {g.call("exp", {g.call("sub", {scores, max})})}, along);
+    return g.call("add", {g.call("log", {total}), g.call("squeeze", {max}, {{"dim", std::vector<int64_t>{-1}}})});
+  }
+  ValueId grad = in[0], v = in[3], lse = in[4], delta = in[5];
+  ValueId p = g.call("exp", {g.call("sub", {scores, lastDim(lse)})});
+  ValueId dp = wide(g.call("matmul", {grad, mT(v)}));
+  ValueId ds = scaled(g, node, g.call("mul", {p, g.call("sub", {dp, lastDim(delta)})}), qm.sizes[n - 1]);
+  if (node.target == "attention_grad_query") return g.call("matmul", {narrow(ds), k});
+  ValueId dk = g.call("matmul", {narrow(mT(ds)), q});
+  ValueId dv = g.call("matmul", {narrow(mT(p)), grad});
+  return g.call("cat", {dk, dv}, {{"dim", int64_t{-1}}});
 }
 
 } // namespace
@@ -314,6 +355,7 @@ void addDecompositions(std::vector<OpInfo>& ops) {
   set({"cross_entropy"}, crossEntropy);
   set({"addmm"}, addmm);
   set({"scaled_dot_product_attention"}, attention);
+  set({"attention_lse", "attention_grad_query", "attention_grad_key_value"}, attentionPiece);
 }
 
 } // namespace detail

@@ -170,6 +170,80 @@ void attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
   });
 }
 
+// attention_lse, attention_grad_query and attention_grad_key_value (ops_nn.cpp):
+// flash attention's backward, from the scores recomputed per batch element.
+void attentionPiece(const std::string& op, const HostTensor& q, const HostTensor& k,
+                    const HostTensor& v, const HostTensor* grad, const HostTensor* lse,
+                    const HostTensor* delta, bool causal, double scale, const HostTensor& out) {
+  size_t n = q.sizes.size();
+  int64_t rowsL = q.sizes[n - 2], rowsS = k.sizes[n - 2], embed = q.sizes[n - 1],
+          embedV = v.sizes[n - 1];
+  std::vector<int64_t> batch(q.sizes.begin(), q.sizes.end() - 2);
+  eachIndex(batch, [&](const std::vector<int64_t>& b) {
+    auto at = [&](int64_t row, int64_t col) {
+      std::vector<int64_t> idx = b;
+      idx.push_back(row);
+      idx.push_back(col);
+      return idx;
+    };
+    auto rowAt = [&](int64_t row) {
+      std::vector<int64_t> idx = b;
+      idx.push_back(row);
+      return idx;
+    };
+    auto dot = [&](const HostTensor& a, int64_t i, const HostTensor& c, int64_t j, int64_t width) {
+      double sum = 0;
+      for (int64_t e = 0; e < width; ++e) sum += loadElementF(a, at(i, e)) * loadElementF(c, at(j, e));
+      return sum;
+    };
+    // p[l][s]: the scores (lse) or the probabilities recomputed from the given lse.
+    std::vector<std::vector<double>> p(rowsL, std::vector<double>(rowsS));
+    for (int64_t l = 0; l < rowsL; ++l) {
+      double max = -INFINITY, sum = 0;
+      for (int64_t s = 0; s < rowsS; ++s) {
+        p[l][s] = causal && s > l ? -INFINITY : dot(q, l, k, s, embed) * scale;
+        max = std::max(max, p[l][s]);
+      }
+      if (op == "attention_lse") {
+        for (double x : p[l]) sum += std::exp(x - max);
+        storeElementF(out, rowAt(l), max + std::log(sum));
+        continue;
+      }
+      double rowLse = loadElementF(*lse, rowAt(l));
+      for (double& x : p[l]) x = std::exp(x - rowLse);
+    }
+    if (op == "attention_lse") return;
+    // dS = P * (dO V^T - delta) * scale
+    std::vector<std::vector<double>> ds(rowsL, std::vector<double>(rowsS));
+    for (int64_t l = 0; l < rowsL; ++l) {
+      double rowDelta = loadElementF(*delta, rowAt(l));
+      for (int64_t s = 0; s < rowsS; ++s)
+        ds[l][s] = p[l][s] * (dot(*grad, l, v, s, embedV) - rowDelta) * scale;
+    }
+    if (op == "attention_grad_query") {
+      for (int64_t l = 0; l < rowsL; ++l)
+        for (int64_t e = 0; e < embed; ++e) {
+          double sum = 0;
+          for (int64_t s = 0; s < rowsS; ++s) sum += ds[l][s] * loadElementF(k, at(s, e));
+          storeElementF(out, at(l, e), sum);
+        }
+      return;
+    }
+    for (int64_t s = 0; s < rowsS; ++s) {
+      for (int64_t e = 0; e < embed; ++e) { // dK = dS^T Q
+        double sum = 0;
+        for (int64_t l = 0; l < rowsL; ++l) sum += ds[l][s] * loadElementF(q, at(l, e));
+        storeElementF(out, at(s, e), sum);
+      }
+      for (int64_t e = 0; e < embedV; ++e) { // dV = P^T dO
+        double sum = 0;
+        for (int64_t l = 0; l < rowsL; ++l) sum += p[l][s] * loadElementF(*grad, at(l, e));
+        storeElementF(out, at(s, embed + e), sum);
+      }
+    }
+  });
+}
+
 // cross_entropy as torch: with class indices, the weighted nll of the target
 // class mixed with the weighted mean over classes by label_smoothing ls:
 // (1 - ls) * -w[y] * logp[y] + ls / C * -sum_c w[c] * logp[c], ignore_index
@@ -286,6 +360,14 @@ bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& 
     if (std::isnan(scale)) scale = 1 / std::sqrt(double(tensor("query")->sizes.back()));
     attention(*tensor("query"), *tensor("key"), *tensor("value"), tensor("attn_mask"),
               number("is_causal") != 0, scale, out);
+  } else if (op == "attention_lse" || op == "attention_grad_query" ||
+             op == "attention_grad_key_value") {
+    bool lse = op == "attention_lse";
+    double scale = number("scale"); // NaN when absent: 1 / sqrt(E)
+    if (std::isnan(scale)) scale = 1 / std::sqrt(double(tensor("query")->sizes.back()));
+    attentionPiece(op, *tensor("query"), *tensor("key"), *tensor("value"),
+                   lse ? nullptr : tensor("grad"), lse ? nullptr : tensor("lse"),
+                   lse ? nullptr : tensor("delta"), number("is_causal") != 0, scale, out);
   } else if (op == "cross_entropy") {
     crossEntropy(*tensor("input"), *tensor("target"), tensor("weight"), string("reduction"),
                  int64_t(number("ignore_index")), number("label_smoothing"), out);

@@ -114,7 +114,8 @@ Value inferDropout(const OpCall& call) {
 // attn_mask is bool or query's dtype and broadcasts to [..., L, S]. dropout_p must
 // be 0: the graph's random streams are explicit, so attention with dropout is
 // spelled as its composition with `dropout`.
-Value inferAttention(const OpCall& call) {
+// query [..., L, E], key [..., S, E] and value [..., S, Ev] of one floating dtype.
+void checkAttentionOperands(const OpCall& call) {
   const TensorMeta& q = call.tensor("query");
   const TensorMeta& k = call.tensor("key");
   const TensorMeta& v = call.tensor("value");
@@ -131,6 +132,14 @@ Value inferAttention(const OpCall& call) {
   }
   requireEqual(call, "key", k.sizes[n - 1], q.sizes[n - 1], "embedding sizes differ");
   requireEqual(call, "value", v.sizes[n - 2], k.sizes[n - 2], "sequence sizes differ");
+}
+
+Value inferAttention(const OpCall& call) {
+  checkAttentionOperands(call);
+  const TensorMeta& q = call.tensor("query");
+  const TensorMeta& k = call.tensor("key");
+  const TensorMeta& v = call.tensor("value");
+  size_t n = q.dim();
   if (call.has("attn_mask")) {
     const TensorMeta& mask = call.tensor("attn_mask");
     if (call.boolArg("is_causal")) call.fail("attn_mask", "cannot be given with is_causal");
@@ -156,6 +165,60 @@ Value inferAttention(const OpCall& call) {
   Shape sizes = q.sizes;
   sizes[n - 1] = v.sizes[n - 1];
   return fresh(call, q.dtype, sizes, q.device, anyRequiresGrad(call, {"query", "key", "value"}));
+}
+
+// The pieces of attention's backward (the derivative rule of
+// scaled_dot_product_attention without a mask, as flash attention's):
+// attention_lse(query, key, value): [..., L] in opmath (f32; f64 for f64), each
+// query row's logsumexp of its scaled (and causally masked) scores;
+// attention_grad_query and attention_grad_key_value(grad [..., L, Ev], query,
+// key, value, lse, delta): dq [..., L, E] and dk, dv side by side
+// [..., S, E + Ev], in query's dtype, where delta [..., L] (opmath) is each
+// row's sum of grad * out.
+void requireRowStat(const OpCall& call, std::string_view arg) {
+  const TensorMeta& q = call.tensor("query");
+  const TensorMeta& t = call.tensor(arg);
+  DType opmath = q.dtype == DType::Float64 ? DType::Float64 : DType::Float32;
+  if (t.dtype != opmath) call.fail(arg, "must be " + std::string(name(opmath)) + " (query's opmath)");
+  if (t.dim() + 1 != q.dim()) call.fail(arg, "must have the dims of query but the last");
+  for (size_t i = 0; i < t.dim(); ++i)
+    requireEqual(call, arg, t.sizes[i], q.sizes[i], "size at dim " + std::to_string(i));
+}
+
+void checkAttentionPiece(const OpCall& call) {
+  checkAttentionOperands(call);
+  if (call.has("scale") && !std::isfinite(call.floatArg("scale")))
+    call.fail("scale", "must be finite");
+  if (call.op().name == "attention_lse") return;
+  const TensorMeta& q = call.tensor("query");
+  const TensorMeta& g = call.tensor("grad");
+  requireSameDType(call, "grad", q.dtype);
+  if (g.dim() != q.dim()) call.fail("grad", "must have as many dims as query");
+  size_t n = q.dim();
+  for (size_t i = 0; i + 1 < n; ++i)
+    requireEqual(call, "grad", g.sizes[i], q.sizes[i], "size at dim " + std::to_string(i));
+  requireEqual(call, "grad", g.sizes[n - 1], call.tensor("value").sizes[n - 1],
+               "its last size is not value's");
+  requireRowStat(call, "lse");
+  requireRowStat(call, "delta");
+}
+
+Value inferAttentionLse(const OpCall& call) {
+  checkAttentionPiece(call);
+  const TensorMeta& q = call.tensor("query");
+  Shape sizes(q.sizes.begin(), q.sizes.end() - 1);
+  return fresh(call, q.dtype == DType::Float64 ? DType::Float64 : DType::Float32, sizes, q.device,
+               anyRequiresGrad(call, {"query", "key"}));
+}
+
+Value inferAttentionGrad(const OpCall& call) {
+  checkAttentionPiece(call);
+  const TensorMeta& q = call.tensor("query");
+  bool grad = anyRequiresGrad(call, {"grad", "query", "key", "value", "lse", "delta"});
+  if (call.op().name == "attention_grad_query") return fresh(call, q.dtype, q.sizes, q.device, grad);
+  Shape sizes = call.tensor("key").sizes;
+  sizes.back() = sizes.back() + call.tensor("value").sizes.back();
+  return fresh(call, q.dtype, sizes, q.device, grad);
 }
 
 // scatter_add(self, dim, index, src): self's meta; index and src of self's rank.
@@ -201,6 +264,19 @@ void addNnOps(std::vector<OpInfo>& ops) {
                   {"is_causal", ArgKind::Bool, false, false},
                   {"scale", ArgKind::Float, true}},
                  inferAttention});
+  std::vector<ArgSpec> piece = {{"query", ArgKind::Tensor},
+                                 {"key", ArgKind::Tensor},
+                                 {"value", ArgKind::Tensor},
+                                 {"is_causal", ArgKind::Bool, false, false},
+                                 {"scale", ArgKind::Float, true}};
+  ops.push_back({"attention_lse", piece, inferAttentionLse});
+  std::vector<ArgSpec> grad = {{"grad", ArgKind::Tensor}};
+  grad.insert(grad.end(), piece.begin(), piece.begin() + 3);
+  grad.push_back({"lse", ArgKind::Tensor});
+  grad.push_back({"delta", ArgKind::Tensor});
+  grad.insert(grad.end(), piece.begin() + 3, piece.end());
+  ops.push_back({"attention_grad_query", grad, inferAttentionGrad});
+  ops.push_back({"attention_grad_key_value", grad, inferAttentionGrad});
   ops.push_back({"scatter_add",
                  {{"self", ArgKind::Tensor},
                   {"dim", ArgKind::Int},

@@ -966,6 +966,88 @@ def test_attention_fully_masked_row_is_nan():
     check("scaled_dot_product_attention", sdpa_reference, q, k, v, attn_mask=mask)
 
 
+# --- attention's backward pieces (flash attention's: the rule of scaled_dot_product_attention) --
+
+def _attention_scores(q, k, is_causal, scale):
+    """The scaled, causally masked scores in opmath (f32; f64 for f64)."""
+    wide = torch.float64 if q.dtype == torch.float64 else torch.float32
+    scale = scale if scale is not None else q.size(-1) ** -0.5
+    scores = (q.to(wide) @ k.to(wide).transpose(-2, -1)) * scale
+    if is_causal:
+        keep = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return scores
+
+
+def attention_lse_reference(q, k, v, is_causal=False, scale=None):
+    return torch.logsumexp(_attention_scores(q, k, is_causal, scale), -1)
+
+
+def attention_grads_reference(which, g, q, k, v, lse, delta, is_causal=False, scale=None):
+    wide = lse.dtype
+    s = scale if scale is not None else q.size(-1) ** -0.5
+    p = torch.exp(_attention_scores(q, k, is_causal, scale) - lse[..., None])
+    gw, qw, kw, vw = (t.to(wide) for t in (g, q, k, v))
+    ds = p * (gw @ vw.transpose(-2, -1) - delta[..., None]) * s
+    if which == "attention_grad_query":
+        return (ds @ kw).to(q.dtype)
+    return torch.cat([ds.transpose(-2, -1) @ qw, p.transpose(-2, -1) @ gw], -1).to(q.dtype)
+
+
+ATTENTION_PIECE_CASES = [
+    # q, k, v shapes, is_causal, scale
+    ((2, 3, 4, 8), (2, 3, 5, 8), (2, 3, 5, 6), False, None),
+    ((2, 3, 6, 8), (2, 3, 6, 8), (2, 3, 6, 8), True, None),
+    ((4, 8), (4, 8), (4, 3), True, 0.3),
+    ((2, 5, 4), (2, 7, 4), (2, 7, 4), False, 2.0),
+]
+
+
+def attention_piece_inputs(shapes, dtype, layout="contiguous"):
+    q, k, v = (make(sh, dtype, layout, low=-1, high=1) for sh in shapes[:3])
+    wide = torch.float64 if dtype == torch.float64 else torch.float32
+    lse = attention_lse_reference(q, k, v, shapes[3], shapes[4]).to(wide)
+    g = make(shapes[0][:-1] + shapes[2][-1:], dtype, layout, low=-1, high=1)
+    delta = make(shapes[0][:-1], wide, low=-1, high=1)
+    return g, q, k, v, lse, delta
+
+
+@pytest.mark.parametrize("shapes", cases("attention_lse", ATTENTION_PIECE_CASES))
+@pytest.mark.parametrize("dtype", FLOATS, ids=dtype_id)
+def test_attention_lse(shapes, dtype):
+    _, q, k, v, _, _ = attention_piece_inputs(shapes, dtype, "transposed")
+    check("attention_lse", attention_lse_reference, q, k, v, is_causal=shapes[3],
+          scale=shapes[4], **tol(dtype))
+
+
+@pytest.mark.parametrize("op", [p for op in ("attention_grad_query", "attention_grad_key_value")
+                                for p in cases(op, [op])])
+@pytest.mark.parametrize("shapes", ATTENTION_PIECE_CASES)
+@pytest.mark.parametrize("dtype", FLOATS, ids=dtype_id)
+def test_attention_grad_pieces(op, shapes, dtype):
+    args = attention_piece_inputs(shapes, dtype)
+    check(op, lambda *a, **kw: attention_grads_reference(op, *a, **kw), *args,
+          is_causal=shapes[3], scale=shapes[4], **tol(dtype))
+
+
+@pytest.mark.parametrize("case", cases("attention_grad_query", ["lse_dtype", "lse_size", "grad_size",
+                                                                 "grad_dtype", "scale"]))
+def test_attention_piece_errors(case):
+    g, q, k, v, lse, delta = attention_piece_inputs(ATTENTION_PIECE_CASES[0], torch.float32)
+    kwargs, match = {}, "lse"
+    if case == "lse_dtype":
+        lse = lse.double()
+    elif case == "lse_size":
+        lse = lse[..., :2]
+    elif case == "grad_size":
+        g, match = g[..., :2], "grad"
+    elif case == "grad_dtype":
+        g, match = g.double(), "grad"
+    else:
+        kwargs, match = {"scale": float("inf")}, "scale"
+    raises(match, "attention_grad_query", g, q, k, v, lse, delta, **kwargs)
+
+
 @pytest.mark.parametrize("case", cases("scaled_dot_product_attention", [
     "mask_broadcast", "mask_dtype", "mask_and_causal", "embedding", "sequence", "batch",
     "int_query", "dropout_without_stream"]))

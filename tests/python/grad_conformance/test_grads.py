@@ -332,6 +332,44 @@ def _attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
     return torch.softmax(scores, -1) @ v
 
 
+def _scores(q, k, is_causal, scale):
+    scores = q @ k.transpose(-2, -1) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    if is_causal:
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return scores
+
+
+def _attention_lse(q, k, v, is_causal=False, scale=None):
+    return torch.logsumexp(_scores(q, k, is_causal, scale), -1)
+
+
+def _attention_grads(g, q, k, v, lse, delta, is_causal=False, scale=None):
+    """dq and [dk, dv]: flash attention's backward from the rows' lse and delta = sum(g * out)."""
+    s = scale if scale is not None else q.shape[-1] ** -0.5
+    p = torch.exp(_scores(q, k, is_causal, scale) - lse[..., None])
+    ds = p * (g @ v.transpose(-2, -1) - delta[..., None]) * s
+    return ds @ k, torch.cat([ds.transpose(-2, -1) @ q, p.transpose(-2, -1) @ g], -1)
+
+
+@pytest.mark.parametrize("case", cases("attention_lse", ["plain", "causal"]))
+def test_attention_lse(case):
+    q, k, v = leaf(2, 3, 4), leaf(2, 5, 4), leaf(2, 5, 2, grad=False)
+    check_grads("attention_lse", _attention_lse, q, k, v, is_causal=case == "causal", scale=0.7)
+
+
+@pytest.mark.parametrize("case", [p for op in ("attention_grad_query", "attention_grad_key_value")
+                                  for p in cases(op, [(op, False), (op, True)])])
+def test_attention_backward_pieces(case):
+    op, causal = case
+    q, k, v, g = leaf(2, 3, 4), leaf(2, 3, 4), leaf(2, 3, 2), leaf(2, 3, 2)
+    lse = _attention_lse(q, k, v, causal).detach().requires_grad_()
+    delta = leaf(2, 3)
+    which = 0 if op == "attention_grad_query" else 1
+    check_grads(op, lambda *a, **kw: _attention_grads(*a, **kw)[which], g, q, k, v, lse, delta,
+                is_causal=causal)
+
+
 @pytest.mark.parametrize("case", cases("scaled_dot_product_attention", ["plain", "causal", "mask"]))
 def test_attention(case):
     q, k, v = leaf(2, 3, 4), leaf(2, 3, 4), leaf(2, 3, 2)
