@@ -249,3 +249,82 @@ def test_atomic_and_ordered_scatters_match_torch(stack):
     first, second = ordered(w, i, s)[0], ordered(w, i, s)[0]
     assert torch.equal(first, second)
     torch.testing.assert_close(first, expected, rtol=1e-4, atol=1e-4)
+
+
+# Attention as flash attention's kernels: q, k, v strided views ([b, l, h, e] transposed to
+# [b, h, l, e], as GPT's heads of one projection), sequences that are not multiples of the
+# kernels' 64-row tiles. The backward's pieces take the forward's logsumexp and
+# delta = sum(grad * out) per row.
+def _attention(stack, op, dtype="bfloat16", l=100, s=100, e=64, causal=True):
+    g = ir.Graph()
+    def heads(name, rows):
+        x = g.placeholder(name, dtype, [2, rows, 3, e], device="cuda")
+        return g.call("transpose", x, dim0=1, dim1=2)
+    q, k, v = heads("q", l), heads("k", s), heads("v", s)
+    if op in ("scaled_dot_product_attention", "attention_lse"):
+        g.set_outputs([g.call(op, q, k, v, is_causal=causal)])
+    else:
+        grad = heads("grad", l)
+        lse = g.placeholder("lse", "float32", [2, 3, l], device="cuda")
+        delta = g.placeholder("delta", "float32", [2, 3, l], device="cuda")
+        g.set_outputs([g.call(op, grad, q, k, v, lse, delta, is_causal=causal)])
+    return ir.compile(g, stack, target="cuda:sm_90")
+
+
+ATTENTION_OPS = ["scaled_dot_product_attention", "attention_lse", "attention_grad_query",
+                 "attention_grad_key_value"]
+
+
+@pytest.mark.parametrize("op", ATTENTION_OPS)
+def test_attention_runs_as_flash_kernels_where_they_take_it(stack, op):
+    kind = {"scaled_dot_product_attention": "fwd", "attention_lse": "lse",
+            "attention_grad_query": "dq", "attention_grad_key_value": "dkv"}[op]
+    assert f"by kiln_flash_{kind}_d64_bf16_causal" in _attention(stack, op).explain
+    assert f"by kiln_flash_{kind}_d32_f16\n" in _attention(stack, op, "float16", e=32,
+                                                            causal=False).explain + "\n"
+    for other in (dict(dtype="float32"), dict(e=80), dict(e=24)):  # the decomposition
+        assert "kiln_flash" not in _attention(stack, op, **other).explain
+
+
+def _attention_reference(op, q, k, v, grad=None, lse=None, delta=None, causal=True):
+    q, k, v = (t.transpose(1, 2).float() for t in (q, k, v))
+    scores = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
+    if causal:
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if op == "attention_lse":
+        return torch.logsumexp(scores, -1)
+    if op == "scaled_dot_product_attention":
+        return torch.softmax(scores, -1) @ v
+    grad = grad.transpose(1, 2).float()
+    p = torch.exp(scores - lse[..., None])
+    ds = p * (grad @ v.transpose(-2, -1) - delta[..., None]) * q.shape[-1] ** -0.5
+    if op == "attention_grad_query":
+        return ds @ k
+    return torch.cat([ds.transpose(-2, -1) @ q, p.transpose(-2, -1) @ grad], -1)
+
+
+@needs_gpu
+@pytest.mark.parametrize("op", ATTENTION_OPS)
+@pytest.mark.parametrize("shape", [(100, 100, 64, True), (64, 200, 32, False), (130, 70, 16, False),
+                                   (1, 1, 64, True)], ids=str)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_flash_attention_matches_torch(stack, op, shape, dtype):
+    l, s, e, causal = shape
+    compiled = _attention(stack, op, dtype, l, s, e, causal)
+    assert "kiln_flash" in compiled.explain
+    torch.manual_seed(0)
+    t = getattr(torch, dtype)
+    q, grad = (torch.randn(2, l, 3, e, device="cuda", dtype=t) for _ in range(2))
+    k, v = (torch.randn(2, s, 3, e, device="cuda", dtype=t) for _ in range(2))
+    lse = _attention_reference("attention_lse", q, k, v, causal=causal)
+    out = _attention_reference("scaled_dot_product_attention", q, k, v, causal=causal)
+    delta = (grad.transpose(1, 2).float() * out).sum(-1)
+    args = (q, k, v) if op in ATTENTION_OPS[:2] else (q, k, v, grad, lse, delta)
+    (actual,) = compiled(*args)
+    expected = _attention_reference(op, *(args[:3]), *args[3:], causal=causal)
+    if op == "attention_lse":
+        torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-3)
+    else:  # operands rounded to bf16/f16 inside the kernel (P, dS), as flash attention's
+        scale = expected.abs().max().item() + 1e-6
+        torch.testing.assert_close(actual.float() / scale, expected / scale, rtol=0, atol=2e-2)

@@ -22,7 +22,7 @@ bool floating(const ir::Value& v) {
 
 // Composites with a rule of their own stay whole; the others are decomposed.
 // Attention's rule is flash attention's, without a mask.
-bool keptWhole(const ir::Node& n) {
+bool keptWhole(const ir::Graph&, const ir::Node& n) {
   if (!ir::getOp(n.target).decompose || !findRule(n.target)) return false;
   return n.target != "scaled_dot_product_attention" || n.inputs.size() == 3;
 }

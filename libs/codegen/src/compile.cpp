@@ -114,9 +114,8 @@ LowerOptions lowerOptions(const Target& target) {
     // GPT-2's, as torch's CUDA index_add_; in order where torch is asked to
     // be deterministic.
     options.unorderedScatter = !target.deterministic;
+    options.flashAttention = true;
   }
-  // TODO(issue 7): scaled_dot_product_attention through cuDNN's fused attention
-  // (an extern op of the CUDA target); now its decomposition (two products and a softmax kernel).
   return options;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -13,6 +14,7 @@
 #include "kiln/sym/eval.h"
 #include "kiln/sym/range.h"
 
+#include "flash_attention.h"
 #include "kernel_text.h"
 #include "prelude.h"
 
@@ -1079,6 +1081,22 @@ CudaSource emitCuda(const Program& program, const Schedule& schedule) {
     else
       code << "\n// " << name << ": " << same->second << " (the same function)\n";
     out.kernels.push_back(same->second);
+    out.launches.push_back(std::move(launch));
+  }
+  // Flash attention's kernels, each once, after the schedule's (the plan's
+  // extern calls name them).
+  std::map<std::string, sym::Expr> flash; // name -> no items: no step launches it itself
+  for (const Buffer& b : program.buffers)
+    for (const ir::Attr& a : b.call.attrs)
+      if (b.kind == BufferKind::Extern && a.name == "kernel")
+        flash.emplace(std::get<std::string>(a.value), b.layout.storageOffset);
+  if (!flash.empty()) code << detail::flashAttentionSource();
+  for (const auto& [name, none] : flash) {
+    code << "\n" << detail::flashAttentionDefinition(name);
+    runtime::Launch launch;
+    launch.items = none;
+    launch.threads = 128;
+    out.kernels.push_back(name);
     out.launches.push_back(std::move(launch));
   }
   out.code = code.str();

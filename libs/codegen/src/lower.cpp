@@ -15,6 +15,8 @@
 #include "kiln/sym/range.h"
 #include "kiln/sym/symbol_table.h"
 
+#include "flash_attention.h"
+
 namespace kiln::codegen {
 namespace {
 
@@ -55,8 +57,9 @@ bool isLibraryProduct(const std::string& op) {
 }
 
 // Which composite nodes stay whole for the target's library calls.
-std::function<bool(const ir::Node&)> keptFor(const LowerOptions& options) {
-  return [&options](const ir::Node& n) {
+std::function<bool(const ir::Graph&, const ir::Node&)> keptFor(const LowerOptions& options) {
+  return [&options](const ir::Graph& g, const ir::Node& n) {
+    if (options.flashAttention && detail::flashAttentionTakes(g, n)) return true;
     if (!options.externOps.count(n.target)) return false;
     if (!isLibraryProduct(n.target) || !n.value.isTensor()) return true;
     return options.externProductDTypes.count(n.value.tensor().dtype) > 0;
@@ -652,6 +655,7 @@ private:
 
   // Whether the target runs this node as a library call (LowerOptions).
   bool isExtern(const ir::Node& node, const TensorMeta& meta) {
+    if (options_.flashAttention && detail::flashAttentionTakes(*graph_, node)) return true;
     if (!options_.externOps.count(node.target)) return false;
     if (!isLibraryProduct(node.target)) return true;
     for (ValueId in : node.inputs)
@@ -676,6 +680,8 @@ private:
     b.layout.storageOffset = table_.integer(0);
     b.call.op = node.target;
     b.call.attrs = node.attrs;
+    if (options_.flashAttention && detail::flashAttentionTakes(*graph_, node))
+      b.call.attrs.push_back({"kernel", detail::flashAttentionKernel(*graph_, node)});
     for (ValueId in : node.inputs) {
       Lowered& v = values_.at(in);
       if (v.kind != Lowered::Tensor)

@@ -274,7 +274,10 @@ std::string explain(const Schedule& schedule, const Program& program) {
       out << "extern " << b.name << " = " << b.call.op << "(";
       for (size_t i = 0; i < b.call.inputs.size(); ++i)
         out << (i ? ", " : "") << program.buffers[b.call.inputs[i]].name;
-      out << ")\n";
+      out << ")";
+      for (const ir::Attr& a : b.call.attrs) // a kernel of the artifact's (flash attention)
+        if (a.name == "kernel") out << " by " << std::get<std::string>(a.value);
+      out << "\n";
       continue;
     }
     const Kernel& k = schedule.kernels[step.kernel];

@@ -361,10 +361,11 @@ void addDecompositions(std::vector<OpInfo>& ops) {
 } // namespace detail
 
 Graph decompose(const Graph& graph, const std::set<std::string>& keep) {
-  return decompose(graph, [&](const Node& n) { return keep.count(n.target) > 0; });
+  return decompose(graph, [&](const Graph&, const Node& n) { return keep.count(n.target) > 0; });
 }
 
-Graph decompose(const Graph& graph, const std::function<bool(const Node&)>& keep) {
+Graph decompose(const Graph& graph,
+                const std::function<bool(const Graph&, const Node&)>& keep) {
   Graph current = graph;
   for (int round = 0; round < 8; ++round) {
     Graph out(graph.symbols());
@@ -374,7 +375,7 @@ Graph decompose(const Graph& graph, const std::function<bool(const Node&)>& keep
       Node n = current.node(id);
       for (ValueId& in : n.inputs) in = remap[in];
       const OpInfo* op = n.kind == NodeKind::Call ? findOp(n.target) : nullptr;
-      if (!op || !op->decompose || keep(n)) {
+      if (!op || !op->decompose || keep(out, n)) {
         remap[id] = out.append(std::move(n));
         continue;
       }

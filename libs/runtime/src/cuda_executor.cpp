@@ -7,6 +7,7 @@
 #include <deque>
 #include <mutex>
 
+#include "cuda_attention.h"
 #include "cuda_matmul.h"
 #include "data_dependent.h"
 #include "kiln/common/error.h"
@@ -179,6 +180,11 @@ public:
     detail::CudaCallContext context{driver_, stream_, where_.device, allocator_,
                                     [this](size_t& bytes) { return workspace(bytes); }};
     if (detail::cudaMatrixProduct(step.op, inputs, attrs, out, context)) return;
+    if (detail::isFlashAttention(step.op)) {
+      detail::cudaFlashAttention(step.op, inputs, attrs, out, libraryKernel(step), driver_,
+                                 stream_);
+      return;
+    }
     throw Error(ErrorCode::Unsupported, "runtime: no CUDA routine for the extern call " + step.op);
   }
 
@@ -247,6 +253,17 @@ private:
                 "cuMemsetD32Async");
     }
     return static_cast<int*>(status_);
+  }
+
+  // The artifact's kernel an extern step names in its "kernel" attribute.
+  CUfunction libraryKernel(const Step& step) {
+    for (const ir::Attr& a : step.attrs)
+      if (a.name == "kernel")
+        if (const auto* name = std::get_if<std::string>(&a.value))
+          for (size_t k = 0; k < plan_.kernels.size(); ++k)
+            if (plan_.kernels[k] == *name) return functions_[k];
+    throw Error(ErrorCode::Malformed,
+                "runtime: the extern call " + step.op + " names no kernel of the artifact");
   }
 
   void* workspace(size_t& bytes) {

@@ -29,7 +29,7 @@ constexpr size_t kInlineLimit = 12;
 struct LowerOptions {
   // Ops kept as extern calls: the matrix products (of `externProductDTypes`),
   // and ops a target has a routine for, which are then not decomposed either
-  // (a CUDA target: scaled_dot_product_attention through cuDNN). Everything
+  // (a CUDA target: addmm with its epilogue in cuBLASLt). Everything
   // else lowers to loops.
   std::set<std::string> externOps = {"mm", "bmm", "matmul"};
   // The dtypes whose products are extern calls (the CPU's BLAS: f32 and f64);
@@ -45,6 +45,10 @@ struct LowerOptions {
   // loop runs in order, sums are deterministic (the CPU; CUDA under
   // torch.use_deterministic_algorithms).
   bool unorderedScatter = false;
+  // scaled_dot_product_attention and its backward's pieces run as flash
+  // attention's kernels where they take the operands (flash_attention.h):
+  // extern calls naming the kernel in a "kernel" attribute (CUDA).
+  bool flashAttention = false;
 };
 
 // Error{Unsupported} naming the first op without a lowering yet.

@@ -20,15 +20,19 @@ Graph eliminateCommonSubexpressions(const Graph& graph);
 
 // Replaces every composite op (one with a decomposition in the registry:
 // gelu, silu, softmax, log_softmax, linear, var, std, layer_norm, rms_norm,
-// cross_entropy, addmm, scaled_dot_product_attention) by core ops computing
+// cross_entropy, addmm, scaled_dot_product_attention and its backward's
+// pieces) by core ops computing
 // the same value, until none is left.
 // Error{Unsupported} for a form without a decomposition yet; Error{Internal}
 // if a decomposition's result differs from the composite's inferred value.
-// The ops in `keep` stay as they are (a target with a library routine for
-// them: scaled_dot_product_attention through cuDNN).
+// The ops in `keep` stay as they are (a target with a routine of its own for
+// them).
 Graph decompose(const Graph& graph, const std::set<std::string>& keep = {});
-// The same, keeping the composite nodes `keep` says (a target's library calls
-// may depend on a node's dtype: cuBLASLt's addmm of floats, not of integers).
-Graph decompose(const Graph& graph, const std::function<bool(const Node&)>& keep);
+// The same, keeping the composite nodes `keep` says, given the graph their
+// inputs are values of (a target's library calls may depend on a node's
+// operands: cuBLASLt's addmm of floats, flash attention of half-precision
+// operands with a small head size).
+Graph decompose(const Graph& graph,
+                const std::function<bool(const Graph&, const Node&)>& keep);
 
 } // namespace kiln::ir

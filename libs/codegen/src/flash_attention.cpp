@@ -1,0 +1,399 @@
+// Flash attention's kernels (flash_attention.h): which nodes they take, their
+// names, and their CUDA source.
+#include "flash_attention.h"
+
+#include <set>
+
+#include "kiln/common/error.h"
+#include "kiln/ir/op_registry.h"
+
+namespace kiln::codegen::detail {
+namespace {
+
+// Operand positions: sdpa and attention_lse take (query, key, value[, mask]),
+// the grads (grad, query, key, value, lse, delta).
+bool isGrad(const std::string& op) {
+  return op == "attention_grad_query" || op == "attention_grad_key_value";
+}
+
+bool even(sym::Expr e) {
+  std::optional<int64_t> n = e.asInteger();
+  return n && *n % 2 == 0;
+}
+
+bool evenDense(const ir::TensorMeta& m) {
+  if (m.dim() < 2 || m.dim() > 4 || m.strides.back().asInteger() != int64_t{1}) return false;
+  for (size_t d = 0; d + 1 < m.dim(); ++d)
+    if (!even(m.strides[d]) && m.sizes[d].asInteger() != int64_t{1}) return false;
+  return even(m.storageOffset);
+}
+
+const char* kindOf(const std::string& op) {
+  if (op == "scaled_dot_product_attention") return "fwd";
+  if (op == "attention_lse") return "lse";
+  if (op == "attention_grad_query") return "dq";
+  return "dkv";
+}
+
+} // namespace
+
+bool flashAttentionTakes(const ir::Graph& graph, const ir::Node& node) {
+  static const std::set<std::string, std::less<>> ops = {
+      "scaled_dot_product_attention", "attention_lse", "attention_grad_query",
+      "attention_grad_key_value"};
+  if (node.kind != ir::NodeKind::Call || !ops.count(node.target)) return false;
+  bool grad = isGrad(node.target);
+  if (node.inputs.size() != (grad ? 6u : 3u)) return false; // a mask: the decomposition
+  const ir::TensorMeta& q = graph.meta(node.inputs[grad ? 1 : 0]);
+  if (q.dtype != ir::DType::BFloat16 && q.dtype != ir::DType::Float16) return false;
+  std::optional<int64_t> embed = q.sizes.back().asInteger();
+  if (!embed || *embed % 16 != 0 || *embed < 16 || *embed > 64) return false;
+  for (size_t i = 0; i < (grad ? 4u : 3u); ++i) {
+    const ir::TensorMeta& m = graph.meta(node.inputs[i]);
+    if (m.sizes.back().asInteger() != embed || m.dim() != q.dim() || !evenDense(m)) return false;
+  }
+  if (grad)
+    for (size_t i : {4, 5})
+      if (!graph.meta(node.inputs[i]).isContiguous()) return false;
+  return true;
+}
+
+std::string flashAttentionKernel(const ir::Graph& graph, const ir::Node& node) {
+  const ir::TensorMeta& q = graph.meta(node.inputs[isGrad(node.target) ? 1 : 0]);
+  const ir::AttrValue* causal = node.attr("is_causal");
+  return std::string("kiln_flash_") + kindOf(node.target) + "_d" +
+         std::to_string(*q.sizes.back().asInteger()) +
+         (q.dtype == ir::DType::BFloat16 ? "_bf16" : "_f16") +
+         (causal && std::get<bool>(*causal) ? "_causal" : "");
+}
+
+std::string flashAttentionDefinition(const std::string& kernel) {
+  // kiln_flash_<kind>_d<E>_<dtype>[_causal]
+  size_t kindEnd = kernel.find("_d", 11);
+  if (kernel.rfind("kiln_flash_", 0) != 0 || kindEnd == std::string::npos)
+    throw Error(ErrorCode::Internal, "codegen: not a flash attention kernel: " + kernel);
+  std::string kind = kernel.substr(11, kindEnd - 11);
+  int embed = std::stoi(kernel.substr(kindEnd + 2));
+  bool bf16 = kernel.find("_bf16") != std::string::npos;
+  bool causal = kernel.find("_causal") != std::string::npos;
+  std::string flags = std::to_string(embed) + ", " + (bf16 ? "true" : "false") + ", " +
+                      (causal ? "true" : "false");
+  std::string body = kind == "fwd"   ? "forward<" + flags + ", true>"
+                     : kind == "lse" ? "forward<" + flags + ", false>"
+                     : kind == "dq"  ? "grad_query<" + flags + ">"
+                                     : "grad_key_value<" + flags + ">";
+  return "extern \"C\" __global__ void __launch_bounds__(128) " + kernel +
+         "(KILN_FLASH_PARAMS) {\n  kiln_flash::" + body + "(KILN_FLASH_ARGS);\n}\n";
+}
+
+const std::string& flashAttentionSource() {
+  static const std::string source = R"(
+/* Flash attention (FlashAttention-2's algorithm) on tensor cores. A block of
+   4 warps takes 64 rows (16 a warp) and steps over the other side's rows 64 at
+   a time through shared memory: products by mma.sync m16n8k16 with f32
+   accumulation, the softmax online in registers (scores in log2 units). */
+#define KILN_FLASH_PARAMS                                                                   \
+  const uint16_t* __restrict__ g, const uint16_t* __restrict__ q,                           \
+      const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,                       \
+      const float* __restrict__ lse, const float* __restrict__ delta,                       \
+      uint16_t* __restrict__ out, float* __restrict__ out_lse, int64_t heads, int64_t L,    \
+      int64_t S, int64_t gb0, int64_t gb1, int64_t grow, int64_t qb0, int64_t qb1,          \
+      int64_t qrow, int64_t kb0, int64_t kb1, int64_t krow, int64_t vb0, int64_t vb1,       \
+      int64_t vrow, int64_t ob0, int64_t ob1, int64_t orow, float scale
+#define KILN_FLASH_ARGS                                                                     \
+  g, q, k, v, lse, delta, out, out_lse, heads, L, S, gb0, gb1, grow, qb0, qb1, qrow, kb0,   \
+      kb1, krow, vb0, vb1, vrow, ob0, ob1, orow, scale
+namespace kiln_flash {
+constexpr int kRows = 64; /* a block's own rows, 16 a warp */
+constexpr int kStep = 64; /* the other side's rows a step takes */
+constexpr float kLog2e = 1.4426950408889634f;
+KILN_FN float minus_infinity() { return -__int_as_float(0x7f800000); }
+
+template <bool BF16> KILN_FN uint16_t narrow(float x) { return BF16 ? kiln_f2b(x) : kiln_f2h(x); }
+template <bool BF16> KILN_FN uint32_t pack(float lo, float hi) {
+  return (uint32_t)narrow<BF16>(lo) | ((uint32_t)narrow<BF16>(hi) << 16);
+}
+KILN_FN uint32_t pair(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
+KILN_FN uint32_t word(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+/* c (16x8, f32) += a (16x16, rows) * b (16x8, columns): a warp's mma. */
+template <bool BF16> KILN_FN void mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  if (BF16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Rows [first, first + 64) of a [rows, D] matrix (rows `stride` apart) into
+   shared memory, zeros past `rows`. Rows are padded by 8 elements: the
+   fragments' reads of 8 rows fall in different banks. */
+template <int D>
+KILN_FN void load_tile(uint16_t (*tile)[D + 8], const uint16_t* base, int64_t stride,
+                       int64_t first, int64_t rows) {
+  for (int i = threadIdx.x; i < kRows * D / 2; i += 128) {
+    const int r = i / (D / 2), c = (i % (D / 2)) * 2;
+    *reinterpret_cast<uint32_t*>(&tile[r][c]) =
+        first + r < rows ? word(base + (first + r) * stride + c) : 0u;
+  }
+}
+
+/* A warp's 16 rows of a tile as A fragments, one per 16 columns. */
+template <int D> KILN_FN void load_a(uint32_t (*a)[4], const uint16_t (*tile)[D + 8], int row0) {
+  const int lane = threadIdx.x % 32, gr = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int c = kk * 16 + t * 2;
+    a[kk][0] = word(&tile[row0 + gr][c]);
+    a[kk][1] = word(&tile[row0 + gr + 8][c]);
+    a[kk][2] = word(&tile[row0 + gr][c + 8]);
+    a[kk][3] = word(&tile[row0 + gr + 8][c + 8]);
+  }
+}
+
+/* s (16 x 64, eight 16x8 C fragments) = a (16 x D) * tile^T (tile: 64 x D). */
+template <int D, bool BF16>
+KILN_FN void times_rows(float (*s)[4], const uint32_t (*a)[4], const uint16_t (*tile)[D + 8]) {
+  const int lane = threadIdx.x % 32, gr = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < kStep / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+    for (int j = 0; j < kStep / 8; ++j) {
+      const uint16_t* row = tile[j * 8 + gr] + kk * 16 + t * 2;
+      mma<BF16>(s[j], a[kk], word(row), word(row + 8));
+    }
+}
+
+/* acc (16 x D) += p (16 x 64, C fragments, rounded to the operands' dtype) * tile (64 x D). */
+template <int D, bool BF16>
+KILN_FN void times_tile(float (*acc)[4], const float (*p)[4], const uint16_t (*tile)[D + 8]) {
+  const int lane = threadIdx.x % 32, gr = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int kk = 0; kk < kStep / 16; ++kk) {
+    const uint32_t a[4] = {pack<BF16>(p[2 * kk][0], p[2 * kk][1]),
+                           pack<BF16>(p[2 * kk][2], p[2 * kk][3]),
+                           pack<BF16>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                           pack<BF16>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    const int r = kk * 16 + t * 2;
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) {
+      const int c = d * 8 + gr;
+      mma<BF16>(acc[d], a, pair(tile[r][c], tile[r + 1][c]), pair(tile[r + 8][c], tile[r + 9][c]));
+    }
+  }
+}
+
+/* A thread's element (j, e) of a 16 x 64 fragment set: its row (0..15 of the
+   warp's) and column (0..63 of the step). */
+KILN_FN int row_of(int e) { return ((threadIdx.x % 32) >> 2) + 8 * (e >> 1); }
+KILN_FN int col_of(int j, int e) { return j * 8 + (threadIdx.x & 3) * 2 + (e & 1); }
+
+/* out = softmax(q k^T * scale) v for 64 query rows (OUT), or only each row's
+   logsumexp into out_lse (natural log). */
+template <int D, bool BF16, bool CAUSAL, bool OUT> KILN_FN void forward(KILN_FLASH_PARAMS) {
+  __shared__ __align__(16) uint16_t sq[kRows][D + 8];
+  __shared__ __align__(16) uint16_t sk[kStep][D + 8];
+  __shared__ __align__(16) uint16_t sv[OUT ? kStep : 1][D + 8];
+  const int warp = threadIdx.x / 32;
+  const int64_t b = blockIdx.y, b0 = b / heads, b1 = b % heads, m0 = (int64_t)blockIdx.x * kRows;
+  q += b0 * qb0 + b1 * qb1;
+  k += b0 * kb0 + b1 * kb1;
+  v += b0 * vb0 + b1 * vb1;
+  load_tile<D>(sq, q, qrow, m0, L);
+  __syncthreads();
+  uint32_t qa[D / 16][4];
+  load_a<D>(qa, sq, warp * 16);
+  float o[D / 8][4];
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+  float top[2] = {minus_infinity(), minus_infinity()}, sum[2] = {0.f, 0.f};
+  const float scale2 = scale * kLog2e;
+  const int64_t end = CAUSAL ? (S < m0 + kRows ? S : m0 + kRows) : S;
+  for (int64_t n0 = 0; n0 < end; n0 += kStep) {
+    __syncthreads(); /* the last step's reads are done */
+    load_tile<D>(sk, k, krow, n0, S);
+    if (OUT) load_tile<D>(sv, v, vrow, n0, S);
+    __syncthreads();
+    float s[kStep / 8][4];
+    times_rows<D, BF16>(s, qa, sk);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = m0 + warp * 16 + row_of(2 * h);
+      float m = top[h];
+#pragma unroll
+      for (int j = 0; j < kStep / 8; ++j)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          const int64_t col = n0 + col_of(j, e);
+          const float x = col >= S || (CAUSAL && col > row) ? minus_infinity() : s[j][e] * scale2;
+          s[j][e] = x;
+          m = fmaxf(m, x);
+        }
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const float base = m == minus_infinity() ? 0.f : m; /* no key yet: nothing to rescale */
+      const float keep = exp2f(top[h] - base);
+      float add = 0.f;
+#pragma unroll
+      for (int j = 0; j < kStep / 8; ++j)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) add += (s[j][e] = exp2f(s[j][e] - base));
+      add += __shfl_xor_sync(0xffffffffu, add, 1);
+      add += __shfl_xor_sync(0xffffffffu, add, 2);
+      sum[h] = sum[h] * keep + add;
+      top[h] = m;
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d) o[d][2 * h] *= keep, o[d][2 * h + 1] *= keep;
+    }
+    if (OUT) times_tile<D, BF16>(o, s, sv);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = m0 + warp * 16 + row_of(2 * h);
+    if (row >= L) continue;
+    if (OUT) {
+      uint16_t* dst = out + b0 * ob0 + b1 * ob1 + row * orow + (threadIdx.x & 3) * 2;
+      const float inv = sum[h] > 0.f ? 1.f / sum[h] : 0.f; /* no keys: zeros, as torch */
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d)
+        *reinterpret_cast<uint32_t*>(dst + d * 8) = pack<BF16>(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
+    }
+    if (out_lse && (threadIdx.x & 3) == 0) out_lse[b * L + row] = top[h] / kLog2e + logf(sum[h]);
+  }
+}
+
+/* dq = dS k for 64 query rows, dS = P * (dO v^T - delta) * scale, P = exp(scores - lse). */
+template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_query(KILN_FLASH_PARAMS) {
+  __shared__ __align__(16) uint16_t sq[kRows][D + 8];
+  __shared__ __align__(16) uint16_t sg[kRows][D + 8];
+  __shared__ __align__(16) uint16_t sk[kStep][D + 8];
+  __shared__ __align__(16) uint16_t sv[kStep][D + 8];
+  const int warp = threadIdx.x / 32;
+  const int64_t b = blockIdx.y, b0 = b / heads, b1 = b % heads, m0 = (int64_t)blockIdx.x * kRows;
+  g += b0 * gb0 + b1 * gb1;
+  q += b0 * qb0 + b1 * qb1;
+  k += b0 * kb0 + b1 * kb1;
+  v += b0 * vb0 + b1 * vb1;
+  load_tile<D>(sq, q, qrow, m0, L);
+  load_tile<D>(sg, g, grow, m0, L);
+  __syncthreads();
+  uint32_t qa[D / 16][4], ga[D / 16][4];
+  load_a<D>(qa, sq, warp * 16);
+  load_a<D>(ga, sg, warp * 16);
+  float rowLse[2], rowDelta[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = m0 + warp * 16 + row_of(2 * h);
+    rowLse[h] = row < L ? lse[b * L + row] * kLog2e : 0.f;
+    rowDelta[h] = row < L ? delta[b * L + row] : 0.f;
+  }
+  float dq[D / 8][4];
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.f;
+  const float scale2 = scale * kLog2e;
+  const int64_t end = CAUSAL ? (S < m0 + kRows ? S : m0 + kRows) : S;
+  for (int64_t n0 = 0; n0 < end; n0 += kStep) {
+    __syncthreads();
+    load_tile<D>(sk, k, krow, n0, S);
+    load_tile<D>(sv, v, vrow, n0, S);
+    __syncthreads();
+    float s[kStep / 8][4], dp[kStep / 8][4];
+    times_rows<D, BF16>(s, qa, sk);
+    times_rows<D, BF16>(dp, ga, sv);
+#pragma unroll
+    for (int j = 0; j < kStep / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t row = m0 + warp * 16 + row_of(e), col = n0 + col_of(j, e);
+        const float p = col >= S || (CAUSAL && col > row)
+                            ? 0.f : exp2f(s[j][e] * scale2 - rowLse[e >> 1]);
+        s[j][e] = p * (dp[j][e] - rowDelta[e >> 1]) * scale;
+      }
+    times_tile<D, BF16>(dq, s, sk);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = m0 + warp * 16 + row_of(2 * h);
+    if (row >= L) continue;
+    uint16_t* dst = out + b0 * ob0 + b1 * ob1 + row * orow + (threadIdx.x & 3) * 2;
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d)
+      *reinterpret_cast<uint32_t*>(dst + d * 8) = pack<BF16>(dq[d][2 * h], dq[d][2 * h + 1]);
+  }
+}
+
+/* [dk, dv] for 64 key rows: dv = P^T dO, dk = dS^T q, over every query row. */
+template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_key_value(KILN_FLASH_PARAMS) {
+  __shared__ __align__(16) uint16_t sk[kRows][D + 8];
+  __shared__ __align__(16) uint16_t sv[kRows][D + 8];
+  __shared__ __align__(16) uint16_t sq[kStep][D + 8];
+  __shared__ __align__(16) uint16_t sg[kStep][D + 8];
+  __shared__ float sl[kStep], sd[kStep];
+  const int warp = threadIdx.x / 32;
+  const int64_t b = blockIdx.y, b0 = b / heads, b1 = b % heads, n0 = (int64_t)blockIdx.x * kRows;
+  g += b0 * gb0 + b1 * gb1;
+  q += b0 * qb0 + b1 * qb1;
+  k += b0 * kb0 + b1 * kb1;
+  v += b0 * vb0 + b1 * vb1;
+  load_tile<D>(sk, k, krow, n0, S);
+  load_tile<D>(sv, v, vrow, n0, S);
+  __syncthreads();
+  uint32_t ka[D / 16][4], va[D / 16][4];
+  load_a<D>(ka, sk, warp * 16);
+  load_a<D>(va, sv, warp * 16);
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d)
+    dk[d][0] = dk[d][1] = dk[d][2] = dk[d][3] = dv[d][0] = dv[d][1] = dv[d][2] = dv[d][3] = 0.f;
+  const float scale2 = scale * kLog2e;
+  for (int64_t m0 = CAUSAL ? n0 : 0; m0 < L; m0 += kStep) { /* causal: queries from the first key on */
+    __syncthreads();
+    load_tile<D>(sq, q, qrow, m0, L);
+    load_tile<D>(sg, g, grow, m0, L);
+    for (int i = threadIdx.x; i < kStep; i += 128) {
+      sl[i] = m0 + i < L ? lse[b * L + m0 + i] * kLog2e : 0.f;
+      sd[i] = m0 + i < L ? delta[b * L + m0 + i] : 0.f;
+    }
+    __syncthreads();
+    float st[kStep / 8][4], dpt[kStep / 8][4]; /* k q^T and v dO^T: keys by queries */
+    times_rows<D, BF16>(st, ka, sq);
+    times_rows<D, BF16>(dpt, va, sg);
+#pragma unroll
+    for (int j = 0; j < kStep / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = col_of(j, e);
+        const int64_t key = n0 + warp * 16 + row_of(e), query = m0 + c;
+        const float p = query >= L || (CAUSAL && key > query)
+                            ? 0.f : exp2f(st[j][e] * scale2 - sl[c]);
+        st[j][e] = p;
+        dpt[j][e] = p * (dpt[j][e] - sd[c]) * scale;
+      }
+    times_tile<D, BF16>(dv, st, sg);
+    times_tile<D, BF16>(dk, dpt, sq);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t key = n0 + warp * 16 + row_of(2 * h);
+    if (key >= S) continue;
+    uint16_t* dst = out + b0 * ob0 + b1 * ob1 + key * orow + (threadIdx.x & 3) * 2;
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) {
+      *reinterpret_cast<uint32_t*>(dst + d * 8) = pack<BF16>(dk[d][2 * h], dk[d][2 * h + 1]);
+      *reinterpret_cast<uint32_t*>(dst + D + d * 8) = pack<BF16>(dv[d][2 * h], dv[d][2 * h + 1]);
+    }
+  }
+}
+} /* namespace kiln_flash */
+)";
+  return source;
+}
+
+} // namespace kiln::codegen::detail

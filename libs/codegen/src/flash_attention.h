@@ -1,0 +1,36 @@
+// Flash attention for the CUDA target: scaled_dot_product_attention and the
+// pieces of its backward (attention_lse, attention_grad_query,
+// attention_grad_key_value) as kernels of our own on tensor cores
+// (FlashAttention-2's algorithm, mma.sync m16n8k16 with f32 accumulation):
+// the [L, S] scores never reach memory.
+//
+// Lowering keeps a node whole (an extern call) when flashAttentionTakes it;
+// its call names the kernel in an attribute "kernel", which the emitter
+// appends to the artifact's source and the runtime launches
+// (runtime/cuda_attention.cpp) with the parameters
+//   (grad, query, key, value, lse, delta, out, out_lse: pointers to element 0,
+//    heads, L, S, then the batch, batch and row strides of grad, query, key,
+//    value, out: int64, scale: f32)
+// on a grid of (ceil(rows / 64), batch * heads) blocks of 128 threads, where
+// rows are L (S for attention_grad_key_value). Operands the op has not are null.
+#pragma once
+
+#include <string>
+
+#include "kiln/ir/graph.h"
+
+namespace kiln::codegen::detail {
+
+// Whether the kernels run this node: half-precision operands of 2 to 4 dims,
+// one head size E = Ev of 16, 32, 48 or 64, no mask, each operand dense in its
+// last dim with even strides and offset (32-bit loads), lse and delta dense.
+bool flashAttentionTakes(const ir::Graph& graph, const ir::Node& node);
+
+// The kernel's name for a node flashAttentionTakes.
+std::string flashAttentionKernel(const ir::Graph& graph, const ir::Node& node);
+
+// The kernels' source (once per file) and the definition of one named kernel.
+const std::string& flashAttentionSource();
+std::string flashAttentionDefinition(const std::string& kernel);
+
+} // namespace kiln::codegen::detail
