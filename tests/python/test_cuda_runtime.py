@@ -326,5 +326,5 @@ def test_flash_attention_matches_torch(stack, op, shape, dtype):
     if op == "attention_lse":
         torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-3)
     else:  # operands rounded to bf16/f16 inside the kernel (P, dS), as flash attention's
-        scale = expected.abs().max().item() + 1e-6
+        scale = max(expected.abs().max().item(), 1.0)  # relative to the largest, at least 1
         torch.testing.assert_close(actual.float() / scale, expected / scale, rtol=0, atol=2e-2)
