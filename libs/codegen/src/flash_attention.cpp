@@ -90,8 +90,10 @@ const std::string& flashAttentionSource() {
   static const std::string source = R"(
 /* Flash attention (FlashAttention-2's algorithm) on tensor cores. A block of
    4 warps takes 64 rows (16 a warp) and steps over the other side's rows 64 at
-   a time through shared memory: products by mma.sync m16n8k16 with f32
-   accumulation, the softmax online in registers (scores in log2 units). */
+   a time through shared memory, the next step's rows copied (cp.async) while
+   this step's are used: products by mma.sync m16n8k16 with f32 accumulation,
+   operands from shared memory by ldmatrix, the softmax online in registers
+   (scores in log2 units). */
 #define KILN_FLASH_PARAMS                                                                   \
   const uint16_t* __restrict__ g, const uint16_t* __restrict__ q,                           \
       const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,                       \
@@ -130,17 +132,51 @@ template <bool BF16> KILN_FN void mma(float* c, const uint32_t* a, uint32_t b0, 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* Rows [first, first + 64) of a [rows, D] matrix (rows `stride` apart) into
-   shared memory, zeros past `rows`. Rows are padded by 8 elements: the
-   fragments' reads of 8 rows fall in different banks. */
+KILN_FN unsigned shared_address(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+/* Asynchronous copies to shared memory (cp.async), `bytes` of them read:
+   0 fills zeros. A group is committed per pipeline stage. */
+KILN_FN void copy16(void* to, const void* from, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(to)),
+               "l"(from), "r"(bytes));
+}
+KILN_FN void copy4(void* to, const void* from, int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(to)),
+               "l"(from), "r"(bytes));
+}
+KILN_FN void commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> KILN_FN void wait_copies() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* Whether a [rows, D] operand's rows may be copied 16 bytes at a time. */
+KILN_FN bool wide(const uint16_t* base, int64_t stride) {
+  return reinterpret_cast<unsigned long long>(base) % 16 == 0 && stride % 8 == 0;
+}
+
+/* Rows [first, first + 64) of a [rows, D] matrix (rows `stride` apart) into a
+   shared tile, zeros past `rows`, asynchronously. Tile rows are padded by 8
+   elements (144 bytes for D = 64): ldmatrix's 8 row reads fall in different banks. */
 template <int D>
 KILN_FN void load_tile(uint16_t (*tile)[D + 8], const uint16_t* base, int64_t stride,
-                       int64_t first, int64_t rows) {
-  for (int i = threadIdx.x; i < kRows * D / 2; i += 128) {
-    const int r = i / (D / 2), c = (i % (D / 2)) * 2;
-    *reinterpret_cast<uint32_t*>(&tile[r][c]) =
-        first + r < rows ? word(base + (first + r) * stride + c) : 0u;
+                       int64_t first, int64_t rows, bool by16) {
+  if (by16) {
+    for (int i = threadIdx.x; i < kRows * D / 8; i += 128) {
+      const int r = i / (D / 8), c = (i % (D / 8)) * 8;
+      const bool in = first + r < rows;
+      copy16(&tile[r][c], in ? base + (first + r) * stride + c : base, in ? 16 : 0);
+    }
+  } else {
+    for (int i = threadIdx.x; i < kRows * D / 2; i += 128) {
+      const int r = i / (D / 2), c = (i % (D / 2)) * 2;
+      const bool in = first + r < rows;
+      copy4(&tile[r][c], in ? base + (first + r) * stride + c : base, in ? 4 : 0);
+    }
   }
+}
+
+/* 64 floats of a row statistic from `first` on (zeros past `rows`), asynchronously. */
+KILN_FN void load_rows(float* to, const float* from, int64_t first, int64_t rows) {
+  for (int i = threadIdx.x; i < kStep; i += 128)
+    copy4(to + i, first + i < rows ? from + first + i : from, first + i < rows ? 4 : 0);
 }
 
 /* A warp's 16 rows of a tile as A fragments, one per 16 columns. */
@@ -156,36 +192,54 @@ template <int D> KILN_FN void load_a(uint32_t (*a)[4], const uint16_t (*tile)[D 
   }
 }
 
-/* s (16 x 64, eight 16x8 C fragments) = a (16 x D) * tile^T (tile: 64 x D). */
+/* Four 8x8 matrices of a tile into a warp's registers (ldmatrix), each
+   lane naming one row: as stored, or transposed. */
+KILN_FN void load_matrices(uint32_t* r, const uint16_t* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+}
+KILN_FN void load_matrices_t(uint32_t* r, const uint16_t* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+}
+
+/* s (16 x 64, eight 16x8 C fragments) = a (16 x D) * tile^T (tile: 64 x D):
+   the B fragments of columns j, j + 1 are rows j*8.. of the tile, as stored. */
 template <int D, bool BF16>
 KILN_FN void times_rows(float (*s)[4], const uint32_t (*a)[4], const uint16_t (*tile)[D + 8]) {
-  const int lane = threadIdx.x % 32, gr = lane >> 2, t = lane & 3;
+  const int lane = threadIdx.x % 32, m = lane >> 3, r = lane & 7;
 #pragma unroll
   for (int j = 0; j < kStep / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
-    for (int j = 0; j < kStep / 8; ++j) {
-      const uint16_t* row = tile[j * 8 + gr] + kk * 16 + t * 2;
-      mma<BF16>(s[j], a[kk], word(row), word(row + 8));
+    for (int j = 0; j < kStep / 8; j += 2) {
+      uint32_t b[4];
+      load_matrices(b, &tile[(j + (m >> 1)) * 8 + r][kk * 16 + (m & 1) * 8]);
+      mma<BF16>(s[j], a[kk], b[0], b[1]);
+      mma<BF16>(s[j + 1], a[kk], b[2], b[3]);
     }
 }
 
-/* acc (16 x D) += p (16 x 64, C fragments, rounded to the operands' dtype) * tile (64 x D). */
+/* acc (16 x D) += p (16 x 64, C fragments, rounded to the operands' dtype) *
+   tile (64 x D): the B fragments are the tile's 16 rows of a step, transposed. */
 template <int D, bool BF16>
 KILN_FN void times_tile(float (*acc)[4], const float (*p)[4], const uint16_t (*tile)[D + 8]) {
-  const int lane = threadIdx.x % 32, gr = lane >> 2, t = lane & 3;
+  const int lane = threadIdx.x % 32, m = lane >> 3, r = lane & 7;
 #pragma unroll
   for (int kk = 0; kk < kStep / 16; ++kk) {
     const uint32_t a[4] = {pack<BF16>(p[2 * kk][0], p[2 * kk][1]),
                            pack<BF16>(p[2 * kk][2], p[2 * kk][3]),
                            pack<BF16>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                            pack<BF16>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-    const int r = kk * 16 + t * 2;
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d) {
-      const int c = d * 8 + gr;
-      mma<BF16>(acc[d], a, pair(tile[r][c], tile[r + 1][c]), pair(tile[r + 8][c], tile[r + 9][c]));
+    for (int d = 0; d < D / 8; d += 2) {
+      uint32_t b[4];
+      load_matrices_t(b, &tile[kk * 16 + (m & 1) * 8 + r][(d + (m >> 1)) * 8]);
+      mma<BF16>(acc[d], a, b[0], b[1]);
+      mma<BF16>(acc[d + 1], a, b[2], b[3]);
     }
   }
 }
@@ -195,34 +249,55 @@ KILN_FN void times_tile(float (*acc)[4], const float (*p)[4], const uint16_t (*t
 KILN_FN int row_of(int e) { return ((threadIdx.x % 32) >> 2) + 8 * (e >> 1); }
 KILN_FN int col_of(int j, int e) { return j * 8 + (threadIdx.x & 3) * 2 + (e & 1); }
 
+KILN_FN void zero(float (*acc)[4], int n) {
+  for (int d = 0; d < n; ++d) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.f;
+}
+
+/* Shared memory of every kernel: two stages of two tiles (a step's operands
+   while the next step's arrive), and two stages of row statistics. The
+   block's own rows pass through stage 1 before the first step. */
+template <int D> struct Tiles {
+  uint16_t tile[2][2][kStep][D + 8];
+  float rows[2][2][kStep];
+};
+
 /* out = softmax(q k^T * scale) v for 64 query rows (OUT), or only each row's
    logsumexp into out_lse (natural log). */
 template <int D, bool BF16, bool CAUSAL, bool OUT> KILN_FN void forward(KILN_FLASH_PARAMS) {
-  __shared__ __align__(16) uint16_t sq[kRows][D + 8];
-  __shared__ __align__(16) uint16_t sk[kStep][D + 8];
-  __shared__ __align__(16) uint16_t sv[OUT ? kStep : 1][D + 8];
+  __shared__ __align__(16) Tiles<D> sh;
   const int warp = threadIdx.x / 32;
   const int64_t b = blockIdx.y, b0 = b / heads, b1 = b % heads, m0 = (int64_t)blockIdx.x * kRows;
   q += b0 * qb0 + b1 * qb1;
   k += b0 * kb0 + b1 * kb1;
   v += b0 * vb0 + b1 * vb1;
-  load_tile<D>(sq, q, qrow, m0, L);
+  const bool by16 = wide(q, qrow) && wide(k, krow) && wide(v, vrow);
+  const int64_t end = CAUSAL ? (S < m0 + kRows ? S : m0 + kRows) : S;
+  const int64_t steps = (end + kStep - 1) / kStep;
+  load_tile<D>(sh.tile[1][0], q, qrow, m0, L, by16);
+  commit();
+  auto load_step = [&](int64_t i) {
+    load_tile<D>(sh.tile[i & 1][0], k, krow, i * kStep, S, by16);
+    if (OUT) load_tile<D>(sh.tile[i & 1][1], v, vrow, i * kStep, S, by16);
+  };
+  if (steps > 0) load_step(0);
+  commit();
+  wait_copies<0>();
   __syncthreads();
   uint32_t qa[D / 16][4];
-  load_a<D>(qa, sq, warp * 16);
+  load_a<D>(qa, sh.tile[1][0], warp * 16);
+  __syncthreads(); /* stage 1 is free */
   float o[D / 8][4];
-#pragma unroll
-  for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+  zero(o, D / 8);
   float top[2] = {minus_infinity(), minus_infinity()}, sum[2] = {0.f, 0.f};
   const float scale2 = scale * kLog2e;
-  const int64_t end = CAUSAL ? (S < m0 + kRows ? S : m0 + kRows) : S;
-  for (int64_t n0 = 0; n0 < end; n0 += kStep) {
-    __syncthreads(); /* the last step's reads are done */
-    load_tile<D>(sk, k, krow, n0, S);
-    if (OUT) load_tile<D>(sv, v, vrow, n0, S);
+  for (int64_t i = 0; i < steps; ++i) {
+    if (i + 1 < steps) load_step(i + 1);
+    commit();
+    wait_copies<1>(); /* this step's tiles are in */
     __syncthreads();
+    const int64_t n0 = i * kStep;
     float s[kStep / 8][4];
-    times_rows<D, BF16>(s, qa, sk);
+    times_rows<D, BF16>(s, qa, sh.tile[i & 1][0]);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t row = m0 + warp * 16 + row_of(2 * h);
@@ -252,7 +327,8 @@ template <int D, bool BF16, bool CAUSAL, bool OUT> KILN_FN void forward(KILN_FLA
 #pragma unroll
       for (int d = 0; d < D / 8; ++d) o[d][2 * h] *= keep, o[d][2 * h + 1] *= keep;
     }
-    if (OUT) times_tile<D, BF16>(o, s, sv);
+    if (OUT) times_tile<D, BF16>(o, s, sh.tile[i & 1][1]);
+    __syncthreads(); /* the next load may overwrite this stage */
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -271,22 +347,31 @@ template <int D, bool BF16, bool CAUSAL, bool OUT> KILN_FN void forward(KILN_FLA
 
 /* dq = dS k for 64 query rows, dS = P * (dO v^T - delta) * scale, P = exp(scores - lse). */
 template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_query(KILN_FLASH_PARAMS) {
-  __shared__ __align__(16) uint16_t sq[kRows][D + 8];
-  __shared__ __align__(16) uint16_t sg[kRows][D + 8];
-  __shared__ __align__(16) uint16_t sk[kStep][D + 8];
-  __shared__ __align__(16) uint16_t sv[kStep][D + 8];
+  __shared__ __align__(16) Tiles<D> sh;
   const int warp = threadIdx.x / 32;
   const int64_t b = blockIdx.y, b0 = b / heads, b1 = b % heads, m0 = (int64_t)blockIdx.x * kRows;
   g += b0 * gb0 + b1 * gb1;
   q += b0 * qb0 + b1 * qb1;
   k += b0 * kb0 + b1 * kb1;
   v += b0 * vb0 + b1 * vb1;
-  load_tile<D>(sq, q, qrow, m0, L);
-  load_tile<D>(sg, g, grow, m0, L);
+  const bool by16 = wide(g, grow) && wide(q, qrow) && wide(k, krow) && wide(v, vrow);
+  const int64_t end = CAUSAL ? (S < m0 + kRows ? S : m0 + kRows) : S;
+  const int64_t steps = (end + kStep - 1) / kStep;
+  load_tile<D>(sh.tile[1][0], q, qrow, m0, L, by16);
+  load_tile<D>(sh.tile[1][1], g, grow, m0, L, by16);
+  commit();
+  auto load_step = [&](int64_t i) {
+    load_tile<D>(sh.tile[i & 1][0], k, krow, i * kStep, S, by16);
+    load_tile<D>(sh.tile[i & 1][1], v, vrow, i * kStep, S, by16);
+  };
+  if (steps > 0) load_step(0);
+  commit();
+  wait_copies<0>();
   __syncthreads();
   uint32_t qa[D / 16][4], ga[D / 16][4];
-  load_a<D>(qa, sq, warp * 16);
-  load_a<D>(ga, sg, warp * 16);
+  load_a<D>(qa, sh.tile[1][0], warp * 16);
+  load_a<D>(ga, sh.tile[1][1], warp * 16);
+  __syncthreads();
   float rowLse[2], rowDelta[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -295,18 +380,17 @@ template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_query(KILN_FLASH_PARA
     rowDelta[h] = row < L ? delta[b * L + row] : 0.f;
   }
   float dq[D / 8][4];
-#pragma unroll
-  for (int d = 0; d < D / 8; ++d) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.f;
+  zero(dq, D / 8);
   const float scale2 = scale * kLog2e;
-  const int64_t end = CAUSAL ? (S < m0 + kRows ? S : m0 + kRows) : S;
-  for (int64_t n0 = 0; n0 < end; n0 += kStep) {
+  for (int64_t i = 0; i < steps; ++i) {
+    if (i + 1 < steps) load_step(i + 1);
+    commit();
+    wait_copies<1>();
     __syncthreads();
-    load_tile<D>(sk, k, krow, n0, S);
-    load_tile<D>(sv, v, vrow, n0, S);
-    __syncthreads();
+    const int64_t n0 = i * kStep;
     float s[kStep / 8][4], dp[kStep / 8][4];
-    times_rows<D, BF16>(s, qa, sk);
-    times_rows<D, BF16>(dp, ga, sv);
+    times_rows<D, BF16>(s, qa, sh.tile[i & 1][0]);
+    times_rows<D, BF16>(dp, ga, sh.tile[i & 1][1]);
 #pragma unroll
     for (int j = 0; j < kStep / 8; ++j)
 #pragma unroll
@@ -316,7 +400,8 @@ template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_query(KILN_FLASH_PARA
                             ? 0.f : exp2f(s[j][e] * scale2 - rowLse[e >> 1]);
         s[j][e] = p * (dp[j][e] - rowDelta[e >> 1]) * scale;
       }
-    times_tile<D, BF16>(dq, s, sk);
+    times_tile<D, BF16>(dq, s, sh.tile[i & 1][0]);
+    __syncthreads();
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -331,40 +416,49 @@ template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_query(KILN_FLASH_PARA
 
 /* [dk, dv] for 64 key rows: dv = P^T dO, dk = dS^T q, over every query row. */
 template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_key_value(KILN_FLASH_PARAMS) {
-  __shared__ __align__(16) uint16_t sk[kRows][D + 8];
-  __shared__ __align__(16) uint16_t sv[kRows][D + 8];
-  __shared__ __align__(16) uint16_t sq[kStep][D + 8];
-  __shared__ __align__(16) uint16_t sg[kStep][D + 8];
-  __shared__ float sl[kStep], sd[kStep];
+  __shared__ __align__(16) Tiles<D> sh;
   const int warp = threadIdx.x / 32;
   const int64_t b = blockIdx.y, b0 = b / heads, b1 = b % heads, n0 = (int64_t)blockIdx.x * kRows;
   g += b0 * gb0 + b1 * gb1;
   q += b0 * qb0 + b1 * qb1;
   k += b0 * kb0 + b1 * kb1;
   v += b0 * vb0 + b1 * vb1;
-  load_tile<D>(sk, k, krow, n0, S);
-  load_tile<D>(sv, v, vrow, n0, S);
+  const bool by16 = wide(g, grow) && wide(q, qrow) && wide(k, krow) && wide(v, vrow);
+  const int64_t first = CAUSAL ? n0 : 0; /* causal: queries from the first key on */
+  const int64_t steps = first < L ? (L - first + kStep - 1) / kStep : 0;
+  load_tile<D>(sh.tile[1][0], k, krow, n0, S, by16);
+  load_tile<D>(sh.tile[1][1], v, vrow, n0, S, by16);
+  commit();
+  auto load_step = [&](int64_t i) {
+    const int64_t m0 = first + i * kStep;
+    load_tile<D>(sh.tile[i & 1][0], q, qrow, m0, L, by16);
+    load_tile<D>(sh.tile[i & 1][1], g, grow, m0, L, by16);
+    load_rows(sh.rows[i & 1][0], lse + b * L, m0, L);
+    load_rows(sh.rows[i & 1][1], delta + b * L, m0, L);
+  };
+  if (steps > 0) load_step(0);
+  commit();
+  wait_copies<0>();
   __syncthreads();
   uint32_t ka[D / 16][4], va[D / 16][4];
-  load_a<D>(ka, sk, warp * 16);
-  load_a<D>(va, sv, warp * 16);
+  load_a<D>(ka, sh.tile[1][0], warp * 16);
+  load_a<D>(va, sh.tile[1][1], warp * 16);
+  __syncthreads();
   float dk[D / 8][4], dv[D / 8][4];
-#pragma unroll
-  for (int d = 0; d < D / 8; ++d)
-    dk[d][0] = dk[d][1] = dk[d][2] = dk[d][3] = dv[d][0] = dv[d][1] = dv[d][2] = dv[d][3] = 0.f;
+  zero(dk, D / 8);
+  zero(dv, D / 8);
   const float scale2 = scale * kLog2e;
-  for (int64_t m0 = CAUSAL ? n0 : 0; m0 < L; m0 += kStep) { /* causal: queries from the first key on */
+  for (int64_t i = 0; i < steps; ++i) {
+    if (i + 1 < steps) load_step(i + 1);
+    commit();
+    wait_copies<1>();
     __syncthreads();
-    load_tile<D>(sq, q, qrow, m0, L);
-    load_tile<D>(sg, g, grow, m0, L);
-    for (int i = threadIdx.x; i < kStep; i += 128) {
-      sl[i] = m0 + i < L ? lse[b * L + m0 + i] * kLog2e : 0.f;
-      sd[i] = m0 + i < L ? delta[b * L + m0 + i] : 0.f;
-    }
-    __syncthreads();
+    const int64_t m0 = first + i * kStep;
+    const float* sl = sh.rows[i & 1][0];
+    const float* sd = sh.rows[i & 1][1];
     float st[kStep / 8][4], dpt[kStep / 8][4]; /* k q^T and v dO^T: keys by queries */
-    times_rows<D, BF16>(st, ka, sq);
-    times_rows<D, BF16>(dpt, va, sg);
+    times_rows<D, BF16>(st, ka, sh.tile[i & 1][0]);
+    times_rows<D, BF16>(dpt, va, sh.tile[i & 1][1]);
 #pragma unroll
     for (int j = 0; j < kStep / 8; ++j)
 #pragma unroll
@@ -372,12 +466,13 @@ template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_key_value(KILN_FLASH_
         const int c = col_of(j, e);
         const int64_t key = n0 + warp * 16 + row_of(e), query = m0 + c;
         const float p = query >= L || (CAUSAL && key > query)
-                            ? 0.f : exp2f(st[j][e] * scale2 - sl[c]);
+                            ? 0.f : exp2f(st[j][e] * scale2 - sl[c] * kLog2e);
         st[j][e] = p;
         dpt[j][e] = p * (dpt[j][e] - sd[c]) * scale;
       }
-    times_tile<D, BF16>(dv, st, sg);
-    times_tile<D, BF16>(dk, dpt, sq);
+    times_tile<D, BF16>(dv, st, sh.tile[i & 1][1]);
+    times_tile<D, BF16>(dk, dpt, sh.tile[i & 1][0]);
+    __syncthreads();
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
