@@ -169,6 +169,7 @@ def main():
     parser.add_argument("--profile", help="comma-separated contenders to profile one step of")
     parser.add_argument("--out", help="results file (default: bench/results/...)")
     parser.add_argument("--explain", help="write kiln.explain of the compiled model (graphs, kernels) here")
+    parser.add_argument("--memory-budget", type=float, help="kiln.compile's memory_budget (default: its own)")
     args = parser.parse_args()
     profiled = set(args.profile.split(",")) if args.profile else set()
     device = torch.device(args.device)
@@ -189,6 +190,7 @@ def main():
 
     only = set(args.only.split(",")) if args.only else {"eager", "torch_compile", "kiln"}
     results = {}
+    kiln_options = {} if args.memory_budget is None else {"memory_budget": args.memory_budget}
     with private_stack() as stack:
         import kiln
 
@@ -199,7 +201,7 @@ def main():
             return torch.compile(model)
 
         contenders = {"eager": lambda m: m, "torch_compile": torch_compile,
-                      "kiln": lambda m: kiln.compile(m, stack=stack)}
+                      "kiln": lambda m: kiln.compile(m, stack=stack, options=kiln_options)}
         for name, make in contenders.items():
             if name not in only:
                 continue

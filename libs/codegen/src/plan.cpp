@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <set>
+
+#include "kiln/common/error.h"
 
 namespace kiln::codegen {
 namespace {
@@ -30,10 +33,41 @@ std::set<BufferId> touched(const Program& program, const Schedule& schedule, con
   return out;
 }
 
+// The last element a layout reaches past its offset, where every size and stride is known.
+std::optional<int64_t> lastElement(const ir::TensorMeta& m) {
+  int64_t last = 0;
+  for (size_t d = 0; d < m.dim(); ++d) {
+    std::optional<int64_t> size = m.sizes[d].asInteger(), stride = m.strides[d].asInteger();
+    if (!size || !stride) return std::nullopt;
+    if (*size == 0) return std::nullopt; // empty: reaches nothing
+    last += (*size - 1) * *stride;
+  }
+  return last;
+}
+
+// An output must view memory its buffer has (where the sizes are known): a
+// view past it would read another allocation's bytes.
+void checkOutputsInBounds(const Program& program) {
+  for (size_t k = 0; k < program.outputs.size(); ++k) {
+    const Output& o = program.outputs[k];
+    if (!o.symInt.isNull()) continue;
+    const Buffer& b = program.buffers[o.buffer];
+    if (b.aliasOf) continue; // the root's memory: offsets count from the root
+    std::optional<int64_t> have = lastElement(b.layout), want = lastElement(o.view);
+    std::optional<int64_t> offset = o.view.storageOffset.asInteger();
+    if (have && want && offset && (*offset < 0 || *offset + *want > *have))
+      throw Error(ErrorCode::Internal,
+                  "codegen: output " + std::to_string(k) + " views elements " +
+                      std::to_string(*offset) + ".." + std::to_string(*offset + *want) + " of " +
+                      b.name + ", which has " + std::to_string(*have + 1));
+  }
+}
+
 } // namespace
 
 runtime::Plan buildPlan(const ir::Graph& graph, const Program& program, const Schedule& schedule,
                         const KernelSet& kernels) {
+  checkOutputsInBounds(program);
   runtime::Plan plan;
   for (const ir::Node& n : graph.nodes())
     if (n.kind == ir::NodeKind::Placeholder) plan.inputs.push_back(n.value);
