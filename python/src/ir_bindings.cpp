@@ -502,7 +502,8 @@ public:
                                   *static_cast<const int64_t*>(t.data)));
         continue;
       }
-      auto [base, offset] = allocator.owner(t.data);
+      bool empty = std::find(t.sizes.begin(), t.sizes.end(), 0) != t.sizes.end();
+      auto [base, offset] = allocator.owner(t.data, empty);
       out.append(py::make_tuple(dtype, t.sizes, t.strides, base,
                                 base.is_none()
                                     ? reinterpret_cast<uintptr_t>(t.data)
@@ -577,11 +578,12 @@ private:
         }
     }
     // The allocated object holding `data`, and the byte offset in it; None if not ours.
-    // Just past an allocation's end (an empty view) only where no allocation starts
-    // there: torch's CUDA allocator carves neighbouring blocks out of one segment.
-    std::pair<py::object, size_t> owner(void* data) {
+    // Just past an allocation's end only for an empty view, and only where no
+    // allocation starts there: torch's CUDA allocator carves neighbouring blocks
+    // out of one segment, and an input (not ours) may start where ours ends.
+    std::pair<py::object, size_t> owner(void* data, bool empty) {
       auto* at = static_cast<std::byte*>(data);
-      for (bool pastTheEnd : {false, true})
+      for (bool pastTheEnd : {false, empty})
         for (const Owner& o : owners_) {
           auto* begin = static_cast<std::byte*>(o.data);
           if (at >= begin && (at < begin + o.bytes || (pastTheEnd && at == begin + o.bytes)))
