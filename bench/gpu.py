@@ -14,7 +14,9 @@ copy of the same bytes measured in the same run. Workloads (issue 7's list):
   (e) per-call overhead of x+1 on one element: kiln's artifact call (libs/runtime alone),
       kiln.compile's call (guards + artifact) and its reduce-overhead mode (guards + CUDA
       graph replay) vs torch.compile's default and reduce-overhead modes;
-  (f) cold compile seconds (empty caches) of each workload, kiln vs torch.compile.
+  (f) cold compile seconds (empty caches) of each workload, kiln vs torch.compile;
+  (g) causal attention, GPT-2 small's heads (8 x 12 x 1024 x 64, bf16): kiln's flash
+      attention kernel vs torch's (scaled_dot_product_attention).
 Ratios > 1 mean kiln is faster. Writes bench/results/gpu-<kind>-<date>.json.
 """
 import argparse
@@ -108,6 +110,19 @@ def workloads():
            torch.randn(h, device=dev, dtype=t), torch.randn(d, h, device=dev, dtype=t) * 0.02,
            torch.randn(d, device=dev, dtype=t))
     out.append(("d_mlp_bf16", g, ins, lambda x, w1, b1, w2, b2: F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2),
+                None))
+
+    # GPT-2 small's attention: heads of [8, 1024, 12, 64] projections, causal; torch runs
+    # its flash attention kernel (eager and torch.compile alike).
+    batch, seq, heads, e = 8, 1024, 12, 64
+    g = ir.Graph()
+    qkv = [g.call("transpose", g.placeholder(n, "bfloat16", [batch, seq, heads, e]), dim0=1, dim1=2)
+           for n in ("q", "k", "v")]
+    g.set_outputs([g.call("scaled_dot_product_attention", *qkv, is_causal=True)])
+    ins = tuple(torch.randn(batch, seq, heads, e, device=dev, dtype=t) for _ in range(3))
+    out.append(("g_causal_attention_bf16", g, ins,
+                lambda q, k, v: F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                                               v.transpose(1, 2), is_causal=True),
                 None))
     return out
 
