@@ -226,6 +226,41 @@ def test_a_cuda_training_graph_partitions_and_compiles_without_a_gpu(stack):
         assert ir.compile(graph, stack, "cuda").target == "cuda:sm_90"
 
 
+def _flash_training_parts(stack):
+    g = ir.Graph()
+    q, k, v = (g.placeholder(n, "bfloat16", [2, 4, 100, 64], device="cuda:0", requires_grad=True)
+               for n in "qkv")
+    y = g.call("scaled_dot_product_attention", q, k, v, is_causal=True)
+    g.set_outputs([g.call("sum", g.call("to_dtype", y, "float32"))])
+    return stack.partition(g, [True, True, True])
+
+
+def test_attention_trains_through_flash_kernels(stack):
+    parts = _flash_training_parts(stack)
+    forward = ir.compile(parts["forward"], stack, "cuda").explain
+    backward = ir.compile(parts["backward"], stack, "cuda").explain
+    assert "by kiln_flash_fwd_d64_bf16_causal" in forward, forward
+    for kind in ("lse", "dq", "dkv"):
+        assert f"by kiln_flash_{kind}_d64_bf16_causal" in backward, backward
+    assert "matmul" not in forward + backward  # no [L, S] scores anywhere
+
+
+@needs_gpu
+def test_attention_grads_through_flash_kernels_match_eager(stack):
+    torch.manual_seed(0)
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True).float().square().sum()
+    leaves = [torch.randn(2, 4, 100, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+              for _ in range(3)]
+    twins = [t.detach().clone().requires_grad_() for t in leaves]
+    fast = kiln.compile(fn, stack=stack)
+    fast(*leaves).backward()
+    assert not fast.fallback_reasons, fast.fallback_reasons
+    fn(*twins).backward()
+    for got, want in zip(leaves, twins):
+        scale = max(want.grad.float().abs().max().item(), 1.0)
+        torch.testing.assert_close(got.grad.float() / scale, want.grad.float() / scale, rtol=0, atol=2e-2)
+
+
 @needs_gpu
 def test_a_cpu_tensor_with_dims_beside_cuda_ones_runs_eagerly(stack):
     def f(x, n):
