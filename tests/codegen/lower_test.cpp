@@ -317,9 +317,10 @@ TEST_F(Lower, MatmulsAreExternCalls) {
   EXPECT_EQ(countKind(p, BufferKind::Extern), 2u) << print(p);
 }
 
-// A layer repeated (gelu(x @ w) * c twice) launches one function twice; a
+// A layer repeated (gelu(x @ w) * c twice) launches one function twice, on
+// the CPU and on CUDA (the CPU's run checks the shared function's values); a
 // layer that differs in a constant has its own.
-TEST_F(Lower, CudaKernelsOfRepeatedLayersShareOneFunction) {
+TEST_F(Lower, KernelsOfRepeatedLayersShareOneFunction) {
   ValueId x = input("x", DType::Float32, ints({6, 8}));
   ValueId w1 = input("w1", DType::Float32, ints({8, 8}));
   ValueId w2 = input("w2", DType::Float32, ints({8, 8}));
@@ -332,21 +333,23 @@ TEST_F(Lower, CudaKernelsOfRepeatedLayersShareOneFunction) {
   graph.setOutputs({twice, layer(twice, w1, 3.0)});
   std::vector<HostTensor> inputs = {random(DType::Float32, {6, 8}), random(DType::Float32, {8, 8}),
                                     random(DType::Float32, {8, 8})};
-  expectSameValues(inputs, 1e-4);
-  Program program = lower(graph, lowerOptions(parseTarget("cuda")));
-  Schedule plan = schedule(program);
-  CudaSource source = emitCuda(program, plan);
-  std::vector<std::string> pointwise;
-  for (size_t k = 0; k < plan.kernels.size(); ++k) pointwise.push_back(source.kernels[k]);
-  ASSERT_EQ(pointwise.size(), 3u) << explain(plan, program);
-  EXPECT_EQ(pointwise[0], pointwise[1]);
-  EXPECT_NE(pointwise[1], pointwise[2]);
-  EXPECT_NE(source.code.find(") " + pointwise[0] + "("),
-            std::string::npos);
-  EXPECT_NE(source.code.find("// kiln_kernel_1: " + pointwise[0] + " (the same function)"),
-            std::string::npos)
-      << source.code;
-  EXPECT_NE(source.launches[0].buffers, source.launches[1].buffers);
+  Program cpu = expectSameValues(inputs, 1e-4);
+  Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
+  Schedule cpuPlan = schedule(cpu), cudaPlan = schedule(cuda);
+  CpuSource cpuSource = emitCpu(cpu, cpuPlan);
+  CudaSource cudaSource = emitCuda(cuda, cudaPlan);
+  for (const std::vector<std::string>* functions : {&cpuSource.kernels, &cudaSource.kernels}) {
+    ASSERT_EQ(functions->size(), 3u) << explain(cpuPlan, cpu);
+    EXPECT_EQ((*functions)[0], (*functions)[1]);
+    EXPECT_NE((*functions)[1], (*functions)[2]);
+  }
+  for (const std::string* code : {&cpuSource.code, &cudaSource.code}) {
+    EXPECT_NE(code->find(" kiln_kernel_0("), std::string::npos);
+    EXPECT_EQ(code->find(" kiln_kernel_1("), std::string::npos) << *code;
+    EXPECT_NE(code->find("// kiln_kernel_1: kiln_kernel_0 (the same function)"), std::string::npos);
+  }
+  EXPECT_NE(cpuSource.launches[0].buffers, cpuSource.launches[1].buffers);
+  EXPECT_NE(cudaSource.launches[0].buffers, cudaSource.launches[1].buffers);
 }
 
 TEST_F(Lower, MatrixProductsOfEveryLayout) {

@@ -38,21 +38,23 @@ private:
   std::map<void*, size_t> live_;
 };
 
-// y[i] = 2 * x[i] over s0 elements (buffers: 0 = x, 1 = y).
-int twice(char* const* buffers, const int64_t* symbols) {
-  auto* x = reinterpret_cast<const float*>(buffers[0]);
-  auto* y = reinterpret_cast<float*>(buffers[1]);
-  for (int64_t i = 0; i < symbols[0]; ++i) y[i] = 2 * x[i];
+// out[i] = 2 * in[i] over n elements (its arguments: in, out; n).
+int twice(char* const* buffers, const int64_t* symbols, const uint32_t* args,
+          const uint32_t* slots) {
+  auto* in = reinterpret_cast<const float*>(buffers[args[0]]);
+  auto* out = reinterpret_cast<float*>(buffers[args[1]]);
+  for (int64_t i = 0; i < symbols[slots[0]]; ++i) out[i] = 2 * in[i];
   return 0;
 }
-// z[i] = y[i] + 1 (buffers: 1 = y, 2 = z).
-int plusOne(char* const* buffers, const int64_t* symbols) {
-  auto* y = reinterpret_cast<const float*>(buffers[1]);
-  auto* z = reinterpret_cast<float*>(buffers[2]);
-  for (int64_t i = 0; i < symbols[0]; ++i) z[i] = y[i] + 1;
+// out[i] = in[i] + 1 (its arguments: in, out; n).
+int plusOne(char* const* buffers, const int64_t* symbols, const uint32_t* args,
+            const uint32_t* slots) {
+  auto* in = reinterpret_cast<const float*>(buffers[args[0]]);
+  auto* out = reinterpret_cast<float*>(buffers[args[1]]);
+  for (int64_t i = 0; i < symbols[slots[0]]; ++i) out[i] = in[i] + 1;
   return 0;
 }
-int divides(char* const*, const int64_t*) {
+int divides(char* const*, const int64_t*, const uint32_t*, const uint32_t*) {
   return 1; // as an emitted kernel reports an integer division by zero
 }
 
@@ -61,6 +63,14 @@ struct Runtime : ::testing::Test {
   sym::Expr s0 = table.createBacked(4, {1, sym::kInf});
 
   ir::TensorMeta vector(sym::Expr n) { return ir::TensorMeta::contiguous(DType::Float32, {n}, table); }
+  // A CPU kernel's arguments: these buffers and the symbol s0.
+  Launch launch(std::vector<uint32_t> buffers) {
+    Launch l;
+    l.items = s0;
+    l.buffers = std::move(buffers);
+    l.symbols = {0};
+    return l;
+  }
 
   // x -> y = 2x (freed after use) -> z = y + 1 (the output).
   Plan twoKernels(KernelFn second = plusOne) {
@@ -69,6 +79,7 @@ struct Runtime : ::testing::Test {
     plan.buffers = {{"x", vector(s0), 0}, {"y", vector(s0), -1}, {"z", vector(s0), -1}};
     plan.kernels = {"twice", second == plusOne ? "plus_one" : "divides"};
     plan.symbols = {s0};
+    plan.launches = {launch({0, 1}), launch({1, 2})};
     Step first;
     first.kernel = 0;
     first.writes = {1};
@@ -109,6 +120,7 @@ TEST_F(Runtime, FreedIntermediatesAreReusedWithinARun) {
   Plan plan = twoKernels();
   plan.buffers.push_back({"w", vector(s0), -1});
   plan.kernels.push_back("twice_z");
+  plan.launches.push_back(launch({2, 3}));
   Step third;
   third.kernel = 2;
   third.writes = {3};
@@ -119,11 +131,7 @@ TEST_F(Runtime, FreedIntermediatesAreReusedWithinARun) {
   plan.steps.push_back(freeZ);
   plan.outputs = {{3, vector(s0), {}}};
   KernelLookup lookup = [&](const std::string& name) -> KernelFn {
-    if (name == "twice_z") return [](char* const* b, const int64_t* s) {
-      for (int64_t i = 0; i < s[0]; ++i)
-        reinterpret_cast<float*>(b[3])[i] = 2 * reinterpret_cast<const float*>(b[2])[i];
-      return 0;
-    };
+    if (name == "twice_z") return twice; // the same function on other arguments
     return kernels()(name);
   };
   std::vector<float> x = {1, 2, 3};

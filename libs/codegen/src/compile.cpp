@@ -137,7 +137,8 @@ runtime::Artifact compileArtifact(const ir::Graph& graph, const std::string& tar
     return artifact;
   }
   CpuSource source = emitCpu(program, schedule);
-  artifact.plan = buildPlan(graph, program, schedule, {source.kernels, source.symbols, {}});
+  artifact.plan =
+      buildPlan(graph, program, schedule, {source.kernels, source.symbols, source.launches});
   artifact.source = source.code;
   if (!source.kernels.empty()) {
     std::string so = workDir + "/build-" + artifact.key + "-" + std::to_string(::getpid()) + ".so";

@@ -10,7 +10,8 @@ namespace kiln::codegen {
 std::vector<ir::HostTensor> runCpu(const Program& program, const Schedule& schedule,
                                    const CpuSource& source, const runtime::Library& library,
                                    const ir::Graph& graph, std::vector<ir::HostTensor> inputs) {
-  runtime::Plan plan = buildPlan(graph, program, schedule, {source.kernels, source.symbols, {}});
+  runtime::Plan plan =
+      buildPlan(graph, program, schedule, {source.kernels, source.symbols, source.launches});
   std::vector<runtime::Tensor> tensors;
   for (ir::HostTensor& t : inputs)
     tensors.push_back({t.dtype,

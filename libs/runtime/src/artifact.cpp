@@ -306,10 +306,10 @@ std::shared_ptr<LoadedArtifact> LoadedArtifact::load(std::string_view bytes, con
   loaded->table_ = std::make_unique<sym::SymbolTable>();
   loaded->artifact_ = fromBytes(bytes, *loaded->table_);
   const Artifact& a = loaded->artifact_;
+  if (a.plan.launches.size() != a.plan.kernels.size())
+    malformed("a plan of " + std::to_string(a.plan.kernels.size()) + " kernels with " +
+              std::to_string(a.plan.launches.size()) + " launches");
   if (isCudaTarget(a.target)) {
-    if (a.plan.launches.size() != a.plan.kernels.size())
-      malformed("a CUDA plan of " + std::to_string(a.plan.kernels.size()) + " kernels with " +
-                std::to_string(a.plan.launches.size()) + " launches");
     if (!a.plan.kernels.empty() && a.library.empty()) malformed("a CUDA artifact without a cubin");
     loaded->module_ = std::make_shared<CudaModule>(a.library, a.plan.kernels);
     return loaded;

@@ -127,7 +127,9 @@ public:
   }
 
   void runKernel(uint32_t kernel, char* const* buffers) override {
-    int status = fns_.at(kernel)(buffers, symbols_->data());
+    const Launch& launch = plan_.launches.at(kernel);
+    int status = fns_.at(kernel)(buffers, symbols_->data(), launch.buffers.data(),
+                                 launch.symbols.data());
     const std::string& name = plan_.kernels[kernel];
     if (status == 1) invalid(name + ": integer division by zero");
     if (status == 2) invalid(name + ": an index is out of range");

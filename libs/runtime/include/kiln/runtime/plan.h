@@ -46,7 +46,9 @@ struct Step {
   std::vector<ir::Attr> attrs;
 };
 
-// How a CUDA kernel is launched (unused on the CPU). Its parameters, in order:
+// How a kernel is launched. On the CPU only `buffers` and `symbols` count:
+// the positions of the kernel's own buffers and symbol slots, which it finds
+// through them (codegen's cpu_emitter.h). On CUDA its parameters, in order:
 // a pointer to element 0 of each of `buffers`, the int64 value of each symbol
 // slot in `symbols` (indices into Plan::symbols), then an `int*` status word
 // it may set (0 ok, 1 integer division by zero, 2 index out of range; only
@@ -75,7 +77,7 @@ struct Plan {
   std::vector<sym::Expr> symbols;   // kernels' symbol slots, in order
   std::vector<Step> steps;
   std::vector<View> outputs;
-  std::vector<Launch> launches; // CUDA: one per kernel; empty on the CPU
+  std::vector<Launch> launches; // one per kernel
 };
 
 } // namespace kiln::runtime

@@ -40,7 +40,10 @@ public:
 };
 
 // A kernel: (buffers, symbol values) -> status (0 ok, 1 division by zero, 2 index out of range).
-using KernelFn = int (*)(char* const* buffers, const int64_t* symbols);
+// A CPU kernel (codegen's cpu_emitter.h): every buffer's element 0, every
+// symbol's value, and the positions of its own buffers and symbols in them.
+using KernelFn = int (*)(char* const* buffers, const int64_t* symbols, const uint32_t* args,
+                         const uint32_t* slots);
 using KernelLookup = std::function<KernelFn(const std::string& name)>;
 
 // The symbols of `inputs` bound from the tensors' sizes and strides.
