@@ -147,9 +147,26 @@ KILN_FN void copy4(void* to, const void* from, int bytes) {
 KILN_FN void commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> KILN_FN void wait_copies() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-/* Whether a [rows, D] operand's rows may be copied 16 bytes at a time. */
-KILN_FN bool wide(const uint16_t* base, int64_t stride) {
-  return reinterpret_cast<unsigned long long>(base) % 16 == 0 && stride % 8 == 0;
+/* Moves a [.., rows, D] operand to the block's batch entry (b0, b1); whether
+   its rows may then be copied 16 bytes at a time. */
+KILN_FN bool enter(const uint16_t* __restrict__& x, int64_t b0, int64_t b1, int64_t stride0,
+                   int64_t stride1, int64_t row) {
+  x += b0 * stride0 + b1 * stride1;
+  return reinterpret_cast<unsigned long long>(x) % 16 == 0 && row % 8 == 0;
+}
+
+/* The keys rows from m0 on may see: all, or causally up to the block's last row. */
+template <bool CAUSAL> KILN_FN int64_t keys_seen(int64_t S, int64_t m0) {
+  return CAUSAL ? (S < m0 + kRows ? S : m0 + kRows) : S;
+}
+
+/* A thread's two columns of each 8 of row h of a 16 x D fragment set, times
+   `by`, rounded and stored from `dst` on. */
+template <int D, bool BF16> KILN_FN void store_row(uint16_t* dst, const float (*acc)[4], int h, float by) {
+  dst += (threadIdx.x & 3) * 2;
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d)
+    *reinterpret_cast<uint32_t*>(dst + d * 8) = pack<BF16>(acc[d][2 * h] * by, acc[d][2 * h + 1] * by);
 }
 
 /* Rows [first, first + 64) of a [rows, D] matrix (rows `stride` apart) into a
@@ -261,40 +278,52 @@ template <int D> struct Tiles {
   float rows[2][2][kStep];
 };
 
+/* The pipeline (load(i) copies step i's rows into stage i & 1): before the
+   first step, the block's own rows (already asked for, stage 1) and the first
+   step's arrive; each warp's 16 own rows of both stage-1 tiles go to registers
+   as A fragments, and stage 1 is free. */
+template <int D, class Load>
+KILN_FN void start(Tiles<D>& sh, Load load, int64_t steps, uint32_t (*a0)[4], uint32_t (*a1)[4]) {
+  if (steps > 0) load(0);
+  commit();
+  wait_copies<0>();
+  __syncthreads();
+  load_a<D>(a0, sh.tile[1][0], threadIdx.x / 32 * 16);
+  if (a1) load_a<D>(a1, sh.tile[1][1], threadIdx.x / 32 * 16);
+  __syncthreads();
+}
+
+/* At step i: the next step's rows start coming, this step's are in. */
+template <class Load> KILN_FN void next_step(Load load, int64_t i, int64_t steps) {
+  if (i + 1 < steps) load(i + 1);
+  commit();
+  wait_copies<1>(); /* this step's tiles are in */
+  __syncthreads();
+}
+
 /* out = softmax(q k^T * scale) v for 64 query rows (OUT), or only each row's
    logsumexp into out_lse (natural log). */
 template <int D, bool BF16, bool CAUSAL, bool OUT> KILN_FN void forward(KILN_FLASH_PARAMS) {
   __shared__ __align__(16) Tiles<D> sh;
   const int warp = threadIdx.x / 32;
   const int64_t b = blockIdx.y, b0 = b / heads, b1 = b % heads, m0 = (int64_t)blockIdx.x * kRows;
-  q += b0 * qb0 + b1 * qb1;
-  k += b0 * kb0 + b1 * kb1;
-  v += b0 * vb0 + b1 * vb1;
-  const bool by16 = wide(q, qrow) && wide(k, krow) && wide(v, vrow);
-  const int64_t end = CAUSAL ? (S < m0 + kRows ? S : m0 + kRows) : S;
-  const int64_t steps = (end + kStep - 1) / kStep;
+  const bool by16 = enter(q, b0, b1, qb0, qb1, qrow) & enter(k, b0, b1, kb0, kb1, krow) &
+                    enter(v, b0, b1, vb0, vb1, vrow); /* & : every operand moves */
+  const int64_t steps = (keys_seen<CAUSAL>(S, m0) + kStep - 1) / kStep;
   load_tile<D>(sh.tile[1][0], q, qrow, m0, L, by16);
   commit();
   auto load_step = [&](int64_t i) {
     load_tile<D>(sh.tile[i & 1][0], k, krow, i * kStep, S, by16);
     if (OUT) load_tile<D>(sh.tile[i & 1][1], v, vrow, i * kStep, S, by16);
   };
-  if (steps > 0) load_step(0);
-  commit();
-  wait_copies<0>();
-  __syncthreads();
   uint32_t qa[D / 16][4];
-  load_a<D>(qa, sh.tile[1][0], warp * 16);
-  __syncthreads(); /* stage 1 is free */
+  start<D>(sh, load_step, steps, qa, nullptr);
   float o[D / 8][4];
   zero(o, D / 8);
   float top[2] = {minus_infinity(), minus_infinity()}, sum[2] = {0.f, 0.f};
   const float scale2 = scale * kLog2e;
   for (int64_t i = 0; i < steps; ++i) {
-    if (i + 1 < steps) load_step(i + 1);
-    commit();
-    wait_copies<1>(); /* this step's tiles are in */
-    __syncthreads();
+    next_step(load_step, i, steps);
     const int64_t n0 = i * kStep;
     float s[kStep / 8][4];
     times_rows<D, BF16>(s, qa, sh.tile[i & 1][0]);
@@ -334,13 +363,8 @@ template <int D, bool BF16, bool CAUSAL, bool OUT> KILN_FN void forward(KILN_FLA
   for (int h = 0; h < 2; ++h) {
     const int64_t row = m0 + warp * 16 + row_of(2 * h);
     if (row >= L) continue;
-    if (OUT) {
-      uint16_t* dst = out + b0 * ob0 + b1 * ob1 + row * orow + (threadIdx.x & 3) * 2;
-      const float inv = sum[h] > 0.f ? 1.f / sum[h] : 0.f; /* no keys: zeros, as torch */
-#pragma unroll
-      for (int d = 0; d < D / 8; ++d)
-        *reinterpret_cast<uint32_t*>(dst + d * 8) = pack<BF16>(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
-    }
+    if (OUT) /* no keys: zeros, as torch */
+      store_row<D, BF16>(out + b0 * ob0 + b1 * ob1 + row * orow, o, h, sum[h] > 0.f ? 1.f / sum[h] : 0.f);
     if (out_lse && (threadIdx.x & 3) == 0) out_lse[b * L + row] = top[h] / kLog2e + logf(sum[h]);
   }
 }
@@ -350,13 +374,9 @@ template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_query(KILN_FLASH_PARA
   __shared__ __align__(16) Tiles<D> sh;
   const int warp = threadIdx.x / 32;
   const int64_t b = blockIdx.y, b0 = b / heads, b1 = b % heads, m0 = (int64_t)blockIdx.x * kRows;
-  g += b0 * gb0 + b1 * gb1;
-  q += b0 * qb0 + b1 * qb1;
-  k += b0 * kb0 + b1 * kb1;
-  v += b0 * vb0 + b1 * vb1;
-  const bool by16 = wide(g, grow) && wide(q, qrow) && wide(k, krow) && wide(v, vrow);
-  const int64_t end = CAUSAL ? (S < m0 + kRows ? S : m0 + kRows) : S;
-  const int64_t steps = (end + kStep - 1) / kStep;
+  const bool by16 = enter(g, b0, b1, gb0, gb1, grow) & enter(q, b0, b1, qb0, qb1, qrow) &
+                    enter(k, b0, b1, kb0, kb1, krow) & enter(v, b0, b1, vb0, vb1, vrow);
+  const int64_t steps = (keys_seen<CAUSAL>(S, m0) + kStep - 1) / kStep;
   load_tile<D>(sh.tile[1][0], q, qrow, m0, L, by16);
   load_tile<D>(sh.tile[1][1], g, grow, m0, L, by16);
   commit();
@@ -364,14 +384,8 @@ template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_query(KILN_FLASH_PARA
     load_tile<D>(sh.tile[i & 1][0], k, krow, i * kStep, S, by16);
     load_tile<D>(sh.tile[i & 1][1], v, vrow, i * kStep, S, by16);
   };
-  if (steps > 0) load_step(0);
-  commit();
-  wait_copies<0>();
-  __syncthreads();
   uint32_t qa[D / 16][4], ga[D / 16][4];
-  load_a<D>(qa, sh.tile[1][0], warp * 16);
-  load_a<D>(ga, sh.tile[1][1], warp * 16);
-  __syncthreads();
+  start<D>(sh, load_step, steps, qa, ga);
   float rowLse[2], rowDelta[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -383,10 +397,7 @@ template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_query(KILN_FLASH_PARA
   zero(dq, D / 8);
   const float scale2 = scale * kLog2e;
   for (int64_t i = 0; i < steps; ++i) {
-    if (i + 1 < steps) load_step(i + 1);
-    commit();
-    wait_copies<1>();
-    __syncthreads();
+    next_step(load_step, i, steps);
     const int64_t n0 = i * kStep;
     float s[kStep / 8][4], dp[kStep / 8][4];
     times_rows<D, BF16>(s, qa, sh.tile[i & 1][0]);
@@ -407,10 +418,7 @@ template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_query(KILN_FLASH_PARA
   for (int h = 0; h < 2; ++h) {
     const int64_t row = m0 + warp * 16 + row_of(2 * h);
     if (row >= L) continue;
-    uint16_t* dst = out + b0 * ob0 + b1 * ob1 + row * orow + (threadIdx.x & 3) * 2;
-#pragma unroll
-    for (int d = 0; d < D / 8; ++d)
-      *reinterpret_cast<uint32_t*>(dst + d * 8) = pack<BF16>(dq[d][2 * h], dq[d][2 * h + 1]);
+    store_row<D, BF16>(out + b0 * ob0 + b1 * ob1 + row * orow, dq, h, 1.f);
   }
 }
 
@@ -419,11 +427,8 @@ template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_key_value(KILN_FLASH_
   __shared__ __align__(16) Tiles<D> sh;
   const int warp = threadIdx.x / 32;
   const int64_t b = blockIdx.y, b0 = b / heads, b1 = b % heads, n0 = (int64_t)blockIdx.x * kRows;
-  g += b0 * gb0 + b1 * gb1;
-  q += b0 * qb0 + b1 * qb1;
-  k += b0 * kb0 + b1 * kb1;
-  v += b0 * vb0 + b1 * vb1;
-  const bool by16 = wide(g, grow) && wide(q, qrow) && wide(k, krow) && wide(v, vrow);
+  const bool by16 = enter(g, b0, b1, gb0, gb1, grow) & enter(q, b0, b1, qb0, qb1, qrow) &
+                    enter(k, b0, b1, kb0, kb1, krow) & enter(v, b0, b1, vb0, vb1, vrow);
   const int64_t first = CAUSAL ? n0 : 0; /* causal: queries from the first key on */
   const int64_t steps = first < L ? (L - first + kStep - 1) / kStep : 0;
   load_tile<D>(sh.tile[1][0], k, krow, n0, S, by16);
@@ -436,23 +441,14 @@ template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_key_value(KILN_FLASH_
     load_rows(sh.rows[i & 1][0], lse + b * L, m0, L);
     load_rows(sh.rows[i & 1][1], delta + b * L, m0, L);
   };
-  if (steps > 0) load_step(0);
-  commit();
-  wait_copies<0>();
-  __syncthreads();
   uint32_t ka[D / 16][4], va[D / 16][4];
-  load_a<D>(ka, sh.tile[1][0], warp * 16);
-  load_a<D>(va, sh.tile[1][1], warp * 16);
-  __syncthreads();
+  start<D>(sh, load_step, steps, ka, va);
   float dk[D / 8][4], dv[D / 8][4];
   zero(dk, D / 8);
   zero(dv, D / 8);
   const float scale2 = scale * kLog2e;
   for (int64_t i = 0; i < steps; ++i) {
-    if (i + 1 < steps) load_step(i + 1);
-    commit();
-    wait_copies<1>();
-    __syncthreads();
+    next_step(load_step, i, steps);
     const int64_t m0 = first + i * kStep;
     const float* sl = sh.rows[i & 1][0];
     const float* sd = sh.rows[i & 1][1];
@@ -478,12 +474,9 @@ template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_key_value(KILN_FLASH_
   for (int h = 0; h < 2; ++h) {
     const int64_t key = n0 + warp * 16 + row_of(2 * h);
     if (key >= S) continue;
-    uint16_t* dst = out + b0 * ob0 + b1 * ob1 + key * orow + (threadIdx.x & 3) * 2;
-#pragma unroll
-    for (int d = 0; d < D / 8; ++d) {
-      *reinterpret_cast<uint32_t*>(dst + d * 8) = pack<BF16>(dk[d][2 * h], dk[d][2 * h + 1]);
-      *reinterpret_cast<uint32_t*>(dst + D + d * 8) = pack<BF16>(dv[d][2 * h], dv[d][2 * h + 1]);
-    }
+    uint16_t* dst = out + b0 * ob0 + b1 * ob1 + key * orow;
+    store_row<D, BF16>(dst, dk, h, 1.f);
+    store_row<D, BF16>(dst + D, dv, h, 1.f);
   }
 }
 } /* namespace kiln_flash */
