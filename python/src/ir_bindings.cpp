@@ -583,8 +583,9 @@ private:
     // out of one segment, and an input (not ours) may start where ours ends.
     std::pair<py::object, size_t> owner(void* data, bool empty) {
       auto* at = static_cast<std::byte*>(data);
-      for (bool pastTheEnd : {false, empty})
+      for (int pass = 0; pass < (empty ? 2 : 1); ++pass) // the second: just past an end
         for (const Owner& o : owners_) {
+          bool pastTheEnd = pass == 1;
           auto* begin = static_cast<std::byte*>(o.data);
           if (at >= begin && (at < begin + o.bytes || (pastTheEnd && at == begin + o.bytes)))
             return {o.object, static_cast<size_t>(at - begin)};

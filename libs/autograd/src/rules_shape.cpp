@@ -335,7 +335,7 @@ Grads attention(RuleContext& c) {
   ValueId q = c.in(0), k = c.in(1), v = c.in(2), g = *c.grad;
   std::vector<Attr> attrs = {{"is_causal", c.attr("is_causal") ? *c.attr("is_causal") : false}};
   if (const AttrValue* scale = c.attr("scale")) attrs.push_back({"scale", *scale});
-  DType opmath = c.meta(0).dtype == DType::Float64 ? DType::Float64 : DType::Float32;
+  DType opmath = ir::opmath(c.meta(0).dtype);
   auto wide = [&](ValueId x) { return o.call("to_dtype", {x}, {{"dtype", opmath}}); };
   ValueId lse = o.call("attention_lse", {q, k, v}, attrs);
   ValueId delta = o.call("sum", {o.mul(wide(g), wide(c.out))},

@@ -1033,7 +1033,7 @@ CudaSource emitCuda(const Program& program, const Schedule& schedule) {
   for (const Buffer& b : program.buffers)
     for (const ir::Attr& a : b.call.attrs)
       if (b.kind == BufferKind::Extern && a.name == "kernel")
-        flash.emplace(std::get<std::string>(a.value), b.layout.storageOffset);
+        flash.emplace(std::get<std::string>(a.value), b.layout.storageOffset.table().integer(0));
   if (!flash.empty()) code << detail::flashAttentionSource();
   for (const auto& [name, none] : flash) {
     code << "\n" << detail::flashAttentionDefinition(name);

@@ -137,7 +137,7 @@ protected:
     }
     Block block(indent);
     DType t = b.layout.dtype;
-    DType compute = t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t;
+    DType compute = ir::opmath(t);
     std::string value = convert(l.body->dtype, compute, emit(l.body, block, false));
     const ScalarNode& to = *l.scatter;
     std::string inRange, bind;
@@ -167,7 +167,7 @@ protected:
   // A value of `from` as stored in a buffer of `to`.
   std::string stored(DType to, DType from, const std::string& value) {
     std::string v =
-        convert(from, to == DType::Float16 || to == DType::BFloat16 ? DType::Float32 : to, value);
+        convert(from, ir::opmath(to), value);
     if (to == DType::Float16) return "kiln_f2h(" + v + ")";
     if (to == DType::BFloat16) return "kiln_f2b(" + v + ")";
     return v;

@@ -300,7 +300,7 @@ private:
   void scatter(const Buffer& b, const Storage& out) {
     const Loops& l = b.loops;
     DType t = b.layout.dtype,
-          compute = t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t;
+          compute = ir::opmath(t);
     forEach(l.vars, l.ranges, [&] {
       Val v = convert(l.body->dtype, compute, eval(l.body));
       int64_t at = position(*l.scatter);

@@ -24,10 +24,7 @@ using ir::TensorMeta;
 using ir::ValueId;
 using Index = std::vector<sym::Expr>;
 
-// The dtype f16/bf16 arithmetic is done in, as torch's opmath.
-DType opmath(DType t) {
-  return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t;
-}
+using ir::opmath;
 
 // What lowering knows of one graph value.
 struct Lowered {

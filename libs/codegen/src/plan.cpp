@@ -6,6 +6,7 @@
 #include <set>
 
 #include "kiln/common/error.h"
+#include "kiln/runtime/runtime.h"
 
 namespace kiln::codegen {
 namespace {
@@ -33,16 +34,17 @@ std::set<BufferId> touched(const Program& program, const Schedule& schedule, con
   return out;
 }
 
-// The last element a layout reaches past its offset, where every size and stride is known.
-std::optional<int64_t> lastElement(const ir::TensorMeta& m) {
-  int64_t last = 0;
+// The elements a layout spans past its offset (runtime::extent), where every
+// size and stride is known.
+std::optional<int64_t> knownExtent(const ir::TensorMeta& m) {
+  std::vector<int64_t> sizes, strides;
   for (size_t d = 0; d < m.dim(); ++d) {
     std::optional<int64_t> size = m.sizes[d].asInteger(), stride = m.strides[d].asInteger();
     if (!size || !stride) return std::nullopt;
-    if (*size == 0) return std::nullopt; // empty: reaches nothing
-    last += (*size - 1) * *stride;
+    sizes.push_back(*size);
+    strides.push_back(*stride);
   }
-  return last;
+  return runtime::extent(sizes, strides);
 }
 
 // An output must view memory its buffer has (where the sizes are known): a
@@ -53,13 +55,13 @@ void checkOutputsInBounds(const Program& program) {
     if (!o.symInt.isNull()) continue;
     const Buffer& b = program.buffers[o.buffer];
     if (b.aliasOf) continue; // the root's memory: offsets count from the root
-    std::optional<int64_t> have = lastElement(b.layout), want = lastElement(o.view);
+    std::optional<int64_t> have = knownExtent(b.layout), want = knownExtent(o.view);
     std::optional<int64_t> offset = o.view.storageOffset.asInteger();
-    if (have && want && offset && (*offset < 0 || *offset + *want > *have))
+    if (have && want && offset && *want > 0 && (*offset < 0 || *offset + *want > *have))
       throw Error(ErrorCode::Internal,
                   "codegen: output " + std::to_string(k) + " views elements " +
-                      std::to_string(*offset) + ".." + std::to_string(*offset + *want) + " of " +
-                      b.name + ", which has " + std::to_string(*have + 1));
+                      std::to_string(*offset) + ".." + std::to_string(*offset + *want - 1) +
+                      " of " + b.name + ", which has " + std::to_string(*have));
   }
 }
 

@@ -273,6 +273,16 @@ ValueId scaled(Graph& g, const Node& node, ValueId scores, sym::Expr embed) {
   return g.call("mul", {scores, g.call("rsqrt", {width})});
 }
 
+// Scores [..., l, s] with those past each row's position (is_causal's upper
+// triangle) set to -inf.
+ValueId causallyMasked(Graph& g, ValueId scores, sym::Expr l, sym::Expr s, Device device) {
+  const std::string on = toString(device);
+  ValueId rows = g.call("unsqueeze", {g.call("arange", {}, {{"end", l}, {"device", on}})},
+                        {{"dim", int64_t{1}}});
+  ValueId keep = g.call("ge", {rows, g.call("arange", {}, {{"end", s}, {"device", on}})});
+  return g.call("where", {keep, scores}, {{"other", -INFINITY}});
+}
+
 // scaled_dot_product_attention: softmax(q @ k^T * scale + mask) @ v, where a
 // bool mask (and is_causal's lower triangle) sets the scores it drops to -inf.
 ValueId attention(Graph& g, const Node& node, const std::vector<ValueId>& in) {
@@ -280,14 +290,8 @@ ValueId attention(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   int64_t n = static_cast<int64_t>(q.dim());
   ValueId kt = g.call("transpose", {in[1]}, {{"dim0", n - 2}, {"dim1", n - 1}});
   ValueId scores = scaled(g, node, g.call("matmul", {in[0], kt}), q.sizes[n - 1]);
-  if (attrOr<bool>(node, "is_causal", false)) {
-    sym::Expr l = q.sizes[n - 2], s = g.meta(in[1]).sizes[n - 2];
-    const std::string device = toString(q.device);
-    ValueId rows = g.call("unsqueeze", {g.call("arange", {}, {{"end", l}, {"device", device}})},
-                          {{"dim", int64_t{1}}});
-    ValueId keep = g.call("ge", {rows, g.call("arange", {}, {{"end", s}, {"device", device}})});
-    scores = g.call("where", {keep, scores}, {{"other", -INFINITY}});
-  }
+  if (attrOr<bool>(node, "is_causal", false))
+    scores = causallyMasked(g, scores, q.sizes[n - 2], g.meta(in[1]).sizes[n - 2], q.device);
   if (in.size() > 3) {
     if (g.meta(in[3]).dtype == DType::Bool)
       scores = g.call("where", {in[3], scores}, {{"other", -INFINITY}});
@@ -306,32 +310,27 @@ ValueId attentionPiece(Graph& g, const Node& node, const std::vector<ValueId>& i
   ValueId q = lseOnly ? in[0] : in[1], k = lseOnly ? in[1] : in[2];
   const TensorMeta qm = g.meta(q); // a copy: calls grow the graph
   int64_t n = static_cast<int64_t>(qm.dim());
-  DType opmath = qm.dtype == DType::Float64 ? DType::Float64 : DType::Float32;
-  auto wide = [&](ValueId x) { return g.call("to_dtype", {x}, {{"dtype", opmath}}); };
+  auto wide = [&](ValueId x) { return g.call("to_dtype", {x}, {{"dtype", opmath(qm.dtype)}}); };
   auto narrow = [&](ValueId x) { return g.call("to_dtype", {x}, {{"dtype", qm.dtype}}); };
   auto mT = [&](ValueId x) {
     return g.call("transpose", {x}, {{"dim0", n - 2}, {"dim1", n - 1}});
   };
   auto lastDim = [&](ValueId x) { return g.call("unsqueeze", {x}, {{"dim", int64_t{-1}}}); };
   ValueId scores = scaled(g, node, wide(g.call("matmul", {q, mT(k)})), qm.sizes[n - 1]);
-  if (attrOr<bool>(node, "is_causal", false)) {
-    sym::Expr l = qm.sizes[n - 2], s = g.meta(k).sizes[n - 2];
-    const std::string device = toString(qm.device);
-    ValueId rows = g.call("unsqueeze", {g.call("arange", {}, {{"end", l}, {"device", device}})},
-                          {{"dim", int64_t{1}}});
-    ValueId keep = g.call("ge", {rows, g.call("arange", {}, {{"end", s}, {"device", device}})});
-    scores = g.call("where", {keep, scores}, {{"other", -INFINITY}});
-  }
-  std::vector<Attr> along = {{"dim", std::vector<int64_t>{-1}}, {"keepdim", false}};
+  if (attrOr<bool>(node, "is_causal", false))
+    scores = causallyMasked(g, scores, qm.sizes[n - 2], g.meta(k).sizes[n - 2], qm.device);
+  const std::vector<int64_t> last = {-1};
   if (lseOnly) {
-    ValueId max = g.call("amax", {scores}, {{"dim", std::vector<int64_t>{-1}}, {"keepdim", true}});
-    ValueId total = g.call("sum", {g.call("exp", {g.call("sub", {scores, max})})}, along);
-    return g.call("add", {g.call("log", {total}), g.call("squeeze", {max}, {{"dim", std::vector<int64_t>{-1}}})});
+    ValueId max = g.call("amax", {scores}, {{"dim", last}, {"keepdim", true}});
+    ValueId total = g.call("sum", {g.call("exp", {g.call("sub", {scores, max})})},
+                           {{"dim", last}, {"keepdim", false}});
+    return g.call("add", {g.call("log", {total}), g.call("squeeze", {max}, {{"dim", last}})});
   }
   ValueId grad = in[0], v = in[3], lse = in[4], delta = in[5];
   ValueId p = g.call("exp", {g.call("sub", {scores, lastDim(lse)})});
   ValueId dp = wide(g.call("matmul", {grad, mT(v)}));
-  ValueId ds = scaled(g, node, g.call("mul", {p, g.call("sub", {dp, lastDim(delta)})}), qm.sizes[n - 1]);
+  ValueId ds =
+      scaled(g, node, g.call("mul", {p, g.call("sub", {dp, lastDim(delta)})}), qm.sizes[n - 1]);
   if (node.target == "attention_grad_query") return g.call("matmul", {narrow(ds), k});
   ValueId dk = g.call("matmul", {narrow(mT(ds)), q});
   ValueId dv = g.call("matmul", {narrow(mT(p)), grad});

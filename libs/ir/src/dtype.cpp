@@ -63,6 +63,10 @@ bool isIntegral(DType t, bool includeBool) {
   return !isFloating(t) && !isComplex(t);
 }
 
+DType opmath(DType t) {
+  return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t;
+}
+
 DType promoteTypes(DType a, DType b) {
   if (a == b) return a;
   int ca = category(a), cb = category(b);

@@ -178,8 +178,8 @@ Value inferAttention(const OpCall& call) {
 void requireRowStat(const OpCall& call, std::string_view arg) {
   const TensorMeta& q = call.tensor("query");
   const TensorMeta& t = call.tensor(arg);
-  DType opmath = q.dtype == DType::Float64 ? DType::Float64 : DType::Float32;
-  if (t.dtype != opmath) call.fail(arg, "must be " + std::string(name(opmath)) + " (query's opmath)");
+  if (t.dtype != opmath(q.dtype))
+    call.fail(arg, "must be " + std::string(name(opmath(q.dtype))) + " (query's opmath)");
   if (t.dim() + 1 != q.dim()) call.fail(arg, "must have the dims of query but the last");
   for (size_t i = 0; i < t.dim(); ++i)
     requireEqual(call, arg, t.sizes[i], q.sizes[i], "size at dim " + std::to_string(i));
@@ -207,8 +207,7 @@ Value inferAttentionLse(const OpCall& call) {
   checkAttentionPiece(call);
   const TensorMeta& q = call.tensor("query");
   Shape sizes(q.sizes.begin(), q.sizes.end() - 1);
-  return fresh(call, q.dtype == DType::Float64 ? DType::Float64 : DType::Float32, sizes, q.device,
-               anyRequiresGrad(call, {"query", "key"}));
+  return fresh(call, opmath(q.dtype), sizes, q.device, anyRequiresGrad(call, {"query", "key"}));
 }
 
 Value inferAttentionGrad(const OpCall& call) {

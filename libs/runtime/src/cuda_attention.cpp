@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kiln/common/error.h"
+#include "matrix_product.h"
 
 namespace kiln::runtime::detail {
 namespace {
@@ -65,9 +66,8 @@ void cudaFlashAttention(const std::string& op, const std::vector<Tensor>& inputs
   }
   int64_t heads = rank >= 3 ? q.sizes[rank - 3] : 1, batch = rank == 4 ? q.sizes[0] : 1;
   int64_t rowsL = q.sizes[rank - 2], rowsS = k.sizes[rank - 2];
-  float scale = 1.0f / std::sqrt(static_cast<float>(q.sizes.back()));
-  for (const ir::Attr& a : attrs)
-    if (a.name == "scale") scale = static_cast<float>(std::get<double>(a.value));
+  auto scale = static_cast<float>(
+      numberAttr(attrs, "scale", 1.0 / std::sqrt(static_cast<double>(q.sizes.back()))));
   int64_t blocksX = ((op == "attention_grad_key_value" ? rowsS : rowsL) + 63) / 64;
   if (blocksX == 0 || batch * heads == 0) return; // nothing to compute
   if (batch * heads > 65535) refuse(op, "more than 65535 batch * heads");

@@ -22,6 +22,9 @@ bool isFloating(DType t); // f16 bf16 f32 f64
 bool isComplex(DType t);
 bool isIntegral(DType t, bool includeBool); // the int types, and bool if asked
 
+// The dtype torch computes f16/bf16 arithmetic in (its opmath): f32; others their own.
+DType opmath(DType t);
+
 // The promoted type of two tensor dtypes (torch.promote_types): the higher
 // category wins (bool < integral < floating < complex), then the wider type;
 // u8 with i8 gives i16, f16 with bf16 gives f32.
