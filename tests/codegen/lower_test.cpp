@@ -94,8 +94,9 @@ struct Lower : ::testing::Test {
 
   // Lowers the graph and checks the program against the interpreter: the
   // loop evaluator's results, and the compiled CPU kernels'.
-  Program expectSameValues(const std::vector<HostTensor>& inputs, double tolerance = 1e-5) {
-    Program program = lower(graph);
+  Program expectSameValues(const std::vector<HostTensor>& inputs, double tolerance = 1e-5,
+                           const LowerOptions& options = {}) {
+    Program program = lower(graph, options);
     // Each run gets its own copy of the inputs: in-place ops write them.
     auto fresh = [&] {
       std::vector<HostTensor> copies = inputs;
@@ -245,6 +246,50 @@ TEST_F(Lower, ReductionsOfEveryKind) {
       graph.call("all", {graph.call("gt", {x}, {{"other", -1.5}})}),
   });
   expectSameValues({random(DType::Float32, {3, 4, 5}), random(DType::Int32, {3, 4}, -3, 3)});
+}
+
+TEST_F(Lower, LongReductionsIntoFewOutputsSumPartialsFirst) {
+  ValueId x = input("x", DType::Float32, ints({8, 1024, 48}));
+  ValueId g = input("g", DType::Float32, ints({8, 1024, 48}));
+  ValueId rows = graph.call("view", {x}, {{"size", std::vector<int64_t>{48, -1}}});
+  std::vector<int64_t> batch = {0, 1};
+  graph.setOutputs({
+      graph.call("sum", {graph.call("mul", {g, x})}, {{"dim", batch}}), // layer_norm's weight grad
+      graph.call("sum", {g}, {{"dim", batch}}),                         // and its bias grad
+      graph.call("mean", {x}, {{"dim", batch}, {"keepdim", true}}),
+      graph.call("amax", {x}, {{"dim", batch}}),
+      graph.call("sum", {x}),                                         // one long row
+      graph.call("sum", {rows}, {{"dim", std::vector<int64_t>{1}}}),   // few long rows
+      graph.call("sum", {x}, {{"dim", std::vector<int64_t>{2}}}),      // many rows: as they are
+      graph.call("argmax", {x}, {{"dim", int64_t{0}}}),               // no partial argmax
+  });
+  LowerOptions split;
+  split.splitReductions = true;
+  Program p = expectSameValues({random(DType::Float32, {8, 1024, 48}),
+                                random(DType::Float32, {8, 1024, 48})},
+                               2e-3, split); // sums of 8192 f32 values in another order
+  Schedule plan = schedule(p);
+  std::string text = explain(plan, p);
+  // 48 columns of 8192 rows: 8 x 32 chunks of 32 rows each, the partials
+  // of the four column reductions in one kernel, their reductions in another.
+  EXPECT_NE(text.find("kernel 0 over [8, 32, 48]: buf2 (sum of [32]), buf4 (sum of [32]), "
+                      "buf6 (sum of [32]), buf8 (max of [32])\nkernel 1 over [48]: buf3 (sum of "
+                      "[8, 32]), buf5 (sum of [8, 32]), buf7 (sum of [8, 32]), buf9 (max of [8, 32])\n"),
+            std::string::npos) << text;
+  // The long row in 64 chunks of 6144, the few rows in two halves.
+  EXPECT_NE(text.find("over [8, 8]: buf10 (sum of [128, 48])\nkernel 3 over []: buf11 (sum of [8, 8])"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("over [48, 2]: buf12 (sum of [4096])\nkernel 5 over [48]: buf13 (sum of [2])"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("over [8, 1024]: buf"), std::string::npos) << text;
+  EXPECT_NE(text.find("(argmax of [8])"), std::string::npos) << text;
+  EXPECT_EQ(text, explain(schedule(lower(graph, lowerOptions(parseTarget("cuda")))),
+                          lower(graph, lowerOptions(parseTarget("cuda")))));
+  // On CUDA a column sum is a thread per output, over its whole column.
+  CudaSource cuda = emitCuda(p, plan);
+  EXPECT_NE(cuda.code.find("kiln_group_reduce<1>"), std::string::npos);
+  EXPECT_EQ(explain(schedule(lower(graph)), lower(graph)).find("of [32]"), std::string::npos)
+      << "the CPU splits nothing";
 }
 
 TEST_F(Lower, ExtremesOfRowsWithANaNAreNaN) {

@@ -115,6 +115,9 @@ LowerOptions lowerOptions(const Target& target) {
     // be deterministic.
     options.unorderedScatter = !target.deterministic;
     options.flashAttention = true;
+    // GPT-2's bias and layer_norm weight grads (768 to 3072 sums of 8192
+    // rows): 72-144 us each on an H100 as one kernel.
+    options.splitReductions = true;
   }
   return options;
 }

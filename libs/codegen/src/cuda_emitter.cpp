@@ -118,7 +118,10 @@ public:
 
     if (rows) { // a group of threads per row
       std::optional<int64_t> work = staticRowWork(program_, kernel_);
-      if (work && *work <= 1024) {
+      if (columnSums(items, work)) {
+        group_ = 1;
+        threads_ = 256;
+      } else if (work && *work <= 1024) {
         group_ = 32;
         threads_ = 128;
       } else {
@@ -151,8 +154,8 @@ public:
     }
     std::string scalarStart; // where the flat loop starts: after the vectorized part
     if (!rows && !scatters && rank > 0) body << vectorized(items, scalarStart);
-    if (rows) perThread_ = persistentRow();
-    if (rows) body << rowVectorPath();
+    if (rows && group_ > 1) perThread_ = persistentRow();
+    if (rows && group_ > 1) body << rowVectorPath();
     if (perThread_ > 0) planRowReuse();
     if (rows && group_ < threads_)
       body << indent << "const int kiln_lane = threadIdx.x % " << group_ << ";\n";
@@ -175,7 +178,7 @@ public:
       members << (rows ? rowMember(m, indent) : flatMember(id, indent));
       inRowLoop_ = false;
       // A later buffer may read this one's elements, stored by other threads of the group.
-      if (rows && m + 1 < kernel_.buffers.size())
+      if (rows && group_ > 1 && m + 1 < kernel_.buffers.size())
         members << indent << (group_ <= 32 ? "__syncwarp();\n" : "__syncthreads();\n");
     }
     std::istringstream decls(rowDecls_);
@@ -222,6 +225,17 @@ private:
   BufferId root(BufferId id) const {
     while (program_.buffers[id].aliasOf) id = *program_.buffers[id].aliasOf;
     return id;
+  }
+
+  // A kernel of column sums (reducesColumns) runs a thread per output, each
+  // over its whole column: neighbouring threads read neighbouring elements.
+  // Where outputs are few and columns long, lowering has split the sums
+  // (LowerOptions::splitReductions) so that there are enough threads.
+  bool columnSums(sym::Expr items, std::optional<int64_t> work) const {
+    for (BufferId id : kernel_.buffers)
+      if (!reducesColumns(program_.buffers[id].loops)) return false;
+    std::optional<int64_t> outputs = items.asInteger();
+    return outputs && work && (*outputs >= 2048 || *work <= 256);
   }
 
   bool isWritten(BufferId id) const {

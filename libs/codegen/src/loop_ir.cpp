@@ -1,5 +1,7 @@
 #include "kiln/codegen/loop_ir.h"
 
+#include <algorithm>
+#include <functional>
 #include <sstream>
 
 #include "kiln/common/error.h"
@@ -123,6 +125,32 @@ sym::Expr storeIndex(const Buffer& b) {
   sym::Expr at = b.layout.storageOffset;
   for (size_t k = 0; k < b.loops.vars.size(); ++k) at = at + b.loops.vars[k] * b.layout.strides[k];
   return at;
+}
+
+std::vector<std::optional<int64_t>> loadSteps(const Scalar& body, sym::Expr var) {
+  std::vector<std::optional<int64_t>> steps;
+  std::function<void(const Scalar&)> walk = [&](const Scalar& s) {
+    if (s->kind == ScalarKind::Load)
+      steps.push_back((sym::substitute(s->index, {{var, var + 1}}) - s->index).asInteger());
+    for (const Scalar& a : s->args) walk(a);
+  };
+  walk(body);
+  return steps;
+}
+
+bool reducesColumns(const Loops& l) {
+  auto last = [](const std::vector<sym::Expr>& vars, const Shape& ranges) -> sym::Expr {
+    for (size_t k = vars.size(); k-- > 0;)
+      if (ranges[k].asInteger() != 1) return vars[k];
+    return {};
+  };
+  sym::Expr column = last(l.vars, l.ranges), row = last(l.reductionVars, l.reductionRanges);
+  if (l.reduce == ReduceOp::None || column.isNull() || row.isNull()) return false;
+  auto ones = [&](sym::Expr var) {
+    std::vector<std::optional<int64_t>> steps = loadSteps(l.body, var);
+    return std::count(steps.begin(), steps.end(), std::optional<int64_t>(1));
+  };
+  return ones(column) > 0 && ones(row) == 0;
 }
 
 size_t opCount(const Scalar& s) {

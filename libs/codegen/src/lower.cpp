@@ -876,6 +876,7 @@ private:
     b.layout = meta;
     b.layout.storageOffset = table_.integer(0);
     if (op == "mean") b.layout.dtype = l.accumulator;
+    if (options_.splitReductions) splitReduction(b.loops);
     BufferId id = addBuffer(std::move(b));
     Lowered v;
     v.meta = meta;
@@ -891,6 +892,89 @@ private:
     return pointwise(meta, [&, sum](const Index& i) {
       return binary("div", acc, loadAt(sum, i), cast(acc, indexOf(DType::Int64, count)));
     });
+  }
+
+  // A reduction of static sizes whose outputs alone would leave a GPU idle
+  // (a column sum's thread per output: fewer than ~2^17 of them; a row's block
+  // per output: fewer than 128) becomes two: a buffer of partial results over
+  // chunks of the reduction (a prefix of its dims, the next one cut into
+  // equal parts), laid out so that the partials' reads are coalesced (chunks
+  // outermost for column sums, innermost for rows), then `l` reduces those.
+  void splitReduction(Loops& l) {
+    if (l.reduce == ReduceOp::ArgMax || l.reduce == ReduceOp::ArgMin) return;
+    std::optional<int64_t> outputs = staticCount(l.ranges), rows = staticCount(l.reductionRanges);
+    if (!outputs || !rows) return;
+    bool columns = reducesColumns(l);
+    if (!columns && *outputs >= 128) return;
+    int64_t want = (columns ? int64_t{1} << 17 : 512) / std::max<int64_t>(*outputs, 1);
+    int64_t leastRows = columns ? 32 : 4096; // per chunk
+    int64_t chunks = 1;
+    size_t whole = 0; // reduction dims taken whole into the chunks
+    int64_t cut = 1;  // parts of dim `whole`
+    for (; whole < l.reductionRanges.size(); ++whole) {
+      int64_t n = *l.reductionRanges[whole].asInteger();
+      if (chunks * n <= want && *rows / (chunks * n) >= leastRows) {
+        chunks *= n;
+        continue;
+      }
+      for (int64_t d = std::min(n - 1, want / chunks); d >= 2 && cut == 1; --d)
+        if (n % d == 0 && *rows / (chunks * d) >= leastRows) cut = d;
+      chunks *= cut;
+      break;
+    }
+    if (chunks < 2) return;
+
+    Shape chunkRanges(l.reductionRanges.begin(),
+                      l.reductionRanges.begin() + static_cast<std::ptrdiff_t>(whole));
+    if (cut > 1) chunkRanges.push_back(table_.integer(cut));
+    Shape restRanges;
+    for (size_t k = whole; k < l.reductionRanges.size(); ++k)
+      restRanges.push_back(k == whole && cut > 1 ? table_.integer(*l.reductionRanges[k].asInteger() / cut)
+                                                 : l.reductionRanges[k]);
+    Index chunkVars = freshVars("i", chunkRanges), outVars = freshVars("i", l.ranges);
+    Index restVars = freshVars("r", restRanges);
+    std::unordered_map<sym::Expr, sym::Expr> bind;
+    for (size_t k = 0; k < l.vars.size(); ++k) bind.emplace(l.vars[k], outVars[k]);
+    for (size_t k = 0; k < l.reductionVars.size(); ++k) {
+      sym::Expr v = k < whole ? chunkVars[k] : restVars[k - whole];
+      if (k == whole && cut > 1) v = chunkVars[k] * restRanges[0] + restVars[0];
+      bind.emplace(l.reductionVars[k], v);
+    }
+
+    Buffer partial;
+    partial.kind = BufferKind::Computed;
+    Loops& p = partial.loops;
+    p.reduce = l.reduce;
+    p.accumulator = l.accumulator;
+    p.vars = columns ? chunkVars : outVars;
+    p.vars.insert(p.vars.end(), columns ? outVars.begin() : chunkVars.begin(),
+                  columns ? outVars.end() : chunkVars.end());
+    p.ranges = columns ? chunkRanges : l.ranges;
+    p.ranges.insert(p.ranges.end(), columns ? l.ranges.begin() : chunkRanges.begin(),
+                    columns ? l.ranges.end() : chunkRanges.end());
+    p.reductionVars = restVars;
+    p.reductionRanges = restRanges;
+    p.body = substitute(l.body, bind);
+    partial.layout = TensorMeta::contiguous(l.accumulator, p.ranges, table_);
+
+    l.reductionRanges = chunkRanges;
+    l.reductionVars = freshVars("r", chunkRanges);
+    Index at = columns ? l.reductionVars : l.vars;
+    at.insert(at.end(), columns ? l.vars.begin() : l.reductionVars.begin(),
+              columns ? l.vars.end() : l.reductionVars.end());
+    sym::Expr flat = table_.integer(0);
+    for (size_t k = 0; k < at.size(); ++k) flat = flat + at[k] * partial.layout.strides[k];
+    l.body = load(l.accumulator, addBuffer(std::move(partial)), flat);
+  }
+
+  static std::optional<int64_t> staticCount(const Shape& sizes) {
+    int64_t n = 1;
+    for (sym::Expr s : sizes) {
+      std::optional<int64_t> v = s.asInteger();
+      if (!v) return std::nullopt;
+      n *= *v;
+    }
+    return n;
   }
 
   std::optional<Lowered> lowerPointwise(const ir::Node& node, const Args& a,

@@ -57,34 +57,42 @@ public:
       const Buffer& b = program_.buffers[id];
       if (b.kind == BufferKind::Input) continue;
       if (b.kind == BufferKind::Extern) {
-        close();
+        flush();
         schedule_.steps.push_back({Step::CallExtern, 0, id});
         continue;
       }
       if (b.aliasOf) { // a mutation: a kernel of its own, in order
-        close();
-        start(id);
-        close();
+        flush();
+        open_ = start(id);
+        flush();
         continue;
       }
-      if (!open_ || !tryJoin(id)) {
-        close();
-        start(id);
-      }
+      if (open_ && tryJoin(*open_, id)) continue;
+      // Work the open kernel does not feed may join the kernel before it
+      // (split reductions' partials side by side: layer_norm's two weight grads).
+      if (open_ && held_ && !readsFrom(*open_, b) && tryJoin(*held_, id)) continue;
+      if (held_) emit(*held_);
+      held_ = std::move(open_);
+      open_ = start(id);
     }
-    close();
+    flush();
     return std::move(schedule_);
   }
 
 private:
-  void start(BufferId id) {
-    open_ = true;
+  // A kernel being formed: its outer ranges and members so far.
+  struct Group {
+    Shape outer;
+    bool reductions = false;
+    std::vector<Member> members;
+  };
+
+  Group start(BufferId id) {
     const Buffer& b = program_.buffers[id];
     LoopShape shape = b.loops.scatter ? scatterOuter(b.loops) : withoutUnitDims(b.loops);
-    outer_ = shape.ranges;
-    reductions_ = isReduction(b);
-    members_.clear();
-    members_.push_back(member(id, outer_.size()));
+    Group g{shape.ranges, isReduction(b), {}};
+    g.members.push_back(member(id, g.outer.size()));
+    return g;
   }
 
   Member member(BufferId id, size_t outerRank) {
@@ -101,23 +109,36 @@ private:
     return m;
   }
 
-  void close() {
-    if (!open_) return;
+  void emit(const Group& g) {
     Kernel k;
-    k.outer = outer_;
-    for (const Member& m : members_) k.buffers.push_back(m.id);
+    k.outer = g.outer;
+    for (const Member& m : g.members) k.buffers.push_back(m.id);
     schedule_.steps.push_back({Step::RunKernel, schedule_.kernels.size(), 0});
     schedule_.kernels.push_back(std::move(k));
-    open_ = false;
+  }
+
+  void flush() {
+    if (held_) emit(*held_);
+    if (open_) emit(*open_);
+    held_.reset();
+    open_.reset();
+  }
+
+  bool readsFrom(const Group& g, const Buffer& b) const {
+    bool reads = false;
+    forEachLoad(b.loops, [&](const ScalarNode& load) {
+      for (const Member& m : g.members) reads = reads || m.id == load.buffer;
+    });
+    return reads;
   }
 
   // The outer ranges the kernel would have with `b` in it, if any.
-  std::optional<Shape> outerWith(const Buffer& b, const LoopShape& shape) {
+  static std::optional<Shape> outerWith(const Group& g, const Buffer& b, const LoopShape& shape) {
     if (isReduction(b)) {
-      if (reductions_) return shape.ranges == outer_ ? std::optional<Shape>(outer_) : std::nullopt;
-      return startsWith(outer_, shape.ranges) ? std::optional<Shape>(shape.ranges) : std::nullopt;
+      if (g.reductions) return shape.ranges == g.outer ? std::optional<Shape>(g.outer) : std::nullopt;
+      return startsWith(g.outer, shape.ranges) ? std::optional<Shape>(shape.ranges) : std::nullopt;
     }
-    return startsWith(shape.ranges, outer_) ? std::optional<Shape>(outer_) : std::nullopt;
+    return startsWith(shape.ranges, g.outer) ? std::optional<Shape>(g.outer) : std::nullopt;
   }
 
   // Maps a member's outer vars to canonical ones (the kernel's, by position)
@@ -134,14 +155,14 @@ private:
     return map;
   }
 
-  bool tryJoin(BufferId id) {
+  bool tryJoin(Group& g, BufferId id) {
     const Buffer& b = program_.buffers[id];
     LoopShape shape = withoutUnitDims(b.loops);
-    std::optional<Shape> outer = outerWith(b, shape);
+    std::optional<Shape> outer = outerWith(g, b, shape);
     if (!outer) return false;
     size_t rank = outer->size();
     std::vector<Member> members;
-    for (const Member& m : members_) members.push_back(member(m.id, rank));
+    for (const Member& m : g.members) members.push_back(member(m.id, rank));
     Member candidate = member(id, rank);
     bool ok = true, readsMember = false;
     VarMap self = mapping(candidate, rank, candidate.inner, candidate.innerRanges);
@@ -165,21 +186,23 @@ private:
     // Unrelated work shares a kernel only where it adds no loop: over the same
     // outer ranges, and a pointwise buffer over a member's own ranges (nested in
     // the items, other loops would run serially within each: one block on a GPU).
-    if (!readsMember && (*outer != outer_ || (!isReduction(b) && !sameLoopAsAMember(members, shape))))
+    if (!readsMember &&
+        (*outer != g.outer || (!isReduction(b) && !sameLoopAsAMember(g.outer, members, shape))))
       return false;
     // A kernel of one item (a reduction to a scalar) holds no pointwise loops:
     // they get kernels parallel over their elements.
     if (outer->empty() && !isReduction(b) && !shape.ranges.empty()) return false;
-    outer_ = *outer;
-    reductions_ = reductions_ || isReduction(b);
+    g.outer = *outer;
+    g.reductions = g.reductions || isReduction(b);
     members.push_back(candidate);
-    members_ = std::move(members);
+    g.members = std::move(members);
     return true;
   }
 
-  bool sameLoopAsAMember(const std::vector<Member>& members, const LoopShape& shape) const {
+  static bool sameLoopAsAMember(const Shape& outer, const std::vector<Member>& members,
+                                const LoopShape& shape) {
     for (const Member& m : members) {
-      Shape ranges = outer_;
+      Shape ranges = outer;
       ranges.insert(ranges.end(), m.innerRanges.begin(), m.innerRanges.end());
       if (ranges == shape.ranges) return true;
     }
@@ -205,10 +228,8 @@ private:
 
   const Program& program_;
   Schedule schedule_;
-  bool open_ = false;
-  Shape outer_;
-  bool reductions_ = false;
-  std::vector<Member> members_;
+  std::optional<Group> open_; // the kernel buffers join
+  std::optional<Group> held_; // the kernel just before it, not yet emitted
   std::vector<sym::Expr> canonical_;
   uint32_t nextCanonical_ = 0;
 };

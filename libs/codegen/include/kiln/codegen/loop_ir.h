@@ -142,6 +142,17 @@ struct Output {
   sym::Expr symInt; // non-null: this output is its value
 };
 
+// How far in memory each load of `body` moves when `var` steps by one (null
+// where the step is not a constant): how a loop over `var` walks its inputs.
+std::vector<std::optional<int64_t>> loadSteps(const Scalar& body, sym::Expr var);
+
+// A reduction across the rows of what it reads (a column sum: bias and
+// layer_norm weight grads): some load moves one element along its last
+// output dim and none along its last reduction dim, so a thread per output
+// reads memory neighbouring threads read, where threads sharing an output
+// would read one element each of far-apart rows.
+bool reducesColumns(const Loops& loops);
+
 // Where a computed buffer stores the element at its index variables: its
 // layout's offset (non-zero for a mutation's view of its target) plus the strides.
 sym::Expr storeIndex(const Buffer& buffer);

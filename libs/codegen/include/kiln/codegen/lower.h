@@ -49,6 +49,10 @@ struct LowerOptions {
   // attention's kernels where they take the operands (flash_attention.h):
   // extern calls naming the kernel in a "kernel" attribute (CUDA).
   bool flashAttention = false;
+  // A long reduction into few outputs runs as two: partial results over
+  // chunks of its rows, enough of them to fill a GPU, then the reduction of
+  // those (Inductor's split reductions; CUDA).
+  bool splitReductions = false;
 };
 
 // Error{Unsupported} naming the first op without a lowering yet.
