@@ -81,7 +81,7 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
-def run(name, make_forward, model, idx, targets, steps, autocast, profile=False):
+def run(name, make_forward, model, idx, targets, steps, autocast, profile=False, launches=None):
     """Trains `model` through make_forward(model); returns timings, memory and losses."""
     device = idx.device
     cuda = device.type == "cuda"
@@ -123,6 +123,11 @@ def run(name, make_forward, model, idx, targets, steps, autocast, profile=False)
             sync()
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=60, max_name_column_width=60),
               flush=True)
+        if launches:  # every kernel of the step in the GPU's order, to set beside kiln.explain's kernel lists
+            kernels = sorted((e for e in prof.events() if e.device_type.name == "CUDA"),
+                             key=lambda e: e.time_range.start)
+            with open(f"{launches}.{name}.tsv", "w") as f:
+                f.writelines(f"{e.time_range.elapsed_us():.1f}\t{e.name}\n" for e in kernels)
     times.sort()
     per_step = times[len(times) // 2]
     tokens = idx.numel()
@@ -169,6 +174,8 @@ def main():
     parser.add_argument("--profile", help="comma-separated contenders to profile one step of")
     parser.add_argument("--out", help="results file (default: bench/results/...)")
     parser.add_argument("--explain", help="write kiln.explain of the compiled model (graphs, kernels) here")
+    parser.add_argument("--launches", help="with --profile: write each profiled step's kernels in order to "
+                                           "LAUNCHES.<contender>.tsv (microseconds, name)")
     parser.add_argument("--memory-budget", type=float, help="kiln.compile's memory_budget (default: its own)")
     args = parser.parse_args()
     profiled = set(args.profile.split(",")) if args.profile else set()
@@ -209,7 +216,7 @@ def main():
             made = []
             phases = _timed_phases() if name == "kiln" else None
             results[name] = run(name, lambda m: made.append(make(m)) or made[-1], model, idx, targets,
-                                args.steps, autocast, name in profiled)
+                                args.steps, autocast, name in profiled, args.launches)
             if phases:
                 results[name]["cold_phases_s"] = {k: round(v, 2) for k, v in phases.items()}
                 print("kiln cold compile by phase (s):", results[name]["cold_phases_s"], flush=True)
