@@ -84,9 +84,22 @@ TEST_F(Fusion, ReadsAtAnotherIndexSplitKernels) {
   ValueId e = x; // too big to recompute in both readers: stored
   for (int k = 0; k < 8; ++k) e = graph.call(k % 2 ? "sin" : "exp", {graph.call("neg", {e})});
   ValueId t = graph.call("transpose", {e}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
-  graph.setOutputs({e, graph.call("add", {t}, {{"other", 1.0}})});
+  graph.setOutputs({e, graph.call("contiguous", {graph.call("add", {t}, {{"other", 1.0}})})});
   Counts c = scheduled();
   EXPECT_EQ(c.kernels, 2u) << c.text; // the transposed read needs all of e first
+}
+
+TEST_F(Fusion, PermutedResultsLoopInMemoryOrder) {
+  ValueId x = input("x", {n(4), n(6)});
+  ValueId e = x;
+  for (int k = 0; k < 8; ++k) e = graph.call(k % 2 ? "sin" : "exp", {graph.call("neg", {e})});
+  ValueId t = graph.call("transpose", {e}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+  // add keeps t's strides: stored as e is, each item reads what it stored.
+  graph.setOutputs({e, graph.call("add", {t}, {{"other", 1.0}})});
+  Counts c = scheduled();
+  EXPECT_EQ(c.kernels, 1u) << c.text;
+  EXPECT_NE(c.text.find("buf2 : f32[4, 6] = pointwise [4, 6] over (i33, i32)"), std::string::npos)
+      << c.text; // its dims in memory order
 }
 
 TEST_F(Fusion, ViewsOfBodiesFuseWithTheirProducer) {

@@ -247,8 +247,36 @@ private:
     b.loops.vars = v.vars;
     b.loops.ranges = v.meta.sizes;
     b.loops.body = cast(v.meta.dtype, v.body);
+    inMemoryOrder(b);
     v.buffer = addBuffer(std::move(b));
     v.base = v.meta.storageOffset;
+  }
+
+  // A value stored in a permuted layout (a weight's grad as the transpose of
+  // the product that made it) loops over its dims in memory order, the
+  // largest stride outermost: neighbouring items store (and mostly read)
+  // neighbouring elements. The buffer's layout lists its dims in that order
+  // too (readers index it through the value's own strides).
+  static void inMemoryOrder(Buffer& b) {
+    std::vector<int64_t> strides;
+    for (sym::Expr s : b.layout.strides) {
+      std::optional<int64_t> v = s.asInteger();
+      if (!v) return;
+      strides.push_back(*v);
+    }
+    std::vector<size_t> order(strides.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t c) { return strides[a] > strides[c]; });
+    if (std::is_sorted(order.begin(), order.end())) return;
+    Buffer permuted = b;
+    for (size_t k = 0; k < order.size(); ++k) {
+      permuted.layout.sizes[k] = b.layout.sizes[order[k]];
+      permuted.layout.strides[k] = b.layout.strides[order[k]];
+      permuted.loops.vars[k] = b.loops.vars[order[k]];
+      permuted.loops.ranges[k] = b.loops.ranges[order[k]];
+    }
+    b = std::move(permuted);
   }
 
   Lowered pointwise(const TensorMeta& meta, const std::function<Scalar(const Index&)>& fn) {
