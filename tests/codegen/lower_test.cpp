@@ -848,6 +848,42 @@ TEST_F(Lower, ScatterAddIsAScatterLoopOfItsOwn) {
   }
 }
 
+// Cross entropy's grad: one value a row scattered into zeros is a body (the
+// value where the row's index names the element, else 0) that fuses into its
+// readers; its index is still checked.
+TEST_F(Lower, ScatterOfOneValueARowIntoZerosIsOneHot) {
+  ValueId index = input("index", DType::Int64, ints({6, 1}));
+  ValueId src = input("src", DType::Float32, ints({6, 1}));
+  ValueId logp = input("logp", DType::Float32, ints({6, 9}));
+  ValueId zeros = graph.call("zeros_like", {logp});
+  ValueId hot = graph.call("scatter_add", {zeros, index, graph.call("neg", {src})}, {{"dim", int64_t{1}}});
+  ValueId rowSum = graph.call("sum", {hot}, {{"dim", std::vector<int64_t>{1}}, {"keepdim", true}});
+  ValueId grad = graph.call("sub", {hot, graph.call("mul", {graph.call("exp", {logp}), rowSum})});
+  ValueId columns = graph.call("scatter_add", {graph.call("zeros_like", {graph.call("transpose", {logp},
+                                                {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}})}),
+                                                graph.call("view", {index}, {{"size", std::vector<int64_t>{1, 6}}}),
+                                                graph.call("view", {src}, {{"size", std::vector<int64_t>{1, 6}}})},
+                               {{"dim", int64_t{0}}});
+  graph.setOutputs({grad, columns});
+  std::vector<double> idx = {3, 0, 8, 8, 1, 5};
+  std::vector<HostTensor> in = {HostTensor::fromDoubles(DType::Int64, {6, 1}, idx),
+                                random(DType::Float32, {6, 1}), random(DType::Float32, {6, 9})};
+  Program p = expectSameValues(in);
+  for (const Buffer& b : p.buffers) EXPECT_FALSE(b.loops.scatter) << print(p);
+  std::string text = explain(schedule(p), p);
+  EXPECT_NE(text.find("(sum of [9]), buf"), std::string::npos) << text; // the grad fuses in its row
+  idx[2] = 9;
+  in[0] = HostTensor::fromDoubles(DType::Int64, {6, 1}, idx);
+  for (bool compiled : {false, true}) {
+    try {
+      compiled ? runCompiled(p, in) : evaluate(p, graph, in);
+      ADD_FAILURE() << "an index out of range ran";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.message();
+    }
+  }
+}
+
 // On CUDA a scatter of f32/f64/i32/i64 adds every element atomically with all
 // its loops in parallel (as torch's CUDA index_add_); other dtypes, and the
 // "+deterministic" target (torch.use_deterministic_algorithms), keep the

@@ -146,11 +146,19 @@ bool reducesColumns(const Loops& l) {
   };
   sym::Expr column = last(l.vars, l.ranges), row = last(l.reductionVars, l.reductionRanges);
   if (l.reduce == ReduceOp::None || column.isNull() || row.isNull()) return false;
-  auto ones = [&](sym::Expr var) {
-    std::vector<std::optional<int64_t>> steps = loadSteps(l.body, var);
-    return std::count(steps.begin(), steps.end(), std::optional<int64_t>(1));
-  };
-  return ones(column) > 0 && ones(row) == 0;
+  // Loads the same for every output (a row's mean and rstd) are one read per
+  // row for all threads: only those that move along the output count.
+  std::vector<std::optional<int64_t>> across = loadSteps(l.body, column),
+                                      along = loadSteps(l.body, row);
+  // A step that is no constant (a cat's pieces, dims split by a view: x / 64
+  // and x % 64) still moves by one for most neighbours.
+  bool moves = false;
+  for (size_t k = 0; k < across.size(); ++k) {
+    if (across[k] == 0 || along[k] == 0) continue; // (a load the same along the rows: no rows read)
+    if (along[k] == 1) return false;
+    moves = true;
+  }
+  return moves;
 }
 
 size_t opCount(const Scalar& s) {

@@ -147,10 +147,10 @@ struct Output {
 std::vector<std::optional<int64_t>> loadSteps(const Scalar& body, sym::Expr var);
 
 // A reduction across the rows of what it reads (a column sum: bias and
-// layer_norm weight grads): some load moves one element along its last
-// output dim and none along its last reduction dim, so a thread per output
-// reads memory neighbouring threads read, where threads sharing an output
-// would read one element each of far-apart rows.
+// layer_norm weight grads): some loads move along its last output dim and
+// none of those by one element along its last reduction dim, so a thread per
+// output reads memory neighbouring threads read, where threads sharing an
+// output would read one element each of far-apart rows.
 bool reducesColumns(const Loops& loops);
 
 // Where a computed buffer stores the element at its index variables: its
