@@ -7,7 +7,7 @@ using Common = import "common.capnp";
 using Graph = import "graph.capnp";
 
 struct PartitionOptions {
-  memoryBudget @0 :Float64 = 0.5;   # 0: recompute all it can .. 1: recompute nothing
+  memoryBudget @0 :Float64 = 0.25;   # 0: recompute all it can .. 1: recompute nothing
 }
 
 # A traced forward graph (it may mutate its inputs) and which placeholders require grad.

@@ -272,7 +272,7 @@ def _host_input(traced) -> str | None:
 OPTIONS = {
     # Training: the partitioner's trade of recompute for memory, 0 (recompute all it can)
     # to 1 (save everything the backward reads).
-    "memory_budget": 0.5,
+    "memory_budget": 0.25,
 }
 
 
@@ -323,7 +323,7 @@ def compile(fn_or_module=None, *, dynamic: bool | None = None, fullgraph: bool =
     mode: None/"default", or "reduce-overhead": a CUDA entry's kernels replayed from a CUDA
         graph per input layout (inputs copied into the graph's memory; outputs are copies).
     options: {"memory_budget": 0..1} (training: 0 recomputes all it can in the backward,
-        1 saves everything it reads; default 0.5).
+        1 saves everything it reads; default 0.25).
     stack: a kiln.Stack (default: the running stack, or one started for this process).
     """
     settings = dict(dynamic=dynamic, fullgraph=fullgraph, mode=mode, options=options, stack=stack)

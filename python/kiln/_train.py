@@ -3,7 +3,7 @@ or a parameter requires grad under grad mode) is functionalized, differentiated 
 partitioned by the partitioner service; its forward and backward graphs are compiled
 by the codegen service and run here inside a torch.autograd.Function.
 
-    runner = compile_training(traced, stack, inputs, "cpu", memory_budget=0.5)   # KilnError when a service fails
+    runner = compile_training(traced, stack, inputs, "cpu", memory_budget=0.25)   # KilnError when a service fails
     out = runner(fn, args, kwargs)                      # as eager; out.backward() runs the backward artifact
 
 The forward artifact returns the call's outputs, the new values of the inputs it

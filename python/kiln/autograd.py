@@ -51,7 +51,7 @@ def backward(graph: Graph, requires_grad: Sequence[bool]) -> Joint:
     return Joint(**_ir.backward(graph, list(requires_grad)))
 
 
-def partition(graph: Graph, requires_grad: Sequence[bool], memory_budget: float = 0.5) -> Partition:
+def partition(graph: Graph, requires_grad: Sequence[bool], memory_budget: float = 0.25) -> Partition:
     """backward(), then the min-cut partition: 0 recomputes all it can, 1 recomputes nothing."""
     info = _ir.partition(graph, list(requires_grad), memory_budget)
     info["joint"] = Joint(**info["joint"])

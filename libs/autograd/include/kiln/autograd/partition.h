@@ -19,7 +19,7 @@ struct PartitionOptions {
   // nothing (save every forward value the backward reads). In between, the
   // saved bytes may go that fraction of the way from the first plan's to the
   // second's, recomputing as little as that allows.
-  double memoryBudget = 0.5;
+  double memoryBudget = 0.25;
 };
 
 struct Partition {

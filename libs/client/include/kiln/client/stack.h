@@ -106,7 +106,7 @@ public:
   // not floating, a mask of the wrong length) or Error{unsupported} (an op without a
   // derivative rule, a mutation functionalization cannot follow).
   Partitioned partition(const ir::Graph& graph, const std::vector<bool>& requiresGrad,
-                        double memoryBudget = 0.5, Millis timeout = Millis(60000));
+                        double memoryBudget = 0.25, Millis timeout = Millis(60000));
   // Traces through the tracer service: a whole TraceRequest message in, the
   // TraceReply message out (schemas/tracer.capnp, docs/tracer.md). A request
   // that does not decode is Error{malformed}.
