@@ -13,6 +13,8 @@
 //     index: a reduction's result at the outer index, a pointwise buffer's
 //     element at the very index it was stored at;
 //   - no extern call comes between them (extern calls are steps of their own);
+//   - a buffer that cannot join the open kernel and reads none of it may join
+//     the kernel before it on the same terms (split reductions' partials);
 //   - a buffer that reads none of the kernel's joins only over the same outer
 //     ranges and, if pointwise, over the ranges of a member's loop (horizontal
 //     fusion adds no loop), and a kernel over no outer range (a reduction to a
