@@ -231,6 +231,9 @@ private:
   // over its whole column: neighbouring threads read neighbouring elements.
   // Where outputs are few and columns long, lowering has split the sums
   // (LowerOptions::splitReductions) so that there are enough threads.
+  // TODO(issue 7): a thread's loads follow one another (GPT-2's qkv bias grad:
+  // 256 rows through attention grads' cat, 107 us); several columns or rows
+  // per thread in flight would hide the latency.
   bool columnSums(sym::Expr items, std::optional<int64_t> work) const {
     for (BufferId id : kernel_.buffers)
       if (!reducesColumns(program_.buffers[id].loops)) return false;
