@@ -80,6 +80,18 @@ struct Lower : ::testing::Test {
     return n;
   }
 
+  // An index out of range: a typed error from the evaluator and the compiled kernel alike.
+  void expectIndexError(const Program& p, const std::vector<HostTensor>& in) {
+    for (bool compiled : {false, true}) {
+      try {
+        compiled ? runCompiled(p, in) : evaluate(p, graph, in);
+        ADD_FAILURE() << "an index out of range ran";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.message();
+      }
+    }
+  }
+
   // The program compiled for the CPU and run on the inputs.
   std::vector<HostTensor> runCompiled(const Program& program,
                                       const std::vector<HostTensor>& inputs) {
@@ -838,14 +850,7 @@ TEST_F(Lower, ScatterAddIsAScatterLoopOfItsOwn) {
   in[0] = random(DType::Float32, {4, 4});
   in[1] = HostTensor::fromDoubles(DType::Int64, {3, 4}, idx);
   in[3] = random(DType::Int32, {4, 4}, -9, 9);
-  for (bool compiled : {false, true}) {
-    try {
-      compiled ? runCompiled(p, in) : evaluate(p, graph, in);
-      ADD_FAILURE() << "an index out of range ran";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.message();
-    }
-  }
+  expectIndexError(p, in);
 }
 
 // Cross entropy's grad: one value a row scattered into zeros is a body (the
@@ -874,14 +879,7 @@ TEST_F(Lower, ScatterOfOneValueARowIntoZerosIsOneHot) {
   EXPECT_NE(text.find("(sum of [9]), buf"), std::string::npos) << text; // the grad fuses in its row
   idx[2] = 9;
   in[0] = HostTensor::fromDoubles(DType::Int64, {6, 1}, idx);
-  for (bool compiled : {false, true}) {
-    try {
-      compiled ? runCompiled(p, in) : evaluate(p, graph, in);
-      ADD_FAILURE() << "an index out of range ran";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.message();
-    }
-  }
+  expectIndexError(p, in);
 }
 
 // On CUDA a scatter of f32/f64/i32/i64 adds every element atomically with all
