@@ -304,6 +304,18 @@ TEST_F(Lower, LongReductionsIntoFewOutputsSumPartialsFirst) {
       << "the CPU splits nothing";
 }
 
+TEST_F(Lower, SquaresAndCubesAreProducts) {
+  ValueId x = input("x", DType::Float32, ints({5, 7}));
+  ValueId h = input("h", DType::BFloat16, ints({5, 7}));
+  graph.setOutputs({graph.call("pow", {x}, {{"other", int64_t{2}}}),
+                    graph.call("pow", {x}, {{"other", 3.0}}),
+                    graph.call("pow", {x}, {{"other", 2.5}}), // stays a pow
+                    graph.call("gelu", {h}, {{"approximate", std::string("tanh")}})});
+  Program p = expectSameValues({random(DType::Float32, {5, 7}, 0.1, 2),
+                                random(DType::BFloat16, {5, 7})}, 1e-2);
+  EXPECT_EQ(occurrences(print(p), "pow("), 1u) << print(p);
+}
+
 TEST_F(Lower, ExtremesOfRowsWithANaNAreNaN) {
   ValueId x = input("x", DType::Float32, ints({3, 40}));
   graph.setOutputs({graph.call("amax", {x}, {{"dim", std::vector<int64_t>{1}}}),

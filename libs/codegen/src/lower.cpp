@@ -1037,6 +1037,14 @@ private:
     return n;
   }
 
+  // The number a scalar always is (a constant, converted or not), if any.
+  static std::optional<double> constantValue(const Scalar& s) {
+    if (s->kind == ScalarKind::Cast) // to a floating dtype: whole numbers stay what they were
+      return ir::isFloating(s->dtype) ? constantValue(s->args[0]) : std::nullopt;
+    if (s->kind != ScalarKind::Constant) return std::nullopt;
+    return ir::isFloating(s->dtype) ? s->number : static_cast<double>(s->integer);
+  }
+
   std::optional<Lowered> lowerPointwise(const ir::Node& node, const Args& a,
                                         const TensorMeta& meta) {
     const std::string& op = node.target;
@@ -1082,6 +1090,13 @@ private:
           y = binary("mul", compute, y,
                      ir::isFloating(compute) ? constantF(compute, alpha)
                                              : constantI(compute, static_cast<int64_t>(alpha)));
+        // x ** 2 and x ** 3 (tanh GELU's cube, variances) as products, as torch's
+        // pow_tensor_scalar and Inductor do: powf costs tens of instructions.
+        std::optional<double> power = constantValue(y);
+        if (name == "pow" && ir::isFloating(compute) && (power == 2.0 || power == 3.0)) {
+          Scalar square = binary("mul", compute, x, x);
+          return power == 2.0 ? square : binary("mul", compute, square, x);
+        }
         return binary(name, isComparison(op) ? DType::Bool : compute, x, y);
       });
     }
