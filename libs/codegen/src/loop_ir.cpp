@@ -127,6 +127,16 @@ sym::Expr storeIndex(const Buffer& b) {
   return at;
 }
 
+std::optional<int64_t> staticNumel(const Shape& sizes) {
+  int64_t n = 1;
+  for (sym::Expr s : sizes) {
+    std::optional<int64_t> v = s.asInteger();
+    if (!v) return std::nullopt;
+    n *= *v;
+  }
+  return n;
+}
+
 std::vector<std::optional<int64_t>> loadSteps(const Scalar& body, sym::Expr var) {
   std::vector<std::optional<int64_t>> steps;
   std::function<void(const Scalar&)> walk = [&](const Scalar& s) {

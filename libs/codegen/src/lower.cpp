@@ -962,7 +962,7 @@ private:
   // outermost for column sums, innermost for rows), then `l` reduces those.
   void splitReduction(Loops& l) {
     if (l.reduce == ReduceOp::ArgMax || l.reduce == ReduceOp::ArgMin) return;
-    std::optional<int64_t> outputs = staticCount(l.ranges), rows = staticCount(l.reductionRanges);
+    std::optional<int64_t> outputs = staticNumel(l.ranges), rows = staticNumel(l.reductionRanges);
     if (!outputs || !rows) return;
     bool columns = reducesColumns(l);
     if (!columns && *outputs >= 128) return;
@@ -1025,16 +1025,6 @@ private:
     sym::Expr flat = table_.integer(0);
     for (size_t k = 0; k < at.size(); ++k) flat = flat + at[k] * partial.layout.strides[k];
     l.body = load(l.accumulator, addBuffer(std::move(partial)), flat);
-  }
-
-  static std::optional<int64_t> staticCount(const Shape& sizes) {
-    int64_t n = 1;
-    for (sym::Expr s : sizes) {
-      std::optional<int64_t> v = s.asInteger();
-      if (!v) return std::nullopt;
-      n *= *v;
-    }
-    return n;
   }
 
   // The number a scalar always is (a constant, converted or not), if any.

@@ -142,6 +142,9 @@ struct Output {
   sym::Expr symInt; // non-null: this output is its value
 };
 
+// The product of sizes that are all known; null when one is symbolic.
+std::optional<int64_t> staticNumel(const Shape& sizes);
+
 // How far in memory each load of `body` moves when `var` steps by one (null
 // where the step is not a constant): how a loop over `var` walks its inputs.
 std::vector<std::optional<int64_t>> loadSteps(const Scalar& body, sym::Expr var);
