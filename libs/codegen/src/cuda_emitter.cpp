@@ -89,9 +89,6 @@ std::optional<int64_t> staticRowWork(const Program& program, const Kernel& kerne
   return most;
 }
 
-// Positions of a column a thread loads before it adds them (column sums).
-constexpr int kColumnRowsInFlight = 4;
-
 int64_t powerOfTwoAtLeast(int64_t n) {
   int64_t p = 1;
   while (p < n) p *= 2;
@@ -230,9 +227,11 @@ private:
   // over its whole column: neighbouring threads read neighbouring elements.
   // Where outputs are few and columns long, lowering has split the sums
   // (LowerOptions::splitReductions) so that there are enough threads.
-  // TODO(issue 7): a thread's loads follow one another (GPT-2's qkv bias grad:
-  // 256 rows through attention grads' cat, 107 us); several columns or rows
-  // per thread in flight would hide the latency.
+  // TODO(issue 7): GPT-2's qkv bias grad (256 rows a thread through the cat of
+  // attention's grads, 38 MB) takes 107 us, a third of the bandwidth; four rows'
+  // loads in flight a thread (separate accumulators) measured no faster on the
+  // H100, so it is not load latency: look at the cat's per-load index
+  // arithmetic (64-bit / and % by the head size) with ncu.
   bool columnSums(sym::Expr items, std::optional<int64_t> work) const {
     for (BufferId id : kernel_.buffers)
       if (!reducesColumns(program_.buffers[id].loops)) return false;
@@ -757,45 +756,6 @@ private:
     return indent + "if (kiln_vec) {\n" + vector + indent + "} else {\n" + scalar + indent + "}\n";
   }
 
-  // A thread's loop over a whole column (`ranges` flattened, binding `vars`),
-  // kColumnRowsInFlight positions an iteration, each in a scope of its own:
-  // their loads do not wait for one another (one at a time, a column of 256
-  // rows took 107 us on the H100, latency-bound).
-  std::string columnLoop(const std::vector<sym::Expr>& vars, const Shape& ranges,
-                         const std::string& indent,
-                         const std::function<std::string(Block&, int)>& body) {
-    for (size_t k = 0; k < vars.size(); ++k) {
-      declared_.insert(vars[k]);
-      innerOf_[vars[k]] = k;
-    }
-    std::string count = numelText(ranges), step = std::to_string(kColumnRowsInFlight);
-    std::optional<int64_t> rows = staticNumel(ranges);
-    bool whole = rows && *rows % kColumnRowsInFlight == 0;
-    std::string lines = indent + "for (" + ix_ + " kiln_j0 = 0; kiln_j0 < " + count +
-                        "; kiln_j0 += " + step + ") {\n";
-    inRowLoop_ = true;
-    for (int k = 0; k < kColumnRowsInFlight; ++k) {
-      std::string in = indent + "  ";
-      lines += in + "{\n";
-      in += "  ";
-      lines += in + "const " + ix_ + " kiln_j = kiln_j0 + " + std::to_string(k) + ";\n";
-      if (!whole) lines += in + "if (kiln_j < " + count + ") {\n";
-      if (!whole) in += "  ";
-      if (!vars.empty()) lines += in + ix_ + " kiln_jrest = kiln_j;\n";
-      for (size_t v = vars.size(); v-- > 0;) {
-        lines += in + "const int64_t " + sym::toString(vars[v]) + " = " +
-                 (v == 0 ? std::string("kiln_jrest") : "kiln_jrest % " + index(ranges[v])) + ";\n";
-        if (v > 0) lines += in + "kiln_jrest /= " + index(ranges[v]) + ";\n";
-      }
-      Block block(in);
-      std::string tail = body(block, k);
-      lines += block.lines + tail;
-      if (!whole) lines += indent + "    }\n";
-      lines += indent + "  }\n";
-    }
-    return lines + indent + "}\n";
-  }
-
   std::string rowLoopText(size_t member, const std::vector<sym::Expr>& vars, const Shape& ranges,
                           const std::string& storeTo, std::string indent, const PositionBody& body,
                           bool vector) {
@@ -1013,35 +973,19 @@ private:
     lines += indent + (arg ? slotType + " " + acc + " = {0, -1};\n"
                            : type + " " + acc + " = " + init + ";\n");
     auto keeps = rowKeeps_.find(id);
-    std::string into = acc; // the accumulator a position adds to
-    auto add = [&](const std::string& to, const std::string& v, const std::string& at) {
-      if (arg) return to + " = " + fn + "(" + to + ", " + slotType + "{" + v + ", " + at + "});\n";
-      return "{ const " + type + " a = " + to + ", b = " + v + "; " + to + " = static_cast<" +
-             type + ">(" + combine + "); }\n";
-    };
     auto element = [&](Block& block, const std::string&) {
       std::string value = emit(l.body, block, false);
       std::string kept = keeps == rowKeeps_.end()
                              ? ""
                              : block.indent + keeps->second + "[kiln_slot] = " + value + ";\n";
-      return kept + block.indent + add(into, convert(l.body->dtype, l.accumulator, value), "kiln_j");
+      std::string v = convert(l.body->dtype, l.accumulator, value);
+      if (arg)
+        return kept + block.indent + acc + " = " + fn + "(" + acc + ", " + slotType + "{" + v +
+               ", kiln_j});\n";
+      return kept + block.indent + "{ const " + type + " a = " + acc + ", b = " + v + "; " + acc +
+             " = static_cast<" + type + ">(" + combine + "); }\n";
     };
-    if (group_ == 1) { // a column: kColumnRowsInFlight accumulators, their loads in flight together
-      std::vector<std::string> accs;
-      for (int k = 0; k < kColumnRowsInFlight; ++k) {
-        accs.push_back(acc + "_" + std::to_string(k));
-        lines += indent + (arg ? slotType + " " + accs.back() + " = {0, -1};\n"
-                               : type + " " + accs.back() + " = " + init + ";\n");
-      }
-      lines += columnLoop(l.reductionVars, l.reductionRanges, indent, [&](Block& block, int k) {
-        into = accs[static_cast<size_t>(k)];
-        return element(block, "");
-      });
-      for (const std::string& a : accs)
-        lines += indent + (arg ? acc + " = " + fn + "(" + acc + ", " + a + ");\n" : add(acc, a, ""));
-    } else {
-      lines += rowLoop(member, l.reductionVars, l.reductionRanges, "", indent, element);
-    }
+    lines += rowLoop(member, l.reductionVars, l.reductionRanges, "", indent, element);
     lines += indent + acc + " = kiln_group_reduce<" + std::to_string(group_) + ">(" + acc + ", " +
              fn + ", " + slots + ");\n";
     std::string result = arg ? acc + ".at" : acc;
