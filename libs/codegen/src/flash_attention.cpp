@@ -266,6 +266,25 @@ KILN_FN void times_tile(float (*acc)[4], const float (*p)[4], const uint16_t (*t
 KILN_FN int row_of(int e) { return ((threadIdx.x % 32) >> 2) + 8 * (e >> 1); }
 KILN_FN int col_of(int j, int e) { return j * 8 + (threadIdx.x & 3) * 2 + (e & 1); }
 
+/* f(j, e) for each of the thread's elements of a warp's 16 x kStep
+   accumulator tile (row_of(e), col_of(j, e) within it). */
+template <class F> KILN_FN void each_element(F f) {
+#pragma unroll
+  for (int j = 0; j < kStep / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) f(j, e);
+}
+
+/* f(h, row) for the two rows of the warp's 16 (from `first` on, the warp's
+   own) this thread holds halves h of, where row < count. */
+template <class F> KILN_FN void each_own_row(int64_t first, int64_t count, F f) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = first + threadIdx.x / 32 * 16 + row_of(2 * h);
+    if (row < count) f(h, row);
+  }
+}
+
 KILN_FN void zero(float (*acc)[4], int n) {
   for (int d = 0; d < n; ++d) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.f;
 }
@@ -359,14 +378,11 @@ template <int D, bool BF16, bool CAUSAL, bool OUT> KILN_FN void forward(KILN_FLA
     if (OUT) times_tile<D, BF16>(o, s, sh.tile[i & 1][1]);
     __syncthreads(); /* the next load may overwrite this stage */
   }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t row = m0 + warp * 16 + row_of(2 * h);
-    if (row >= L) continue;
+  each_own_row(m0, L, [&](int h, int64_t row) {
     if (OUT) /* no keys: zeros, as torch */
       store_row<D, BF16>(out + b0 * ob0 + b1 * ob1 + row * orow, o, h, sum[h] > 0.f ? 1.f / sum[h] : 0.f);
     if (out_lse && (threadIdx.x & 3) == 0) out_lse[b * L + row] = top[h] / kLog2e + logf(sum[h]);
-  }
+  });
 }
 
 /* dq = dS k for 64 query rows, dS = P * (dO v^T - delta) * scale, P = exp(scores - lse). */
@@ -402,24 +418,18 @@ template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_query(KILN_FLASH_PARA
     float s[kStep / 8][4], dp[kStep / 8][4];
     times_rows<D, BF16>(s, qa, sh.tile[i & 1][0]);
     times_rows<D, BF16>(dp, ga, sh.tile[i & 1][1]);
-#pragma unroll
-    for (int j = 0; j < kStep / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t row = m0 + warp * 16 + row_of(e), col = n0 + col_of(j, e);
-        const float p = col >= S || (CAUSAL && col > row)
-                            ? 0.f : exp2f(s[j][e] * scale2 - rowLse[e >> 1]);
-        s[j][e] = p * (dp[j][e] - rowDelta[e >> 1]) * scale;
-      }
+    each_element([&](int j, int e) {
+      const int64_t row = m0 + warp * 16 + row_of(e), col = n0 + col_of(j, e);
+      const float p = col >= S || (CAUSAL && col > row)
+                          ? 0.f : exp2f(s[j][e] * scale2 - rowLse[e >> 1]);
+      s[j][e] = p * (dp[j][e] - rowDelta[e >> 1]) * scale;
+    });
     times_tile<D, BF16>(dq, s, sh.tile[i & 1][0]);
     __syncthreads();
   }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t row = m0 + warp * 16 + row_of(2 * h);
-    if (row >= L) continue;
+  each_own_row(m0, L, [&](int h, int64_t row) {
     store_row<D, BF16>(out + b0 * ob0 + b1 * ob1 + row * orow, dq, h, 1.f);
-  }
+  });
 }
 
 /* [dk, dv] for 64 key rows: dv = P^T dO, dk = dS^T q, over every query row. */
@@ -455,29 +465,23 @@ template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_key_value(KILN_FLASH_
     float st[kStep / 8][4], dpt[kStep / 8][4]; /* k q^T and v dO^T: keys by queries */
     times_rows<D, BF16>(st, ka, sh.tile[i & 1][0]);
     times_rows<D, BF16>(dpt, va, sh.tile[i & 1][1]);
-#pragma unroll
-    for (int j = 0; j < kStep / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = col_of(j, e);
-        const int64_t key = n0 + warp * 16 + row_of(e), query = m0 + c;
-        const float p = query >= L || (CAUSAL && key > query)
-                            ? 0.f : exp2f(st[j][e] * scale2 - sl[c] * kLog2e);
-        st[j][e] = p;
-        dpt[j][e] = p * (dpt[j][e] - sd[c]) * scale;
-      }
+    each_element([&](int j, int e) {
+      const int c = col_of(j, e);
+      const int64_t key = n0 + warp * 16 + row_of(e), query = m0 + c;
+      const float p = query >= L || (CAUSAL && key > query)
+                          ? 0.f : exp2f(st[j][e] * scale2 - sl[c] * kLog2e);
+      st[j][e] = p;
+      dpt[j][e] = p * (dpt[j][e] - sd[c]) * scale;
+    });
     times_tile<D, BF16>(dv, st, sh.tile[i & 1][1]);
     times_tile<D, BF16>(dk, dpt, sh.tile[i & 1][0]);
     __syncthreads();
   }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t key = n0 + warp * 16 + row_of(2 * h);
-    if (key >= S) continue;
+  each_own_row(n0, S, [&](int h, int64_t key) {
     uint16_t* dst = out + b0 * ob0 + b1 * ob1 + key * orow;
     store_row<D, BF16>(dst, dk, h, 1.f);
     store_row<D, BF16>(dst + D, dv, h, 1.f);
-  }
+  });
 }
 } /* namespace kiln_flash */
 )";

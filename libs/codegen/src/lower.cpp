@@ -853,8 +853,7 @@ private:
   // index is checked as the scatter checks it, once per element.
   std::optional<Lowered> oneHot(const Lowered& self, Lowered& index, Lowered& src,
                                 const TensorMeta& meta, size_t dim) {
-    bool zeros = !self.buffer && !self.viewed && self.body->kind == ScalarKind::Constant &&
-                 self.body->number == 0 && self.body->integer == 0;
+    bool zeros = !self.buffer && !self.viewed && constantValue(self.body) == 0.0;
     if (!zeros || meta.dim() == 0 || index.meta.dim() != meta.dim() ||
         index.meta.sizes[dim].asInteger() != 1 || src.meta.dim() != meta.dim())
       return std::nullopt;
@@ -866,10 +865,10 @@ private:
     return pointwise(meta, [&](const Index& i) {
       Index row = i;
       row[dim] = table_.integer(0);
-      Scalar at = cast(DType::Int64, loadAt(index, row));
+      Scalar at = loadAt(index, row);
       sym::Expr checked = freshVars("t", {table_.integer(0)})[0];
-      Scalar named = indirectLoad(index.meta.dtype, *index.buffer, loadAt(index, row)->index,
-                                  {checked}, {at}, {meta.sizes[dim]});
+      Scalar named = indirectLoad(index.meta.dtype, *index.buffer, at->index, {checked},
+                                  {cast(DType::Int64, at)}, {meta.sizes[dim]});
       Scalar zero = ir::isFloating(meta.dtype) ? constantF(meta.dtype, 0) : constantI(meta.dtype, 0);
       return where(binary("eq", DType::Bool, cast(DType::Int64, named), indexOf(DType::Int64, i[dim])),
                    cast(meta.dtype, loadAt(src, row)), zero);
@@ -1001,17 +1000,19 @@ private:
       bind.emplace(l.reductionVars[k], v);
     }
 
+    // The partials' dims: chunks then outputs for column sums, else the reverse.
+    auto laidOut = [columns](std::vector<sym::Expr> chunk, const std::vector<sym::Expr>& out) {
+      if (!columns) chunk.insert(chunk.begin(), out.begin(), out.end());
+      else chunk.insert(chunk.end(), out.begin(), out.end());
+      return chunk;
+    };
     Buffer partial;
     partial.kind = BufferKind::Computed;
     Loops& p = partial.loops;
     p.reduce = l.reduce;
     p.accumulator = l.accumulator;
-    p.vars = columns ? chunkVars : outVars;
-    p.vars.insert(p.vars.end(), columns ? outVars.begin() : chunkVars.begin(),
-                  columns ? outVars.end() : chunkVars.end());
-    p.ranges = columns ? chunkRanges : l.ranges;
-    p.ranges.insert(p.ranges.end(), columns ? l.ranges.begin() : chunkRanges.begin(),
-                    columns ? l.ranges.end() : chunkRanges.end());
+    p.vars = laidOut(chunkVars, outVars);
+    p.ranges = laidOut(chunkRanges, l.ranges);
     p.reductionVars = restVars;
     p.reductionRanges = restRanges;
     p.body = substitute(l.body, bind);
@@ -1019,9 +1020,7 @@ private:
 
     l.reductionRanges = chunkRanges;
     l.reductionVars = freshVars("r", chunkRanges);
-    Index at = columns ? l.reductionVars : l.vars;
-    at.insert(at.end(), columns ? l.vars.begin() : l.reductionVars.begin(),
-              columns ? l.vars.end() : l.reductionVars.end());
+    Index at = laidOut(l.reductionVars, l.vars);
     sym::Expr flat = table_.integer(0);
     for (size_t k = 0; k < at.size(); ++k) flat = flat + at[k] * partial.layout.strides[k];
     l.body = load(l.accumulator, addBuffer(std::move(partial)), flat);
