@@ -111,6 +111,33 @@ TEST(Backward, SplitPiecesWithoutGradGetZeros) {
   EXPECT_EQ(out[1].toDoubles(), (std::vector<double>{0, 0, 5, 6}));
 }
 
+// A linear layer's x @ w.t(): w's grad comes out contiguous, like w (autograd
+// copies a grad whose strides differ from its parameter's), for mm and for
+// matmul over a batch of rows; its values are dy's columns against x's.
+TEST(Backward, GradsOfTransposedWeightsKeepTheWeightsLayout) {
+  for (const char* op : {"mm", "matmul"}) {
+    sym::SymbolTable t;
+    ir::Graph g(t);
+    bool batched = std::string(op) == "matmul";
+    ValueId x = g.placeholder("x", batched ? f64(t, {1, 2, 3}) : f64(t, {2, 3}));
+    ValueId w = g.placeholder("w", f64(t, {4, 3}));
+    ValueId wt = g.call("transpose", {w}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
+    g.setOutputs({g.call(op, {x, wt})});
+    JointGraph j = backward(g, {true, true});
+    ir::verify(j.graph);
+    ir::TensorMeta grad = j.graph.meta(j.graph.outputs()[2]);
+    EXPECT_TRUE(grad.isContiguous()) << op << ": " << ir::toString(grad);
+    std::vector<int64_t> xs = batched ? std::vector<int64_t>{1, 2, 3} : std::vector<int64_t>{2, 3};
+    std::vector<int64_t> ys = batched ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{2, 4};
+    auto out = ir::interpret(j.graph, {tensor(xs, {1, 2, 3, 4, 5, 6}),
+                                       tensor({4, 3}, std::vector<double>(12, 0.5)),
+                                       tensor(ys, {1, 0, 0, 2, 0, 1, 0, 0})});
+    // dw[j, k] = sum_i dy[i, j] * x[i, k]
+    EXPECT_EQ(out[2].toDoubles(), (std::vector<double>{1, 2, 3, 4, 5, 6, 0, 0, 0, 2, 4, 6}))
+        << op;
+  }
+}
+
 TEST(Backward, RefusesBadRequests) {
   sym::SymbolTable t;
   ir::Graph g(t);

@@ -510,6 +510,41 @@ TEST_F(Lower, SharedBigBodiesAreStoredOnce) {
   graph.setOutputs({graph.call("add", {y}, {{"other", 1.0}}), graph.call("mul", {y, y})});
   Program p = expectSameValues({random(DType::Float32, {8}, -1, 1)});
   EXPECT_EQ(countKind(p, BufferKind::Computed), 3u) << print(p); // y, then each output
+  // y joins its readers' kernel, which holds it in a register: never stored.
+  Schedule plan = schedule(p);
+  ASSERT_EQ(plan.kernels.size(), 1u) << explain(plan, p);
+  EXPECT_EQ(plan.kernels[0].local, std::vector<BufferId>{1}) << explain(plan, p);
+  std::string cuda = emitCuda(p, plan).code;
+  EXPECT_EQ(cuda.find("kiln_b1"), std::string::npos) << cuda;
+  EXPECT_NE(cuda.find("kiln_r1"), std::string::npos) << cuda;
+  // As an output too it is stored.
+  graph.setOutputs({graph.call("add", {y}, {{"other", 1.0}}), y});
+  Program out = expectSameValues({random(DType::Float32, {8}, -1, 1)});
+  EXPECT_TRUE(schedule(out).kernels[0].local.empty()) << print(out);
+}
+
+// A qkv projection's grad: the cat of three grads feeds a product (which stores
+// it) and a bias grad's sum, which loads the stored cat rather than computing
+// it again from the three sources; a reshape of the cat to rows counts too.
+TEST_F(Lower, BodiesALibraryCallStoresAreReadFromTheirBuffer) {
+  ValueId q = input("q", DType::Float32, ints({2, 3, 4}));
+  ValueId k = input("k", DType::Float32, ints({2, 3, 4}));
+  ValueId w = input("w", DType::Float32, ints({8, 5}));
+  ValueId qkv = graph.call("cat", {q, k}, {{"dim", int64_t{2}}});
+  ValueId rows = graph.call("reshape", {qkv}, {{"size", std::vector<int64_t>{6, 8}}});
+  graph.setOutputs({graph.call("sum", {qkv}, {{"dim", std::vector<int64_t>{0, 1}}}),
+                    graph.call("mm", {rows, w})});
+  Program p = expectSameValues({random(DType::Float32, {2, 3, 4}),
+                                random(DType::Float32, {2, 3, 4}), random(DType::Float32, {8, 5})},
+                               1e-4);
+  ASSERT_EQ(p.buffers.size(), 6u) << print(p); // q, k, w, the cat, the sum, the product
+  const Buffer& cat = p.buffers[3];
+  const Buffer& sum = p.buffers[4];
+  EXPECT_EQ(cat.loops.reduce, ReduceOp::None) << print(p);
+  EXPECT_EQ(sum.loops.reduce, ReduceOp::Sum) << print(p);
+  ASSERT_EQ(sum.loops.body->kind, ScalarKind::Load) << print(p);
+  EXPECT_EQ(sum.loops.body->buffer, 3u) << print(p);
+  EXPECT_EQ(p.buffers[5].call.inputs.front(), 3u) << print(p);
 }
 
 TEST_F(Lower, MutationsWriteTheirTargetInOrder) {

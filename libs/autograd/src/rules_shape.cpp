@@ -211,12 +211,30 @@ ValueId mT(Ops& o, ValueId x) {
   return o.call("transpose", {x}, {{"dim0", n - 2}, {"dim1", n - 1}});
 }
 
+// A matrix stored column-major: the transpose of a contiguous one, as a
+// linear layer's weight.t().
+bool columnMajor(const ir::TensorMeta& m) {
+  return m.dim() == 2 && !m.isContiguous() && m.strides[0].asInteger() == std::optional<int64_t>(1);
+}
+
+// x @ y, computed as (yᵀ @ xᵀ)ᵀ when the product should come out in the layout
+// of a column-major operand: the grad of a linear layer's weight.t() is then the
+// transpose of a contiguous product, so the weight's own grad is contiguous, as
+// torch's mm_mat1_backward/mm_mat2_backward lay it out (autograd would copy a
+// grad whose strides differ from its parameter's).
+ValueId product(Ops& o, const char* op, ValueId x, ValueId y, bool columnMajorResult) {
+  if (!columnMajorResult) return o.call(op, {x, y});
+  return mT(o, o.call(op, {mT(o, y), mT(o, x)}));
+}
+
 Grads mm(RuleContext& c) {
   Ops o{c.g};
   const char* op = c.node.target == "bmm" ? "bmm" : "mm";
   ValueId a = c.in(0), b = c.in(1), g = *c.grad;
-  return {c.needs[0] ? std::optional(o.call(op, {g, mT(o, b)})) : std::nullopt,
-          c.needs[1] ? std::optional(o.call(op, {mT(o, a), g})) : std::nullopt};
+  Grads r(2);
+  if (c.needs[0]) r[0] = product(o, op, g, mT(o, b), columnMajor(c.meta(0)));
+  if (c.needs[1]) r[1] = product(o, op, mT(o, a), g, columnMajor(c.meta(1)));
+  return r;
 }
 
 // [..., M, K] as the matrix [... * M, K].
@@ -251,9 +269,11 @@ Grads matmul(RuleContext& c) {
   if (c.needs[1] && !colB && c.meta(1).dim() == 2 && c.g.meta(a).dim() > 2) {
     // A weight shared across a batch: one product over the batch's rows, not a
     // product per batch element summed afterwards (a [batch, K, N] intermediate).
-    r[1] = o.call("mm", {mT(o, rowsOf(o, a)), rowsOf(o, g)});
+    r[1] = product(o, "mm", mT(o, rowsOf(o, a)), rowsOf(o, g), columnMajor(c.meta(1)));
   } else if (c.needs[1]) {
-    ValueId ga = mT(o, a), gb = o.call("matmul", {ga, g});
+    ValueId ga = mT(o, a);
+    ValueId gb = colB ? o.call("matmul", {ga, g})
+                      : product(o, "matmul", ga, g, columnMajor(c.meta(1)));
     r[1] = colB ? o.call("squeeze", {gb}, {{"dim", std::vector<int64_t>{-1}}}) : gb;
   }
   return r;

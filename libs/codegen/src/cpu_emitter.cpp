@@ -149,6 +149,7 @@ private:
       Block block(indent);
       std::string value = storedBody(b, block);
       lines += block.lines;
+      if (local) return lines + storeOrHold(id, value, "kiln_r" + std::to_string(id), indent);
       lines += indent + pointer(id) + "[" + index(store) + "] = " + value + ";\n";
       return lines + close;
     }

@@ -353,7 +353,8 @@ private:
       vectorLoads(s->args[0], units, perRow, find, out);
       return;
     }
-    if (s->kind == ScalarKind::Load && s->indirect.empty() && !registers_.count(s->buffer))
+    if (s->kind == ScalarKind::Load && s->indirect.empty() && !registers_.count(s->buffer) &&
+        !isLocal(s->buffer))
       if (auto base = find(s->index, units)) out.push_back({s.get(), *base, perRow});
     for (const Scalar& a : s->args) vectorLoads(a, units, perRow, find, out);
   }
@@ -382,7 +383,7 @@ private:
         accesses.push_back({v.node->buffer, v.base});
         widest = std::max(widest, elementSize(program_.buffers[v.node->buffer].layout.dtype));
       }
-      stores.push_back(contiguousBase(storeIndex(b), units));
+      stores.push_back(isLocal(id) ? std::nullopt : contiguousBase(storeIndex(b), units));
       if (stores.back()) {
         accesses.push_back({id, *stores.back()});
         widest = std::max(widest, elementSize(b.layout.dtype));
@@ -451,10 +452,15 @@ private:
                 " + (" + index(base) + ") + " + (perRow ? rowAt : at) + ");\n";
       }
       std::string out = "kiln_s" + std::to_string(m);
-      if (stores[m]) text += inner + storageType(b.layout.dtype) + " " + out + "[" + lanes + "];\n";
+      bool held = isLocal(id); // in `out` for the later buffers, never stored
+      if (stores[m] || held)
+        text += inner + storageType(b.layout.dtype) + " " + out + "[" + lanes + "];\n";
       for (int u = 0; u < lanes_; ++u) {
         text += inner + "{\n";
         std::string lane = inner + "  ";
+        for (size_t p = 0; p < m; ++p)
+          if (isLocal(kernel_.buffers[p]))
+            hold(kernel_.buffers[p], "kiln_s" + std::to_string(p) + "[" + std::to_string(u) + "]");
         text += lane + "const " + ix_ + " kiln_item = " + at + " + " + std::to_string(u) + ";\n";
         if (rowAligned) { // the vector's items share a row: its outer indices, the last one + u
           for (size_t k = 0; k < kernel_.outer.size(); ++k)
@@ -476,7 +482,7 @@ private:
         Block block(lane);
         std::string value = storedBody(b, block);
         text += lines + block.lines;
-        if (stores[m])
+        if (stores[m] || held)
           text += lane + out + "[" + std::to_string(u) + "] = " + value + ";\n";
         else
           text += lane + pointer(id) + "[" + index(storeIndex(b)) + "] = " + value + ";\n";
@@ -489,6 +495,7 @@ private:
                 "*>(" + out + ");\n";
     }
     text += indent + "}\n";
+    for (BufferId id : kernel_.buffers) registers_.erase(id); // the scalar loop holds its own
     scalarStart = "kiln_vitems * " + lanes + " + ";
     return text;
   }
@@ -510,13 +517,6 @@ private:
 
   std::string vectorWord(BufferId id, int lanes) const {
     return wordOf(elementSize(program_.buffers[id].layout.dtype) * static_cast<size_t>(lanes));
-  }
-
-  // A stored element as the value kernels compute with (half types as float).
-  static std::string fromStorage(DType t, const std::string& element) {
-    if (t == DType::Float16) return "kiln_h2f(" + element + ")";
-    if (t == DType::BFloat16) return "kiln_b2f(" + element + ")";
-    return element;
   }
 
   // A persistent row's reduction whose reduced expression a later buffer of
@@ -726,14 +726,13 @@ private:
   std::string flatMember(BufferId id, const std::string& indent) {
     const Buffer& b = program_.buffers[id];
     const Loops& l = b.loops;
-    buffers_.insert(id);
+    if (!isLocal(id)) buffers_.insert(id);
     if (l.scatter) return scatter(id, indent);
     std::string lines = indent + "// " + b.name + "\n";
     bindOuter(l, withoutUnitDims(l), lines, indent);
     Block block(indent);
     std::string value = storedBody(b, block);
-    return lines + block.lines + indent + pointer(id) + "[" + index(storeIndex(b)) + "] = " +
-           value + ";\n";
+    return lines + block.lines + storeOrHold(id, value, "kiln_r" + std::to_string(id), indent);
   }
 
   // The work of one position of a row loop: lines after `block`'s, given

@@ -7,6 +7,7 @@
 // math functions and `std::numeric_limits` it uses onto CUDA's.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -46,6 +47,13 @@ inline std::string storageType(DType t) {
   if (t == DType::Float16) return "kiln_half";
   if (t == DType::BFloat16) return "kiln_bf16";
   return valueType(t);
+}
+
+// A stored element as the value kernels compute with (half types as float).
+inline std::string fromStorage(DType t, const std::string& element) {
+  if (t == DType::Float16) return "kiln_h2f(" + element + ")";
+  if (t == DType::BFloat16) return "kiln_b2f(" + element + ")";
+  return element;
 }
 
 inline std::string literal(double v, DType t) {
@@ -240,10 +248,30 @@ protected:
     throw Error(ErrorCode::Internal, "codegen: unknown scalar kind");
   }
 
+  bool isLocal(BufferId id) const {
+    return std::find(kernel_.local.begin(), kernel_.local.end(), id) != kernel_.local.end();
+  }
+
+  // A flat kernel's pointwise element `value` (as stored): stored at the
+  // buffer's index, or, when only later buffers of the kernel read it
+  // (Kernel::local), held in `name`, which their loads of it then read.
+  std::string storeOrHold(BufferId id, const std::string& value, const std::string& name,
+                          const std::string& indent) {
+    const Buffer& b = program_.buffers[id];
+    if (!isLocal(id)) return indent + pointer(id) + "[" + index(storeIndex(b)) + "] = " + value + ";\n";
+    hold(id, name);
+    return indent + "const " + storageType(b.layout.dtype) + " " + name + " = " + value + ";\n";
+  }
+  // Loads of a local pointwise buffer read `element` (a stored value) from here on.
+  void hold(BufferId id, const std::string& element) {
+    DType t = program_.buffers[id].layout.dtype;
+    registers_[id] = {fromStorage(t, element), t};
+  }
+
   std::string load(const ScalarNode& n, Block& block, bool lazy) {
     auto reg = registers_.find(n.buffer);
     const Buffer& b = program_.buffers[n.buffer];
-    if (reg != registers_.end()) // a reduction of this kernel: its value, as stored
+    if (reg != registers_.end()) // a local buffer of this kernel: its value, as stored
       return convert(b.layout.dtype, n.dtype,
                      convert(reg->second.second, b.layout.dtype, reg->second.first));
     buffers_.insert(n.buffer);
@@ -258,9 +286,7 @@ protected:
         block.lines +=
             block.indent + "const int64_t " + sym::toString(n.indirect[k]) + " = " + value + ";\n";
     }
-    std::string element = pointer(n.buffer) + "[" + index(n.index) + "]";
-    if (b.layout.dtype == DType::Float16) element = "kiln_h2f(" + element + ")";
-    if (b.layout.dtype == DType::BFloat16) element = "kiln_b2f(" + element + ")";
+    std::string element = fromStorage(b.layout.dtype, pointer(n.buffer) + "[" + index(n.index) + "]");
     if (lazy && !prefix.empty()) return "[&]() { " + prefix + "return " + element + "; }()";
     return n.indirect.empty() ? cachedLoad(n, element, lazy) : element;
   }

@@ -102,12 +102,18 @@ public:
   Program run() {
     countUses();
     findWrittenStorage();
+    findExternInputs();
     for (ValueId id = 0; id < graph_->size(); ++id) {
       const ir::Node& node = graph_->node(id);
       values_.push_back(node.kind == ir::NodeKind::Placeholder ? lowerPlaceholder(node, id)
                                                                : lowerCall(node, id));
       Lowered& v = values_.back();
-      if (v.kind == Lowered::Tensor && !v.buffer && uses_[id] > 1 && opCount(v.body) > kInlineLimit)
+      // A body read more than once is stored when it is big, and when a library
+      // call will store it anyway: its other readers then load it rather than
+      // recompute it (a bias grad summing the cat of attention's three grads
+      // read them through the cat's index arithmetic: 107 µs against ~25).
+      if (v.kind == Lowered::Tensor && !v.buffer && uses_[id] > 1 &&
+          (opCount(v.body) > kInlineLimit || externInput_[id]))
         realize(v);
     }
     for (ValueId out : graph_->outputs()) {
@@ -158,6 +164,22 @@ private:
     }
     written_.assign(graph_->size(), false);
     for (ValueId id = 0; id < graph_->size(); ++id) written_[id] = written[storage[id]];
+  }
+
+  // The values a library call reads (stored for it), and the contiguous values
+  // a reshape of which it reads (the reshape of their buffer is a view).
+  void findExternInputs() {
+    externInput_.assign(graph_->size(), false);
+    for (ValueId id = graph_->size(); id-- > 0;) {
+      const ir::Node& n = graph_->node(id);
+      if (n.kind == ir::NodeKind::Placeholder || !n.value.isTensor()) continue;
+      if (isExtern(n, n.value.tensor())) {
+        for (ValueId in : n.inputs) externInput_[in] = true;
+      } else if (externInput_[id] && (n.target == "reshape" || n.target == "view")) {
+        ValueId in = n.inputs.front();
+        if (graph_->meta(in).isContiguous()) externInput_[in] = true;
+      }
+    }
   }
 
   // Fresh index variables, one per range, named <prefix><n>; constant ranges
@@ -1303,6 +1325,7 @@ private:
   std::vector<Lowered> values_;
   std::vector<size_t> uses_;
   std::vector<bool> written_; // per value: a mutation writes its storage (findWrittenStorage)
+  std::vector<bool> externInput_; // per value: a library call stores it (findExternInputs)
   Program program_;
   uint32_t inputCount_ = 0;
   uint32_t nextVar_ = 0;

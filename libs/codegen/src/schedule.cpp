@@ -279,12 +279,24 @@ Schedule schedule(const Program& program) {
       for (BufferId in : b.call.inputs) note(in, -1);
   for (const Output& o : program.outputs)
     if (o.symInt.isNull()) note(o.buffer, -1);
-  for (size_t k = 0; k < s.kernels.size(); ++k)
+  for (size_t k = 0; k < s.kernels.size(); ++k) {
+    bool flat = isFlat(program, s.kernels[k]);
     for (BufferId id : s.kernels[k].buffers)
-      if (program.buffers[id].loops.reduce != ReduceOp::None &&
+      if ((flat || program.buffers[id].loops.reduce != ReduceOp::None) &&
           readBy[id] == static_cast<int64_t>(k))
         s.kernels[k].local.push_back(id);
+  }
   return s;
+}
+
+bool isFlat(const Program& program, const Kernel& kernel) {
+  for (BufferId id : kernel.buffers) {
+    const Buffer& b = program.buffers[id];
+    if (b.loops.reduce != ReduceOp::None || b.loops.scatter || b.aliasOf ||
+        withoutUnitDims(b.loops).ranges.size() != kernel.outer.size())
+      return false;
+  }
+  return true;
 }
 
 std::string explain(const Schedule& schedule, const Program& program) {

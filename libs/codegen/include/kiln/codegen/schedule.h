@@ -20,7 +20,9 @@
 //     fusion adds no loop), and a kernel over no outer range (a reduction to a
 //     scalar: one item) takes no pointwise loops.
 // A reduction nothing outside its kernel reads, and that is no output, lives
-// in a register only (Kernel::local). A mutation (alias buffer) is a kernel of
+// in a register only (Kernel::local); so does such a pointwise buffer of a
+// flat kernel (one element of each buffer per outer index: its readers, later
+// in the kernel, read the element of the index, which the register holds). A mutation (alias buffer) is a kernel of
 // its own; a scatter's kernel runs over its ranges but the ordered one
 // (scatterOuter), which each outer index runs in order.
 #pragma once
@@ -35,8 +37,9 @@ namespace kiln::codegen {
 struct Kernel {
   Shape outer;
   std::vector<BufferId> buffers; // in execution order
-  // Reductions only this kernel reads (from the register holding the result)
-  // and no output is: never stored, never allocated (dead buffer elimination).
+  // Reductions, and pointwise buffers of a flat kernel, only this kernel reads
+  // (from the register holding the value) and no output is: never stored,
+  // never allocated (dead buffer elimination).
   std::vector<BufferId> local;
 };
 
@@ -52,6 +55,10 @@ struct Schedule {
 };
 
 Schedule schedule(const Program& program);
+
+// Whether every buffer of the kernel is pointwise (no scatter, no mutation)
+// over exactly the outer ranges: one element of each per outer index.
+bool isFlat(const Program& program, const Kernel& kernel);
 
 // The `explain` view of a schedule: one block per step, naming each kernel's
 // buffers and what they compute.
