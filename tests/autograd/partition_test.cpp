@@ -150,6 +150,59 @@ TEST(Partition, PiecesOfATupleRecomputeThroughIt) {
   }
 }
 
+// log_softmax (a classifier's loss) and softmax of a product the backward
+// reads anyway (here through a square of it): the backward reads the
+// softmax's result, which the forward computes from its rows' logsumexp; the
+// logsumexp (a value per row) is saved and the [rows, classes] result is
+// recomputed from the product. The grads are the rule's: the joint's, and
+// finite differences of the forward.
+TEST(Partition, SoftmaxesSaveTheirRowsLogsumexp) {
+  for (const char* op : {"log_softmax", "softmax"}) {
+    for (double budget : {0.25, 0.5}) {
+      sym::SymbolTable t;
+      ir::Graph g(t);
+      auto f = [&](int64_t r, int64_t c) {
+        return ir::TensorMeta::contiguous(DType::Float64, {t.integer(r), t.integer(c)}, t);
+      };
+      ValueId x = g.placeholder("x", f(3, 4)), w = g.placeholder("w", f(4, 6));
+      ValueId c = g.placeholder("c", f(3, 6));
+      ValueId logits = g.call("mm", {x, w});
+      ValueId y = g.call(op, {logits}, {{"dim", int64_t{-1}}});
+      ValueId loss = g.call("add", {g.call("sum", {g.call("mul", {y, c})}),
+                                    g.call("sum", {g.call("mul", {logits, logits})})});
+      g.setOutputs({loss});
+      JointGraph j = backward(g, {true, true, false});
+      ir::verify(j.graph);
+      Partition p = partition(j, {budget});
+      std::set<ValueId> saved(p.saved.begin(), p.saved.end());
+      EXPECT_TRUE(saved.count(logits)) << op << " budget " << budget;
+      size_t rows = 0, wide = 0; // [3, 1] and [3, 6] values saved besides the product and c
+      for (ValueId v : p.saved) {
+        std::vector<std::optional<int64_t>> sizes;
+        for (sym::Expr s : j.graph.meta(v).sizes) sizes.push_back(s.asInteger());
+        rows += sizes == std::vector<std::optional<int64_t>>{3, 1};
+        wide += sizes == std::vector<std::optional<int64_t>>{3, 6} && v != logits && v != c;
+      }
+      EXPECT_EQ(rows, 1u) << op << " budget " << budget;
+      EXPECT_EQ(wide, 0u) << op << " budget " << budget;
+      HostTensor one = HostTensor::fromDoubles(DType::Float64, {}, {1.0});
+      std::vector<HostTensor> in = {ramp({3, 4}, 0.3), ramp({4, 6}, 0.2), ramp({3, 6}, 0.1)};
+      expectSameGrads(j, p, in, {one});
+      std::vector<double> xs = in[0].toDoubles();
+      std::vector<double> dx = ir::interpret(j.graph, {in[0], in[1], in[2], one})[1].toDoubles();
+      for (size_t i = 0; i < xs.size(); ++i) {
+        auto at = [&](double h) {
+          std::vector<double> moved = xs;
+          moved[i] += h;
+          HostTensor mx = HostTensor::fromDoubles(DType::Float64, {3, 4}, moved);
+          return ir::interpret(g, {mx, in[1], in[2]})[0].toDoubles()[0];
+        };
+        EXPECT_NEAR(dx[i], (at(1e-6) - at(-1e-6)) / 2e-6, 1e-6) << op << " element " << i;
+      }
+    }
+  }
+}
+
 TEST(Partition, RefusesABudgetOutOfRange) {
   Mlp m;
   JointGraph j = backward(m.g, {true, true, true});

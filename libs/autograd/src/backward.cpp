@@ -55,6 +55,70 @@ private:
   std::map<ValueId, std::vector<std::optional<ValueId>>> pieces_;
 };
 
+int64_t rowDim(const ir::Node& softmax) {
+  const ir::AttrValue* dim = softmax.attr("dim");
+  return dim ? std::get<int64_t>(*dim) : 0;
+}
+
+// A softmax or log_softmax of a float32/64 row (its own opmath) that the
+// backward reads.
+bool splitsRows(const ir::Graph& g, ValueId id, const std::vector<bool>& readBack) {
+  const ir::Node& n = g.node(id);
+  if (!readBack[id] || n.kind != ir::NodeKind::Call || n.attr("dtype") ||
+      (n.target != "softmax" && n.target != "log_softmax"))
+    return false;
+  const ir::TensorMeta& x = g.meta(n.inputs[0]);
+  if (x.dim() == 0 || ir::opmath(x.dtype) != x.dtype || !x.isContiguous()) return false;
+  int64_t d = rowDim(n);
+  sym::Expr size = x.sizes.at(static_cast<size_t>(d < 0 ? d + static_cast<int64_t>(x.dim()) : d));
+  return size.asInteger() != std::optional<int64_t>(0); // an empty row has no max
+}
+
+// The forward's softmax and log_softmax whose result the backward reads, as
+// their rows' logsumexp and a pointwise rest (x - lse, exp(x - lse)): the
+// partition may then save a value per row and recompute the result from x in
+// the backward, fused into the grad's kernel, where it would otherwise save
+// the whole result or recompute the rows' max and sum (as AOTAutograd's
+// decompositions give Inductor).
+JointGraph withRowLogsumexps(JointGraph joint) {
+  const Graph& g = joint.graph;
+  std::vector<bool> readBack(joint.forwardNodes);
+  for (ValueId id = static_cast<ValueId>(joint.forwardNodes); id < g.size(); ++id)
+    for (ValueId in : g.node(id).inputs)
+      if (in < joint.forwardNodes) readBack[in] = true;
+  bool any = false;
+  for (ValueId id = 0; id < joint.forwardNodes && !any; ++id) any = splitsRows(g, id, readBack);
+  if (!any) return joint;
+
+  Graph out(g.symbols());
+  std::vector<ValueId> remap(g.size());
+  size_t forwardNodes = 0;
+  for (ValueId id = 0; id < g.size(); ++id) {
+    ir::Node n = g.node(id);
+    for (ValueId& in : n.inputs) in = remap[in];
+    if (id < joint.forwardNodes && splitsRows(g, id, readBack)) {
+      std::vector<ir::Attr> along = {{"dim", std::vector<int64_t>{rowDim(n)}}, {"keepdim", true}};
+      ValueId x = n.inputs[0], max = out.call("amax", {x}, along);
+      ValueId sum = out.call("sum", {out.call("exp", {out.call("sub", {x, max})})}, along);
+      ValueId lse = out.call("add", {max, out.call("log", {sum})});
+      ValueId y = out.call("sub", {x, lse});
+      remap[id] = n.target == "softmax" ? out.call("exp", {y}) : y;
+      if (out.value(remap[id]) != n.value)
+        throw Error(ErrorCode::Internal, n.target + " by its rows' logsumexp gives " +
+                                             ir::toString(out.value(remap[id])));
+    } else {
+      remap[id] = out.append(std::move(n));
+    }
+    if (id + 1 == joint.forwardNodes) forwardNodes = out.size();
+  }
+  std::vector<ValueId> outputs;
+  for (ValueId o : g.outputs()) outputs.push_back(remap[o]);
+  out.setOutputs(std::move(outputs));
+  joint.graph = std::move(out);
+  joint.forwardNodes = forwardNodes;
+  return joint;
+}
+
 } // namespace
 
 JointGraph backward(const ir::Graph& input, const std::vector<bool>& requiresGrad) {
@@ -135,7 +199,7 @@ JointGraph backward(const ir::Graph& input, const std::vector<bool>& requiresGra
     joint.gradOf.push_back(i);
   }
   g.setOutputs(std::move(outputs));
-  return joint;
+  return withRowLogsumexps(std::move(joint));
 }
 
 } // namespace kiln::autograd
