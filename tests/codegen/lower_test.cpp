@@ -316,26 +316,6 @@ TEST_F(Lower, SquaresAndCubesAreProducts) {
   EXPECT_EQ(occurrences(print(p), "pow("), 1u) << print(p);
 }
 
-// Softmax over rows too long to keep in registers (a vocabulary): on CUDA the
-// rows' max and sum of exp(x - max) come from one pass over the row (online
-// softmax, kiln_online); a max and a sum of anything else keep their passes.
-TEST_F(Lower, LongSoftmaxRowsAreReadOnceOnCuda) {
-  ValueId x = input("x", DType::BFloat16, ints({2, 50257}));
-  ValueId f = graph.call("to_dtype", {x}, {{"dtype", DType::Float32}});
-  std::vector<Attr> row = {{"dim", std::vector<int64_t>{1}}};
-  graph.setOutputs({graph.call("log_softmax", {f}, {{"dim", int64_t{1}}}),
-                    graph.call("amax", {f}, row),
-                    graph.call("sum", {graph.call("exp", {f})}, row)});
-  expectSameValues({random(DType::BFloat16, {2, 50257})}, 1e-4);
-  Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
-  std::string code = emitCuda(cuda, schedule(cuda)).code;
-  size_t pairs = 0;
-  for (size_t at = code.find("kiln_online_add(kiln_acc"); at != std::string::npos;
-       at = code.find("kiln_online_add(kiln_acc", at + 1))
-    ++pairs;
-  EXPECT_EQ(pairs, 1u) << code;
-}
-
 TEST_F(Lower, ExtremesOfRowsWithANaNAreNaN) {
   ValueId x = input("x", DType::Float32, ints({3, 40}));
   graph.setOutputs({graph.call("amax", {x}, {{"dim", std::vector<int64_t>{1}}}),

@@ -54,34 +54,6 @@ template <class T, bool Max> KILN_FN kiln_arg<T> kiln_arg_combine(kiln_arg<T> a,
   return a.at < b.at ? a : b;
 }
 
-/* A row's max and sum of exp(x - max) in one pass over it (online softmax):
-   the sum so far is relative to the max so far, rescaled when the max grows.
-   Infinities and NaNs come out as the two passes give them: a NaN or +inf in
-   the row makes the sum NaN, a row of -inf too (exp(-inf - -inf)). */
-template <class T> struct kiln_online { T m; T s; };
-template <class T> KILN_FN kiln_online<T> kiln_shfl_xor(kiln_online<T> a, int o) {
-  return {kiln_shfl_xor(a.m, o), kiln_shfl_xor(a.s, o)};
-}
-/* A sum relative to max m, relative to m2 >= m instead (nothing summed yet at -inf). */
-template <class T> KILN_FN T kiln_rescaled(T s, T m, T m2) {
-  return m == -std::numeric_limits<T>::infinity() ? T(0) : s * std::exp(m - m2);
-}
-template <class T> KILN_FN void kiln_online_add(kiln_online<T>& a, T v) {
-  if (v > a.m) {
-    a.s = kiln_rescaled(a.s, a.m, v) + (v == std::numeric_limits<T>::infinity()
-                                            ? std::numeric_limits<T>::quiet_NaN() : T(1));
-    a.m = v;
-  } else if (v == v && a.m == a.m) {
-    a.s += v == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(v - a.m);
-  } else {
-    a.m = a.s = std::numeric_limits<T>::quiet_NaN();
-  }
-}
-template <class T> KILN_FN kiln_online<T> kiln_online_combine(kiln_online<T> a, kiln_online<T> b) {
-  T m = kiln_maximum(a.m, b.m);
-  return {m, kiln_rescaled(a.s, a.m, m) + kiln_rescaled(b.s, b.m, m)};
-}
-
 /* The group's combined value, in every thread of the group. G threads per
    group: G <= 32 lanes of one warp, or the whole block (a multiple of 32,
    `shared` holding one slot per warp). */
@@ -199,12 +171,7 @@ public:
     std::ostringstream members;
     for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
       BufferId id = kernel_.buffers[m];
-      if (rows && perThread_ == 0 && isSoftmaxPair(m)) {
-        members << softmaxPair(m, indent);
-        ++m;
-      } else {
-        members << (rows ? rowMember(m, indent) : flatMember(id, indent));
-      }
+      members << (rows ? rowMember(m, indent) : flatMember(id, indent));
       inRowLoop_ = false;
       // A later buffer may read this one's elements, stored by other threads of the group.
       if (rows && group_ > 1 && m + 1 < kernel_.buffers.size())
@@ -953,72 +920,6 @@ private:
       return lines + block.lines + assign;
     }
     return lines + reduction(member, store, indent, local);
-  }
-
-  // Whether member m is a row's max and member m + 1 the sum of exp(x - max)
-  // over the same row: softmax's two reductions, which a row kernel whose row
-  // is not kept in registers would read from memory twice.
-  bool isSoftmaxPair(size_t m) {
-    if (m + 1 >= kernel_.buffers.size()) return false;
-    const Loops& ml = program_.buffers[kernel_.buffers[m]].loops;
-    const Loops& sl = program_.buffers[kernel_.buffers[m + 1]].loops;
-    if (ml.reduce != ReduceOp::Max || sl.reduce != ReduceOp::Sum ||
-        !ir::isFloating(ml.accumulator) || sl.accumulator != ml.accumulator ||
-        ml.body->dtype != ml.accumulator || sl.reductionRanges != ml.reductionRanges ||
-        !staticNumel(ml.reductionRanges).value_or(0))
-      return false;
-    const Scalar& e = sl.body;
-    if (e->kind != ScalarKind::Unary || e->op != "exp" || e->dtype != ml.accumulator) return false;
-    const Scalar& d = e->args[0];
-    if (d->kind != ScalarKind::Binary || d->op != "sub" || d->args[1]->kind != ScalarKind::Load ||
-        d->args[1]->buffer != kernel_.buffers[m] || !d->args[1]->indirect.empty())
-      return false;
-    // x - max, with x the max's own body over the sum's variables.
-    LoopShape ms = withoutUnitDims(ml), ss = withoutUnitDims(sl);
-    if (ms.vars.size() != ss.vars.size()) return false;
-    std::unordered_map<sym::Expr, sym::Expr> map = unitsToZero(ml);
-    for (size_t k = 0; k < ms.vars.size(); ++k) map.emplace(ms.vars[k], ss.vars[k]);
-    for (size_t k = 0; k < ml.reductionVars.size(); ++k)
-      map.emplace(ml.reductionVars[k], sl.reductionVars[k]);
-    return same(d->args[0], codegen::substitute(ml.body, map), unitsToZero(sl));
-  }
-
-  // A softmax pair (isSoftmaxPair) in one pass over the row: an online max
-  // and sum per thread, combined across the group (kiln_online).
-  std::string softmaxPair(size_t m, const std::string& indent) {
-    BufferId mid = kernel_.buffers[m], sid = kernel_.buffers[m + 1];
-    const Buffer& mb = program_.buffers[mid];
-    const Buffer& sb = program_.buffers[sid];
-    const Loops& l = mb.loops;
-    std::string lines = indent + "// " + mb.name + ", " + sb.name + ": max and sum in one pass\n";
-    bindOuter(l, withoutUnitDims(l), lines, indent);
-    bindOuter(sb.loops, withoutUnitDims(sb.loops), lines, indent);
-    std::string type = valueType(l.accumulator), pair = "kiln_online<" + type + ">";
-    std::string acc = "kiln_acc" + std::to_string(mid);
-    if (group_ > 32)
-      shared_.push_back("__shared__ " + pair + " " + acc + "_slots[" +
-                        std::to_string(threads_ / 32) + "];\n");
-    std::string slots = group_ > 32 ? acc + "_slots" : "(" + pair + "*)0";
-    lines += indent + pair + " " + acc + " = {-std::numeric_limits<" + type + ">::infinity(), " +
-             type + "(0)};\n";
-    auto element = [&](Block& block, const std::string&) {
-      return block.indent + "kiln_online_add(" + acc + ", " + emit(l.body, block, false) + ");\n";
-    };
-    lines += rowLoop(m, l.reductionVars, l.reductionRanges, "", indent, element);
-    lines += indent + acc + " = kiln_group_reduce<" + std::to_string(group_) + ">(" + acc +
-             ", kiln_online_combine<" + type + ">, " + slots + ");\n";
-    lines += indent + "if (" + acc + ".m == -std::numeric_limits<" + type + ">::infinity()) " + acc +
-             ".s = std::numeric_limits<" + type + ">::quiet_NaN();\n";
-    for (auto [id, field] : {std::pair{mid, ".m"}, std::pair{sid, ".s"}}) {
-      const Buffer& b = program_.buffers[id];
-      if (!isLocal(id)) {
-        buffers_.insert(id);
-        lines += indent + "if (kiln_lane == 0) " + pointer(id) + "[" + index(storeIndex(b)) +
-                 "] = " + stored(b.layout.dtype, l.accumulator, acc + field) + ";\n";
-      }
-      registers_[id] = {acc + field, l.accumulator};
-    }
-    return lines;
   }
 
   std::string reduction(size_t member, sym::Expr store, std::string indent, bool local) {
