@@ -63,6 +63,23 @@ def test_a_cuda_call_compiles_for_the_gpu_and_matches_eager(stack):
 
 
 @needs_gpu
+def test_long_softmax_rows_match_eager(stack):
+    # Rows of a vocabulary's length (looped, not kept in registers); infinities and NaNs
+    # come out as eager's.
+    def f(x):
+        return torch.log_softmax(x.float(), dim=-1), torch.softmax(x.float(), dim=-1)
+
+    fast = kiln.compile(f, stack=stack)
+    x = (torch.randn(6, 50257, device="cuda") * 4).to(torch.bfloat16)
+    x[1, 7] = float("inf")
+    x[2, :] = float("-inf")
+    x[3, 100] = float("nan")
+    x[4, :-1] = float("-inf")
+    for got, want in zip(fast(x), f(x)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@needs_gpu
 def test_dynamic_sizes_on_the_gpu(stack):
     def f(x):
         return F.layer_norm(x, (x.shape[-1],)) * 2
