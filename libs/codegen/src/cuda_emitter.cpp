@@ -227,11 +227,10 @@ private:
   // over its whole column: neighbouring threads read neighbouring elements.
   // Where outputs are few and columns long, lowering has split the sums
   // (LowerOptions::splitReductions) so that there are enough threads.
-  // TODO(issue 7): GPT-2's qkv bias grad (256 rows a thread through the cat of
-  // attention's grads, 38 MB) takes 107 us, a third of the bandwidth; four rows'
-  // loads in flight a thread (separate accumulators) measured no faster on the
-  // H100, so it is not load latency: look at the cat's per-load index
-  // arithmetic (64-bit / and % by the head size) with ncu.
+  // Sums through a gather of several sources are slow this way (GPT-2's qkv
+  // bias grad through the cat of attention's grads: 107 us, where loading the
+  // stored cat takes 21 us): lowering stores such bodies when a library call
+  // stores them anyway (findExternInputs).
   bool columnSums(sym::Expr items, std::optional<int64_t> work) const {
     for (BufferId id : kernel_.buffers)
       if (!reducesColumns(program_.buffers[id].loops)) return false;
