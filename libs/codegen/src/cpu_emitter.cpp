@@ -123,7 +123,7 @@ private:
     const Buffer& b = program_.buffers[id];
     const Loops& l = b.loops;
     if (l.scatter) return scatter(id, outerIndent);
-    bool local = std::find(kernel_.local.begin(), kernel_.local.end(), id) != kernel_.local.end();
+    bool local = isLocal(id);
     if (!local) buffers_.insert(id);
     std::string lines, indent = outerIndent;
     LoopShape shape = withoutUnitDims(l);
@@ -250,7 +250,7 @@ private:
                ">::quiet_NaN();\n";
     std::string result = arg ? acc + "_at" : acc;
     DType resultType = arg ? DType::Int64 : l.accumulator;
-    if (std::find(kernel_.local.begin(), kernel_.local.end(), id) == kernel_.local.end())
+    if (!isLocal(id))
       lines += indent + pointer(id) + "[" + index(store) +
                "] = " + stored(b.layout.dtype, resultType, result) + ";\n";
     registers_[id] = {result, resultType};
@@ -342,8 +342,7 @@ private:
     const Buffer& b = program_.buffers[out];
     DType t = program_.buffers[rid].loops.body->dtype;
     if (b.loops.reduce != ReduceOp::None || b.aliasOf || b.layout.dtype != t ||
-        t == DType::Float16 || t == DType::BFloat16 || t == DType::Bool ||
-        std::find(kernel_.local.begin(), kernel_.local.end(), out) != kernel_.local.end())
+        t == DType::Float16 || t == DType::BFloat16 || t == DType::Bool || isLocal(out))
       return false;
     std::unordered_map<sym::Expr, sym::Expr> innerToZero;
     for (sym::Expr v : last.inner) innerToZero.emplace(v, zero());

@@ -614,8 +614,7 @@ private:
       vectorLoads(b.loops.body, in.units, false, contiguous, loads[m]);
       for (const VectorLoad& v : loads[m])
         widest = std::max(widest, elementSize(program_.buffers[v.node->buffer].layout.dtype));
-      bool local = std::find(kernel_.local.begin(), kernel_.local.end(), kernel_.buffers[m]) !=
-                   kernel_.local.end();
+      bool local = isLocal(kernel_.buffers[m]);
       if (b.loops.reduce == ReduceOp::None && !local)
         stores[m] = rowContiguousBase(storeIndex(b), in);
       if (stores[m]) widest = std::max(widest, elementSize(b.layout.dtype));
@@ -896,7 +895,7 @@ private:
     BufferId id = kernel_.buffers[member];
     const Buffer& b = program_.buffers[id];
     const Loops& l = b.loops;
-    bool local = std::find(kernel_.local.begin(), kernel_.local.end(), id) != kernel_.local.end();
+    bool local = isLocal(id);
     if (!local) buffers_.insert(id);
     LoopShape shape = withoutUnitDims(l);
     std::string lines = indent + "// " + b.name + "\n";

@@ -258,7 +258,8 @@ protected:
   std::string storeOrHold(BufferId id, const std::string& value, const std::string& name,
                           const std::string& indent) {
     const Buffer& b = program_.buffers[id];
-    if (!isLocal(id)) return indent + pointer(id) + "[" + index(storeIndex(b)) + "] = " + value + ";\n";
+    if (!isLocal(id))
+      return indent + pointer(id) + "[" + index(storeIndex(b)) + "] = " + value + ";\n";
     hold(id, name);
     return indent + "const " + storageType(b.layout.dtype) + " " + name + " = " + value + ";\n";
   }
@@ -286,7 +287,8 @@ protected:
         block.lines +=
             block.indent + "const int64_t " + sym::toString(n.indirect[k]) + " = " + value + ";\n";
     }
-    std::string element = fromStorage(b.layout.dtype, pointer(n.buffer) + "[" + index(n.index) + "]");
+    std::string element =
+        fromStorage(b.layout.dtype, pointer(n.buffer) + "[" + index(n.index) + "]");
     if (lazy && !prefix.empty()) return "[&]() { " + prefix + "return " + element + "; }()";
     return n.indirect.empty() ? cachedLoad(n, element, lazy) : element;
   }

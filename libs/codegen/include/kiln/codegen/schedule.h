@@ -22,9 +22,10 @@
 // A reduction nothing outside its kernel reads, and that is no output, lives
 // in a register only (Kernel::local); so does such a pointwise buffer of a
 // flat kernel (one element of each buffer per outer index: its readers, later
-// in the kernel, read the element of the index, which the register holds). A mutation (alias buffer) is a kernel of
-// its own; a scatter's kernel runs over its ranges but the ordered one
-// (scatterOuter), which each outer index runs in order.
+// in the kernel, read the element of the index, which the register holds). A
+// mutation (alias buffer) is a kernel of its own; a scatter's kernel runs over
+// its ranges but the ordered one (scatterOuter), which each outer index runs
+// in order.
 #pragma once
 
 #include <string>
