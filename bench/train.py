@@ -81,8 +81,9 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
-def run(name, make_forward, model, idx, targets, steps, autocast, profile=False, launches=None):
-    """Trains `model` through make_forward(model); returns timings, memory and losses."""
+def run(name, make_forward, model, idx, targets, steps, autocast, profile=False, launches=None, host=None):
+    """Trains `model` through make_forward(model); returns timings, memory and losses.
+    `host`: kiln's host-side counters (_host_counters), reset before the timed steps."""
     device = idx.device
     cuda = device.type == "cuda"
     forward = make_forward(model)
@@ -109,13 +110,17 @@ def run(name, make_forward, model, idx, targets, steps, autocast, profile=False,
     first = time.perf_counter() - start
     losses.append(step().item())  # the second call may still settle (a recompile, lazy loads)
     sync()
-    times = []
+    times, queued = [], []
+    if host is not None:
+        host.clear()
     for _ in range(steps):
         start = time.perf_counter()
         loss = step()
+        queued.append(time.perf_counter() - start)  # the host's part: the GPU may still be busy
         sync()
         times.append(time.perf_counter() - start)
         losses.append(loss.item())
+    host = dict(host) if host is not None else None  # the timed steps' only, not the profiled one
     if profile and cuda:  # where a step's GPU time goes, by kernel
         from torch.profiler import ProfilerActivity, profile as profiler
         with profiler(activities=[ProfilerActivity.CUDA]) as prof:
@@ -129,16 +134,72 @@ def run(name, make_forward, model, idx, targets, steps, autocast, profile=False,
             with open(f"{launches}.{name}.tsv", "w") as f:
                 f.writelines(f"{e.time_range.elapsed_us():.1f}\t{e.name}\n" for e in kernels)
     times.sort()
+    queued.sort()
     per_step = times[len(times) // 2]
     tokens = idx.numel()
     r = {"ms_per_step": round(per_step * 1e3, 2), "tokens_per_s": round(tokens / per_step),
+         "host_ms_per_step": round(queued[len(queued) // 2] * 1e3, 2),
          "cold_compile_s": round(max(first - per_step, 0.0), 2), "losses": [round(x, 5) for x in losses]}
     if cuda:
         r["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     print(f"{name:14s} {r['ms_per_step']:9.2f} ms/step  {r['tokens_per_s']:8d} tok/s  "
           f"peak {r.get('peak_memory_gib', '-')} GiB  cold {r['cold_compile_s']} s  loss {losses[0]:.4f} -> {losses[-1]:.4f}",
           flush=True)
+    if host:
+        r["host_ms_per_step_by_part"] = {k: round(v * 1e3 / steps, 2) if isinstance(v, float) else v // steps
+                                         for k, v in sorted(host.items())}
+        print(f"{name:14s} host ms a step: {r['host_ms_per_step']} ({r['host_ms_per_step_by_part']})", flush=True)
+    else:
+        print(f"{name:14s} host ms a step: {r['host_ms_per_step']}", flush=True)
     return r
+
+
+def _host_counters() -> dict:
+    """Host seconds of kiln's artifact calls a step: the SDK's whole call (`call`), the C++
+    run inside it (`run`, which includes `allocate`: torch's allocator called back), and
+    how many calls and allocations (ints), summed over calls (ir.Compiled, wrapped)."""
+    from kiln import ir
+    counters = {}
+
+    def add(key, value):
+        counters[key] = counters.get(key, 0) + value
+
+    class Timed:
+        def __init__(self, artifact):
+            self._inner = artifact
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+        def run(self, inputs, allocate, *rest):
+            def counted(nbytes):
+                start = time.perf_counter()
+                try:
+                    return allocate(nbytes)
+                finally:
+                    add("allocate", time.perf_counter() - start)
+                    add("allocations", 1)
+            start = time.perf_counter()
+            try:
+                return self._inner.run(inputs, counted, *rest)
+            finally:
+                add("run", time.perf_counter() - start)
+
+    init, call = ir.Compiled.__init__, ir.Compiled.__call__
+
+    def timed_init(self, *a, **k):
+        init(self, *a, **k)
+        self._artifact = Timed(self._artifact)
+
+    def timed_call(self, *a, **k):
+        start = time.perf_counter()
+        try:
+            return call(self, *a, **k)
+        finally:
+            add("call", time.perf_counter() - start)
+            add("calls", 1)
+    ir.Compiled.__init__, ir.Compiled.__call__ = timed_init, timed_call
+    return counters
 
 
 def _timed_phases() -> dict:
@@ -176,6 +237,7 @@ def main():
     parser.add_argument("--explain", help="write kiln.explain of the compiled model (graphs, kernels) here")
     parser.add_argument("--launches", help="with --profile: write each profiled step's kernels in order to "
                                            "LAUNCHES.<contender>.tsv (microseconds, name)")
+    parser.add_argument("--host", action="store_true", help="split kiln's host time a step by part (wraps the SDK)")
     parser.add_argument("--memory-budget", type=float, help="kiln.compile's memory_budget (default: its own)")
     args = parser.parse_args()
     profiled = set(args.profile.split(",")) if args.profile else set()
@@ -215,8 +277,9 @@ def main():
             model = fresh()
             made = []
             phases = _timed_phases() if name == "kiln" else None
+            host = _host_counters() if name == "kiln" and args.host else None
             results[name] = run(name, lambda m: made.append(make(m)) or made[-1], model, idx, targets,
-                                args.steps, autocast, name in profiled, args.launches)
+                                args.steps, autocast, name in profiled, args.launches, host)
             if phases:
                 results[name]["cold_phases_s"] = {k: round(v, 2) for k, v in phases.items()}
                 print("kiln cold compile by phase (s):", results[name]["cold_phases_s"], flush=True)
