@@ -140,8 +140,9 @@ def run(name, make_forward, model, idx, targets, steps, autocast, profile=False,
     r = {"ms_per_step": round(per_step * 1e3, 2), "tokens_per_s": round(tokens / per_step),
          "host_ms_per_step": round(queued[len(queued) // 2] * 1e3, 2),
          "cold_compile_s": round(max(first - per_step, 0.0), 2), "losses": [round(x, 5) for x in losses]}
-    if cuda:
+    if cuda:  # reserved: what the allocator holds, CUDA graphs' private pools included
         r["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        r["peak_reserved_gib"] = round(torch.cuda.max_memory_reserved() / 2**30, 2)
     print(f"{name:14s} {r['ms_per_step']:9.2f} ms/step  {r['tokens_per_s']:8d} tok/s  "
           f"peak {r.get('peak_memory_gib', '-')} GiB  cold {r['cold_compile_s']} s  loss {losses[0]:.4f} -> {losses[-1]:.4f}",
           flush=True)
@@ -231,7 +232,8 @@ def main():
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--tiny", action="store_true", help="2 layers, 64 wide, batch 2 x 64: checks the script")
-    parser.add_argument("--only", help="comma-separated contenders: eager,torch_compile,kiln")
+    parser.add_argument("--only", help="comma-separated contenders: eager, torch_compile, kiln, "
+                                       "torch_compile_reduce_overhead, kiln_reduce_overhead (all by default)")
     parser.add_argument("--profile", help="comma-separated contenders to profile one step of")
     parser.add_argument("--out", help="results file (default: bench/results/...)")
     parser.add_argument("--explain", help="write kiln.explain of the compiled model (graphs, kernels) here")
@@ -257,33 +259,39 @@ def main():
         model.load_state_dict(initial)
         return model
 
-    only = set(args.only.split(",")) if args.only else {"eager", "torch_compile", "kiln"}
+    only = set(args.only.split(",")) if args.only else {"eager", "torch_compile", "kiln", "kiln_reduce_overhead",
+                                                          "torch_compile_reduce_overhead"}
     results = {}
     kiln_options = {} if args.memory_budget is None else {"memory_budget": args.memory_budget}
     with private_stack() as stack:
         import kiln
 
-        def torch_compile(model):
+        def torch_compile(model, mode=None):
             import torch._inductor.config as inductor
             inductor.force_disable_caches = True
             torch._dynamo.reset()
-            return torch.compile(model)
+            return torch.compile(model, mode=mode)
 
+        # reduce-overhead: both compilers replay CUDA graphs (torch's cudagraph trees, kiln._cudagraph)
         contenders = {"eager": lambda m: m, "torch_compile": torch_compile,
-                      "kiln": lambda m: kiln.compile(m, stack=stack, options=kiln_options)}
+                      "torch_compile_reduce_overhead": lambda m: torch_compile(m, "reduce-overhead"),
+                      "kiln": lambda m: kiln.compile(m, stack=stack, options=kiln_options),
+                      "kiln_reduce_overhead": lambda m: kiln.compile(m, stack=stack, options=kiln_options,
+                                                                      mode="reduce-overhead")}
         for name, make in contenders.items():
             if name not in only:
                 continue
             model = fresh()
             made = []
-            phases = _timed_phases() if name == "kiln" else None
-            host = _host_counters() if name == "kiln" and args.host else None
+            kiln_run = name.startswith("kiln")
+            phases = _timed_phases() if kiln_run else None
+            host = _host_counters() if kiln_run and args.host else None
             results[name] = run(name, lambda m: made.append(make(m)) or made[-1], model, idx, targets,
                                 args.steps, autocast, name in profiled, args.launches, host)
             if phases:
                 results[name]["cold_phases_s"] = {k: round(v, 2) for k, v in phases.items()}
                 print("kiln cold compile by phase (s):", results[name]["cold_phases_s"], flush=True)
-            if name == "kiln":  # numbers of a run that fell back to eager would say nothing of kiln
+            if kiln_run:  # numbers of a run that fell back to eager would say nothing of kiln
                 compiled = made[0]._compiled_forward
                 results[name]["entries"] = len(compiled.cache.entries)
                 results[name]["fell_back"] = compiled.fallback_reasons
@@ -302,12 +310,17 @@ def main():
         if eager and name != "eager":
             r["max_rel_loss_diff_vs_eager"] = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], eager["losses"]))
     summary = {}
-    if "kiln" in results and "torch_compile" in results:
-        k, t = results["kiln"], results["torch_compile"]
-        summary = {"tokens_per_s_vs_torch_compile": round(k["tokens_per_s"] / t["tokens_per_s"], 3),
-                   "cold_compile_fraction_of_torch_compile": round(k["cold_compile_s"] / max(t["cold_compile_s"], 1e-9), 3)}
+    for mode in ("", "_reduce_overhead"):  # kiln against torch.compile in the same mode
+        k, t = results.get("kiln" + mode), results.get("torch_compile" + mode)
+        if not k or not t:
+            continue
+        summary.update({
+            f"tokens_per_s_vs_torch_compile{mode}": round(k["tokens_per_s"] / t["tokens_per_s"], 3),
+            f"cold_compile_fraction_of_torch_compile{mode}": round(k["cold_compile_s"] / max(t["cold_compile_s"], 1e-9), 3)})
         if "peak_memory_gib" in k:
-            summary["peak_memory_vs_torch_compile"] = round(k["peak_memory_gib"] / t["peak_memory_gib"], 3)
+            summary[f"peak_memory_vs_torch_compile{mode}"] = round(k["peak_memory_gib"] / t["peak_memory_gib"], 3)
+            summary[f"peak_reserved_vs_torch_compile{mode}"] = round(k["peak_reserved_gib"] / t["peak_reserved_gib"], 3)
+    if summary:
         print("summary", summary, flush=True)
     results["summary"] = summary
     write_report("train", args.kind, args.out,

@@ -34,8 +34,8 @@ from kiln._kiln import KilnError
 from kiln._trace import Unsupported
 
 # torch.compile's modes kiln has: "reduce-overhead" replays a CUDA entry's launches from CUDA
-# graphs (kiln._cudagraph); on the CPU, and for training entries, it is the default mode.
-# TODO(issue 7): training entries' forward and backward artifacts under CUDA graphs too.
+# graphs (kiln._cudagraph; a training entry's forward and backward each); on the CPU it is the
+# default mode.
 MODES = (None, "default", "reduce-overhead")
 
 __all__ = ["compile", "explain", "Unsupported", "CompiledFunction", "CompiledModule", "default_stack"]
@@ -216,7 +216,7 @@ class CompiledFunction:
         inputs = _trace.graph_inputs(traced, fn, call_args, kwargs)
         try:
             return _train.compile_training(traced, self._stack, inputs, target,
-                                           memory_budget=self._options["memory_budget"])
+                                           memory_budget=self._options["memory_budget"], mode=self._mode)
         except _train.NotTrainable as e:
             return _Eager(str(e))
 

@@ -1,37 +1,62 @@
-"""mode="reduce-overhead" of kiln.compile: a CUDA entry's launches replayed from a CUDA graph.
+"""mode="reduce-overhead" of kiln.compile: a CUDA artifact's launches replayed from CUDA graphs.
 
-    graphed = CudaGraphed(compiled, mutated_inputs, user_outputs)   # compiled: a pure graph's
-    outputs = graphed(*inputs)                                       # as compiled(*inputs)
+    replayed = Replayed(compiled, in_place, cloned)     # compiled: a pure graph's artifact
+    results = replayed(*inputs)                          # as compiled(*inputs)
+    graphed = CudaGraphed(compiled, mutated_inputs, user_outputs)   # an inference entry's
 
 The first call with a given input layout runs the artifact as it is (the warm-up: modules
-loaded, cuBLASLt's workspace allocated); the second captures its launches into a
-torch.cuda.CUDAGraph on the entry's own copies of the inputs (nn.Parameters are used in
-place: their address is part of the layout); later calls copy their inputs into those copies
-and replay. Outputs are copies of the graph's memory (the next replay overwrites it), so
-they behave as default mode's. The graph is pure (kiln.ir.functionalize): a mutated input's
-new value is an output, copied into the caller's tensor after the replay.
+loaded, cuBLASLt's algorithms picked); the second captures its launches into a
+torch.cuda.CUDAGraph, in a memory pool of its own. Inputs that `in_place` names (an entry's
+nn.Parameters, a backward's saved values) are read where they are: their address is part of
+the layout. The others are copied into the graph's own buffers before each replay.
 
-A layout that cannot be captured runs uncaptured, with the reason kept in `reasons`: an
-artifact whose kernels report errors (reading their status waits for the GPU), an output
-that views an input, a layout past the limit of graphs per entry.
+Outputs live in the graph's memory, which the next replay overwrites. The first `cloned` of
+them are handed out as copies (what a user keeps); the rest as aliases of that memory (what
+autograd saves for the backward, a backward's grads), as torch's cudagraph trees do. A replay
+waits for none of them: before replaying, the memory is checked to be unused (no alias alive,
+by the storages' reference counts); when it is still in use — two forwards before their
+backwards, `retain_graph=True`, a grad kept from the previous step — the call runs uncaptured
+and the reason is kept in `reasons`.
+
+A kernel's error (an index out of range) is reported after a replay as after a run (the
+artifact's ReplayStatus). What runs uncaptured, with its reason: an artifact with
+data-dependent sizes (the host reads them), a handed-out output that views a copied input
+(eager's result would view the caller's tensor), a layout past the limit of graphs per
+artifact, a torch without storage reference counts when outputs are aliased.
 """
 from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable
 
 import torch
 
 GRAPHS_PER_ENTRY = 8
+WARM_LAYOUTS = 64  # layouts remembered as run once (inputs in place at changing addresses)
 
 
-class CudaGraphed:
-    def __init__(self, compiled, mutated_inputs: list[int], user_outputs: int, uncaptured: str | None = None):
-        """`uncaptured`: why no layout is ever captured (the graph could not be made pure)."""
+def parameters_in_place(k: int, t) -> bool:
+    return isinstance(t, torch.nn.Parameter)
+
+
+class Replayed:
+    def __init__(self, compiled, in_place: Callable[[int, object], bool] = parameters_in_place,
+                 cloned: int | None = None, uncaptured: str | None = None):
+        """`cloned`: how many outputs, first, are handed out as copies (None: all).
+        `uncaptured`: why no layout is ever captured."""
         self.compiled = compiled
-        self.mutated_inputs = mutated_inputs
-        self.user_outputs = user_outputs
+        self.in_place = in_place
+        self.cloned = cloned
         self.reasons: list[str] = [uncaptured] if uncaptured else []
-        self._uncaptured = uncaptured is not None
-        self._graphs: dict = {}   # layout -> _Captured, or None where capture failed
-        self._warm: set = set()   # layouts run once
+        if uncaptured is None and compiled.data_dependent:
+            self.reasons.append("it has data-dependent sizes: the host reads them while it runs")
+        aliased = cloned is not None
+        if uncaptured is None and aliased and not hasattr(torch._C, "_storage_Use_Count"):
+            self.reasons.append("this torch cannot tell whether a replay's outputs are still in use")
+        self._uncaptured = bool(self.reasons)
+        self._graphs: dict = {}            # layout -> _Captured, or None where capture failed
+        self._warm: OrderedDict = OrderedDict()  # layouts run once
+        self.replays = 0
 
     def __getattr__(self, name):  # key, explain, source, target, ...: the artifact's
         if name == "compiled":
@@ -41,77 +66,117 @@ class CudaGraphed:
     def __call__(self, *inputs) -> list[torch.Tensor]:
         if self._uncaptured:
             return self.compiled(*inputs)
-        layout = tuple(_layout(t, symbolic) for t, symbolic in zip(inputs, self.compiled.symbolic_ints))
-        captured = self._graphs.get(layout)
-        if captured is None and layout in self._warm and layout not in self._graphs:
-            captured = self._capture(layout, inputs)
+        layout = tuple(_layout(t, symbolic, self.in_place(k, t))
+                       for k, (t, symbolic) in enumerate(zip(inputs, self.compiled.symbolic_ints)))
+        if layout not in self._graphs:
+            if layout not in self._warm:
+                self._warm[layout] = True
+                if len(self._warm) > WARM_LAYOUTS:
+                    self._warm.popitem(last=False)
+                return self.compiled(*inputs)
+            self._capture(layout, inputs)
+        captured = self._graphs[layout]
         if captured is None:
-            self._warm.add(layout)
-            results = self.compiled(*inputs)
-        else:
-            results = captured.replay(inputs)
-        return self._write_back(inputs, results)
+            return self.compiled(*inputs)
+        if captured.in_use():
+            self._note("the outputs of its previous replay are still in use (saved for a backward that "
+                       "has not run, or kept)")
+            return self.compiled(*inputs)
+        self.replays += 1
+        return captured.replay(inputs)
 
-    def _write_back(self, inputs, results) -> list[torch.Tensor]:
+    def _note(self, reason: str) -> None:
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+
+    def _capture(self, layout, inputs) -> None:
+        reason, captured = None, None
+        if sum(g is not None for g in self._graphs.values()) >= GRAPHS_PER_ENTRY:
+            reason = f"more than {GRAPHS_PER_ENTRY} input layouts"
+        else:
+            try:
+                captured = _Captured(self.compiled, inputs, self.in_place, self.cloned)
+            except (RuntimeError, ValueError) as e:  # torch's capture errors, an output viewing an input
+                reason = str(e).splitlines()[0]
+        if reason is not None:
+            self._note(reason)
+        self._graphs[layout] = captured
+
+
+class CudaGraphed(Replayed):
+    """An inference entry's artifact: every output is a copy; a mutated input's new value
+    (an output of the pure graph) is copied into the caller's tensor after the replay."""
+
+    def __init__(self, compiled, mutated_inputs: list[int], user_outputs: int, uncaptured: str | None = None):
+        super().__init__(compiled, uncaptured=uncaptured)
+        self.mutated_inputs = mutated_inputs
+        self.user_outputs = user_outputs
+
+    def __call__(self, *inputs) -> list[torch.Tensor]:
+        results = super().__call__(*inputs)
         with torch.no_grad():
             for k, i in enumerate(self.mutated_inputs):
                 inputs[i].copy_(results[self.user_outputs + k])
         return results[:self.user_outputs]
 
-    def _capture(self, layout, inputs):
-        reason = None
-        if self.compiled.synchronizes:
-            reason = ("its kernels report errors (indexing, integer division) or it has data-dependent sizes: "
-                      "reading them waits for the GPU")
-        elif sum(g is not None for g in self._graphs.values()) >= GRAPHS_PER_ENTRY:
-            reason = f"more than {GRAPHS_PER_ENTRY} input layouts"
-        captured = None
-        if reason is None:
-            try:
-                captured = _Captured(self.compiled, inputs)
-            except (RuntimeError, ValueError) as e:  # torch's capture errors, an output viewing an input
-                reason = str(e).splitlines()[0]
-        if reason is not None and reason not in self.reasons:
-            self.reasons.append(reason)
-        self._graphs[layout] = captured
-        return captured
 
-
-def _layout(t, symbolic: bool):
+def _layout(t, symbolic: bool, in_place: bool):
     if symbolic:  # an int or a 0-d int64 tensor: its value is baked into the graph's launches
         return int(t)
-    where = t.data_ptr() if isinstance(t, torch.nn.Parameter) else None
+    where = t.data_ptr() if in_place else None
     return (t.dtype, t.device, tuple(t.shape), tuple(t.stride()), where)
 
 
 class _Captured:
-    """One input layout's CUDA graph and the memory it reads and writes."""
+    """One input layout's CUDA graph, the memory it reads and writes, and its outputs."""
 
-    def __init__(self, compiled, inputs):
+    def __init__(self, compiled, inputs, in_place, cloned: int | None):
         device = next(t.device for t in inputs if isinstance(t, torch.Tensor) and t.is_cuda)
-        self.static = [t if symbolic else self._static(t, device)
-                       for t, symbolic in zip(inputs, compiled.symbolic_ints)]
+        self.device = device
+        self.static = [t if symbolic or in_place(k, t) else self._static(t, device)
+                       for k, (t, symbolic) in enumerate(zip(inputs, compiled.symbolic_ints))]
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.outputs = compiled(*self.static)
-        owned = {_storage(s) for s, t in zip(self.static, inputs) if isinstance(s, torch.Tensor) and s is not t}
-        if any(_storage(o) in owned for o in self.outputs if o.is_cuda):
+        # Relaxed: a run with kernels that may fail allocates pinned host memory for their
+        # status words while it is captured (kiln.ir.Compiled.capture).
+        with torch.cuda.graph(self.graph, capture_error_mode="relaxed"):
+            self.outputs, self.status = compiled.capture(*self.static)
+        self.cloned = len(self.outputs) if cloned is None else cloned
+        copied = {_storage(s) for s, t in zip(self.static, inputs) if isinstance(s, torch.Tensor) and s is not t}
+        kept = {_storage(s) for s, t in zip(self.static, inputs) if isinstance(s, torch.Tensor) and s is t}
+        handed = self.outputs[:self.cloned]
+        if any(o.is_cuda and _storage(o) in copied for o in handed):
             raise ValueError("an output views an input")
+        # The aliased outputs' memory (the graph's, or its copies of inputs), whose reference
+        # counts say whether an alias handed out earlier is alive.
+        watched = {}
+        for o in self.outputs[self.cloned:]:
+            if o.is_cuda and _storage(o) not in kept:
+                watched.setdefault(_storage(o), o.untyped_storage())
+        self._watched = list(watched.values())
+        self._baseline = [self._uses(s) for s in self._watched]
+
+    @staticmethod
+    def _uses(storage) -> int:
+        return torch._C._storage_Use_Count(storage._cdata)
 
     @staticmethod
     def _static(t, device):
-        if isinstance(t, torch.nn.Parameter):
-            return t
         buffer = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
         buffer.copy_(t)
         return buffer
+
+    def in_use(self) -> bool:
+        return any(self._uses(s) != n for s, n in zip(self._watched, self._baseline))
 
     def replay(self, inputs) -> list[torch.Tensor]:
         for s, t in zip(self.static, inputs):
             if isinstance(s, torch.Tensor) and s is not t and s.data_ptr() != t.data_ptr():
                 s.copy_(t, non_blocking=True)
         self.graph.replay()
-        return [o.clone() if o.is_cuda else o for o in self.outputs]
+        if self.status is not None:
+            self.status.replayed(self.device.index, torch.cuda.current_stream(self.device).cuda_stream)
+        return ([o.clone() if o.is_cuda else o for o in self.outputs[:self.cloned]] +
+                [o.detach() for o in self.outputs[self.cloned:]])
 
 
 def _storage(t: torch.Tensor) -> int:

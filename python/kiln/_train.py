@@ -10,7 +10,9 @@ The forward artifact returns the call's outputs, the new values of the inputs it
 mutated (copied into them after it ran, as eager's in-place ops would have left
 them) and the values saved for the backward, held by autograd as torch tensors
 (save_for_backward: an input changed in place before the backward is an error, as
-in eager). Inputs are passed to the Function as they are, never detached: autograd
+in eager). Under mode="reduce-overhead" on the GPU both artifacts replay CUDA graphs
+(kiln._cudagraph.Replayed): the forward's saved values and the backward's grads are then
+aliases of the graphs' memory, which a replay overwrites only once they are dead. Inputs are passed to the Function as they are, never detached: autograd
 records edges to those that require grad only. The backward runs once per forward
 (`retain_graph=True` lets it run again); it is not differentiable itself, so double
 backward raises torch's error for once-differentiable functions.
@@ -32,7 +34,7 @@ def requires_grad_mask(inputs: list) -> list[bool]:
 
 
 def compile_training(traced: _trace.Traced, stack, inputs: list, target: str, *,
-                     memory_budget: float) -> "TrainingRunner":
+                     memory_budget: float, mode: str = "default") -> "TrainingRunner":
     """The training runner of a traced call whose graph inputs are `inputs` (read from it).
     Raises NotTrainable for graphs kiln cannot train (an op without a derivative rule or a
     lowering, a mutation of an input that carries grad), KilnError when the stack fails."""
@@ -49,6 +51,12 @@ def compile_training(traced: _trace.Traced, stack, inputs: list, target: str, *,
         if e.code in ("unsupported", "invalid_argument"):
             raise NotTrainable(f"training graph: {e.message}") from e
         raise
+    if mode == "reduce-overhead" and target.startswith("cuda"):
+        from kiln._cudagraph import Replayed
+        saved = len(backward.symbolic_ints) - len(parts["tangent_of"])
+        user_outputs = parts["user_outputs"]
+        forward = Replayed(forward, cloned=user_outputs)  # parameters read in place
+        backward = Replayed(backward, in_place=lambda k, t: k < saved, cloned=0)
     return TrainingRunner(traced, parts, forward, backward)
 
 
@@ -83,11 +91,15 @@ class TrainingRunner:
     @property
     def explain(self) -> str:
         p = self.parts
-        return (f"forward ({p['user_outputs']} outputs, {len(p['mutated_inputs'])} mutated inputs "
+        uncaptured = [f"{name} runs without a CUDA graph for some calls: " + "; ".join(a.reasons)
+                      for name, a in (("forward", self.forward), ("backward", self.backward))
+                      if getattr(a, "reasons", None)]
+        return "\n".join(uncaptured + [
+                f"forward ({p['user_outputs']} outputs, {len(p['mutated_inputs'])} mutated inputs "
                 f"{p['mutated_inputs']}, {p['saved']} saved, {p['recomputed']} recomputed):\n{p['forward']}\n"
                 f"forward kernels:\n{self.forward.explain}\n"
                 f"backward (grads of inputs {p['grad_of']}):\n{p['backward']}\n"
-                f"backward kernels:\n{self.backward.explain}")
+                f"backward kernels:\n{self.backward.explain}"])
 
 
 def _storage(t: torch.Tensor) -> int:

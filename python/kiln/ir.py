@@ -16,7 +16,7 @@ Errors are KilnError with code "invalid_argument", "not_found" or "unsupported".
 """
 import functools
 import os
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -186,9 +186,19 @@ class Compiled:
         self.key = self._artifact.key          # its content key in the artifact cache
         self.target = self._artifact.target    # "cpu" or "cuda:sm_NN"
         self.symbolic_ints = self._artifact.symbolic_ints  # per input: a symbolic int, else a tensor
-        self.synchronizes = self._artifact.synchronizes    # a run waits for its kernels' error status
+        self.data_dependent = self._artifact.data_dependent  # a run reads sizes from data (waits for the GPU)
 
     def __call__(self, *tensors) -> list[torch.Tensor]:
+        return self._run(tensors, capture=False)[0]
+
+    def capture(self, *tensors) -> tuple[list[torch.Tensor], Any]:
+        """As a call, on a CUDA stream that captures a graph (torch.cuda.graph with
+        capture_error_mode="relaxed"): (outputs, status), where `status.replayed(device,
+        stream)` is to be called after each replay of the graph (a kernel's error is then raised
+        as a run's would be), or None when no kernel reports errors."""
+        return self._run(tensors, capture=True)
+
+    def _run(self, tensors, capture: bool):
         cuda = self.target.startswith("cuda")
         inputs, device = [], None
         if cuda:
@@ -200,18 +210,23 @@ class Compiled:
             if where >= 0 and device is None:
                 device = where
             inputs.append((dtype_name(t.dtype), list(t.shape), list(t.stride()), t.data_ptr(), where))
+        status = None
         if cuda:
             available = _cuda_available()
             if device is None:  # no CUDA input: torch's current device (inputs are checked in C++)
                 device = torch.cuda.current_device() if available else 0
             on = torch.device("cuda", device)
             stream = torch.cuda.current_stream(on).cuda_stream if available else 0
-            raw = self._artifact.run(
-                inputs, lambda nbytes: torch.empty(nbytes, dtype=torch.uint8, device=on), device, stream
-            )
+            allocate = lambda nbytes: torch.empty(nbytes, dtype=torch.uint8, device=on)  # noqa: E731
+            if capture:
+                raw, status = self._artifact.capture(inputs, allocate, device, stream)
+            else:
+                raw = self._artifact.run(inputs, allocate, device, stream)
+        elif capture:
+            raise ValueError("kiln: only a CUDA artifact is captured into a CUDA graph")
         else:
             raw = self._artifact.run(inputs, lambda nbytes: torch.empty(nbytes, dtype=torch.uint8))
-        return [self._tensor(r, tensors) for r in raw]
+        return [self._tensor(r, tensors) for r in raw], status
 
     def _cuda_inputs(self, tensors) -> tuple:
         """Symbolic ints as 0-d int64 host tensors; 0-d CPU tensors (scalars, as torch lets

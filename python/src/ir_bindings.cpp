@@ -479,9 +479,17 @@ public:
   // base, element offset, value): `base` is the allocated object the output
   // views, or None when it views an input (then offset is an address); `value`
   // is a symbolic-int output's value when it lies in host memory (CUDA), else None.
-  py::list run(const std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>,
-                                            uintptr_t, int>>& inputs,
-               py::function allocate, int device, uintptr_t stream) {
+  using Inputs =
+      std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>, uintptr_t, int>>;
+
+  py::list run(const Inputs& inputs, py::function allocate, int device, uintptr_t stream) {
+    return runAndCapture(inputs, std::move(allocate), device, stream)[0];
+  }
+
+  // As run, on a stream that captures a CUDA graph (torch.cuda.graph, relaxed mode):
+  // (outputs, a ReplayStatus to call after each replay, or None when no kernel may fail).
+  py::tuple runAndCapture(const Inputs& inputs, py::function allocate, int device,
+                          uintptr_t stream) {
     checkDevices(inputs, device);
     std::vector<runtime::Tensor> tensors;
     for (const auto& [dtype, sizes, strides, address, where] : inputs)
@@ -510,19 +518,19 @@ public:
                                     : static_cast<uintptr_t>(offset / elementSize(t.dtype)),
                                 py::none()));
     }
-    return out;
+    py::object status = py::none();
+    if (result.replayStatus) status = py::cast(*result.replayStatus);
+    return py::make_tuple(out, status);
   }
 
   std::string target() const { return loaded_->artifact().target; }
   std::string explain() const { return loaded_->artifact().explain; }
   std::string source() const { return loaded_->artifact().source; }
   std::string key() const { return loaded_->artifact().key; }
-  // Whether a run waits for the GPU to read data-dependent sizes (item,
-  // nonzero steps), or has kernels that report errors through status words.
-  bool synchronizes() const {
+  // Whether a run waits for the GPU to read data-dependent sizes (item, nonzero steps).
+  bool dataDependent() const {
     const runtime::Plan& plan = loaded_->artifact().plan;
-    return std::any_of(plan.launches.begin(), plan.launches.end(), [](const auto& l) { return l.mayFail; }) ||
-           std::any_of(plan.steps.begin(), plan.steps.end(), runtime::bindsSymbol);
+    return std::any_of(plan.steps.begin(), plan.steps.end(), runtime::bindsSymbol);
   }
   std::vector<bool> symbolicInts() const {
     std::vector<bool> out;
@@ -618,7 +626,19 @@ void bindIr(py::module_& parent) {
   bindSym(m);
   bindValue(m);
   bindGraph(m);
+  py::class_<runtime::ReplayStatus>(m, "ReplayStatus",
+                                    "The kernels' status words of a run captured into a CUDA graph.")
+      .def(
+          "replayed",
+          [](const runtime::ReplayStatus& status, int device, uintptr_t stream) {
+            py::gil_scoped_release nogil;
+            status.replayed({device, reinterpret_cast<void*>(stream)});
+          },
+          py::arg("device"), py::arg("stream"),
+          "After queueing a replay: raises an earlier run's kernel error, queues this one's check.");
   py::class_<PyArtifact>(m, "Artifact", "A compiled graph loaded in this process.")
+      .def("capture", &PyArtifact::runAndCapture, py::arg("inputs"), py::arg("allocate"),
+           py::arg("device"), py::arg("stream"))
       .def("run", &PyArtifact::run, py::arg("inputs"), py::arg("allocate"), py::arg("device") = 0,
            py::arg("stream") = 0,
            "Runs on (dtype, sizes, strides, address, device) inputs; use kiln.ir.compile instead.")
@@ -626,9 +646,9 @@ void bindIr(py::module_& parent) {
       .def_property_readonly("explain", &PyArtifact::explain)
       .def_property_readonly("source", &PyArtifact::source)
       .def_property_readonly("key", &PyArtifact::key)
-      .def_property_readonly("synchronizes", &PyArtifact::synchronizes,
-                             "Whether a run waits for the GPU (data-dependent sizes) or its "
-                             "kernels report errors (not captured in CUDA graphs).")
+      .def_property_readonly("data_dependent", &PyArtifact::dataDependent,
+                             "Whether a run reads sizes from data on the host, waiting for the "
+                             "GPU (not captured in CUDA graphs).")
       .def_property_readonly("symbolic_ints", &PyArtifact::symbolicInts,
                              "Per input: whether it is a symbolic int (else a tensor).");
   m.def(

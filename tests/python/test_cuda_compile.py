@@ -214,6 +214,58 @@ def test_reduce_overhead_runs_uncaptured_where_an_output_views_an_input(stack):
     assert any("views an input" in r for r in runner_of(fast).compiled.reasons)
 
 
+def _twin_models(seed=0):
+    torch.manual_seed(seed)
+    make = lambda: nn.Sequential(nn.Embedding(64, 32), nn.Linear(32, 64), nn.GELU(),  # noqa: E731
+                                 nn.Linear(64, 64)).cuda()
+    model, reference = make(), make()
+    reference.load_state_dict(model.state_dict())
+    return model, reference
+
+
+@needs_gpu
+def test_reduce_overhead_trains_from_cuda_graphs(stack):
+    model, reference = _twin_models()
+    fast = kiln.compile(model, mode="reduce-overhead", stack=stack)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (model, reference)]
+    for step in range(5):
+        idx = torch.randint(0, 64, (16,), device="cuda")
+        target = torch.randint(0, 64, (16,), device="cuda")
+        for f, optimizer in zip((fast, reference), optimizers):
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(f(idx), target).backward()
+            optimizer.step()
+        for got, want in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    runner = runner_of(fast._compiled_forward)
+    # run, captured, then replayed: the backward's saved inputs are the captured forward's
+    assert runner.forward.replays == 4 and runner.backward.replays == 3, runner.explain
+    assert not runner.forward.reasons and not runner.backward.reasons
+    fast(torch.tensor([3, 64], device="cuda")).sum().backward()  # an index out of range, replayed
+    with pytest.raises(kiln.KilnError, match="out of range"):
+        kiln.check_errors()
+
+
+@needs_gpu
+def test_reduce_overhead_training_runs_uncaptured_while_a_replays_outputs_are_in_use(stack):
+    model, reference = _twin_models(1)
+    fast = kiln.compile(model, mode="reduce-overhead", stack=stack)
+    xs = [torch.randint(0, 64, (16,), device="cuda") for _ in range(2)]
+    for f, m in ((fast, model), (reference, reference)):
+        for _ in range(3):  # run, captured, replayed: the grads are the replay's memory
+            m.zero_grad(set_to_none=True)
+            f(xs[0]).square().mean().backward()
+        # Grads kept (accumulated into): the next backward may not overwrite them.
+        f(xs[1]).square().mean().backward()
+        # Two forwards before their backward: the second may not overwrite what the first saved.
+        (f(xs[0]).square().mean() + f(xs[1]).sin().mean()).backward()
+    for got, want in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-5)
+    runner = runner_of(fast._compiled_forward)
+    assert any("still in use" in r for r in runner.forward.reasons), runner.forward.reasons
+    assert any("still in use" in r for r in runner.backward.reasons), runner.backward.reasons
+
+
 @needs_gpu
 def test_cuda_autocast_casts_as_eager(stack):
     def f(x, w, b):

@@ -80,6 +80,26 @@ def test_a_kernels_index_error_is_a_typed_error(artifacts):
 
 
 @needs_gpu
+def test_a_replayed_kernels_index_error_is_a_typed_error(artifacts):
+    from kiln import _cudagraph
+    replayed = _cudagraph.Replayed(artifacts("gather"))
+    x = torch.arange(8, dtype=torch.float32, device="cuda")
+    good, bad = torch.tensor([7, 0, 3], device="cuda"), torch.tensor([1, 8, 2], device="cuda")
+    for _ in range(3):  # run, captured, replayed
+        (y,) = replayed(x, good)
+        torch.testing.assert_close(y, x[[7, 0, 3]])
+    replayed(x, bad)
+    assert replayed.replays == 2 and not replayed.reasons, replayed.reasons
+    with pytest.raises(kiln.KilnError, match="gather: an index is out of range"):
+        kiln.check_errors()
+    kiln.check_errors()  # reported: nothing left
+    for _ in range(2):  # each replay starts from clean status words
+        (y,) = replayed(x, good)
+    kiln.check_errors()
+    torch.testing.assert_close(y, x[[7, 0, 3]])
+
+
+@needs_gpu
 def test_matrix_products_match_torch(artifacts):
     a, b = torch.randn(64, 32, device="cuda"), torch.randn(32, 48, device="cuda")
     torch.testing.assert_close(artifacts("mm_f32")(a, b)[0], torch.mm(a, b), rtol=1e-5, atol=1e-5)

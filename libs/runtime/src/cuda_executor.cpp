@@ -16,6 +16,14 @@
 #include "kiln/runtime/executor.h"
 
 namespace kiln::runtime {
+
+struct ReplayStatus::State {
+  int device;
+  std::shared_ptr<int> words; // pinned host memory the graph copies the status words to
+  size_t count;
+  std::vector<std::pair<size_t, std::string>> failing; // kernel index, name; in plan order
+};
+
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20; // cuBLASLt's, per run
@@ -46,7 +54,8 @@ public:
   // Copies `count` status words at `device` to the host after the stream's work.
   void add(const CudaDriver& driver, int device, CUstream stream, const int* words, size_t count,
            std::vector<std::pair<size_t, std::string>> failing) {
-    Pending p{device, nullptr, nullptr, count, std::move(failing)};
+    Pending p;
+    p.device = device, p.count = count, p.failing = std::move(failing);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (auto it = free_.begin(); it != free_.end(); ++it)
@@ -65,32 +74,47 @@ public:
     cudaCheck(driver.cuMemcpyDtoHAsync(p.host, reinterpret_cast<CUdeviceptr>(words),
                                        count * sizeof(int), stream),
               "cuMemcpyDtoHAsync");
-    cudaCheck(driver.cuEventCreate(&p.done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    cudaCheck(driver.cuEventRecord(p.done, stream), "cuEventRecord");
-    std::lock_guard<std::mutex> lock(mutex_);
-    pending_.push_back(std::move(p));
+    queue(driver, stream, std::move(p));
+  }
+
+  // A replay's words, which the graph copied to `host` (memory of its own).
+  void addReplay(const CudaDriver& driver, int device, CUstream stream, std::shared_ptr<int> host,
+                 size_t count, std::vector<std::pair<size_t, std::string>> failing) {
+    bool previousPending = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const Pending& p : pending_) previousPending = previousPending || p.host == host.get();
+    }
+    check(driver, false, previousPending ? host.get() : nullptr);
+    Pending p;
+    p.device = device, p.host = host.get(), p.count = count, p.failing = std::move(failing);
+    p.owner = std::move(host);
+    queue(driver, stream, std::move(p));
   }
 
   // Raises the first error among the runs the GPU finished (all of them when
-  // `wait`), in the order they were queued; the checked ones are forgotten.
-  void check(const CudaDriver& driver, bool wait) {
+  // `wait`; those up to the one reading `until` too), in the order they were
+  // queued; the checked ones are forgotten.
+  void check(const CudaDriver& driver, bool wait, const int* until = nullptr) {
     std::unique_lock<std::mutex> lock(mutex_);
     while (!pending_.empty()) {
       Pending p = std::move(pending_.front());
       pending_.pop_front();
       lock.unlock();
       CudaContextScope scope(p.device);
-      CUresult state = wait ? driver.cuEventSynchronize(p.done) : driver.cuEventQuery(p.done);
+      bool waitHere = wait || until != nullptr;
+      if (p.host == until) until = nullptr; // the last one to wait for
+      CUresult state = waitHere ? driver.cuEventSynchronize(p.done) : driver.cuEventQuery(p.done);
       if (state == CUDA_ERROR_NOT_READY) {
         lock.lock();
         pending_.push_front(std::move(p)); // later runs are not done either
         return;
       }
-      cudaCheck(state, wait ? "cuEventSynchronize" : "cuEventQuery");
+      cudaCheck(state, waitHere ? "cuEventSynchronize" : "cuEventQuery");
       driver.cuEventDestroy(p.done);
       std::vector<int> status(p.host, p.host + p.count);
       lock.lock();
-      free_.emplace_back(p.host, p.capacity);
+      if (!p.owner) free_.emplace_back(p.host, p.capacity);
       for (const auto& [kernel, name] : p.failing) { // the first kernel, in plan order, that failed
         int code = status.at(kernel);
         if (code == 1) throw Error(ErrorCode::InvalidArgument, name + ": integer division by zero");
@@ -102,13 +126,21 @@ public:
 
 private:
   struct Pending {
-    int device;
-    CUevent done;
-    int* host;
-    size_t count;
+    int device = 0;
+    CUevent done = nullptr;
+    int* host = nullptr;
+    size_t count = 0;
     std::vector<std::pair<size_t, std::string>> failing; // kernel index, name; in plan order
     size_t capacity = 0;
+    std::shared_ptr<int> owner; // a captured graph's words, not the free list's
   };
+
+  void queue(const CudaDriver& driver, CUstream stream, Pending p) {
+    cudaCheck(driver.cuEventCreate(&p.done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    cudaCheck(driver.cuEventRecord(p.done, stream), "cuEventRecord");
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.push_back(std::move(p));
+  }
   std::mutex mutex_;
   std::deque<Pending> pending_;
   std::vector<std::pair<int*, size_t>> free_; // pinned words and their capacity
@@ -126,7 +158,11 @@ public:
   }
 
   void begin(const sym::Binding& binding, const std::vector<int64_t>& symbols) override {
-    StatusChecks::instance().check(driver_, false); // an earlier run's error, before more work
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    cudaCheck(driver_.cuStreamIsCapturing(stream_, &capture), "cuStreamIsCapturing");
+    capturing_ = capture == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (!capturing_) // while capturing, events of earlier work may not be queried
+      StatusChecks::instance().check(driver_, false); // an earlier run's error, before more work
     if (plan_.launches.size() != plan_.kernels.size())
       throw Error(ErrorCode::Malformed,
                   "runtime: a CUDA plan of " + std::to_string(plan_.kernels.size()) +
@@ -192,11 +228,32 @@ public:
     if (failing_.empty()) return; // nothing can have failed
     std::vector<std::pair<size_t, std::string>> failing;
     for (uint32_t k : failing_) failing.emplace_back(k, plan_.kernels[k]);
+    if (capturing_) { // each replay copies the words to the graph's own host memory
+      size_t count = plan_.kernels.size();
+      void* host = nullptr;
+      cudaCheck(driver_.cuMemAllocHost(&host, count * sizeof(int)), "cuMemAllocHost");
+      int device = where_.device;
+      std::shared_ptr<int> words(static_cast<int*>(host), [device](int* p) {
+        try {
+          CudaContextScope scope(device);
+          cudaDriver().cuMemFreeHost(p);
+        } catch (const Error&) { // the driver may be gone at exit
+        }
+      });
+      cudaCheck(driver_.cuMemcpyDtoHAsync(words.get(), reinterpret_cast<CUdeviceptr>(status_),
+                                          count * sizeof(int), stream_),
+                "cuMemcpyDtoHAsync");
+      replayStatus_ = std::make_shared<ReplayStatus>(std::make_shared<ReplayStatus::State>(
+          ReplayStatus::State{device, std::move(words), count, std::move(failing)}));
+      return;
+    }
     StatusChecks& checks = StatusChecks::instance();
     checks.add(driver_, where_.device, stream_, static_cast<const int*>(status_),
                plan_.kernels.size(), std::move(failing));
     if (synchronousChecks()) checks.check(driver_, true);
   }
+
+  std::shared_ptr<const ReplayStatus> replayStatus() const { return replayStatus_; }
 
   int64_t readInt(const Tensor& t) override {
     Tensor host = toHost(t);
@@ -285,9 +342,20 @@ private:
   void* status_ = nullptr;
   void* workspace_ = nullptr;
   std::vector<std::byte> hostCopy_;
+  bool capturing_ = false; // the stream captures a graph: end() makes a ReplayStatus
+  std::shared_ptr<const ReplayStatus> replayStatus_;
 };
 
 } // namespace
+
+void ReplayStatus::replayed(CudaStream where) const {
+  const CudaDriver& driver = cudaDriver();
+  CudaContextScope scope(where.device);
+  StatusChecks& checks = StatusChecks::instance();
+  checks.addReplay(driver, state_->device, static_cast<CUstream>(where.stream), state_->words,
+                   state_->count, state_->failing);
+  if (synchronousChecks()) checks.check(driver, true);
+}
 
 void* CudaAllocator::allocate(size_t bytes) {
   const CudaDriver& d = cudaDriver();
@@ -360,7 +428,9 @@ RunResult runCuda(const Plan& plan, const CudaModule& module, const std::vector<
   cudaDriver(); // Error{Unavailable} before anything else
   CudaContextScope scope(where.device);
   CudaExecutor executor(plan, module, allocator, where);
-  return run(plan, executor, inputs, allocator);
+  RunResult result = run(plan, executor, inputs, allocator);
+  result.replayStatus = executor.replayStatus();
+  return result;
 }
 
 } // namespace kiln::runtime

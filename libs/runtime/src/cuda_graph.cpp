@@ -70,11 +70,6 @@ CudaGraphRunner::CudaGraphRunner(const Plan& plan, std::shared_ptr<const CudaMod
                                  CudaStream where)
     : state_(std::make_unique<State>(allocator)) {
   const CudaDriver& d = cudaDriver();
-  for (const Launch& l : plan.launches)
-    if (l.mayFail)
-      throw Error(ErrorCode::Unsupported,
-                  "runtime: a CUDA graph of a plan with kernels that may fail (indexing, integer "
-                  "division): reading their status would synchronize every replay");
   for (const Step& step : plan.steps)
     if (bindsSymbol(step))
       throw Error(ErrorCode::Unsupported,
@@ -92,7 +87,9 @@ CudaGraphRunner::CudaGraphRunner(const Plan& plan, std::shared_ptr<const CudaMod
   s.memory.startReplaying();
   CudaContextScope scope(where.device);
   auto stream = static_cast<CUstream>(where.stream);
-  cudaCheck(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+  // Relaxed: a plan whose kernels may fail allocates the pinned memory their status
+  // words reach on each replay while it is captured (ReplayStatus).
+  cudaCheck(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED),
             "cuStreamBeginCapture");
   try {
     s.result = runCuda(s.plan, *s.module, inputs, s.memory, where);
@@ -113,6 +110,7 @@ void CudaGraphRunner::replay() {
   CudaContextScope scope(state_->where.device);
   cudaCheck(d.cuGraphLaunch(state_->exec, static_cast<CUstream>(state_->where.stream)),
             "cuGraphLaunch");
+  if (state_->result.replayStatus) state_->result.replayStatus->replayed(state_->where);
 }
 
 const std::vector<Tensor>& CudaGraphRunner::outputs() const {

@@ -29,6 +29,11 @@ RunResult runCuda(const Plan&, const CudaModule&, const std::vector<Tensor>&, Al
   unavailable();
 }
 
+struct ReplayStatus::State {};
+void ReplayStatus::replayed(CudaStream) const {
+  unavailable();
+}
+
 struct CudaGraphRunner::State {};
 CudaGraphRunner::CudaGraphRunner(const Plan&, std::shared_ptr<const CudaModule>,
                                  const std::vector<Tensor>&, Allocator&, CudaStream) {

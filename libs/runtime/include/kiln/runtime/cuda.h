@@ -76,6 +76,26 @@ private:
 RunResult runCuda(const Plan& plan, const CudaModule& module, const std::vector<Tensor>& inputs,
                   Allocator& allocator, CudaStream where);
 
+// The status words of a run captured into a CUDA graph (runCuda on a stream
+// that was capturing, in relaxed mode: the words' pinned host memory is
+// allocated during the capture). Every replay of the graph copies them to that
+// memory; the caller says when it queued one, and its error is raised as an
+// uncaptured run's would be.
+class ReplayStatus {
+public:
+  struct State;
+  explicit ReplayStatus(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+  // After queueing a replay on `where`: raises an earlier run's or replay's
+  // error the GPU reported by now, then queues this replay's check. A replay
+  // waits for the check of this graph's previous replay (the words are
+  // reused), which the GPU has mostly finished by then.
+  void replayed(CudaStream where) const;
+
+private:
+  std::shared_ptr<State> state_;
+};
+
 // Waits for every CUDA run so far and raises the first kernel error among
 // those not reported yet (above).
 void checkCudaErrors();

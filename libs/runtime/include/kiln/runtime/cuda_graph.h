@@ -18,9 +18,8 @@ public:
   // cuBLASLt algorithms), then captures a second run into a graph and
   // instantiates it. Memory comes from `allocator` and is held until the
   // runner is destroyed (the graph reads and writes it on every replay);
-  // `allocator` must outlive the runner. Error{Unsupported} for a plan with a
-  // kernel that may fail (reading its status would synchronize every replay),
-  // Error{InvalidArgument} for the legacy default stream (it cannot be
+  // `allocator` must outlive the runner. Error{Unsupported} for a plan with
+  // data-dependent sizes (the host reads them), Error{InvalidArgument} for the legacy default stream (it cannot be
   // captured), Error{Unavailable} without a driver.
   CudaGraphRunner(const Plan& plan, std::shared_ptr<const CudaModule> module,
                   const std::vector<Tensor>& inputs, Allocator& allocator, CudaStream where);
@@ -29,7 +28,9 @@ public:
   CudaGraphRunner& operator=(const CudaGraphRunner&) = delete;
 
   // Queues the graph on the stream (no synchronization): the plan runs on
-  // what the inputs hold then, into the same outputs.
+  // what the inputs hold then, into the same outputs. A kernel's error (an
+  // index out of range) is raised as an uncaptured run's: by a later run,
+  // replay or checkCudaErrors (see runCuda).
   void replay();
 
   // The outputs every replay writes (views of memory the runner holds).

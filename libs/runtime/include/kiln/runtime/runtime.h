@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <memory>
 #include <vector>
 
 #include "kiln/ir/dtype.h"
@@ -51,11 +52,15 @@ using KernelLookup = std::function<KernelFn(const std::string& name)>;
 // disagrees (a symbol bound twice to different values, or outside its range).
 sym::Binding bindInputs(const std::vector<ir::Value>& inputs, const std::vector<Tensor>& tensors);
 
+class ReplayStatus;
+
 struct RunResult {
   std::vector<Tensor> outputs; // views of inputs or of `buffers`
   std::vector<void*> buffers;  // what the allocator gave for the outputs: the caller's to release
   // Values of symbolic-int outputs kept in host memory (CUDA's); the outputs point at them.
   std::list<int64_t> hostInts;
+  // A CUDA run captured into a graph, with kernels that may fail: their status on replays.
+  std::shared_ptr<const ReplayStatus> replayStatus;
 };
 
 // Runs the plan on the CPU, kernels from `kernels` (see executor.h for other
