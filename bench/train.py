@@ -274,8 +274,8 @@ def main():
 
         # reduce-overhead: both compilers replay CUDA graphs (torch's cudagraph trees, kiln._cudagraph)
         contenders = {"eager": lambda m: m, "torch_compile": torch_compile,
-                      "torch_compile_reduce_overhead": lambda m: torch_compile(m, "reduce-overhead"),
                       "kiln": lambda m: kiln.compile(m, stack=stack, options=kiln_options),
+                      "torch_compile_reduce_overhead": lambda m: torch_compile(m, "reduce-overhead"),
                       "kiln_reduce_overhead": lambda m: kiln.compile(m, stack=stack, options=kiln_options,
                                                                       mode="reduce-overhead")}
         for name, make in contenders.items():
@@ -297,10 +297,21 @@ def main():
                 results[name]["fell_back"] = compiled.fallback_reasons
                 if compiled.fallback_reasons:
                     print("kiln FELL BACK to eager:", compiled.fallback_reasons, flush=True)
+                for entry in compiled.cache.entries:  # reduce-overhead: how many calls replayed graphs
+                    runner = entry.value
+                    for part in ("forward", "backward"):
+                        replayed = getattr(getattr(runner, part, None), "replays", None)
+                        if replayed is not None:
+                            results[name][f"{part}_replays"] = replayed
+                            results[name][f"{part}_uncaptured_because"] = getattr(runner, part).reasons
+                            print(f"{name} {part}: {replayed} replays; uncaptured because "
+                                  f"{getattr(runner, part).reasons}", flush=True)
                 if args.explain:
                     with open(args.explain, "w") as f:
                         f.write(kiln.explain(made[0]))
             del model, made
+            if name.startswith("torch_compile"):  # its CUDA graphs' memory goes with its caches
+                torch._dynamo.reset()
             gc.collect()
             if device.type == "cuda":
                 torch.cuda.empty_cache()

@@ -133,24 +133,35 @@ class _Captured:
     def __init__(self, compiled, inputs, in_place, cloned: int | None):
         device = next(t.device for t in inputs if isinstance(t, torch.Tensor) and t.is_cuda)
         self.device = device
-        self.static = [t if symbolic or in_place(k, t) else self._static(t, device)
-                       for k, (t, symbolic) in enumerate(zip(inputs, compiled.symbolic_ints))]
+        # The graph's copies of the inputs it does not read in place (None for those: holding
+        # them would keep, say, a forward's saved values alive for its backward's graph).
+        kept = [symbolic or in_place(k, t) for k, (t, symbolic) in enumerate(zip(inputs, compiled.symbolic_ints))]
+        self.static = [None if keep else self._static(t, device) for t, keep in zip(inputs, kept)]
+        arguments = [t if keep else s for t, s, keep in zip(inputs, self.static, kept)]
         self.graph = torch.cuda.CUDAGraph()
         # Relaxed: a run with kernels that may fail allocates pinned host memory for their
         # status words while it is captured (kiln.ir.Compiled.capture).
         with torch.cuda.graph(self.graph, capture_error_mode="relaxed"):
-            self.outputs, self.status = compiled.capture(*self.static)
+            self.outputs, self.status = compiled.capture(*arguments)
         self.cloned = len(self.outputs) if cloned is None else cloned
-        copied = {_storage(s) for s, t in zip(self.static, inputs) if isinstance(s, torch.Tensor) and s is not t}
-        kept = {_storage(s) for s, t in zip(self.static, inputs) if isinstance(s, torch.Tensor) and s is t}
-        handed = self.outputs[:self.cloned]
-        if any(o.is_cuda and _storage(o) in copied for o in handed):
+        copied = {_storage(s) for s in self.static if s is not None}
+        read_in_place = {_storage(t): k for k, (t, keep) in enumerate(zip(inputs, kept))
+                         if keep and isinstance(t, torch.Tensor)}
+        del arguments
+        if any(o.is_cuda and _storage(o) in copied for o in self.outputs[:self.cloned]):
             raise ValueError("an output views an input")
+        # An output viewing an input read in place is made again from the call's input (holding
+        # it would hold that input: a backward's graph, its forward's saved values).
+        self._views = {}  # output -> (input, its view's sizes, strides, storage offset)
+        for j, o in enumerate(self.outputs):
+            if o.is_cuda and _storage(o) in read_in_place:
+                self._views[j] = (read_in_place[_storage(o)], tuple(o.shape), o.stride(), o.storage_offset())
+                self.outputs[j] = None
         # The aliased outputs' memory (the graph's, or its copies of inputs), whose reference
         # counts say whether an alias handed out earlier is alive.
         watched = {}
         for o in self.outputs[self.cloned:]:
-            if o.is_cuda and _storage(o) not in kept:
+            if o is not None and o.is_cuda:
                 watched.setdefault(_storage(o), o.untyped_storage())
         self._watched = list(watched.values())
         self._baseline = [self._uses(s) for s in self._watched]
@@ -170,13 +181,20 @@ class _Captured:
 
     def replay(self, inputs) -> list[torch.Tensor]:
         for s, t in zip(self.static, inputs):
-            if isinstance(s, torch.Tensor) and s is not t and s.data_ptr() != t.data_ptr():
+            if s is not None and s.data_ptr() != t.data_ptr():
                 s.copy_(t, non_blocking=True)
+        if self.status is not None:
+            self.status.replaying()
         self.graph.replay()
         if self.status is not None:
             self.status.replayed(self.device.index, torch.cuda.current_stream(self.device).cuda_stream)
-        return ([o.clone() if o.is_cuda else o for o in self.outputs[:self.cloned]] +
-                [o.detach() for o in self.outputs[self.cloned:]])
+        outputs = [o if o is not None else self._view_of(inputs, j) for j, o in enumerate(self.outputs)]
+        return ([o.clone() if o.is_cuda else o for o in outputs[:self.cloned]] +
+                [o if j in self._views else o.detach() for j, o in enumerate(outputs) if j >= self.cloned])
+
+    def _view_of(self, inputs, j: int) -> torch.Tensor:
+        k, sizes, strides, offset = self._views[j]
+        return inputs[k].as_strided(sizes, strides, offset)
 
 
 def _storage(t: torch.Tensor) -> int:

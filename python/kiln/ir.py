@@ -193,9 +193,10 @@ class Compiled:
 
     def capture(self, *tensors) -> tuple[list[torch.Tensor], Any]:
         """As a call, on a CUDA stream that captures a graph (torch.cuda.graph with
-        capture_error_mode="relaxed"): (outputs, status), where `status.replayed(device,
-        stream)` is to be called after each replay of the graph (a kernel's error is then raised
-        as a run's would be), or None when no kernel reports errors."""
+        capture_error_mode="relaxed"): (outputs, status), where `status.replaying()` is to be
+        called before each replay of the graph and `status.replayed(device, stream)` after it
+        (a kernel's error is then raised as a run's would be), or None when no kernel reports
+        errors."""
         return self._run(tensors, capture=True)
 
     def _run(self, tensors, capture: bool):

@@ -629,13 +629,21 @@ void bindIr(py::module_& parent) {
   py::class_<runtime::ReplayStatus>(m, "ReplayStatus",
                                     "The kernels' status words of a run captured into a CUDA graph.")
       .def(
+          "replaying",
+          [](const runtime::ReplayStatus& status) {
+            py::gil_scoped_release nogil;
+            status.replaying();
+          },
+          "Before queueing a replay: raises an earlier run's kernel error (waits for the "
+          "graph's previous replay).")
+      .def(
           "replayed",
           [](const runtime::ReplayStatus& status, int device, uintptr_t stream) {
             py::gil_scoped_release nogil;
             status.replayed({device, reinterpret_cast<void*>(stream)});
           },
           py::arg("device"), py::arg("stream"),
-          "After queueing a replay: raises an earlier run's kernel error, queues this one's check.");
+          "After queueing a replay: queues its check.");
   py::class_<PyArtifact>(m, "Artifact", "A compiled graph loaded in this process.")
       .def("capture", &PyArtifact::runAndCapture, py::arg("inputs"), py::arg("allocate"),
            py::arg("device"), py::arg("stream"))

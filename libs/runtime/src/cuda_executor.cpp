@@ -77,15 +77,20 @@ public:
     queue(driver, stream, std::move(p));
   }
 
-  // A replay's words, which the graph copied to `host` (memory of its own).
-  void addReplay(const CudaDriver& driver, int device, CUstream stream, std::shared_ptr<int> host,
-                 size_t count, std::vector<std::pair<size_t, std::string>> failing) {
-    bool previousPending = false;
+  // Checks the earlier runs the GPU finished, waiting for those up to the last
+  // one that reads `host` (a graph's words, which its next replay overwrites).
+  void checkBefore(const CudaDriver& driver, const int* host) {
+    bool pending = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (const Pending& p : pending_) previousPending = previousPending || p.host == host.get();
+      for (const Pending& p : pending_) pending = pending || p.host == host;
     }
-    check(driver, false, previousPending ? host.get() : nullptr);
+    check(driver, false, pending ? host : nullptr);
+  }
+
+  // A replay's words, which the graph copies to `host` (memory of its own).
+  void addReplay(const CudaDriver& driver, int device, CUstream stream, std::shared_ptr<int> host,
+                 size_t count, std::vector<std::pair<size_t, std::string>> failing) {
     Pending p;
     p.device = device, p.host = host.get(), p.count = count, p.failing = std::move(failing);
     p.owner = std::move(host);
@@ -347,6 +352,12 @@ private:
 };
 
 } // namespace
+
+void ReplayStatus::replaying() const {
+  const CudaDriver& driver = cudaDriver();
+  CudaContextScope scope(state_->device);
+  StatusChecks::instance().checkBefore(driver, state_->words.get());
+}
 
 void ReplayStatus::replayed(CudaStream where) const {
   const CudaDriver& driver = cudaDriver();

@@ -108,6 +108,7 @@ CudaGraphRunner::~CudaGraphRunner() = default;
 void CudaGraphRunner::replay() {
   const CudaDriver& d = cudaDriver();
   CudaContextScope scope(state_->where.device);
+  if (state_->result.replayStatus) state_->result.replayStatus->replaying();
   cudaCheck(d.cuGraphLaunch(state_->exec, static_cast<CUstream>(state_->where.stream)),
             "cuGraphLaunch");
   if (state_->result.replayStatus) state_->result.replayStatus->replayed(state_->where);

@@ -30,6 +30,9 @@ RunResult runCuda(const Plan&, const CudaModule&, const std::vector<Tensor>&, Al
 }
 
 struct ReplayStatus::State {};
+void ReplayStatus::replaying() const {
+  unavailable();
+}
 void ReplayStatus::replayed(CudaStream) const {
   unavailable();
 }

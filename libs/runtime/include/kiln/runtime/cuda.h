@@ -86,10 +86,11 @@ public:
   struct State;
   explicit ReplayStatus(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
-  // After queueing a replay on `where`: raises an earlier run's or replay's
-  // error the GPU reported by now, then queues this replay's check. A replay
-  // waits for the check of this graph's previous replay (the words are
-  // reused), which the GPU has mostly finished by then.
+  // Before queueing a replay: raises an earlier run's or replay's error the
+  // GPU reported by now, waiting for this graph's previous replay (its words
+  // are overwritten by the next), which the GPU has mostly finished by then.
+  void replaying() const;
+  // After queueing a replay on `where`: queues its check.
   void replayed(CudaStream where) const;
 
 private:
