@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import kiln
-from kiln import _cudagraph, ir
+from kiln import _cudagraph, _train, ir
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -16,6 +16,14 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA de
 def runner_of(fast):
     (entry,) = fast.cache.entries
     return entry.value
+
+
+def training_runner_of(module):
+    """The latest entry of a compiled module's forward (nn.Sequential's entries are all its
+    instances', as Dynamo's of one code object)."""
+    runner = module._compiled_forward.cache.entries[-1].value
+    assert isinstance(runner, _train.TrainingRunner), kiln.explain(module)
+    return runner
 
 
 def test_modes_are_checked_and_reduce_overhead_is_default_mode_on_the_cpu(stack):
@@ -162,7 +170,7 @@ def test_training_runs_forward_and_backward_on_the_gpu(stack):
     for got, want in zip(model.parameters(), reference.parameters()):
         assert got.grad.device == want.grad.device
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-5)
-    runner = runner_of(fast._compiled_forward)
+    runner = training_runner_of(fast)
     assert runner.forward.target.startswith("cuda") and runner.backward.target.startswith("cuda")
 
 
@@ -214,9 +222,11 @@ def test_reduce_overhead_runs_uncaptured_where_an_output_views_an_input(stack):
     assert any("views an input" in r for r in runner_of(fast).compiled.reasons)
 
 
-def _twin_models(seed=0):
-    torch.manual_seed(seed)
-    make = lambda: nn.Sequential(nn.Embedding(64, 32), nn.Linear(32, 64), nn.GELU(),  # noqa: E731
+def _twin_models(width):
+    """Two equal models; each test its own width, so that no entry of nn.Sequential's forward
+    made by another test holds for its calls."""
+    torch.manual_seed(width)
+    make = lambda: nn.Sequential(nn.Embedding(64, width), nn.Linear(width, 64), nn.GELU(),  # noqa: E731
                                  nn.Linear(64, 64)).cuda()
     model, reference = make(), make()
     reference.load_state_dict(model.state_dict())
@@ -225,7 +235,7 @@ def _twin_models(seed=0):
 
 @needs_gpu
 def test_reduce_overhead_trains_from_cuda_graphs(stack):
-    model, reference = _twin_models()
+    model, reference = _twin_models(32)
     fast = kiln.compile(model, mode="reduce-overhead", stack=stack)
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (model, reference)]
     for step in range(5):
@@ -237,18 +247,21 @@ def test_reduce_overhead_trains_from_cuda_graphs(stack):
             optimizer.step()
         for got, want in zip(model.parameters(), reference.parameters()):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
-    runner = runner_of(fast._compiled_forward)
+    runner = training_runner_of(fast)
     # run, captured, then replayed: the backward's saved inputs are the captured forward's
     assert runner.forward.replays == 4 and runner.backward.replays == 3, runner.explain
     assert not runner.forward.reasons and not runner.backward.reasons
-    fast(torch.tensor([3, 64], device="cuda")).sum().backward()  # an index out of range, replayed
-    with pytest.raises(kiln.KilnError, match="out of range"):
+    bad = idx.clone()
+    bad[3] = 64  # an index out of range, in a replay: reported by a later replay or check_errors
+    with pytest.raises(kiln.KilnError, match="an index is out of range"):
+        fast(bad).sum().backward()
         kiln.check_errors()
+    assert runner.forward.replays == 5
 
 
 @needs_gpu
 def test_reduce_overhead_training_runs_uncaptured_while_a_replays_outputs_are_in_use(stack):
-    model, reference = _twin_models(1)
+    model, reference = _twin_models(48)
     fast = kiln.compile(model, mode="reduce-overhead", stack=stack)
     xs = [torch.randint(0, 64, (16,), device="cuda") for _ in range(2)]
     for f, m in ((fast, model), (reference, reference)):
@@ -261,7 +274,7 @@ def test_reduce_overhead_training_runs_uncaptured_while_a_replays_outputs_are_in
         (f(xs[0]).square().mean() + f(xs[1]).sin().mean()).backward()
     for got, want in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-5)
-    runner = runner_of(fast._compiled_forward)
+    runner = training_runner_of(fast)
     assert any("still in use" in r for r in runner.forward.reasons), runner.forward.reasons
     assert any("still in use" in r for r in runner.backward.reasons), runner.backward.reasons
 
