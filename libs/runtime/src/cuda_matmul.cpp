@@ -73,24 +73,13 @@ struct Gemm {
   }
 };
 
-// The heuristic's choice per call shape, for the process.
-struct AlgoCache {
-  std::mutex mutex;
-  using Key = decltype(std::tuple_cat(std::make_tuple(0), std::declval<Gemm>().key()));
-  std::map<Key, cublasLtMatmulAlgo_t> algos; // device, then the call's shape
-};
-
-AlgoCache& algoCache() {
-  static AlgoCache cache;
-  return cache;
-}
-
 template <class T, class Destroy> struct Owned { // a cuBLASLt descriptor, destroyed with its scope
   T handle = nullptr;
   Destroy destroy;
   ~Owned() {
     if (handle) destroy(handle);
   }
+  T release() { return std::exchange(handle, nullptr); }
 };
 
 template <class Desc, class Attr, class Value>
@@ -99,10 +88,17 @@ void set(cublasStatus_t (*fn)(Desc, Attr, const void*, size_t), Desc desc, Attr 
   cublasCheck(fn(desc, attr, &value, sizeof(value)), call);
 }
 
-void runGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const void* b, void* d,
-             const void* bias, double alpha, double beta) {
-  const CublasLt& lt = cublasLt();
-  cublasLtHandle_t handle = cublasLtHandle(ctx.device);
+// cuBLASLt's descriptors of one call shape and the heuristic's algorithm for
+// it, made once for the process: making them per call was most of a
+// product's host time (18-26 us a call; GPT-2's step makes 147).
+struct Prepared {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+Prepared prepare(const CublasLt& lt, cublasLtHandle_t handle, const Gemm& g,
+                 size_t workspaceBytes) {
   Owned<cublasLtMatmulDesc_t, decltype(lt.cublasLtMatmulDescDestroy)> op{
       nullptr, lt.cublasLtMatmulDescDestroy};
   cublasCheck(lt.cublasLtMatmulDescCreate(&op.handle, g.types.compute, g.types.scale),
@@ -113,9 +109,6 @@ void runGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const voi
   set(setOp, op.handle, CUBLASLT_MATMUL_DESC_TRANSB, tb, "cublasLtMatmulDescSetAttribute");
   if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
     set(setOp, op.handle, CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue,
-        "cublasLtMatmulDescSetAttribute");
-  if (bias)
-    set(setOp, op.handle, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias,
         "cublasLtMatmulDescSetAttribute");
   using Layout = Owned<cublasLtMatrixLayout_t, decltype(lt.cublasLtMatrixLayoutDestroy)>;
   auto layout = [&](Layout& out, int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
@@ -136,49 +129,69 @@ void runGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const voi
   layout(la, g.transA ? g.k : g.m, g.transA ? g.m : g.k, g.lda, g.strideA);
   layout(lb, g.transB ? g.n : g.k, g.transB ? g.k : g.n, g.ldb, g.strideB);
   layout(ld, g.m, g.n, g.ldd, g.strideD);
+
+  Owned<cublasLtMatmulPreference_t, decltype(lt.cublasLtMatmulPreferenceDestroy)> pref{
+      nullptr, lt.cublasLtMatmulPreferenceDestroy};
+  cublasCheck(lt.cublasLtMatmulPreferenceCreate(&pref.handle), "cublasLtMatmulPreferenceCreate");
+  auto setPref = lt.cublasLtMatmulPreferenceSetAttribute;
+  uint64_t bytes = workspaceBytes;
+  const char* call = "cublasLtMatmulPreferenceSetAttribute";
+  set(setPref, pref.handle, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, bytes, call);
+  set(setPref, pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.alignA, call);
+  set(setPref, pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.alignB, call);
+  set(setPref, pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, g.alignD, call);
+  set(setPref, pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.alignD, call);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasCheck(lt.cublasLtMatmulAlgoGetHeuristic(handle, op.handle, la.handle, lb.handle,
+                                                ld.handle, ld.handle, pref.handle, 1, &result,
+                                                &found),
+              "cublasLtMatmulAlgoGetHeuristic");
+  if (found == 0)
+    throw Error(ErrorCode::Unsupported, "runtime: cuBLASLt has no algorithm for a " +
+                                            std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
+                                            std::to_string(g.k) + " product");
+  return {op.release(), la.release(), lb.release(), ld.release(), result.algo};
+}
+
+// The prepared calls by device and shape, for the process (never destroyed:
+// cuBLASLt may be gone when static destructors run).
+struct PreparedCalls {
+  std::mutex mutex;
+  using Key = decltype(std::tuple_cat(std::make_tuple(0), std::declval<Gemm>().key()));
+  std::map<Key, Prepared> calls;
+};
+
+PreparedCalls& preparedCalls() {
+  static PreparedCalls* calls = new PreparedCalls();
+  return *calls;
+}
+
+void runGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const void* b, void* d,
+             const void* bias, double alpha, double beta) {
+  const CublasLt& lt = cublasLt();
+  cublasLtHandle_t handle = cublasLtHandle(ctx.device);
   size_t workspaceBytes = 0;
   void* workspace = ctx.workspace(workspaceBytes);
-
-  cublasLtMatmulAlgo_t algo;
-  {
-    AlgoCache& cache = algoCache();
-    std::lock_guard<std::mutex> lock(cache.mutex);
-    auto key = std::tuple_cat(std::make_tuple(ctx.device), g.key());
-    auto it = cache.algos.find(key);
-    if (it == cache.algos.end()) {
-      Owned<cublasLtMatmulPreference_t, decltype(lt.cublasLtMatmulPreferenceDestroy)> pref{
-          nullptr, lt.cublasLtMatmulPreferenceDestroy};
-      cublasCheck(lt.cublasLtMatmulPreferenceCreate(&pref.handle),
-                  "cublasLtMatmulPreferenceCreate");
-      auto setPref = lt.cublasLtMatmulPreferenceSetAttribute;
-      uint64_t bytes = workspaceBytes;
-      const char* call = "cublasLtMatmulPreferenceSetAttribute";
-      set(setPref, pref.handle, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, bytes, call);
-      set(setPref, pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.alignA, call);
-      set(setPref, pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.alignB, call);
-      set(setPref, pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, g.alignD, call);
-      set(setPref, pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.alignD, call);
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      cublasCheck(lt.cublasLtMatmulAlgoGetHeuristic(handle, op.handle, la.handle, lb.handle,
-                                                    ld.handle, ld.handle, pref.handle, 1, &result,
-                                                    &found),
-                  "cublasLtMatmulAlgoGetHeuristic");
-      if (found == 0)
-        throw Error(ErrorCode::Unsupported, "runtime: cuBLASLt has no algorithm for a " +
-                                                std::to_string(g.m) + "x" + std::to_string(g.n) +
-                                                "x" + std::to_string(g.k) + " product");
-      it = cache.algos.emplace(key, result.algo).first;
-    }
-    algo = it->second;
-  }
+  PreparedCalls& cache = preparedCalls();
+  // Held through the call: the bias pointer is set on the shared descriptor.
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  auto key = std::tuple_cat(std::make_tuple(ctx.device), g.key());
+  auto it = cache.calls.find(key);
+  if (it == cache.calls.end())
+    it = cache.calls.emplace(key, prepare(lt, handle, g, workspaceBytes)).first;
+  const Prepared& call = it->second;
+  if (bias)
+    set(lt.cublasLtMatmulDescSetAttribute, call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias,
+        "cublasLtMatmulDescSetAttribute");
   float alpha32 = static_cast<float>(alpha), beta32 = static_cast<float>(beta);
   bool wide = g.types.scale == CUDA_R_64F;
-  cublasCheck(
-      lt.cublasLtMatmul(handle, op.handle, wide ? static_cast<const void*>(&alpha) : &alpha32, a,
-                        la.handle, b, lb.handle, wide ? static_cast<const void*>(&beta) : &beta32,
-                        d, ld.handle, d, ld.handle, &algo, workspace, workspaceBytes, ctx.stream),
-      "cublasLtMatmul");
+  cublasCheck(lt.cublasLtMatmul(handle, call.op,
+                                wide ? static_cast<const void*>(&alpha) : &alpha32, a, call.a, b,
+                                call.b, wide ? static_cast<const void*>(&beta) : &beta32, d,
+                                call.d, d, call.d, &call.algo, workspace, workspaceBytes,
+                                ctx.stream),
+              "cublasLtMatmul");
 }
 
 // Device memory for the length of one extern call (stream-ordered release).
