@@ -2,6 +2,7 @@
 // and extern calls.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -24,6 +25,7 @@ public:
     void* p = host_.allocate(bytes);
     live_[p] = bytes;
     ++allocations;
+    mostLive = std::max(mostLive, live_.size());
     return p;
   }
   void release(void* data) override {
@@ -32,6 +34,7 @@ public:
   }
   size_t live() const { return live_.size(); }
   size_t allocations = 0;
+  size_t mostLive = 0; // buffers live at once, at most
 
 private:
   HostAllocator host_;
@@ -142,6 +145,30 @@ TEST_F(Runtime, FreedIntermediatesAreReusedWithinARun) {
   EXPECT_EQ(allocator.allocations, 2u) << "w should take y's freed memory";
   EXPECT_EQ(allocator.live(), 1u); // z's memory went back at the run's end; w is the caller's
   for (void* b : r.buffers) allocator.release(b);
+}
+
+TEST_F(Runtime, FreedIntermediatesNoLaterBufferTakesGoBackAtOnce) {
+  // x -> y = 2x -> z = y + 1 (y freed) -> w = 2z, of another size: y's memory is
+  // released when freed rather than held to the run's end.
+  Plan plan = twoKernels();
+  ir::TensorMeta wide = ir::TensorMeta::contiguous(DType::Float64, {s0}, table);
+  plan.buffers.push_back({"w", wide, -1});
+  plan.kernels.push_back("twice");
+  plan.launches.push_back(launch({2, 3}));
+  Step third;
+  third.kernel = 2;
+  third.writes = {3};
+  plan.steps.push_back(third);
+  plan.outputs = {{2, vector(s0), {}}, {3, wide, {}}};
+  std::vector<float> x = {1, 2, 3};
+  CountingAllocator allocator;
+  RunResult r = run(plan, kernels(), {{DType::Float32, x.data(), {3}, {1}}}, allocator);
+  auto* w = static_cast<float*>(r.outputs.at(1).data);
+  EXPECT_EQ(std::vector<float>(w, w + 3), (std::vector<float>{6, 10, 14}));
+  EXPECT_EQ(allocator.allocations, 3u);
+  EXPECT_EQ(allocator.mostLive, 2u) << "y should be gone before w is allocated";
+  for (void* b : r.buffers) allocator.release(b);
+  EXPECT_EQ(allocator.live(), 0u);
 }
 
 TEST_F(Runtime, AFailingKernelReleasesEverything) {

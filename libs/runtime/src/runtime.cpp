@@ -40,8 +40,13 @@ public:
           const sym::Binding& binding)
       : plan_(plan), allocator_(allocator), binding_(binding), data_(plan.buffers.size(), nullptr),
         owned_(plan.buffers.size(), false) {
-    for (size_t k = 0; k < plan.buffers.size(); ++k)
-      if (plan.buffers[k].input >= 0) data_[k] = inputs.at(static_cast<size_t>(plan.buffers[k].input)).data;
+    for (size_t k = 0; k < plan.buffers.size(); ++k) {
+      const PlanBuffer& b = plan.buffers[k];
+      if (b.input >= 0) data_[k] = inputs.at(static_cast<size_t>(b.input)).data;
+      if (b.input >= 0 || b.aliasOf >= 0 || !bound(b.layout)) continue;
+      bytes_[k] = bytesOf(b.layout);
+      ++demand_[bytes_[k]];
+    }
   }
   ~Buffers() {
     for (size_t k = 0; k < data_.size(); ++k)
@@ -56,9 +61,12 @@ public:
     if (data_[id] || plan_.buffers[id].input >= 0) return data_[id];
     if (int32_t root = plan_.buffers[id].aliasOf; root >= 0) // a mutation writes its target
       return data_[id] = ensure(static_cast<uint32_t>(root));
-    const ir::TensorMeta& layout = plan_.buffers[id].layout;
-    int64_t n = extent(evaluateAll(layout.sizes, binding_), evaluateAll(layout.strides, binding_));
-    size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * elementSize(layout.dtype);
+    size_t bytes = bytes_[id];
+    if (bytes == 0) { // sized by a symbol a step bound from data
+      bytes = bytesOf(plan_.buffers[id].layout);
+    } else if (auto d = demand_.find(bytes); d != demand_.end() && --d->second == 0) {
+      demand_.erase(d);
+    }
     // Buffer reuse: an intermediate freed earlier in this run, of the same size.
     if (auto reuse = pool_.find(bytes); reuse != pool_.end()) {
       data_[id] = reuse->second;
@@ -71,10 +79,19 @@ public:
     return data_[id];
   }
 
-  // The buffer's memory goes back to the run's pool (released at its end).
+  // The buffer's memory goes to the run's pool when a buffer of its size is
+  // still to come (the pool's are released at the run's end), else back to the
+  // allocator: holding memory no later buffer takes would raise the peak.
   void free(uint32_t id) {
     if (plan_.buffers[id].aliasOf >= 0) return; // its root's memory, freed as the root
-    if (owned_[id] && data_[id]) pool_.emplace(bytes_[id], data_[id]);
+    if (owned_[id] && data_[id]) {
+      size_t bytes = bytes_[id];
+      auto d = demand_.find(bytes);
+      if (d != demand_.end() && static_cast<size_t>(d->second) > pool_.count(bytes))
+        pool_.emplace(bytes, data_[id]);
+      else
+        allocator_.release(data_[id]);
+    }
     data_[id] = nullptr;
     owned_[id] = false;
   }
@@ -106,6 +123,19 @@ public:
   }
 
 private:
+  bool bound(const ir::TensorMeta& layout) const {
+    for (const ir::Shape* dims : {&layout.sizes, &layout.strides})
+      for (sym::Expr e : *dims)
+        for (sym::Expr s : sym::freeSymbols(e))
+          if (!binding_.count(s)) return false;
+    return true;
+  }
+
+  size_t bytesOf(const ir::TensorMeta& layout) const {
+    int64_t n = extent(evaluateAll(layout.sizes, binding_), evaluateAll(layout.strides, binding_));
+    return static_cast<size_t>(std::max<int64_t>(n, 1)) * elementSize(layout.dtype);
+  }
+
   const Plan& plan_;
   Allocator& allocator_;
   const sym::Binding& binding_;
@@ -113,6 +143,7 @@ private:
   std::vector<bool> owned_;
   std::vector<size_t> bytes_ = std::vector<size_t>(plan_.buffers.size(), 0);
   std::multimap<size_t, void*> pool_; // freed intermediates by size
+  std::map<size_t, int> demand_;      // sizes of the buffers not allocated yet, and how many
 };
 
 // Kernels of a loaded shared object, called in turn; extern calls through BLAS.
