@@ -342,6 +342,9 @@ private:
   }
 
   // A tensor of the call: a graph input, guarded as it is, its dynamic dims symbols.
+  // TODO(issue 8): one tensor reached by two paths (GPT-2's tied lm_head and wte
+  // weights) becomes two placeholders, so the backward makes two grads and autograd
+  // adds them; Dynamo makes one input behind a guard that the paths stay one object.
   Var input(const guards::TensorInput& t, const Path& path) {
     uint32_t at = node(path);
     std::vector<sym::Expr> sizes = guards::guardTensor(guards, at, t, frame, symbols_);
