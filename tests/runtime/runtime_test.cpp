@@ -103,6 +103,18 @@ struct Runtime : ::testing::Test {
       return divides;
     };
   }
+  // twoKernels, then w = 2z: a buffer laid out as `w` written by the kernel `name` (twice).
+  Plan thenTwiceZ(const ir::TensorMeta& w, const std::string& name) {
+    Plan plan = twoKernels();
+    plan.buffers.push_back({"w", w, -1});
+    plan.kernels.push_back(name);
+    plan.launches.push_back(launch({2, 3}));
+    Step third;
+    third.kernel = 2;
+    third.writes = {3};
+    plan.steps.push_back(third);
+    return plan;
+  }
 };
 
 TEST_F(Runtime, RunsStepsAndHandsTheOutputsOver) {
@@ -120,14 +132,7 @@ TEST_F(Runtime, RunsStepsAndHandsTheOutputsOver) {
 
 TEST_F(Runtime, FreedIntermediatesAreReusedWithinARun) {
   // x -> y = 2x -> z = y + 1 (y freed) -> w = 2z into y's old memory -> output w.
-  Plan plan = twoKernels();
-  plan.buffers.push_back({"w", vector(s0), -1});
-  plan.kernels.push_back("twice_z");
-  plan.launches.push_back(launch({2, 3}));
-  Step third;
-  third.kernel = 2;
-  third.writes = {3};
-  plan.steps.push_back(third);
+  Plan plan = thenTwiceZ(vector(s0), "twice_z");
   Step freeZ;
   freeZ.kind = Step::Free;
   freeZ.buffer = 2;
@@ -143,22 +148,15 @@ TEST_F(Runtime, FreedIntermediatesAreReusedWithinARun) {
   auto* w = static_cast<float*>(r.outputs.at(0).data);
   EXPECT_EQ(std::vector<float>(w, w + 3), (std::vector<float>{6, 10, 14}));
   EXPECT_EQ(allocator.allocations, 2u) << "w should take y's freed memory";
-  EXPECT_EQ(allocator.live(), 1u); // z's memory went back at the run's end; w is the caller's
+  EXPECT_EQ(allocator.live(), 1u); // z's memory went back when freed; w is the caller's
   for (void* b : r.buffers) allocator.release(b);
 }
 
 TEST_F(Runtime, FreedIntermediatesNoLaterBufferTakesGoBackAtOnce) {
   // x -> y = 2x -> z = y + 1 (y freed) -> w = 2z, of another size: y's memory is
   // released when freed rather than held to the run's end.
-  Plan plan = twoKernels();
   ir::TensorMeta wide = ir::TensorMeta::contiguous(DType::Float64, {s0}, table);
-  plan.buffers.push_back({"w", wide, -1});
-  plan.kernels.push_back("twice");
-  plan.launches.push_back(launch({2, 3}));
-  Step third;
-  third.kernel = 2;
-  third.writes = {3};
-  plan.steps.push_back(third);
+  Plan plan = thenTwiceZ(wide, "twice");
   plan.outputs = {{2, vector(s0), {}}, {3, wide, {}}};
   std::vector<float> x = {1, 2, 3};
   CountingAllocator allocator;
