@@ -81,9 +81,11 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
-def run(name, make_forward, model, idx, targets, steps, autocast, profile=False, launches=None, host=None):
+def run(name, make_forward, model, idx, targets, steps, autocast, profile=False, launches=None, host=None,
+        trace=None):
     """Trains `model` through make_forward(model); returns timings, memory and losses.
-    `host`: kiln's host-side counters (_host_counters), reset before the timed steps."""
+    `host`: kiln's host-side counters (_host_counters), reset before the timed steps.
+    `trace`: with `profile`, the profiled step's host and GPU timeline goes to TRACE.<name>.json.gz."""
     device = idx.device
     cuda = device.type == "cuda"
     forward = make_forward(model)
@@ -123,9 +125,18 @@ def run(name, make_forward, model, idx, targets, steps, autocast, profile=False,
     host = dict(host) if host is not None else None  # the timed steps' only, not the profiled one
     if profile and cuda:  # where a step's GPU time goes, by kernel
         from torch.profiler import ProfilerActivity, profile as profiler
-        with profiler(activities=[ProfilerActivity.CUDA]) as prof:
+        activities = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if trace else [])
+        with profiler(activities=activities) as prof:
             step()
             sync()
+        if trace:  # where the GPU waits, and what the host does meanwhile (chrome://tracing, Perfetto)
+            import gzip
+            import os
+            import tempfile
+            with tempfile.TemporaryDirectory() as tmp:
+                prof.export_chrome_trace(os.path.join(tmp, "trace.json"))
+                with open(os.path.join(tmp, "trace.json"), "rb") as f, gzip.open(f"{trace}.{name}.json.gz", "wb") as g:
+                    g.write(f.read())
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=60, max_name_column_width=60),
               flush=True)
         if launches:  # every kernel of the step in the GPU's order, to set beside kiln.explain's kernel lists
@@ -239,6 +250,8 @@ def main():
     parser.add_argument("--explain", help="write kiln.explain of the compiled model (graphs, kernels) here")
     parser.add_argument("--launches", help="with --profile: write each profiled step's kernels in order to "
                                            "LAUNCHES.<contender>.tsv (microseconds, name)")
+    parser.add_argument("--trace", help="with --profile: write each profiled step's timeline (host and GPU) to "
+                                         "TRACE.<contender>.json.gz")
     parser.add_argument("--host", action="store_true", help="split kiln's host time a step by part (wraps the SDK)")
     parser.add_argument("--memory-budget", type=float, help="kiln.compile's memory_budget (default: its own)")
     args = parser.parse_args()
@@ -287,7 +300,7 @@ def main():
             phases = _timed_phases() if kiln_run else None
             host = _host_counters() if kiln_run and args.host else None
             results[name] = run(name, lambda m: made.append(make(m)) or made[-1], model, idx, targets,
-                                args.steps, autocast, name in profiled, args.launches, host)
+                                args.steps, autocast, name in profiled, args.launches, host, args.trace)
             if phases:
                 results[name]["cold_phases_s"] = {k: round(v, 2) for k, v in phases.items()}
                 print("kiln cold compile by phase (s):", results[name]["cold_phases_s"], flush=True)
