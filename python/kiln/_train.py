@@ -12,8 +12,9 @@ them) and the values saved for the backward, held by autograd as torch tensors
 (save_for_backward: an input changed in place before the backward is an error, as
 in eager). Under mode="reduce-overhead" on the GPU both artifacts replay CUDA graphs
 (kiln._cudagraph.Replayed): the forward's saved values and the backward's grads are then
-aliases of the graphs' memory, which a replay overwrites only once they are dead. Inputs are passed to the Function as they are, never detached: autograd
-records edges to those that require grad only. The backward runs once per forward
+aliases of the graphs' memory, which a replay overwrites only once they are dead.
+Inputs are passed to the Function as they are, never detached: autograd records edges
+to those that require grad only. The backward runs once per forward
 (`retain_graph=True` lets it run again); it is not differentiable itself, so double
 backward raises torch's error for once-differentiable functions.
 """

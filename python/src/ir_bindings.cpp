@@ -487,7 +487,8 @@ public:
   }
 
   // As run, on a stream that captures a CUDA graph (torch.cuda.graph, relaxed mode):
-  // (outputs, a ReplayStatus to call after each replay, or None when no kernel may fail).
+  // (outputs, a ReplayStatus to tell before and after each replay, or None when no kernel
+  // may fail).
   py::tuple runAndCapture(const Inputs& inputs, py::function allocate, int device,
                           uintptr_t stream) {
     checkDevices(inputs, device);

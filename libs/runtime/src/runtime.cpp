@@ -29,6 +29,14 @@ std::vector<int64_t> evaluateAll(const ir::Shape& shape, const sym::Binding& bin
   return out;
 }
 
+// Whether every symbol of `e` has a value (constants, the usual dims, at once).
+bool isBound(sym::Expr e, const sym::Binding& binding) {
+  if (e.asInteger()) return true;
+  for (sym::Expr s : sym::freeSymbols(e))
+    if (!binding.count(s)) return false;
+  return true;
+}
+
 std::byte* at(void* data, int64_t offset, ir::DType dtype) {
   return static_cast<std::byte*>(data) + offset * static_cast<int64_t>(elementSize(dtype));
 }
@@ -126,8 +134,7 @@ private:
   bool bound(const ir::TensorMeta& layout) const {
     for (const ir::Shape* dims : {&layout.sizes, &layout.strides})
       for (sym::Expr e : *dims)
-        for (sym::Expr s : sym::freeSymbols(e))
-          if (!binding_.count(s)) return false;
+        if (!isBound(e, binding_)) return false;
     return true;
   }
 
@@ -303,11 +310,8 @@ void runExtern(const std::string& op, const std::vector<Tensor>& inputs,
 // the steps that bind their unbacked symbols).
 void evaluateSlots(const Plan& plan, const sym::Binding& binding, std::vector<int64_t>& slots) {
   slots.resize(plan.symbols.size(), 0);
-  for (size_t k = 0; k < plan.symbols.size(); ++k) {
-    bool bound = true;
-    for (sym::Expr s : sym::freeSymbols(plan.symbols[k])) bound = bound && binding.count(s);
-    if (bound) slots[k] = sym::evaluate(plan.symbols[k], binding);
-  }
+  for (size_t k = 0; k < plan.symbols.size(); ++k)
+    if (isBound(plan.symbols[k], binding)) slots[k] = sym::evaluate(plan.symbols[k], binding);
 }
 
 RunResult run(const Plan& plan, Executor& executor, const std::vector<Tensor>& inputs,
