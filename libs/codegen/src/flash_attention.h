@@ -11,12 +11,13 @@
 //   (grad, query, key, value, lse, delta, out, out_lse: pointers to element 0,
 //    heads, L, S, then the batch, batch and row strides of grad, query, key,
 //    value, out: int64, scale: f32)
-// on a grid of (ceil(rows / 64), batch * heads) blocks of 128 threads, where
-// rows are L (S for attention_grad_key_value). Operands the op has not are null.
+// on a grid of (batch * heads, ceil(rows / block_rows)) blocks of 128 threads,
+// where rows are L (S for attention_grad_key_value) and block_rows is the
+// call's attribute of that name (flashAttentionBlockRows). Operands the op has
+// not are null.
 //
 // TODO(issue 7): head sizes past 64 (shared memory past 48 KB: dynamic, opted
-// in), masks, f32; torch's flash forward is ~2.4x faster on the H100 (wgmma,
-// larger tiles, warp specialisation).
+// in), masks, f32; wgmma and warp specialisation (FlashAttention-3) on sm_90.
 // TODO(issue 8): the forward could write the rows' logsumexp for the backward
 // (an extern call of two results) instead of attention_lse recomputing it.
 #pragma once
@@ -28,9 +29,13 @@
 namespace kiln::codegen::detail {
 
 // Whether the kernels run this node: half-precision operands of 2 to 4 dims,
-// one head size E = Ev of 16, 32, 48 or 64, no mask, each operand dense in its
-// last dim with even strides and offset (32-bit loads), lse and delta dense.
+// one head size E = Ev of 16, 32, 48 or 64, no mask, a positive scale, each
+// operand dense in its last dim with even strides and offset (32-bit loads),
+// lse and delta dense.
 bool flashAttentionTakes(const ir::Graph& graph, const ir::Node& node);
+
+// The rows of L (of S for attention_grad_key_value) a block of its kernel takes.
+int64_t flashAttentionBlockRows(const ir::Node& node);
 
 // The kernel's name for a node flashAttentionTakes.
 std::string flashAttentionKernel(const ir::Graph& graph, const ir::Node& node);

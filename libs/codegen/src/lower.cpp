@@ -727,8 +727,10 @@ private:
     b.layout.storageOffset = table_.integer(0);
     b.call.op = node.target;
     b.call.attrs = node.attrs;
-    if (options_.flashAttention && detail::flashAttentionTakes(*graph_, node))
+    if (options_.flashAttention && detail::flashAttentionTakes(*graph_, node)) {
       b.call.attrs.push_back({"kernel", detail::flashAttentionKernel(*graph_, node)});
+      b.call.attrs.push_back({"block_rows", detail::flashAttentionBlockRows(node)});
+    }
     for (ValueId in : node.inputs) {
       Lowered& v = values_.at(in);
       if (v.kind != Lowered::Tensor)

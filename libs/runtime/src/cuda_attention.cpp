@@ -68,9 +68,13 @@ void cudaFlashAttention(const std::string& op, const std::vector<Tensor>& inputs
   int64_t rowsL = q.sizes[rank - 2], rowsS = k.sizes[rank - 2];
   auto scale = static_cast<float>(
       numberAttr(attrs, "scale", 1.0 / std::sqrt(static_cast<double>(q.sizes.back()))));
-  int64_t blocksX = ((op == "attention_grad_key_value" ? rowsS : rowsL) + 63) / 64;
-  if (blocksX == 0 || batch * heads == 0) return; // nothing to compute
-  if (batch * heads > 65535) refuse(op, "more than 65535 batch * heads");
+  auto blockRows = static_cast<int64_t>(numberAttr(attrs, "block_rows", 0));
+  if (blockRows <= 0) refuse(op, "the call names no block_rows");
+  int64_t rowBlocks =
+      ((op == "attention_grad_key_value" ? rowsS : rowsL) + blockRows - 1) / blockRows;
+  if (rowBlocks == 0 || batch * heads == 0) return; // nothing to compute
+  if (rowBlocks > 65535) refuse(op, "more than 65535 blocks of rows");
+  if (batch * heads > INT32_MAX) refuse(op, "more than 2^31 - 1 batch * heads");
 
   void* gp = g ? g->data : nullptr;
   void *qp = q.data, *kp = k.data, *vp = v.data;
@@ -84,8 +88,8 @@ void cudaFlashAttention(const std::string& op, const std::vector<Tensor>& inputs
   std::vector<void*> args = {&gp, &qp, &kp, &vp, &lse, &delta, &outRows, &outLse};
   for (int64_t& value : values) args.push_back(&value);
   args.push_back(&scale);
-  cudaCheck(driver.cuLaunchKernel(kernel, static_cast<unsigned>(blocksX),
-                                  static_cast<unsigned>(batch * heads), 1, 128, 1, 1, 0, stream,
+  cudaCheck(driver.cuLaunchKernel(kernel, static_cast<unsigned>(batch * heads),
+                                  static_cast<unsigned>(rowBlocks), 1, 128, 1, 1, 0, stream,
                                   args.data(), nullptr),
             "cuLaunchKernel");
 }
