@@ -32,6 +32,7 @@ struct PlanStep {
       op @3 :Text;              # the IR op (mm, bmm, addmm, matmul, ...)
       inputs @4 :List(View);
       attributes @5 :List(Graph.Attribute);
+      results @7 :List(UInt32); # further buffers it writes (a flash forward's logsumexp)
     }
     free @6 :UInt32;            # a buffer no later step reads
   }

@@ -982,6 +982,44 @@ TEST_F(Lower, ScatterAddOfZeroAndOneDims) {
                     HostTensor::fromDoubles(DType::Int64, {0}, {})});
 }
 
+// Training saves attention's rows' logsumexp from the forward (the partitioner
+// puts attention_lse beside the attention): on CUDA the flash forward writes it
+// as a further result of its one call; an attention_lse of other attributes
+// stays a call of its own.
+TEST_F(Lower, AFlashForwardWritesTheLogsumexpOfItsOwnInputs) {
+  ir::Shape sizes = ints({2, 3, 40, 64});
+  ValueId q = input("q", DType::BFloat16, sizes), k = input("k", DType::BFloat16, sizes);
+  ValueId v = input("v", DType::BFloat16, sizes);
+  std::vector<Attr> causal = {{"is_causal", true}};
+  ValueId lse = graph.call("attention_lse", {q, k, v}, causal);
+  graph.setOutputs({graph.call("scaled_dot_product_attention", {q, k, v}, causal), lse,
+                    graph.call("attention_lse", {q, k, v})});
+  Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
+  std::string text = explain(schedule(cuda), cuda);
+  EXPECT_EQ(occurrences(text, "extern "), 2u) << text;
+  EXPECT_NE(text.find("extern buf3 = scaled_dot_product_attention(q, k, v) by "
+                      "kiln_flash_fwd_d64_bf16_causal, and buf4\n"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("= attention_lse(q, k, v) by kiln_flash_lse_d64_bf16\n"), std::string::npos)
+      << text;
+  EXPECT_EQ(cuda.buffers[4].kind, BufferKind::ExternResult); // q, k, v are buffers 0..2
+  EXPECT_EQ(cuda.outputs[1].buffer, 4u);
+  // The CPU computes each by itself.
+  EXPECT_EQ(countKind(lower(graph, lowerOptions(parseTarget("cpu"))), BufferKind::ExternResult), 0u);
+  if (!haveNvrtc()) return;
+  runtime::Artifact artifact = compileArtifact(graph, "cuda", "/tmp");
+  runtime::Artifact read = runtime::fromBytes(runtime::toBytes(artifact), table);
+  size_t withResults = 0;
+  for (const runtime::Plan* plan : {&artifact.plan, &read.plan})
+    for (const runtime::Step& step : plan->steps)
+      if (step.kind == runtime::Step::CallExtern && !step.writes.empty()) {
+        EXPECT_EQ(step.op, "scaled_dot_product_attention");
+        EXPECT_EQ(step.writes, std::vector<uint32_t>{4});
+        ++withResults;
+      }
+  EXPECT_EQ(withResults, 2u);
+}
+
 TEST_F(Lower, AttentionDecomposesToMatmulsAndASoftmaxKernel) {
   sym::Expr heads = table.createBacked(3, {1, sym::kInf});
   ir::Shape q = {table.integer(2), heads, table.integer(5), table.integer(8)};

@@ -58,3 +58,32 @@ def test_refusals_are_typed():
     with pytest.raises(KilnError) as info:
         autograd.backward(g, [True])
     assert info.value.code == "invalid_argument"
+
+
+def test_attention_saves_its_rows_logsumexp_from_the_forward():
+    # The backward's logsumexp of attention's scores moves into the forward, beside
+    # the attention (codegen's flash forward writes both), and is saved: the
+    # backward never runs the scores' product again for it.
+    g = ir.Graph()
+    q, k, v = (g.placeholder(n, "float64", [2, 3, 5, 4]) for n in "qkv")
+    g.set_outputs([g.call("scaled_dot_product_attention", q, k, v, is_causal=True, scale=0.3)])
+    p = autograd.partition(g, [True, True, True])
+    joint = p.joint.graph
+    lse = [v for v in range(len(joint)) if joint.node(v)["target"] == "attention_lse"]
+    assert len(lse) == 1 and lse[0] < p.joint.forward_nodes, str(joint)
+    assert lse[0] in p.saved
+    assert "attention_lse" in str(p.forward) and "attention_lse" not in str(p.backward)
+    gen = torch.Generator().manual_seed(0)
+    leaves = [torch.randn(2, 3, 5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+              for _ in range(3)]
+    tangent = torch.randn(2, 3, 5, 4, generator=gen, dtype=torch.float64)
+    fw = ir.run(p.forward, *leaves)
+    y, saved = fw[:p.forward_outputs], fw[p.forward_outputs:]
+    grads = ir.run(p.backward, *saved, tangent)
+    q, k, v = leaves  # torch's sdpa, spelled out (Debian's torch has none)
+    scores = (q @ k.transpose(-2, -1)) * 0.3
+    scores = scores.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
+    expected = torch.softmax(scores, dim=-1) @ v
+    torch.testing.assert_close(y[0], expected.detach())
+    for mine, theirs in zip(grads, torch.autograd.grad(expected, leaves, tangent)):
+        torch.testing.assert_close(mine, theirs)

@@ -119,6 +119,54 @@ JointGraph withRowLogsumexps(JointGraph joint) {
   return joint;
 }
 
+// The backward's attention_lse of a forward attention's own inputs and
+// attributes (attention's rule), moved into the forward right after that
+// attention: codegen's flash forward writes it beside the output, and the
+// partition saves it (it is never recomputed), where the backward would run
+// the scores' product once more for it.
+JointGraph withAttentionLogsumexps(JointGraph joint) {
+  const Graph& g = joint.graph;
+  std::map<ValueId, ValueId> lseOf; // forward attention -> the backward's lse of it
+  for (ValueId id = static_cast<ValueId>(joint.forwardNodes); id < g.size(); ++id) {
+    const ir::Node& n = g.node(id);
+    if (n.kind != ir::NodeKind::Call || n.target != "attention_lse") continue;
+    for (ValueId f = 0; f < joint.forwardNodes; ++f) {
+      const ir::Node& forward = g.node(f);
+      // Attributes are canonical (defaults dropped): is_causal and scale alike.
+      if (forward.target == "scaled_dot_product_attention" && forward.inputs == n.inputs &&
+          forward.attrs == n.attrs && !lseOf.count(f)) {
+        lseOf[f] = id;
+        break;
+      }
+    }
+  }
+  if (lseOf.empty()) return joint;
+
+  Graph out(g.symbols());
+  std::vector<ValueId> remap(g.size());
+  std::set<ValueId> moved;
+  size_t forwardNodes = 0;
+  for (ValueId id = 0; id < g.size(); ++id) {
+    if (moved.count(id)) continue;
+    ir::Node n = g.node(id);
+    for (ValueId& in : n.inputs) in = remap[in];
+    remap[id] = out.append(std::move(n));
+    if (auto lse = lseOf.find(id); lse != lseOf.end()) {
+      ir::Node rows = g.node(lse->second);
+      for (ValueId& in : rows.inputs) in = remap[in];
+      remap[lse->second] = out.append(std::move(rows));
+      moved.insert(lse->second);
+    }
+    if (id + 1 == joint.forwardNodes) forwardNodes = out.size();
+  }
+  std::vector<ValueId> outputs;
+  for (ValueId o : g.outputs()) outputs.push_back(remap[o]);
+  out.setOutputs(std::move(outputs));
+  joint.graph = std::move(out);
+  joint.forwardNodes = forwardNodes;
+  return joint;
+}
+
 } // namespace
 
 JointGraph backward(const ir::Graph& input, const std::vector<bool>& requiresGrad) {
@@ -199,7 +247,7 @@ JointGraph backward(const ir::Graph& input, const std::vector<bool>& requiresGra
     joint.gradOf.push_back(i);
   }
   g.setOutputs(std::move(outputs));
-  return withRowLogsumexps(std::move(joint));
+  return withAttentionLogsumexps(withRowLogsumexps(std::move(joint)));
 }
 
 } // namespace kiln::autograd

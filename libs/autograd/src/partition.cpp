@@ -22,7 +22,7 @@ namespace {
 constexpr int64_t kInf = int64_t{1} << 50;
 
 const std::set<std::string, std::less<>> kBanned = {
-    "mm", "bmm", "matmul", "addmm", "linear", "scaled_dot_product_attention",
+    "mm", "bmm", "matmul", "addmm", "linear", "scaled_dot_product_attention", "attention_lse",
     // Binding a symbol or checking one again in the backward would be wrong, not just dear.
     "item", "nonzero", "masked_select", "_assert_scalar"};
 

@@ -84,6 +84,9 @@ ir::HostTensor HostBuffers::output(const Output& out) const {
 
 void HostBuffers::runExtern(BufferId id) {
   const Buffer& b = program_.buffers.at(id);
+  if (!b.call.results.empty())
+    throw Error(ErrorCode::Unsupported, "codegen: the host evaluates no " + b.call.op +
+                                            " call of several results");
   std::vector<runtime::Tensor> inputs;
   for (size_t k = 0; k < b.call.inputs.size(); ++k)
     inputs.push_back(tensor(b.call.inputs[k], b.call.inputViews[k]));

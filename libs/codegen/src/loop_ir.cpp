@@ -264,9 +264,12 @@ std::string print(const Program& program) {
         out << (i ? ", " : "") << program.buffers.at(b.call.inputs[i]).name << " as "
             << ir::toString(b.call.inputViews[i]);
       for (const ir::Attr& a : b.call.attrs) out << ", " << a.name << "=" << ir::toString(a.value);
-      out << ")\n";
+      out << ")";
+      for (BufferId r : b.call.results) out << ", and " << program.buffers.at(r).name;
+      out << "\n";
       break;
     }
+    case BufferKind::ExternResult: out << "a further result of an extern call\n"; break;
     }
   }
   out << "return (";

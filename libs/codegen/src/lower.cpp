@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <optional>
 #include <unordered_map>
 
@@ -103,6 +104,7 @@ public:
     countUses();
     findWrittenStorage();
     findExternInputs();
+    findAttentionLogsumexps();
     for (ValueId id = 0; id < graph_->size(); ++id) {
       const ir::Node& node = graph_->node(id);
       values_.push_back(node.kind == ir::NodeKind::Placeholder ? lowerPlaceholder(node, id)
@@ -178,6 +180,36 @@ private:
       } else if (externInput_[id] && (n.target == "reshape" || n.target == "view")) {
         ValueId in = n.inputs.front();
         if (graph_->meta(in).isContiguous()) externInput_[in] = true;
+      }
+    }
+  }
+
+  // The attention_lse nodes the flash forward of the same inputs and
+  // attributes writes as its further result (the partitioner puts one beside
+  // each attention forward whose backward reads it): lse node -> forward node.
+  void findAttentionLogsumexps() {
+    if (!options_.flashAttention) return;
+    std::vector<ValueId> forwards;
+    for (ValueId id = 0; id < graph_->size(); ++id) {
+      const ir::Node& n = graph_->node(id);
+      if (n.kind == ir::NodeKind::Call && n.target == "scaled_dot_product_attention" &&
+          detail::flashAttentionTakes(*graph_, n))
+        forwards.push_back(id);
+    }
+    for (ValueId id = 0; id < graph_->size(); ++id) {
+      const ir::Node& n = graph_->node(id);
+      if (n.kind != ir::NodeKind::Call || n.target != "attention_lse" ||
+          !detail::flashAttentionTakes(*graph_, n) || !n.value.tensor().isContiguous())
+        continue;
+      // Attributes are canonical (defaults dropped), so a forward's and its
+      // logsumexp's are equal: is_causal and scale.
+      for (auto f = forwards.begin(); f != forwards.end(); ++f) {
+        const ir::Node& forward = graph_->node(*f);
+        if (forward.inputs != n.inputs || forward.attrs != n.attrs) continue;
+        lseOfForward_[*f] = id;
+        forwardOfLse_[id] = *f;
+        forwards.erase(f); // one logsumexp a forward
+        break;
       }
     }
   }
@@ -404,7 +436,7 @@ private:
       return piece;
     }
     if (ir::isViewOp(op)) return lowerView(node, id, a, meta);
-    if (isExtern(node, meta) || op == "nonzero") return lowerExtern(node, meta);
+    if (isExtern(node, meta) || op == "nonzero") return lowerExtern(node, id, meta);
     if (isProduct(op)) return lowerProduct(node, meta);
     if (op == "dropout") return lowerDropout(node, a, meta);
     if (op == "scatter_add") return lowerScatterAdd(node, a, meta);
@@ -711,12 +743,40 @@ private:
     return options_.externProductDTypes.count(meta.dtype) > 0;
   }
 
-  Lowered lowerExtern(const ir::Node& node, const TensorMeta& meta) {
+  Lowered lowerExtern(const ir::Node& node, ValueId id, const TensorMeta& meta) {
+    if (auto f = forwardOfLse_.find(id); f != forwardOfLse_.end())
+      return lowerAttentionPair(f->second, id).second;
+    if (auto l = lseOfForward_.find(id); l != lseOfForward_.end())
+      return lowerAttentionPair(id, l->second).first;
     Lowered v;
     v.meta = meta;
     v.base = meta.storageOffset;
     v.buffer = addBuffer(externBuffer(node, meta));
     return v;
+  }
+
+  // A flash forward and its rows' logsumexp: one call of two results, made
+  // when the first of the two nodes is lowered.
+  std::pair<Lowered, Lowered> lowerAttentionPair(ValueId forward, ValueId lse) {
+    auto [at, fresh] = attentionPairs_.try_emplace(forward);
+    if (fresh) {
+      const ir::Node& node = graph_->node(forward);
+      Lowered& out = at->second.first;
+      out.meta = node.value.tensor();
+      out.base = out.meta.storageOffset;
+      Buffer call = externBuffer(node, out.meta);
+      Lowered& rows = at->second.second;
+      rows.meta = graph_->meta(lse);
+      rows.base = rows.meta.storageOffset;
+      Buffer result;
+      result.kind = BufferKind::ExternResult;
+      result.layout = rows.meta;
+      result.layout.storageOffset = table_.integer(0);
+      out.buffer = addBuffer(std::move(call));
+      rows.buffer = addBuffer(std::move(result));
+      program_.buffers[*out.buffer].call.results.push_back(*rows.buffer);
+    }
+    return at->second;
   }
 
   // An extern buffer of this layout calling the node's op on its inputs, stored first.
@@ -1328,6 +1388,10 @@ private:
   std::vector<size_t> uses_;
   std::vector<bool> written_; // per value: a mutation writes its storage (findWrittenStorage)
   std::vector<bool> externInput_; // per value: a library call stores it (findExternInputs)
+  // Flash forwards and the attention_lse each writes (findAttentionLogsumexps),
+  // and the pairs' values once lowered.
+  std::map<ValueId, ValueId> lseOfForward_, forwardOfLse_;
+  std::map<ValueId, std::pair<Lowered, Lowered>> attentionPairs_;
   Program program_;
   uint32_t inputCount_ = 0;
   uint32_t nextVar_ = 0;

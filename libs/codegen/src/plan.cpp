@@ -20,8 +20,10 @@ void forEachLoad(const Scalar& s, const std::function<void(BufferId)>& fn) {
 std::set<BufferId> touched(const Program& program, const Schedule& schedule, const Step& step) {
   std::set<BufferId> out;
   if (step.kind == Step::CallExtern) {
+    const ExternCall& call = program.buffers[step.buffer].call;
     out.insert(step.buffer);
-    for (BufferId in : program.buffers[step.buffer].call.inputs) out.insert(in);
+    out.insert(call.results.begin(), call.results.end());
+    out.insert(call.inputs.begin(), call.inputs.end());
     return out;
   }
   for (BufferId id : schedule.kernels[step.kernel].buffers) {
@@ -109,6 +111,7 @@ runtime::Plan buildPlan(const ir::Graph& graph, const Program& program, const Sc
       step.buffer = s.buffer;
       step.op = call.op;
       step.attrs = call.attrs;
+      step.writes.assign(call.results.begin(), call.results.end());
       for (size_t i = 0; i < call.inputs.size(); ++i)
         step.inputs.push_back({call.inputs[i], call.inputViews[i]});
     }

@@ -55,7 +55,7 @@ public:
   Schedule run() {
     for (BufferId id = 0; id < program_.buffers.size(); ++id) {
       const Buffer& b = program_.buffers[id];
-      if (b.kind == BufferKind::Input) continue;
+      if (b.kind == BufferKind::Input || b.kind == BufferKind::ExternResult) continue;
       if (b.kind == BufferKind::Extern) {
         flush();
         schedule_.steps.push_back({Step::CallExtern, 0, id});
@@ -310,6 +310,7 @@ std::string explain(const Schedule& schedule, const Program& program) {
       out << ")";
       for (const ir::Attr& a : b.call.attrs) // a kernel of the artifact's (flash attention)
         if (a.name == "kernel") out << " by " << std::get<std::string>(a.value);
+      for (BufferId r : b.call.results) out << ", and " << program.buffers[r].name;
       out << "\n";
       continue;
     }

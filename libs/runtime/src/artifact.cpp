@@ -125,6 +125,8 @@ void writePlan(const Plan& plan, schema::Plan::Builder out) {
       for (unsigned v = 0; v < s.inputs.size(); ++v) writeView(s.inputs[v], views[v]);
       auto attrs = e.initAttributes(static_cast<unsigned>(s.attrs.size()));
       for (unsigned a = 0; a < s.attrs.size(); ++a) ir::writeAttr(s.attrs[a], attrs[a]);
+      auto results = e.initResults(static_cast<unsigned>(s.writes.size()));
+      for (unsigned w = 0; w < s.writes.size(); ++w) results.set(w, s.writes[w]);
       break;
     }
     case Step::Free: steps[i].setFree(s.buffer); break;
@@ -190,6 +192,7 @@ Plan readPlan(schema::Plan::Reader in, sym::SymbolTable& table) {
       step.op = s.getExtern().getOp();
       for (auto v : s.getExtern().getInputs()) step.inputs.push_back(readView(v, table, count));
       for (auto a : s.getExtern().getAttributes()) step.attrs.push_back(ir::readAttr(a, table));
+      for (uint32_t w : s.getExtern().getResults()) step.writes.push_back(buffer(w));
       break;
     case schema::PlanStep::FREE:
       step.kind = Step::Free;

@@ -46,7 +46,8 @@ bool isFlashAttention(const std::string& op) {
 }
 
 void cudaFlashAttention(const std::string& op, const std::vector<Tensor>& inputs,
-                        const std::vector<ir::Attr>& attrs, const Tensor& out, CUfunction kernel,
+                        const std::vector<ir::Attr>& attrs, const Tensor& out,
+                        const std::vector<Tensor>& results, CUfunction kernel,
                         const CudaDriver& driver, CUstream stream) {
   bool grad = op == "attention_grad_query" || op == "attention_grad_key_value";
   if (inputs.size() != (grad ? 6u : 3u)) refuse(op, std::to_string(inputs.size()) + " operands");
@@ -60,6 +61,10 @@ void cudaFlashAttention(const std::string& op, const std::vector<Tensor>& inputs
   bool rowsOut = op != "attention_lse";
   Strides so = rowsOut ? stridesOf(op, out, rank) : Strides{};
   if (!rowsOut) requireDenseRows(op, out);
+  if (results.size() > (op == "scaled_dot_product_attention" ? 1u : 0u))
+    refuse(op, std::to_string(results.size()) + " further results");
+  const Tensor* rowsLse = rowsOut ? (results.empty() ? nullptr : &results[0]) : &out;
+  if (rowsLse && rowsOut) requireDenseRows(op, *rowsLse);
   if (grad) {
     requireDenseRows(op, inputs[4]);
     requireDenseRows(op, inputs[5]);
@@ -81,7 +86,7 @@ void cudaFlashAttention(const std::string& op, const std::vector<Tensor>& inputs
   void* lse = grad ? inputs[4].data : nullptr;
   void* delta = grad ? inputs[5].data : nullptr;
   void* outRows = rowsOut ? out.data : nullptr;
-  void* outLse = rowsOut ? nullptr : out.data;
+  void* outLse = rowsLse ? rowsLse->data : nullptr;
   int64_t values[] = {heads,     rowsL,     rowsS,    sg.batch0, sg.batch1, sg.row,
                       sq.batch0, sq.batch1, sq.row,   sk.batch0, sk.batch1, sk.row,
                       sv.batch0, sv.batch1, sv.row,   so.batch0, so.batch1, so.row};

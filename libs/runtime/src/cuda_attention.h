@@ -14,10 +14,12 @@ namespace kiln::runtime::detail {
 
 bool isFlashAttention(const std::string& op);
 
-// Launches `kernel` for `op` into `out` on `stream`. Error{Internal} for
+// Launches `kernel` for `op` into `out` on `stream`; the forward may write its
+// rows' logsumexp too (`results`: none or that one). Error{Internal} for
 // operands the kernels do not take (codegen chose them: a plan that lies).
 void cudaFlashAttention(const std::string& op, const std::vector<Tensor>& inputs,
-                        const std::vector<ir::Attr>& attrs, const Tensor& out, CUfunction kernel,
+                        const std::vector<ir::Attr>& attrs, const Tensor& out,
+                        const std::vector<Tensor>& results, CUfunction kernel,
                         const CudaDriver& driver, CUstream stream);
 
 } // namespace kiln::runtime::detail

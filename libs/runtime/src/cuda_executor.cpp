@@ -217,15 +217,19 @@ public:
   }
 
   void callExtern(const Step& step, const std::vector<Tensor>& inputs,
-                  const std::vector<ir::Attr>& attrs, const Tensor& out) override {
+                  const std::vector<ir::Attr>& attrs, const Tensor& out,
+                  const std::vector<Tensor>& results) override {
+    if (detail::isFlashAttention(step.op)) {
+      detail::cudaFlashAttention(step.op, inputs, attrs, out, results, libraryKernel(step),
+                                 driver_, stream_);
+      return;
+    }
+    if (!results.empty())
+      throw Error(ErrorCode::Unsupported,
+                  "runtime: no CUDA routine for the extern call " + step.op + " of several results");
     detail::CudaCallContext context{driver_, stream_, where_.device, allocator_,
                                     [this](size_t& bytes) { return workspace(bytes); }};
     if (detail::cudaMatrixProduct(step.op, inputs, attrs, out, context)) return;
-    if (detail::isFlashAttention(step.op)) {
-      detail::cudaFlashAttention(step.op, inputs, attrs, out, libraryKernel(step), driver_,
-                                 stream_);
-      return;
-    }
     throw Error(ErrorCode::Unsupported, "runtime: no CUDA routine for the extern call " + step.op);
   }
 

@@ -175,7 +175,11 @@ public:
   }
 
   void callExtern(const Step& step, const std::vector<Tensor>& inputs,
-                  const std::vector<ir::Attr>& attrs, const Tensor& out) override {
+                  const std::vector<ir::Attr>& attrs, const Tensor& out,
+                  const std::vector<Tensor>& results) override {
+    if (!results.empty())
+      throw Error(ErrorCode::Unsupported,
+                  "runtime: no CPU routine for the extern call " + step.op + " of several results");
     runExtern(step.op, inputs, attrs, out);
   }
 
@@ -359,7 +363,12 @@ RunResult run(const Plan& plan, Executor& executor, const std::vector<Tensor>& i
       std::vector<ir::Attr> attrs = step.attrs;
       for (ir::Attr& a : attrs)
         if (auto* e = std::get_if<sym::Expr>(&a.value)) a.value = sym::evaluate(*e, binding);
-      executor.callExtern(step, args, attrs, buffers.view(whole));
+      std::vector<Tensor> results;
+      for (uint32_t b : step.writes) {
+        View all{b, plan.buffers[b].layout, {}};
+        results.push_back(buffers.view(all));
+      }
+      executor.callExtern(step, args, attrs, buffers.view(whole), results);
       break;
     }
     case Step::Free: buffers.free(step.buffer); break;

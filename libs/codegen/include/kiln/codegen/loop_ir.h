@@ -117,9 +117,14 @@ struct ExternCall {
   std::vector<BufferId> inputs;
   std::vector<ir::TensorMeta> inputViews; // each input's layout (views folded)
   std::vector<ir::Attr> attrs;
+  // Further results the call writes (ExternResult buffers): a flash attention
+  // forward's rows' logsumexp, which attention_lse of the same inputs would give.
+  std::vector<BufferId> results;
 };
 
-enum class BufferKind { Input, Computed, Extern };
+// ExternResult: written by the call of an Extern buffer (ExternCall::results),
+// with no step of its own.
+enum class BufferKind { Input, Computed, Extern, ExternResult };
 
 struct Buffer {
   BufferKind kind = BufferKind::Computed;

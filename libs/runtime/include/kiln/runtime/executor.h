@@ -32,9 +32,11 @@ public:
   virtual void runKernel(uint32_t kernel, char* const* buffers) = 0;
 
   // An extern call: `inputs` are the step's views, `attrs` its attributes with
-  // symbolic values evaluated, `out` the result buffer as laid out.
+  // symbolic values evaluated, `out` the result buffer as laid out, `results`
+  // its further results (Step::writes), each as laid out.
   virtual void callExtern(const Step& step, const std::vector<Tensor>& inputs,
-                          const std::vector<ir::Attr>& attrs, const Tensor& out) = 0;
+                          const std::vector<ir::Attr>& attrs, const Tensor& out,
+                          const std::vector<Tensor>& results) = 0;
 
   // item(): element 0 of an integer or bool tensor of this device, on the host
   // (a device waits for it: what follows is sized by it).

@@ -39,7 +39,9 @@ struct PlanBuffer {
 struct Step {
   enum Kind { RunKernel, CallExtern, Free } kind = RunKernel;
   uint32_t kernel = 0; // RunKernel: index into Plan::kernels
-  std::vector<uint32_t> writes; // RunKernel: the buffers it stores into
+  // RunKernel: the buffers it stores into; CallExtern: its further results
+  // past `buffer` (scaled_dot_product_attention: the rows' logsumexp, f32 [..., L]).
+  std::vector<uint32_t> writes;
   uint32_t buffer = 0; // CallExtern: the result; Free: the buffer freed
   std::string op;      // CallExtern: the IR op
   std::vector<View> inputs;
