@@ -46,8 +46,7 @@ def compile_training(traced: _trace.Traced, stack, inputs: list, target: str, *,
         mutated = range(parts["user_outputs"], parts["user_outputs"] + len(parts["mutated_inputs"]))
         if any(i in parts["tangent_of"] for i in mutated):
             raise NotTrainable("an in-place update of an input with a value that requires grad")
-        forward = ir.compile(parts["forward"], stack, target)
-        backward = ir.compile(parts["backward"], stack, target)
+        forward, backward = _compile_both(stack, parts["forward"], parts["backward"], target)
     except KilnError as e:
         if e.code in ("unsupported", "invalid_argument"):
             raise NotTrainable(f"training graph: {e.message}") from e
@@ -59,6 +58,21 @@ def compile_training(traced: _trace.Traced, stack, inputs: list, target: str, *,
         forward = Replayed(forward, cloned=user_outputs)  # parameters read in place
         backward = Replayed(backward, in_place=lambda k, t: k < saved, cloned=0)
     return TrainingRunner(traced, parts, forward, backward)
+
+
+def _compile_both(stack, forward: ir.Graph, backward: ir.Graph, target: str):
+    """The forward and backward artifacts, compiled at once: the codegen service runs a
+    worker for each (the stack's connection serves one call at a time, so the backward
+    goes through a second one, from a thread; the RPC runs without the GIL)."""
+    import concurrent.futures
+
+    from kiln._stack import connect
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        second = pool.submit(lambda: connect(stack.endpoint).compile(backward, target))
+        forward_artifact = stack.compile(forward, target)
+        backward_artifact = second.result()
+    return ir.Compiled(*forward_artifact, ir._cache_dir()), ir.Compiled(*backward_artifact, ir._cache_dir())
 
 
 class TrainingRunner:

@@ -982,6 +982,20 @@ TEST_F(Lower, ScatterAddOfZeroAndOneDims) {
                     HostTensor::fromDoubles(DType::Int64, {0}, {})});
 }
 
+// A row too long for registers (looped) whose extent is no multiple of a
+// 16-byte vector's elements (GPT-2's 50257 logits, rows padded to 50264 by the
+// product) reads 16 bytes a load and its last positions one by one.
+TEST_F(Lower, LoopedRowsOfOddExtentLoadVectorsThenTheirTail) {
+  ValueId x = slice(input("x", DType::BFloat16, ints({4, 40008})), 1, 0, 40001, 1);
+  graph.setOutputs({graph.call("amax", {x}, {{"dim", std::vector<int64_t>{-1}}})});
+  Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
+  CudaSource source = emitCuda(cuda, schedule(cuda));
+  EXPECT_EQ(occurrences(source.code, "kiln_jv < (40001) / 8;"), 1u) << source.code;
+  EXPECT_EQ(occurrences(source.code, "kiln_j = 40000 + kiln_lane; kiln_j < 40001;"), 1u)
+      << source.code;
+  expectSameValues({random(DType::BFloat16, {4, 40008})}, 0); // the CUDA text compiles to cubin
+}
+
 // Training saves attention's rows' logsumexp from the forward (the partitioner
 // puts attention_lse beside the attention): on CUDA the flash forward writes it
 // as a further result of its one call; an attention_lse of other attributes

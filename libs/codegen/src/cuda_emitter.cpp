@@ -593,11 +593,12 @@ private:
 
   // Row kernels' 16-byte path: per buffer, the loads (and the store) at
   // base + the row position become one access per `rowLanes_` positions when
-  // the row's extent is static and a multiple of the lanes, and every such
-  // access is aligned in every row: its address in row 0 (checked once per
-  // launch, as kiln_vec) and its step from row to row (a multiple of the
-  // lanes; checked here when static). Returns kiln_vec's lines ("" when the
-  // kernel has no vector path).
+  // the row's extent is static, and every such access is aligned in every
+  // row: its address in row 0 (checked once per launch, as kiln_vec) and its
+  // step from row to row (a multiple of the lanes; checked here when static).
+  // A looped row whose extent is no multiple of the lanes ends with its last
+  // positions one by one (GPT-2's 50257 logits a row); a persistent row's
+  // must be one. Returns kiln_vec's lines ("" when the kernel has no vector path).
   std::string rowVectorPath() {
     rowVectors_.assign(kernel_.buffers.size(), RowVectors{});
     std::optional<int64_t> extent = commonRowExtent();
@@ -619,8 +620,9 @@ private:
         stores[m] = rowContiguousBase(storeIndex(b), in);
       if (stores[m]) widest = std::max(widest, elementSize(b.layout.dtype));
     }
-    if (widest == 0 || widest > 8 || *extent % static_cast<int64_t>(16 / widest) != 0) return "";
+    if (widest == 0 || widest > 8) return "";
     int lanes = static_cast<int>(16 / widest);
+    if (*extent % lanes != 0 && perThread_ > 0) return "";
     std::vector<std::string> checks;
     // The access's row-0 address check, or null when some row may be unaligned.
     auto aligned = [&](BufferId id, sym::Expr base) -> std::optional<std::string> {
@@ -748,14 +750,17 @@ private:
     // Both copies make the same register arrays: each fills them on its own.
     std::map<std::string, std::string> before = cached_;
     std::string vector = rowLoopText(member, vars, ranges, storeTo, in, body, true);
+    if (int64_t whole = rowExtent_ / rowLanes_ * rowLanes_; whole < rowExtent_) // looped rows only
+      vector += rowLoopText(member, vars, ranges, storeTo, in, body, false, whole);
     cached_ = before;
     std::string scalar = rowLoopText(member, vars, ranges, storeTo, in, body, false);
     return indent + "if (kiln_vec) {\n" + vector + indent + "} else {\n" + scalar + indent + "}\n";
   }
 
+  // The positions from `from` on (vector: in 16-byte accesses; else one by one).
   std::string rowLoopText(size_t member, const std::vector<sym::Expr>& vars, const Shape& ranges,
                           const std::string& storeTo, std::string indent, const PositionBody& body,
-                          bool vector) {
+                          bool vector, int64_t from = 0) {
     std::string lines, g = std::to_string(group_), close = indent + "}\n";
     std::string lanes = std::to_string(rowLanes_);
     const RowVectors& v = rowVectors_[member];
@@ -808,7 +813,8 @@ private:
       indent += "  ";
       lines += indent + "const int kiln_slot = kiln_t;\n";
     } else {
-      lines = indent + "for (" + ix_ + " kiln_j = kiln_lane; kiln_j < " + numelText(ranges) +
+      std::string start = from ? std::to_string(from) + " + kiln_lane" : "kiln_lane";
+      lines = indent + "for (" + ix_ + " kiln_j = " + start + "; kiln_j < " + numelText(ranges) +
               "; kiln_j += " + g + ") {\n";
       indent += "  ";
     }
