@@ -175,3 +175,15 @@ TEST_F(Arith, NormalisesTheSignOfSymbolicDivisors) {
                 6 * a * b - 4 * b * floorQuotient(6 * a * b, 4 * b));
     }
 }
+
+TEST_F(Arith, AQuotientAndItsRemainderJoinAgain) {
+  // k*c*(x // c) + k*(x % c) == k*x: a flat row index split into [8, 1024] and
+  // joined over rows 50264 apart (GPT-2's logits viewed as [8192, 50257]).
+  EXPECT_EQ(51470336 * floorDiv(s0, 1024) + 50264 * mod(s0, 1024), 50264 * s0);
+  EXPECT_EQ(4 * floorDiv(u0 + s1, 4) + mod(u0 + s1, 4) + 7, u0 + s1 + 7);
+  EXPECT_EQ(mod(u0, 4) + floorDiv(u0, 4) * 4 - u0, c(0)); // either order
+  // Other multiples, divisors or operands stay as they are.
+  EXPECT_EQ(toString(3 * floorDiv(s0, 4) + mod(s0, 4)), "3*(s0//4) + s0 % 4");
+  EXPECT_NE(4 * floorDiv(s0, 4) + mod(s0, 8), s0);
+  EXPECT_NE(4 * floorDiv(s0, 4) + mod(u0, 4), s0);
+}

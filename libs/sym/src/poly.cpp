@@ -202,8 +202,48 @@ const Node* multiplyMonomials(Table& table, const Node* a, const Node* b) {
   return table.intern(Kind::Product, degree, out.data(), static_cast<uint32_t>(out.size()));
 }
 
+namespace {
+
+// The divisor of a FloorDiv or Mod node when it is a positive constant, else 0.
+int64_t constantDivisor(const Node* n) {
+  const Node* d = n->terms()[1].expr.node();
+  return d->kind == Kind::Integer && d->value > 0 ? d->value : 0;
+}
+
+// k*c*(x // c) + k*(x % c) == k*x: index arithmetic that splits a flat index
+// into [..., c] and joins the pieces again (a view of a reshaped view) becomes
+// the index itself, so it stays affine (and costs no division).
+void mergeDivisionsWithRemainders(Poly& p) {
+  for (bool merged = true; merged;) {
+    merged = false;
+    for (size_t i = 0; i < p.terms.size() && !merged; ++i) {
+      const Node* quotient = p.terms[i].expr.node();
+      int64_t c = quotient->kind == Kind::FloorDiv ? constantDivisor(quotient) : 0;
+      if (c == 0) continue;
+      for (size_t j = 0; j < p.terms.size() && !merged; ++j) {
+        const Node* remainder = p.terms[j].expr.node();
+        int64_t k = p.terms[j].coeff, kc = 0;
+        if (remainder->kind != Kind::Mod || constantDivisor(remainder) != c ||
+            remainder->terms()[0].expr != quotient->terms()[0].expr ||
+            __builtin_mul_overflow(k, c, &kc) || p.terms[i].coeff != kc)
+          continue;
+        Poly rest;
+        rest.constant = p.constant;
+        for (size_t l = 0; l < p.terms.size(); ++l)
+          if (l != i && l != j) rest.terms.push_back(p.terms[l]);
+        p = combine(rest, polyOf(quotient->terms()[0].expr.node()), k);
+        merged = true;
+      }
+    }
+  }
+}
+
+} // namespace
+
 Expr add(Table& table, const Node* a, const Node* b, int64_t scale) {
-  return build(table, combine(polyOf(a), polyOf(b), scale));
+  Poly sum = combine(polyOf(a), polyOf(b), scale);
+  mergeDivisionsWithRemainders(sum);
+  return build(table, sum);
 }
 
 Expr multiply(Table& table, const Node* a, const Node* b) {
