@@ -74,6 +74,18 @@ bool splitsRows(const ir::Graph& g, ValueId id, const std::vector<bool>& readBac
   return size.asInteger() != std::optional<int64_t>(0); // an empty row has no max
 }
 
+// The joint graph as `out`, whose node remap[id] is the old node id and whose
+// first `forwardNodes` nodes are the forward.
+JointGraph rebuilt(JointGraph joint, Graph out, const std::vector<ValueId>& remap,
+                   size_t forwardNodes) {
+  std::vector<ValueId> outputs;
+  for (ValueId o : joint.graph.outputs()) outputs.push_back(remap[o]);
+  out.setOutputs(std::move(outputs));
+  joint.graph = std::move(out);
+  joint.forwardNodes = forwardNodes;
+  return joint;
+}
+
 // The forward's softmax and log_softmax whose result the backward reads, as
 // their rows' logsumexp and a pointwise rest (x - lse, exp(x - lse)): the
 // partition may then save a value per row and recompute the result from x in
@@ -111,12 +123,7 @@ JointGraph withRowLogsumexps(JointGraph joint) {
     }
     if (id + 1 == joint.forwardNodes) forwardNodes = out.size();
   }
-  std::vector<ValueId> outputs;
-  for (ValueId o : g.outputs()) outputs.push_back(remap[o]);
-  out.setOutputs(std::move(outputs));
-  joint.graph = std::move(out);
-  joint.forwardNodes = forwardNodes;
-  return joint;
+  return rebuilt(std::move(joint), std::move(out), remap, forwardNodes);
 }
 
 // The backward's attention_lse of a forward attention's own inputs and
@@ -159,12 +166,7 @@ JointGraph withAttentionLogsumexps(JointGraph joint) {
     }
     if (id + 1 == joint.forwardNodes) forwardNodes = out.size();
   }
-  std::vector<ValueId> outputs;
-  for (ValueId o : g.outputs()) outputs.push_back(remap[o]);
-  out.setOutputs(std::move(outputs));
-  joint.graph = std::move(out);
-  joint.forwardNodes = forwardNodes;
-  return joint;
+  return rebuilt(std::move(joint), std::move(out), remap, forwardNodes);
 }
 
 } // namespace
