@@ -275,19 +275,19 @@ def test_atomic_and_ordered_scatters_match_torch(stack):
 # [b, h, l, e], as GPT's heads of one projection), sequences that are not multiples of the
 # kernels' 64-row tiles. The backward's pieces take the forward's logsumexp and
 # delta = sum(grad * out) per row.
-def _attention(stack, op, dtype="bfloat16", l=100, s=100, e=64, causal=True):
+def _attention(stack, op, dtype="bfloat16", l=100, s=100, e=64, causal=True, **scale):
     g = ir.Graph()
     def heads(name, rows):
         x = g.placeholder(name, dtype, [2, rows, 3, e], device="cuda")
         return g.call("transpose", x, dim0=1, dim1=2)
     q, k, v = heads("q", l), heads("k", s), heads("v", s)
     if op in ("scaled_dot_product_attention", "attention_lse"):
-        g.set_outputs([g.call(op, q, k, v, is_causal=causal)])
+        g.set_outputs([g.call(op, q, k, v, is_causal=causal, **scale)])
     else:
         grad = heads("grad", l)
         lse = g.placeholder("lse", "float32", [2, 3, l], device="cuda")
         delta = g.placeholder("delta", "float32", [2, 3, l], device="cuda")
-        g.set_outputs([g.call(op, grad, q, k, v, lse, delta, is_causal=causal)])
+        g.set_outputs([g.call(op, grad, q, k, v, lse, delta, is_causal=causal, **scale)])
     return ir.compile(g, stack, target="cuda:sm_90")
 
 
@@ -302,7 +302,10 @@ def test_attention_runs_as_flash_kernels_where_they_take_it(stack, op):
     assert f"by kiln_flash_{kind}_d64_bf16_causal" in _attention(stack, op).explain
     assert f"by kiln_flash_{kind}_d32_f16\n" in _attention(stack, op, "float16", e=32,
                                                             causal=False).explain + "\n"
-    for other in (dict(dtype="float32"), dict(e=80), dict(e=24)):  # the decomposition
+    assert "kiln_flash" in _attention(stack, op, scale=0.5).explain
+    # The decomposition; the forward takes a row's largest score for its largest scaled
+    # one, so a scale of zero or below is not the kernels'.
+    for other in (dict(dtype="float32"), dict(e=80), dict(e=24), dict(scale=-0.5), dict(scale=0.0)):
         assert "kiln_flash" not in _attention(stack, op, **other).explain
 
 
