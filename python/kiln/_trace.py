@@ -441,14 +441,51 @@ def input_getters(traced: Traced) -> list:
 
 
 def _accessor(path: list):
-    """A function (fn, args, kwargs) -> the object at `path` (fast for plain arguments)."""
-    if len(path) == 1 and "arg" in path[0]:
-        i = path[0]["arg"]
-        return lambda fn, args, kwargs: args[i]
-    if len(path) == 1 and "kwarg" in path[0]:
-        name = path[0]["name"]
-        return lambda fn, args, kwargs: kwargs[name]
-    return lambda fn, args, kwargs: resolve(path, fn, args, kwargs)
+    """A function (fn, args, kwargs) -> the object at `path`, as resolve finds it, with
+    each step decided once (a call reads every parameter of a model through one)."""
+    first = path[0]
+    if "arg" in first:
+        i = first["arg"]
+        root = lambda fn, args, kwargs: args[i]  # noqa: E731
+    elif "kwarg" in first:
+        name = first["name"]
+        root = lambda fn, args, kwargs: kwargs[name]  # noqa: E731
+    else:
+        root = lambda fn, args, kwargs: resolve([first], fn, args, kwargs)  # noqa: E731
+    steps = [_step(step) for step in path[1:]]
+    if any(step is None for step in steps):  # a root step past the first: never traced so
+        return lambda fn, args, kwargs: resolve(path, fn, args, kwargs)
+    if not steps:
+        return root
+
+    def get(fn, args, kwargs):
+        obj = root(fn, args, kwargs)
+        for step in steps:
+            obj = step(obj)
+        return obj
+    return get
+
+
+def _step(step: dict):
+    """One step of a path past its root as a function of the object before it (resolve's
+    rules), or None for a root step."""
+    (kind, value), = [(k, v) for k, v in step.items() if k != "name"]
+    name = step.get("name")
+    if kind == "attr":
+        def attr(obj):
+            if isinstance(obj, torch.nn.Module):
+                own = vars(obj)
+                if name not in own:
+                    for table in ("_parameters", "_buffers", "_modules"):
+                        if name in own.get(table, {}):
+                            return own[table][name]
+            return getattr(obj, name)
+        return attr
+    if kind in ("index", "intKey"):
+        return lambda obj: obj[value]
+    if kind == "key":
+        return lambda obj: resolve([{"arg": 0}, step], None, (obj,), {})
+    return None
 
 
 def _as_tensor(get, dtype):

@@ -244,12 +244,15 @@ class Compiled:
 
     @staticmethod
     def _tensor(raw, inputs):
-        name, sizes, strides, base, offset, value = raw
+        name, sizes, strides, base, offset, value, input = raw
         dtype = torch_dtype(name)
         if value is not None:  # a symbolic int, computed on the host
             return torch.tensor(value, dtype=dtype)
         if base is not None:
             return base.view(dtype).as_strided(sizes, strides, offset)
+        if input is not None and inputs[input].dtype == dtype:  # a view of that input
+            t = inputs[input]
+            return t.as_strided(sizes, strides, t.storage_offset() + (offset - t.data_ptr()) // t.element_size())
         empty = 0 in sizes  # an empty view may start just past the end (x[7:] of 5 rows)
         for t in inputs:  # a view of an input: `offset` is its address
             start = t.data_ptr() - t.storage_offset() * t.element_size()

@@ -476,9 +476,11 @@ public:
   // allocate(nbytes) -> a uint8 tensor-like object with .data_ptr() (on the
   // device, for a CUDA artifact); `device` and `stream` (a CUstream address)
   // say where a CUDA artifact runs. Returns per output (dtype, sizes, strides,
-  // base, element offset, value): `base` is the allocated object the output
-  // views, or None when it views an input (then offset is an address); `value`
-  // is a symbolic-int output's value when it lies in host memory (CUDA), else None.
+  // base, element offset, value, input): `base` is the allocated object the
+  // output views, or None when it views an input (then offset is an address
+  // and `input` the graph input whose memory the plan's output buffer is,
+  // where the plan says so, else None); `value` is a symbolic-int output's
+  // value when it lies in host memory (CUDA), else None.
   using Inputs =
       std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>, uintptr_t, int>>;
 
@@ -508,20 +510,30 @@ public:
       std::string dtype(dtypeName(t.dtype));
       if (loaded_->onCuda() && !views[k].symInt.isNull()) { // a host value, not device memory
         out.append(py::make_tuple(dtype, t.sizes, t.strides, py::none(), py::none(),
-                                  *static_cast<const int64_t*>(t.data)));
+                                  *static_cast<const int64_t*>(t.data), py::none()));
         continue;
       }
       bool empty = std::find(t.sizes.begin(), t.sizes.end(), 0) != t.sizes.end();
       auto [base, offset] = allocator.owner(t.data, empty);
+      int32_t input = base.is_none() ? inputOf(views[k].buffer) : -1;
       out.append(py::make_tuple(dtype, t.sizes, t.strides, base,
                                 base.is_none()
                                     ? reinterpret_cast<uintptr_t>(t.data)
                                     : static_cast<uintptr_t>(offset / elementSize(t.dtype)),
-                                py::none()));
+                                py::none(), input >= 0 ? py::object(py::int_(input)) : py::none()));
     }
     py::object status = py::none();
     if (result.replayStatus) status = py::cast(*result.replayStatus);
     return py::make_tuple(out, status);
+  }
+
+  // The graph input whose memory a plan buffer is (itself, or the root an
+  // in-place write lands in), or -1.
+  int32_t inputOf(uint32_t buffer) const {
+    const std::vector<runtime::PlanBuffer>& buffers = loaded_->artifact().plan.buffers;
+    for (int32_t b = static_cast<int32_t>(buffer); b >= 0; b = buffers[b].aliasOf)
+      if (buffers[b].input >= 0) return buffers[b].input;
+    return -1;
   }
 
   std::string target() const { return loaded_->artifact().target; }
