@@ -14,12 +14,13 @@
 // on a grid of (batch * heads, ceil(rows / block_rows)) blocks of 128 threads,
 // where rows are L (S for attention_grad_key_value) and block_rows is the
 // call's attribute of that name (flashAttentionBlockRows). Operands the op has
-// not are null.
+// not are null; the forward writes out_lse too when its call has a further
+// result (lowering pairs it with an attention_lse of its own inputs).
 //
 // TODO(issue 7): head sizes past 64 (shared memory past 48 KB: dynamic, opted
-// in), masks, f32; wgmma and warp specialisation (FlashAttention-3) on sm_90.
-// TODO(issue 8): the forward could write the rows' logsumexp for the backward
-// (an extern call of two results) instead of attention_lse recomputing it.
+// in), masks, f32; wgmma and warp specialisation (FlashAttention-3) on sm_90;
+// dq accumulated (f32 atomics) by the [dk, dv] kernel, as FlashAttention-2's
+// backward, instead of a kernel that computes the scores and dP again.
 #pragma once
 
 #include <string>
