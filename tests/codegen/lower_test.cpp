@@ -982,6 +982,29 @@ TEST_F(Lower, ScatterAddOfZeroAndOneDims) {
                     HostTensor::fromDoubles(DType::Int64, {0}, {})});
 }
 
+// A product's bias add moves into the library's epilogue (addmm: cuBLASLt's
+// bias epilogue on CUDA) where the add reads the product alone; a product
+// read twice keeps its add.
+TEST_F(Lower, BiasAddsOfProductsBecomeAddmm) {
+  ValueId x = input("x", DType::Float32, ints({3, 5, 16}));
+  ValueId w = input("w", DType::Float32, ints({8, 16}));
+  ValueId b = input("b", DType::Float32, ints({8}));
+  ValueId once = graph.call("matmul", {x, transpose(w, 0, 1)});
+  ValueId twice = graph.call("matmul", {x, transpose(w, 0, 1)});
+  graph.setOutputs({graph.call("add", {b, once}), graph.call("add", {twice, b}), twice});
+  LowerOptions options;
+  options.externOps.insert("addmm");
+  options.biasEpilogues = true;
+  Program p = expectSameValues({random(DType::Float32, {3, 5, 16}), random(DType::Float32, {8, 16}),
+                                random(DType::Float32, {8})},
+                               1e-5, options);
+  EXPECT_EQ(countExternOp(p, "addmm"), 1u) << print(p);
+  EXPECT_EQ(countExternOp(p, "matmul"), 1u) << print(p);
+  Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
+  EXPECT_EQ(countExternOp(cuda, "addmm"), 1u) << print(cuda);
+  EXPECT_EQ(countExternOp(lower(graph, lowerOptions(parseTarget("cpu"))), "addmm"), 0u);
+}
+
 // A row too long for registers (looped) whose extent is no multiple of a
 // 16-byte vector's elements (GPT-2's 50257 logits, rows padded to 50264 by the
 // product) reads 16 bytes a load and its last positions one by one.

@@ -110,6 +110,7 @@ LowerOptions lowerOptions(const Target& target) {
     // 2^30 multiply-adds: ~4 us padded on an H100, where the sm75 fallback
     // costs more than a fused pad; smaller products are not worth a kernel.
     options.padProductsFrom = int64_t{1} << 30;
+    options.biasEpilogues = true;
     // Scatters (embedding's grad) add atomically: 4.3 ms -> tens of us for
     // GPT-2's, as torch's CUDA index_add_; in order where torch is asked to
     // be deterministic.

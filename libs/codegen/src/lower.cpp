@@ -1401,6 +1401,7 @@ private:
 
 Program lower(const ir::Graph& graph, const LowerOptions& options) {
   ir::Graph core = ir::decompose(graph, keptFor(options));
+  if (options.biasEpilogues) core = biasedProducts(core);
   if (options.padProductsFrom > 0) core = padProducts(core, options.padProductsFrom);
   return Lowering(core, options).run();
 }

@@ -39,6 +39,9 @@ struct LowerOptions {
   // Half-precision products of at least this many multiply-adds get their
   // dims zero-padded to multiples of 8 (padProducts); 0: none (the CPU).
   int64_t padProductsFrom = 0;
+  // A product's bias add becomes addmm, the bias in the library's epilogue
+  // (biasedProducts; CUDA: cuBLASLt).
+  bool biasEpilogues = false;
   // scatter_add of f32, f64, i32, i64 adds every element atomically, all
   // loops in parallel: float sums then depend on the order threads meet (as
   // torch's CUDA index_add_ and Inductor's scatters). Off: the scatter dim's
