@@ -283,15 +283,17 @@ TEST_F(Lower, LongReductionsIntoFewOutputsSumPartialsFirst) {
   Schedule plan = schedule(p);
   std::string text = explain(plan, p);
   // 48 columns of 8192 rows: 8 x 32 chunks of 32 rows each, the partials
-  // of the four column reductions in one kernel, their reductions in another.
+  // of the four column reductions in one kernel, their reductions in another
+  // (with the mean, an output stored where its sum is).
   EXPECT_NE(text.find("kernel 0 over [8, 32, 48]: buf2 (sum of [32]), buf4 (sum of [32]), "
-                      "buf6 (sum of [32]), buf8 (max of [32])\nkernel 1 over [48]: buf3 (sum of "
-                      "[8, 32]), buf5 (sum of [8, 32]), buf7 (sum of [8, 32]), buf9 (max of [8, 32])\n"),
+                      "buf6 (sum of [32]), buf9 (max of [32])\nkernel 1 over [48]: buf3 (sum of "
+                      "[8, 32]), buf5 (sum of [8, 32]), buf7 (sum of [8, 32]), buf8 (pointwise []), "
+                      "buf10 (max of [8, 32])\n"),
             std::string::npos) << text;
   // The long row in 64 chunks of 6144, the few rows in two halves.
-  EXPECT_NE(text.find("over [8, 8]: buf10 (sum of [128, 48])\nkernel 3 over []: buf11 (sum of [8, 8])"),
+  EXPECT_NE(text.find("over [8, 8]: buf11 (sum of [128, 48])\nkernel 3 over []: buf12 (sum of [8, 8])"),
             std::string::npos) << text;
-  EXPECT_NE(text.find("over [48, 2]: buf12 (sum of [4096])\nkernel 5 over [48]: buf13 (sum of [2])"),
+  EXPECT_NE(text.find("over [48, 2]: buf13 (sum of [4096])\nkernel 5 over [48]: buf14 (sum of [2])"),
             std::string::npos) << text;
   EXPECT_NE(text.find("over [8, 1024]: buf"), std::string::npos) << text;
   EXPECT_NE(text.find("(argmax of [8])"), std::string::npos) << text;
@@ -469,7 +471,7 @@ TEST_F(Lower, TypePromotionAndHalfPrecision) {
 
 // A fused chain of bf16 ops keeps its intermediates in f32, through to_dtype
 // round trips too (Inductor's default; eager rounds each op's result): only
-// what a buffer stores rounds.
+// what a buffer stores rounds, and a stored value (an output) is read as stored.
 TEST_F(Lower, HalfPrecisionChainsRoundWhereStored) {
   ValueId x = input("x", DType::BFloat16, ints({1}));
   ValueId a = input("a", DType::BFloat16, ints({1}));
@@ -478,19 +480,25 @@ TEST_F(Lower, HalfPrecisionChainsRoundWhereStored) {
   ValueId roundTrip = graph.call(
       "to_dtype", {graph.call("to_dtype", {xa}, {{"dtype", DType::Float32}})},
       {{"dtype", DType::BFloat16}});
-  graph.setOutputs({xa, graph.call("add", {xa, b}), graph.call("add", {roundTrip, b})});
+  ValueId sum = graph.call("add", {xa, b}), roundTripSum = graph.call("add", {roundTrip, b});
   // (1 + 2^-7)^2 = 1 + 2^-6 + 2^-14: bf16 (7 fraction bits) rounds it to 1 + 2^-6.
   double step = 1.0 / 128;
   std::vector<HostTensor> inputs = {HostTensor::fromDoubles(DType::BFloat16, {1}, {1 + step}),
                                     HostTensor::fromDoubles(DType::BFloat16, {1}, {1 + step}),
                                     HostTensor::fromDoubles(DType::BFloat16, {1}, {-1 - 2 * step})};
-  Program program = lower(graph);
-  std::vector<double> fused = {1 + 2 * step, 1.0 / 16384, 1.0 / 16384};
-  for (const auto& got : {evaluate(program, graph, inputs), runCompiled(program, inputs)})
-    for (size_t k = 0; k < fused.size(); ++k) EXPECT_EQ(got.at(k).toDoubles().at(0), fused[k]) << k;
+  auto expectValues = [&](const std::vector<double>& want) {
+    Program program = lower(graph);
+    for (const auto& got : {evaluate(program, graph, inputs), runCompiled(program, inputs)})
+      for (size_t k = 0; k < want.size(); ++k) EXPECT_EQ(got.at(k).toDoubles().at(0), want[k]) << k;
+  };
+  graph.setOutputs({sum, roundTripSum});
+  expectValues({1.0 / 16384, 1.0 / 16384});
   std::vector<HostTensor> eager = ir::interpret(graph, inputs);
+  EXPECT_EQ(eager.at(0).toDoubles().at(0), 0.0);
   EXPECT_EQ(eager.at(1).toDoubles().at(0), 0.0);
-  EXPECT_EQ(eager.at(2).toDoubles().at(0), 0.0);
+  // The product as an output is stored, rounded, and its readers read that.
+  graph.setOutputs({xa, sum, roundTripSum});
+  expectValues({1 + 2 * step, 0.0, 0.0});
 }
 
 TEST_F(Lower, CreationOps) {
@@ -1200,6 +1208,32 @@ TEST_F(Lower, PrintsBuffersAndBodies) {
   EXPECT_NE(text.find("buf1 : f32[s0, 3] = pointwise [s0, 3]"), std::string::npos) << text;
   EXPECT_NE(text.find("exp(load(x, "), std::string::npos) << text;
   EXPECT_NE(text.find("return (buf1 as f32[s0, 3])"), std::string::npos) << text;
+}
+
+// Values the backward saves are graph outputs of the forward: each is stored
+// by the kernel that computes it (layer_norm's input sum, its rows' rstd and
+// its result: one kernel), where stored after the graph they were kernels of
+// their own recomputing them. On CUDA every thread of a row holds the row's
+// rstd, which the row's later elements read.
+TEST_F(Lower, OutputsAreStoredWhereTheyAreComputed) {
+  ir::Shape sizes = ints({6, 96});
+  ValueId sum = graph.call("add", {input("x", DType::Float32, sizes), input("r", DType::Float32, sizes)});
+  std::vector<int64_t> last = {-1};
+  ValueId centered =
+      graph.call("sub", {sum, graph.call("mean", {sum}, {{"dim", last}, {"keepdim", true}})});
+  ValueId variance =
+      graph.call("mean", {graph.call("mul", {centered, centered})}, {{"dim", last}, {"keepdim", true}});
+  ValueId rstd = graph.call("rsqrt", {graph.call("add", {variance}, {{"other", 1e-5}})});
+  graph.setOutputs({sum, rstd, graph.call("mul", {centered, rstd})});
+  Program p = expectSameValues({random(DType::Float32, {6, 96}), random(DType::Float32, {6, 96})}, 1e-5);
+  std::string text = explain(schedule(p), p);
+  EXPECT_EQ(occurrences(text, "kernel "), 1u) << text;
+  Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
+  std::string cudaText = explain(schedule(cuda), cuda);
+  EXPECT_EQ(occurrences(cudaText, "kernel "), 1u) << cudaText;
+  std::string code = emitCuda(cuda, schedule(cuda)).code;
+  EXPECT_EQ(occurrences(code, "if (kiln_lane == 0) kiln_b"), 1u) << code; // rstd, by one thread
+  EXPECT_GE(occurrences(code, "= kiln_r"), 2u) << code; // held, then read from the register
 }
 
 } // namespace

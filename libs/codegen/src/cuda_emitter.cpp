@@ -918,10 +918,15 @@ private:
       };
       std::string target = pointer(id) + "[" + index(store) + "]";
       if (!vars.empty()) return lines + rowLoop(member, vars, ranges, target, indent, element);
-      // One element per row: every thread computes it, the first stores it.
+      // One element per row: every thread computes it and holds it (later
+      // buffers of the row read the register), the first stores it.
       Block block(indent);
-      std::string assign = element(block, "if (kiln_lane == 0) " + target);
-      return lines + block.lines + assign;
+      std::string name = "kiln_r" + std::to_string(id);
+      std::string value = storedBody(b, block);
+      lines += block.lines + indent + "const " + storageType(b.layout.dtype) + " " + name +
+               " = " + value + ";\n";
+      hold(id, name);
+      return lines + indent + "if (kiln_lane == 0) " + target + " = " + name + ";\n";
     }
     return lines + reduction(member, store, indent, local);
   }

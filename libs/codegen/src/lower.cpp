@@ -117,6 +117,11 @@ public:
       if (v.kind == Lowered::Tensor && !v.buffer && uses_[id] > 1 &&
           (opCount(v.body) > kInlineLimit || externInput_[id]))
         realize(v);
+      // An output is stored where it is computed: its buffer then joins the
+      // kernel of its neighbours (a layer's residual sum, saved for the
+      // backward, is written by the layer_norm kernel reading it), where
+      // stored after the graph it got a kernel of its own recomputing it.
+      if (v.kind == Lowered::Tensor && !v.buffer && output_[id]) realize(v);
     }
     for (ValueId out : graph_->outputs()) {
       Lowered& v = values_.at(out);
@@ -141,7 +146,11 @@ private:
     uses_.assign(graph_->size(), 0);
     for (const ir::Node& n : graph_->nodes())
       for (ValueId in : n.inputs) ++uses_.at(in);
-    for (ValueId out : graph_->outputs()) ++uses_.at(out);
+    output_.assign(graph_->size(), false);
+    for (ValueId out : graph_->outputs()) {
+      ++uses_.at(out);
+      output_.at(out) = true;
+    }
   }
 
   // Whether each value shares its storage with a tensor a mutation writes:
@@ -1386,6 +1395,7 @@ private:
   const LowerOptions& options_;
   std::vector<Lowered> values_;
   std::vector<size_t> uses_;
+  std::vector<bool> output_; // graph outputs
   std::vector<bool> written_; // per value: a mutation writes its storage (findWrittenStorage)
   std::vector<bool> externInput_; // per value: a library call stores it (findExternInputs)
   // Flash forwards and the attention_lse each writes (findAttentionLogsumexps),

@@ -172,8 +172,11 @@ private:
         readsMember = true;
         const Buffer& p = program_.buffers[producer.id];
         // The producer's element read must be the one stored at this outer
-        // index (and, for a pointwise producer, at the reader's inner index).
-        if (!isReduction(p) && producer.innerRanges != candidate.innerRanges) {
+        // index (and, for a pointwise producer with elements of its own in the
+        // row, at the reader's inner index). One element a row (layer_norm's
+        // saved rstd) is held by every thread of the row, as a reduction is.
+        if (!isReduction(p) && !producer.innerRanges.empty() &&
+            producer.innerRanges != candidate.innerRanges) {
           ok = false;
           return;
         }

@@ -10,8 +10,9 @@
 //     (a reduction's are exactly them; a kernel of pointwise buffers narrows
 //     its outer ranges to a reduction's when that reduction joins);
 //   - everything they read from buffers of the kernel is at the same outer
-//     index: a reduction's result at the outer index, a pointwise buffer's
-//     element at the very index it was stored at;
+//     index: a reduction's result (or a pointwise buffer's one element of the
+//     outer index) at the outer index, a pointwise buffer's element at the
+//     very index it was stored at;
 //   - no extern call comes between them (extern calls are steps of their own);
 //   - a buffer that cannot join the open kernel and reads none of it may join
 //     the kernel before it on the same terms (split reductions' partials);
