@@ -5,8 +5,10 @@
 #include <set>
 
 #include "kiln/autograd/partition.h"
+#include "kiln/autograd/train.h"
 #include "kiln/common/error.h"
 #include "kiln/ir/interpreter.h"
+#include "kiln/ir/print.h"
 #include "kiln/ir/verify.h"
 #include "kiln/sym/symbol_table.h"
 
@@ -207,6 +209,51 @@ TEST(Partition, RefusesABudgetOutOfRange) {
   Mlp m;
   JointGraph j = backward(m.g, {true, true, true});
   EXPECT_THROW(partition(j, {1.5}), Error);
+}
+
+// A CUDA training graph's odd-sized bf16 product (GPT-2's vocabulary: rows of
+// 50257) is padded before the partition: the value saved from it is a view of
+// the padded product (rows 1032 apart here: 16-byte aligned), nothing copies
+// it into a contiguous tensor, and the backward's products are padded too.
+TEST(Partition, CudaProductsArePaddedBeforeThePartition) {
+  sym::SymbolTable t;
+  ir::Graph g{t};
+  ir::Device cuda{ir::DeviceType::Cuda, 0};
+  auto bf16 = [&](int64_t r, int64_t c) {
+    return ir::TensorMeta::contiguous(DType::BFloat16, {t.integer(r), t.integer(c)}, t, cuda);
+  };
+  ValueId x = g.placeholder("x", bf16(1024, 1024)), w = g.placeholder("w", bf16(1025, 1024));
+  ValueId logits = g.call("mm", {x, g.call("transpose", {w}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}})});
+  ValueId wide = g.call("to_dtype", {logits}, {{"dtype", DType::Float32}});
+  g.setOutputs({g.call("sum", {g.call("exp", {wide})})});
+  TrainingGraphs padded = partitionForTraining(g, {true, true});
+  const ir::Graph& forward = padded.partition.forward;
+  bool savedAView = false;
+  for (size_t k = 1; k < forward.outputs().size(); ++k) {
+    const ir::TensorMeta& m = forward.meta(forward.outputs()[k]);
+    savedAView = savedAView || (m.dim() == 2 && m.sizes[1].asInteger() == 1025 &&
+                                m.strides[0].asInteger() == 1032);
+  }
+  EXPECT_TRUE(savedAView) << ir::print(forward);
+  for (const ir::Node& n : forward.nodes()) EXPECT_NE(n.target, "contiguous") << ir::print(forward);
+  size_t products = 0;
+  for (const ir::Node& n : padded.partition.backward.nodes()) {
+    if (n.target != "mm") continue;
+    ++products;
+    for (sym::Expr size : n.value.tensor().sizes)
+      EXPECT_EQ(*size.asInteger() % 8, 0) << ir::print(padded.partition.backward);
+  }
+  EXPECT_EQ(products, 2u) << ir::print(padded.partition.backward);
+  // On the CPU nothing is padded: the saved product is the product.
+  ir::Graph cpu{t};
+  auto host = [&](int64_t r, int64_t c) {
+    return ir::TensorMeta::contiguous(DType::BFloat16, {t.integer(r), t.integer(c)}, t);
+  };
+  ValueId hx = cpu.placeholder("x", host(1024, 1024)), hw = cpu.placeholder("w", host(1025, 1024));
+  ValueId hl = cpu.call("mm", {hx, cpu.call("transpose", {hw}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}})});
+  cpu.setOutputs({cpu.call("sum", {cpu.call("exp", {cpu.call("to_dtype", {hl}, {{"dtype", DType::Float32}})})})});
+  for (const ir::Node& n : partitionForTraining(cpu, {true, true}).partition.forward.nodes())
+    EXPECT_NE(n.target, "cat");
 }
 
 } // namespace

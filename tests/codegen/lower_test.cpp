@@ -14,7 +14,8 @@
 #include "kiln/codegen/cuda_emitter.h"
 #include "kiln/codegen/loop_eval.h"
 #include "kiln/codegen/lower.h"
-#include "kiln/codegen/pad_products.h"
+#include "kiln/codegen/product_epilogues.h"
+#include "kiln/ir/pad_products.h"
 #include "kiln/codegen/schedule.h"
 #include "kiln/common/error.h"
 #include "kiln/ir/interpreter.h"
@@ -1142,7 +1143,7 @@ TEST_F(Lower, HalfProductsWithOddDimsReadZeroPaddedOperands) {
   ValueId product = graph.call("mm", {a, b});
   graph.setOutputs({product, graph.call("mul", {product}, {{"other", 2.0}}),
                     graph.call("addmm", {bias, a, b})});
-  ir::Graph padded = padProducts(graph, 1);
+  ir::Graph padded = ir::padProducts(graph, 1);
   auto mms = callsOf(padded, "mm");
   ASSERT_EQ(mms.size(), 1u) << ir::print(padded);
   EXPECT_EQ(padded.meta(mms[0]->inputs[0]).sizes, ints({16, 16})) << ir::print(padded);
@@ -1167,12 +1168,12 @@ TEST_F(Lower, HalfProductsWithOddDimsReadZeroPaddedOperands) {
               "evaluated, padded");
 
   // Below the work bound, f32, and aligned products keep their graph.
-  EXPECT_EQ(padProducts(graph, 10 * 13 * 7 + 1).size(), graph.size());
+  EXPECT_EQ(ir::padProducts(graph, 10 * 13 * 7 + 1).size(), graph.size());
   ir::Graph wide(table);
   ValueId wa = wide.placeholder("a", ir::Value(TensorMeta::contiguous(DType::Float32, ints({10, 13}), table)));
   ValueId wb = wide.placeholder("b", ir::Value(TensorMeta::contiguous(DType::Float32, ints({13, 7}), table)));
   wide.setOutputs({wide.call("mm", {wa, wb})});
-  EXPECT_EQ(padProducts(wide, 1).size(), wide.size());
+  EXPECT_EQ(ir::padProducts(wide, 1).size(), wide.size());
 }
 
 // A grad read by two products through different views (dX = g @ w over a
@@ -1185,7 +1186,7 @@ TEST_F(Lower, AValueReadByTwoProductsIsPaddedOnce) {
   ValueId dx = graph.call("matmul", {g3, w});
   ValueId dw = graph.call("mm", {transpose(x, 0, 1), g});
   graph.setOutputs({dx, transpose(dw, 0, 1)});
-  ir::Graph padded = padProducts(graph, 1);
+  ir::Graph padded = ir::padProducts(graph, 1);
   auto cats = callsOf(padded, "cat");
   ASSERT_EQ(cats.size(), 2u) << ir::print(padded); // g's columns and w's rows
   size_t readingG = 0;

@@ -64,6 +64,21 @@ ValueId scatterSlice(Graph& g, ValueId grad, const ir::TensorMeta& self, int64_t
                      sym::Expr start, int64_t step) {
   const ir::TensorMeta gm = g.meta(grad);
   sym::Expr n = gm.sizes.at(dim);
+  if (step == 1) { // zeros on either side: a cat, which fuses into the grad's producer
+    std::vector<ValueId> pieces;
+    auto zeros = [&](sym::Expr size) {
+      if (size.asInteger() == std::optional<int64_t>(0)) return;
+      ir::TensorMeta part = self;
+      part.sizes = gm.sizes;
+      part.sizes[static_cast<size_t>(dim)] = size;
+      pieces.push_back(zerosOf(g, part));
+    };
+    zeros(start);
+    pieces.push_back(grad);
+    zeros(self.sizes.at(static_cast<size_t>(dim)) - start - n);
+    if (pieces.size() == 1) return g.call("contiguous", {grad});
+    return g.call("cat", pieces, {{"dim", dim}});
+  }
   ValueId index =
       g.call("arange", {}, {{"end", start + n * step}, {"start", start}, {"step", step},
                             {"device", ir::toString(gm.device)}});

@@ -12,6 +12,7 @@
 #include "kiln/codegen/cpu_emitter.h"
 #include "kiln/codegen/cuda_compiler.h"
 #include "kiln/codegen/cuda_emitter.h"
+#include "kiln/ir/pad_products.h"
 #include "kiln/codegen/lower.h"
 #include "kiln/codegen/plan.h"
 #include "kiln/codegen/schedule.h"
@@ -109,7 +110,7 @@ LowerOptions lowerOptions(const Target& target) {
     options.externProductDTypes = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
     // 2^30 multiply-adds: ~4 us padded on an H100, where the sm75 fallback
     // costs more than a fused pad; smaller products are not worth a kernel.
-    options.padProductsFrom = int64_t{1} << 30;
+    options.padProductsFrom = ir::kPadProductsFrom;
     options.biasEpilogues = true;
     // Scatters (embedding's grad) add atomically: 4.3 ms -> tens of us for
     // GPT-2's, as torch's CUDA index_add_; in order where torch is asked to

@@ -8,7 +8,8 @@
 #include <optional>
 #include <unordered_map>
 
-#include "kiln/codegen/pad_products.h"
+#include "kiln/codegen/product_epilogues.h"
+#include "kiln/ir/pad_products.h"
 #include "kiln/common/error.h"
 #include "kiln/ir/op_registry.h"
 #include "kiln/ir/passes.h"
@@ -1412,7 +1413,7 @@ private:
 Program lower(const ir::Graph& graph, const LowerOptions& options) {
   ir::Graph core = ir::decompose(graph, keptFor(options));
   if (options.biasEpilogues) core = biasedProducts(core);
-  if (options.padProductsFrom > 0) core = padProducts(core, options.padProductsFrom);
+  if (options.padProductsFrom > 0) core = ir::padProducts(core, options.padProductsFrom);
   return Lowering(core, options).run();
 }
 

@@ -39,7 +39,8 @@ AttrValue sizesAttr(const ir::Shape& sizes);
 
 // Scatters `grad` (the values of a slice of `self` along `dim`: start, step,
 // grad's size there) into zeros of self's sizes: the backward of slice,
-// select and narrow.
+// select and narrow. A slice of step 1 is padded with zeros instead (a cat,
+// which fuses: a scatter is a kernel of its own, in order where not atomic).
 ValueId scatterSlice(Graph& g, ValueId grad, const ir::TensorMeta& self, int64_t dim,
                      sym::Expr start, int64_t step);
 

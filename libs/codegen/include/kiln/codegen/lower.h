@@ -37,7 +37,7 @@ struct LowerOptions {
   // f32, integers in their own type, as torch).
   std::set<DType> externProductDTypes = {DType::Float32, DType::Float64};
   // Half-precision products of at least this many multiply-adds get their
-  // dims zero-padded to multiples of 8 (padProducts); 0: none (the CPU).
+  // dims zero-padded to multiples of 8 (ir::padProducts); 0: none (the CPU).
   int64_t padProductsFrom = 0;
   // A product's bias add becomes addmm, the bias in the library's epilogue
   // (biasedProducts; CUDA: cuBLASLt).
