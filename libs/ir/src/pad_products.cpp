@@ -66,16 +66,20 @@ public:
   }
 
   // The product `n` (inputs already in g_) over padded operands, sliced back
-  // to its own value; nullopt when it keeps its dims.
+  // to its own value; nullopt when it keeps its dims. linear(x, w[, bias])
+  // reads w as [N, K] (traced models' nn.Linear: GPT-2's vocabulary head).
   std::optional<ValueId> padded(const Node& n, int64_t minWork) {
-    bool addmm = n.target == "addmm";
-    if (!addmm && n.target != "mm" && n.target != "bmm" && n.target != "matmul") return std::nullopt;
+    bool addmm = n.target == "addmm", linear = n.target == "linear";
+    if (!addmm && !linear && n.target != "mm" && n.target != "bmm" && n.target != "matmul")
+      return std::nullopt;
     ValueId a = n.inputs[addmm ? 1 : 0], b = n.inputs[addmm ? 2 : 1];
     const TensorMeta ma = g_.meta(a), mb = g_.meta(b);
     std::optional<int64_t> align = alignmentOf(n.value.tensor().dtype);
-    if (!align || ma.dtype != mb.dtype || ma.dim() < 2 || mb.dim() < 2) return std::nullopt;
+    if (!align || ma.dtype != mb.dtype || ma.dim() < 2 || mb.dim() < 2 || (linear && mb.dim() != 2))
+      return std::nullopt;
+    size_t bK = linear ? 1 : mb.dim() - 2, bN = linear ? 0 : mb.dim() - 1;
     std::optional<int64_t> m = ma.sizes[ma.dim() - 2].asInteger(),
-                           k = ma.sizes.back().asInteger(), nn = mb.sizes.back().asInteger();
+                           k = ma.sizes.back().asInteger(), nn = mb.sizes[bN].asInteger();
     if (!m || !k || !nn) return std::nullopt;
     std::optional<int64_t> work = numel(n.value.tensor().sizes, g_.symbols()).asInteger();
     if (!work || *work * *k < minWork) return std::nullopt;
@@ -83,11 +87,12 @@ public:
     // addmm's bias is read at the result's shape: its K only.
     if (addmm) m2 = *m, n2 = *nn;
     if (m2 == *m && k2 == *k && n2 == *nn) return std::nullopt;
-    if (k2 != *k) a = pad(a, ma.dim() - 1, k2), b = pad(b, mb.dim() - 2, k2);
+    if (k2 != *k) a = pad(a, ma.dim() - 1, k2), b = pad(b, bK, k2);
     if (m2 != *m) a = pad(a, ma.dim() - 2, m2);
-    if (n2 != *nn) b = pad(b, mb.dim() - 1, n2);
+    if (n2 != *nn) b = pad(b, bN, n2);
     std::vector<ValueId> inputs = n.inputs;
     inputs[addmm ? 1 : 0] = a, inputs[addmm ? 2 : 1] = b;
+    if (linear && inputs.size() > 2 && n2 != *nn) inputs[2] = pad(inputs[2], 0, n2); // its bias
     ValueId result = g_.call(n.target, inputs, n.attrs);
     const TensorMeta out = g_.meta(result);
     auto slice = [&](size_t d, int64_t size) {

@@ -25,7 +25,7 @@ enum class PaddedLayout {
   Viewed,
 };
 
-// Each f16/bf16 mm, bmm, matmul (and addmm, its inner dim only) with static
+// Each f16/bf16 mm, bmm, matmul, linear (and addmm, its inner dim only) with static
 // M, K, N not all multiples of 8 and at least `minWork` multiply-adds reads
 // operands zero-padded to multiples of 8 (the pads are `cat` with zeros, so
 // they fuse into their producers) and its result is sliced back to M x N. A
