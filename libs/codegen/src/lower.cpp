@@ -1411,7 +1411,8 @@ private:
 } // namespace
 
 Program lower(const ir::Graph& graph, const LowerOptions& options) {
-  ir::Graph core = ir::decompose(graph, keptFor(options));
+  // Without dead nodes: a value's uses decide where it is stored.
+  ir::Graph core = ir::eliminateDeadCode(ir::decompose(graph, keptFor(options)));
   if (options.biasEpilogues) core = biasedProducts(core);
   if (options.padProductsFrom > 0) core = ir::padProducts(core, options.padProductsFrom);
   return Lowering(core, options).run();

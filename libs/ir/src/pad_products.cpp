@@ -74,6 +74,8 @@ public:
       return std::nullopt;
     ValueId a = n.inputs[addmm ? 1 : 0], b = n.inputs[addmm ? 2 : 1];
     const TensorMeta ma = g_.meta(a), mb = g_.meta(b);
+    if ((linear || n.target == "matmul") && ma.dim() > 2 && mb.dim() == 2)
+      return folded(n, minWork);
     std::optional<int64_t> align = alignmentOf(n.value.tensor().dtype);
     if (!align || ma.dtype != mb.dtype || ma.dim() < 2 || mb.dim() < 2 || (linear && mb.dim() != 2))
       return std::nullopt;
@@ -109,6 +111,24 @@ public:
   }
 
 private:
+  // A product of [..., K] by a matrix as one of [-1, K] rows, padded, then
+  // viewed as [..., N] again: its slice's grad is then a row-wise pad that
+  // fuses into the kernel over the rows (GPT-2's [8192] vocabulary rows).
+  std::optional<ValueId> folded(const Node& n, int64_t minWork) {
+    const TensorMeta ma = g_.meta(n.inputs[0]);
+    Node flat = n;
+    flat.inputs[0] = g_.call("reshape", {n.inputs[0]},
+                             {{"size", Shape{g_.symbols().integer(-1), ma.sizes.back()}}});
+    flat.value = g_.value(g_.call(n.target, flat.inputs, n.attrs)); // unread: DCE drops it
+    std::optional<ValueId> result = padded(flat, minWork);
+    if (!result) return std::nullopt;
+    result = g_.call("reshape", {*result}, {{"size", n.value.tensor().sizes}});
+    if (layout_ == PaddedLayout::Viewed) return result;
+    if (g_.value(*result) != n.value) result = g_.call("contiguous", {*result});
+    if (g_.value(*result) != n.value) return std::nullopt;
+    return result;
+  }
+
   Graph& g_;
   PaddedLayout layout_;
 };
