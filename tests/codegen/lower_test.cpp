@@ -1237,5 +1237,16 @@ TEST_F(Lower, OutputsAreStoredWhereTheyAreComputed) {
   EXPECT_GE(occurrences(code, "= kiln_r"), 2u) << code; // held, then read from the register
 }
 
+// A reshape the graph infers as a view of a strided value (the rows of a
+// padded product, regrouped) is a view in lowering too: nothing copies it.
+TEST_F(Lower, AReshapeOfStridedRowsIsAView) {
+  ValueId rows = slice(input("x", DType::BFloat16, ints({4, 40})), 1, 0, 37, 1);
+  ValueId grouped = graph.call("reshape", {rows}, {{"size", ints({2, 2, 37})}});
+  ASSERT_FALSE(graph.meta(grouped).isContiguous());
+  graph.setOutputs({grouped});
+  Program p = expectSameValues({random(DType::BFloat16, {4, 40})}, 0);
+  EXPECT_EQ(occurrences(explain(schedule(p), p), "kernel "), 0u) << explain(schedule(p), p);
+}
+
 } // namespace
 } // namespace kiln::codegen

@@ -1207,7 +1207,9 @@ private:
 
   // Copies: clone and contiguous read the input at the same index; reshape
   // and flatten at the same row-major position. A reshape, flatten or
-  // contiguous of a contiguous value is a view of it, as in torch (lowerView):
+  // contiguous of a contiguous value is a view of it, as in torch (lowerView),
+  // and so is a reshape the graph gives strides a copy would not have (one of
+  // a padded product's rows: [8192, 50257] as [8, 1024, 50257], rows 50264 apart):
   // of a stored value it aliases the storage, of a body it is a body that
   // realizing stores at its source, so that values reshaped apart (a grad read
   // as [b, t, c] by one product and as [b*t, c] by another) are stored once.
@@ -1218,6 +1220,7 @@ private:
       const TensorMeta& from = values_.at(node.inputs[0]).meta;
       if (from.isContiguous() && meta.isContiguous() && from.storageOffset == meta.storageOffset)
         return lowerView(node, id, a, meta);
+      if (op != "contiguous" && !meta.isContiguous()) return lowerView(node, id, a, meta);
     }
     if (op == "clone" || op == "contiguous") {
       const Lowered& in = values_.at(node.inputs[0]);
@@ -1411,8 +1414,7 @@ private:
 } // namespace
 
 Program lower(const ir::Graph& graph, const LowerOptions& options) {
-  // Without dead nodes: a value's uses decide where it is stored.
-  ir::Graph core = ir::eliminateDeadCode(ir::decompose(graph, keptFor(options)));
+  ir::Graph core = ir::decompose(graph, keptFor(options));
   if (options.biasEpilogues) core = biasedProducts(core);
   if (options.padProductsFrom > 0) core = ir::padProducts(core, options.padProductsFrom);
   return Lowering(core, options).run();

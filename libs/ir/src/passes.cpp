@@ -34,13 +34,22 @@ Graph rebuild(const Graph& graph, const std::vector<bool>& keep,
 
 } // namespace
 
+// item, nonzero, masked_select: the unbacked symbol the node binds may size
+// values that read no data of it.
+static bool bindsSymbol(const OpInfo& op) {
+  for (const ArgSpec& a : op.args)
+    if (a.kind == ArgKind::Symbol) return true;
+  return false;
+}
+
 Graph eliminateDeadCode(const Graph& graph) {
   std::vector<bool> live(graph.size(), false);
   for (ValueId o : graph.outputs()) live[o] = true;
   for (ValueId id = static_cast<ValueId>(graph.size()); id-- > 0;) {
     const Node& n = graph.node(id);
     if (n.kind == NodeKind::Placeholder) live[id] = true;
-    if (const OpInfo* op = findOp(n.target); op && (op->mutates || op->effect)) live[id] = true;
+    if (const OpInfo* op = findOp(n.target); op && (op->mutates || op->effect || bindsSymbol(*op)))
+      live[id] = true;
     if (!live[id]) continue;
     for (ValueId in : n.inputs) live[in] = true;
   }

@@ -11,7 +11,8 @@
 
 namespace kiln::ir {
 
-// Drops the call nodes no output depends on.
+// Drops the call nodes no output depends on, but for effects (mutations,
+// runtime asserts) and the nodes binding unbacked symbols.
 Graph eliminateDeadCode(const Graph& graph);
 
 // Merges call nodes with the same op, inputs and attributes (every op so far
