@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 
@@ -44,6 +45,16 @@ struct Lowered {
   // A view of a body folded into its index: the value it views (a body when
   // folded), which realizing stores so that the view aliases it.
   std::optional<ValueId> viewed;
+  // A one-hot scatter_add into zeros (Lowering::oneHot): along `oneHotDim` a
+  // row holds src's one element where index names it; its sum along that dim
+  // is the element (sumOfOneHot).
+  struct OneHot;
+  std::shared_ptr<const OneHot> oneHot;
+};
+
+struct Lowered::OneHot {
+  Lowered index, src;
+  size_t dim;
 };
 
 bool isProduct(const std::string& op) {
@@ -956,7 +967,7 @@ private:
         return std::nullopt;
     realize(index); // both one element a row: stored, the body stays small
     realize(src);
-    return pointwise(meta, [&](const Index& i) {
+    Lowered hot = pointwise(meta, [&](const Index& i) {
       Index row = i;
       row[dim] = table_.integer(0);
       Scalar at = loadAt(index, row);
@@ -966,6 +977,35 @@ private:
       Scalar zero = ir::isFloating(meta.dtype) ? constantF(meta.dtype, 0) : constantI(meta.dtype, 0);
       return where(binary("eq", DType::Bool, cast(DType::Int64, named), indexOf(DType::Int64, i[dim])),
                    cast(meta.dtype, loadAt(src, row)), zero);
+    });
+    hot.oneHot = std::make_shared<const Lowered::OneHot>(Lowered::OneHot{index, src, dim});
+    return hot;
+  }
+
+  // The sum of a one-hot value along its hot dim alone: each row's element,
+  // its index checked as the one-hot checks it (cross entropy's grad through
+  // log_softmax's backward: the sum over GPT-2's 50257 logits a row was a
+  // reduction loop over the row's compares, then another kernel over the row).
+  std::optional<Lowered> sumOfOneHot(const Lowered& in, const std::vector<bool>& reduced,
+                                     bool keepdim, const TensorMeta& meta) {
+    if (!in.oneHot || in.buffer) return std::nullopt;
+    const Lowered::OneHot& hot = *in.oneHot;
+    for (size_t k = 0; k < reduced.size(); ++k)
+      if (reduced[k] != (k == hot.dim)) return std::nullopt;
+    return pointwise(meta, [&](const Index& i) {
+      Index row = i;
+      if (keepdim)
+        row[hot.dim] = table_.integer(0);
+      else
+        row.insert(row.begin() + static_cast<std::ptrdiff_t>(hot.dim), table_.integer(0));
+      Scalar at = loadAt(hot.index, row);
+      sym::Expr checked = freshVars("t", {table_.integer(0)})[0];
+      Scalar named = indirectLoad(hot.index.meta.dtype, *hot.index.buffer, at->index, {checked},
+                                  {cast(DType::Int64, at)}, {in.meta.sizes[hot.dim]});
+      Scalar zero = ir::isFloating(meta.dtype) ? constantF(meta.dtype, 0) : constantI(meta.dtype, 0);
+      // Always true: the load checks the index is in the row.
+      Scalar inRow = binary("ge", DType::Bool, cast(DType::Int64, named), constantI(DType::Int64, 0));
+      return where(inRow, cast(meta.dtype, loadAt(hot.src, row)), zero);
     });
   }
 
@@ -981,6 +1021,8 @@ private:
         if (rank) reduced.at(static_cast<size_t>(d < 0 ? d + int64_t(rank) : d)) = true;
     }
     bool keepdim = a.call->boolArg("keepdim");
+    if (op == "sum")
+      if (std::optional<Lowered> picked = sumOfOneHot(in, reduced, keepdim, meta)) return *picked;
     Shape reductionRanges;
     for (size_t k = 0; k < rank; ++k)
       if (reduced[k]) reductionRanges.push_back(in.meta.sizes[k]);
