@@ -1090,8 +1090,7 @@ private:
   }
 
   // A reduction of static sizes whose outputs alone would leave a GPU idle
-  // (a column sum's thread per output: fewer than ~2^19 of them, 2^19 being
-  // about twice the threads an H100 holds at once; a row's block
+  // (a column sum's thread per output: fewer than ~2^17 of them; a row's block
   // per output: fewer than 128) becomes two: a buffer of partial results over
   // chunks of the reduction (a prefix of its dims, the next one cut into
   // equal parts), laid out so that the partials' reads are coalesced (chunks
@@ -1102,7 +1101,7 @@ private:
     if (!outputs || !rows) return;
     bool columns = reducesColumns(l);
     if (!columns && *outputs >= 128) return;
-    int64_t want = (columns ? int64_t{1} << 19 : 512) / std::max<int64_t>(*outputs, 1);
+    int64_t want = (columns ? int64_t{1} << 17 : 512) / std::max<int64_t>(*outputs, 1);
     int64_t leastRows = columns ? 32 : 4096; // per chunk
     int64_t chunks = 1;
     size_t whole = 0; // reduction dims taken whole into the chunks
