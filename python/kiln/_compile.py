@@ -99,14 +99,14 @@ class _Runner:
     """A compiled entry: the artifact, where its inputs come from and how its result is built."""
 
     def __init__(self, traced: _trace.Traced, compiled: ir.Compiled):
-        self.inputs = _trace.input_getters(traced)
+        self.read_inputs = _trace.inputs_reader(traced)
         self.outputs = traced.outputs
         self.compiled = compiled
         self.graph = traced.graph
         self.traced = traced
 
     def __call__(self, fn, args, kwargs):
-        results = self.compiled(*[get(fn, args, kwargs) for get in self.inputs])
+        results = self.compiled(*self.read_inputs(fn, args, kwargs))
         if self.traced.side_effects:
             _trace.replay(self.traced, results, fn, args, kwargs)
         return _trace.rebuild(self.outputs, results)

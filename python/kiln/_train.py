@@ -80,7 +80,7 @@ class TrainingRunner:
     and how the result is built."""
 
     def __init__(self, traced: _trace.Traced, parts: dict, forward: ir.Compiled, backward: ir.Compiled):
-        self.inputs = _trace.input_getters(traced)
+        self.read_inputs = _trace.inputs_reader(traced)
         self.traced = traced
         self.graph = traced.graph
         self.parts = parts
@@ -93,7 +93,7 @@ class TrainingRunner:
         self.grad_of = parts["grad_of"]
 
     def __call__(self, fn, args, kwargs):
-        inputs = [get(fn, args, kwargs) for get in self.inputs]
+        inputs = self.read_inputs(fn, args, kwargs)
         results = _KilnFunction.apply(self, *inputs)
         outputs = list(results[:self.user_outputs])
         for k, i in enumerate(self.mutated_inputs):
