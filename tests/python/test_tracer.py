@@ -134,3 +134,43 @@ def test_autocast_at_the_call_casts_as_torch_does_per_device(stack, monkeypatch)
     assert all(m["device"].startswith("cuda") for m in (softmax, doubled))
     guards = str(kiln.guards.GuardSet.from_bytes(traced.guards))
     assert "autocast(cuda) == on bfloat16" in guards and "autocast(cpu) == off" in guards, guards
+
+
+def test_inputs_are_read_through_their_paths_common_prefixes_once(stack):
+    class Counted(torch.nn.Module):  # counts the reads of its `inner` attribute
+        def __init__(self):
+            super().__init__()
+            self.reads = 0
+            self._inner = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(3)])
+
+        @property
+        def inner(self):
+            self.reads += 1
+            return self._inner
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = Counted()
+
+        def forward(self, x):
+            for layer in self.block.inner:
+                x = layer(x)
+            return x, 2 * x.shape[0]
+
+    model, x = Model(), torch.randn(5, 4)
+    traced = _trace.trace(model.forward, (x,), {}, frame=frame_with_dynamic("x", [0]), stack=stack)
+    paths = [_trace.path_text(p) for p in traced.inputs]
+    assert sum("inner" in p for p in paths) == 6, paths  # three weights and three biases
+    read = _trace.inputs_reader(traced)
+    fn, args = _trace.normalize(model.forward, (x,))
+    model.block.reads = 0
+    values = read(fn, args, {})
+    assert model.block.reads == 1  # self.block.inner walked once for the six
+    expected = [_trace.resolve(p, fn, args, {}) for p in traced.inputs]
+    model.block.reads = 0
+    for got, want in zip(values, expected):
+        if isinstance(want, torch.Tensor):
+            assert got is want
+        else:  # the dynamic batch: a 0-d int64 tensor
+            assert got.dtype == torch.int64 and got.item() == want
