@@ -1456,7 +1456,8 @@ private:
 } // namespace
 
 Program lower(const ir::Graph& graph, const LowerOptions& options) {
-  ir::Graph core = ir::decompose(graph, keptFor(options));
+  // Decompositions repeat pieces (a gelu's and its grad's tanh): computed once.
+  ir::Graph core = ir::eliminateCommonSubexpressions(ir::decompose(graph, keptFor(options)));
   if (options.biasEpilogues) core = biasedProducts(core);
   if (options.padProductsFrom > 0) core = ir::padProducts(core, options.padProductsFrom);
   return Lowering(core, options).run();
