@@ -360,3 +360,50 @@ def test_a_cpu_tensor_with_dims_beside_cuda_ones_runs_eagerly(stack):
     x, n = torch.randn(4, 6, device="cuda"), torch.tensor([3])
     torch.testing.assert_close(fast(x, n), f(x, n))
     assert any("n is a CPU tensor with dims" in r for r in fast.fallback_reasons), fast.fallback_reasons
+
+
+def _vocabulary_head(graph_device="cuda:0"):
+    """A language model's last product: 1025 logits a row (no multiple of 8), large enough
+    (2^30 multiply-adds) to be padded."""
+    g = ir.Graph()
+    x = g.placeholder("x", "bfloat16", [1024, 1024], device=graph_device, requires_grad=True)
+    w = g.placeholder("w", "bfloat16", [1025, 1024], device=graph_device, requires_grad=True)
+    logits = g.call("to_dtype", g.call("linear", x, w), "float32")
+    g.set_outputs([g.call("sum", g.call("log_softmax", logits, dim=1))])
+    return g
+
+
+def test_a_vocabulary_head_is_padded_before_the_partition(stack):
+    parts = stack.partition(_vocabulary_head(), [True, True])
+    forward, backward = parts["forward"], parts["backward"]
+    saved = [o.meta for o in forward.outputs[1:]]
+    # The logits are saved as a view of the padded product: rows 1032 apart, no copy.
+    assert any(m["sizes"] == [1024, 1025] and m["strides"] == [1032, 1] for m in saved), forward
+    assert "contiguous" not in str(forward) and "scatter" not in str(backward), backward
+    fwd = ir.compile(forward, stack, "cuda").explain
+    assert "over [1024, 1025]" not in fwd, fwd  # nothing copies the saved logits
+    bwd = ir.compile(backward, stack, "cuda").explain
+    assert bwd.count("extern") == 2 and "1032" in bwd, bwd  # both grads' products padded
+
+
+@needs_gpu
+def test_grads_through_a_padded_vocabulary_head_match_eager(stack):
+    torch.manual_seed(0)
+
+    def fn(x, w, targets):
+        return F.cross_entropy(F.linear(x, w).float(), targets)
+
+    x = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = (torch.randn(1025, 1024, device="cuda") * 0.05).to(torch.bfloat16).requires_grad_()
+    targets = torch.randint(0, 1025, (1024,), device="cuda")
+    twins = [t.detach().clone().requires_grad_() for t in (x, w)]
+    fast = kiln.compile(fn, stack=stack)
+    got = fast(x, w, targets)
+    got.backward()
+    assert not fast.fallback_reasons, fast.fallback_reasons
+    want = fn(*twins, targets)
+    want.backward()
+    torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+    for mine, theirs in zip((x, w), twins):
+        scale = max(theirs.grad.float().abs().max().item(), 1e-6)
+        torch.testing.assert_close(mine.grad.float() / scale, theirs.grad.float() / scale, rtol=0, atol=2e-2)
