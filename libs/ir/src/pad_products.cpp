@@ -104,10 +104,7 @@ public:
     };
     if (m2 != *m) slice(out.dim() - 2, *m);
     if (n2 != *nn) slice(out.dim() - 1, *nn);
-    if (layout_ == PaddedLayout::Viewed) return result;
-    if (g_.value(result) != n.value) result = g_.call("contiguous", {result});
-    if (g_.value(result) != n.value) return std::nullopt; // a layout the slices do not give
-    return result;
+    return asValueOf(result, n);
   }
 
 private:
@@ -122,10 +119,15 @@ private:
     flat.value = g_.value(g_.call(n.target, flat.inputs, n.attrs)); // unread: DCE drops it
     std::optional<ValueId> result = padded(flat, minWork);
     if (!result) return std::nullopt;
-    result = g_.call("reshape", {*result}, {{"size", n.value.tensor().sizes}});
+    return asValueOf(g_.call("reshape", {*result}, {{"size", n.value.tensor().sizes}}), n);
+  }
+
+  // `result` standing for `n`'s value: as it is (Viewed), else copied into
+  // n's layout; nullopt where that still differs.
+  std::optional<ValueId> asValueOf(ValueId result, const Node& n) {
     if (layout_ == PaddedLayout::Viewed) return result;
-    if (g_.value(*result) != n.value) result = g_.call("contiguous", {*result});
-    if (g_.value(*result) != n.value) return std::nullopt;
+    if (g_.value(result) != n.value) result = g_.call("contiguous", {result});
+    if (g_.value(result) != n.value) return std::nullopt; // a layout the slices do not give
     return result;
   }
 
