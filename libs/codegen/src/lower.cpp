@@ -45,8 +45,8 @@ struct Lowered {
   // A view of a body folded into its index: the value it views (a body when
   // folded), which realizing stores so that the view aliases it.
   std::optional<ValueId> viewed;
-  // A one-hot scatter_add into zeros (Lowering::oneHot): along `oneHotDim` a
-  // row holds src's one element where index names it; its sum along that dim
+  // A one-hot scatter_add into zeros (Lowering::oneHot): along `dim` a row
+  // holds src's one element where index names it; its sum along that dim
   // is the element (sumOfOneHot).
   struct OneHot;
   std::shared_ptr<const OneHot> oneHot;
@@ -970,17 +970,23 @@ private:
     Lowered hot = pointwise(meta, [&](const Index& i) {
       Index row = i;
       row[dim] = table_.integer(0);
-      Scalar at = loadAt(index, row);
-      sym::Expr checked = freshVars("t", {table_.integer(0)})[0];
-      Scalar named = indirectLoad(index.meta.dtype, *index.buffer, at->index, {checked},
-                                  {cast(DType::Int64, at)}, {meta.sizes[dim]});
-      Scalar zero = ir::isFloating(meta.dtype) ? constantF(meta.dtype, 0) : constantI(meta.dtype, 0);
-      return where(binary("eq", DType::Bool, cast(DType::Int64, named), indexOf(DType::Int64, i[dim])),
-                   cast(meta.dtype, loadAt(src, row)), zero);
+      Scalar named = checkedIndex(index, row, meta.sizes[dim]);
+      return where(binary("eq", DType::Bool, named, indexOf(DType::Int64, i[dim])),
+                   cast(meta.dtype, loadAt(src, row)), zeroOf(meta.dtype));
     });
     hot.oneHot = std::make_shared<const Lowered::OneHot>(Lowered::OneHot{index, src, dim});
     return hot;
   }
+
+  // A one-hot's stored index at `row`, as int64, checked to lie in [0, size).
+  Scalar checkedIndex(const Lowered& index, const Index& row, sym::Expr size) {
+    Scalar at = loadAt(index, row);
+    sym::Expr checked = freshVars("t", {table_.integer(0)})[0];
+    return cast(DType::Int64, indirectLoad(index.meta.dtype, *index.buffer, at->index, {checked},
+                                           {cast(DType::Int64, at)}, {size}));
+  }
+
+  Scalar zeroOf(DType t) { return ir::isFloating(t) ? constantF(t, 0) : constantI(t, 0); }
 
   // The sum of a one-hot value along its hot dim alone: each row's element,
   // its index checked as the one-hot checks it (cross entropy's grad through
@@ -998,14 +1004,10 @@ private:
         row[hot.dim] = table_.integer(0);
       else
         row.insert(row.begin() + static_cast<std::ptrdiff_t>(hot.dim), table_.integer(0));
-      Scalar at = loadAt(hot.index, row);
-      sym::Expr checked = freshVars("t", {table_.integer(0)})[0];
-      Scalar named = indirectLoad(hot.index.meta.dtype, *hot.index.buffer, at->index, {checked},
-                                  {cast(DType::Int64, at)}, {in.meta.sizes[hot.dim]});
-      Scalar zero = ir::isFloating(meta.dtype) ? constantF(meta.dtype, 0) : constantI(meta.dtype, 0);
+      Scalar named = checkedIndex(hot.index, row, in.meta.sizes[hot.dim]);
       // Always true: the load checks the index is in the row.
-      Scalar inRow = binary("ge", DType::Bool, cast(DType::Int64, named), constantI(DType::Int64, 0));
-      return where(inRow, cast(meta.dtype, loadAt(hot.src, row)), zero);
+      Scalar inRow = binary("ge", DType::Bool, named, constantI(DType::Int64, 0));
+      return where(inRow, cast(meta.dtype, loadAt(hot.src, row)), zeroOf(meta.dtype));
     });
   }
 
