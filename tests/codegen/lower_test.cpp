@@ -1031,6 +1031,36 @@ TEST_F(Lower, LoopedRowsOfOddExtentLoadVectorsThenTheirTail) {
   expectSameValues({random(DType::BFloat16, {4, 40008})}, 0); // the CUDA text compiles to cubin
 }
 
+// The backward's dq and [dk, dv] of the same operands are one call of two
+// results (cuDNN computes all three at once; kiln's kernels, after the rows'
+// delta, one each); a [dk, dv] of other attributes stays a call of its own.
+TEST_F(Lower, AttentionGradsOfTheSameOperandsAreOneCall) {
+  ir::Shape sizes = ints({2, 3, 40, 64});
+  ValueId g = input("g", DType::BFloat16, sizes), q = input("q", DType::BFloat16, sizes);
+  ValueId k = input("k", DType::BFloat16, sizes), v = input("v", DType::BFloat16, sizes);
+  ValueId out = input("out", DType::BFloat16, sizes);
+  ValueId lse = input("lse", DType::Float32, ints({2, 3, 40}));
+  std::vector<Attr> causal = {{"is_causal", true}};
+  graph.setOutputs({graph.call("attention_grad_query", {g, q, k, v, out, lse}, causal),
+                    graph.call("attention_grad_key_value", {g, q, k, v, out, lse}, causal),
+                    graph.call("attention_grad_key_value", {g, q, k, v, out, lse})});
+  Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
+  std::string text = explain(schedule(cuda), cuda);
+  EXPECT_EQ(occurrences(text, "extern "), 2u) << text;
+  EXPECT_NE(text.find("= attention_grad_query(g, q, k, v, out, lse) by kiln_flash_dq_d64_bf16_causal, "
+                      "kiln_flash_dkv_d64_bf16_causal, kiln_flash_delta_d64_bf16, and buf"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("= attention_grad_key_value(g, q, k, v, out, lse) by kiln_flash_dkv_d64_bf16, "
+                      "kiln_flash_delta_d64_bf16\n"),
+            std::string::npos) << text;
+  EXPECT_EQ(cuda.outputs[1].buffer, *cuda.buffers[cuda.outputs[0].buffer].call.results.begin());
+  if (!haveNvrtc()) return;
+  runtime::Artifact artifact = compileArtifact(graph, "cuda", "/tmp"); // the delta kernel compiles
+  size_t deltas = 0;
+  for (const std::string& name : artifact.plan.kernels) deltas += name == "kiln_flash_delta_d64_bf16";
+  EXPECT_EQ(deltas, 1u);
+}
+
 // Training saves attention's rows' logsumexp from the forward (the partitioner
 // puts attention_lse beside the attention): on CUDA the flash forward writes it
 // as a further result of its one call; an attention_lse of other attributes

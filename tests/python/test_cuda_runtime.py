@@ -273,8 +273,7 @@ def test_atomic_and_ordered_scatters_match_torch(stack):
 
 # Attention as flash attention's kernels: q, k, v strided views ([b, l, h, e] transposed to
 # [b, h, l, e], as GPT's heads of one projection), sequences that are not multiples of the
-# kernels' 64-row tiles. The backward's pieces take the forward's logsumexp and
-# delta = sum(grad * out) per row.
+# kernels' 64-row tiles. The backward's pieces take the forward's out and logsumexp.
 def _attention(stack, op, dtype="bfloat16", l=100, s=100, e=64, causal=True, **scale):
     g = ir.Graph()
     def heads(name, rows):
@@ -284,10 +283,9 @@ def _attention(stack, op, dtype="bfloat16", l=100, s=100, e=64, causal=True, **s
     if op in ("scaled_dot_product_attention", "attention_lse"):
         g.set_outputs([g.call(op, q, k, v, is_causal=causal, **scale)])
     else:
-        grad = heads("grad", l)
+        grad, out = heads("grad", l), heads("out", l)
         lse = g.placeholder("lse", "float32", [2, 3, l], device="cuda")
-        delta = g.placeholder("delta", "float32", [2, 3, l], device="cuda")
-        g.set_outputs([g.call(op, grad, q, k, v, lse, delta, is_causal=causal, **scale)])
+        g.set_outputs([g.call(op, grad, q, k, v, out, lse, is_causal=causal, **scale)])
     return ir.compile(g, stack, target="cuda:sm_90")
 
 
@@ -300,8 +298,9 @@ def test_attention_runs_as_flash_kernels_where_they_take_it(stack, op):
     kind = {"scaled_dot_product_attention": "fwd", "attention_lse": "lse",
             "attention_grad_query": "dq", "attention_grad_key_value": "dkv"}[op]
     assert f"by kiln_flash_{kind}_d64_bf16_causal" in _attention(stack, op).explain
-    assert f"by kiln_flash_{kind}_d32_f16\n" in _attention(stack, op, "float16", e=32,
-                                                            causal=False).explain + "\n"
+    delta = ", kiln_flash_delta_d32_f16" if kind in ("dq", "dkv") else ""
+    assert f"by kiln_flash_{kind}_d32_f16{delta}\n" in _attention(stack, op, "float16", e=32,
+                                                                   causal=False).explain + "\n"
     assert "kiln_flash" in _attention(stack, op, scale=0.5).explain
     # The decomposition; the forward takes a row's largest score for its largest scaled
     # one, so a scale of zero or below is not the kernels'.
@@ -309,7 +308,7 @@ def test_attention_runs_as_flash_kernels_where_they_take_it(stack, op):
         assert "kiln_flash" not in _attention(stack, op, **other).explain
 
 
-def _attention_reference(op, q, k, v, grad=None, lse=None, delta=None, causal=True):
+def _attention_reference(op, q, k, v, grad=None, out=None, lse=None, causal=True):
     q, k, v = (t.transpose(1, 2).float() for t in (q, k, v))
     scores = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
     if causal:
@@ -320,6 +319,7 @@ def _attention_reference(op, q, k, v, grad=None, lse=None, delta=None, causal=Tr
     if op == "scaled_dot_product_attention":
         return torch.softmax(scores, -1) @ v
     grad = grad.transpose(1, 2).float()
+    delta = (grad * out.transpose(1, 2).float()).sum(-1)
     p = torch.exp(scores - lse[..., None])
     ds = p * (grad @ v.transpose(-2, -1) - delta[..., None]) * q.shape[-1] ** -0.5
     if op == "attention_grad_query":
@@ -327,12 +327,26 @@ def _attention_reference(op, q, k, v, grad=None, lse=None, delta=None, causal=Tr
     return torch.cat([ds.transpose(-2, -1) @ q, p.transpose(-2, -1) @ grad], -1)
 
 
+def _cuda_kernels_of(fn):
+    """fn's result and the names of the CUDA kernels it ran."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        result = fn()
+        torch.cuda.synchronize()
+    return result, {e.key for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA}
+
+
+# cuDNN's fused attention runs the forward and the grads where it takes them (as torch
+# does); KILN_CUDNN=0 (read each call) makes kiln's own flash kernels run them.
 @needs_gpu
 @pytest.mark.parametrize("op", ATTENTION_OPS)
 @pytest.mark.parametrize("shape", [(100, 100, 64, True), (64, 200, 32, False), (130, 70, 16, False),
                                    (1, 1, 64, True)], ids=str)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_flash_attention_matches_torch(stack, op, shape, dtype):
+@pytest.mark.parametrize("library", ["cudnn", "kiln"])
+def test_flash_attention_matches_torch(stack, monkeypatch, op, shape, dtype, library):
+    if library == "cudnn" and (op == "attention_lse" or not torch.backends.cudnn.is_available()):
+        pytest.skip("cuDNN runs attention's forward and grads, in a process with cuDNN")
+    monkeypatch.setenv("KILN_CUDNN", "1" if library == "cudnn" else "0")
     l, s, e, causal = shape
     compiled = _attention(stack, op, dtype, l, s, e, causal)
     assert "kiln_flash" in compiled.explain
@@ -342,9 +356,12 @@ def test_flash_attention_matches_torch(stack, op, shape, dtype):
     k, v = (torch.randn(2, s, 3, e, device="cuda", dtype=t) for _ in range(2))
     lse = _attention_reference("attention_lse", q, k, v, causal=causal)
     out = _attention_reference("scaled_dot_product_attention", q, k, v, causal=causal)
-    delta = (grad.transpose(1, 2).float() * out).sum(-1)
-    args = (q, k, v) if op in ATTENTION_OPS[:2] else (q, k, v, grad, lse, delta)
-    (actual,) = compiled(*args)
+    out = out.to(t).transpose(1, 2).contiguous()  # [2, l, 3, e], as the operands
+    args = (q, k, v) if op in ATTENTION_OPS[:2] else (q, k, v, grad, out, lse)
+    (actual,), kernels = _cuda_kernels_of(lambda: compiled(*args))
+    ours = {k for k in kernels if k.startswith("kiln_flash")}
+    theirs = {k for k in kernels if "sdpa" in k}
+    assert (theirs and not ours) if library == "cudnn" else (ours and not theirs), kernels
     expected = _attention_reference(op, *(args[:3]), *args[3:], causal=causal)
     if op == "attention_lse":
         torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-3)

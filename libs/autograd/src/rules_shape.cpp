@@ -355,15 +355,11 @@ Grads attention(RuleContext& c) {
   ValueId q = c.in(0), k = c.in(1), v = c.in(2), g = *c.grad;
   std::vector<Attr> attrs = {{"is_causal", c.attr("is_causal") ? *c.attr("is_causal") : false}};
   if (const AttrValue* scale = c.attr("scale")) attrs.push_back({"scale", *scale});
-  DType opmath = ir::opmath(c.meta(0).dtype);
-  auto wide = [&](ValueId x) { return o.call("to_dtype", {x}, {{"dtype", opmath}}); };
   ValueId lse = o.call("attention_lse", {q, k, v}, attrs);
-  ValueId delta = o.call("sum", {o.mul(wide(g), wide(c.out))},
-                         {{"dim", std::vector<int64_t>{-1}}, {"keepdim", false}});
   Grads r(3);
-  if (c.needs[0]) r[0] = o.call("attention_grad_query", {g, q, k, v, lse, delta}, attrs);
+  if (c.needs[0]) r[0] = o.call("attention_grad_query", {g, q, k, v, c.out, lse}, attrs);
   if (c.needs[1] || c.needs[2]) {
-    ValueId kv = o.call("attention_grad_key_value", {g, q, k, v, lse, delta}, attrs);
+    ValueId kv = o.call("attention_grad_key_value", {g, q, k, v, c.out, lse}, attrs);
     std::vector<sym::Expr> widths = {c.meta(1).sizes.back(), c.meta(2).sizes.back()};
     ValueId pieces =
         o.call("split_with_sizes", {kv}, {{"split_sizes", widths}, {"dim", int64_t{-1}}});

@@ -1061,7 +1061,7 @@ CudaSource emitCuda(const Program& program, const Schedule& schedule) {
   std::map<std::string, sym::Expr> flash; // name -> no items: no step launches it itself
   for (const Buffer& b : program.buffers)
     for (const ir::Attr& a : b.call.attrs)
-      if (b.kind == BufferKind::Extern && a.name == "kernel")
+      if (b.kind == BufferKind::Extern && detail::namesFlashKernel(a))
         flash.emplace(std::get<std::string>(a.value), b.layout.storageOffset.table().integer(0));
   if (!flash.empty()) code << detail::flashAttentionSource();
   for (const auto& [name, none] : flash) {

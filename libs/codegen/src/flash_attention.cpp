@@ -11,7 +11,7 @@ namespace kiln::codegen::detail {
 namespace {
 
 // Operand positions: sdpa and attention_lse take (query, key, value[, mask]),
-// the grads (grad, query, key, value, lse, delta).
+// the grads (grad, query, key, value, out, lse).
 bool isGrad(const std::string& op) {
   return op == "attention_grad_query" || op == "attention_grad_key_value";
 }
@@ -48,13 +48,11 @@ bool flashAttentionTakes(const ir::Graph& graph, const ir::Node& node) {
   if (q.dtype != ir::DType::BFloat16 && q.dtype != ir::DType::Float16) return false;
   std::optional<int64_t> embed = q.sizes.back().asInteger();
   if (!embed || *embed % 16 != 0 || *embed < 16 || *embed > 64) return false;
-  for (size_t i = 0; i < (grad ? 4u : 3u); ++i) {
+  for (size_t i = 0; i < (grad ? 5u : 3u); ++i) {
     const ir::TensorMeta& m = graph.meta(node.inputs[i]);
     if (m.sizes.back().asInteger() != embed || m.dim() != q.dim() || !evenDense(m)) return false;
   }
-  if (grad)
-    for (size_t i : {4, 5})
-      if (!graph.meta(node.inputs[i]).isContiguous()) return false;
+  if (grad && !graph.meta(node.inputs[5]).isContiguous()) return false;
   // The forward takes a row's largest score for its largest scaled score.
   if (const ir::AttrValue* scale = node.attr("scale")) {
     const double* real = std::get_if<double>(scale);
@@ -79,8 +77,18 @@ std::string flashAttentionKernel(const ir::Graph& graph, const ir::Node& node) {
          (causal && std::get<bool>(*causal) ? "_causal" : "");
 }
 
+bool namesFlashKernel(const ir::Attr& attr) {
+  return attr.name == "kernel" || attr.name == "kv_kernel" || attr.name == "delta_kernel";
+}
+
+std::string flashAttentionDeltaKernel(const ir::Graph& graph, const ir::Node& node) {
+  const ir::TensorMeta& q = graph.meta(node.inputs[1]);
+  return "kiln_flash_delta_d" + std::to_string(*q.sizes.back().asInteger()) +
+         (q.dtype == ir::DType::BFloat16 ? "_bf16" : "_f16");
+}
+
 std::string flashAttentionDefinition(const std::string& kernel) {
-  // kiln_flash_<kind>_d<E>_<dtype>[_causal]
+  // kiln_flash_<kind>_d<E>_<dtype>[_causal], kind fwd, lse, dq, dkv or delta
   size_t kindEnd = kernel.find("_d", 11);
   if (kernel.rfind("kiln_flash_", 0) != 0 || kindEnd == std::string::npos)
     throw Error(ErrorCode::Internal, "codegen: not a flash attention kernel: " + kernel);
@@ -90,6 +98,10 @@ std::string flashAttentionDefinition(const std::string& kernel) {
   bool causal = kernel.find("_causal") != std::string::npos;
   std::string flags = std::to_string(embed) + ", " + (bf16 ? "true" : "false") + ", " +
                       (causal ? "true" : "false");
+  if (kind == "delta")
+    return "extern \"C\" __global__ void __launch_bounds__(128) " + kernel +
+           "(KILN_FLASH_DELTA_PARAMS) {\n  kiln_flash::row_delta<" + std::to_string(embed) + ", " +
+           (bf16 ? "true" : "false") + ">(KILN_FLASH_DELTA_ARGS);\n}\n";
   std::string body = kind == "fwd"   ? "forward<" + flags + ", true>"
                      : kind == "lse" ? "forward<" + flags + ", false>"
                      : kind == "dq"  ? "grad_query<" + flags + ">"
@@ -122,6 +134,11 @@ const std::string& flashAttentionSource() {
 #define KILN_FLASH_ARGS                                                                     \
   g, q, k, v, lse, delta, out, out_lse, heads, L, S, gb0, gb1, grow, qb0, qb1, qrow, kb0,   \
       kb1, krow, vb0, vb1, vrow, ob0, ob1, orow, scale
+#define KILN_FLASH_DELTA_PARAMS                                                             \
+  const uint16_t* __restrict__ g, const uint16_t* __restrict__ o, float* __restrict__ delta,  \
+      int64_t heads, int64_t L, int64_t gb0, int64_t gb1, int64_t grow, int64_t ob0,          \
+      int64_t ob1, int64_t orow
+#define KILN_FLASH_DELTA_ARGS g, o, delta, heads, L, gb0, gb1, grow, ob0, ob1, orow
 namespace kiln_flash {
 constexpr int kWarps = 4;
 constexpr int kStep = 64; /* the other side's rows a step takes; a shared tile's rows */
@@ -137,6 +154,7 @@ KILN_FN float exp2_ftz(float x) {
 }
 
 template <bool BF16> KILN_FN uint16_t narrow(float x) { return BF16 ? kiln_f2b(x) : kiln_f2h(x); }
+template <bool BF16> KILN_FN float widen(uint16_t x) { return BF16 ? kiln_b2f(x) : kiln_h2f(x); }
 template <bool BF16> KILN_FN uint32_t pack(float lo, float hi) {
   return (uint32_t)narrow<BF16>(lo) | ((uint32_t)narrow<BF16>(hi) << 16);
 }
@@ -587,6 +605,31 @@ template <int D, bool BF16, bool CAUSAL> KILN_FN void grad_key_value(KILN_FLASH_
     store_row<D, BF16>(dst, dk[t], h, 1.f);
     store_row<D, BF16>(dst + D, dv[t], h, 1.f);
   });
+}
+
+/* delta: each row's sum of grad * out (f32), which the grads subtract from
+   dO v^T; 8 threads a row, 16 rows a block, 4-byte loads. */
+template <int D, bool BF16>
+KILN_FN void row_delta(const uint16_t* __restrict__ g, const uint16_t* __restrict__ o,
+                       float* __restrict__ delta, int64_t heads, int64_t L, int64_t gb0,
+                       int64_t gb1, int64_t grow, int64_t ob0, int64_t ob1, int64_t orow) {
+  const int64_t b0 = blockIdx.x / heads, b1 = blockIdx.x % heads;
+  const int64_t row = (int64_t)blockIdx.y * 16 + threadIdx.x / 8;
+  const int lane = threadIdx.x % 8;
+  float sum = 0.f;
+  if (row < L) {
+    const uint16_t* gr = g + b0 * gb0 + b1 * gb1 + row * grow;
+    const uint16_t* orr = o + b0 * ob0 + b1 * ob1 + row * orow;
+#pragma unroll
+    for (int e = 2 * lane; e < D; e += 16) {
+      const uint32_t gw = word(gr + e), ow = word(orr + e);
+      sum += widen<BF16>((uint16_t)gw) * widen<BF16>((uint16_t)ow) +
+             widen<BF16>((uint16_t)(gw >> 16)) * widen<BF16>((uint16_t)(ow >> 16));
+    }
+  }
+#pragma unroll
+  for (int d = 4; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+  if (row < L && lane == 0) delta[blockIdx.x * L + row] = sum;
 }
 } /* namespace kiln_flash */
 )";

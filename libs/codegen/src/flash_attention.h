@@ -5,9 +5,11 @@
 // the [L, S] scores never reach memory.
 //
 // Lowering keeps a node whole (an extern call) when flashAttentionTakes it;
-// its call names the kernel in an attribute "kernel", which the emitter
-// appends to the artifact's source and the runtime launches
-// (runtime/cuda_attention.cpp) with the parameters
+// its call names the kernel in an attribute "kernel" (a paired grads call
+// names the [dk, dv] one in "kv_kernel", and a grad call its delta's in
+// "delta_kernel"), which the emitter appends to the artifact's source and the
+// runtime launches (runtime/cuda_attention.cpp) when cuDNN does not take the
+// call, with the parameters
 //   (grad, query, key, value, lse, delta, out, out_lse: pointers to element 0,
 //    heads, L, S, then the batch, batch and row strides of grad, query, key,
 //    value, out: int64, scale: f32)
@@ -15,7 +17,11 @@
 // where rows are L (S for attention_grad_key_value) and block_rows is the
 // call's attribute of that name (flashAttentionBlockRows). Operands the op has
 // not are null; the forward writes out_lse too when its call has a further
-// result (lowering pairs it with an attention_lse of its own inputs).
+// result (lowering pairs it with an attention_lse of its own inputs). The
+// delta kernel, (grad, out, delta [batch * heads, L] f32, heads, L, the batch,
+// batch and row strides of grad and out) on (batch * heads, ceil(L / 16))
+// blocks of 128 threads, writes each row's sum of grad * out, which the grads
+// kernels read as `delta`.
 //
 // TODO(issue 7): head sizes past 64 (shared memory past 48 KB: dynamic, opted
 // in), masks, f32; wgmma and warp specialisation (FlashAttention-3) on sm_90;
@@ -32,7 +38,7 @@ namespace kiln::codegen::detail {
 // Whether the kernels run this node: half-precision operands of 2 to 4 dims,
 // one head size E = Ev of 16, 32, 48 or 64, no mask, a positive scale, each
 // operand dense in its last dim with even strides and offset (32-bit loads),
-// lse and delta dense.
+// lse dense.
 bool flashAttentionTakes(const ir::Graph& graph, const ir::Node& node);
 
 // The rows of L (of S for attention_grad_key_value) a block of its kernel takes.
@@ -40,6 +46,12 @@ int64_t flashAttentionBlockRows(const ir::Node& node);
 
 // The kernel's name for a node flashAttentionTakes.
 std::string flashAttentionKernel(const ir::Graph& graph, const ir::Node& node);
+
+// The delta kernel's name for a grad node flashAttentionTakes.
+std::string flashAttentionDeltaKernel(const ir::Graph& graph, const ir::Node& node);
+
+// Whether a call's attribute names one of its kernels: "kernel", "kv_kernel", "delta_kernel".
+bool namesFlashKernel(const ir::Attr& attr);
 
 // The kernels' source (once per file) and the definition of one named kernel.
 const std::string& flashAttentionSource();

@@ -116,7 +116,7 @@ public:
     countUses();
     findWrittenStorage();
     findExternInputs();
-    findAttentionLogsumexps();
+    findAttentionPairs();
     for (ValueId id = 0; id < graph_->size(); ++id) {
       const ir::Node& node = graph_->node(id);
       values_.push_back(node.kind == ir::NodeKind::Placeholder ? lowerPlaceholder(node, id)
@@ -205,31 +205,38 @@ private:
     }
   }
 
-  // The attention_lse nodes the flash forward of the same inputs and
-  // attributes writes as its further result (the partitioner puts one beside
-  // each attention forward whose backward reads it): lse node -> forward node.
-  void findAttentionLogsumexps() {
+  // Flash attention's calls of two results: the attention_lse a forward of
+  // the same inputs and attributes writes too (the partitioner puts one beside
+  // each attention forward whose backward reads it), and the [dk, dv] a
+  // attention_grad_query of the same operands computes with dq (cuDNN's
+  // backward makes all three at once).
+  void findAttentionPairs() {
     if (!options_.flashAttention) return;
-    std::vector<ValueId> forwards;
+    pairUp("scaled_dot_product_attention", "attention_lse");
+    pairUp("attention_grad_query", "attention_grad_key_value");
+  }
+
+  // Pairs each `second` node with a `first` node of the same inputs and
+  // attributes (canonical, defaults dropped: is_causal and scale).
+  void pairUp(const char* first, const char* second) {
+    std::vector<ValueId> firsts;
     for (ValueId id = 0; id < graph_->size(); ++id) {
       const ir::Node& n = graph_->node(id);
-      if (n.kind == ir::NodeKind::Call && n.target == "scaled_dot_product_attention" &&
+      if (n.kind == ir::NodeKind::Call && n.target == first &&
           detail::flashAttentionTakes(*graph_, n))
-        forwards.push_back(id);
+        firsts.push_back(id);
     }
     for (ValueId id = 0; id < graph_->size(); ++id) {
       const ir::Node& n = graph_->node(id);
-      if (n.kind != ir::NodeKind::Call || n.target != "attention_lse" ||
+      if (n.kind != ir::NodeKind::Call || n.target != second ||
           !detail::flashAttentionTakes(*graph_, n) || !n.value.tensor().isContiguous())
         continue;
-      // Attributes are canonical (defaults dropped), so a forward's and its
-      // logsumexp's are equal: is_causal and scale.
-      for (auto f = forwards.begin(); f != forwards.end(); ++f) {
-        const ir::Node& forward = graph_->node(*f);
-        if (forward.inputs != n.inputs || forward.attrs != n.attrs) continue;
-        lseOfForward_[*f] = id;
-        forwardOfLse_[id] = *f;
-        forwards.erase(f); // one logsumexp a forward
+      for (auto f = firsts.begin(); f != firsts.end(); ++f) {
+        const ir::Node& call = graph_->node(*f);
+        if (call.inputs != n.inputs || call.attrs != n.attrs) continue;
+        resultOfCall_[*f] = id;
+        callOfResult_[id] = *f;
+        firsts.erase(f); // one further result a call
         break;
       }
     }
@@ -765,9 +772,9 @@ private:
   }
 
   Lowered lowerExtern(const ir::Node& node, ValueId id, const TensorMeta& meta) {
-    if (auto f = forwardOfLse_.find(id); f != forwardOfLse_.end())
+    if (auto f = callOfResult_.find(id); f != callOfResult_.end())
       return lowerAttentionPair(f->second, id).second;
-    if (auto l = lseOfForward_.find(id); l != lseOfForward_.end())
+    if (auto l = resultOfCall_.find(id); l != resultOfCall_.end())
       return lowerAttentionPair(id, l->second).first;
     Lowered v;
     v.meta = meta;
@@ -776,18 +783,21 @@ private:
     return v;
   }
 
-  // A flash forward and its rows' logsumexp: one call of two results, made
-  // when the first of the two nodes is lowered.
-  std::pair<Lowered, Lowered> lowerAttentionPair(ValueId forward, ValueId lse) {
-    auto [at, fresh] = attentionPairs_.try_emplace(forward);
+  // A flash call and its further result (findAttentionPairs): one call of
+  // two results, made when the first of the two nodes is lowered.
+  std::pair<Lowered, Lowered> lowerAttentionPair(ValueId first, ValueId second) {
+    auto [at, fresh] = attentionPairs_.try_emplace(first);
     if (fresh) {
-      const ir::Node& node = graph_->node(forward);
+      const ir::Node& node = graph_->node(first);
       Lowered& out = at->second.first;
       out.meta = node.value.tensor();
       out.base = out.meta.storageOffset;
       Buffer call = externBuffer(node, out.meta);
+      if (node.target == "attention_grad_query")
+        call.call.attrs.push_back(
+            {"kv_kernel", detail::flashAttentionKernel(*graph_, graph_->node(second))});
       Lowered& rows = at->second.second;
-      rows.meta = graph_->meta(lse);
+      rows.meta = graph_->meta(second);
       rows.base = rows.meta.storageOffset;
       Buffer result;
       result.kind = BufferKind::ExternResult;
@@ -811,6 +821,8 @@ private:
     if (options_.flashAttention && detail::flashAttentionTakes(*graph_, node)) {
       b.call.attrs.push_back({"kernel", detail::flashAttentionKernel(*graph_, node)});
       b.call.attrs.push_back({"block_rows", detail::flashAttentionBlockRows(node)});
+      if (node.target == "attention_grad_query" || node.target == "attention_grad_key_value")
+        b.call.attrs.push_back({"delta_kernel", detail::flashAttentionDeltaKernel(*graph_, node)});
     }
     for (ValueId in : node.inputs) {
       Lowered& v = values_.at(in);
@@ -1446,9 +1458,9 @@ private:
   std::vector<bool> output_; // graph outputs
   std::vector<bool> written_; // per value: a mutation writes its storage (findWrittenStorage)
   std::vector<bool> externInput_; // per value: a library call stores it (findExternInputs)
-  // Flash forwards and the attention_lse each writes (findAttentionLogsumexps),
+  // Flash calls and the further result each computes (findAttentionPairs),
   // and the pairs' values once lowered.
-  std::map<ValueId, ValueId> lseOfForward_, forwardOfLse_;
+  std::map<ValueId, ValueId> resultOfCall_, callOfResult_;
   std::map<ValueId, std::pair<Lowered, Lowered>> attentionPairs_;
   Program program_;
   uint32_t inputCount_ = 0;

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "flash_attention.h"
 #include "kiln/sym/eval.h"
 #include "kiln/sym/print.h"
 #include "kiln/sym/range.h"
@@ -311,8 +312,13 @@ std::string explain(const Schedule& schedule, const Program& program) {
       for (size_t i = 0; i < b.call.inputs.size(); ++i)
         out << (i ? ", " : "") << program.buffers[b.call.inputs[i]].name;
       out << ")";
-      for (const ir::Attr& a : b.call.attrs) // a kernel of the artifact's (flash attention)
-        if (a.name == "kernel") out << " by " << std::get<std::string>(a.value);
+      const char* by = " by "; // kernels of the artifact's (flash attention)
+      for (const char* kernel : {"kernel", "kv_kernel", "delta_kernel"})
+        for (const ir::Attr& a : b.call.attrs)
+          if (a.name == kernel) {
+            out << by << std::get<std::string>(a.value);
+            by = ", ";
+          }
       for (BufferId r : b.call.results) out << ", and " << program.buffers[r].name;
       out << "\n";
       continue;

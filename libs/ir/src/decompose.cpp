@@ -304,7 +304,7 @@ ValueId attention(Graph& g, const Node& node, const std::vector<ValueId>& in) {
 
 // The pieces of attention's backward (ops_nn.cpp): the scores recomputed in
 // opmath (f32, f64 for f64), their row logsumexp, and the grads from the
-// probabilities exp(scores - lse).
+// probabilities exp(scores - lse) and each row's sum of grad * out.
 ValueId attentionPiece(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   bool lseOnly = node.target == "attention_lse";
   ValueId q = lseOnly ? in[0] : in[1], k = lseOnly ? in[1] : in[2];
@@ -326,7 +326,9 @@ ValueId attentionPiece(Graph& g, const Node& node, const std::vector<ValueId>& i
                            {{"dim", last}, {"keepdim", false}});
     return g.call("add", {g.call("log", {total}), g.call("squeeze", {max}, {{"dim", last}})});
   }
-  ValueId grad = in[0], v = in[3], lse = in[4], delta = in[5];
+  ValueId grad = in[0], v = in[3], out = in[4], lse = in[5];
+  ValueId delta = g.call("sum", {g.call("mul", {wide(grad), wide(out)})},
+                         {{"dim", last}, {"keepdim", false}});
   ValueId p = g.call("exp", {g.call("sub", {scores, lastDim(lse)})});
   ValueId dp = wide(g.call("matmul", {grad, mT(v)}));
   ValueId ds =

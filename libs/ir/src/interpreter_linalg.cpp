@@ -174,7 +174,8 @@ void attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
 // flash attention's backward, from the scores recomputed per batch element.
 void attentionPiece(const std::string& op, const HostTensor& q, const HostTensor& k,
                     const HostTensor& v, const HostTensor* grad, const HostTensor* lse,
-                    const HostTensor* delta, bool causal, double scale, const HostTensor& out) {
+                    const HostTensor* forwardOut, bool causal, double scale,
+                    const HostTensor& out) {
   size_t n = q.sizes.size();
   int64_t rowsL = q.sizes[n - 2], rowsS = k.sizes[n - 2], embed = q.sizes[n - 1],
           embedV = v.sizes[n - 1];
@@ -213,10 +214,10 @@ void attentionPiece(const std::string& op, const HostTensor& q, const HostTensor
       for (double& x : p[l]) x = std::exp(x - rowLse);
     }
     if (op == "attention_lse") return;
-    // dS = P * (dO V^T - delta) * scale
+    // dS = P * (dO V^T - delta) * scale, delta a row's sum of dO * O
     std::vector<std::vector<double>> ds(rowsL, std::vector<double>(rowsS));
     for (int64_t l = 0; l < rowsL; ++l) {
-      double rowDelta = loadElementF(*delta, rowAt(l));
+      double rowDelta = dot(*grad, l, *forwardOut, l, embedV);
       for (int64_t s = 0; s < rowsS; ++s)
         ds[l][s] = p[l][s] * (dot(*grad, l, v, s, embedV) - rowDelta) * scale;
     }
@@ -367,7 +368,7 @@ bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& 
     if (std::isnan(scale)) scale = 1 / std::sqrt(double(tensor("query")->sizes.back()));
     attentionPiece(op, *tensor("query"), *tensor("key"), *tensor("value"),
                    lse ? nullptr : tensor("grad"), lse ? nullptr : tensor("lse"),
-                   lse ? nullptr : tensor("delta"), number("is_causal") != 0, scale, out);
+                   lse ? nullptr : tensor("out"), number("is_causal") != 0, scale, out);
   } else if (op == "cross_entropy") {
     crossEntropy(*tensor("input"), *tensor("target"), tensor("weight"), string("reduction"),
                  int64_t(number("ignore_index")), number("label_smoothing"), out);

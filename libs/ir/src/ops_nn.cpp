@@ -172,9 +172,9 @@ Value inferAttention(const OpCall& call) {
 // attention_lse(query, key, value): [..., L] in opmath (f32; f64 for f64), each
 // query row's logsumexp of its scaled (and causally masked) scores;
 // attention_grad_query and attention_grad_key_value(grad [..., L, Ev], query,
-// key, value, lse, delta): dq [..., L, E] and dk, dv side by side
-// [..., S, E + Ev], in query's dtype, where delta [..., L] (opmath) is each
-// row's sum of grad * out.
+// key, value, out, lse): dq [..., L, E] and dk, dv side by side
+// [..., S, E + Ev], in query's dtype, where out [..., L, Ev] is the forward's
+// result (flash attention's backward takes each row's sum of grad * out).
 void requireRowStat(const OpCall& call, std::string_view arg) {
   const TensorMeta& q = call.tensor("query");
   const TensorMeta& t = call.tensor(arg);
@@ -199,8 +199,12 @@ void checkAttentionPiece(const OpCall& call) {
     requireEqual(call, "grad", g.sizes[i], q.sizes[i], "size at dim " + std::to_string(i));
   requireEqual(call, "grad", g.sizes[n - 1], call.tensor("value").sizes[n - 1],
                "its last size is not value's");
+  const TensorMeta& out = call.tensor("out");
+  requireSameDType(call, "out", q.dtype);
+  if (out.dim() != n) call.fail("out", "must have as many dims as query");
+  for (size_t i = 0; i < n; ++i)
+    requireEqual(call, "out", out.sizes[i], g.sizes[i], "size at dim " + std::to_string(i));
   requireRowStat(call, "lse");
-  requireRowStat(call, "delta");
 }
 
 Value inferAttentionLse(const OpCall& call) {
@@ -213,7 +217,7 @@ Value inferAttentionLse(const OpCall& call) {
 Value inferAttentionGrad(const OpCall& call) {
   checkAttentionPiece(call);
   const TensorMeta& q = call.tensor("query");
-  bool grad = anyRequiresGrad(call, {"grad", "query", "key", "value", "lse", "delta"});
+  bool grad = anyRequiresGrad(call, {"grad", "query", "key", "value", "out", "lse"});
   if (call.op().name == "attention_grad_query") return fresh(call, q.dtype, q.sizes, q.device, grad);
   Shape sizes = call.tensor("key").sizes;
   sizes.back() = sizes.back() + call.tensor("value").sizes.back();
@@ -271,8 +275,8 @@ void addNnOps(std::vector<OpInfo>& ops) {
   ops.push_back({"attention_lse", piece, inferAttentionLse});
   std::vector<ArgSpec> grad = {{"grad", ArgKind::Tensor}};
   grad.insert(grad.end(), piece.begin(), piece.begin() + 3);
+  grad.push_back({"out", ArgKind::Tensor});
   grad.push_back({"lse", ArgKind::Tensor});
-  grad.push_back({"delta", ArgKind::Tensor});
   grad.insert(grad.end(), piece.begin() + 3, piece.end());
   ops.push_back({"attention_grad_query", grad, inferAttentionGrad});
   ops.push_back({"attention_grad_key_value", grad, inferAttentionGrad});

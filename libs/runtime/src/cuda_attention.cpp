@@ -1,9 +1,12 @@
 #include "cuda_attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <cstdint>
 
 #include "kiln/common/error.h"
+#include "cudnn_attention.h"
 #include "matrix_product.h"
 
 namespace kiln::runtime::detail {
@@ -38,6 +41,91 @@ void requireDenseRows(const std::string& op, const Tensor& t) {
   }
 }
 
+// Device memory for the length of one call (stream-ordered release).
+struct Scratch {
+  Allocator& allocator;
+  void* data;
+  Scratch(Allocator& a, size_t bytes) : allocator(a), data(a.allocate(std::max<size_t>(bytes, 1))) {}
+  ~Scratch() { allocator.release(data); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
+int64_t elements(const Tensor& t) {
+  int64_t n = 1;
+  for (int64_t s : t.sizes) n *= s;
+  return n;
+}
+
+// A dense tensor of `like`'s dtype over `sizes` at `data`.
+Tensor denseAt(void* data, const Tensor& like, std::vector<int64_t> sizes) {
+  Tensor t{like.dtype, data, std::move(sizes), {}};
+  t.strides.assign(t.sizes.size(), 1);
+  for (size_t d = t.sizes.size() - 1; d-- > 0;) t.strides[d] = t.strides[d + 1] * t.sizes[d + 1];
+  return t;
+}
+
+// The [dk, dv] side by side of a [..., S, E + Ev] tensor: its two views.
+std::pair<Tensor, Tensor> splitKeyValue(const Tensor& kv, int64_t embed) {
+  Tensor dk = kv, dv = kv;
+  dk.sizes.back() = embed;
+  dv.sizes.back() = kv.sizes.back() - embed;
+  dv.data = static_cast<char*>(kv.data) + embed * 2; // half precision
+  return {dk, dv};
+}
+
+// Launches one of the flash kernels (flash_attention.h's parameters).
+struct Launcher {
+  const std::string& op;
+  const CudaCallContext& ctx;
+  int64_t batch, heads, rowsL, rowsS;
+  float scale;
+
+  void run(CUfunction kernel, bool keyRows, int64_t blockRows, const Tensor* g, const Tensor& q,
+           const Tensor& k, const Tensor& v, const void* lse, const void* delta,
+           const Tensor* out, const void* outLse) const {
+    size_t rank = q.sizes.size();
+    Strides sq = stridesOf(op, q, rank), sk = stridesOf(op, k, rank), sv = stridesOf(op, v, rank);
+    Strides sg = g ? stridesOf(op, *g, rank) : Strides{};
+    Strides so = out ? stridesOf(op, *out, rank) : Strides{};
+    int64_t rowBlocks = ((keyRows ? rowsS : rowsL) + blockRows - 1) / blockRows;
+    if (rowBlocks == 0 || batch * heads == 0) return; // nothing to compute
+    if (rowBlocks > 65535) refuse(op, "more than 65535 blocks of rows");
+    const void* gp = g ? g->data : nullptr;
+    const void *qp = q.data, *kp = k.data, *vp = v.data;
+    void* outRows = out ? out->data : nullptr;
+    int64_t values[] = {heads,     rowsL,     rowsS,    sg.batch0, sg.batch1, sg.row,
+                        sq.batch0, sq.batch1, sq.row,   sk.batch0, sk.batch1, sk.row,
+                        sv.batch0, sv.batch1, sv.row,   so.batch0, so.batch1, so.row};
+    float scaleArg = scale;
+    std::vector<void*> args = {&gp, &qp, &kp, &vp, &lse, &delta, &outRows, &outLse};
+    for (int64_t& value : values) args.push_back(&value);
+    args.push_back(&scaleArg);
+    launch(kernel, rowBlocks, args);
+  }
+
+  // Each row's sum of g * o into delta [batch * heads, L] (16 rows a block).
+  void delta(CUfunction kernel, const Tensor& g, const Tensor& o, void* delta) const {
+    size_t rank = g.sizes.size();
+    Strides sg = stridesOf(op, g, rank), so = stridesOf(op, o, rank);
+    int64_t rowBlocks = (rowsL + 15) / 16;
+    if (rowBlocks == 0 || batch * heads == 0) return;
+    if (rowBlocks > 65535) refuse(op, "more than 65535 blocks of rows");
+    const void *gp = g.data, *op_ = o.data;
+    int64_t values[] = {heads, rowsL, sg.batch0, sg.batch1, sg.row, so.batch0, so.batch1, so.row};
+    std::vector<void*> args = {&gp, &op_, &delta};
+    for (int64_t& value : values) args.push_back(&value);
+    launch(kernel, rowBlocks, args);
+  }
+
+  void launch(CUfunction kernel, int64_t rowBlocks, std::vector<void*>& args) const {
+    cudaCheck(ctx.driver.cuLaunchKernel(kernel, static_cast<unsigned>(batch * heads),
+                                        static_cast<unsigned>(rowBlocks), 1, 128, 1, 1, 0,
+                                        ctx.stream, args.data(), nullptr),
+              "cuLaunchKernel");
+  }
+};
+
 } // namespace
 
 bool isFlashAttention(const std::string& op) {
@@ -47,8 +135,8 @@ bool isFlashAttention(const std::string& op) {
 
 void cudaFlashAttention(const std::string& op, const std::vector<Tensor>& inputs,
                         const std::vector<ir::Attr>& attrs, const Tensor& out,
-                        const std::vector<Tensor>& results, CUfunction kernel,
-                        const CudaDriver& driver, CUstream stream) {
+                        const std::vector<Tensor>& results, const FlashKernels& kernels,
+                        const CudaCallContext& context) {
   bool grad = op == "attention_grad_query" || op == "attention_grad_key_value";
   if (inputs.size() != (grad ? 6u : 3u)) refuse(op, std::to_string(inputs.size()) + " operands");
   const Tensor* g = grad ? &inputs[0] : nullptr;
@@ -56,47 +144,63 @@ void cudaFlashAttention(const std::string& op, const std::vector<Tensor>& inputs
   const Tensor& k = inputs[grad ? 2 : 1];
   const Tensor& v = inputs[grad ? 3 : 2];
   size_t rank = q.sizes.size();
-  Strides sq = stridesOf(op, q, rank), sk = stridesOf(op, k, rank), sv = stridesOf(op, v, rank);
-  Strides sg = g ? stridesOf(op, *g, rank) : Strides{};
-  bool rowsOut = op != "attention_lse";
-  Strides so = rowsOut ? stridesOf(op, out, rank) : Strides{};
-  if (!rowsOut) requireDenseRows(op, out);
-  if (results.size() > (op == "scaled_dot_product_attention" ? 1u : 0u))
+  stridesOf(op, q, rank);
+  size_t furtherResults = op == "scaled_dot_product_attention" || op == "attention_grad_query";
+  if (results.size() > furtherResults)
     refuse(op, std::to_string(results.size()) + " further results");
-  const Tensor* rowsLse = rowsOut ? (results.empty() ? nullptr : &results[0]) : &out;
-  if (rowsLse && rowsOut) requireDenseRows(op, *rowsLse);
-  if (grad) {
-    requireDenseRows(op, inputs[4]);
-    requireDenseRows(op, inputs[5]);
-  }
   int64_t heads = rank >= 3 ? q.sizes[rank - 3] : 1, batch = rank == 4 ? q.sizes[0] : 1;
-  int64_t rowsL = q.sizes[rank - 2], rowsS = k.sizes[rank - 2];
-  auto scale = static_cast<float>(
+  if (batch * heads > INT32_MAX) refuse(op, "more than 2^31 - 1 batch * heads");
+  AttentionCall call;
+  for (const ir::Attr& a : attrs)
+    if (const bool* causal = a.name == "is_causal" ? std::get_if<bool>(&a.value) : nullptr)
+      call.causal = *causal;
+  call.scale = static_cast<float>(
       numberAttr(attrs, "scale", 1.0 / std::sqrt(static_cast<double>(q.sizes.back()))));
   auto blockRows = static_cast<int64_t>(numberAttr(attrs, "block_rows", 0));
   if (blockRows <= 0) refuse(op, "the call names no block_rows");
-  int64_t rowBlocks =
-      ((op == "attention_grad_key_value" ? rowsS : rowsL) + blockRows - 1) / blockRows;
-  if (rowBlocks == 0 || batch * heads == 0) return; // nothing to compute
-  if (rowBlocks > 65535) refuse(op, "more than 65535 blocks of rows");
-  if (batch * heads > INT32_MAX) refuse(op, "more than 2^31 - 1 batch * heads");
+  Launcher launcher{op, context, batch, heads, q.sizes[rank - 2], k.sizes[rank - 2], call.scale};
 
-  void* gp = g ? g->data : nullptr;
-  void *qp = q.data, *kp = k.data, *vp = v.data;
-  void* lse = grad ? inputs[4].data : nullptr;
-  void* delta = grad ? inputs[5].data : nullptr;
-  void* outRows = rowsOut ? out.data : nullptr;
-  void* outLse = rowsLse ? rowsLse->data : nullptr;
-  int64_t values[] = {heads,     rowsL,     rowsS,    sg.batch0, sg.batch1, sg.row,
-                      sq.batch0, sq.batch1, sq.row,   sk.batch0, sk.batch1, sk.row,
-                      sv.batch0, sv.batch1, sv.row,   so.batch0, so.batch1, so.row};
-  std::vector<void*> args = {&gp, &qp, &kp, &vp, &lse, &delta, &outRows, &outLse};
-  for (int64_t& value : values) args.push_back(&value);
-  args.push_back(&scale);
-  cudaCheck(driver.cuLaunchKernel(kernel, static_cast<unsigned>(batch * heads),
-                                  static_cast<unsigned>(rowBlocks), 1, 128, 1, 1, 0, stream,
-                                  args.data(), nullptr),
-            "cuLaunchKernel");
+  if (!grad) {
+    bool rowsOut = op != "attention_lse";
+    const Tensor* lse = rowsOut ? (results.empty() ? nullptr : &results[0]) : &out;
+    if (lse) requireDenseRows(op, *lse);
+    if (rowsOut && cudnnAttentionForward(call, q, k, v, out, lse, context)) return;
+    launcher.run(kernels("kernel"), false, blockRows, nullptr, q, k, v, nullptr, nullptr,
+                 rowsOut ? &out : nullptr, lse ? lse->data : nullptr);
+    return;
+  }
+
+  const Tensor& forwardOut = inputs[4];
+  const Tensor& lse = inputs[5];
+  requireDenseRows(op, lse);
+  const Tensor* dq = op == "attention_grad_query" ? &out : nullptr;
+  const Tensor* dkv = op == "attention_grad_key_value" ? &out : results.empty() ? nullptr : &results[0];
+  {
+    // cuDNN computes all three: the grads no call asks for land in scratch.
+    std::optional<Scratch> dqScratch, dkvScratch;
+    Tensor dqT = dq ? *dq : Tensor{};
+    if (!dq) {
+      dqScratch.emplace(context.allocator, static_cast<size_t>(elements(q)) * 2);
+      dqT = denseAt(dqScratch->data, q, q.sizes);
+    }
+    Tensor dkvT = dkv ? *dkv : Tensor{};
+    if (!dkv) {
+      std::vector<int64_t> sizes = k.sizes;
+      sizes.back() += v.sizes.back();
+      dkvScratch.emplace(context.allocator, static_cast<size_t>(elements(k) + elements(v)) * 2);
+      dkvT = denseAt(dkvScratch->data, k, sizes);
+    }
+    auto [dk, dv] = splitKeyValue(dkvT, k.sizes.back());
+    if (cudnnAttentionBackward(call, *g, q, k, v, forwardOut, lse, dqT, dk, dv, context)) return;
+  }
+  Scratch delta(context.allocator, static_cast<size_t>(batch * heads * q.sizes[rank - 2]) * 4);
+  launcher.delta(kernels("delta_kernel"), *g, forwardOut, delta.data);
+  if (dq)
+    launcher.run(kernels("kernel"), false, blockRows, g, q, k, v, lse.data, delta.data, dq,
+                 nullptr);
+  if (dkv)
+    launcher.run(kernels(dq ? "kv_kernel" : "kernel"), true, blockRows, g, q, k, v, lse.data,
+                 delta.data, dkv, nullptr);
 }
 
 } // namespace kiln::runtime::detail

@@ -219,16 +219,17 @@ public:
   void callExtern(const Step& step, const std::vector<Tensor>& inputs,
                   const std::vector<ir::Attr>& attrs, const Tensor& out,
                   const std::vector<Tensor>& results) override {
+    detail::CudaCallContext context{driver_, stream_, where_.device, allocator_,
+                                    [this](size_t& bytes) { return workspace(bytes); }};
     if (detail::isFlashAttention(step.op)) {
-      detail::cudaFlashAttention(step.op, inputs, attrs, out, results, libraryKernel(step),
-                                 driver_, stream_);
+      detail::cudaFlashAttention(step.op, inputs, attrs, out, results,
+                                 [&](const char* attr) { return libraryKernel(step, attr); },
+                                 context);
       return;
     }
     if (!results.empty())
       throw Error(ErrorCode::Unsupported,
                   "runtime: no CUDA routine for the extern call " + step.op + " of several results");
-    detail::CudaCallContext context{driver_, stream_, where_.device, allocator_,
-                                    [this](size_t& bytes) { return workspace(bytes); }};
     if (detail::cudaMatrixProduct(step.op, inputs, attrs, out, context)) return;
     throw Error(ErrorCode::Unsupported, "runtime: no CUDA routine for the extern call " + step.op);
   }
@@ -322,14 +323,15 @@ private:
   }
 
   // The artifact's kernel an extern step names in its "kernel" attribute.
-  CUfunction libraryKernel(const Step& step) {
+  // The artifact's kernel the step's attribute `attr` names.
+  CUfunction libraryKernel(const Step& step, const char* attr) {
     for (const ir::Attr& a : step.attrs)
-      if (a.name == "kernel")
+      if (a.name == attr)
         if (const auto* name = std::get_if<std::string>(&a.value))
           for (size_t k = 0; k < plan_.kernels.size(); ++k)
             if (plan_.kernels[k] == *name) return functions_[k];
-    throw Error(ErrorCode::Malformed,
-                "runtime: the extern call " + step.op + " names no kernel of the artifact");
+    throw Error(ErrorCode::Malformed, "runtime: the extern call " + step.op + " names no " +
+                                          attr + " of the artifact");
   }
 
   void* workspace(size_t& bytes) {

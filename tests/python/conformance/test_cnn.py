@@ -983,11 +983,12 @@ def attention_lse_reference(q, k, v, is_causal=False, scale=None):
     return torch.logsumexp(_attention_scores(q, k, is_causal, scale), -1)
 
 
-def attention_grads_reference(which, g, q, k, v, lse, delta, is_causal=False, scale=None):
+def attention_grads_reference(which, g, q, k, v, out, lse, is_causal=False, scale=None):
     wide = lse.dtype
     s = scale if scale is not None else q.size(-1) ** -0.5
     p = torch.exp(_attention_scores(q, k, is_causal, scale) - lse[..., None])
     gw, qw, kw, vw = (t.to(wide) for t in (g, q, k, v))
+    delta = (gw * out.to(wide)).sum(-1)
     ds = p * (gw @ vw.transpose(-2, -1) - delta[..., None]) * s
     if which == "attention_grad_query":
         return (ds @ kw).to(q.dtype)
@@ -1008,8 +1009,8 @@ def attention_piece_inputs(shapes, dtype, layout="contiguous"):
     wide = torch.float64 if dtype == torch.float64 else torch.float32
     lse = attention_lse_reference(q, k, v, shapes[3], shapes[4]).to(wide)
     g = make(shapes[0][:-1] + shapes[2][-1:], dtype, layout, low=-1, high=1)
-    delta = make(shapes[0][:-1], wide, low=-1, high=1)
-    return g, q, k, v, lse, delta
+    out = make(shapes[0][:-1] + shapes[2][-1:], dtype, layout, low=-1, high=1)
+    return g, q, k, v, out, lse
 
 
 @pytest.mark.parametrize("shapes", cases("attention_lse", ATTENTION_PIECE_CASES))
@@ -1033,7 +1034,7 @@ def test_attention_grad_pieces(op, shapes, dtype):
 @pytest.mark.parametrize("case", cases("attention_grad_query", ["lse_dtype", "lse_size", "grad_size",
                                                                  "grad_dtype", "scale"]))
 def test_attention_piece_errors(case):
-    g, q, k, v, lse, delta = attention_piece_inputs(ATTENTION_PIECE_CASES[0], torch.float32)
+    g, q, k, v, out, lse = attention_piece_inputs(ATTENTION_PIECE_CASES[0], torch.float32)
     kwargs, match = {}, "lse"
     if case == "lse_dtype":
         lse = lse.double()
@@ -1045,7 +1046,7 @@ def test_attention_piece_errors(case):
         g, match = g.double(), "grad"
     else:
         kwargs, match = {"scale": float("inf")}, "scale"
-    raises(match, "attention_grad_query", g, q, k, v, lse, delta, **kwargs)
+    raises(match, "attention_grad_query", g, q, k, v, out, lse, **kwargs)
 
 
 @pytest.mark.parametrize("case", cases("scaled_dot_product_attention", [

@@ -344,9 +344,10 @@ def _attention_lse(q, k, v, is_causal=False, scale=None):
     return torch.logsumexp(_scores(q, k, is_causal, scale), -1)
 
 
-def _attention_grads(g, q, k, v, lse, delta, is_causal=False, scale=None):
+def _attention_grads(g, q, k, v, out, lse, is_causal=False, scale=None):
     """dq and [dk, dv]: flash attention's backward from the rows' lse and delta = sum(g * out)."""
     s = scale if scale is not None else q.shape[-1] ** -0.5
+    delta = (g * out).sum(-1)
     p = torch.exp(_scores(q, k, is_causal, scale) - lse[..., None])
     ds = p * (g @ v.transpose(-2, -1) - delta[..., None]) * s
     return ds @ k, torch.cat([ds.transpose(-2, -1) @ q, p.transpose(-2, -1) @ g], -1)
@@ -364,9 +365,9 @@ def test_attention_backward_pieces(case):
     op, causal = case
     q, k, v, g = leaf(2, 3, 4), leaf(2, 3, 4), leaf(2, 3, 2), leaf(2, 3, 2)
     lse = _attention_lse(q, k, v, causal).detach().requires_grad_()
-    delta = leaf(2, 3)
+    out = leaf(2, 3, 2)
     which = 0 if op == "attention_grad_query" else 1
-    check_grads(op, lambda *a, **kw: _attention_grads(*a, **kw)[which], g, q, k, v, lse, delta,
+    check_grads(op, lambda *a, **kw: _attention_grads(*a, **kw)[which], g, q, k, v, out, lse,
                 is_causal=causal)
 
 

@@ -1,0 +1,142 @@
+#include "cudnn.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "kiln/common/error.h"
+
+namespace kiln::runtime::detail {
+namespace {
+
+struct Loaded {
+  Cudnn library;
+  bool ok = false;
+  std::string why;
+};
+
+const Loaded& loaded() {
+  static const Loaded once = [] {
+    Loaded out;
+    void* handle = nullptr;
+    for (const char* path : {"libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9"}) {
+      handle = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);
+      if (handle) break;
+      const char* e = ::dlerror();
+      out.why += std::string(out.why.empty() ? "" : "; ") + (e ? e : path);
+    }
+    if (!handle) {
+      out.why = "no cuDNN: libcudnn.so.9 could not be loaded: " + out.why;
+      return out;
+    }
+#define KILN_CUDNN_LOAD(name)                                                                      \
+  out.library.name = reinterpret_cast<decltype(out.library.name)>(::dlsym(handle, #name));         \
+  if (!out.library.name) {                                                                         \
+    out.why = "no cuDNN: libcudnn.so.9 lacks " #name;                                              \
+    return out;                                                                                    \
+  }
+    KILN_CUDNN_FUNCTIONS(KILN_CUDNN_LOAD)
+#undef KILN_CUDNN_LOAD
+    out.ok = true;
+    return out;
+  }();
+  return once;
+}
+
+// Once a plan exists the library stays in use whatever KILN_CUDNN says now.
+const Cudnn& required() {
+  if (!loaded().ok) throw Error(ErrorCode::Unavailable, loaded().why);
+  return loaded().library;
+}
+
+bool turnedOff() {
+  const char* setting = std::getenv("KILN_CUDNN");
+  return setting && std::string(setting) == "0";
+}
+
+} // namespace
+
+const Cudnn* cudnn() { return loaded().ok && !turnedOff() ? &loaded().library : nullptr; }
+
+const std::string& cudnnUnavailableWhy() {
+  static const std::string off = "KILN_CUDNN=0 turns cuDNN off";
+  return loaded().ok ? off : loaded().why;
+}
+
+cudnnHandle_t cudnnHandle(int device) {
+  static std::mutex mutex;
+  static std::map<int, cudnnHandle_t> handles; // one per device, kept for the process
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = handles.find(device);
+  if (it != handles.end()) return it->second;
+  cudnnHandle_t handle;
+  cudnnCheck(required().cudnnCreate(&handle), "cudnnCreate");
+  handles.emplace(device, handle);
+  return handle;
+}
+
+void cudnnCheck(cudnnStatus_t status, const char* call) {
+  if (status == CUDNN_STATUS_SUCCESS) return;
+  const Cudnn& c = required();
+  char last[1024] = {0};
+  c.cudnnGetLastErrorString(last, sizeof last);
+  ErrorCode code = ErrorCode::Internal;
+  if (status == CUDNN_STATUS_ALLOC_FAILED) code = ErrorCode::ResourceExhausted;
+  // The NOT_SUPPORTED family shares its leading digits (3000..3999).
+  if (status / 1000 == CUDNN_STATUS_NOT_SUPPORTED / 1000) code = ErrorCode::Unsupported;
+  std::string text = std::string("runtime: ") + call + ": " + c.cudnnGetErrorString(status);
+  if (last[0]) text += " (" + std::string(last) + ")";
+  throw Error(code, text);
+}
+
+Descriptor::Descriptor(cudnnBackendDescriptorType_t type) {
+  cudnnCheck(required().cudnnBackendCreateDescriptor(type, &raw_), "cudnnBackendCreateDescriptor");
+}
+
+Descriptor::~Descriptor() {
+  if (raw_) required().cudnnBackendDestroyDescriptor(raw_);
+}
+
+Descriptor& Descriptor::set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+                            int64_t count, const void* values) {
+  cudnnCheck(required().cudnnBackendSetAttribute(raw_, name, type, count, values),
+             "cudnnBackendSetAttribute");
+  return *this;
+}
+
+Descriptor& Descriptor::set(cudnnBackendAttributeName_t name, int64_t value) {
+  return set(name, CUDNN_TYPE_INT64, 1, &value);
+}
+
+Descriptor& Descriptor::set(cudnnBackendAttributeName_t name, const std::vector<int64_t>& values) {
+  return set(name, CUDNN_TYPE_INT64, static_cast<int64_t>(values.size()), values.data());
+}
+
+Descriptor& Descriptor::set(cudnnBackendAttributeName_t name, bool value) {
+  return set(name, CUDNN_TYPE_BOOLEAN, 1, &value);
+}
+
+Descriptor& Descriptor::set(cudnnBackendAttributeName_t name, cudnnDataType_t value) {
+  return set(name, CUDNN_TYPE_DATA_TYPE, 1, &value);
+}
+
+Descriptor& Descriptor::set(cudnnBackendAttributeName_t name, const Descriptor& value) {
+  cudnnBackendDescriptor_t raw = value.get();
+  return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw);
+}
+
+Descriptor& Descriptor::set(cudnnBackendAttributeName_t name,
+                            const std::vector<const Descriptor*>& values) {
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (const Descriptor* d : values) raw.push_back(d->get());
+  return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(raw.size()), raw.data());
+}
+
+Descriptor& Descriptor::finalize() {
+  cudnnCheck(required().cudnnBackendFinalize(raw_), "cudnnBackendFinalize");
+  return *this;
+}
+
+} // namespace kiln::runtime::detail

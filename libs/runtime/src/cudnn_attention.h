@@ -1,0 +1,35 @@
+// Internal to libs/runtime: scaled_dot_product_attention on cuDNN's fused
+// flash attention (the backend graph API: a graph of matmuls, pointwise ops
+// and reductions that cuDNN's heuristics run as one fused engine), forward
+// with the rows' logsumexp and backward (dq, dk, dv from dout, out and the
+// logsumexp), as torch runs it on an H100. Plans are built once per shape,
+// layout and dtype and kept for the process.
+//
+// Each call answers false when cuDNN cannot run it (no libcudnn, KILN_CUDNN=0,
+// or no engine for these shapes): the caller runs its own kernels. Errors of a
+// plan cuDNN built (an execute that fails) are Errors.
+#pragma once
+
+#include "cuda_matmul.h"
+#include "kiln/runtime/runtime.h"
+
+namespace kiln::runtime::detail {
+
+struct AttentionCall {
+  bool causal = false; // top-left: key j sees query i when j <= i
+  float scale = 1.0f;
+};
+
+// out [B, H, L, Ev] = attention(q [B, H, L, E], k [B, H, S, E], v [B, H, S, Ev]);
+// lse [B, H, L] f32 (dense) when not null. f16 or bf16, last dims dense.
+bool cudnnAttentionForward(const AttentionCall& call, const Tensor& q, const Tensor& k,
+                           const Tensor& v, const Tensor& out, const Tensor* lse,
+                           const CudaCallContext& context);
+
+// dq, dk, dv (q's, k's, v's sizes) of attention given dout (out's sizes), out and lse.
+bool cudnnAttentionBackward(const AttentionCall& call, const Tensor& dout, const Tensor& q,
+                            const Tensor& k, const Tensor& v, const Tensor& out,
+                            const Tensor& lse, const Tensor& dq, const Tensor& dk,
+                            const Tensor& dv, const CudaCallContext& context);
+
+} // namespace kiln::runtime::detail
