@@ -1,13 +1,11 @@
 #include "cublaslt.h"
 
-#include <dlfcn.h>
-
-#include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 
 #include "kiln/common/error.h"
+#include "dynamic_library.h"
+#include "per_device.h"
 
 namespace kiln::runtime::detail {
 namespace {
@@ -21,21 +19,14 @@ const Loaded& loaded() {
   static const Loaded once = [] {
     Loaded out;
     std::string why;
-    void* handle = nullptr;
-    for (const char* path : {"libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13"}) {
-      handle = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);
-      if (handle) break;
-      const char* e = ::dlerror();
-      why += std::string(why.empty() ? "" : "; ") + (e ? e : path);
-    }
+    void* handle = openFirst({"libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13"}, why);
     if (!handle) {
       out.error = "no cuBLASLt: libcublasLt.so.13 could not be loaded: " + why;
       return out;
     }
     CublasLt lt;
 #define KILN_CUBLASLT_LOAD(name)                                                                   \
-  lt.name = reinterpret_cast<decltype(lt.name)>(::dlsym(handle, #name));                           \
-  if (!lt.name) {                                                                                  \
+  if (!loadSymbol(handle, #name, lt.name)) {                                                       \
     out.error = "no cuBLASLt: libcublasLt.so.13 lacks " #name;                                     \
     return out;                                                                                    \
   }
@@ -67,15 +58,11 @@ void cublasCheck(cublasStatus_t status, const char* call) {
 }
 
 cublasLtHandle_t cublasLtHandle(int device) {
-  static std::mutex mutex;
-  static std::map<int, cublasLtHandle_t> handles; // one per device, kept for the process
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = handles.find(device);
-  if (it != handles.end()) return it->second;
-  cublasLtHandle_t handle;
-  cublasCheck(cublasLt().cublasLtCreate(&handle), "cublasLtCreate");
-  handles.emplace(device, handle);
-  return handle;
+  return perDevice<cublasLtHandle_t>(device, [] {
+    cublasLtHandle_t handle;
+    cublasCheck(cublasLt().cublasLtCreate(&handle), "cublasLtCreate");
+    return handle;
+  });
 }
 
 } // namespace kiln::runtime::detail

@@ -1,12 +1,10 @@
 #include "cudnn.h"
 
-#include <dlfcn.h>
-
 #include <cstdlib>
-#include <map>
-#include <mutex>
 
 #include "kiln/common/error.h"
+#include "dynamic_library.h"
+#include "per_device.h"
 
 namespace kiln::runtime::detail {
 namespace {
@@ -20,20 +18,13 @@ struct Loaded {
 const Loaded& loaded() {
   static const Loaded once = [] {
     Loaded out;
-    void* handle = nullptr;
-    for (const char* path : {"libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9"}) {
-      handle = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);
-      if (handle) break;
-      const char* e = ::dlerror();
-      out.why += std::string(out.why.empty() ? "" : "; ") + (e ? e : path);
-    }
+    void* handle = openFirst({"libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9"}, out.why);
     if (!handle) {
       out.why = "no cuDNN: libcudnn.so.9 could not be loaded: " + out.why;
       return out;
     }
 #define KILN_CUDNN_LOAD(name)                                                                      \
-  out.library.name = reinterpret_cast<decltype(out.library.name)>(::dlsym(handle, #name));         \
-  if (!out.library.name) {                                                                         \
+  if (!loadSymbol(handle, #name, out.library.name)) {                                              \
     out.why = "no cuDNN: libcudnn.so.9 lacks " #name;                                              \
     return out;                                                                                    \
   }
@@ -66,15 +57,11 @@ const std::string& cudnnUnavailableWhy() {
 }
 
 cudnnHandle_t cudnnHandle(int device) {
-  static std::mutex mutex;
-  static std::map<int, cudnnHandle_t> handles; // one per device, kept for the process
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = handles.find(device);
-  if (it != handles.end()) return it->second;
-  cudnnHandle_t handle;
-  cudnnCheck(required().cudnnCreate(&handle), "cudnnCreate");
-  handles.emplace(device, handle);
-  return handle;
+  return perDevice<cudnnHandle_t>(device, [] {
+    cudnnHandle_t handle;
+    cudnnCheck(required().cudnnCreate(&handle), "cudnnCreate");
+    return handle;
+  });
 }
 
 void cudnnCheck(cudnnStatus_t status, const char* call) {
