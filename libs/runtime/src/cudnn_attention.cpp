@@ -368,14 +368,16 @@ const Plan* planFor(const std::vector<int64_t>& key, int device, const char* wha
   auto it = all.built.find(key);
   if (it == all.built.end()) {
     Plan p;
-    p.graph = std::make_unique<GraphBuilder>(cudnnHandle(device));
     std::string why;
     auto start = std::chrono::steady_clock::now();
+    // Whatever stops a graph being built (a descriptor cuDNN calls a bad
+    // parameter, no engine) leaves the call to kiln's kernels; only a built
+    // plan's execution fails the call.
     try {
+      p.graph = std::make_unique<GraphBuilder>(cudnnHandle(device));
       build(*p.graph);
       p.plan = p.graph->plan(why);
     } catch (const Error& e) {
-      if (e.code() != ErrorCode::Unsupported) throw;
       why = e.what();
     }
     if (p.plan) {

@@ -6,8 +6,8 @@
 // layout and dtype and kept for the process.
 //
 // Each call answers false when cuDNN cannot run it (no libcudnn, KILN_CUDNN=0,
-// or no engine for these shapes): the caller runs its own kernels. Errors of a
-// plan cuDNN built (an execute that fails) are Errors.
+// or no graph or engine for these operands, logged once): the caller runs its
+// own kernels. A plan cuDNN built that fails to execute is an Error.
 #pragma once
 
 #include "cuda_matmul.h"
