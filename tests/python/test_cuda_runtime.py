@@ -183,6 +183,7 @@ def test_row_kernels_take_the_16_byte_path_where_extents_allow(stack, name):
 def test_row_kernels_match_torch_on_both_paths(stack, name, offset):
     compiled = _row_case(stack, name)
     _, specs, eager, _ = ROW_CASES[name]
+    torch.manual_seed(0)
     inputs = []
     for dtype, sizes in specs:
         numel = 1
@@ -196,8 +197,9 @@ def test_row_kernels_match_torch_on_both_paths(stack, name, offset):
         if w.dtype == torch.int64:
             assert torch.equal(g, w)
         else:
-            tol = 2e-2 if w.dtype == torch.bfloat16 else 1e-5
-            torch.testing.assert_close(g, w, rtol=tol, atol=tol)
+            # f32 sums of ~1000 terms of size ~1 in another order: ~1e-5 apart near zero.
+            rtol, atol = (2e-2, 2e-2) if w.dtype == torch.bfloat16 else (1e-5, 1e-4)
+            torch.testing.assert_close(g, w, rtol=rtol, atol=atol)
 
 
 # A half-precision product with dims that are not multiples of 8 (GPT-2's 50257-token head)
