@@ -207,7 +207,7 @@ private:
 
   // Flash attention's calls of two results: the attention_lse a forward of
   // the same inputs and attributes writes too (the partitioner puts one beside
-  // each attention forward whose backward reads it), and the [dk, dv] a
+  // each attention forward whose backward reads it), and the [dk, dv] an
   // attention_grad_query of the same operands computes with dq (cuDNN's
   // backward makes all three at once).
   void findAttentionPairs() {

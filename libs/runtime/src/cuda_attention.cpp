@@ -1,6 +1,5 @@
 #include "cuda_attention.h"
 
-#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <cstdint>
@@ -41,16 +40,6 @@ void requireDenseRows(const std::string& op, const Tensor& t) {
   }
 }
 
-// Device memory for the length of one call (stream-ordered release).
-struct Scratch {
-  Allocator& allocator;
-  void* data;
-  Scratch(Allocator& a, size_t bytes) : allocator(a), data(a.allocate(std::max<size_t>(bytes, 1))) {}
-  ~Scratch() { allocator.release(data); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-};
-
 int64_t elements(const Tensor& t) {
   int64_t n = 1;
   for (int64_t s : t.sizes) n *= s;
@@ -58,11 +47,8 @@ int64_t elements(const Tensor& t) {
 }
 
 // A dense tensor of `like`'s dtype over `sizes` at `data`.
-Tensor denseAt(void* data, const Tensor& like, std::vector<int64_t> sizes) {
-  Tensor t{like.dtype, data, std::move(sizes), {}};
-  t.strides.assign(t.sizes.size(), 1);
-  for (size_t d = t.sizes.size() - 1; d-- > 0;) t.strides[d] = t.strides[d + 1] * t.sizes[d + 1];
-  return t;
+Tensor denseAt(void* data, const Tensor& like, const std::vector<int64_t>& sizes) {
+  return Tensor{like.dtype, data, sizes, contiguousStrides(sizes)};
 }
 
 // The [dk, dv] side by side of a [..., S, E + Ev] tensor: its two views.
@@ -111,9 +97,9 @@ struct Launcher {
     int64_t rowBlocks = (rowsL + 15) / 16;
     if (rowBlocks == 0 || batch * heads == 0) return;
     if (rowBlocks > 65535) refuse(op, "more than 65535 blocks of rows");
-    const void *gp = g.data, *op_ = o.data;
+    const void *gp = g.data, *outp = o.data;
     int64_t values[] = {heads, rowsL, sg.batch0, sg.batch1, sg.row, so.batch0, so.batch1, so.row};
-    std::vector<void*> args = {&gp, &op_, &delta};
+    std::vector<void*> args = {&gp, &outp, &delta};
     for (int64_t& value : values) args.push_back(&value);
     launch(kernel, rowBlocks, args);
   }

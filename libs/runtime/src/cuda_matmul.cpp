@@ -194,16 +194,6 @@ void runGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const voi
               "cublasLtMatmul");
 }
 
-// Device memory for the length of one extern call (stream-ordered release).
-struct Temp {
-  Allocator& allocator;
-  void* data = nullptr;
-  Temp(Allocator& a, size_t bytes) : allocator(a), data(a.allocate(std::max<size_t>(bytes, 1))) {}
-  ~Temp() { allocator.release(data); }
-  Temp(const Temp&) = delete;
-  Temp& operator=(const Temp&) = delete;
-};
-
 // A batch dim of the product: its size and each operand's stride (elements).
 struct Dim {
   int64_t size, a, b, c;
@@ -262,7 +252,7 @@ public:
     MatrixLayout c = p_.c.matrix;
     void* cData = entry.c;
     int64_t cStride = entry.inner.c;
-    std::optional<Temp> cTemp;
+    std::optional<Scratch> cTemp;
     if (!storedColumnMajor(c) && !storedColumnMajor(c.transposed())) {
       cTemp.emplace(ctx_.allocator, static_cast<size_t>(count * m * n) * e_);
       cData = cTemp->data, c = {m, n, n, 1}, cStride = m * n;
@@ -288,7 +278,7 @@ public:
         throw Error(ErrorCode::Unsupported,
                     "runtime: addmm with an empty inner dim, beta != 1 or an epilogue");
       if (!withBias) {
-        Temp zero(ctx_.allocator, 16);
+        Scratch zero(ctx_.allocator, 16);
         cudaCheck(ctx_.driver.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(zero.data), 0, 16,
                                               ctx_.stream),
                   "cuMemsetD8Async");
@@ -304,7 +294,7 @@ public:
       const void* yData = swap ? entry.a : entry.b;
       int64_t xStride = swap ? entry.inner.b : entry.inner.a,
               yStride = swap ? entry.inner.a : entry.inner.b;
-      std::optional<Temp> xTemp, yTemp;
+      std::optional<Scratch> xTemp, yTemp;
       dense(x, xData, xStride, count, xTemp);
       dense(y, yData, yStride, count, yTemp);
       MatrixLayout d = swap ? c.transposed() : c;
@@ -335,7 +325,7 @@ private:
   // An operand cuBLASLt cannot read as it lies is copied into a dense
   // row-major temporary (`count` matrices), which it reads transposed.
   void dense(MatrixLayout& x, const void*& data, int64_t& stride, int64_t count,
-             std::optional<Temp>& temp) {
+             std::optional<Scratch>& temp) {
     if (stored(x)) return;
     int64_t size = x.rows * x.cols;
     temp.emplace(ctx_.allocator, static_cast<size_t>(count * size) * e_);

@@ -24,6 +24,17 @@ struct CudaCallContext {
   std::function<void*(size_t& bytes)> workspace; // the run's cuBLASLt workspace and its size
 };
 
+// Device memory from the context's allocator for the length of one extern
+// call (released when it ends: the allocator's release is stream-ordered).
+struct Scratch {
+  Allocator& allocator;
+  void* data;
+  Scratch(Allocator& a, size_t bytes) : allocator(a), data(a.allocate(bytes ? bytes : 1)) {}
+  ~Scratch() { allocator.release(data); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
 // The epilogue a step's `epilogue` attribute asks for after the product (and
 // addmm's bias): "" or "none", "relu", "gelu_tanh" (torch's gelu(approximate=
 // "tanh"); cuBLASLt has no erf gelu). Error{InvalidArgument} for other names.

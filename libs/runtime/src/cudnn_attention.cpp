@@ -44,7 +44,7 @@ public:
   // An f32 intermediate of these dims, dense.
   const Descriptor& virtualTensor(const std::vector<int64_t>& dims,
                                   cudnnDataType_t type = CUDNN_DATA_FLOAT) {
-    return tensor(nextVirtual_++, type, dims, denseStrides(dims), true);
+    return tensor(nextVirtual_++, type, dims, contiguousStrides(dims), true);
   }
 
   // A scalar passed by value (its host address goes in the variant pack).
@@ -158,12 +158,6 @@ public:
 
   int64_t nextVirtual() { return nextVirtual_++; }
 
-  static std::vector<int64_t> denseStrides(const std::vector<int64_t>& dims) {
-    std::vector<int64_t> strides(dims.size(), 1);
-    for (size_t d = dims.size() - 1; d-- > 0;) strides[d] = strides[d + 1] * dims[d + 1];
-    return strides;
-  }
-
 private:
   Descriptor& keep(cudnnBackendDescriptorType_t type) {
     kept_.push_back(std::make_unique<Descriptor>(type));
@@ -237,7 +231,7 @@ void forwardGraph(GraphBuilder& g, const AttentionCall& call, cudnnDataType_t ty
   const Descriptor& od = g.tensor(kO, type, out.dims, out.strides);
   // Inference keeps the stats inside the graph (cuDNN's engines want them either way).
   const Descriptor& stats =
-      withStats ? g.tensor(kStats, CUDNN_DATA_FLOAT, rowDims, GraphBuilder::denseStrides(rowDims))
+      withStats ? g.tensor(kStats, CUDNN_DATA_FLOAT, rowDims, contiguousStrides(rowDims))
                 : g.virtualTensor(rowDims);
   const Descriptor& scale = g.scalar(kScale);
   const Descriptor& minusInfinity = g.scalar(kMinusInfinity);
@@ -279,7 +273,7 @@ void backwardGraph(GraphBuilder& g, const AttentionCall& call, cudnnDataType_t t
   const Descriptor& od = g.tensor(kO, type, out.dims, out.strides);
   const Descriptor& doutd = g.tensor(kDout, type, dout.dims, dout.strides);
   const Descriptor& stats =
-      g.tensor(kStats, CUDNN_DATA_FLOAT, rowDims, GraphBuilder::denseStrides(rowDims));
+      g.tensor(kStats, CUDNN_DATA_FLOAT, rowDims, contiguousStrides(rowDims));
   const Descriptor& dqd = g.tensor(kDq, type, dq.dims, dq.strides);
   const Descriptor& dkd = g.tensor(kDk, type, dk.dims, dk.strides);
   const Descriptor& dvd = g.tensor(kDv, type, dv.dims, dv.strides);
@@ -288,9 +282,9 @@ void backwardGraph(GraphBuilder& g, const AttentionCall& call, cudnnDataType_t t
   const Descriptor& minusInfinity = g.scalar(kMinusInfinity);
   std::vector<int64_t> dqDims = {b, h, rows, e};
   const Descriptor& delta =
-      g.tensor(kDelta, CUDNN_DATA_FLOAT, rowDims, GraphBuilder::denseStrides(rowDims));
+      g.tensor(kDelta, CUDNN_DATA_FLOAT, rowDims, contiguousStrides(rowDims));
   const Descriptor& dqAccumulator =
-      g.tensor(kDqAccumulator, CUDNN_DATA_FLOAT, dqDims, GraphBuilder::denseStrides(dqDims));
+      g.tensor(kDqAccumulator, CUDNN_DATA_FLOAT, dqDims, contiguousStrides(dqDims));
 
   const Descriptor& product = g.virtualTensor(dqDims);
   const Descriptor& rowSum = g.virtualTensor(rowDims);
@@ -397,18 +391,6 @@ const Plan* planFor(const std::vector<int64_t>& key, int device, const char* wha
   }
   return it->second.plan ? &it->second : nullptr;
 }
-
-// Device memory for one call, released when it ends (stream-ordered).
-struct Scratch {
-  Allocator& allocator;
-  void* data = nullptr;
-  Scratch(Allocator& a, size_t bytes) : allocator(a), data(bytes ? a.allocate(bytes) : nullptr) {}
-  ~Scratch() {
-    if (data) allocator.release(data);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-};
 
 void execute(const Plan& plan, const CudaCallContext& ctx, std::vector<int64_t> uids,
              std::vector<void*> pointers, void* workspace) {
