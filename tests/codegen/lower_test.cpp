@@ -1025,10 +1025,31 @@ TEST_F(Lower, LoopedRowsOfOddExtentLoadVectorsThenTheirTail) {
   graph.setOutputs({graph.call("amax", {x}, {{"dim", std::vector<int64_t>{-1}}})});
   Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
   CudaSource source = emitCuda(cuda, schedule(cuda));
-  EXPECT_EQ(occurrences(source.code, "kiln_jv < (40001) / 8;"), 1u) << source.code;
-  EXPECT_EQ(occurrences(source.code, "kiln_j = 40000 + kiln_lane; kiln_j < 40001;"), 1u)
+  // Once in each copy of the row loop (the 16-byte path's and the element-by-element one's).
+  EXPECT_EQ(occurrences(source.code, "kiln_jv < (40001) / 8;"), 2u) << source.code;
+  EXPECT_EQ(occurrences(source.code, "kiln_j = 40000 + kiln_lane; kiln_j < 40001;"), 2u)
       << source.code;
   expectSameValues({random(DType::BFloat16, {4, 40008})}, 0); // the CUDA text compiles to cubin
+}
+
+// A row kernel with a 16-byte path runs its row loop in two copies, the path a
+// constant in each (no branch between the paths at each pass over the row), and
+// a row kept in registers whose vectors divide evenly among the group's threads
+// has no bounds check on them.
+TEST_F(Lower, RowKernelsCopyTheirLoopPerPath) {
+  ValueId x = input("x", DType::Float32, ints({8, 4096}));
+  graph.setOutputs({graph.call("softmax", {x}, {{"dim", int64_t{-1}}})});
+  Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
+  CudaSource source = emitCuda(cuda, schedule(cuda));
+  EXPECT_EQ(occurrences(source.code, "if (kiln_vec) {"), 1u) << source.code;
+  EXPECT_EQ(occurrences(source.code, "constexpr bool kiln_vec_path = true;"), 1u) << source.code;
+  EXPECT_EQ(occurrences(source.code, "constexpr bool kiln_vec_path = false;"), 1u) << source.code;
+  EXPECT_EQ(occurrences(source.code, "for (int kiln_row"), 2u) << source.code;
+  // Three passes over the row (max, sum, store), in each copy.
+  EXPECT_EQ(occurrences(source.code, "{ const int kiln_jv = kiln_lane + kiln_t * 256;"), 6u)
+      << source.code;
+  EXPECT_EQ(occurrences(source.code, "kiln_jv <"), 0u) << source.code;
+  expectSameValues({random(DType::Float32, {8, 4096})}, 1e-6); // and compiles to cubin
 }
 
 // The backward's dq and [dk, dv] of the same operands are one call of two
@@ -1268,7 +1289,8 @@ TEST_F(Lower, OutputsAreStoredWhereTheyAreComputed) {
   std::string cudaText = explain(schedule(cuda), cuda);
   EXPECT_EQ(occurrences(cudaText, "kernel "), 1u) << cudaText;
   std::string code = emitCuda(cuda, schedule(cuda)).code;
-  EXPECT_EQ(occurrences(code, "if (kiln_lane == 0) kiln_b"), 1u) << code; // rstd, by one thread
+  // rstd, by one thread (in each copy of the row loop: 16-byte and element by element)
+  EXPECT_EQ(occurrences(code, "if (kiln_lane == 0) kiln_b"), 2u) << code;
   EXPECT_GE(occurrences(code, "= kiln_r"), 2u) << code; // held, then read from the register
 }
 
