@@ -8,9 +8,10 @@ by the codegen service and run here inside a torch.autograd.Function.
 
 The forward artifact returns the call's outputs, the new values of the inputs it
 mutated (copied into them after it ran, as eager's in-place ops would have left
-them) and the values saved for the backward, held by autograd as torch tensors
-(save_for_backward: an input changed in place before the backward is an error, as
-in eager). Under mode="reduce-overhead" on the GPU both artifacts replay CUDA graphs
+them) and the values saved for the backward. Those stay the backward's inputs as the
+run left them (ir.Kept: no torch tensor is made of them); autograd holds the memory
+they are, and the inputs they view, as saved tensors (save_for_backward: freed after
+the backward, and an input changed in place before it is an error, as in eager). Under mode="reduce-overhead" on the GPU both artifacts replay CUDA graphs
 (kiln._cudagraph.Replayed): the forward's saved values and the backward's grads are then
 aliases of the graphs' memory, which a replay overwrites only once they are dead.
 Inputs are passed to the Function as they are, never detached: autograd records edges
@@ -117,22 +118,28 @@ class TrainingRunner:
                 f"backward kernels:\n{self.backward.explain}"])
 
 
-def _storage(t: torch.Tensor) -> int:
-    return (t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()).data_ptr()
-
-
 class _KilnFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, runner: TrainingRunner, *inputs):
-        results = runner.forward(*inputs)
-        outputs, saved = results[:runner.forward_outputs], results[runner.forward_outputs:]
-        if runner.mutated_inputs:  # a saved input must keep the value the backward was planned with
-            written = {_storage(inputs[i]) for i in runner.mutated_inputs}
-            saved = [s.clone() if _storage(s) in written else s for s in saved]
         ctx.runner = runner
         ctx.num_inputs = len(inputs)
+        if isinstance(runner.forward, ir.Compiled):
+            # The saved values stay as the backward's inputs (ir.Kept): no torch tensor is
+            # made of them; autograd keeps the memory they are (and the inputs they view).
+            outputs, kept = runner.forward.run_keeping(inputs, runner.forward_outputs,
+                                                       written=runner.mutated_inputs)
+            ctx.kept = kept
+            ctx.save_for_backward(*kept.owners)
+            kept.owners = None  # autograd's from here: freed after the backward
+        else:  # CUDA graphs' replays hand out saved values as tensors
+            results = runner.forward(*inputs)
+            outputs, saved = results[:runner.forward_outputs], results[runner.forward_outputs:]
+            if runner.mutated_inputs:  # a saved input must keep the value the backward was planned with
+                written = {ir.storage_address(inputs[i]) for i in runner.mutated_inputs}
+                saved = [s.clone() if ir.storage_address(s) in written else s for s in saved]
+            ctx.kept = None
+            ctx.save_for_backward(*saved)
         ctx.output_layouts = [(o.shape, o.dtype, o.device) for o in outputs]
-        ctx.save_for_backward(*saved)
         differentiable = set(runner.tangent_of)
         ctx.mark_non_differentiable(*[o for k, o in enumerate(outputs) if k not in differentiable])
         return tuple(outputs)
@@ -148,7 +155,11 @@ class _KilnFunction(torch.autograd.Function):
                 shape, dtype, device = ctx.output_layouts[k]
                 g = torch.zeros(shape, dtype=dtype, device=device)
             tangents.append(g.contiguous())
-        results = runner.backward(*ctx.saved_tensors, *tangents)
+        saved = ctx.saved_tensors  # torch's error if freed (a second backward) or changed in place
+        if ctx.kept is not None:
+            results = runner.backward.run_after(ctx.kept, saved, *tangents)
+        else:
+            results = runner.backward(*saved, *tangents)
         out = [None] * (1 + ctx.num_inputs)
         for grad, i in zip(results, runner.grad_of):
             out[1 + i] = grad

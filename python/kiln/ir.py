@@ -200,19 +200,44 @@ class Compiled:
         return self._run(tensors, capture=True)
 
     def _run(self, tensors, capture: bool):
-        cuda = self.target.startswith("cuda")
-        inputs, device = [], None
-        if cuda:
+        inputs, device, tensors = self._marshal(tensors)
+        raw, status = self._execute(inputs, device, capture)
+        return [self._tensor(r, tensors) for r in raw], status
+
+    def run_keeping(self, tensors, keep_from: int, written=frozenset()) -> tuple[list[torch.Tensor], "Kept"]:
+        """As a call, but the outputs from `keep_from` on stay as a later run's inputs (a
+        training forward's saved values, which only the backward reads): a Kept, not torch
+        tensors. `written`: inputs the caller changes in place after the run; a kept view of
+        one is copied first, so it keeps the value it had."""
+        inputs, device, tensors = self._marshal(tensors)
+        raw, _ = self._execute(inputs, device, capture=False)
+        return [self._tensor(r, tensors) for r in raw[:keep_from]], Kept(raw[keep_from:], tensors, device, written)
+
+    def run_after(self, kept: "Kept", owners, *tensors) -> list[torch.Tensor]:
+        """A call whose first inputs are `kept`'s values (`owners`: kept.owners, alive), then
+        `tensors`."""
+        inputs, device, tensors = self._marshal(tensors)
+        raw, _ = self._execute(kept.inputs + inputs, device, capture=False)
+        every = _KeptThenTensors(kept, owners, tensors)
+        return [self._tensor(r, every) for r in raw]
+
+    def _marshal(self, tensors):
+        """The artifact's inputs of `tensors` (dtype, sizes, strides, address, device), the
+        device the run is on (None: none on CUDA), and the tensors as passed."""
+        if self.target.startswith("cuda"):
             tensors = self._cuda_inputs(tensors)
+        inputs, device = [], None
         for t in tensors:
-            where = t.device.index if t.device.type == "cuda" else -1
-            if where is None:
-                where = torch.cuda.current_device()
+            where = t.get_device()  # -1 on the host
             if where >= 0 and device is None:
                 device = where
-            inputs.append((dtype_name(t.dtype), list(t.shape), list(t.stride()), t.data_ptr(), where))
+            inputs.append((dtype_name(t.dtype), t.shape, t.stride(), t.data_ptr(), where))
+        return inputs, device, tensors
+
+    def _execute(self, inputs, device, capture: bool):
+        """The artifact's raw outputs of a run on `inputs` (see kiln._kiln.ir.Artifact.run)."""
         status = None
-        if cuda:
+        if self.target.startswith("cuda"):
             available = _cuda_available()
             if device is None:  # no CUDA input: torch's current device (inputs are checked in C++)
                 device = torch.cuda.current_device() if available else 0
@@ -227,7 +252,7 @@ class Compiled:
             raise ValueError("kiln: only a CUDA artifact is captured into a CUDA graph")
         else:
             raw = self._artifact.run(inputs, lambda nbytes: torch.empty(nbytes, dtype=torch.uint8))
-        return [self._tensor(r, tensors) for r in raw], status
+        return raw, status
 
     def _cuda_inputs(self, tensors) -> tuple:
         """Symbolic ints as 0-d int64 host tensors; 0-d CPU tensors (scalars, as torch lets
@@ -264,6 +289,100 @@ class Compiled:
             device = next((t.device for t in inputs if t.device.type == "cuda"), "cpu")
             return torch.empty(sizes, dtype=dtype, device=device).as_strided(sizes, strides)
         raise RuntimeError("kiln: an output views memory that is not an input's")
+
+
+class Kept:
+    """A run's outputs kept as a later run's inputs, never made torch tensors: `inputs`, in
+    the form a run takes them, and `owners`, the tensors whose memory they are (the run's
+    allocations, the call's inputs they view, a copy where the caller writes that input):
+    whoever keeps a Kept keeps its owners alive (kiln's training forward saves them for
+    autograd, which frees them after the backward and checks that no input changed)."""
+
+    __slots__ = ("inputs", "owners", "_entries")
+
+    def __init__(self, raw, call_inputs, device, written=frozenset()):
+        self.inputs, self.owners, self._entries = [], [], []
+        owner_index: dict[int, int] = {}
+        where = -1 if device is None else device
+        changed = {storage_address(call_inputs[i]) for i in written}
+
+        def own(t: torch.Tensor) -> int:
+            if id(t) not in owner_index:
+                owner_index[id(t)] = len(self.owners)
+                self.owners.append(t)
+            return owner_index[id(t)]
+
+        for r in raw:
+            name, sizes, strides, base, offset, value, input = r
+            if value is not None:  # a symbolic int: a 0-d int64 host tensor, as a run takes one
+                t = torch.tensor(value, dtype=torch.int64)
+                self._add(("int64", (), (), t.data_ptr(), -1), own(t), None)
+            elif base is not None:  # memory of the run: base's bytes from `offset` elements on
+                address = base.data_ptr() + offset * _element_size(name)
+                self._add((name, sizes, strides, address, where), own(base), r)
+            else:  # a view of a call input (`offset` is its address): that input is the owner
+                owner = Kept._viewed_input(r, call_inputs)
+                if owner is None or storage_address(owner) in changed:
+                    # the caller writes that input: keep the value it has now
+                    view = Compiled._tensor(r, call_inputs).clone()
+                    self._add((name, view.shape, view.stride(), view.data_ptr(), view.get_device()),
+                              own(view), None)
+                else:
+                    self._add((name, sizes, strides, offset, owner.get_device()), own(owner),
+                              r[:6] + (None,))
+
+    @staticmethod
+    def _viewed_input(raw, call_inputs):
+        """The call input a raw output views (of its dtype), or None."""
+        name, _, _, _, offset, _, input = raw
+        dtype = torch_dtype(name)
+        if input is not None and call_inputs[input].dtype == dtype:
+            return call_inputs[input]
+        view = Compiled._tensor(raw, call_inputs)
+        return next((t for t in call_inputs
+                     if t.dtype == dtype and storage_address(t) == storage_address(view)), None)
+
+    def _add(self, entry, owner: int, raw) -> None:
+        self.inputs.append(entry)
+        self._entries.append((owner, raw))
+
+    def tensor(self, k: int, owners) -> torch.Tensor:
+        """Kept value k as a torch tensor (a view of its owner; `owners`: self.owners)."""
+        owner, raw = self._entries[k]
+        if raw is None:
+            return owners[owner]
+        name, sizes, strides, base, offset, _, _ = raw
+        if base is None:  # a view of the call input `owner`
+            return Compiled._tensor(raw, [owners[owner]])
+        return owners[owner].view(torch_dtype(name)).as_strided(sizes, strides, offset)
+
+
+class _KeptThenTensors:
+    """A run's inputs when the first are a Kept's: its values made tensors only when an
+    output turns out to view one."""
+
+    def __init__(self, kept: Kept, owners, tensors):
+        self._kept, self._owners, self._tensors = kept, owners, tensors
+
+    def __len__(self):
+        return len(self._kept.inputs) + len(self._tensors)
+
+    def __getitem__(self, k: int) -> torch.Tensor:
+        kept = len(self._kept.inputs)
+        return self._kept.tensor(k, self._owners) if k < kept else self._tensors[k - kept]
+
+    def __iter__(self):
+        return (self[k] for k in range(len(self)))
+
+
+def storage_address(t: torch.Tensor) -> int:
+    """The address of the memory `t` is a view of (torch 1.13 has no untyped_storage)."""
+    return (t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()).data_ptr()
+
+
+@functools.lru_cache(maxsize=None)
+def _element_size(name: str) -> int:
+    return torch.empty((), dtype=torch_dtype(name)).element_size()
 
 
 def target_for(graph: Graph) -> str:

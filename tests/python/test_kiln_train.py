@@ -400,6 +400,32 @@ def test_an_input_saved_for_a_recompute_keeps_its_value_when_mutated(stack):
     assert trained(fast), kiln.explain(fast)
 
 
+def test_saved_values_stay_the_backwards_inputs_and_autograd_holds_their_memory(stack):
+    def f(x, w):
+        return ((x @ w).tanh() * x.sum()).sum()  # saves the inputs and a computed value
+
+    fast = kiln.compile(f, stack=stack)
+    x, w = torch.randn(4, 3, requires_grad=True), torch.randn(3, 5, requires_grad=True)
+    out = fast(x, w)
+    node = out.grad_fn
+    kept = node.kept.inputs  # what the backward reads: never made torch tensors
+    saved = node.saved_tensors  # autograd holds the memory: the run's bytes and the inputs
+    inputs = {ir.storage_address(x), ir.storage_address(w)}
+    assert len(kept) >= 3 and saved
+    assert all(t.dtype == torch.uint8 or ir.storage_address(t) in inputs for t in saved), saved
+    assert any(t.dtype == torch.uint8 for t in saved) and any(t.dtype != torch.uint8 for t in saved)
+    out.backward()
+    torch.testing.assert_close(x.grad, torch.autograd.grad(f(x, w), x)[0])
+    with pytest.raises(RuntimeError, match="freed|second time"):  # released after the backward
+        node.saved_tensors
+
+    out = fast(x, w)
+    with torch.no_grad():
+        w.mul_(2)  # an input the backward reads, changed in place: torch's error, as eager's
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.backward()
+
+
 def test_the_memory_budget_option_trades_saved_values_for_recompute(stack):
     def f(x, w1, w2):
         return (F.gelu(torch.tanh(x @ w1) * 2) @ w2).sum()
