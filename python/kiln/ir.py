@@ -319,7 +319,8 @@ class Kept:
                 self._add(("int64", (), (), t.data_ptr(), -1), own(t), None)
             elif base is not None:  # memory of the run: base's bytes from `offset` elements on
                 address = base.data_ptr() + offset * _element_size(name)
-                self._add((name, sizes, strides, address, where), own(base), r)
+                # (no reference to base but the owners': autograd decides when it is freed)
+                self._add((name, sizes, strides, address, where), own(base), (name, sizes, strides, offset))
             else:  # a view of a call input (`offset` is its address): that input is the owner
                 owner = Kept._viewed_input(r, call_inputs)
                 if owner is None or storage_address(owner) in changed:
@@ -329,7 +330,7 @@ class Kept:
                               own(view), None)
                 else:
                     self._add((name, sizes, strides, offset, owner.get_device()), own(owner),
-                              r[:6] + (None,))
+                              r[:6] + (None,))  # base is None: no reference to memory
 
     @staticmethod
     def _viewed_input(raw, call_inputs):
@@ -342,18 +343,20 @@ class Kept:
         return next((t for t in call_inputs
                      if t.dtype == dtype and storage_address(t) == storage_address(view)), None)
 
-    def _add(self, entry, owner: int, raw) -> None:
+    def _add(self, entry, owner: int, how) -> None:
+        """`how` the value is made a tensor of its owner: None (the owner itself), a raw
+        output viewing the owner, or (dtype, sizes, strides, element offset) of its bytes."""
         self.inputs.append(entry)
-        self._entries.append((owner, raw))
+        self._entries.append((owner, how))
 
     def tensor(self, k: int, owners) -> torch.Tensor:
         """Kept value k as a torch tensor (a view of its owner; `owners`: self.owners)."""
-        owner, raw = self._entries[k]
-        if raw is None:
+        owner, how = self._entries[k]
+        if how is None:
             return owners[owner]
-        name, sizes, strides, base, offset, _, _ = raw
-        if base is None:  # a view of the call input `owner`
-            return Compiled._tensor(raw, [owners[owner]])
+        if len(how) == 7:  # a raw output viewing the call input `owner`
+            return Compiled._tensor(how, [owners[owner]])
+        name, sizes, strides, offset = how  # bytes of the run: the owner is their allocation
         return owners[owner].view(torch_dtype(name)).as_strided(sizes, strides, offset)
 
 

@@ -2,11 +2,13 @@
 artifact (the partitioner service's graphs, compiled by codegen) inside a
 torch.autograd.Function; results, grads, input mutations and a whole training run
 equal eager's; a failing partitioner makes calls run eagerly, the next call compiles."""
+import gc
 import math
 import os
 import signal
 import time
 import warnings
+import weakref
 
 import pytest
 import torch
@@ -414,10 +416,14 @@ def test_saved_values_stay_the_backwards_inputs_and_autograd_holds_their_memory(
     assert len(kept) >= 3 and saved
     assert all(t.dtype == torch.uint8 or ir.storage_address(t) in inputs for t in saved), saved
     assert any(t.dtype == torch.uint8 for t in saved) and any(t.dtype != torch.uint8 for t in saved)
+    allocations = [weakref.ref(t) for t in saved if t.dtype == torch.uint8]
+    del saved
     out.backward()
     torch.testing.assert_close(x.grad, torch.autograd.grad(f(x, w), x)[0])
     with pytest.raises(RuntimeError, match="freed|second time"):  # released after the backward
         node.saved_tensors
+    gc.collect()  # `out` and its node live on (a kept loss), the saved memory does not
+    assert all(a() is None for a in allocations)
 
     out = fast(x, w)
     with torch.no_grad():
