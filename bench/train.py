@@ -197,20 +197,24 @@ def _host_counters() -> dict:
             finally:
                 add("run", time.perf_counter() - start)
 
-    init, call = ir.Compiled.__init__, ir.Compiled.__call__
+    init = ir.Compiled.__init__
 
     def timed_init(self, *a, **k):
         init(self, *a, **k)
         self._artifact = Timed(self._artifact)
 
-    def timed_call(self, *a, **k):
-        start = time.perf_counter()
-        try:
-            return call(self, *a, **k)
-        finally:
-            add("call", time.perf_counter() - start)
-            add("calls", 1)
-    ir.Compiled.__init__, ir.Compiled.__call__ = timed_init, timed_call
+    def timed(call):
+        def timed_call(self, *a, **k):
+            start = time.perf_counter()
+            try:
+                return call(self, *a, **k)
+            finally:
+                add("call", time.perf_counter() - start)
+                add("calls", 1)
+        return timed_call
+    ir.Compiled.__init__ = timed_init
+    for name in ("__call__", "run_keeping", "run_after"):  # inference; a training forward, backward
+        setattr(ir.Compiled, name, timed(getattr(ir.Compiled, name)))
     return counters
 
 
