@@ -19,6 +19,7 @@ struct PlanBuffer {
   layout @1 :Common.TensorMeta;
   input @2 :Int32;              # the graph input it is, or -1: allocated by the plan
   aliasOf @3 :Int32 = -1;       # >= 0: that buffer's memory (an in-place or out= write)
+  reuses @4 :Int32 = -1;        # >= 0: an input buffer whose memory it may take if donated
 }
 
 struct PlanStep {

@@ -118,6 +118,13 @@ class TrainingRunner:
                 f"backward kernels:\n{self.backward.explain}"])
 
 
+def _graph_released() -> bool:
+    """Whether the running backward frees the graph after it (no retain_graph): its saved
+    values are read once. False where this torch cannot say (1.13)."""
+    keep = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return keep is not None and not keep()
+
+
 class _KilnFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, runner: TrainingRunner, *inputs):
@@ -155,11 +162,15 @@ class _KilnFunction(torch.autograd.Function):
                 shape, dtype, device = ctx.output_layouts[k]
                 g = torch.zeros(shape, dtype=dtype, device=device)
             tangents.append(g.contiguous())
-        saved = ctx.saved_tensors  # torch's error if freed (a second backward) or changed in place
         if ctx.kept is not None:
-            results = runner.backward.run_after(ctx.kept, saved, *tangents)
+            # torch's error if freed (a second backward) or changed in place
+            owners = list(ctx.saved_tensors)
+            donate = _graph_released() and hasattr(ctx, "maybe_clear_saved_tensors")
+            if donate:  # no later backward reads them: autograd lets go, the run may reuse them
+                ctx.maybe_clear_saved_tensors()
+            results = runner.backward.run_after(ctx.kept, owners, *tangents, donate=donate)
         else:
-            results = runner.backward(*saved, *tangents)
+            results = runner.backward(*ctx.saved_tensors, *tangents)
         out = [None] * (1 + ctx.num_inputs)
         for grad, i in zip(results, runner.grad_of):
             out[1 + i] = grad

@@ -211,13 +211,21 @@ class Compiled:
         one is copied first, so it keeps the value it had."""
         inputs, device, tensors = self._marshal(tensors)
         raw, _ = self._execute(inputs, device, capture=False)
-        return [self._tensor(r, tensors) for r in raw[:keep_from]], Kept(raw[keep_from:], tensors, device, written)
+        returned = {id(r[3]) for r in raw[:keep_from] if r[3] is not None}
+        kept = Kept(raw[keep_from:], tensors, device, written, returned)
+        return [self._tensor(r, tensors) for r in raw[:keep_from]], kept
 
-    def run_after(self, kept: "Kept", owners, *tensors) -> list[torch.Tensor]:
+    def run_after(self, kept: "Kept", owners: list, *tensors, donate: bool = False) -> list[torch.Tensor]:
         """A call whose first inputs are `kept`'s values (`owners`: kept.owners, alive), then
-        `tensors`."""
+        `tensors`. `donate`: the caller gives up the memory of the kept values no one else
+        holds (a backward whose graph is not retained): the run may write over them
+        (PlanBuffer::reuses), and frees those it took after their last use — provided
+        `owners` is the only reference to them left."""
         inputs, device, tensors = self._marshal(tensors)
-        raw, _ = self._execute(kept.inputs + inputs, device, capture=False)
+        donated = kept.donations(owners) if donate else None
+        raw, _ = self._execute(kept.inputs + inputs, device, capture=False, donated=donated)
+        if donated is not None:
+            kept.take_back(owners, donated)
         every = _KeptThenTensors(kept, owners, tensors)
         return [self._tensor(r, every) for r in raw]
 
@@ -234,7 +242,7 @@ class Compiled:
             inputs.append((dtype_name(t.dtype), t.shape, t.stride(), t.data_ptr(), where))
         return inputs, device, tensors
 
-    def _execute(self, inputs, device, capture: bool):
+    def _execute(self, inputs, device, capture: bool, donated=None):
         """The artifact's raw outputs of a run on `inputs` (see kiln._kiln.ir.Artifact.run)."""
         status = None
         if self.target.startswith("cuda"):
@@ -247,11 +255,12 @@ class Compiled:
             if capture:
                 raw, status = self._artifact.capture(inputs, allocate, device, stream)
             else:
-                raw = self._artifact.run(inputs, allocate, device, stream)
+                raw = self._artifact.run(inputs, allocate, device, stream, donated)
         elif capture:
             raise ValueError("kiln: only a CUDA artifact is captured into a CUDA graph")
         else:
-            raw = self._artifact.run(inputs, lambda nbytes: torch.empty(nbytes, dtype=torch.uint8))
+            raw = self._artifact.run(inputs, lambda nbytes: torch.empty(nbytes, dtype=torch.uint8), 0, 0,
+                                     donated)
         return raw, status
 
     def _cuda_inputs(self, tensors) -> tuple:
@@ -298,11 +307,14 @@ class Kept:
     whoever keeps a Kept keeps its owners alive (kiln's training forward saves them for
     autograd, which frees them after the backward and checks that no input changed)."""
 
-    __slots__ = ("inputs", "owners", "_entries")
+    __slots__ = ("inputs", "owners", "_entries", "_uses", "_returned")
 
-    def __init__(self, raw, call_inputs, device, written=frozenset()):
+    def __init__(self, raw, call_inputs, device, written=frozenset(), returned=frozenset()):
+        """`returned`: ids of the allocations the call's own outputs view (never donated)."""
         self.inputs, self.owners, self._entries = [], [], []
         owner_index: dict[int, int] = {}
+        self._uses: list[int] = []  # per owner: how many kept values it holds
+        self._returned: set[int] = set()  # owners the call's outputs view too
         where = -1 if device is None else device
         changed = {storage_address(call_inputs[i]) for i in written}
 
@@ -310,6 +322,10 @@ class Kept:
             if id(t) not in owner_index:
                 owner_index[id(t)] = len(self.owners)
                 self.owners.append(t)
+                self._uses.append(0)
+                if id(t) in returned:
+                    self._returned.add(owner_index[id(t)])
+            self._uses[owner_index[id(t)]] += 1
             return owner_index[id(t)]
 
         for r in raw:
@@ -348,6 +364,26 @@ class Kept:
         output viewing the owner, or (dtype, sizes, strides, element offset) of its bytes."""
         self.inputs.append(entry)
         self._entries.append((owner, how))
+
+    def donations(self, owners: list) -> list:
+        """Per kept value: the allocation it alone is, moved out of `owners` (a run may take
+        it over), or None (memory of an input, shared with another kept value or with the
+        call's outputs)."""
+        donated = []
+        for owner, how in self._entries:
+            alone = how is not None and len(how) == 4 and self._uses[owner] == 1
+            if alone and owner not in self._returned and owners[owner] is not None:
+                donated.append(owners[owner])
+                owners[owner] = None
+            else:
+                donated.append(None)
+        return donated
+
+    def take_back(self, owners: list, donated: list) -> None:
+        """What a run did not take of donations(owners), back into `owners`."""
+        for (owner, _), t in zip(self._entries, donated):
+            if t is not None:
+                owners[owner] = t
 
     def tensor(self, k: int, owners) -> torch.Tensor:
         """Kept value k as a torch tensor (a view of its owner; `owners`: self.owners)."""

@@ -487,25 +487,33 @@ public:
   using Inputs =
       std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>, uintptr_t, int>>;
 
-  py::list run(const Inputs& inputs, py::function allocate, int device, uintptr_t stream) {
-    return runAndCapture(inputs, std::move(allocate), device, stream)[0];
+  // `donated`: None, or a list whose item k, where not None, is the allocation
+  // (a uint8 tensor starting at input k's data) the caller gives up for this run:
+  // a buffer the plan lets reuse input k's memory takes it (PlanBuffer::reuses).
+  // The run holds the items meanwhile (the list's become None); those it took
+  // not are put back after it.
+  py::list run(const Inputs& inputs, py::function allocate, int device, uintptr_t stream,
+               py::object donated) {
+    return runAndCapture(inputs, std::move(allocate), device, stream, std::move(donated))[0];
   }
 
   // As run, on a stream that captures a CUDA graph (torch.cuda.graph, relaxed mode):
   // (outputs, a ReplayStatus to tell before and after each replay, or None when no kernel
   // may fail).
   py::tuple runAndCapture(const Inputs& inputs, py::function allocate, int device,
-                          uintptr_t stream) {
+                          uintptr_t stream, py::object donated = py::none()) {
     checkDevices(inputs, device);
     std::vector<runtime::Tensor> tensors;
     for (const auto& [dtype, sizes, strides, address, where] : inputs)
       tensors.push_back({parseDType(py::str(dtype)), reinterpret_cast<void*>(address), sizes, strides});
     PyAllocator allocator(std::move(allocate));
+    if (!donated.is_none()) allocator.take(donated.cast<py::list>());
     runtime::RunResult result;
     {
       py::gil_scoped_release nogil;
       result = loaded_->run(tensors, allocator, {device, reinterpret_cast<void*>(stream)});
     }
+    if (!donated.is_none()) allocator.giveBack(donated.cast<py::list>());
     const std::vector<runtime::View>& views = loaded_->artifact().plan.outputs;
     py::list out;
     for (size_t k = 0; k < result.outputs.size(); ++k) {
@@ -585,6 +593,7 @@ private:
     ~PyAllocator() override {
       py::gil_scoped_acquire gil;
       owners_.clear();
+      donated_.clear();
     }
     void* allocate(size_t bytes) override {
       py::gil_scoped_acquire gil;
@@ -596,6 +605,30 @@ private:
     void release(void* data) override {
       py::gil_scoped_acquire gil;
       owners_.erase(static_cast<std::byte*>(data));
+    }
+    // The caller's donations (see run), held here while the run may take them.
+    void take(py::list donated) {
+      for (size_t k = 0; k < donated.size(); ++k) {
+        donated_.push_back(donated[k]);
+        donated[k] = py::none();
+      }
+    }
+    void giveBack(py::list donated) {
+      for (size_t k = 0; k < donated_.size() && k < donated.size(); ++k)
+        donated[k] = std::move(donated_[k]);
+      donated_.clear();
+    }
+    bool adopt(int32_t input, void* data, size_t bytes) override {
+      py::gil_scoped_acquire gil;
+      if (input < 0 || static_cast<size_t>(input) >= donated_.size() || donated_[input].is_none())
+        return false;
+      py::object owner = donated_[input];
+      auto start = owner.attr("data_ptr")().cast<uintptr_t>();
+      auto size = owner.attr("numel")().cast<size_t>(); // a uint8 tensor: its bytes
+      if (start != reinterpret_cast<uintptr_t>(data) || size < bytes) return false;
+      owners_.insert_or_assign(static_cast<std::byte*>(data), Owner{size, std::move(owner)});
+      donated_[input] = py::none();
+      return true;
     }
     // The allocated object holding `data`, and the byte offset in it; None if not ours.
     // Just past an allocation's end only for an empty view, and only where no
@@ -619,6 +652,7 @@ private:
     };
     py::function make_;
     std::map<std::byte*, Owner> owners_; // by their first byte
+    std::vector<py::object> donated_;    // per input: memory the caller gave up, or None
   };
 
   std::shared_ptr<runtime::LoadedArtifact> loaded_;
@@ -656,9 +690,9 @@ void bindIr(py::module_& parent) {
           "After queueing a replay: queues its check.");
   py::class_<PyArtifact>(m, "Artifact", "A compiled graph loaded in this process.")
       .def("capture", &PyArtifact::runAndCapture, py::arg("inputs"), py::arg("allocate"),
-           py::arg("device"), py::arg("stream"))
+           py::arg("device"), py::arg("stream"), py::arg("donated") = py::none())
       .def("run", &PyArtifact::run, py::arg("inputs"), py::arg("allocate"), py::arg("device") = 0,
-           py::arg("stream") = 0,
+           py::arg("stream") = 0, py::arg("donated") = py::none(),
            "Runs on (dtype, sizes, strides, address, device) inputs; use kiln.ir.compile instead.")
       .def_property_readonly("target", &PyArtifact::target)
       .def_property_readonly("explain", &PyArtifact::explain)

@@ -119,5 +119,58 @@ TEST(Artifact, ReductionsReadInTheirKernelOnlyAreNeverStored) {
   EXPECT_EQ(a.plan.steps[0].writes[0], a.plan.outputs.at(0).buffer);
 }
 
+// A kernel that is an input's last reader, reading it only where it writes a
+// buffer of the input's layout, may write that buffer over the input's memory
+// when the caller gives the input up (a training backward's grad over a saved
+// value): the plan says so (and keeps saying so through the wire), the kernel
+// reads that input without __restrict__. An input read at other elements too
+// (t + t^T) or by a later step is not offered; a plan reusing a non-input is
+// malformed.
+TEST(Artifact, AKernelMayWriteOverAnInputItReadsLast) {
+  sym::SymbolTable table;
+  ir::Graph graph(table);
+  auto meta = [&](int64_t rows, int64_t cols) {
+    return ir::Value(ir::TensorMeta::contiguous(DType::BFloat16, {table.integer(rows), table.integer(cols)}, table));
+  };
+  ir::ValueId s = graph.placeholder("s", meta(64, 32));
+  ir::ValueId t = graph.placeholder("t", meta(32, 32));
+  ir::ValueId w = graph.placeholder("w", meta(32, 16));
+  ir::ValueId y = graph.call("add", {graph.call("mul", {s}, {{"other", 2.0}})}, {{"other", 1.0}});
+  ir::ValueId z = graph.call(
+      "add", {t, graph.call("transpose", {t}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}})});
+  graph.setOutputs({graph.call("matmul", {y, w}), graph.call("matmul", {z, w})});
+  runtime::Artifact a = compileArtifact(graph, "cuda:sm_90", tempDir());
+  auto inputBuffer = [&](int32_t input) {
+    for (size_t k = 0; k < a.plan.buffers.size(); ++k)
+      if (a.plan.buffers[k].input == input) return static_cast<int32_t>(k);
+    return -1;
+  };
+  auto takers = [&](const runtime::Plan& plan, int32_t buffer) {
+    int n = 0;
+    for (const runtime::PlanBuffer& b : plan.buffers) n += b.reuses == buffer;
+    return n;
+  };
+  int32_t sb = inputBuffer(0), tb = inputBuffer(1), wb = inputBuffer(2);
+  EXPECT_EQ(takers(a.plan, sb), 1) << a.explain;
+  EXPECT_EQ(takers(a.plan, tb), 0) << a.explain; // read transposed too
+  EXPECT_EQ(takers(a.plan, wb), 0) << a.explain; // read by the products
+  std::string sPointer = "const kiln_bf16* kiln_b" + std::to_string(sb) + ",";
+  std::string tPointer = "const kiln_bf16* __restrict__ kiln_b" + std::to_string(tb);
+  EXPECT_NE(a.source.find(sPointer), std::string::npos) << a.source;
+  EXPECT_NE(a.source.find(tPointer), std::string::npos) << a.source;
+
+  sym::SymbolTable again;
+  runtime::Artifact back = runtime::fromBytes(runtime::toBytes(a), again);
+  EXPECT_EQ(takers(back.plan, sb), 1);
+  for (runtime::PlanBuffer& b : a.plan.buffers)
+    if (b.reuses == sb) b.reuses = static_cast<int32_t>(a.plan.buffers.size() - 1); // no input
+  try {
+    runtime::fromBytes(runtime::toBytes(a), again);
+    ADD_FAILURE() << "a plan reusing a buffer that is no input loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Malformed) << e.message();
+  }
+}
+
 } // namespace
 } // namespace kiln::codegen

@@ -391,6 +391,45 @@ def test_a_vocabulary_head_is_padded_before_the_partition(stack):
 
 
 @needs_gpu
+def test_a_backward_writes_the_logits_grad_over_the_saved_logits(stack):
+    # Not retained, the graph's saved values are given to the backward: the kernel writing
+    # the (padded) logits' grad takes the saved logits' memory, so the backward holds one
+    # logits-sized buffer, not two. Retained, nothing is given: a second backward reads them.
+    torch.manual_seed(0)
+
+    def fn(x, w, targets):
+        return F.cross_entropy(F.linear(x, w).float(), targets)
+
+    rows, vocab = 4096, 8191  # logits padded to 8192 a row: 64 MiB of bf16
+    x = torch.randn(rows, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = (torch.randn(vocab, 256, device="cuda") * 0.05).to(torch.bfloat16).requires_grad_()
+    targets = torch.randint(0, vocab, (rows,), device="cuda")
+    fast = kiln.compile(fn, stack=stack)
+
+    def backward(retain: bool):
+        loss = fast(x, w, targets)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        loss.backward(retain_graph=retain)
+        torch.cuda.synchronize()
+        grads = (x.grad.clone(), w.grad.clone())
+        x.grad = w.grad = None
+        return torch.cuda.max_memory_allocated() - before, grads, loss
+
+    backward(False)  # compiles; the allocator's pools settle
+    given, grads, _ = backward(False)
+    kept, kept_grads, loss = backward(True)
+    assert not fast.fallback_reasons, fast.fallback_reasons
+    logits = rows * 8192 * 2
+    assert given <= kept - logits // 2, (given, kept)
+    for mine, retained in zip(grads, kept_grads):
+        torch.testing.assert_close(mine, retained, rtol=0, atol=0)
+    loss.backward()  # the retained graph's saved logits are intact
+    torch.testing.assert_close(x.grad, kept_grads[0], rtol=0, atol=0)
+
+
+@needs_gpu
 def test_grads_through_a_padded_vocabulary_head_match_eager(stack):
     torch.manual_seed(0)
 

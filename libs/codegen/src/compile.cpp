@@ -135,8 +135,8 @@ runtime::Artifact compileArtifact(const ir::Graph& graph, const std::string& tar
   artifact.explain = explain(schedule, program);
   if (parsed.cuda) {
     CudaSource source = emitCuda(program, schedule);
-    artifact.plan =
-        buildPlan(graph, program, schedule, {source.kernels, source.symbols, source.launches});
+    artifact.plan = buildPlan(graph, program, schedule,
+                              {source.kernels, source.symbols, source.launches, source.inPlace});
     artifact.source = source.code;
     if (!source.kernels.empty()) artifact.library = compileCuda(source.code, parsed.arch);
     return artifact;

@@ -67,7 +67,89 @@ void checkOutputsInBounds(const Program& program) {
   }
 }
 
+// Whether every load of `input` in `s` is a direct load at `at`.
+bool loadsOnlyAt(const Scalar& s, BufferId input, sym::Expr at) {
+  if (s->kind == ScalarKind::Load && s->buffer == input &&
+      (!s->indirect.empty() || s->index != at))
+    return false;
+  for (const Scalar& a : s->args)
+    if (!loadsOnlyAt(a, input, at)) return false;
+  return true;
+}
+
+bool loads(const Scalar& s, BufferId input) {
+  bool found = false;
+  forEachLoad(s, [&](BufferId b) { found = found || b == input; });
+  return found;
+}
+
+bool denseAtZero(const ir::TensorMeta& m) {
+  return m.storageOffset.asInteger() == 0 && m.isContiguous();
+}
+
+// Whether `input` lies inside `written`'s elements at the same positions: both
+// start at 0 with the same strides, each of input's sizes within written's
+// (the saved logits [rows, V] of a product padded to [rows, V + 7], and the
+// padded grad written over them).
+bool within(const ir::TensorMeta& input, const ir::TensorMeta& written) {
+  if (input.dtype != written.dtype || input.dim() != written.dim() ||
+      input.storageOffset.asInteger() != 0 || input.strides != written.strides)
+    return false;
+  for (size_t d = 0; d < input.dim(); ++d) {
+    std::optional<int64_t> in = input.sizes[d].asInteger(), out = written.sizes[d].asInteger();
+    if (input.sizes[d] != written.sizes[d] && !(in && out && *in <= *out)) return false;
+  }
+  return true;
+}
+
+std::vector<size_t> lastUses(const Program& program, const Schedule& schedule) {
+  std::vector<size_t> lastUse(program.buffers.size(), 0);
+  for (size_t k = 0; k < schedule.steps.size(); ++k)
+    for (BufferId id : touched(program, schedule, schedule.steps[k])) lastUse[id] = k;
+  return lastUse;
+}
+
 } // namespace
+
+std::map<BufferId, BufferId> inPlaceCandidates(const Program& program, const Schedule& schedule) {
+  std::set<BufferId> fixed; // outputs and mutations' memory: never taken, never given
+  for (const Output& o : program.outputs)
+    if (o.symInt.isNull()) fixed.insert(o.buffer);
+  for (const Buffer& b : program.buffers)
+    if (b.aliasOf) fixed.insert(*b.aliasOf);
+  std::vector<size_t> lastUse = lastUses(program, schedule);
+  std::map<BufferId, BufferId> out;
+  std::set<BufferId> given;
+  for (size_t k = 0; k < schedule.steps.size(); ++k) {
+    const Step& step = schedule.steps[k];
+    if (step.kind != Step::RunKernel) continue;
+    const Kernel& kernel = schedule.kernels[step.kernel];
+    for (BufferId id = 0; id < program.buffers.size(); ++id) {
+      const Buffer& input = program.buffers[id];
+      if (input.kind != BufferKind::Input || fixed.count(id) || given.count(id) || lastUse[id] != k)
+        continue;
+      std::optional<BufferId> writer; // the one member reading the input: it takes its memory
+      bool ok = true;
+      for (BufferId m : kernel.buffers) {
+        const Loops& l = program.buffers[m].loops;
+        if (!loads(l.body, id) && !(l.scatter && loads(l.scatter, id))) continue;
+        ok = ok && !writer;
+        writer = m;
+      }
+      if (!ok || !writer) continue;
+      const Buffer& b = program.buffers[*writer];
+      bool local = std::find(kernel.local.begin(), kernel.local.end(), *writer) != kernel.local.end();
+      if (local || b.kind != BufferKind::Computed || b.aliasOf || fixed.count(*writer) ||
+          out.count(*writer) || b.loops.reduce != ReduceOp::None || b.loops.scatter ||
+          !denseAtZero(b.layout) || !within(input.layout, b.layout) ||
+          !loadsOnlyAt(b.loops.body, id, storeIndex(b)))
+        continue;
+      out.emplace(*writer, id);
+      given.insert(id);
+    }
+  }
+  return out;
+}
 
 runtime::Plan buildPlan(const ir::Graph& graph, const Program& program, const Schedule& schedule,
                         const KernelSet& kernels) {
@@ -91,9 +173,9 @@ runtime::Plan buildPlan(const ir::Graph& graph, const Program& program, const Sc
     if (program.buffers[id].aliasOf) kept.insert(id); // its root's memory
   for (const Output& o : program.outputs)
     if (o.symInt.isNull()) kept.insert(o.buffer);
-  std::vector<size_t> lastUse(program.buffers.size(), 0);
-  for (size_t k = 0; k < schedule.steps.size(); ++k)
-    for (BufferId id : touched(program, schedule, schedule.steps[k])) lastUse[id] = k;
+  std::vector<size_t> lastUse = lastUses(program, schedule);
+  for (auto [written, input] : kernels.inPlace)
+    plan.buffers[written].reuses = static_cast<int32_t>(input);
 
   for (size_t k = 0; k < schedule.steps.size(); ++k) {
     const Step& s = schedule.steps[k];

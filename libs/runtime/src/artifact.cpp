@@ -101,6 +101,7 @@ void writePlan(const Plan& plan, schema::Plan::Builder out) {
     ir::writeMeta(plan.buffers[i].layout, buffers[i].initLayout());
     buffers[i].setInput(plan.buffers[i].input);
     buffers[i].setAliasOf(plan.buffers[i].aliasOf);
+    buffers[i].setReuses(plan.buffers[i].reuses);
   }
   auto kernels = out.initKernels(static_cast<unsigned>(plan.kernels.size()));
   for (unsigned i = 0; i < plan.kernels.size(); ++i) kernels.set(i, plan.kernels[i]);
@@ -158,14 +159,20 @@ Plan readPlan(schema::Plan::Reader in, sym::SymbolTable& table) {
     int32_t input = b.getInput();
     if (input < -1 || input >= static_cast<int32_t>(plan.inputs.size()))
       malformed("a buffer of input " + std::to_string(input));
-    plan.buffers.push_back(
-        {b.getName(), ir::readMeta(b.getLayout(), table), input, b.getAliasOf()});
+    plan.buffers.push_back({b.getName(), ir::readMeta(b.getLayout(), table), input,
+                            b.getAliasOf(), b.getReuses()});
   }
   size_t count = plan.buffers.size();
   for (size_t k = 0; k < count; ++k) {
     int32_t alias = plan.buffers[k].aliasOf;
     if (alias < -1 || alias >= static_cast<int32_t>(k)) // an earlier buffer, so no cycles
       malformed("buffer " + std::to_string(k) + " aliases buffer " + std::to_string(alias));
+    int32_t reuses = plan.buffers[k].reuses;
+    if (reuses < -1 || reuses >= static_cast<int32_t>(count) ||
+        (reuses >= 0 && (plan.buffers[reuses].input < 0 || plan.buffers[k].input >= 0 ||
+                         plan.buffers[k].aliasOf >= 0)))
+      malformed("buffer " + std::to_string(k) + " reuses buffer " + std::to_string(reuses) +
+                ", which is no input buffer");
   }
   auto buffer = [&](uint32_t id) {
     if (id >= count) malformed("buffer " + std::to_string(id) + " of " + std::to_string(count));

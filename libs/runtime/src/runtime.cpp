@@ -75,8 +75,12 @@ public:
     } else if (auto d = demand_.find(bytes); d != demand_.end() && --d->second == 0) {
       demand_.erase(d);
     }
-    // Buffer reuse: an intermediate freed earlier in this run, of the same size.
-    if (auto reuse = pool_.find(bytes); reuse != pool_.end()) {
+    int32_t given = plan_.buffers[id].reuses; // an input the caller may have given up
+    if (given >= 0 && data_[given] &&
+        allocator_.adopt(plan_.buffers[given].input, data_[given], bytes)) {
+      data_[id] = data_[given];
+    } else if (auto reuse = pool_.find(bytes); reuse != pool_.end()) {
+      // Buffer reuse: an intermediate freed earlier in this run, of the same size.
       data_[id] = reuse->second;
       pool_.erase(reuse);
     } else {

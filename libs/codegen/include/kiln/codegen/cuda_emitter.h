@@ -21,6 +21,7 @@
 // function kernel n launches, and NVRTC compiles each function once.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@ struct CudaSource {
   std::vector<std::string> kernels;      // the function each schedule kernel launches, by index
   std::vector<sym::Expr> symbols;        // the size symbols the kernels read, in slot order
   std::vector<runtime::Launch> launches; // one per kernel
+  std::map<BufferId, BufferId> inPlace;  // KernelSet::inPlace
 };
 
 CudaSource emitCuda(const Program& program, const Schedule& schedule);

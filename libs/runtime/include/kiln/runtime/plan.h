@@ -31,6 +31,11 @@ struct PlanBuffer {
   ir::TensorMeta layout;
   int32_t input = -1;   // which graph input it is, or -1: allocated by the plan
   int32_t aliasOf = -1; // >= 0: it is that buffer's memory (a mutation writes it)
+  // >= 0: an input buffer whose memory it may take, when the run's caller gave
+  // that input up (Allocator::adopt): the step that writes this buffer is the
+  // input's last reader and reads it only where it writes, each element before
+  // it writes it (a training backward writing a grad over a saved value).
+  int32_t reuses = -1;
 };
 
 // One step of the plan. Three extern ops the runtime runs itself (the IR's

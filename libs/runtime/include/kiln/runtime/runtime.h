@@ -31,6 +31,10 @@ public:
   virtual ~Allocator() = default;
   virtual void* allocate(size_t bytes) = 0; // aligned to 64 bytes; Error{ResourceExhausted}
   virtual void release(void* data) = 0;
+  // Whether the run may take graph input `input`'s memory (`data`, at least
+  // `bytes` of it) as an allocation of its own (PlanBuffer::reuses): only when
+  // the caller gave that input up for this run; release(data) frees it then.
+  virtual bool adopt(int32_t /*input*/, void* /*data*/, size_t /*bytes*/) { return false; }
 };
 
 // Memory from the C++ heap; what it gives stays until released.
