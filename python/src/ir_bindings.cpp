@@ -490,8 +490,8 @@ public:
   // `donated`: None, or a list whose item k, where not None, is the allocation
   // (a uint8 tensor starting at input k's data) the caller gives up for this run:
   // a buffer the plan lets reuse input k's memory takes it (PlanBuffer::reuses).
-  // The run holds the items meanwhile (the list's become None); those it took
-  // not are put back after it.
+  // The run holds the items meanwhile (the list's become None) and puts back
+  // after it those it did not take.
   py::list run(const Inputs& inputs, py::function allocate, int device, uintptr_t stream,
                py::object donated) {
     return runAndCapture(inputs, std::move(allocate), device, stream, std::move(donated))[0];
