@@ -23,6 +23,7 @@ copy of the same bytes measured in the same run. Workloads (issue 7's list):
 Ratios > 1 mean kiln is faster. Writes bench/results/gpu-<kind>-<date>.json.
 """
 import argparse
+import math
 import os
 import statistics
 import time
@@ -35,8 +36,12 @@ F = torch.nn.functional
 
 
 def cuda_time(fn, iters: int) -> float:
-    """Seconds per call of `fn`, from CUDA events around `iters` calls."""
+    """Seconds per call of `fn`, from CUDA events around `iters` calls. The first event is
+    queued behind one call already queued, so the timed calls find the GPU busy: the host's
+    time to reach the first launch (tens of µs through Python) is not counted, only the
+    steady rate — the GPU's, or the host's where it is the slower."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    fn()
     start.record()
     for _ in range(iters):
         fn()
@@ -45,12 +50,15 @@ def cuda_time(fn, iters: int) -> float:
     return start.elapsed_time(end) / 1e3 / iters
 
 
-def compare(fns: dict, iters: int, blocks: int = 5) -> dict:
-    """Median seconds per call of each function, timed in alternating blocks."""
+def compare(fns: dict, iters: int, blocks: int = 5, block_s: float = 0.005) -> dict:
+    """Median seconds per call of each function, timed in alternating blocks of at least
+    `iters` calls and at least `block_s` of the slowest function's time."""
     for fn in fns.values():  # warm up: autotuning, lazy loads, allocator pools
         for _ in range(3):
             fn()
     torch.cuda.synchronize()
+    slowest = max(cuda_time(fn, 3) for fn in fns.values())
+    iters = max(iters, math.ceil(block_s / max(slowest, 1e-9)))
     times = {name: [] for name in fns}
     for _ in range(blocks):
         for name, fn in fns.items():
