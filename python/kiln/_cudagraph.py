@@ -31,6 +31,8 @@ from typing import Callable
 
 import torch
 
+from kiln.ir import storage_address
+
 GRAPHS_PER_ENTRY = 8
 WARM_LAYOUTS = 64  # layouts remembered as run once (inputs in place at changing addresses)
 
@@ -144,25 +146,25 @@ class _Captured:
         with torch.cuda.graph(self.graph, capture_error_mode="relaxed"):
             self.outputs, self.status = compiled.capture(*arguments)
         self.cloned = len(self.outputs) if cloned is None else cloned
-        copied = {_storage(s) for s in self.static if s is not None}
-        read_in_place = {_storage(t): k for k, (t, keep) in enumerate(zip(inputs, kept))
+        copied = {storage_address(s) for s in self.static if s is not None}
+        read_in_place = {storage_address(t): k for k, (t, keep) in enumerate(zip(inputs, kept))
                          if keep and isinstance(t, torch.Tensor)}
         del arguments
-        if any(o.is_cuda and _storage(o) in copied for o in self.outputs[:self.cloned]):
+        if any(o.is_cuda and storage_address(o) in copied for o in self.outputs[:self.cloned]):
             raise ValueError("an output views an input")
         # An output viewing an input read in place is made again from the call's input (holding
         # it would hold that input: a backward's graph, its forward's saved values).
         self._views = {}  # output -> (input, its view's sizes, strides, storage offset)
         for j, o in enumerate(self.outputs):
-            if o.is_cuda and _storage(o) in read_in_place:
-                self._views[j] = (read_in_place[_storage(o)], tuple(o.shape), o.stride(), o.storage_offset())
+            if o.is_cuda and storage_address(o) in read_in_place:
+                self._views[j] = (read_in_place[storage_address(o)], tuple(o.shape), o.stride(), o.storage_offset())
                 self.outputs[j] = None
         # The aliased outputs' memory (the graph's, or its copies of inputs), whose reference
         # counts say whether an alias handed out earlier is alive.
         watched = {}
         for o in self.outputs[self.cloned:]:
             if o is not None and o.is_cuda:
-                watched.setdefault(_storage(o), o.untyped_storage())
+                watched.setdefault(storage_address(o), o.untyped_storage())
         self._watched = list(watched.values())
         self._baseline = [self._uses(s) for s in self._watched]
 
@@ -196,6 +198,3 @@ class _Captured:
         k, sizes, strides, offset = self._views[j]
         return inputs[k].as_strided(sizes, strides, offset)
 
-
-def _storage(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()

@@ -332,21 +332,22 @@ class Kept:
             name, sizes, strides, base, offset, value, input = r
             if value is not None:  # a symbolic int: a 0-d int64 host tensor, as a run takes one
                 t = torch.tensor(value, dtype=torch.int64)
-                self._add(("int64", (), (), t.data_ptr(), -1), own(t), None)
+                self._add(("int64", (), (), t.data_ptr(), -1), own(t), "whole", None)
             elif base is not None:  # memory of the run: base's bytes from `offset` elements on
                 address = base.data_ptr() + offset * _element_size(name)
                 # (no reference to base but the owners': autograd decides when it is freed)
-                self._add((name, sizes, strides, address, where), own(base), (name, sizes, strides, offset))
+                self._add((name, sizes, strides, address, where), own(base), "bytes", offset)
             else:  # a view of a call input (`offset` is its address): that input is the owner
                 owner = Kept._viewed_input(r, call_inputs)
                 if owner is None or storage_address(owner) in changed:
                     # the caller writes that input: keep the value it has now
                     view = Compiled._tensor(r, call_inputs).clone()
                     self._add((name, view.shape, view.stride(), view.data_ptr(), view.get_device()),
-                              own(view), None)
+                              own(view), "whole", None)
                 else:
-                    self._add((name, sizes, strides, offset, owner.get_device()), own(owner),
-                              r[:6] + (None,))  # base is None: no reference to memory
+                    # (base is None: the raw output holds no memory)
+                    self._add((name, sizes, strides, offset, owner.get_device()), own(owner), "view",
+                              r[:6] + (None,))
 
     @staticmethod
     def _viewed_input(raw, call_inputs):
@@ -359,19 +360,20 @@ class Kept:
         return next((t for t in call_inputs
                      if t.dtype == dtype and storage_address(t) == storage_address(view)), None)
 
-    def _add(self, entry, owner: int, how) -> None:
-        """`how` the value is made a tensor of its owner: None (the owner itself), a raw
-        output viewing the owner, or (dtype, sizes, strides, element offset) of its bytes."""
+    def _add(self, entry, owner: int, kind: str, detail) -> None:
+        """How the value is made a tensor of its owner, by `kind`: "whole" (the owner
+        itself), "view" (`detail`: the raw output viewing that input) or "bytes" (`detail`:
+        the element offset in the run's allocation; dtype, sizes and strides are the entry's)."""
         self.inputs.append(entry)
-        self._entries.append((owner, how))
+        self._entries.append((owner, kind, detail))
 
     def donations(self, owners: list) -> list:
         """Per kept value: the allocation it alone is, moved out of `owners` (a run may take
         it over), or None (memory of an input, shared with another kept value or with the
         call's outputs)."""
         donated = []
-        for owner, how in self._entries:
-            alone = how is not None and len(how) == 4 and self._uses[owner] == 1
+        for owner, kind, _ in self._entries:
+            alone = kind == "bytes" and self._uses[owner] == 1
             if alone and owner not in self._returned and owners[owner] is not None:
                 donated.append(owners[owner])
                 owners[owner] = None
@@ -381,19 +383,19 @@ class Kept:
 
     def take_back(self, owners: list, donated: list) -> None:
         """What a run did not take of donations(owners), back into `owners`."""
-        for (owner, _), t in zip(self._entries, donated):
+        for (owner, _, _), t in zip(self._entries, donated):
             if t is not None:
                 owners[owner] = t
 
     def tensor(self, k: int, owners) -> torch.Tensor:
         """Kept value k as a torch tensor (a view of its owner; `owners`: self.owners)."""
-        owner, how = self._entries[k]
-        if how is None:
+        owner, kind, detail = self._entries[k]
+        if kind == "whole":
             return owners[owner]
-        if len(how) == 7:  # a raw output viewing the call input `owner`
-            return Compiled._tensor(how, [owners[owner]])
-        name, sizes, strides, offset = how  # bytes of the run: the owner is their allocation
-        return owners[owner].view(torch_dtype(name)).as_strided(sizes, strides, offset)
+        if kind == "view":
+            return Compiled._tensor(detail, [owners[owner]])
+        name, sizes, strides, _, _ = self.inputs[k]
+        return owners[owner].view(torch_dtype(name)).as_strided(sizes, strides, detail)
 
 
 class _KeptThenTensors:

@@ -51,6 +51,13 @@ struct Lower : ::testing::Test {
   ValueId input(const char* name, DType dtype, ir::Shape sizes) {
     return graph.placeholder(name, ir::Value(TensorMeta::contiguous(dtype, sizes, table)));
   }
+  // Inputs of one dtype and shape, named in order (attention's operands).
+  std::vector<ValueId> inputs(std::initializer_list<const char*> names, DType dtype,
+                              const ir::Shape& sizes) {
+    std::vector<ValueId> out;
+    for (const char* name : names) out.push_back(input(name, dtype, sizes));
+    return out;
+  }
   HostTensor random(DType dtype, std::vector<int64_t> sizes, double lo = -2, double hi = 2) {
     int64_t n = 1;
     for (int64_t s : sizes) n *= s;
@@ -1056,10 +1063,8 @@ TEST_F(Lower, RowKernelsCopyTheirLoopPerPath) {
 // results (cuDNN computes all three at once; kiln's kernels, after the rows'
 // delta, one each); a [dk, dv] of other attributes stays a call of its own.
 TEST_F(Lower, AttentionGradsOfTheSameOperandsAreOneCall) {
-  ir::Shape sizes = ints({2, 3, 40, 64});
-  ValueId g = input("g", DType::BFloat16, sizes), q = input("q", DType::BFloat16, sizes);
-  ValueId k = input("k", DType::BFloat16, sizes), v = input("v", DType::BFloat16, sizes);
-  ValueId out = input("out", DType::BFloat16, sizes);
+  std::vector<ValueId> in = inputs({"g", "q", "k", "v", "out"}, DType::BFloat16, ints({2, 3, 40, 64}));
+  ValueId g = in[0], q = in[1], k = in[2], v = in[3], out = in[4];
   ValueId lse = input("lse", DType::Float32, ints({2, 3, 40}));
   std::vector<Attr> causal = {{"is_causal", true}};
   graph.setOutputs({graph.call("attention_grad_query", {g, q, k, v, out, lse}, causal),
@@ -1087,9 +1092,8 @@ TEST_F(Lower, AttentionGradsOfTheSameOperandsAreOneCall) {
 // as a further result of its one call; an attention_lse of other attributes
 // stays a call of its own.
 TEST_F(Lower, AFlashForwardWritesTheLogsumexpOfItsOwnInputs) {
-  ir::Shape sizes = ints({2, 3, 40, 64});
-  ValueId q = input("q", DType::BFloat16, sizes), k = input("k", DType::BFloat16, sizes);
-  ValueId v = input("v", DType::BFloat16, sizes);
+  std::vector<ValueId> in = inputs({"q", "k", "v"}, DType::BFloat16, ints({2, 3, 40, 64}));
+  ValueId q = in[0], k = in[1], v = in[2];
   std::vector<Attr> causal = {{"is_causal", true}};
   ValueId lse = graph.call("attention_lse", {q, k, v}, causal);
   graph.setOutputs({graph.call("scaled_dot_product_attention", {q, k, v}, causal), lse,

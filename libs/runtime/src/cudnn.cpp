@@ -2,44 +2,32 @@
 
 #include <cstdlib>
 
-#include "kiln/common/error.h"
 #include "dynamic_library.h"
+#include "kiln/common/error.h"
 #include "per_device.h"
 
 namespace kiln::runtime::detail {
 namespace {
 
-struct Loaded {
-  Cudnn library;
-  bool ok = false;
-  std::string why;
-};
-
-const Loaded& loaded() {
-  static const Loaded once = [] {
-    Loaded out;
-    void* handle = openFirst({"libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9"}, out.why);
-    if (!handle) {
-      out.why = "no cuDNN: libcudnn.so.9 could not be loaded: " + out.why;
-      return out;
-    }
+// The first of cuDNN's functions `handle` lacks, or null (each one found filled in).
+const char* fill(void* handle, Cudnn& functions) {
 #define KILN_CUDNN_LOAD(name)                                                                      \
-  if (!loadSymbol(handle, #name, out.library.name)) {                                              \
-    out.why = "no cuDNN: libcudnn.so.9 lacks " #name;                                              \
-    return out;                                                                                    \
-  }
-    KILN_CUDNN_FUNCTIONS(KILN_CUDNN_LOAD)
+  if (!loadSymbol(handle, #name, functions.name)) return #name;
+  KILN_CUDNN_FUNCTIONS(KILN_CUDNN_LOAD)
 #undef KILN_CUDNN_LOAD
-    out.ok = true;
-    return out;
-  }();
+  return nullptr;
+}
+
+const LoadedLibrary<Cudnn>& loaded() {
+  static const LoadedLibrary<Cudnn> once =
+      loadLibrary<Cudnn>("cuDNN", {"libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9"}, fill);
   return once;
 }
 
 // Once a plan exists the library stays in use whatever KILN_CUDNN says now.
 const Cudnn& required() {
-  if (!loaded().ok) throw Error(ErrorCode::Unavailable, loaded().why);
-  return loaded().library;
+  if (!loaded().functions) throw Error(ErrorCode::Unavailable, loaded().why);
+  return *loaded().functions;
 }
 
 bool turnedOff() {
@@ -49,11 +37,13 @@ bool turnedOff() {
 
 } // namespace
 
-const Cudnn* cudnn() { return loaded().ok && !turnedOff() ? &loaded().library : nullptr; }
+const Cudnn* cudnn() {
+  return loaded().functions && !turnedOff() ? &*loaded().functions : nullptr;
+}
 
 const std::string& cudnnUnavailableWhy() {
   static const std::string off = "KILN_CUDNN=0 turns cuDNN off";
-  return loaded().ok ? off : loaded().why;
+  return loaded().functions ? off : loaded().why;
 }
 
 cudnnHandle_t cudnnHandle(int device) {
