@@ -901,8 +901,9 @@ TEST_F(Lower, ScatterAddIsAScatterLoopOfItsOwn) {
   Schedule s = schedule(p);
   EXPECT_NE(explain(s, p).find("scatter in order over [3]"), std::string::npos) << explain(s, p);
   for (const Kernel& k : s.kernels) // a scatter is a kernel of its own
-    for (BufferId id : k.buffers)
+    for (BufferId id : k.buffers) {
       if (p.buffers[id].loops.scatter) EXPECT_EQ(k.buffers.size(), 1u) << explain(s, p);
+    }
   // Other sizes of rows, and an index out of range: a typed error, from the evaluator and
   // from the kernel alike.
   std::vector<HostTensor> in = {random(DType::Float32, {9, 4}),
@@ -1022,6 +1023,54 @@ TEST_F(Lower, BiasAddsOfProductsBecomeAddmm) {
   Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
   EXPECT_EQ(countExternOp(cuda, "addmm"), 1u) << print(cuda);
   EXPECT_EQ(countExternOp(lower(graph, lowerOptions(parseTarget("cpu"))), "addmm"), 0u);
+}
+
+// A linear layer's bias grad (dy summed over its rows, autograd's sum before
+// the weight grad's product) is the epilogue of the product dy^T @ x on CUDA:
+// one cuBLASLt call of two results, no column-sum kernel reading dy again. A
+// sum read before its product, or of f32, stays a reduction of its own.
+TEST_F(Lower, ABiasGradIsTheEpilogueOfItsWeightGradsProduct) {
+  ValueId x = graph.call("reshape", {input("x", DType::BFloat16, ints({4, 16, 24}))},
+                         {{"size", ints({64, 24})}});
+  auto weightGrad = [&](ValueId dy) {
+    ValueId rows = graph.call("reshape", {dy}, {{"size", ints({64, 32})}});
+    return graph.call("mm", {transpose(rows, 0, 1), x});
+  };
+  auto biasGrad = [&](ValueId dy) {
+    return graph.call("sum", {dy}, {{"dim", std::vector<int64_t>{0, 1}}});
+  };
+  ValueId dy = input("dy", DType::BFloat16, ints({4, 16, 32}));
+  ValueId db = biasGrad(dy);
+  ValueId dw = weightGrad(dy);
+  ValueId held = input("held", DType::BFloat16, ints({4, 16, 32}));
+  ValueId heldSum = biasGrad(held);
+  ValueId doubled = scaled(heldSum, 2); // read before the product
+  ValueId heldW = weightGrad(held);
+  graph.setOutputs({dw, graph.call("to_dtype", {db}, {{"dtype", DType::Float32}}), heldW, doubled});
+  Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
+  std::string text = explain(schedule(cuda), cuda);
+  EXPECT_EQ(occurrences(text, "extern "), 2u) << text;
+  EXPECT_EQ(occurrences(text, "with epilogue bias_grad"), 1u) << text;
+  EXPECT_NE(text.find("= mm(dy, x) with epilogue bias_grad, and buf"), std::string::npos) << text;
+  const Buffer& call = cuda.buffers[cuda.outputs[0].buffer];
+  ASSERT_EQ(call.call.results.size(), 1u) << text;
+  EXPECT_EQ(cuda.buffers[call.call.results[0]].kind, BufferKind::ExternResult);
+  EXPECT_TRUE(cuda.buffers[cuda.outputs[2].buffer].call.results.empty()) << text;
+  // The held sum is reductions of its own; the paired one has none left.
+  auto sums = [](const Program& p) {
+    size_t n = 0;
+    for (const Buffer& b : p.buffers) n += b.kind == BufferKind::Computed && b.loops.reduce == ReduceOp::Sum;
+    return n;
+  };
+  LowerOptions apart = lowerOptions(parseTarget("cuda"));
+  apart.biasEpilogues = false;
+  Program unpaired = lower(graph, apart);
+  EXPECT_GE(sums(cuda), 1u) << text;
+  EXPECT_EQ(sums(unpaired), 2 * sums(cuda)) << explain(schedule(unpaired), unpaired);
+  EXPECT_EQ(countKind(lower(graph, lowerOptions(parseTarget("cpu"))), BufferKind::ExternResult), 0u);
+  expectSameValues({random(DType::BFloat16, {4, 16, 24}), random(DType::BFloat16, {4, 16, 32}),
+                    random(DType::BFloat16, {4, 16, 32})},
+                   5e-2); // the CPU's values, and the CUDA text compiles to cubin
 }
 
 // A row too long for registers (looped) whose extent is no multiple of a

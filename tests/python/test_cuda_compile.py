@@ -366,6 +366,52 @@ def test_a_cpu_tensor_with_dims_beside_cuda_ones_runs_eagerly(stack):
     assert any("n is a CPU tensor with dims" in r for r in fast.fallback_reasons), fast.fallback_reasons
 
 
+def _linear_layer(dtype="bfloat16"):
+    g = ir.Graph()
+    x = g.placeholder("x", dtype, [4, 256, 96], device="cuda:0", requires_grad=True)
+    w = g.placeholder("w", dtype, [80, 96], device="cuda:0", requires_grad=True)
+    b = g.placeholder("b", dtype, [80], device="cuda:0", requires_grad=True)
+    y = g.call("gelu", g.call("linear", x, w, b))
+    g.set_outputs([g.call("sum", g.call("to_dtype", y, "float32"))])
+    return g
+
+
+def test_a_linear_layers_bias_grad_is_its_weight_grads_epilogue(stack):
+    # The bias grad sums the rows the weight grad's product dy^T @ x reads: cuBLASLt's
+    # epilogue writes it, where a column sum of its own would read dy again.
+    for dtype in ("bfloat16", "float16"):
+        backward = stack.partition(_linear_layer(dtype), [True] * 3)["backward"]
+        bwd = ir.compile(backward, stack, "cuda").explain
+        assert re.search(r"extern buf\d+ = mm\([^)]*\) with epilogue bias_grad, and buf\d+\n", bwd), bwd
+        assert "sum of" not in bwd, bwd
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("rows,features", [((4, 256), (96, 80)), ((300,), (0, 24)), ((0,), (48, 40))],
+                         ids=["rows", "no-in-features", "no-rows"])
+def test_bias_grads_from_the_weight_grads_epilogue_match_eager(stack, dtype, rows, features):
+    # No in-features: the product is empty and the bias grad is summed by a product with
+    # ones (the epilogue's fallback); no rows: the sums are zeros.
+    torch.manual_seed(0)
+
+    def fn(x, w, b):
+        return F.gelu(F.linear(x, w, b)).float().square().sum()
+
+    x = torch.randn(*rows, features[0], device="cuda", dtype=dtype, requires_grad=True)
+    w = (torch.randn(features[1], features[0], device="cuda") * 0.1).to(dtype).requires_grad_()
+    b = torch.randn(features[1], device="cuda", dtype=dtype, requires_grad=True)
+    twins = [t.detach().clone().requires_grad_() for t in (x, w, b)]
+    fast = kiln.compile(fn, stack=stack)
+    fast(x, w, b).backward()
+    assert not fast.fallback_reasons, fast.fallback_reasons
+    assert "with epilogue bias_grad" in runner_of(fast).explain, runner_of(fast).explain
+    fn(*twins).backward()
+    for mine, theirs in zip((x, w, b), twins):
+        scale = max(theirs.grad.float().abs().max().item(), 1.0)
+        torch.testing.assert_close(mine.grad.float() / scale, theirs.grad.float() / scale, rtol=0, atol=2e-2)
+
+
 def _vocabulary_head(graph_device="cuda:0"):
     """A language model's last product: 1025 logits a row (no multiple of 8), large enough
     (2^30 multiply-adds) to be padded."""

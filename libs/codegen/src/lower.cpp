@@ -117,6 +117,7 @@ public:
     findWrittenStorage();
     findExternInputs();
     findAttentionPairs();
+    findBiasGradPairs();
     for (ValueId id = 0; id < graph_->size(); ++id) {
       const ir::Node& node = graph_->node(id);
       values_.push_back(node.kind == ir::NodeKind::Placeholder ? lowerPlaceholder(node, id)
@@ -214,6 +215,22 @@ private:
     if (!options_.flashAttention) return;
     pairUp("scaled_dot_product_attention", "attention_lse");
     pairUp("attention_grad_query", "attention_grad_key_value");
+  }
+
+  // A bias grad and the product of its weight grad, which sums the same rows
+  // (productSummingRows; biasGradsAfterProducts put the sum after it): one
+  // cuBLASLt call, the sum written by its epilogue, where a column sum of
+  // its own would read the grad again (GPT-2's fc1: [8192, 3072] bf16).
+  void findBiasGradPairs() {
+    if (!options_.biasEpilogues) return;
+    for (ValueId id = 0; id < graph_->size(); ++id) {
+      std::optional<ValueId> product = productSummingRows(*graph_, id);
+      if (!product || *product > id || resultOfCall_.count(*product) ||
+          !isExtern(graph_->node(*product), graph_->meta(*product)))
+        continue;
+      resultOfCall_[*product] = id;
+      callOfResult_[id] = *product;
+    }
   }
 
   // Pairs each `second` node with a `first` node of the same inputs and
@@ -464,7 +481,7 @@ private:
       return piece;
     }
     if (ir::isViewOp(op)) return lowerView(node, id, a, meta);
-    if (isExtern(node, meta) || op == "nonzero") return lowerExtern(node, id, meta);
+    if (isExtern(node, meta) || op == "nonzero" || callOfResult_.count(id)) return lowerExtern(node, id, meta);
     if (isProduct(op)) return lowerProduct(node, meta);
     if (op == "dropout") return lowerDropout(node, a, meta);
     if (op == "scatter_add") return lowerScatterAdd(node, a, meta);
@@ -773,9 +790,9 @@ private:
 
   Lowered lowerExtern(const ir::Node& node, ValueId id, const TensorMeta& meta) {
     if (auto f = callOfResult_.find(id); f != callOfResult_.end())
-      return lowerAttentionPair(f->second, id).second;
+      return lowerPair(f->second, id).second;
     if (auto l = resultOfCall_.find(id); l != resultOfCall_.end())
-      return lowerAttentionPair(id, l->second).first;
+      return lowerPair(id, l->second).first;
     Lowered v;
     v.meta = meta;
     v.base = meta.storageOffset;
@@ -783,10 +800,10 @@ private:
     return v;
   }
 
-  // A flash call and its further result (findAttentionPairs): one call of
-  // two results, made when the first of the two nodes is lowered.
-  std::pair<Lowered, Lowered> lowerAttentionPair(ValueId first, ValueId second) {
-    auto [at, fresh] = attentionPairs_.try_emplace(first);
+  // A call and its further result (findAttentionPairs, findBiasGradPairs):
+  // one call of two results, made when the first of the two nodes is lowered.
+  std::pair<Lowered, Lowered> lowerPair(ValueId first, ValueId second) {
+    auto [at, fresh] = pairs_.try_emplace(first);
     if (fresh) {
       const ir::Node& node = graph_->node(first);
       Lowered& out = at->second.first;
@@ -796,6 +813,8 @@ private:
       if (node.target == "attention_grad_query")
         call.call.attrs.push_back(
             {"kv_kernel", detail::flashAttentionKernel(*graph_, graph_->node(second))});
+      if (graph_->node(second).target == "sum") // the product's first operand's row sums
+        call.call.attrs.push_back({"epilogue", std::string("bias_grad")});
       Lowered& rows = at->second.second;
       rows.meta = graph_->meta(second);
       rows.base = rows.meta.storageOffset;
@@ -1458,10 +1477,10 @@ private:
   std::vector<bool> output_; // graph outputs
   std::vector<bool> written_; // per value: a mutation writes its storage (findWrittenStorage)
   std::vector<bool> externInput_; // per value: a library call stores it (findExternInputs)
-  // Flash calls and the further result each computes (findAttentionPairs),
-  // and the pairs' values once lowered.
+  // Calls and the further result each computes (findAttentionPairs,
+  // findBiasGradPairs), and the pairs' values once lowered.
   std::map<ValueId, ValueId> resultOfCall_, callOfResult_;
-  std::map<ValueId, std::pair<Lowered, Lowered>> attentionPairs_;
+  std::map<ValueId, std::pair<Lowered, Lowered>> pairs_;
   Program program_;
   uint32_t inputCount_ = 0;
   uint32_t nextVar_ = 0;
@@ -1472,7 +1491,7 @@ private:
 Program lower(const ir::Graph& graph, const LowerOptions& options) {
   // Decompositions repeat pieces (a gelu's and its grad's tanh): computed once.
   ir::Graph core = ir::eliminateCommonSubexpressions(ir::decompose(graph, keptFor(options)));
-  if (options.biasEpilogues) core = biasedProducts(core);
+  if (options.biasEpilogues) core = biasGradsAfterProducts(biasedProducts(core));
   if (options.padProductsFrom > 0) core = ir::padProducts(core, options.padProductsFrom);
   return Lowering(core, options).run();
 }

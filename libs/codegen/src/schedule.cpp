@@ -319,6 +319,8 @@ std::string explain(const Schedule& schedule, const Program& program) {
             out << by << std::get<std::string>(a.value);
             by = ", ";
           }
+      for (const ir::Attr& a : b.call.attrs) // cuBLASLt's (bias_grad: its further result)
+        if (a.name == "epilogue") out << " with epilogue " << std::get<std::string>(a.value);
       for (BufferId r : b.call.results) out << ", and " << program.buffers[r].name;
       out << "\n";
       continue;

@@ -227,11 +227,9 @@ public:
                                  context);
       return;
     }
-    if (!results.empty())
-      throw Error(ErrorCode::Unsupported,
-                  "runtime: no CUDA routine for the extern call " + step.op + " of several results");
-    if (detail::cudaMatrixProduct(step.op, inputs, attrs, out, context)) return;
-    throw Error(ErrorCode::Unsupported, "runtime: no CUDA routine for the extern call " + step.op);
+    if (detail::cudaMatrixProduct(step.op, inputs, attrs, out, results, context)) return;
+    throw Error(ErrorCode::Unsupported, "runtime: no CUDA routine for the extern call " + step.op +
+                                            (results.empty() ? "" : " of several results"));
   }
 
   void end() override {

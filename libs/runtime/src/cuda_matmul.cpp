@@ -97,8 +97,10 @@ struct Prepared {
   cublasLtMatmulAlgo_t algo{};
 };
 
-Prepared prepare(const CublasLt& lt, cublasLtHandle_t handle, const Gemm& g,
-                 size_t workspaceBytes) {
+// nullopt when the heuristic has no algorithm for the call (an epilogue
+// cuBLASLt's kernels do not take with these operands' layouts).
+std::optional<Prepared> prepare(const CublasLt& lt, cublasLtHandle_t handle, const Gemm& g,
+                                size_t workspaceBytes) {
   Owned<cublasLtMatmulDesc_t, decltype(lt.cublasLtMatmulDescDestroy)> op{
       nullptr, lt.cublasLtMatmulDescDestroy};
   cublasCheck(lt.cublasLtMatmulDescCreate(&op.handle, g.types.compute, g.types.scale),
@@ -147,11 +149,8 @@ Prepared prepare(const CublasLt& lt, cublasLtHandle_t handle, const Gemm& g,
                                                 ld.handle, ld.handle, pref.handle, 1, &result,
                                                 &found),
               "cublasLtMatmulAlgoGetHeuristic");
-  if (found == 0)
-    throw Error(ErrorCode::Unsupported, "runtime: cuBLASLt has no algorithm for a " +
-                                            std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
-                                            std::to_string(g.k) + " product");
-  return {op.release(), la.release(), lb.release(), ld.release(), result.algo};
+  if (found == 0) return std::nullopt;
+  return Prepared{op.release(), la.release(), lb.release(), ld.release(), result.algo};
 }
 
 // The prepared calls by device and shape, for the process (never destroyed:
@@ -159,7 +158,7 @@ Prepared prepare(const CublasLt& lt, cublasLtHandle_t handle, const Gemm& g,
 struct PreparedCalls {
   std::mutex mutex;
   using Key = decltype(std::tuple_cat(std::make_tuple(0), std::declval<Gemm>().key()));
-  std::map<Key, Prepared> calls;
+  std::map<Key, std::optional<Prepared>> calls;
 };
 
 PreparedCalls& preparedCalls() {
@@ -167,7 +166,8 @@ PreparedCalls& preparedCalls() {
   return *calls;
 }
 
-void runGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const void* b, void* d,
+// false when cuBLASLt has no algorithm for the call (nothing is queued).
+bool tryGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const void* b, void* d,
              const void* bias, double alpha, double beta) {
   const CublasLt& lt = cublasLt();
   cublasLtHandle_t handle = cublasLtHandle(ctx.device);
@@ -180,7 +180,8 @@ void runGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const voi
   auto it = cache.calls.find(key);
   if (it == cache.calls.end())
     it = cache.calls.emplace(key, prepare(lt, handle, g, workspaceBytes)).first;
-  const Prepared& call = it->second;
+  if (!it->second) return false;
+  const Prepared& call = *it->second;
   if (bias)
     set(lt.cublasLtMatmulDescSetAttribute, call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias,
         "cublasLtMatmulDescSetAttribute");
@@ -192,6 +193,15 @@ void runGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const voi
                                 call.d, d, call.d, &call.algo, workspace, workspaceBytes,
                                 ctx.stream),
               "cublasLtMatmul");
+  return true;
+}
+
+void runGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const void* b, void* d,
+             const void* bias, double alpha, double beta) {
+  if (!tryGemm(ctx, g, a, b, d, bias, alpha, beta))
+    throw Error(ErrorCode::Unsupported, "runtime: cuBLASLt has no algorithm for a " +
+                                            std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
+                                            std::to_string(g.k) + " product");
 }
 
 // A batch dim of the product: its size and each operand's stride (elements).
@@ -237,13 +247,20 @@ struct Entry {
 
 class DeviceProduct {
 public:
-  DeviceProduct(const ProductShape& p, Types types, Epilogue epilogue, const CudaCallContext& ctx)
-      : p_(p), types_(types), epilogue_(epilogue), ctx_(ctx), e_(elementSize(p.dtype)) {}
+  // `rowSums`: the bias_grad epilogue's result (else null).
+  DeviceProduct(const ProductShape& p, Types types, Epilogue epilogue, const Tensor* rowSums,
+                const CudaCallContext& ctx)
+      : p_(p), types_(types), epilogue_(epilogue), rowSums_(rowSums), ctx_(ctx),
+        e_(elementSize(p.dtype)) {}
 
   void run(const Entry& entry) {
     int64_t m = p_.c.matrix.rows, n = p_.c.matrix.cols, k = p_.a.matrix.cols,
             count = entry.inner.size;
-    if (m == 0 || n == 0 || count == 0) return;
+    if (m == 0 || count == 0) return;
+    if (n == 0) { // no product, but the rows still have their sums
+      if (rowSums_) sumRows(p_.a.matrix, entry.a);
+      return;
+    }
     if (count > INT32_MAX)
       throw Error(ErrorCode::Unsupported, "runtime: a batch of more than 2^31 products");
     bool withBias = p_.bias && p_.beta != 0;
@@ -286,6 +303,7 @@ public:
           copyMatrix(ctx_.driver, ctx_.stream, zero.data, {m, n, 0, 0}, at(cData, i * cStride, e_),
                      c, e_);
       }
+      if (rowSums_) sumRows(p_.a.matrix, entry.a);
     } else {
       // D = C: A @ B; or D = C^T: B^T @ A^T.
       MatrixLayout x = swap ? p_.b.matrix.transposed() : p_.a.matrix;
@@ -305,10 +323,19 @@ public:
       g.m = d.rows, g.n = d.cols, g.k = k;
       g.lda = sx.ld, g.ldb = sy.ld, g.ldd = sd.ld;
       g.batch = count, g.strideA = xStride, g.strideB = yStride, g.strideD = cStride;
-      g.epilogue = epilogueOf(biasVector != nullptr);
+      // cuBLASLt's bias grads sum its operand over k: A's rows are B's
+      // (BGRADB) in D = C^T = B^T A^T, A's own (BGRADA) in D = C.
+      g.epilogue = epilogueOf(biasVector != nullptr, swap);
+      const void* vector = rowSums_ ? rowSums_->data : biasVector;
       g.alignA = alignment(xData), g.alignB = alignment(yData), g.alignD = alignment(cData);
-      g.alignBias = biasVector ? alignment(biasVector) : 0;
-      runGemm(ctx_, g, xData, yData, cData, biasVector, p_.alpha, beta);
+      g.alignBias = vector ? alignment(vector) : 0;
+      if (!rowSums_) {
+        runGemm(ctx_, g, xData, yData, cData, vector, p_.alpha, beta);
+      } else if (!tryGemm(ctx_, g, xData, yData, cData, vector, p_.alpha, beta)) {
+        g.epilogue = CUBLASLT_EPILOGUE_DEFAULT, g.alignBias = 0;
+        runGemm(ctx_, g, xData, yData, cData, nullptr, p_.alpha, beta);
+        sumRows(swap ? y.transposed() : x, swap ? yData : xData);
+      }
     }
     if (cTemp)
       for (int64_t i = 0; i < count; ++i)
@@ -336,8 +363,36 @@ private:
     x = to, data = temp->data, stride = size;
   }
 
-  cublasLtEpilogue_t epilogueOf(bool bias) const {
+  // The bias_grad epilogue's sums where cuBLASLt's epilogue has no
+  // algorithm for the call: one more product, `a` times a column of ones.
+  void sumRows(MatrixLayout a, const void* data) {
+    auto sums = reinterpret_cast<CUdeviceptr>(rowSums_->data);
+    if (a.cols == 0) {
+      cudaCheck(ctx_.driver.cuMemsetD8Async(sums, 0, static_cast<size_t>(a.rows) * e_, ctx_.stream),
+                "cuMemsetD8Async");
+      return;
+    }
+    int64_t stride = 0;
+    std::optional<Scratch> temp;
+    dense(a, data, stride, 1, temp);
+    Scratch ones(ctx_.allocator, static_cast<size_t>(a.cols) * e_);
+    uint16_t one = p_.dtype == ir::DType::BFloat16 ? 0x3F80 : 0x3C00; // f16's 1.0 else
+    cudaCheck(ctx_.driver.cuMemsetD16Async(reinterpret_cast<CUdeviceptr>(ones.data), one,
+                                           static_cast<size_t>(a.cols), ctx_.stream),
+              "cuMemsetD16Async");
+    Stored sa = *stored(a);
+    Gemm g;
+    g.types = types_;
+    g.transA = sa.transposed;
+    g.m = a.rows, g.n = 1, g.k = a.cols;
+    g.lda = sa.ld, g.ldb = a.cols, g.ldd = a.rows;
+    g.alignA = alignment(data), g.alignB = alignment(ones.data), g.alignD = alignment(rowSums_->data);
+    runGemm(ctx_, g, data, ones.data, rowSums_->data, nullptr, 1, 0);
+  }
+
+  cublasLtEpilogue_t epilogueOf(bool bias, bool swap) const {
     switch (epilogue_) {
+    case Epilogue::BiasGrad: return swap ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
     case Epilogue::Relu: return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
     case Epilogue::GeluTanh: return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
     case Epilogue::None: break;
@@ -348,6 +403,7 @@ private:
   const ProductShape& p_;
   Types types_;
   Epilogue epilogue_;
+  const Tensor* rowSums_;
   const CudaCallContext& ctx_;
   size_t e_;
 };
@@ -363,15 +419,16 @@ Epilogue parseEpilogue(const std::vector<ir::Attr>& attrs) {
     if (name->empty() || *name == "none") return Epilogue::None;
     if (*name == "relu") return Epilogue::Relu;
     if (*name == "gelu_tanh") return Epilogue::GeluTanh;
+    if (*name == "bias_grad") return Epilogue::BiasGrad;
     throw Error(ErrorCode::InvalidArgument,
-                "runtime: unknown epilogue '" + *name + "' (have: none, relu, gelu_tanh)");
+                "runtime: unknown epilogue '" + *name + "' (have: none, relu, gelu_tanh, bias_grad)");
   }
   return Epilogue::None;
 }
 
 bool cudaMatrixProduct(const std::string& op, const std::vector<Tensor>& inputs,
                        const std::vector<ir::Attr>& attrs, const Tensor& out,
-                       const CudaCallContext& context) {
+                       const std::vector<Tensor>& results, const CudaCallContext& context) {
   std::optional<ProductShape> p =
       productShape(op, inputs, numberAttr(attrs, "alpha"), numberAttr(attrs, "beta"), out);
   if (!p) return false;
@@ -381,13 +438,30 @@ bool cudaMatrixProduct(const std::string& op, const std::vector<Tensor>& inputs,
                                             std::string(ir::name(out.dtype)) +
                                             " (have: f32, f16, bf16, f64)");
   Epilogue epilogue = parseEpilogue(attrs);
-  if (epilogue != Epilogue::None && p->a.matrix.cols == 0)
+  if (epilogue != Epilogue::None && epilogue != Epilogue::BiasGrad && p->a.matrix.cols == 0)
     throw Error(ErrorCode::Unsupported,
                 "runtime: an epilogue on a product with an empty inner dim");
+  const Tensor* rowSums = nullptr;
+  if (epilogue == Epilogue::BiasGrad) {
+    if (p->dtype != ir::DType::Float16 && p->dtype != ir::DType::BFloat16)
+      throw Error(ErrorCode::Unsupported, "runtime: the bias_grad epilogue is for f16 and bf16 "
+                                          "products, not " + std::string(ir::name(p->dtype)));
+    const Tensor* r = results.size() == 1 ? &results[0] : nullptr;
+    if (!r || !p->batchSizes.empty() || p->bias || p->alpha != 1 || r->dtype != p->dtype ||
+        r->sizes.size() != 1 || r->sizes[0] != p->c.matrix.rows ||
+        (r->sizes[0] > 1 && r->strides[0] != 1))
+      throw Error(ErrorCode::InvalidArgument,
+                  "runtime: the bias_grad epilogue takes one unbatched product without bias or "
+                  "alpha and one further result: its first operand's row sums, dense, of its dtype");
+    rowSums = r;
+  } else if (!results.empty()) {
+    throw Error(ErrorCode::InvalidArgument,
+                "runtime: " + op + " writes further results only with the bias_grad epilogue");
+  }
   std::vector<Dim> dims = collapse(*p);
   Dim inner = dims.empty() ? Dim{1, 0, 0, 0} : dims.back();
   if (!dims.empty()) dims.pop_back();
-  DeviceProduct product(*p, *types, epilogue, context);
+  DeviceProduct product(*p, *types, epilogue, rowSums, context);
   size_t e = elementSize(p->dtype);
   std::vector<int64_t> index(dims.size(), 0);
   int64_t outer = 1;

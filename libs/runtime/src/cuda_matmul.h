@@ -37,14 +37,19 @@ struct Scratch {
 
 // The epilogue a step's `epilogue` attribute asks for after the product (and
 // addmm's bias): "" or "none", "relu", "gelu_tanh" (torch's gelu(approximate=
-// "tanh"); cuBLASLt has no erf gelu). Error{InvalidArgument} for other names.
-enum class Epilogue { None, Relu, GeluTanh };
+// "tanh"); cuBLASLt has no erf gelu), or "bias_grad": the call's one further
+// result is the first operand's row sums ([rows] of the product's dtype, f32
+// accumulation, as torch's sum): a linear layer's bias grad beside its weight
+// grad dy^T @ x. Error{InvalidArgument} for other names.
+enum class Epilogue { None, Relu, GeluTanh, BiasGrad };
 Epilogue parseEpilogue(const std::vector<ir::Attr>& attrs);
 
-// Runs `op` into `out` on the device; false when `op` is not a matrix product.
-// Error{Unsupported} for a dtype other than f32, f16, bf16, f64.
+// Runs `op` into `out` (and the bias_grad epilogue's result into `results`)
+// on the device; false when `op` is not a matrix product. Error{Unsupported}
+// for a dtype other than f32, f16, bf16, f64 (bias_grad: f16, bf16),
+// Error{InvalidArgument} for results the epilogue does not make.
 bool cudaMatrixProduct(const std::string& op, const std::vector<Tensor>& inputs,
                        const std::vector<ir::Attr>& attrs, const Tensor& out,
-                       const CudaCallContext& context);
+                       const std::vector<Tensor>& results, const CudaCallContext& context);
 
 } // namespace kiln::runtime::detail

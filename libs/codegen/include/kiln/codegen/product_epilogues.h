@@ -1,7 +1,9 @@
-// A graph-to-graph pass over matrix products for cuBLASLt, run on the CUDA
-// target's decomposed graph before lowering (after ir::padProducts): bias
-// adds moved into its epilogue.
+// Graph passes over matrix products for cuBLASLt's epilogues, run on the
+// CUDA target's decomposed graph before lowering (before ir::padProducts):
+// bias adds moved into the product, and bias grads beside the weight grad's.
 #pragma once
+
+#include <optional>
 
 #include "kiln/ir/graph.h"
 
@@ -14,5 +16,18 @@ namespace kiln::codegen {
 // its own would read and write the product again (GPT-2's qkv projection:
 // 28 us a layer on an H100). The graph is returned as it is when none applies.
 ir::Graph biasedProducts(const ir::Graph& graph);
+
+// The product that can compute a bias grad in its epilogue: for `sum` of a
+// contiguous f16/bf16 `dy` [..., N] over every dim but the last (in dy's
+// dtype, no keepdim), an mm or 2-d matmul of the same dtype whose first
+// operand is dy as an [N, rows] transpose (views of dy: a linear layer's
+// weight grad, dy^T @ x). Its epilogue sums that operand's rows, which are
+// dy's columns (cuBLASLt's BGRADA/BGRADB). nullopt when the graph has none.
+std::optional<ir::ValueId> productSummingRows(const ir::Graph& graph, ir::ValueId sum);
+
+// The graph with each bias grad that productSummingRows pairs with a later
+// product moved right after it (where nothing between reads it), so that
+// lowering can make the two one library call. Returned as it is when none moves.
+ir::Graph biasGradsAfterProducts(const ir::Graph& graph);
 
 } // namespace kiln::codegen

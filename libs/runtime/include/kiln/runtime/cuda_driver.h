@@ -40,6 +40,7 @@ namespace kiln::runtime {
   X(cuMemcpyDtoHAsync)                                                                             \
   X(cuMemcpy2DAsync)                                                                               \
   X(cuMemsetD8Async)                                                                               \
+  X(cuMemsetD16Async)                                                                              \
   X(cuMemsetD32Async)                                                                              \
   X(cuStreamCreate)                                                                                \
   X(cuStreamDestroy)                                                                               \
