@@ -17,6 +17,16 @@ def entries(fn):
     return len(fn.cache.entries)
 
 
+def test_square_is_a_product_with_itself(stack):
+    def f(x, n):
+        return x.square() + torch.square(n)
+
+    fast = kiln.compile(f, stack=stack)
+    x, n = torch.randn(8, 4), torch.arange(4)
+    torch.testing.assert_close(fast(x, n), f(x, n))
+    assert not fast.fallback_reasons, fast.fallback_reasons
+
+
 def test_compiles_once_and_matches_eager(stack):
     def f(x, w):
         return F.gelu(x @ w) * 2 + 1

@@ -359,6 +359,8 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
     return s.op("transpose", {args[0]->value}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
   }
   if (m == "contiguous" && method) return s.callOp("contiguous", {args[0]}, {});
+  if (m == "square" && args.size() == 1 && kwargs.empty()) // x * x keeps x's dtype, as torch's
+    return s.op("mul", {args[0]->value, args[0]->value}, {});
   if (m == "max" || m == "min") return extreme(s, m == "max", args, kwargs);
   if (auto dtype = dtypeMethod(m); dtype && method && args.size() == 1) return toDType(s, args[0], *dtype);
   if ((m == "to" || m == "type") && method) {
