@@ -1073,6 +1073,28 @@ TEST_F(Lower, ABiasGradIsTheEpilogueOfItsWeightGradsProduct) {
                    5e-2); // the CPU's values, and the CUDA text compiles to cubin
 }
 
+// An extern call's operand computed for it alone moves, with the call and what
+// reads its result, after the next pointwise buffers over its ranges and joins
+// their kernel (GPT-2's gelu recomputed for a weight grad beside the gelu
+// backward: both read the pre-activation); with other work between, nothing moves.
+TEST_F(Lower, AProductsOwnOperandJoinsTheNextKernelOverItsRanges) {
+  ValueId h = input("h", DType::Float32, ints({16, 64}));
+  ValueId dy = input("dy", DType::Float32, ints({16, 32}));
+  ValueId da = input("da", DType::Float32, ints({16, 64}));
+  ValueId w = input("w", DType::Float32, ints({64, 8}));
+  ValueId dw = graph.call("mm", {transpose(dy, 0, 1), graph.call("gelu", {h})});
+  ValueId dh = graph.call("mul", {da, graph.call("sigmoid", {h})});
+  graph.setOutputs({scaled(dw, 2), graph.call("mm", {dh, w})});
+  std::vector<HostTensor> in = {random(DType::Float32, {16, 64}), random(DType::Float32, {16, 32}),
+                                random(DType::Float32, {16, 64}), random(DType::Float32, {64, 8})};
+  Program p = expectSameValues(in, 1e-5);
+  std::string text = explain(schedule(p), p);
+  EXPECT_EQ(occurrences(text, "kernel "), 2u) << text;
+  EXPECT_EQ(text.find("kernel 0 over [16, 64]: buf"), 0u) << text; // dh, then gelu(h)
+  EXPECT_NE(text.find("(pointwise []), buf"), std::string::npos) << text;
+  EXPECT_LT(text.find("= mm(dy, buf"), text.find("kernel 1 over [32, 64]")) << text;
+}
+
 // A row too long for registers (looped) whose extent is no multiple of a
 // 16-byte vector's elements (GPT-2's 50257 logits, rows padded to 50264 by the
 // product) reads 16 bytes a load and its last positions one by one.

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -49,12 +50,82 @@ struct Member {
   Shape innerRanges;
 };
 
+bool isPointwise(const Buffer& b) {
+  return b.kind == BufferKind::Computed && !b.aliasOf && !b.loops.scatter && !isReduction(b);
+}
+
+// The order the fuser takes buffers in: the program's, but an extern call's
+// operand computed for it alone (a pointwise buffer just before it) moves,
+// with the call and what reads the call's results, after the next run of
+// pointwise buffers over the same ranges, which it then joins: GPT-2's gelu
+// recomputed for fc2's weight grad reads the pre-activation that the gelu
+// backward a few buffers later reads too (one kernel, where it had its own).
+// Only what reads the call's results may come between the call and the run,
+// nothing moves past a mutation, nor further than a few buffers (the
+// operand's sources and the call's other inputs live that much longer).
+std::vector<BufferId> fusionOrder(const Program& program) {
+  constexpr size_t kLookahead = 16;
+  size_t n = program.buffers.size();
+  std::vector<std::set<BufferId>> reads(n);
+  std::vector<size_t> readers(n, 0);
+  for (BufferId id = 0; id < n; ++id) {
+    const Buffer& b = program.buffers[id];
+    if (b.kind == BufferKind::Computed)
+      forEachLoad(b.loops, [&](const ScalarNode& load) { reads[id].insert(load.buffer); });
+    if (b.kind == BufferKind::Extern) reads[id].insert(b.call.inputs.begin(), b.call.inputs.end());
+    for (BufferId r : reads[id]) ++readers[r];
+  }
+  for (const Output& o : program.outputs)
+    if (o.symInt.isNull()) ++readers[o.buffer];
+  std::vector<BufferId> order(n);
+  for (BufferId id = 0; id < n; ++id) order[id] = id;
+  for (size_t i = 1; i < n; ++i) {
+    BufferId call = order[i], operand = order[i - 1];
+    const Buffer& c = program.buffers[call];
+    if (c.kind != BufferKind::Extern || !isPointwise(program.buffers[operand]) ||
+        readers[operand] != 1 || !reads[call].count(operand))
+      continue;
+    Shape ranges = withoutUnitDims(program.buffers[operand].loops).ranges;
+    std::set<BufferId> moving = {call};
+    moving.insert(c.call.results.begin(), c.call.results.end());
+    auto joins = [&](BufferId b) {
+      return isPointwise(program.buffers[b]) && withoutUnitDims(program.buffers[b].loops).ranges == ranges;
+    };
+    std::optional<size_t> runEnd;
+    for (size_t j = i + 1; j < n && j <= i + kLookahead; ++j) {
+      BufferId b = order[j];
+      if (program.buffers[b].aliasOf) break;
+      bool dependent = moving.count(b) > 0;
+      for (BufferId r : reads[b]) dependent = dependent || moving.count(r);
+      if (!dependent && joins(b)) {
+        runEnd = j;
+        continue;
+      }
+      if (runEnd || !dependent) break; // the run ends; or other work comes first
+      moving.insert(b);
+    }
+    if (!runEnd) continue;
+    std::vector<BufferId> reordered(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(i - 1));
+    for (size_t j = i; j <= *runEnd; ++j)
+      if (!moving.count(order[j])) reordered.push_back(order[j]);
+    reordered.push_back(operand);
+    size_t next = reordered.size();
+    for (size_t j = i; j <= *runEnd; ++j)
+      if (moving.count(order[j])) reordered.push_back(order[j]);
+    reordered.insert(reordered.end(), order.begin() + static_cast<std::ptrdiff_t>(*runEnd + 1),
+                     order.end());
+    order = std::move(reordered);
+    i = next; // the call's new place
+  }
+  return order;
+}
+
 class Fuser {
 public:
   explicit Fuser(const Program& program) : program_(program) {}
 
   Schedule run() {
-    for (BufferId id = 0; id < program_.buffers.size(); ++id) {
+    for (BufferId id : fusionOrder(program_)) {
       const Buffer& b = program_.buffers[id];
       if (b.kind == BufferKind::Input || b.kind == BufferKind::ExternResult) continue;
       if (b.kind == BufferKind::Extern) {
