@@ -1,5 +1,11 @@
 // Scheduling: which computed buffers of a program share one kernel.
 //
+// Buffers are taken in program order but for one move: an extern call's
+// operand computed for it alone moves, with the call and the readers of its
+// results, after the next run of pointwise buffers over the same ranges, and
+// joins their kernel (only the call's readers between, a few buffers at most,
+// no mutation crossed).
+//
 // A kernel is one loop nest over `outer` (the dims a target parallelises
 // over: OpenMP on the CPU, the grid on CUDA) holding several buffers in
 // order; at each outer index every buffer runs its own inner part: a
