@@ -1073,6 +1073,38 @@ TEST_F(Lower, ABiasGradIsTheEpilogueOfItsWeightGradsProduct) {
                    5e-2); // the CPU's values, and the CUDA text compiles to cubin
 }
 
+// A tanh GELU of a linear layer (f16/bf16) is the epilogue of its product on
+// CUDA: one cuBLASLt call writing the pre-activation (which training saves)
+// and the gelu, no kernel between. An erf GELU, or one of f32, is a kernel.
+TEST_F(Lower, ATanhGeluOfALinearLayerIsItsProductsEpilogue) {
+  ValueId x = input("x", DType::BFloat16, ints({4, 16, 32}));
+  ValueId w = input("w", DType::BFloat16, ints({48, 32}));
+  ValueId b = input("b", DType::BFloat16, ints({48}));
+  ValueId h = graph.call("linear", {x, w, b});
+  ValueId erf = graph.call("linear", {x, w, b});
+  ValueId x32 = input("x32", DType::Float32, ints({4, 16, 32}));
+  ValueId w32 = input("w32", DType::Float32, ints({48, 32}));
+  ValueId b32 = input("b32", DType::Float32, ints({48}));
+  ValueId h32 = graph.call("linear", {x32, w32, b32});
+  std::vector<Attr> tanh = {{"approximate", std::string("tanh")}};
+  graph.setOutputs({graph.call("gelu", {h}, tanh), h, graph.call("gelu", {erf}),
+                    graph.call("gelu", {h32}, tanh)});
+  Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
+  std::string text = explain(schedule(cuda), cuda);
+  EXPECT_EQ(occurrences(text, "with epilogue gelu_tanh_aux, and buf"), 1u) << text;
+  EXPECT_NE(text.find("= addmm(b, x, w) with epilogue gelu_tanh_aux, and buf"), std::string::npos)
+      << text;
+  // The erf gelu (of the same product: CSE) and the f32 one, side by side.
+  EXPECT_EQ(occurrences(text, "kernel 0 over [4, 16, 48]: buf"), 1u) << text;
+  EXPECT_EQ(occurrences(text, "(pointwise [])"), 2u) << text;
+  const Buffer& call = cuda.buffers[cuda.outputs[1].buffer];
+  ASSERT_EQ(call.call.results.size(), 1u) << text;
+  EXPECT_EQ(call.call.results[0], cuda.outputs[0].buffer);
+  // The CPU decomposes every gelu.
+  EXPECT_EQ(countKind(lower(graph, lowerOptions(parseTarget("cpu"))), BufferKind::ExternResult), 0u);
+  expectCompilesForCuda();
+}
+
 // An extern call's operand computed for it alone moves, with the call and what
 // reads its result, after the next pointwise buffers over its ranges and joins
 // their kernel (GPT-2's gelu recomputed for a weight grad beside the gelu

@@ -414,6 +414,43 @@ def test_bias_grads_from_the_weight_grads_epilogue_match_eager(stack, dtype, row
         torch.testing.assert_close(mine.grad.float() / scale, theirs.grad.float() / scale, rtol=0, atol=2e-2)
 
 
+def test_a_tanh_gelu_of_a_linear_layer_is_its_products_epilogue(stack):
+    # cuBLASLt writes the pre-activation (saved for the backward) and its gelu in one call.
+    g = ir.Graph()
+    x = g.placeholder("x", "bfloat16", [4, 256, 96], device="cuda:0", requires_grad=True)
+    w = g.placeholder("w", "bfloat16", [80, 96], device="cuda:0", requires_grad=True)
+    b = g.placeholder("b", "bfloat16", [80], device="cuda:0", requires_grad=True)
+    y = g.call("gelu", g.call("linear", x, w, b), approximate="tanh")
+    g.set_outputs([g.call("sum", g.call("to_dtype", y, "float32"))])
+    forward = stack.partition(g, [True] * 3)["forward"]
+    fwd = ir.compile(forward, stack, "cuda").explain
+    assert re.search(r"extern buf\d+ = addmm\(b, [^)]*\) with epilogue gelu_tanh_aux, and buf\d+\n", fwd), fwd
+    assert "(pointwise [])" not in fwd, fwd  # no kernel reads the product to write the gelu
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_tanh_gelu_epilogue_matches_eager(stack, dtype):
+    torch.manual_seed(0)
+
+    def mlp():
+        return nn.Sequential(nn.Linear(96, 200), nn.GELU(approximate="tanh"), nn.Linear(200, 96)).to("cuda", dtype)
+
+    model, reference = mlp(), mlp()
+    reference.load_state_dict(model.state_dict())
+    fast = kiln.compile(model, stack=stack)
+    x = torch.randn(4, 130, 96, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), reference(x), rtol=2e-2, atol=2e-2)
+    fast(x).float().square().mean().backward()
+    reference(x).float().square().mean().backward()
+    runner = training_runner_of(fast)
+    assert "with epilogue gelu_tanh_aux" in runner.explain, runner.explain
+    for got, want in zip(model.parameters(), reference.parameters()):
+        scale = max(want.grad.float().abs().amax().item(), 1e-3)
+        torch.testing.assert_close(got.grad.float() / scale, want.grad.float() / scale, rtol=0, atol=2e-2)
+
+
 def _vocabulary_head(graph_device="cuda:0"):
     """A language model's last product: 1025 logits a row (no multiple of 8), large enough
     (2^30 multiply-adds) to be padded."""

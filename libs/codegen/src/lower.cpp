@@ -70,6 +70,8 @@ bool isLibraryProduct(const std::string& op) {
 std::function<bool(const ir::Graph&, const ir::Node&)> keptFor(const LowerOptions& options) {
   return [&options](const ir::Graph& g, const ir::Node& n) {
     if (options.flashAttention && detail::flashAttentionTakes(g, n)) return true;
+    // Kept for findGeluPairs; lowered through its decomposition where no call takes it.
+    if (options.biasEpilogues && geluOfABiasedProduct(g, n)) return true;
     if (!options.externOps.count(n.target)) return false;
     if (!isLibraryProduct(n.target) || !n.value.isTensor()) return true;
     return options.externProductDTypes.count(n.value.tensor().dtype) > 0;
@@ -118,6 +120,7 @@ public:
     findExternInputs();
     findAttentionPairs();
     findBiasGradPairs();
+    findGeluPairs();
     for (ValueId id = 0; id < graph_->size(); ++id) {
       const ir::Node& node = graph_->node(id);
       values_.push_back(node.kind == ir::NodeKind::Placeholder ? lowerPlaceholder(node, id)
@@ -226,6 +229,22 @@ private:
     for (ValueId id = 0; id < graph_->size(); ++id) {
       std::optional<ValueId> product = productSummingRows(*graph_, id);
       if (!product || *product > id || resultOfCall_.count(*product) ||
+          !isExtern(graph_->node(*product), graph_->meta(*product)))
+        continue;
+      resultOfCall_[*product] = id;
+      callOfResult_[id] = *product;
+    }
+  }
+
+  // A tanh GELU of a biased product (geluProduct): the product's call
+  // computes it in cuBLASLt's epilogue as its further result, its own being
+  // the pre-activation the backward reads (GPT-2's fc1: no kernel reading the
+  // product and writing the gelu, 50 MB each way a layer).
+  void findGeluPairs() {
+    if (!options_.biasEpilogues) return;
+    for (ValueId id = 0; id < graph_->size(); ++id) {
+      std::optional<ValueId> product = geluProduct(*graph_, id);
+      if (!product || resultOfCall_.count(*product) ||
           !isExtern(graph_->node(*product), graph_->meta(*product)))
         continue;
       resultOfCall_[*product] = id;
@@ -476,6 +495,7 @@ private:
     }
     if (node.value.isTuple()) return lowerPieces(node, id, a);
     const TensorMeta& meta = node.value.tensor();
+    if (op == "gelu" && !callOfResult_.count(id)) return lowerComposite(node); // kept, untaken
     if (op == "getitem") {
       Lowered piece = values_.at(node.inputs[0]).pieces.at(std::get<int64_t>(node.attrs[0].value));
       return piece;
@@ -815,6 +835,8 @@ private:
             {"kv_kernel", detail::flashAttentionKernel(*graph_, graph_->node(second))});
       if (graph_->node(second).target == "sum") // the product's first operand's row sums
         call.call.attrs.push_back({"epilogue", std::string("bias_grad")});
+      if (graph_->node(second).target == "gelu") // the gelu of the product and bias
+        call.call.attrs.push_back({"epilogue", std::string("gelu_tanh_aux")});
       Lowered& rows = at->second.second;
       rows.meta = graph_->meta(second);
       rows.base = rows.meta.storageOffset;

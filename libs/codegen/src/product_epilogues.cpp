@@ -81,6 +81,63 @@ bool sumsColumns(const Graph& g, const ir::Node& sum) {
 
 } // namespace
 
+namespace {
+
+bool isTanhGelu(const ir::Node& n) {
+  if (n.kind != ir::NodeKind::Call || n.target != "gelu" || n.inputs.size() != 1 ||
+      !n.value.isTensor())
+    return false;
+  const ir::AttrValue* a = n.attr("approximate");
+  const auto* approximate = a ? std::get_if<std::string>(a) : nullptr;
+  ir::DType dtype = n.value.tensor().dtype;
+  return approximate && *approximate == "tanh" &&
+         (dtype == ir::DType::Float16 || dtype == ir::DType::BFloat16);
+}
+
+bool isCall(const ir::Node& n, const char* op) {
+  return n.kind == ir::NodeKind::Call && n.target == op;
+}
+
+} // namespace
+
+bool geluOfABiasedProduct(const Graph& g, const ir::Node& gelu) {
+  if (!isTanhGelu(gelu)) return false;
+  const ir::Node* in = &g.node(gelu.inputs[0]);
+  if (isCall(*in, "reshape")) in = &g.node(in->inputs[0]);
+  if (isCall(*in, "addmm")) return true;
+  if (!isCall(*in, "add") || in->inputs.size() != 2) return false;
+  for (int first : {0, 1}) {
+    const ir::Node& product = g.node(in->inputs[first]);
+    const ir::Value& bias = g.value(in->inputs[1 - first]);
+    if ((isCall(product, "matmul") || isCall(product, "mm")) && bias.isTensor() &&
+        bias.tensor().dim() == 1)
+      return true;
+  }
+  return false;
+}
+
+std::optional<ValueId> geluProduct(const Graph& g, ValueId gelu) {
+  const ir::Node& n = g.node(gelu);
+  if (!isTanhGelu(n) || !n.value.tensor().isContiguous()) return std::nullopt;
+  ValueId product = n.inputs[0];
+  if (isCall(g.node(product), "reshape")) {
+    product = g.node(product).inputs[0];
+    if (!g.value(product).isTensor() || !g.meta(product).isContiguous()) return std::nullopt;
+  }
+  const ir::Node& p = g.node(product);
+  if (!isCall(p, "addmm") || p.inputs.size() != 3 || p.attr("alpha") || p.attr("beta") ||
+      !p.value.isTensor() || p.value.tensor().dtype != n.value.tensor().dtype ||
+      !p.value.tensor().isContiguous())
+    return std::nullopt;
+  const ir::Value &bias = g.value(p.inputs[0]), &a = g.value(p.inputs[1]);
+  if (!bias.isTensor() || bias.tensor().dim() != 1 || !bias.tensor().isContiguous() ||
+      bias.tensor().dtype != n.value.tensor().dtype || !a.isTensor() || a.tensor().dim() != 2)
+    return std::nullopt;
+  std::optional<int64_t> inner = a.tensor().sizes[1].asInteger();
+  if (!inner || *inner < 1) return std::nullopt;
+  return product;
+}
+
 std::optional<ValueId> productSummingRows(const Graph& g, ValueId sum) {
   const ir::Node& s = g.node(sum);
   if (!sumsColumns(g, s)) return std::nullopt;
@@ -144,9 +201,9 @@ ir::Graph biasGradsAfterProducts(const ir::Graph& graph) {
   return out;
 }
 
-// TODO(issue 7): the activation epilogues (GELU with its pre-activation kept
-// for the backward: cuBLASLt's GELU_AUX_BIAS) are in libs/runtime's reach but
-// chosen by no pass yet.
+// TODO(issue 7): ReLU's epilogue (RELU_AUX_BIAS keeps a bit mask for the
+// backward, where torch saves the output) and the backward's DGELU are in
+// cuBLASLt's reach but chosen by no pass; the tanh GELU's forward is (geluProduct).
 ir::Graph biasedProducts(const ir::Graph& graph) {
   std::vector<int> uses(graph.size(), 0);
   for (const ir::Node& n : graph.nodes())

@@ -66,10 +66,12 @@ struct Gemm {
   int64_t batch = 1, strideA = 0, strideB = 0, strideD = 0;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   uint32_t alignA = 0, alignB = 0, alignD = 0, alignBias = 0;
+  int64_t auxLd = 0; // GELU_AUX's pre-activation: its leading dimension (D's layout)
 
   auto key() const {
     return std::make_tuple(int(types.data), transA, transB, m, n, k, lda, ldb, ldd, batch, strideA,
-                           strideB, strideD, int(epilogue), alignA, alignB, alignD, alignBias);
+                           strideB, strideD, int(epilogue), alignA, alignB, alignD, alignBias,
+                           auxLd);
   }
 };
 
@@ -111,6 +113,9 @@ std::optional<Prepared> prepare(const CublasLt& lt, cublasLtHandle_t handle, con
   set(setOp, op.handle, CUBLASLT_MATMUL_DESC_TRANSB, tb, "cublasLtMatmulDescSetAttribute");
   if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
     set(setOp, op.handle, CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue,
+        "cublasLtMatmulDescSetAttribute");
+  if (g.auxLd)
+    set(setOp, op.handle, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.auxLd,
         "cublasLtMatmulDescSetAttribute");
   using Layout = Owned<cublasLtMatrixLayout_t, decltype(lt.cublasLtMatrixLayoutDestroy)>;
   auto layout = [&](Layout& out, int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
@@ -167,14 +172,15 @@ PreparedCalls& preparedCalls() {
 }
 
 // false when cuBLASLt has no algorithm for the call (nothing is queued).
+// `aux`: GELU_AUX's pre-activation output.
 bool tryGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const void* b, void* d,
-             const void* bias, double alpha, double beta) {
+             const void* bias, double alpha, double beta, void* aux = nullptr) {
   const CublasLt& lt = cublasLt();
   cublasLtHandle_t handle = cublasLtHandle(ctx.device);
   size_t workspaceBytes = 0;
   void* workspace = ctx.workspace(workspaceBytes);
   PreparedCalls& cache = preparedCalls();
-  // Held through the call: the bias pointer is set on the shared descriptor.
+  // Held through the call: the bias and aux pointers are set on the shared descriptor.
   std::lock_guard<std::mutex> lock(cache.mutex);
   auto key = std::tuple_cat(std::make_tuple(ctx.device), g.key());
   auto it = cache.calls.find(key);
@@ -184,6 +190,9 @@ bool tryGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const voi
   const Prepared& call = *it->second;
   if (bias)
     set(lt.cublasLtMatmulDescSetAttribute, call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias,
+        "cublasLtMatmulDescSetAttribute");
+  if (aux)
+    set(lt.cublasLtMatmulDescSetAttribute, call.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux,
         "cublasLtMatmulDescSetAttribute");
   float alpha32 = static_cast<float>(alpha), beta32 = static_cast<float>(beta);
   bool wide = g.types.scale == CUDA_R_64F;
@@ -247,10 +256,12 @@ struct Entry {
 
 class DeviceProduct {
 public:
-  // `rowSums`: the bias_grad epilogue's result (else null).
-  DeviceProduct(const ProductShape& p, Types types, Epilogue epilogue, const Tensor* rowSums,
+  // `further`: the bias_grad or gelu_tanh_aux epilogue's result (else null).
+  DeviceProduct(const ProductShape& p, Types types, Epilogue epilogue, const Tensor* further,
                 const CudaCallContext& ctx)
-      : p_(p), types_(types), epilogue_(epilogue), rowSums_(rowSums), ctx_(ctx),
+      : p_(p), types_(types), epilogue_(epilogue),
+        rowSums_(epilogue == Epilogue::BiasGrad ? further : nullptr),
+        activation_(epilogue == Epilogue::GeluTanhAux ? further : nullptr), ctx_(ctx),
         e_(elementSize(p.dtype)) {}
 
   void run(const Entry& entry) {
@@ -278,7 +289,18 @@ public:
     // addmm's bias as cuBLASLt's epilogue (torch's fast path): a vector along
     // C's columns (D = C^T's rows), beta 1, one matrix.
     const void* biasVector = nullptr;
-    if (withBias && swap && p_.beta == 1 && count == 1 && m > 1 && n > 1 && k > 1) {
+    std::optional<Scratch> biasCopy;
+    if (withBias && activation_) { // a dense [n] (cudaMatrixProduct checked), 16-byte aligned
+      biasVector = p_.bias->data;
+      if (alignment(biasVector) < 16) {
+        biasCopy.emplace(ctx_.allocator, static_cast<size_t>(n) * e_);
+        cudaCheck(ctx_.driver.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(biasCopy->data),
+                                            reinterpret_cast<CUdeviceptr>(p_.bias->data),
+                                            static_cast<size_t>(n) * e_, ctx_.stream),
+                  "cuMemcpyAsync");
+        biasVector = biasCopy->data;
+      }
+    } else if (withBias && swap && p_.beta == 1 && count == 1 && m > 1 && n > 1 && k > 1) {
       MatrixLayout b = biasLayout(*p_.bias, m, n);
       if (b.rowStride == 0 && b.colStride == 1 && alignment(p_.bias->data) >= 16)
         biasVector = p_.bias->data;
@@ -329,7 +351,9 @@ public:
       const void* vector = rowSums_ ? rowSums_->data : biasVector;
       g.alignA = alignment(xData), g.alignB = alignment(yData), g.alignD = alignment(cData);
       g.alignBias = vector ? alignment(vector) : 0;
-      if (!rowSums_) {
+      if (activation_) {
+        geluWithPreActivation(g, xData, yData, cData, biasVector, sd.ld);
+      } else if (!rowSums_) {
         runGemm(ctx_, g, xData, yData, cData, vector, p_.alpha, beta);
       } else if (!tryGemm(ctx_, g, xData, yData, cData, vector, p_.alpha, beta)) {
         g.epilogue = CUBLASLT_EPILOGUE_DEFAULT, g.alignBias = 0;
@@ -363,6 +387,25 @@ private:
     x = to, data = temp->data, stride = size;
   }
 
+  // gelu_tanh_aux: D is the activation, the pre-activation cuBLASLt's aux
+  // output in D's layout (C's memory: D = C^T, cudaMatrixProduct checked).
+  // Where GELU_AUX has no algorithm, two products: the pre-activation, then
+  // the gelu of the same product.
+  void geluWithPreActivation(Gemm g, const void* x, const void* y, void* preActivation,
+                             const void* bias, int64_t ld) {
+    void* activation = activation_->data;
+    g.auxLd = ld;
+    g.alignD = alignment(activation);
+    if (tryGemm(ctx_, g, x, y, activation, bias, p_.alpha, 0, preActivation)) return;
+    g.auxLd = 0;
+    g.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    g.alignD = alignment(preActivation);
+    runGemm(ctx_, g, x, y, preActivation, bias, p_.alpha, 0);
+    g.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    g.alignD = alignment(activation);
+    runGemm(ctx_, g, x, y, activation, bias, p_.alpha, 0);
+  }
+
   // The bias_grad epilogue's sums where cuBLASLt's epilogue has no
   // algorithm for the call: one more product, `a` times a column of ones.
   void sumRows(MatrixLayout a, const void* data) {
@@ -393,6 +436,8 @@ private:
   cublasLtEpilogue_t epilogueOf(bool bias, bool swap) const {
     switch (epilogue_) {
     case Epilogue::BiasGrad: return swap ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
+    case Epilogue::GeluTanhAux:
+      return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     case Epilogue::Relu: return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
     case Epilogue::GeluTanh: return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
     case Epilogue::None: break;
@@ -404,6 +449,7 @@ private:
   Types types_;
   Epilogue epilogue_;
   const Tensor* rowSums_;
+  const Tensor* activation_;
   const CudaCallContext& ctx_;
   size_t e_;
 };
@@ -420,8 +466,10 @@ Epilogue parseEpilogue(const std::vector<ir::Attr>& attrs) {
     if (*name == "relu") return Epilogue::Relu;
     if (*name == "gelu_tanh") return Epilogue::GeluTanh;
     if (*name == "bias_grad") return Epilogue::BiasGrad;
-    throw Error(ErrorCode::InvalidArgument,
-                "runtime: unknown epilogue '" + *name + "' (have: none, relu, gelu_tanh, bias_grad)");
+    if (*name == "gelu_tanh_aux") return Epilogue::GeluTanhAux;
+    throw Error(ErrorCode::InvalidArgument, "runtime: unknown epilogue '" + *name +
+                                                "' (have: none, relu, gelu_tanh, bias_grad, "
+                                                "gelu_tanh_aux)");
   }
   return Epilogue::None;
 }
@@ -441,7 +489,7 @@ bool cudaMatrixProduct(const std::string& op, const std::vector<Tensor>& inputs,
   if (epilogue != Epilogue::None && epilogue != Epilogue::BiasGrad && p->a.matrix.cols == 0)
     throw Error(ErrorCode::Unsupported,
                 "runtime: an epilogue on a product with an empty inner dim");
-  const Tensor* rowSums = nullptr;
+  const Tensor* further = nullptr;
   if (epilogue == Epilogue::BiasGrad) {
     if (p->dtype != ir::DType::Float16 && p->dtype != ir::DType::BFloat16)
       throw Error(ErrorCode::Unsupported, "runtime: the bias_grad epilogue is for f16 and bf16 "
@@ -453,7 +501,31 @@ bool cudaMatrixProduct(const std::string& op, const std::vector<Tensor>& inputs,
       throw Error(ErrorCode::InvalidArgument,
                   "runtime: the bias_grad epilogue takes one unbatched product without bias or "
                   "alpha and one further result: its first operand's row sums, dense, of its dtype");
-    rowSums = r;
+    further = r;
+  } else if (epilogue == Epilogue::GeluTanhAux) {
+    if (p->dtype != ir::DType::Float16 && p->dtype != ir::DType::BFloat16)
+      throw Error(ErrorCode::Unsupported, "runtime: the gelu_tanh_aux epilogue is for f16 and "
+                                          "bf16 products, not " + std::string(ir::name(p->dtype)));
+    const MatrixLayout& c = p->c.matrix;
+    const Tensor* r = results.size() == 1 ? &results[0] : nullptr;
+    bool denseRows = (c.colStride == 1 || c.cols == 1) && (c.rowStride == c.cols || c.rows == 1);
+    bool vectorBias = !p->bias || (p->beta == 1 && p->bias->sizes.size() == 1 &&
+                                   p->bias->sizes[0] == c.cols &&
+                                   (c.cols == 1 || p->bias->strides[0] == 1));
+    int64_t elements = 1;
+    bool denseResult = r && r->dtype == p->dtype;
+    if (r)
+      for (size_t d = r->sizes.size(); d-- > 0;) {
+        denseResult = denseResult && (r->sizes[d] == 1 || r->strides[d] == elements);
+        elements *= r->sizes[d];
+      }
+    if (!denseResult || elements != c.rows * c.cols || !p->batchSizes.empty() || !denseRows ||
+        !vectorBias)
+      throw Error(ErrorCode::InvalidArgument,
+                  "runtime: the gelu_tanh_aux epilogue takes one unbatched product into dense "
+                  "rows, addmm's bias a [N] vector if any, and one further result: the gelu, "
+                  "dense, of the product's size and dtype");
+    further = r;
   } else if (!results.empty()) {
     throw Error(ErrorCode::InvalidArgument,
                 "runtime: " + op + " writes further results only with the bias_grad epilogue");
@@ -461,7 +533,7 @@ bool cudaMatrixProduct(const std::string& op, const std::vector<Tensor>& inputs,
   std::vector<Dim> dims = collapse(*p);
   Dim inner = dims.empty() ? Dim{1, 0, 0, 0} : dims.back();
   if (!dims.empty()) dims.pop_back();
-  DeviceProduct product(*p, *types, epilogue, rowSums, context);
+  DeviceProduct product(*p, *types, epilogue, further, context);
   size_t e = elementSize(p->dtype);
   std::vector<int64_t> index(dims.size(), 0);
   int64_t outer = 1;

@@ -40,13 +40,17 @@ struct Scratch {
 // "tanh"); cuBLASLt has no erf gelu), or "bias_grad": the call's one further
 // result is the first operand's row sums ([rows] of the product's dtype, f32
 // accumulation, as torch's sum): a linear layer's bias grad beside its weight
-// grad dy^T @ x. Error{InvalidArgument} for other names.
-enum class Epilogue { None, Relu, GeluTanh, BiasGrad };
+// grad dy^T @ x; or "gelu_tanh_aux": the product (and addmm's [N] bias) into
+// the call's own result, gelu_tanh of it into its one further result
+// (cuBLASLt's GELU_AUX_BIAS: a linear layer's pre-activation, kept for the
+// backward, and its activation). Error{InvalidArgument} for other names.
+enum class Epilogue { None, Relu, GeluTanh, BiasGrad, GeluTanhAux };
 Epilogue parseEpilogue(const std::vector<ir::Attr>& attrs);
 
 // Runs `op` into `out` (and the bias_grad epilogue's result into `results`)
 // on the device; false when `op` is not a matrix product. Error{Unsupported}
-// for a dtype other than f32, f16, bf16, f64 (bias_grad: f16, bf16),
+// for a dtype other than f32, f16, bf16, f64 (bias_grad, gelu_tanh_aux: f16,
+// bf16),
 // Error{InvalidArgument} for results the epilogue does not make.
 bool cudaMatrixProduct(const std::string& op, const std::vector<Tensor>& inputs,
                        const std::vector<ir::Attr>& attrs, const Tensor& out,

@@ -17,6 +17,18 @@ namespace kiln::codegen {
 // 28 us a layer on an H100). The graph is returned as it is when none applies.
 ir::Graph biasedProducts(const ir::Graph& graph);
 
+// Whether `gelu` is a tanh GELU of f16/bf16 over a product plus a [N] bias
+// (add(matmul, bias), or addmm, maybe reshaped): kept from decomposition on
+// CUDA so that lowering can make it the product's epilogue (geluProduct).
+bool geluOfABiasedProduct(const ir::Graph& graph, const ir::Node& gelu);
+
+// The addmm whose cuBLASLt epilogue can compute this kept gelu
+// (GELU_AUX_BIAS: the gelu as the call's further result, the pre-activation
+// as the call's own, which the backward reads): gelu(addmm(bias, a, b)) or
+// gelu(reshape(addmm)) of a contiguous product, a [N] bias, no alpha or beta,
+// a static inner dim > 0, the gelu contiguous. nullopt when it has none.
+std::optional<ir::ValueId> geluProduct(const ir::Graph& graph, ir::ValueId gelu);
+
 // The product that can compute a bias grad in its epilogue: for `sum` of a
 // contiguous f16/bf16 `dy` [..., N] over every dim but the last (in dy's
 // dtype, no keepdim), an mm or 2-d matmul of the same dtype whose first
