@@ -1087,16 +1087,19 @@ TEST_F(Lower, ATanhGeluOfALinearLayerIsItsProductsEpilogue) {
   ValueId b32 = input("b32", DType::Float32, ints({48}));
   ValueId h32 = graph.call("linear", {x32, w32, b32});
   std::vector<Attr> tanh = {{"approximate", std::string("tanh")}};
+  // Kept, but its product is read twice (no addmm): lowered through its decomposition.
+  ValueId w2 = input("w2", DType::BFloat16, ints({48, 32}));
+  ValueId twice = graph.call("matmul", {x, transpose(w2, 0, 1)});
+  ValueId untaken = graph.call("gelu", {graph.call("add", {twice, b})}, tanh);
   graph.setOutputs({graph.call("gelu", {h}, tanh), h, graph.call("gelu", {erf}),
-                    graph.call("gelu", {h32}, tanh)});
+                    graph.call("gelu", {h32}, tanh), untaken, twice});
   Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
   std::string text = explain(schedule(cuda), cuda);
   EXPECT_EQ(occurrences(text, "with epilogue gelu_tanh_aux, and buf"), 1u) << text;
   EXPECT_NE(text.find("= addmm(b, x, w) with epilogue gelu_tanh_aux, and buf"), std::string::npos)
       << text;
-  // The erf gelu (of the same product: CSE) and the f32 one, side by side.
-  EXPECT_EQ(occurrences(text, "kernel 0 over [4, 16, 48]: buf"), 1u) << text;
-  EXPECT_EQ(occurrences(text, "(pointwise [])"), 2u) << text;
+  // The erf gelu (of the same product: CSE), the f32 one and the untaken one.
+  EXPECT_EQ(occurrences(text, "(pointwise [])"), 3u) << text;
   const Buffer& call = cuda.buffers[cuda.outputs[1].buffer];
   ASSERT_EQ(call.call.results.size(), 1u) << text;
   EXPECT_EQ(call.call.results[0], cuda.outputs[0].buffer);
