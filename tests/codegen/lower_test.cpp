@@ -1073,6 +1073,24 @@ TEST_F(Lower, ABiasGradIsTheEpilogueOfItsWeightGradsProduct) {
                    5e-2); // the CPU's values, and the CUDA text compiles to cubin
 }
 
+// Two softmaxes of one scaled row in one kernel: the first one's rows (the
+// scaled row, then its exps) are kept in the output that reads them last, and
+// the second softmax still reads the scaled row after the first's exps were
+// written: that row must live elsewhere (the CPU emitter's row reuse once read
+// the exps there).
+TEST_F(Lower, RowsOfTwoReductionsDoNotShareAnOutputTheyStillRead) {
+  ValueId x = input("x", DType::Float32, ints({4, 6}));
+  ValueId mask = input("mask", DType::Bool, ints({4, 6}));
+  ValueId scores = scaled(x, 0.35);
+  ValueId masked = graph.call("where", {mask, scores}, {{"other", -1e9}});
+  std::vector<Attr> last = {{"dim", int64_t{-1}}};
+  graph.setOutputs({graph.call("add", {graph.call("softmax", {masked}, last),
+                                       graph.call("softmax", {scores}, last)})});
+  Program p = expectSameValues({random(DType::Float32, {4, 6}), random(DType::Bool, {4, 6}, 0, 2)},
+                               1e-5);
+  EXPECT_EQ(schedule(p).kernels.size(), 1u) << explain(schedule(p), p);
+}
+
 // A tanh GELU of a linear layer (f16/bf16) is the epilogue of its product on
 // CUDA: one cuBLASLt call writing the pre-activation (which training saves)
 // and the gelu, no kernel between. An erf GELU, or one of f32, is a kernel.

@@ -304,13 +304,14 @@ private:
         if (!m.nodes.empty()) matches[rid].push_back(std::move(m));
       }
     }
+    std::set<BufferId> inOutput = rowsInOutputs(matches);
     for (const auto& [rid, found] : matches) {
       const Loops& rl = program_.buffers[rid].loops;
       LoopShape rs = withoutUnitDims(rl);
       std::vector<sym::Expr> rOuter(
           rs.vars.begin(),
           rs.vars.begin() + static_cast<std::ptrdiff_t>(std::min(rank, rs.vars.size())));
-      if (rOuter.size() == rank && rowInOutput(rid, found.back())) {
+      if (rOuter.size() == rank && inOutput.count(rid)) {
         BufferId out = kernel_.buffers[found.back().reader];
         auto at = [&](const std::vector<sym::Expr>& outer, const std::vector<sym::Expr>& inner) {
           const Match& last = found.back();
@@ -332,6 +333,54 @@ private:
         for (const ScalarNode* f : m.nodes)
           replaced_[f] = name + "[" + linear(m.inner, rl.reductionRanges) + "]";
     }
+  }
+
+  // The reductions that keep their row in their last reader's output
+  // (rowInOutput). Rows kept in one output are written over each other, in
+  // kernel order: an earlier row goes there only if whatever reads it after a
+  // later row's loop reads it inside that later row's expression (softmax's
+  // output reads exp(x - max), not x - max again); else it gets a scratch row
+  // (two softmaxes of one row in a kernel once read the first's exps for the
+  // row itself).
+  std::set<BufferId> rowsInOutputs(const std::map<BufferId, std::vector<Match>>& matches) {
+    size_t rank = kernel_.outer.size();
+    auto position = [&](BufferId id) {
+      return static_cast<size_t>(
+          std::find(kernel_.buffers.begin(), kernel_.buffers.end(), id) - kernel_.buffers.begin());
+    };
+    std::map<BufferId, std::vector<BufferId>> byOutput; // in kernel order: map keys ascend, not positions
+    for (const auto& [rid, found] : matches)
+      if (withoutUnitDims(program_.buffers[rid].loops).vars.size() >= rank &&
+          rowInOutput(rid, found.back()))
+        byOutput[kernel_.buffers[found.back().reader]].push_back(rid);
+    std::set<BufferId> kept;
+    for (auto& [out, rids] : byOutput) {
+      std::sort(rids.begin(), rids.end(),
+                [&](BufferId a, BufferId b) { return position(a) < position(b); });
+      for (size_t j = 0; j < rids.size(); ++j) {
+        bool safe = true;
+        for (const Match& m : matches.at(rids[j])) {
+          if (j + 1 == rids.size() || m.reader <= position(rids[j + 1])) continue;
+          for (const ScalarNode* f : m.nodes) {
+            bool shadowed = false; // inside a later row's expression in this reader
+            for (size_t k = j + 1; k < rids.size() && !shadowed; ++k)
+              for (const Match& later : matches.at(rids[k]))
+                if (later.reader == m.reader)
+                  for (const ScalarNode* g : later.nodes) shadowed = shadowed || contains(*g, f);
+            safe = safe && shadowed;
+          }
+        }
+        if (safe) kept.insert(rids[j]);
+      }
+    }
+    return kept;
+  }
+
+  static bool contains(const ScalarNode& tree, const ScalarNode* node) {
+    if (&tree == node) return true;
+    for (const Scalar& a : tree.args)
+      if (contains(*a, node)) return true;
+    return false;
   }
 
   // Whether reduction `rid` may keep its row in the output of its last reader: a
