@@ -10,7 +10,9 @@ copy of the same bytes measured in the same run. Workloads (issue 7's list):
   (a) gelu(x*a+b)*sigmoid(x), 8192x8192, f32 and bf16;
   (b) softmax over the last dim, 4096x4096 and 32768x1024 f32;
   (c) layer_norm(x+r)*w+b, 16384x4096 bf16;
-  (d) MLP 4096 -> 16384 -> 4096 with GELU, 8192 rows, bf16, forward;
+  (d) MLP 4096 -> 16384 -> 4096 with GELU, 8192 rows, bf16, forward; and a training step
+      of it (forward, then the backward from a fixed output grad into the weights' and
+      biases' .grad) through kiln.compile vs torch.compile and eager;
   (e) per-call overhead of x+1 on one element: kiln's artifact call (libs/runtime alone),
       kiln.compile's call (guards + artifact) and its reduce-overhead mode (guards + CUDA
       graph replay) vs torch.compile's default and reduce-overhead modes;
@@ -199,6 +201,54 @@ def torch_compiled(fn, mode=None):
     return torch.compile(fn, mode=mode)
 
 
+def mlp_training(stack, iters: int) -> dict:
+    """(d) as a training step: kiln.compile (partitioned forward and backward artifacts)
+    against torch.compile (AOTAutograd + Inductor) and eager, each from a cold compile."""
+    import kiln
+
+    rows, d, h, t = 8192, 4096, 16384, torch.bfloat16
+    torch.manual_seed(0)
+    x = torch.randn(rows, d, device="cuda", dtype=t)
+    params = [torch.randn(h, d, device="cuda", dtype=t) * 0.02, torch.randn(h, device="cuda", dtype=t),
+              torch.randn(d, h, device="cuda", dtype=t) * 0.02, torch.randn(d, device="cuda", dtype=t)]
+    for p in params:
+        p.requires_grad_()
+    grad_out = torch.randn(rows, d, device="cuda", dtype=t)
+
+    def mlp(x, w1, b1, w2, b2):
+        return F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
+
+    def stepper(fn):
+        def step():
+            for p in params:
+                p.grad = None
+            fn(x, *params).backward(grad_out)
+            return [p.grad for p in params]
+        return step
+
+    steps, cold = {"eager": stepper(mlp)}, {}
+    for name, fn in (("kiln", kiln.compile(mlp, stack=stack)), ("torch_compile", torch_compiled(mlp))):
+        start = time.perf_counter()
+        steps[name] = stepper(fn)()
+        torch.cuda.synchronize()
+        cold[name] = round(time.perf_counter() - start, 3)
+        steps[name] = stepper(fn)
+        if name == "kiln" and (fn.fallback_reasons or not fn.cache.entries):
+            print("kiln.compile fell back:", fn.fallback_reasons, flush=True)
+    want = steps["eager"]()
+    diff = {n: max_difference(steps[n](), want) for n in ("kiln", "torch_compile")}
+    times = compare(steps, iters)
+    r = {"kiln_ms": round(times["kiln"] * 1e3, 4), "eager_ms": round(times["eager"] * 1e3, 4),
+         "torch_compile_ms": round(times["torch_compile"] * 1e3, 4),
+         "vs_torch_compile": round(times["torch_compile"] / times["kiln"], 3),
+         "vs_eager": round(times["eager"] / times["kiln"], 3), "compile_cold_s": cold,
+         "max_abs_grad_diff_vs_eager": diff}
+    print(f"{'d_mlp_bf16_train':28s} kiln {r['kiln_ms']:8.3f} ms  eager {r['eager_ms']:8.3f}  "
+          f"torch.compile {r['torch_compile_ms']:8.3f}  x{r['vs_torch_compile']:.2f} vs tc  "
+          f"cold {cold['kiln']:.2f} s vs {cold['torch_compile']:.2f} s  grad diff {diff}", flush=True)
+    return r
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=20)
@@ -275,6 +325,9 @@ def main():
                      if with_tc else f"x{r['vs_eager']:.2f} vs eager")
                   + (f"  {r['kiln_gbps']} GB/s ({r['fraction_of_copy']:.0%} of copy)" if moved else "")
                   + f"  cold {kiln_cold:.2f} s" + (f" vs {tc_cold:.2f} s" if with_tc else ""), flush=True)
+
+        if not args.only or "train" in args.only:
+            results["d_mlp_bf16_train"] = mlp_training(stack, args.iters)
 
         if not args.only or "overhead" in args.only:
             g = ir.Graph()
