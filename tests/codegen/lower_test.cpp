@@ -1073,6 +1073,23 @@ TEST_F(Lower, ABiasGradIsTheEpilogueOfItsWeightGradsProduct) {
                    5e-2); // the CPU's values, and the CUDA text compiles to cubin
 }
 
+// The same pairing where the rows are a symbolic batch times the sequence.
+TEST_F(Lower, ABiasGradOfSymbolicRowsIsTheEpilogueToo) {
+  sym::Expr batch = table.createBacked(4, {1, sym::kInf});
+  ValueId dy = input("dy", DType::BFloat16, {batch, table.integer(16), table.integer(32)});
+  ValueId x = input("x", DType::BFloat16, {batch, table.integer(16), table.integer(24)});
+  ValueId db = graph.call("sum", {dy}, {{"dim", std::vector<int64_t>{0, 1}}});
+  auto rows = [&](ValueId v, int64_t width) {
+    return graph.call("reshape", {v}, {{"size", ir::Shape{table.integer(-1), table.integer(width)}}});
+  };
+  ValueId dw = graph.call("mm", {transpose(rows(dy, 32), 0, 1), rows(x, 24)});
+  graph.setOutputs({dw, db});
+  Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
+  std::string text = explain(schedule(cuda), cuda);
+  EXPECT_NE(text.find("= mm(dy, x) with epilogue bias_grad, and buf"), std::string::npos) << text;
+  EXPECT_EQ(occurrences(text, "kernel "), 0u) << text;
+}
+
 // Two softmaxes of one scaled row in one kernel: the first one's rows (the
 // scaled row, then its exps) are kept in the output that reads them last, and
 // the second softmax still reads the scaled row after the first's exps were
