@@ -1073,6 +1073,22 @@ TEST_F(Lower, ABiasGradIsTheEpilogueOfItsWeightGradsProduct) {
                    5e-2); // the CPU's values, and the CUDA text compiles to cubin
 }
 
+// A graph that writes a tensor in place keeps its products plain: an epilogue
+// computes where the product is, which the write between would change (here
+// the sum reads dy before add_ writes it, the product after).
+TEST_F(Lower, NoEpilogueIsChosenInAGraphThatMutates) {
+  ValueId dy = input("dy", DType::BFloat16, ints({64, 32}));
+  ValueId x = input("x", DType::BFloat16, ints({64, 24}));
+  ValueId db = graph.call("sum", {dy}, {{"dim", std::vector<int64_t>{0}}});
+  ValueId written = graph.call("add_", {dy}, {{"other", 1.0}});
+  ValueId dw = graph.call("mm", {transpose(dy, 0, 1), x}); // dy as add_ left it
+  graph.setOutputs({dw, db, written});
+  Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
+  std::string text = explain(schedule(cuda), cuda);
+  EXPECT_EQ(text.find("epilogue"), std::string::npos) << text;
+  EXPECT_NE(text.find("(sum of"), std::string::npos) << text;
+}
+
 // The same pairing where the rows are a symbolic batch times the sequence.
 TEST_F(Lower, ABiasGradOfSymbolicRowsIsTheEpilogueToo) {
   sym::Expr batch = table.createBacked(4, {1, sym::kInf});

@@ -225,7 +225,7 @@ private:
   // cuBLASLt call, the sum written by its epilogue, where a column sum of
   // its own would read the grad again (GPT-2's fc1: [8192, 3072] bf16).
   void findBiasGradPairs() {
-    if (!options_.biasEpilogues) return;
+    if (!options_.biasEpilogues || hasMutations(*graph_)) return;
     for (ValueId id = 0; id < graph_->size(); ++id) {
       std::optional<ValueId> product = productSummingRows(*graph_, id);
       if (!product || *product > id || resultOfCall_.count(*product) ||
@@ -241,7 +241,7 @@ private:
   // the pre-activation the backward reads (GPT-2's fc1: no kernel reading the
   // product and writing the gelu, 50 MB each way a layer).
   void findGeluPairs() {
-    if (!options_.biasEpilogues) return;
+    if (!options_.biasEpilogues || hasMutations(*graph_)) return;
     for (ValueId id = 0; id < graph_->size(); ++id) {
       std::optional<ValueId> product = geluProduct(*graph_, id);
       if (!product || resultOfCall_.count(*product) ||

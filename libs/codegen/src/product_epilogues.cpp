@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/ir/op_registry.h"
 #include "kiln/ir/passes.h"
 #include "kiln/ir/tensor_meta.h"
 #include "kiln/sym/symbol_table.h"
@@ -100,6 +101,12 @@ bool isCall(const ir::Node& n, const char* op) {
 
 } // namespace
 
+bool hasMutations(const Graph& g) {
+  for (const ir::Node& n : g.nodes())
+    if (n.kind == ir::NodeKind::Call && ir::getOp(n.target).mutates) return true;
+  return false;
+}
+
 bool geluOfABiasedProduct(const Graph& g, const ir::Node& gelu) {
   if (!isTanhGelu(gelu)) return false;
   const ir::Node* in = &g.node(gelu.inputs[0]);
@@ -164,6 +171,7 @@ std::optional<ValueId> productSummingRows(const Graph& g, ValueId sum) {
 }
 
 ir::Graph biasGradsAfterProducts(const ir::Graph& graph) {
+  if (hasMutations(graph)) return graph;
   std::vector<std::vector<ValueId>> after(graph.size()); // the sums placed after each product
   std::vector<bool> moved(graph.size(), false), paired(graph.size(), false);
   bool any = false;
@@ -205,6 +213,7 @@ ir::Graph biasGradsAfterProducts(const ir::Graph& graph) {
 // backward, where torch saves the output) and the backward's DGELU are in
 // cuBLASLt's reach but chosen by no pass; the tanh GELU's forward is (geluProduct).
 ir::Graph biasedProducts(const ir::Graph& graph) {
+  if (hasMutations(graph)) return graph;
   std::vector<int> uses(graph.size(), 0);
   for (const ir::Node& n : graph.nodes())
     for (ValueId in : n.inputs) ++uses[in];

@@ -9,6 +9,11 @@
 
 namespace kiln::codegen {
 
+// Whether a node of the graph writes a tensor in place: the passes below then
+// leave it as it is, and lowering pairs nothing through them (an epilogue
+// computes where the product is, which a mutation between would change).
+bool hasMutations(const ir::Graph& graph);
+
 // add(matmul(a, b), bias) (either order, no alpha) with a contiguous
 // [..., M, K], a 2-d b, a bias of the result's dtype and shape [N], and the
 // product read by that add alone, as reshape(addmm(bias, a as [-1, K], b)):
