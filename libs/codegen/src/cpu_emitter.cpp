@@ -348,7 +348,7 @@ private:
       return static_cast<size_t>(
           std::find(kernel_.buffers.begin(), kernel_.buffers.end(), id) - kernel_.buffers.begin());
     };
-    std::map<BufferId, std::vector<BufferId>> byOutput; // in kernel order: map keys ascend, not positions
+    std::map<BufferId, std::vector<BufferId>> byOutput; // output -> reductions (sorted below)
     for (const auto& [rid, found] : matches)
       if (withoutUnitDims(program_.buffers[rid].loops).vars.size() >= rank &&
           rowInOutput(rid, found.back()))

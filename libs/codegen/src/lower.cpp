@@ -501,7 +501,8 @@ private:
       return piece;
     }
     if (ir::isViewOp(op)) return lowerView(node, id, a, meta);
-    if (isExtern(node, meta) || op == "nonzero" || callOfResult_.count(id)) return lowerExtern(node, id, meta);
+    if (isExtern(node, meta) || op == "nonzero" || callOfResult_.count(id))
+      return lowerExtern(node, id, meta);
     if (isProduct(op)) return lowerProduct(node, meta);
     if (op == "dropout") return lowerDropout(node, a, meta);
     if (op == "scatter_add") return lowerScatterAdd(node, a, meta);
@@ -820,8 +821,9 @@ private:
     return v;
   }
 
-  // A call and its further result (findAttentionPairs, findBiasGradPairs):
-  // one call of two results, made when the first of the two nodes is lowered.
+  // A call and its further result (findAttentionPairs, findBiasGradPairs,
+  // findGeluPairs): one call of two results, made when the first of the two
+  // nodes is lowered.
   std::pair<Lowered, Lowered> lowerPair(ValueId first, ValueId second) {
     auto [at, fresh] = pairs_.try_emplace(first);
     if (fresh) {
@@ -1500,7 +1502,7 @@ private:
   std::vector<bool> written_; // per value: a mutation writes its storage (findWrittenStorage)
   std::vector<bool> externInput_; // per value: a library call stores it (findExternInputs)
   // Calls and the further result each computes (findAttentionPairs,
-  // findBiasGradPairs), and the pairs' values once lowered.
+  // findBiasGradPairs, findGeluPairs), and the pairs' values once lowered.
   std::map<ValueId, ValueId> resultOfCall_, callOfResult_;
   std::map<ValueId, std::pair<Lowered, Lowered>> pairs_;
   Program program_;

@@ -89,7 +89,8 @@ std::vector<BufferId> fusionOrder(const Program& program) {
     std::set<BufferId> moving = {call};
     moving.insert(c.call.results.begin(), c.call.results.end());
     auto joins = [&](BufferId b) {
-      return isPointwise(program.buffers[b]) && withoutUnitDims(program.buffers[b].loops).ranges == ranges;
+      return isPointwise(program.buffers[b]) &&
+             withoutUnitDims(program.buffers[b].loops).ranges == ranges;
     };
     std::optional<size_t> runEnd;
     for (size_t j = i + 1; j < n && j <= i + kLookahead; ++j) {
@@ -105,7 +106,8 @@ std::vector<BufferId> fusionOrder(const Program& program) {
       moving.insert(b);
     }
     if (!runEnd) continue;
-    std::vector<BufferId> reordered(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(i - 1));
+    std::vector<BufferId> reordered(order.begin(),
+                                    order.begin() + static_cast<std::ptrdiff_t>(i - 1));
     for (size_t j = i; j <= *runEnd; ++j)
       if (!moving.count(order[j])) reordered.push_back(order[j]);
     reordered.push_back(operand);

@@ -429,7 +429,8 @@ private:
     g.transA = sa.transposed;
     g.m = a.rows, g.n = 1, g.k = a.cols;
     g.lda = sa.ld, g.ldb = a.cols, g.ldd = a.rows;
-    g.alignA = alignment(data), g.alignB = alignment(ones.data), g.alignD = alignment(rowSums_->data);
+    g.alignA = alignment(data), g.alignB = alignment(ones.data);
+    g.alignD = alignment(rowSums_->data);
     runGemm(ctx_, g, data, ones.data, rowSums_->data, nullptr, 1, 0);
   }
 
@@ -500,7 +501,8 @@ bool cudaMatrixProduct(const std::string& op, const std::vector<Tensor>& inputs,
         (r->sizes[0] > 1 && r->strides[0] != 1))
       throw Error(ErrorCode::InvalidArgument,
                   "runtime: the bias_grad epilogue takes one unbatched product without bias or "
-                  "alpha and one further result: its first operand's row sums, dense, of its dtype");
+                  "alpha and one further result: its first operand's row sums, dense, of its "
+                  "dtype");
     further = r;
   } else if (epilogue == Epilogue::GeluTanhAux) {
     if (p->dtype != ir::DType::Float16 && p->dtype != ir::DType::BFloat16)
