@@ -143,7 +143,7 @@ runtime::Artifact compileArtifact(const ir::Graph& graph, const std::string& tar
   }
   CpuSource source = emitCpu(program, schedule);
   artifact.plan =
-      buildPlan(graph, program, schedule, {source.kernels, source.symbols, source.launches});
+      buildPlan(graph, program, schedule, {source.kernels, source.symbols, source.launches, {}});
   artifact.source = source.code;
   if (!source.kernels.empty()) {
     std::string so = workDir + "/build-" + artifact.key + "-" + std::to_string(::getpid()) + ".so";
