@@ -366,12 +366,12 @@ def test_a_cpu_tensor_with_dims_beside_cuda_ones_runs_eagerly(stack):
     assert any("n is a CPU tensor with dims" in r for r in fast.fallback_reasons), fast.fallback_reasons
 
 
-def _linear_layer(dtype="bfloat16"):
+def _linear_layer(dtype="bfloat16", approximate="none"):
     g = ir.Graph()
     x = g.placeholder("x", dtype, [4, 256, 96], device="cuda:0", requires_grad=True)
     w = g.placeholder("w", dtype, [80, 96], device="cuda:0", requires_grad=True)
     b = g.placeholder("b", dtype, [80], device="cuda:0", requires_grad=True)
-    y = g.call("gelu", g.call("linear", x, w, b))
+    y = g.call("gelu", g.call("linear", x, w, b), approximate=approximate)
     g.set_outputs([g.call("sum", g.call("to_dtype", y, "float32"))])
     return g
 
@@ -416,13 +416,7 @@ def test_bias_grads_from_the_weight_grads_epilogue_match_eager(stack, dtype, row
 
 def test_a_tanh_gelu_of_a_linear_layer_is_its_products_epilogue(stack):
     # cuBLASLt writes the pre-activation (saved for the backward) and its gelu in one call.
-    g = ir.Graph()
-    x = g.placeholder("x", "bfloat16", [4, 256, 96], device="cuda:0", requires_grad=True)
-    w = g.placeholder("w", "bfloat16", [80, 96], device="cuda:0", requires_grad=True)
-    b = g.placeholder("b", "bfloat16", [80], device="cuda:0", requires_grad=True)
-    y = g.call("gelu", g.call("linear", x, w, b), approximate="tanh")
-    g.set_outputs([g.call("sum", g.call("to_dtype", y, "float32"))])
-    forward = stack.partition(g, [True] * 3)["forward"]
+    forward = stack.partition(_linear_layer(approximate="tanh"), [True] * 3)["forward"]
     fwd = ir.compile(forward, stack, "cuda").explain
     assert re.search(r"extern buf\d+ = addmm\(b, [^)]*\) with epilogue gelu_tanh_aux, and buf\d+\n", fwd), fwd
     assert "(pointwise [])" not in fwd, fwd  # no kernel reads the product to write the gelu

@@ -311,7 +311,7 @@ private:
       std::vector<sym::Expr> rOuter(
           rs.vars.begin(),
           rs.vars.begin() + static_cast<std::ptrdiff_t>(std::min(rank, rs.vars.size())));
-      if (rOuter.size() == rank && inOutput.count(rid)) {
+      if (inOutput.count(rid)) { // rowsInOutputs checked rOuter covers the kernel's rank
         BufferId out = kernel_.buffers[found.back().reader];
         auto at = [&](const std::vector<sym::Expr>& outer, const std::vector<sym::Expr>& inner) {
           const Match& last = found.back();

@@ -80,10 +80,6 @@ bool sumsColumns(const Graph& g, const ir::Node& sum) {
   return true;
 }
 
-} // namespace
-
-namespace {
-
 bool isTanhGelu(const ir::Node& n) {
   if (n.kind != ir::NodeKind::Call || n.target != "gelu" || n.inputs.size() != 1 ||
       !n.value.isTensor())

@@ -455,6 +455,60 @@ private:
   size_t e_;
 };
 
+// Whether a tensor is row-major dense (dims of size 1 take any stride).
+bool dense(const Tensor& t) {
+  int64_t elements = 1;
+  for (size_t d = t.sizes.size(); d-- > 0;) {
+    if (t.sizes[d] != 1 && t.strides[d] != elements) return false;
+    elements *= t.sizes[d];
+  }
+  return true;
+}
+
+int64_t numel(const Tensor& t) {
+  int64_t n = 1;
+  for (int64_t size : t.sizes) n *= size;
+  return n;
+}
+
+// The bias_grad or gelu_tanh_aux epilogue's one further result, checked
+// against the product (null for the other epilogues, which make none).
+const Tensor* furtherResult(const std::string& op, Epilogue epilogue, const ProductShape& p,
+                            const std::vector<Tensor>& results) {
+  if (epilogue != Epilogue::BiasGrad && epilogue != Epilogue::GeluTanhAux) {
+    if (!results.empty())
+      throw Error(ErrorCode::InvalidArgument,
+                  "runtime: " + op + " writes further results only with the bias_grad or "
+                                     "gelu_tanh_aux epilogue");
+    return nullptr;
+  }
+  const char* name = epilogue == Epilogue::BiasGrad ? "bias_grad" : "gelu_tanh_aux";
+  if (p.dtype != ir::DType::Float16 && p.dtype != ir::DType::BFloat16)
+    throw Error(ErrorCode::Unsupported, std::string("runtime: the ") + name +
+                                            " epilogue is for f16 and bf16 products, not " +
+                                            std::string(ir::name(p.dtype)));
+  const Tensor* r = results.size() == 1 ? &results[0] : nullptr;
+  bool fits = r && r->dtype == p.dtype && dense(*r) && p.batchSizes.empty();
+  const MatrixLayout& c = p.c.matrix;
+  if (epilogue == Epilogue::BiasGrad) {
+    if (!fits || p.bias || p.alpha != 1 || r->sizes.size() != 1 || r->sizes[0] != c.rows)
+      throw Error(ErrorCode::InvalidArgument,
+                  "runtime: the bias_grad epilogue takes one unbatched product without bias or "
+                  "alpha and one further result: its first operand's row sums, dense, of its "
+                  "dtype");
+    return r;
+  }
+  bool denseRows = (c.colStride == 1 || c.cols == 1) && (c.rowStride == c.cols || c.rows == 1);
+  bool vectorBias = !p.bias || (p.beta == 1 && p.bias->sizes.size() == 1 &&
+                                p.bias->sizes[0] == c.cols && dense(*p.bias));
+  if (!fits || numel(*r) != c.rows * c.cols || !denseRows || !vectorBias)
+    throw Error(ErrorCode::InvalidArgument,
+                "runtime: the gelu_tanh_aux epilogue takes one unbatched product into dense "
+                "rows, addmm's bias a [N] vector if any, and one further result: the gelu, "
+                "dense, of the product's size and dtype");
+  return r;
+}
+
 } // namespace
 
 Epilogue parseEpilogue(const std::vector<ir::Attr>& attrs) {
@@ -490,48 +544,7 @@ bool cudaMatrixProduct(const std::string& op, const std::vector<Tensor>& inputs,
   if (epilogue != Epilogue::None && epilogue != Epilogue::BiasGrad && p->a.matrix.cols == 0)
     throw Error(ErrorCode::Unsupported,
                 "runtime: an epilogue on a product with an empty inner dim");
-  const Tensor* further = nullptr;
-  if (epilogue == Epilogue::BiasGrad) {
-    if (p->dtype != ir::DType::Float16 && p->dtype != ir::DType::BFloat16)
-      throw Error(ErrorCode::Unsupported, "runtime: the bias_grad epilogue is for f16 and bf16 "
-                                          "products, not " + std::string(ir::name(p->dtype)));
-    const Tensor* r = results.size() == 1 ? &results[0] : nullptr;
-    if (!r || !p->batchSizes.empty() || p->bias || p->alpha != 1 || r->dtype != p->dtype ||
-        r->sizes.size() != 1 || r->sizes[0] != p->c.matrix.rows ||
-        (r->sizes[0] > 1 && r->strides[0] != 1))
-      throw Error(ErrorCode::InvalidArgument,
-                  "runtime: the bias_grad epilogue takes one unbatched product without bias or "
-                  "alpha and one further result: its first operand's row sums, dense, of its "
-                  "dtype");
-    further = r;
-  } else if (epilogue == Epilogue::GeluTanhAux) {
-    if (p->dtype != ir::DType::Float16 && p->dtype != ir::DType::BFloat16)
-      throw Error(ErrorCode::Unsupported, "runtime: the gelu_tanh_aux epilogue is for f16 and "
-                                          "bf16 products, not " + std::string(ir::name(p->dtype)));
-    const MatrixLayout& c = p->c.matrix;
-    const Tensor* r = results.size() == 1 ? &results[0] : nullptr;
-    bool denseRows = (c.colStride == 1 || c.cols == 1) && (c.rowStride == c.cols || c.rows == 1);
-    bool vectorBias = !p->bias || (p->beta == 1 && p->bias->sizes.size() == 1 &&
-                                   p->bias->sizes[0] == c.cols &&
-                                   (c.cols == 1 || p->bias->strides[0] == 1));
-    int64_t elements = 1;
-    bool denseResult = r && r->dtype == p->dtype;
-    if (r)
-      for (size_t d = r->sizes.size(); d-- > 0;) {
-        denseResult = denseResult && (r->sizes[d] == 1 || r->strides[d] == elements);
-        elements *= r->sizes[d];
-      }
-    if (!denseResult || elements != c.rows * c.cols || !p->batchSizes.empty() || !denseRows ||
-        !vectorBias)
-      throw Error(ErrorCode::InvalidArgument,
-                  "runtime: the gelu_tanh_aux epilogue takes one unbatched product into dense "
-                  "rows, addmm's bias a [N] vector if any, and one further result: the gelu, "
-                  "dense, of the product's size and dtype");
-    further = r;
-  } else if (!results.empty()) {
-    throw Error(ErrorCode::InvalidArgument,
-                "runtime: " + op + " writes further results only with the bias_grad epilogue");
-  }
+  const Tensor* further = furtherResult(op, epilogue, *p, results);
   std::vector<Dim> dims = collapse(*p);
   Dim inner = dims.empty() ? Dim{1, 0, 0, 0} : dims.back();
   if (!dims.empty()) dims.pop_back();
