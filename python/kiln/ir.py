@@ -230,17 +230,13 @@ class Compiled:
         return [self._tensor(r, every) for r in raw]
 
     def _marshal(self, tensors):
-        """The artifact's inputs of `tensors` (dtype, sizes, strides, address, device), the
-        device the run is on (None: none on CUDA), and the tensors as passed."""
+        """The artifact's inputs of `tensors` (the run reads their dtype, sizes, strides,
+        address and device), the device the run is on (None: none on CUDA), and the tensors
+        as passed."""
         if self.target.startswith("cuda"):
             tensors = self._cuda_inputs(tensors)
-        inputs, device = [], None
-        for t in tensors:
-            where = t.get_device()  # -1 on the host
-            if where >= 0 and device is None:
-                device = where
-            inputs.append((dtype_name(t.dtype), t.shape, t.stride(), t.data_ptr(), where))
-        return inputs, device, tensors
+        device = next((t.get_device() for t in tensors if getattr(t, "is_cuda", False)), None)
+        return list(tensors), device, tensors
 
     def _execute(self, inputs, device, capture: bool, donated=None):
         """The artifact's raw outputs of a run on `inputs` (see kiln._kiln.ir.Artifact.run)."""

@@ -467,6 +467,97 @@ void bindGraph(py::module_& m) {
            "inputs; returns outputs in the same form with bytes. Use kiln.ir.run instead.");
 }
 
+// --- A run's inputs ---------------------------------------------------------
+// Read with the C API: a training step passes ~150 parameters, ~230 saved values
+// to the backward, and the GPU waits for the first launch meanwhile.
+
+// One input of an artifact's run.
+struct RunInput {
+  runtime::Tensor tensor;
+  int device = -1; // -1: host memory
+};
+
+[[noreturn]] void badInput(size_t k, const std::string& what) {
+  invalid(fmt::format("run input {}: {}", k, what));
+}
+
+// The ints of a sequence (a torch.Size, a tuple, a list).
+std::vector<int64_t> intsOf(py::handle sequence, size_t k, const char* what) {
+  py::object fast = py::reinterpret_steal<py::object>(PySequence_Fast(sequence.ptr(), ""));
+  if (!fast) {
+    PyErr_Clear();
+    badInput(k, fmt::format("its {} are not a sequence of ints", what));
+  }
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast.ptr());
+  PyObject** items = PySequence_Fast_ITEMS(fast.ptr());
+  std::vector<int64_t> ints(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    long long v = PyLong_AsLongLong(items[i]);
+    if (v == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      badInput(k, fmt::format("its {} are not a sequence of ints", what));
+    }
+    ints[static_cast<size_t>(i)] = v;
+  }
+  return ints;
+}
+
+int64_t intOf(py::handle value, size_t k, const char* what) {
+  long long v = PyLong_AsLongLong(value.ptr());
+  if (v == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    badInput(k, fmt::format("its {} is not an int", what));
+  }
+  return v;
+}
+
+// A torch.dtype (by identity: torch's dtypes live as long as torch) as kiln's.
+DType dtypeOfTorch(py::handle dtype) {
+  static std::map<PyObject*, DType> known; // the GIL is held
+  auto it = known.find(dtype.ptr());
+  if (it != known.end()) return it->second;
+  DType parsed = parseDType(dtype);
+  dtype.inc_ref(); // kept: the map's key
+  known.emplace(dtype.ptr(), parsed);
+  return parsed;
+}
+
+RunInput readRunInput(py::handle item, size_t k) {
+  RunInput in;
+  runtime::Tensor& t = in.tensor;
+  if (PyTuple_Check(item.ptr())) { // (dtype name, sizes, strides, address, device)
+    py::tuple fields = py::reinterpret_borrow<py::tuple>(item);
+    if (fields.size() != 5) badInput(k, "a tuple of (dtype, sizes, strides, address, device)");
+    t.dtype = parseDType(fields[0]);
+    t.sizes = intsOf(fields[1], k, "sizes");
+    t.strides = intsOf(fields[2], k, "strides");
+    t.data = reinterpret_cast<void*>(static_cast<uintptr_t>(intOf(fields[3], k, "address")));
+    in.device = static_cast<int>(intOf(fields[4], k, "device"));
+    return in;
+  }
+  try { // a torch tensor
+    t.dtype = dtypeOfTorch(item.attr("dtype"));
+    t.sizes = intsOf(item.attr("shape"), k, "sizes");
+    t.strides = intsOf(item.attr("stride")(), k, "strides");
+    t.data = reinterpret_cast<void*>(static_cast<uintptr_t>(intOf(item.attr("data_ptr")(), k, "data_ptr()")));
+    in.device = static_cast<int>(intOf(item.attr("get_device")(), k, "device"));
+  } catch (const py::error_already_set&) {
+    badInput(k, fmt::format("expected a tensor or a (dtype, sizes, strides, address, device) "
+                            "tuple, got {}",
+                            std::string(py::str(item.get_type().attr("__name__")))));
+  }
+  if (t.strides.size() != t.sizes.size()) badInput(k, "as many strides as sizes expected");
+  return in;
+}
+
+std::vector<RunInput> readRunInputs(const py::sequence& inputs) {
+  std::vector<RunInput> read;
+  read.reserve(inputs.size());
+  size_t k = 0;
+  for (py::handle item : inputs) read.push_back(readRunInput(item, k++));
+  return read;
+}
+
 // An artifact loaded in this process, run on tensors given by address; the
 // plan's buffers come from a Python callable (kiln.ir passes one making torch
 // tensors), so outputs are torch tensors without a copy.
@@ -474,8 +565,10 @@ class PyArtifact {
 public:
   explicit PyArtifact(std::shared_ptr<runtime::LoadedArtifact> loaded) : loaded_(std::move(loaded)) {}
 
-  // inputs: (dtype, sizes, strides, data address, device) each, device -1 for
-  // host memory (CPU tensors, symbolic ints) or the CUDA ordinal;
+  // inputs: torch tensors (their dtype, sizes, strides, data_ptr() and device
+  // read here) or (dtype name, sizes, strides, data address, device) tuples
+  // (kiln.ir.Kept's values), device -1 for host memory (CPU tensors, symbolic
+  // ints) or the CUDA ordinal;
   // allocate(nbytes) -> a uint8 tensor-like object with .data_ptr() (on the
   // device, for a CUDA artifact); `device` and `stream` (a CUstream address)
   // say where a CUDA artifact runs. Returns per output (dtype, sizes, strides,
@@ -484,15 +577,13 @@ public:
   // and `input` the graph input whose memory the plan's output buffer is,
   // where the plan says so, else None); `value` is a symbolic-int output's
   // value when it lies in host memory (CUDA), else None.
-  using Inputs =
-      std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>, uintptr_t, int>>;
-
+  //
   // `donated`: None, or a list whose item k, where not None, is the allocation
   // (a uint8 tensor starting at input k's data) the caller gives up for this run:
   // a buffer the plan lets reuse input k's memory takes it (PlanBuffer::reuses).
   // The run holds the items meanwhile (the list's become None) and puts back
   // after it those it did not take.
-  py::list run(const Inputs& inputs, py::function allocate, int device, uintptr_t stream,
+  py::list run(const py::sequence& inputs, py::function allocate, int device, uintptr_t stream,
                py::object donated) {
     return runAndCapture(inputs, std::move(allocate), device, stream, std::move(donated))[0];
   }
@@ -500,12 +591,13 @@ public:
   // As run, on a stream that captures a CUDA graph (torch.cuda.graph, relaxed mode):
   // (outputs, a ReplayStatus to tell before and after each replay, or None when no kernel
   // may fail).
-  py::tuple runAndCapture(const Inputs& inputs, py::function allocate, int device,
+  py::tuple runAndCapture(const py::sequence& inputs, py::function allocate, int device,
                           uintptr_t stream, py::object donated = py::none()) {
-    checkDevices(inputs, device);
+    std::vector<RunInput> read = readRunInputs(inputs);
+    checkDevices(read, device);
     std::vector<runtime::Tensor> tensors;
-    for (const auto& [dtype, sizes, strides, address, where] : inputs)
-      tensors.push_back({parseDType(py::str(dtype)), reinterpret_cast<void*>(address), sizes, strides});
+    tensors.reserve(read.size());
+    for (RunInput& input : read) tensors.push_back(std::move(input.tensor));
     PyAllocator allocator(std::move(allocate));
     if (!donated.is_none()) allocator.take(donated.cast<py::list>());
     runtime::RunResult result;
@@ -565,12 +657,12 @@ public:
 private:
   // Tensors on the artifact's device, symbolic ints in host memory: a clear
   // error here rather than a fault in a kernel.
-  template <class Inputs> void checkDevices(const Inputs& inputs, int device) const {
+  void checkDevices(const std::vector<RunInput>& inputs, int device) const {
     const runtime::Plan& plan = loaded_->artifact().plan;
     bool cuda = loaded_->onCuda();
     auto on = [](int d) { return d < 0 ? std::string("cpu") : fmt::format("cuda:{}", d); };
     for (size_t k = 0; k < inputs.size() && k < plan.inputs.size(); ++k) {
-      int where = std::get<4>(inputs[k]);
+      int where = inputs[k].device;
       if (!plan.inputs[k].isTensor()) {
         if (where >= 0)
           invalid(

@@ -41,6 +41,27 @@ def test_a_cuda_artifact_loads_anywhere_and_refuses_cpu_tensors(artifacts):
     assert "input 0 is on cpu" in str(err.value)
 
 
+def test_a_runs_inputs_are_tensors_or_tuples_describing_memory(artifacts):
+    run = artifacts("scale_add")._artifact.run  # what kiln.ir.Compiled calls
+    allocate = lambda nbytes: torch.empty(nbytes, dtype=torch.uint8)  # noqa: E731
+    x, count = torch.zeros(8), torch.tensor(5)
+    described = ("float32", (8,), (1,), x.data_ptr(), -1)  # as kiln.ir.Kept keeps a saved value
+    for inputs, message in [
+            ([x, count], "input 0 is on cpu"),  # read, then refused: this artifact runs on CUDA
+            ([described, count], "input 0 is on cpu"),
+            (["x", count], "run input 0: expected a tensor or a (dtype, sizes, strides, address, "
+                           "device) tuple, got str"),
+            ([("float32", (8,)), count], "run input 0: a tuple of (dtype, sizes, strides, address, device)"),
+            ([("float32", ("8",), (1,), 0, -1), count], "run input 0: its sizes are not a sequence of ints"),
+            ([("float32", (8,), 1, 0, -1), count], "run input 0: its strides are not a sequence of ints"),
+            ([("float32", (8,), (1,), "here", -1), count], "run input 0: its address is not an int"),
+            ([x, "5"], "run input 1: expected a tensor")]:
+        with pytest.raises(kiln.KilnError) as err:
+            run(inputs, allocate)
+        assert err.value.code == "invalid_argument"
+        assert message in str(err.value), (inputs, str(err.value))
+
+
 @needs_gpu
 def test_a_pointwise_kernel_runs_on_the_current_stream_without_copies(artifacts):
     compiled = artifacts("scale_add")

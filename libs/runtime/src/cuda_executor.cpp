@@ -190,28 +190,29 @@ public:
     int64_t items = sym::evaluate(launch.items, *binding_);
     if (items <= 0) return; // nothing to do: launch nothing
     int64_t blocks = std::min<int64_t>((items - 1) / launch.itemsPerBlock + 1, INT32_MAX);
-    // The parameters: buffers' element 0, symbol values, the status word.
-    std::vector<CUdeviceptr> pointers;
+    // The parameters: buffers' element 0, symbol values, the status word (the
+    // vectors are the executor's, reused: a run launches hundreds of kernels).
+    pointers_.clear();
     for (uint32_t b : launch.buffers) {
       if (!buffers[b])
         throw Error(ErrorCode::Internal, "runtime: " + plan_.kernels[kernel] + " reads buffer " +
                                              plan_.buffers.at(b).name +
                                              ", which holds no memory now");
-      pointers.push_back(reinterpret_cast<CUdeviceptr>(buffers[b]));
+      pointers_.push_back(reinterpret_cast<CUdeviceptr>(buffers[b]));
     }
-    std::vector<int64_t> values;
-    for (uint32_t slot : launch.symbols) values.push_back(symbols_->at(slot));
+    values_.clear();
+    for (uint32_t slot : launch.symbols) values_.push_back(symbols_->at(slot));
     int* status = nullptr;
     if (launch.mayFail) {
       status = statusWords() + kernel;
       failing_.push_back(kernel);
     }
-    std::vector<void*> args;
-    for (CUdeviceptr& p : pointers) args.push_back(&p);
-    for (int64_t& v : values) args.push_back(&v);
-    args.push_back(&status);
+    args_.clear();
+    for (CUdeviceptr& p : pointers_) args_.push_back(&p);
+    for (int64_t& v : values_) args_.push_back(&v);
+    args_.push_back(&status);
     cudaCheck(driver_.cuLaunchKernel(functions_[kernel], static_cast<unsigned>(blocks), 1, 1,
-                                     launch.threads, 1, 1, launch.sharedBytes, stream_, args.data(),
+                                     launch.threads, 1, 1, launch.sharedBytes, stream_, args_.data(),
                                      nullptr),
               "cuLaunchKernel");
   }
@@ -347,6 +348,9 @@ private:
   const sym::Binding* binding_ = nullptr;
   const std::vector<int64_t>* symbols_ = nullptr;
   std::vector<CUfunction> functions_;
+  std::vector<CUdeviceptr> pointers_; // runKernel's parameters
+  std::vector<int64_t> values_;
+  std::vector<void*> args_;
   std::vector<uint32_t> failing_; // kernels launched that may fail, in order
   void* status_ = nullptr;
   void* workspace_ = nullptr;
@@ -439,11 +443,11 @@ void checkCudaErrors() {
 }
 
 RunResult runCuda(const Plan& plan, const CudaModule& module, const std::vector<Tensor>& inputs,
-                  Allocator& allocator, CudaStream where) {
+                  Allocator& allocator, CudaStream where, const ConstantSizes* sizes) {
   cudaDriver(); // Error{Unavailable} before anything else
   CudaContextScope scope(where.device);
   CudaExecutor executor(plan, module, allocator, where);
-  RunResult result = run(plan, executor, inputs, allocator);
+  RunResult result = run(plan, executor, inputs, allocator, sizes);
   result.replayStatus = executor.replayStatus();
   return result;
 }

@@ -25,7 +25,7 @@ void* CudaModule::function(int, uint32_t) const {
 }
 
 RunResult runCuda(const Plan&, const CudaModule&, const std::vector<Tensor>&, Allocator&,
-                  CudaStream) {
+                  CudaStream, const ConstantSizes*) {
   unavailable();
 }
 

@@ -2,6 +2,7 @@
 // runs kernels and extern calls in order, frees what the plan frees.
 #include "kiln/runtime/runtime.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -25,16 +26,29 @@ namespace {
 
 std::vector<int64_t> evaluateAll(const ir::Shape& shape, const sym::Binding& binding) {
   std::vector<int64_t> out;
-  for (sym::Expr e : shape) out.push_back(sym::evaluate(e, binding));
+  out.reserve(shape.size());
+  for (const sym::Expr& e : shape) out.push_back(sym::evaluate(e, binding));
   return out;
 }
 
 // Whether every symbol of `e` has a value (constants, the usual dims, at once).
-bool isBound(sym::Expr e, const sym::Binding& binding) {
+bool isBound(const sym::Expr& e, const sym::Binding& binding) {
   if (e.asInteger()) return true;
-  for (sym::Expr s : sym::freeSymbols(e))
+  for (const sym::Expr& s : sym::freeSymbols(e))
     if (!binding.count(s)) return false;
   return true;
+}
+
+bool isBound(const ir::TensorMeta& layout, const sym::Binding& binding) {
+  for (const ir::Shape* dims : {&layout.sizes, &layout.strides})
+    for (const sym::Expr& e : *dims)
+      if (!isBound(e, binding)) return false;
+  return true;
+}
+
+size_t bytesOf(const ir::TensorMeta& layout, const sym::Binding& binding) {
+  int64_t n = extent(evaluateAll(layout.sizes, binding), evaluateAll(layout.strides, binding));
+  return static_cast<size_t>(std::max<int64_t>(n, 1)) * elementSize(layout.dtype);
 }
 
 std::byte* at(void* data, int64_t offset, ir::DType dtype) {
@@ -44,15 +58,22 @@ std::byte* at(void* data, int64_t offset, ir::DType dtype) {
 // The plan's buffers during one run; releases what it allocated unless handed out.
 class Buffers {
 public:
+  // `sizes`: the plan's constantSizes, or null (then every size is worked out here).
   Buffers(const Plan& plan, const std::vector<Tensor>& inputs, Allocator& allocator,
-          const sym::Binding& binding)
+          const sym::Binding& binding, const ConstantSizes* sizes)
       : plan_(plan), allocator_(allocator), binding_(binding), data_(plan.buffers.size(), nullptr),
         owned_(plan.buffers.size(), false) {
+    if (sizes && sizes->bytes.size() == plan.buffers.size()) {
+      bytes_ = sizes->bytes;
+      demand_ = sizes->demand;
+    } else {
+      bytes_.assign(plan.buffers.size(), 0);
+    }
     for (size_t k = 0; k < plan.buffers.size(); ++k) {
       const PlanBuffer& b = plan.buffers[k];
       if (b.input >= 0) data_[k] = inputs.at(static_cast<size_t>(b.input)).data;
-      if (b.input >= 0 || b.aliasOf >= 0 || !bound(b.layout)) continue;
-      bytes_[k] = bytesOf(b.layout);
+      if (b.input >= 0 || b.aliasOf >= 0 || bytes_[k] != 0 || !isBound(b.layout, binding)) continue;
+      bytes_[k] = bytesOf(b.layout, binding);
       ++demand_[bytes_[k]];
     }
   }
@@ -71,7 +92,7 @@ public:
       return data_[id] = ensure(static_cast<uint32_t>(root));
     size_t bytes = bytes_[id];
     if (bytes == 0) { // sized by a symbol a step bound from data
-      bytes = bytesOf(plan_.buffers[id].layout);
+      bytes = bytesOf(plan_.buffers[id].layout, binding_);
     } else if (auto d = demand_.find(bytes); d != demand_.end() && --d->second == 0) {
       demand_.erase(d);
     }
@@ -135,24 +156,12 @@ public:
   }
 
 private:
-  bool bound(const ir::TensorMeta& layout) const {
-    for (const ir::Shape* dims : {&layout.sizes, &layout.strides})
-      for (sym::Expr e : *dims)
-        if (!isBound(e, binding_)) return false;
-    return true;
-  }
-
-  size_t bytesOf(const ir::TensorMeta& layout) const {
-    int64_t n = extent(evaluateAll(layout.sizes, binding_), evaluateAll(layout.strides, binding_));
-    return static_cast<size_t>(std::max<int64_t>(n, 1)) * elementSize(layout.dtype);
-  }
-
   const Plan& plan_;
   Allocator& allocator_;
   const sym::Binding& binding_;
   std::vector<void*> data_;
   std::vector<bool> owned_;
-  std::vector<size_t> bytes_ = std::vector<size_t>(plan_.buffers.size(), 0);
+  std::vector<size_t> bytes_; // per buffer; 0 until a step binds the symbols that size it
   std::multimap<size_t, void*> pool_; // freed intermediates by size
   std::map<size_t, int> demand_;      // sizes of the buffers not allocated yet, and how many
 };
@@ -322,12 +331,25 @@ void evaluateSlots(const Plan& plan, const sym::Binding& binding, std::vector<in
     if (isBound(plan.symbols[k], binding)) slots[k] = sym::evaluate(plan.symbols[k], binding);
 }
 
+ConstantSizes constantSizes(const Plan& plan) {
+  ConstantSizes sizes;
+  sizes.bytes.assign(plan.buffers.size(), 0);
+  const sym::Binding none;
+  for (size_t k = 0; k < plan.buffers.size(); ++k) {
+    const PlanBuffer& b = plan.buffers[k];
+    if (b.input >= 0 || b.aliasOf >= 0 || !isBound(b.layout, none)) continue;
+    sizes.bytes[k] = bytesOf(b.layout, none);
+    ++sizes.demand[sizes.bytes[k]];
+  }
+  return sizes;
+}
+
 RunResult run(const Plan& plan, Executor& executor, const std::vector<Tensor>& inputs,
-              Allocator& allocator) {
+              Allocator& allocator, const ConstantSizes* sizes) {
   sym::Binding binding = bindInputs(plan.inputs, inputs);
   std::vector<int64_t> symbols;
   evaluateSlots(plan, binding, symbols);
-  Buffers buffers(plan, inputs, allocator, binding);
+  Buffers buffers(plan, inputs, allocator, binding, sizes);
   // An unbacked symbol's value, as a step found it, checked against its range:
   // a runtime assert that bounds one symbol became its range (SymbolTable::assume).
   auto bindUnbacked = [&](const Step& step, int64_t value) {
@@ -364,15 +386,21 @@ RunResult run(const Plan& plan, Executor& executor, const std::vector<Tensor>& i
         }
         break;
       }
-      std::vector<ir::Attr> attrs = step.attrs;
-      for (ir::Attr& a : attrs)
-        if (auto* e = std::get_if<sym::Expr>(&a.value)) a.value = sym::evaluate(*e, binding);
+      const std::vector<ir::Attr>* attrs = &step.attrs; // copied only to evaluate symbols
+      std::vector<ir::Attr> evaluated;
+      auto symbolic = [](const ir::Attr& a) { return std::holds_alternative<sym::Expr>(a.value); };
+      if (std::any_of(step.attrs.begin(), step.attrs.end(), symbolic)) {
+        evaluated = step.attrs;
+        for (ir::Attr& a : evaluated)
+          if (auto* e = std::get_if<sym::Expr>(&a.value)) a.value = sym::evaluate(*e, binding);
+        attrs = &evaluated;
+      }
       std::vector<Tensor> results;
       for (uint32_t b : step.writes) {
         View all{b, plan.buffers[b].layout, {}};
         results.push_back(buffers.view(all));
       }
-      executor.callExtern(step, args, attrs, buffers.view(whole), results);
+      executor.callExtern(step, args, *attrs, buffers.view(whole), results);
       break;
     }
     case Step::Free: buffers.free(step.buffer); break;
@@ -383,9 +411,9 @@ RunResult run(const Plan& plan, Executor& executor, const std::vector<Tensor>& i
 }
 
 RunResult run(const Plan& plan, const KernelLookup& kernels, const std::vector<Tensor>& inputs,
-              Allocator& allocator) {
+              Allocator& allocator, const ConstantSizes* sizes) {
   HostExecutor executor(plan, kernels, allocator);
-  return run(plan, executor, inputs, allocator);
+  return run(plan, executor, inputs, allocator, sizes);
 }
 
 } // namespace kiln::runtime

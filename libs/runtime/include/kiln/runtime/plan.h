@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -86,5 +87,15 @@ struct Plan {
   std::vector<View> outputs;
   std::vector<Launch> launches; // one per kernel
 };
+
+// The bytes of each buffer a plan allocates whose layout no symbol decides (0
+// for inputs, aliases and symbolic layouts) and how many buffers have each of
+// those sizes: worked out once per loaded plan (LoadedArtifact), so a run of a
+// static plan sizes nothing before its first step.
+struct ConstantSizes {
+  std::vector<size_t> bytes;     // per plan buffer
+  std::map<size_t, int> demand;  // size -> how many buffers of it
+};
+ConstantSizes constantSizes(const Plan& plan);
 
 } // namespace kiln::runtime
