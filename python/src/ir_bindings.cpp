@@ -535,12 +535,26 @@ RunInput readRunInput(py::handle item, size_t k) {
     in.device = static_cast<int>(intOf(fields[4], k, "device"));
     return in;
   }
+  // Interned names: CPython's attribute cache serves only those (a name made for
+  // each lookup walks the type's dicts every time: ~3 us a tensor instead of ~1).
+  static PyObject* const kDtype = PyUnicode_InternFromString("dtype");
+  static PyObject* const kShape = PyUnicode_InternFromString("shape");
+  static PyObject* const kStride = PyUnicode_InternFromString("stride");
+  static PyObject* const kDataPtr = PyUnicode_InternFromString("data_ptr");
+  static PyObject* const kGetDevice = PyUnicode_InternFromString("get_device");
+  auto checked = [](PyObject* value) {
+    if (!value) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(value);
+  };
+  auto get = [&](PyObject* name) { return checked(PyObject_GetAttr(item.ptr(), name)); };
+  auto call = [&](PyObject* name) { return checked(PyObject_CallMethodNoArgs(item.ptr(), name)); };
   try { // a torch tensor
-    t.dtype = dtypeOfTorch(item.attr("dtype"));
-    t.sizes = intsOf(item.attr("shape"), k, "sizes");
-    t.strides = intsOf(item.attr("stride")(), k, "strides");
-    t.data = reinterpret_cast<void*>(static_cast<uintptr_t>(intOf(item.attr("data_ptr")(), k, "data_ptr()")));
-    in.device = static_cast<int>(intOf(item.attr("get_device")(), k, "device"));
+    t.dtype = dtypeOfTorch(get(kDtype));
+    t.sizes = intsOf(get(kShape), k, "sizes");
+    t.strides = intsOf(call(kStride), k, "strides");
+    t.data = reinterpret_cast<void*>(
+        static_cast<uintptr_t>(intOf(call(kDataPtr), k, "data_ptr()")));
+    in.device = static_cast<int>(intOf(call(kGetDevice), k, "device"));
   } catch (const py::error_already_set&) {
     badInput(k, fmt::format("expected a tensor or a (dtype, sizes, strides, address, device) "
                             "tuple, got {}",
