@@ -577,7 +577,10 @@ std::vector<RunInput> readRunInputs(const py::sequence& inputs) {
 // tensors), so outputs are torch tensors without a copy.
 class PyArtifact {
 public:
-  explicit PyArtifact(std::shared_ptr<runtime::LoadedArtifact> loaded) : loaded_(std::move(loaded)) {}
+  explicit PyArtifact(std::shared_ptr<runtime::LoadedArtifact> loaded)
+      : loaded_(std::move(loaded)),
+        dataDependent_(std::any_of(loaded_->artifact().plan.steps.begin(),
+                                   loaded_->artifact().plan.steps.end(), runtime::bindsSymbol)) {}
 
   // inputs: torch tensors (their dtype, sizes, strides, data_ptr() and device
   // read here) or (dtype name, sizes, strides, data address, device) tuples
@@ -616,7 +619,8 @@ public:
     if (!donated.is_none()) allocator.take(donated.cast<py::list>());
     runtime::RunResult result;
     {
-      py::gil_scoped_release nogil;
+      std::optional<py::gil_scoped_release> nogil;
+      if (mayWait()) nogil.emplace();
       result = loaded_->run(tensors, allocator, {device, reinterpret_cast<void*>(stream)});
     }
     if (!donated.is_none()) allocator.giveBack(donated.cast<py::list>());
@@ -644,6 +648,20 @@ public:
     return py::make_tuple(out, status);
   }
 
+  // Whether a run may wait (for kernels of the CPU, the GPU, a library's setup)
+  // long enough that other Python threads should run meanwhile: the GIL is let
+  // go then. A warm CUDA run only queues work, and each of its allocations
+  // calls back into Python: letting the GIL go for it makes every allocation a
+  // handoff, which costs milliseconds a step where another thread wants the
+  // GIL (Inductor's worker threads, once torch.compile ran, made a GPT-2
+  // training step 2 ms slower). So a CUDA run holds the GIL unless it is the
+  // artifact's first (module load, cuDNN plans, cuBLASLt heuristics) or reads
+  // sizes from data (waits for the GPU).
+  bool mayWait() {
+    if (!loaded_->onCuda() || dataDependent()) return true;
+    return !std::exchange(ranOnCuda_, true);
+  }
+
   // The graph input whose memory a plan buffer is (itself, or the root an
   // in-place write lands in), or -1.
   int32_t inputOf(uint32_t buffer) const {
@@ -658,10 +676,7 @@ public:
   std::string source() const { return loaded_->artifact().source; }
   std::string key() const { return loaded_->artifact().key; }
   // Whether a run waits for the GPU to read data-dependent sizes (item, nonzero steps).
-  bool dataDependent() const {
-    const runtime::Plan& plan = loaded_->artifact().plan;
-    return std::any_of(plan.steps.begin(), plan.steps.end(), runtime::bindsSymbol);
-  }
+  bool dataDependent() const { return dataDependent_; }
   std::vector<bool> symbolicInts() const {
     std::vector<bool> out;
     for (const auto& input : loaded_->artifact().plan.inputs) out.push_back(!input.isTensor());
@@ -762,6 +777,8 @@ private:
   };
 
   std::shared_ptr<runtime::LoadedArtifact> loaded_;
+  bool dataDependent_;
+  bool ranOnCuda_ = false; // (read and set under the GIL)
 };
 
 } // namespace
