@@ -314,6 +314,43 @@ TEST_F(Lower, LongReductionsIntoFewOutputsSumPartialsFirst) {
       << "the CPU splits nothing";
 }
 
+// A dynamic batch: the reduction's longest dim by hint is cut into chunks of
+// ceil(n / chunks), each element past its end the sum's identity; right for
+// every size, the short and empty chunks too (unsplit, 3072 columns of 8192
+// rows took 187 us on the H100, torch.compile's split 22 us).
+TEST_F(Lower, ColumnSumsOfASymbolicBatchSumPartialsFirst) {
+  sym::Expr batch = table.createBacked(1024, {1, sym::kInf});
+  ValueId x = input("x", DType::Float32, {batch, table.integer(96)});
+  ValueId g = input("g", DType::Float32, {batch, table.integer(96)});
+  std::vector<int64_t> rows = {0};
+  graph.setOutputs({graph.call("sum", {x}, {{"dim", rows}}),
+                    graph.call("sum", {graph.call("mul", {g, x})}, {{"dim", rows}}),
+                    graph.call("amax", {x}, {{"dim", rows}})}); // TODO(issue 7): not split
+  LowerOptions split;
+  split.splitReductions = true;
+  Program p = lower(graph, split);
+  std::string text = explain(schedule(p), p);
+  // 96 columns, 1024 rows by the hint: 32 chunks of ceil(s1 / 32) rows (s0 is the fixture's).
+  EXPECT_NE(text.find("over [32, 96]: buf"), std::string::npos) << text;
+  EXPECT_NE(text.find("(sum of [(s1 + 31)//32])"), std::string::npos) << text;
+  EXPECT_NE(text.find("over [96]: buf"), std::string::npos) << text;
+  EXPECT_NE(text.find("(max of [s1])"), std::string::npos) << text;
+  EXPECT_NE(print(p).find("where("), std::string::npos) << print(p);
+  Schedule plan = schedule(p);
+  CpuSource source = emitCpu(p, plan);
+  std::string so = ::testing::TempDir() + "kiln_split_" + std::to_string(::getpid()) + ".so";
+  compileCpu(source.code, so);
+  auto library = runtime::Library::load(so);
+  std::remove(so.c_str());
+  for (int64_t n : {1, 31, 33, 1000, 4099}) { // fewer rows than chunks, short last chunks
+    std::vector<HostTensor> in = {random(DType::Float32, {n, 96}), random(DType::Float32, {n, 96})};
+    std::vector<HostTensor> expected = ir::interpret(graph, in);
+    expectClose(evaluate(p, graph, in), expected, 1e-3, p, "evaluated");
+    expectClose(runCpu(p, plan, source, *library, graph, in), expected, 1e-3, p, "compiled");
+  }
+  expectCompilesForCuda();
+}
+
 TEST_F(Lower, SquaresAndCubesAreProducts) {
   ValueId x = input("x", DType::Float32, ints({5, 7}));
   ValueId h = input("h", DType::BFloat16, ints({5, 7}));

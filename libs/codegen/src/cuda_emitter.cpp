@@ -263,7 +263,7 @@ private:
     for (BufferId id : kernel_.buffers)
       if (!reducesColumns(program_.buffers[id].loops)) return false;
     std::optional<int64_t> outputs = items.asInteger();
-    return outputs && work && (*outputs >= 2048 || *work <= 256);
+    return outputs && (*outputs >= 2048 || (work && *work <= 256));
   }
 
   bool isWritten(BufferId id) const {

@@ -1146,52 +1146,116 @@ private:
     });
   }
 
-  // A reduction of static sizes whose outputs alone would leave a GPU idle
-  // (a column sum's thread per output: fewer than ~2^17 of them; a row's block
-  // per output: fewer than 128) becomes two: a buffer of partial results over
-  // chunks of the reduction (a prefix of its dims, the next one cut into
-  // equal parts), laid out so that the partials' reads are coalesced (chunks
-  // outermost for column sums, innermost for rows), then `l` reduces those.
-  void splitReduction(Loops& l) {
-    if (l.reduce == ReduceOp::ArgMax || l.reduce == ReduceOp::ArgMin) return;
-    std::optional<int64_t> outputs = staticNumel(l.ranges), rows = staticNumel(l.reductionRanges);
-    if (!outputs || !rows) return;
-    bool columns = reducesColumns(l);
-    if (!columns && *outputs >= 128) return;
-    int64_t want = (columns ? int64_t{1} << 17 : 512) / std::max<int64_t>(*outputs, 1);
-    int64_t leastRows = columns ? 32 : 4096; // per chunk
+  // How a reduction is cut into chunks: the chunks' ranges and the ranges each
+  // chunk reduces, each original reduction variable as an expression of the
+  // fresh chunk and rest variables, and (where a chunk may run past the
+  // reduction's end) the condition that an element lies inside it.
+  struct Split {
+    Shape chunkRanges, restRanges;
+    Index chunkVars, restVars;
+    std::unordered_map<sym::Expr, sym::Expr> bind; // reduction var -> its position
+    sym::Expr inside;                              // null: every element is
+  };
+
+  // Static sizes: a prefix of the reduction's dims taken whole, the next one cut
+  // into equal parts.
+  std::optional<Split> staticSplit(const Loops& l, int64_t rows, int64_t want, int64_t leastRows) {
     int64_t chunks = 1;
     size_t whole = 0; // reduction dims taken whole into the chunks
     int64_t cut = 1;  // parts of dim `whole`
     for (; whole < l.reductionRanges.size(); ++whole) {
       int64_t n = *l.reductionRanges[whole].asInteger();
-      if (chunks * n <= want && *rows / (chunks * n) >= leastRows) {
+      if (chunks * n <= want && rows / (chunks * n) >= leastRows) {
         chunks *= n;
         continue;
       }
       for (int64_t d = std::min(n - 1, want / chunks); d >= 2 && cut == 1; --d)
-        if (n % d == 0 && *rows / (chunks * d) >= leastRows) cut = d;
+        if (n % d == 0 && rows / (chunks * d) >= leastRows) cut = d;
       chunks *= cut;
       break;
     }
-    if (chunks < 2) return;
-
-    Shape chunkRanges(l.reductionRanges.begin(),
-                      l.reductionRanges.begin() + static_cast<std::ptrdiff_t>(whole));
-    if (cut > 1) chunkRanges.push_back(table_.integer(cut));
-    Shape restRanges;
+    if (chunks < 2) return std::nullopt;
+    Split split;
+    split.chunkRanges.assign(l.reductionRanges.begin(),
+                             l.reductionRanges.begin() + static_cast<std::ptrdiff_t>(whole));
+    if (cut > 1) split.chunkRanges.push_back(table_.integer(cut));
     for (size_t k = whole; k < l.reductionRanges.size(); ++k)
-      restRanges.push_back(k == whole && cut > 1 ? table_.integer(*l.reductionRanges[k].asInteger() / cut)
-                                                 : l.reductionRanges[k]);
-    Index chunkVars = freshVars("i", chunkRanges), outVars = freshVars("i", l.ranges);
-    Index restVars = freshVars("r", restRanges);
-    std::unordered_map<sym::Expr, sym::Expr> bind;
-    for (size_t k = 0; k < l.vars.size(); ++k) bind.emplace(l.vars[k], outVars[k]);
+      split.restRanges.push_back(k == whole && cut > 1
+                                     ? table_.integer(*l.reductionRanges[k].asInteger() / cut)
+                                     : l.reductionRanges[k]);
+    split.chunkVars = freshVars("i", split.chunkRanges);
+    split.restVars = freshVars("r", split.restRanges);
     for (size_t k = 0; k < l.reductionVars.size(); ++k) {
-      sym::Expr v = k < whole ? chunkVars[k] : restVars[k - whole];
-      if (k == whole && cut > 1) v = chunkVars[k] * restRanges[0] + restVars[0];
-      bind.emplace(l.reductionVars[k], v);
+      sym::Expr v = k < whole ? split.chunkVars[k] : split.restVars[k - whole];
+      if (k == whole && cut > 1) v = split.chunkVars[k] * split.restRanges[0] + split.restVars[0];
+      split.bind.emplace(l.reductionVars[k], v);
     }
+    return split;
+  }
+
+  // Sizes a symbol decides (a dynamic batch): the dim longest by the symbols'
+  // hints cut into `chunks` parts of ceil(n / chunks) elements, the last ones
+  // short or empty — an element past the dim's end is the reduction's identity
+  // (Where evaluates only the chosen branch: nothing is loaded there). For the
+  // reductions whose identity is a number (sum, prod, any, all).
+  std::optional<Split> symbolicSplit(const Loops& l, int64_t want, int64_t leastRows) {
+    if (l.reduce != ReduceOp::Sum && l.reduce != ReduceOp::Prod && l.reduce != ReduceOp::Any &&
+        l.reduce != ReduceOp::All)
+      return std::nullopt; // TODO(issue 7): max and min (an infinity, or an int's limit)
+    int64_t hinted = 1, longest = 0;
+    size_t dim = 0;
+    for (size_t k = 0; k < l.reductionRanges.size(); ++k) {
+      int64_t hint = 0;
+      try {
+        hint = sym::evaluateWithHints(l.reductionRanges[k]);
+      } catch (const Error&) { // an unbacked size: no hint to plan by
+        return std::nullopt;
+      }
+      hinted = std::min<int64_t>(hinted * std::max<int64_t>(hint, 1), int64_t{1} << 40);
+      if (hint > longest) longest = hint, dim = k;
+    }
+    int64_t chunks = std::min({want, hinted / leastRows, longest});
+    if (chunks < 2) return std::nullopt;
+    Split split;
+    sym::Expr n = l.reductionRanges[dim];
+    sym::Expr part = sym::floorDiv(n + (chunks - 1), chunks);
+    split.chunkRanges.push_back(table_.integer(chunks));
+    split.restRanges = l.reductionRanges;
+    split.restRanges[dim] = part;
+    split.chunkVars = freshVars("i", split.chunkRanges);
+    split.restVars = freshVars("r", split.restRanges);
+    sym::Expr at = split.chunkVars[0] * part + split.restVars[dim];
+    for (size_t k = 0; k < l.reductionVars.size(); ++k)
+      split.bind.emplace(l.reductionVars[k], k == dim ? at : split.restVars[k]);
+    split.inside = sym::lt(at, n);
+    return split;
+  }
+
+  // A reduction whose outputs alone would leave a GPU idle (a column sum's
+  // thread per output: fewer than ~2^17 of them; a row's block per output:
+  // fewer than 128) becomes two: a buffer of partial results over chunks of the
+  // reduction (staticSplit, symbolicSplit), laid out so that the partials'
+  // reads are coalesced (chunks outermost for column sums, innermost for rows),
+  // then `l` reduces those.
+  void splitReduction(Loops& l) {
+    if (l.reduce == ReduceOp::ArgMax || l.reduce == ReduceOp::ArgMin) return;
+    std::optional<int64_t> outputs = staticNumel(l.ranges);
+    if (!outputs) return;
+    bool columns = reducesColumns(l);
+    if (!columns && *outputs >= 128) return;
+    int64_t want = (columns ? int64_t{1} << 17 : 512) / std::max<int64_t>(*outputs, 1);
+    int64_t leastRows = columns ? 32 : 4096; // per chunk
+    std::optional<int64_t> rows = staticNumel(l.reductionRanges);
+    std::optional<Split> found =
+        rows ? staticSplit(l, *rows, want, leastRows) : symbolicSplit(l, want, leastRows);
+    if (!found) return;
+    const Shape& chunkRanges = found->chunkRanges;
+    const Shape& restRanges = found->restRanges;
+    const Index& chunkVars = found->chunkVars;
+    const Index& restVars = found->restVars;
+    Index outVars = freshVars("i", l.ranges);
+    std::unordered_map<sym::Expr, sym::Expr> bind = found->bind;
+    for (size_t k = 0; k < l.vars.size(); ++k) bind.emplace(l.vars[k], outVars[k]);
 
     // The partials' dims: chunks then outputs for column sums, else the reverse.
     auto laidOut = [columns](std::vector<sym::Expr> chunk, const std::vector<sym::Expr>& out) {
@@ -1209,6 +1273,12 @@ private:
     p.reductionVars = restVars;
     p.reductionRanges = restRanges;
     p.body = substitute(l.body, bind);
+    if (!found->inside.isNull()) {
+      bool one = l.reduce == ReduceOp::Prod || l.reduce == ReduceOp::All;
+      Scalar identity = ir::isFloating(l.accumulator) ? constantF(l.accumulator, one ? 1.0 : 0.0)
+                                                      : constantI(l.accumulator, one ? 1 : 0);
+      p.body = where(indexOf(DType::Bool, found->inside), p.body, identity);
+    }
     partial.layout = TensorMeta::contiguous(l.accumulator, p.ranges, table_);
 
     l.reductionRanges = chunkRanges;
