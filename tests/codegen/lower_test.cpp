@@ -322,10 +322,13 @@ TEST_F(Lower, ColumnSumsOfASymbolicBatchSumPartialsFirst) {
   sym::Expr batch = table.createBacked(1024, {1, sym::kInf});
   ValueId x = input("x", DType::Float32, {batch, table.integer(96)});
   ValueId g = input("g", DType::Float32, {batch, table.integer(96)});
+  sym::Expr width = table.createBacked(40, {2, sym::kInf});
+  ValueId z = input("z", DType::Float32, {batch, width}); // the outputs' count symbolic too
   std::vector<int64_t> rows = {0};
   graph.setOutputs({graph.call("sum", {x}, {{"dim", rows}}),
                     graph.call("sum", {graph.call("mul", {g, x})}, {{"dim", rows}}),
-                    graph.call("amax", {x}, {{"dim", rows}})}); // TODO(issue 7): not split
+                    graph.call("amax", {x}, {{"dim", rows}}), // TODO(issue 7): not split
+                    graph.call("sum", {z}, {{"dim", rows}})});
   LowerOptions split;
   split.splitReductions = true;
   Program p = lower(graph, split);
@@ -336,6 +339,7 @@ TEST_F(Lower, ColumnSumsOfASymbolicBatchSumPartialsFirst) {
   EXPECT_NE(text.find("over [96]: buf"), std::string::npos) << text;
   EXPECT_NE(text.find("(max of [s1])"), std::string::npos) << text;
   EXPECT_NE(print(p).find("where("), std::string::npos) << print(p);
+  EXPECT_NE(text.find("over [32, s2]: buf"), std::string::npos) << text; // 40 columns by the hint
   Schedule plan = schedule(p);
   CpuSource source = emitCpu(p, plan);
   std::string so = ::testing::TempDir() + "kiln_split_" + std::to_string(::getpid()) + ".so";
@@ -343,7 +347,8 @@ TEST_F(Lower, ColumnSumsOfASymbolicBatchSumPartialsFirst) {
   auto library = runtime::Library::load(so);
   std::remove(so.c_str());
   for (int64_t n : {1, 31, 33, 1000, 4099}) { // fewer rows than chunks, short last chunks
-    std::vector<HostTensor> in = {random(DType::Float32, {n, 96}), random(DType::Float32, {n, 96})};
+    std::vector<HostTensor> in = {random(DType::Float32, {n, 96}), random(DType::Float32, {n, 96}),
+                                  random(DType::Float32, {n, 7})};
     std::vector<HostTensor> expected = ir::interpret(graph, in);
     expectClose(evaluate(p, graph, in), expected, 1e-3, p, "evaluated");
     expectClose(runCpu(p, plan, source, *library, graph, in), expected, 1e-3, p, "compiled");

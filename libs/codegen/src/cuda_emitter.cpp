@@ -262,7 +262,7 @@ private:
   bool columnSums(sym::Expr items, std::optional<int64_t> work) const {
     for (BufferId id : kernel_.buffers)
       if (!reducesColumns(program_.buffers[id].loops)) return false;
-    std::optional<int64_t> outputs = items.asInteger();
+    std::optional<int64_t> outputs = hintedNumel({items}); // symbolic: as lowering planned it
     return outputs && (*outputs >= 2048 || (work && *work <= 256));
   }
 

@@ -137,6 +137,18 @@ std::optional<int64_t> staticNumel(const Shape& sizes) {
   return n;
 }
 
+std::optional<int64_t> hintedNumel(const Shape& sizes) {
+  int64_t n = 1;
+  for (const sym::Expr& s : sizes) {
+    try {
+      n = std::min<int64_t>(n * std::max<int64_t>(sym::evaluateWithHints(s), 0), int64_t{1} << 40);
+    } catch (const Error&) { // an unbacked symbol: no hint
+      return std::nullopt;
+    }
+  }
+  return n;
+}
+
 std::vector<std::optional<int64_t>> loadSteps(const Scalar& body, sym::Expr var) {
   std::vector<std::optional<int64_t>> steps;
   std::function<void(const Scalar&)> walk = [&](const Scalar& s) {

@@ -1193,8 +1193,8 @@ private:
     return split;
   }
 
-  // Sizes a symbol decides (a dynamic batch): the dim longest by the symbols'
-  // hints cut into `chunks` parts of ceil(n / chunks) elements, the last ones
+  // Sizes a symbol decides (a dynamic batch; the outputs' count too is
+  // planned for its hint): the dim longest by the symbols' hints cut into `chunks` parts of ceil(n / chunks) elements, the last ones
   // short or empty — an element past the dim's end is the reduction's identity
   // (Where evaluates only the chosen branch: nothing is loaded there). For the
   // reductions whose identity is a number (sum, prod, any, all).
@@ -1202,19 +1202,15 @@ private:
     if (l.reduce != ReduceOp::Sum && l.reduce != ReduceOp::Prod && l.reduce != ReduceOp::Any &&
         l.reduce != ReduceOp::All)
       return std::nullopt; // TODO(issue 7): max and min (an infinity, or an int's limit)
-    int64_t hinted = 1, longest = 0;
+    std::optional<int64_t> hinted = hintedNumel(l.reductionRanges);
+    if (!hinted) return std::nullopt; // an unbacked size: no hint to plan by
+    int64_t longest = 0;
     size_t dim = 0;
     for (size_t k = 0; k < l.reductionRanges.size(); ++k) {
-      int64_t hint = 0;
-      try {
-        hint = sym::evaluateWithHints(l.reductionRanges[k]);
-      } catch (const Error&) { // an unbacked size: no hint to plan by
-        return std::nullopt;
-      }
-      hinted = std::min<int64_t>(hinted * std::max<int64_t>(hint, 1), int64_t{1} << 40);
+      int64_t hint = *hintedNumel({l.reductionRanges[k]});
       if (hint > longest) longest = hint, dim = k;
     }
-    int64_t chunks = std::min({want, hinted / leastRows, longest});
+    int64_t chunks = std::min({want, *hinted / leastRows, longest});
     if (chunks < 2) return std::nullopt;
     Split split;
     sym::Expr n = l.reductionRanges[dim];
@@ -1239,7 +1235,7 @@ private:
   // then `l` reduces those.
   void splitReduction(Loops& l) {
     if (l.reduce == ReduceOp::ArgMax || l.reduce == ReduceOp::ArgMin) return;
-    std::optional<int64_t> outputs = staticNumel(l.ranges);
+    std::optional<int64_t> outputs = hintedNumel(l.ranges);
     if (!outputs) return;
     bool columns = reducesColumns(l);
     if (!columns && *outputs >= 128) return;

@@ -149,6 +149,9 @@ struct Output {
 
 // The product of sizes that are all known; null when one is symbolic.
 std::optional<int64_t> staticNumel(const Shape& sizes);
+// The product with symbols at their hints (what a kernel is planned for); null
+// when one is unbacked. Capped at 2^40.
+std::optional<int64_t> hintedNumel(const Shape& sizes);
 
 // How far in memory each load of `body` moves when `var` steps by one (null
 // where the step is not a constant): how a loop over `var` walks its inputs.
