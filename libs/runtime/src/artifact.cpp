@@ -294,6 +294,12 @@ Artifact fromBytes(std::string_view bytes, sym::SymbolTable& table) {
 std::shared_ptr<Library> Library::load(const std::string& path) {
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) throw Error(ErrorCode::NotFound, std::string("runtime: cannot load ") + ::dlerror());
+  // CPU kernels run OpenMP: libgomp's worker threads outlive the library that
+  // loaded it, spinning in its code after a parallel loop; unloaded with the
+  // last kernel library, it would take their code from under them (a crash
+  // seen when a library was closed right after a parallel run). Pinned once
+  // loaded: RTLD_NOLOAD finds it, RTLD_NODELETE keeps it.
+  ::dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
   return std::shared_ptr<Library>(new Library(handle));
 }
 
