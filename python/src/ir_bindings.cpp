@@ -816,7 +816,8 @@ void bindIr(py::module_& parent) {
            py::arg("device"), py::arg("stream"), py::arg("donated") = py::none())
       .def("run", &PyArtifact::run, py::arg("inputs"), py::arg("allocate"), py::arg("device") = 0,
            py::arg("stream") = 0, py::arg("donated") = py::none(),
-           "Runs on (dtype, sizes, strides, address, device) inputs; use kiln.ir.compile instead.")
+           "Runs on torch tensors or (dtype, sizes, strides, address, device) tuples; use "
+           "kiln.ir.compile instead.")
       .def_property_readonly("target", &PyArtifact::target)
       .def_property_readonly("explain", &PyArtifact::explain)
       .def_property_readonly("source", &PyArtifact::source)

@@ -100,16 +100,23 @@ struct Lower : ::testing::Test {
     }
   }
 
-  // The program compiled for the CPU and run on the inputs.
-  std::vector<HostTensor> runCompiled(const Program& program,
-                                      const std::vector<HostTensor>& inputs) {
+  // The program compiled for the CPU (once) and run on each set of inputs.
+  std::vector<std::vector<HostTensor>> runCompiled(
+      const Program& program, const std::vector<std::vector<HostTensor>>& inputSets) {
     Schedule plan = schedule(program);
     CpuSource source = emitCpu(program, plan);
     std::string so = ::testing::TempDir() + "kiln_lower_" + std::to_string(::getpid()) + ".so";
     compileCpu(source.code, so);
     auto library = runtime::Library::load(so);
     std::remove(so.c_str());
-    return runCpu(program, plan, source, *library, graph, inputs);
+    std::vector<std::vector<HostTensor>> results;
+    for (const std::vector<HostTensor>& inputs : inputSets)
+      results.push_back(runCpu(program, plan, source, *library, graph, inputs));
+    return results;
+  }
+  std::vector<HostTensor> runCompiled(const Program& program,
+                                      const std::vector<HostTensor>& inputs) {
+    return runCompiled(program, std::vector<std::vector<HostTensor>>{inputs})[0];
   }
 
   // Lowers the graph and checks the program against the interpreter: the
@@ -324,11 +331,15 @@ TEST_F(Lower, ColumnSumsOfASymbolicBatchSumPartialsFirst) {
   ValueId g = input("g", DType::Float32, {batch, table.integer(96)});
   sym::Expr width = table.createBacked(40, {2, sym::kInf});
   ValueId z = input("z", DType::Float32, {batch, width}); // the outputs' count symbolic too
+  ValueId i = input("i", DType::Int32, {batch, table.integer(96)});
+  ValueId j = input("j", DType::Int64, {batch, table.integer(96)});
   std::vector<int64_t> rows = {0};
   graph.setOutputs({graph.call("sum", {x}, {{"dim", rows}}),
                     graph.call("sum", {graph.call("mul", {g, x})}, {{"dim", rows}}),
-                    graph.call("amax", {x}, {{"dim", rows}}), // TODO(issue 7): not split
-                    graph.call("sum", {z}, {{"dim", rows}})});
+                    graph.call("amax", {x}, {{"dim", rows}}),
+                    graph.call("sum", {z}, {{"dim", rows}}),
+                    graph.call("amin", {i}, {{"dim", rows}}),
+                    graph.call("amax", {j}, {{"dim", rows}})}); // TODO(issue 7): int64's limit
   LowerOptions split;
   split.splitReductions = true;
   Program p = lower(graph, split);
@@ -337,23 +348,41 @@ TEST_F(Lower, ColumnSumsOfASymbolicBatchSumPartialsFirst) {
   EXPECT_NE(text.find("over [32, 96]: buf"), std::string::npos) << text;
   EXPECT_NE(text.find("(sum of [(s1 + 31)//32])"), std::string::npos) << text;
   EXPECT_NE(text.find("over [96]: buf"), std::string::npos) << text;
-  EXPECT_NE(text.find("(max of [s1])"), std::string::npos) << text;
+  EXPECT_NE(text.find("(max of [(s1 + 31)//32])"), std::string::npos) << text;
+  EXPECT_NE(text.find("(min of [(s1 + 31)//32])"), std::string::npos) << text;
+  EXPECT_NE(text.find("(max of [s1])"), std::string::npos) << text; // int64: as it was
   EXPECT_NE(print(p).find("where("), std::string::npos) << print(p);
   EXPECT_NE(text.find("over [32, s2]: buf"), std::string::npos) << text; // 40 columns by the hint
-  Schedule plan = schedule(p);
-  CpuSource source = emitCpu(p, plan);
-  std::string so = ::testing::TempDir() + "kiln_split_" + std::to_string(::getpid()) + ".so";
-  compileCpu(source.code, so);
-  auto library = runtime::Library::load(so);
-  std::remove(so.c_str());
-  for (int64_t n : {1, 31, 33, 1000, 4099}) { // fewer rows than chunks, short last chunks
-    std::vector<HostTensor> in = {random(DType::Float32, {n, 96}), random(DType::Float32, {n, 96}),
-                                  random(DType::Float32, {n, 7})};
-    std::vector<HostTensor> expected = ir::interpret(graph, in);
-    expectClose(evaluate(p, graph, in), expected, 1e-3, p, "evaluated");
-    expectClose(runCpu(p, plan, source, *library, graph, in), expected, 1e-3, p, "compiled");
+  std::vector<std::vector<HostTensor>> inputSets;
+  for (int64_t n : {1, 31, 33, 1000, 4099}) // fewer rows than chunks, short last chunks
+    inputSets.push_back({random(DType::Float32, {n, 96}), random(DType::Float32, {n, 96}),
+                         random(DType::Float32, {n, 7}), random(DType::Int32, {n, 96}, -9, 9),
+                         random(DType::Int64, {n, 96}, -9, 9)});
+  std::vector<std::vector<HostTensor>> compiled = runCompiled(p, inputSets);
+  for (size_t k = 0; k < inputSets.size(); ++k) {
+    std::vector<HostTensor> expected = ir::interpret(graph, inputSets[k]);
+    expectClose(evaluate(p, graph, inputSets[k]), expected, 1e-3, p, "evaluated");
+    expectClose(compiled[k], expected, 1e-3, p, "compiled");
   }
   expectCompilesForCuda();
+}
+
+// Integer min and max over rows, one of a static count and one of a symbolic
+// count, share a kernel over the columns; each starts from its own limit.
+TEST_F(Lower, IntegerMinAndMaxOfDifferentRowCountsShareAKernel) {
+  sym::Expr batch = table.createBacked(1024, {1, sym::kInf});
+  ValueId i = input("i", DType::Int32, {table.integer(32), table.integer(96)});
+  ValueId j = input("j", DType::Int64, {batch, table.integer(96)});
+  std::vector<int64_t> rows = {0};
+  graph.setOutputs({graph.call("amin", {i}, {{"dim", rows}}), graph.call("amax", {j}, {{"dim", rows}})});
+  Program p = lower(graph);
+  std::string text = explain(schedule(p), p);
+  EXPECT_NE(text.find("kernel 0 over [96]: buf2 (min of [32]), buf3 (max of [s1])"), std::string::npos)
+      << text;
+  for (int64_t n : {1, 31, 1000}) {
+    std::vector<HostTensor> in = {random(DType::Int32, {32, 96}, -9, 9), random(DType::Int64, {n, 96}, -9, 9)};
+    expectClose(runCompiled(p, in), ir::interpret(graph, in), 1e-3, p, "compiled");
+  }
 }
 
 TEST_F(Lower, SquaresAndCubesAreProducts) {

@@ -3,6 +3,8 @@
 #include "kiln/codegen/lower.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -1146,6 +1148,34 @@ private:
     });
   }
 
+  // The value that leaves a reduction's result as it is (an element past a
+  // chunk's end); none for the arg-reductions and for max/min of int64, whose
+  // limit the kernels' int64 literals cannot spell.
+  static std::optional<Scalar> identityOf(ReduceOp op, DType dtype) {
+    bool floating = ir::isFloating(dtype);
+    auto number = [&](int64_t v) { return floating ? constantF(dtype, static_cast<double>(v)) : constantI(dtype, v); };
+    auto limit = [&](bool least) -> std::optional<Scalar> {
+      if (floating) return constantF(dtype, least ? -INFINITY : INFINITY);
+      switch (dtype) {
+      case DType::Bool: return constantI(dtype, least ? 0 : 1);
+      case DType::UInt8: return constantI(dtype, least ? 0 : 255);
+      case DType::Int8: return constantI(dtype, least ? INT8_MIN : INT8_MAX);
+      case DType::Int16: return constantI(dtype, least ? INT16_MIN : INT16_MAX);
+      case DType::Int32: return constantI(dtype, least ? INT32_MIN : INT32_MAX);
+      default: return std::nullopt;
+      }
+    };
+    switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Any: return number(0);
+    case ReduceOp::Prod:
+    case ReduceOp::All: return number(1);
+    case ReduceOp::Max: return limit(true);
+    case ReduceOp::Min: return limit(false);
+    default: return std::nullopt;
+    }
+  }
+
   // How a reduction is cut into chunks: the chunks' ranges and the ranges each
   // chunk reduces, each original reduction variable as an expression of the
   // fresh chunk and rest variables, and (where a chunk may run past the
@@ -1196,12 +1226,9 @@ private:
   // Sizes a symbol decides (a dynamic batch; the outputs' count too is
   // planned for its hint): the dim longest by the symbols' hints cut into `chunks` parts of ceil(n / chunks) elements, the last ones
   // short or empty — an element past the dim's end is the reduction's identity
-  // (Where evaluates only the chosen branch: nothing is loaded there). For the
-  // reductions whose identity is a number (sum, prod, any, all).
+  // (Where evaluates only the chosen branch: nothing is loaded there).
   std::optional<Split> symbolicSplit(const Loops& l, int64_t want, int64_t leastRows) {
-    if (l.reduce != ReduceOp::Sum && l.reduce != ReduceOp::Prod && l.reduce != ReduceOp::Any &&
-        l.reduce != ReduceOp::All)
-      return std::nullopt; // TODO(issue 7): max and min (an infinity, or an int's limit)
+    if (!identityOf(l.reduce, l.accumulator)) return std::nullopt;
     std::optional<int64_t> hinted = hintedNumel(l.reductionRanges);
     if (!hinted) return std::nullopt; // an unbacked size: no hint to plan by
     int64_t longest = 0;
@@ -1269,12 +1296,9 @@ private:
     p.reductionVars = restVars;
     p.reductionRanges = restRanges;
     p.body = substitute(l.body, bind);
-    if (!found->inside.isNull()) {
-      bool one = l.reduce == ReduceOp::Prod || l.reduce == ReduceOp::All;
-      Scalar identity = ir::isFloating(l.accumulator) ? constantF(l.accumulator, one ? 1.0 : 0.0)
-                                                      : constantI(l.accumulator, one ? 1 : 0);
-      p.body = where(indexOf(DType::Bool, found->inside), p.body, identity);
-    }
+    if (!found->inside.isNull())
+      p.body = where(indexOf(DType::Bool, found->inside), p.body,
+                     *identityOf(l.reduce, l.accumulator));
     partial.layout = TensorMeta::contiguous(l.accumulator, p.ranges, table_);
 
     l.reductionRanges = chunkRanges;
