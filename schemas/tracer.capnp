@@ -156,6 +156,8 @@ struct InputBinding {
   path @0 :List(Guards.GuardStep);
   isInt @1 :Bool;                   # a dynamic int argument, passed as a 0-d tensor
   isFloat @2 :Bool;                 # a dynamic float argument, passed as a 0-d f64 CPU tensor
+  isSeed @3 :Bool;                  # no path: a 0-d i64 seed the SDK draws from torch's generator
+                                    # of the input's device at each call (dropout's random streams)
 }
 
 struct SideEffect {

@@ -153,6 +153,9 @@ def export(fn_or_module, args: tuple, kwargs: dict | None = None, *, dynamic_sha
     if traced.side_effects:
         raise _trace.Unsupported("kiln.export: the function changes objects of the call (side effects); "
                                  "a program cannot replay them")
+    if any(traced.seed_inputs):
+        raise _trace.Unsupported("kiln.export: dropout in training mode (a program is a forward for "
+                                 "inference: call model.eval() first)")
     if any(traced.int_inputs) or any(traced.float_inputs):
         # TODO(issue 9): SymInt and float inputs of a program
         raise _trace.Unsupported("kiln.export: a dynamic int or float argument")

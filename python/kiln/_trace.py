@@ -311,6 +311,8 @@ class Traced:
         self.inputs = [i["path"] for i in traced["inputs"]]
         self.int_inputs = [i["isInt"] for i in traced["inputs"]]  # dynamic ints: passed as 0-d int64
         self.float_inputs = [i["isFloat"] for i in traced["inputs"]]  # dynamic floats: 0-d f64
+        # dropout's seeds: drawn afresh at each call (no path)
+        self.seed_inputs = [i.get("isSeed", False) for i in traced["inputs"]]
         self.outputs = traced["outputs"]
         self.side_effects = traced["sideEffects"]
         self.requires_grad = traced["requiresGrad"]  # autograd would record the call
@@ -407,6 +409,8 @@ def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: b
 
 def path_text(path: list) -> str:
     """A graph input's path as the user reads it: x, xs[0], self.fc1.weight."""
+    if not path:
+        return "<dropout seed>"  # the one kind of input without a path
     text = ""
     for step in path:
         name = step.get("name", "")
@@ -435,7 +439,11 @@ def inputs_reader(traced: Traced):
     roots = []  # (slot, the root's function)
     finals = []  # per input: (its slot, or a getter walking its path alone; its dtype if converted)
     slot_of = {}  # a path prefix, as text -> its slot
-    for path, is_int, is_float in zip(traced.inputs, traced.int_inputs, traced.float_inputs):
+    placeholders = [i for i in range(len(traced.graph)) if traced.graph.node(i)["kind"] == "placeholder"]
+    for k, (path, is_int, is_float) in enumerate(zip(traced.inputs, traced.int_inputs, traced.float_inputs)):
+        if traced.seed_inputs[k]:
+            finals.append((None, _seed_drawer(traced.graph.value(placeholders[k]).meta["device"]), None))
+            continue
         dtype = torch.int64 if is_int else torch.float64 if is_float else None
         steps = [_step(step) for step in path[1:]]
         if any(step is None for step in steps):  # a root step past the first: as resolve
@@ -468,6 +476,15 @@ def inputs_reader(traced: Traced):
             values.append(value)
         return values
     return read
+
+
+def _seed_drawer(device: str):
+    """A function (fn, args, kwargs) -> a fresh 0-d int64 seed on `device`, drawn from torch's
+    generator of that device: each call gets new dropout masks, and torch.manual_seed makes a
+    run repeat (Inductor draws its seeds the same way)."""
+    def draw(fn, args, kwargs):
+        return torch.randint(0, 2 ** 62, (), dtype=torch.int64, device=device)
+    return draw
 
 
 def _accessor(path: list):

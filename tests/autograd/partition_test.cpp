@@ -135,6 +135,31 @@ TEST(Partition, DropoutIsRecomputedFromItsSeed) {
                   {ramp({3, 5}, 1.0)});
 }
 
+// dropout's backward is dropout of the grad: it reads the seed and offset, not
+// its input, so the product before it is not kept for its shape at any budget.
+TEST(Partition, DropoutsBackwardKeepsItsSeedNotItsInput) {
+  for (double budget : {0.0, 1.0}) {
+    sym::SymbolTable t;
+    ir::Graph g(t);
+    auto f = [&](int64_t r, int64_t c) {
+      return ir::TensorMeta::contiguous(DType::Float64, {t.integer(r), t.integer(c)}, t);
+    };
+    auto scalar = ir::TensorMeta::contiguous(DType::Int64, {}, t);
+    ValueId x = g.placeholder("x", f(3, 4)), w = g.placeholder("w", f(4, 5));
+    ValueId seed = g.placeholder("seed", scalar), offset = g.placeholder("offset", scalar);
+    ValueId h = g.call("mm", {x, w});
+    g.setOutputs({g.call("dropout", {h, seed, offset}, {{"p", 0.4}})});
+    JointGraph j = backward(g, {false, true, false, false});
+    Partition p = partition(j, {budget});
+    std::set<ValueId> saved(p.saved.begin(), p.saved.end());
+    EXPECT_TRUE(saved.count(x) && saved.count(seed) && saved.count(offset)) << budget;
+    EXPECT_FALSE(saved.count(h)) << budget;
+    auto i64 = [](int64_t v) { return HostTensor::fromDoubles(DType::Int64, {}, {double(v)}); };
+    expectSameGrads(j, p, {ramp({3, 4}, 0.1), ramp({4, 5}, 0.2), i64(7), i64(0)},
+                    {ramp({3, 5}, 1.0)});
+  }
+}
+
 // A tuple (chunk) is never saved; its pieces may be, or be recomputed with it.
 TEST(Partition, PiecesOfATupleRecomputeThroughIt) {
   for (double budget : {0.0, 0.5, 1.0}) {

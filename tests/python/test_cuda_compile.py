@@ -177,6 +177,33 @@ def test_training_runs_forward_and_backward_on_the_gpu(stack):
 
 
 @needs_gpu
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_dropout_trains_on_the_gpu_with_a_fresh_mask_each_step(stack, mode):
+    def f(x, w):
+        return F.dropout(F.gelu(x @ w), p=0.25, training=True)
+
+    fast = kiln.compile(f, mode=mode, stack=stack)
+    x = torch.randn(256, 64, device="cuda")
+    w = nn.Parameter(torch.randn(64, 128, device="cuda"))
+    masks = []
+    for step in range(4):
+        w.grad = None
+        y = fast(x, w)
+        h, kept = F.gelu(x @ w).detach(), y.detach() != 0
+        torch.testing.assert_close(y.detach()[kept], h[kept] / 0.75, rtol=1e-4, atol=1e-5)
+        assert 0.2 < 1 - kept.float().mean().item() < 0.3
+        t = torch.randn_like(y)
+        y.backward(t)
+        h = (x @ w).detach().requires_grad_()
+        want, = torch.autograd.grad(F.gelu(h), h, t * kept / 0.75)  # the forward's mask, replayed
+        torch.testing.assert_close(w.grad, x.t() @ want, rtol=1e-4, atol=1e-4)
+        masks.append(kept)
+    assert all(not torch.equal(a, b) for a, b in zip(masks, masks[1:]))
+    runner = runner_of(fast)
+    assert isinstance(runner, _train.TrainingRunner) and runner.forward.target.startswith("cuda")
+
+
+@needs_gpu
 def test_reduce_overhead_replays_a_cuda_graph(stack):
     def f(x, w):
         return torch.relu(x @ w) + 1

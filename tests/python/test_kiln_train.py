@@ -309,24 +309,26 @@ class MLPBlock(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, n_embd, n_head, block_size):
+    def __init__(self, n_embd, n_head, block_size, dropout=0.0):
         super().__init__()
         self.ln_1 = nn.LayerNorm(n_embd)
         self.attn = CausalSelfAttention(n_embd, n_head, block_size)
         self.ln_2 = nn.LayerNorm(n_embd)
         self.mlp = MLPBlock(n_embd)
+        self.drop = nn.Dropout(dropout)
 
     def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        x = x + self.drop(self.attn(self.ln_1(x)))
+        return x + self.drop(self.mlp(self.ln_2(x)))
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab_size=65, block_size=16, n_layer=2, n_head=4, n_embd=32):
+    def __init__(self, vocab_size=65, block_size=16, n_layer=2, n_head=4, n_embd=32, dropout=0.0):
         super().__init__()
         self.wte = nn.Embedding(vocab_size, n_embd)
         self.wpe = nn.Embedding(block_size, n_embd)
-        self.h = nn.ModuleList([Block(n_embd, n_head, block_size) for _ in range(n_layer)])
+        self.drop = nn.Dropout(dropout)
+        self.h = nn.ModuleList([Block(n_embd, n_head, block_size, dropout) for _ in range(n_layer)])
         self.ln_f = nn.LayerNorm(n_embd)
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
         self.wte.weight = self.lm_head.weight  # weight tying, as nanoGPT
@@ -342,7 +344,7 @@ class GPT(nn.Module):
     def forward(self, idx, targets):
         b, t = idx.size()
         pos = torch.arange(0, t, dtype=torch.long)
-        x = self.wte(idx) + self.wpe(pos)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.h:
             x = block(x)
         logits = self.lm_head(self.ln_f(x))
@@ -383,6 +385,53 @@ def test_nanogpt_trains_as_eager(stack):
         torch.testing.assert_close(kiln_grads[name], g, rtol=1e-3, atol=1e-5, msg=name)
     torch.testing.assert_close(torch.tensor(kiln_losses), torch.tensor(eager_losses), rtol=1e-3, atol=1e-4)
     assert kiln_losses[-1] < kiln_losses[0] - 1.0  # it learned the batch
+
+
+def test_nanogpt_with_dropout_trains_compiled_and_evaluates_as_eager(stack):
+    torch.manual_seed(0)
+    model = GPT(dropout=0.2)
+    reference = GPT(dropout=0.2)
+    reference.load_state_dict(model.state_dict())
+    idx = torch.randint(0, 65, (4, 16))
+    targets = torch.randint(0, 65, (4, 16))
+    fast = kiln.compile(model, stack=stack)
+    losses, _ = train(model, fast, idx, targets, steps=15)
+    assert not fast._compiled_forward.fallback_reasons, fast._compiled_forward.fallback_reasons
+    from kiln import _train  # the latest entry: GPT.forward's code has the other tests' entries too
+    assert isinstance(fast._compiled_forward.cache.entries[-1].value, _train.TrainingRunner), kiln.explain(fast)
+    assert losses[-1] < losses[0] - 1.0, losses  # it learned the batch through its masks
+    torch.manual_seed(1)  # the masks: fresh each step, repeated under the same seed
+    first = fast(idx, targets)[1].item()
+    torch.manual_seed(1)
+    assert fast(idx, targets)[1].item() == first != fast(idx, targets)[1].item()
+    model.eval()  # no dropout: as eager, with the trained weights
+    reference.load_state_dict(model.state_dict())
+    reference.eval()
+    torch.testing.assert_close(fast(idx, targets)[1], reference(idx, targets)[1], rtol=1e-4, atol=1e-5)
+
+
+def test_dropout_in_training_draws_a_fresh_mask_each_call_and_its_backward_replays_it(stack):
+    def f(x, w):
+        return F.dropout(x @ w, p=0.25, training=True)
+
+    fast = kiln.compile(f, stack=stack)
+    x, w = torch.randn(64, 32), torch.randn(32, 48, requires_grad=True)
+    y = fast(x, w)
+    h, kept = (x @ w).detach(), y.detach() != 0
+    torch.testing.assert_close(y.detach()[kept], h[kept] / 0.75)  # kept: scaled by 1 / (1 - p)
+    assert 0.18 < 1 - kept.float().mean().item() < 0.32  # about p of them dropped
+    t = torch.randn_like(y)
+    y.backward(t)
+    torch.testing.assert_close(w.grad, x.t() @ (t * kept / 0.75), rtol=1e-4, atol=1e-5)  # the same mask
+    assert trained(fast), kiln.explain(fast)
+    with torch.no_grad():  # the inference entry draws too
+        torch.manual_seed(5)
+        a = fast(x, w)
+        torch.manual_seed(5)
+        b = fast(x, w)
+        c = fast(x, w)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert len(fast.cache.entries) == 2  # one training entry, one inference entry: no recompiles
 
 
 def test_an_input_saved_for_a_recompute_keeps_its_value_when_mutated(stack):

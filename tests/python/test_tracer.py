@@ -1,6 +1,7 @@
 """The tracer: through the service, dynamic dims from the frame state, typed errors."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 import kiln
 from kiln import _trace, ir
@@ -174,3 +175,39 @@ def test_inputs_are_read_through_their_paths_common_prefixes_once(stack):
             assert got is want
         else:  # the dynamic batch: a 0-d int64 tensor
             assert got.dtype == torch.int64 and got.item() == want
+
+
+def test_dropout_in_training_draws_from_a_seed_input_the_sdk_makes_each_call(stack):
+    def g(x):
+        return F.dropout(x, 0.5, training=True) + F.dropout(x * 2, 0.25, training=True)
+
+    x = torch.randn(6, 8)
+    traced = _trace.trace(g, (x,), {}, stack=stack)
+    assert traced.seed_inputs == [False, True]  # x, then the one seed both dropouts share
+    assert traced.inputs[1] == [] and _trace.path_text(traced.inputs[1]) == "<dropout seed>"
+    nodes = [traced.graph.node(i) for i in range(len(traced.graph))]
+    dropouts = [n for n in nodes if n.get("target") == "dropout"]
+    assert len(dropouts) == 2
+    seeds = {n["inputs"][1] for n in dropouts}
+    offsets = {n["inputs"][2] for n in dropouts}
+    assert len(seeds) == 1 and len(offsets) == 2  # one seed, a counter window each
+    first, second = (_trace.graph_inputs(traced, g, (x,), {}) for _ in range(2))
+    assert first[1].dtype == torch.int64 and first[1].dim() == 0
+    assert not torch.equal(first[1], second[1])  # fresh at each call
+    torch.manual_seed(3)
+    a = _trace.graph_inputs(traced, g, (x,), {})[1]
+    torch.manual_seed(3)
+    assert torch.equal(a, _trace.graph_inputs(traced, g, (x,), {})[1])  # torch's generator's
+    (y,) = ir.run(traced.graph, *first)
+    # Each element: both dropped, the first kept (x / 0.5), the second (2x / 0.75), or both.
+    first_kept, second_kept = 2 * x, 2 * x / 0.75
+    choices = torch.stack([torch.zeros_like(x), first_kept, second_kept, first_kept + second_kept])
+    assert torch.isclose(y.unsqueeze(0), choices).any(dim=0).all()
+    assert (y == 0).any() and (y != 0).any()
+
+
+def test_channel_dropout_and_in_place_dropout_in_training_fall_back_with_a_reason(stack):
+    for g, reason in ((lambda x: F.dropout2d(x, 0.5, training=True), "dropout2d in training mode"),
+                      (lambda x: F.dropout(x, 0.5, training=True, inplace=True), "inplace=True")):
+        with pytest.raises(_trace.Unsupported, match=reason):
+            _trace.trace(g, (torch.randn(2, 3, 4, 4),), {}, stack=stack)

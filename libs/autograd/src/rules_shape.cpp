@@ -323,15 +323,17 @@ Grads scatterAdd(RuleContext& c) {
   return {*c.grad, std::nullopt, o.call("gather", {*c.grad, c.in(1)}, {{"dim", *c.attr("dim")}})};
 }
 
-// dropout: the same mask, replayed from the seed and offset: g * dropout(ones).
+// dropout: the same mask, replayed from the seed and offset on the grad itself
+// (dropout(g): g where the element is kept, times 1 / (1 - p) in opmath, as
+// eager's backward scales it), so the backward keeps the seed alone, not the
+// input for its shape.
 Grads dropout(RuleContext& c) {
   Ops o{c.g};
   const AttrValue* train = c.attr("train");
   if (train && !std::get<bool>(*train)) return {*c.grad};
   std::vector<Attr> attrs;
   if (c.attr("p")) attrs.push_back({"p", *c.attr("p")});
-  ValueId mask = o.call("dropout", {o.call("ones_like", {c.in(0)}), c.in(1), c.in(2)}, attrs);
-  return {o.mul(*c.grad, mask)};
+  return {o.call("dropout", {*c.grad, c.in(1), c.in(2)}, attrs)};
 }
 
 // softmax: y * (g - sum(g * y)); log_softmax: g - exp(y) * sum(g), along dim.

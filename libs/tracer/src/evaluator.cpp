@@ -377,6 +377,21 @@ private:
     return tensor(id);
   }
 
+  std::pair<ir::ValueId, ir::ValueId> randomStream(ir::Device device) override {
+    auto seed = std::find_if(seeds_.begin(), seeds_.end(), [&](const auto& s) { return s.first == device; });
+    if (seed == seeds_.end()) {
+      ir::ValueId id = graph.placeholder("arg" + std::to_string(inputs_.size()),
+                                         ir::TensorMeta::contiguous(DType::Int64, {}, table, device));
+      inputs_.push_back({{}, InputKind::Seed});
+      seed = seeds_.insert(seeds_.end(), {device, id});
+    }
+    // 2^40 elements a stream: no tensor reaches into the next one's window.
+    int64_t start = static_cast<int64_t>(streams_++) << 40;
+    ir::ValueId offset = graph.call("full", {}, {{"size", std::vector<int64_t>{}}, {"fill_value", start},
+                                                 {"dtype", DType::Int64}, {"device", ir::toString(device)}});
+    return {seed->second, offset};
+  }
+
   std::optional<Var> itemOfInput(const Var& t) override {
     auto it = scalarInputs_.find(t->value);
     if (it == scalarInputs_.end()) return std::nullopt;
@@ -1577,18 +1592,22 @@ private:
       for (unsigned j = 0; j < steps.size(); ++j) guards::toWire(inputs_[k].path[j], steps[j]);
       inputs[k].setIsInt(inputs_[k].kind == InputKind::Int);
       inputs[k].setIsFloat(inputs_[k].kind == InputKind::Float);
+      inputs[k].setIsSeed(inputs_[k].kind == InputKind::Seed);
     }
   }
 
   schema::TraceRequest::Reader request_;
   std::map<std::string, schema::ObjectDesc::Reader> described_;
   std::map<std::string, Var> realized_;
-  enum class InputKind { Tensor, Int, Float }; // Int: a symbolic-int placeholder; Float: a 0-d f64 one
+  // Int: a symbolic-int placeholder; Float: a 0-d f64 one; Seed: randomStream's (no path).
+  enum class InputKind { Tensor, Int, Float, Seed };
   struct Input {
     Path path;
     InputKind kind;
   };
   std::vector<Input> inputs_;
+  std::vector<std::pair<ir::Device, ir::ValueId>> seeds_; // randomStream's seed input per device
+  size_t streams_ = 0;                                    // random streams handed out
   struct Effect {
     bool setAttr; // else an append to the list at `path`
     Path path;

@@ -397,14 +397,21 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
   if ((m == "softmax" || m == "log_softmax") && isFunctional(name))
     return s.callOp(m, args, without(kwargs, {"_stacklevel"}));
   if (m == "dropout" || m == "dropout1d" || m == "dropout2d") {
-    // dropout(input, p=0.5, training=True): only an identity is traceable until
-    // the graph carries an RNG state (issue 8).
+    // dropout(input, p=0.5, training=True, inplace=False); torch.dropout(input, p, train).
     std::optional<Var> training = args.size() > 2 ? std::optional<Var>(args[2]) : kwarg(kwargs, "training");
+    if (!training) training = kwarg(kwargs, "train");
     std::optional<Var> p = args.size() > 1 ? std::optional<Var>(args[1]) : kwarg(kwargs, "p");
+    std::optional<Var> inplace = args.size() > 3 ? std::optional<Var>(args[3]) : kwarg(kwargs, "inplace");
     bool train = training ? s.concrete(*training) != 0 : true;
     double prob = p ? s.number(*p) : 0.5;
     if (!train || prob == 0) return args[0];
-    unsupported("dropout in training mode"); // TODO(issue 8): seed/offset inputs from the RNG state
+    if (m != "dropout") unsupported(m + " in training mode (one draw per channel)");
+    if (inplace && s.concrete(*inplace)) unsupported("dropout(inplace=True) in training mode");
+    if (args.empty() || args[0]->kind != Kind::Tensor) unsupported("dropout of a non-tensor");
+    // A fresh random stream per call (the seed is an input the SDK draws), so
+    // calls differ as eager's do and torch.manual_seed makes them repeat.
+    auto [seed, offset] = s.randomStream(s.meta(args[0]).device);
+    return s.op("dropout", {args[0]->value, seed, offset}, {{"p", prob}, {"train", true}});
   }
   if (m == "size" && method) {
     const ir::TensorMeta& meta = s.meta(args[0]);

@@ -85,6 +85,12 @@ public:
   // symbol (a graph input of its own), a float a traced float — guarded through
   // `L['t'].item()`. nullopt for any other tensor (the evaluator's: it owns the inputs).
   virtual std::optional<Var> itemOfInput(const Var& t) = 0;
+  // A random stream of its own for one dropout of the trace: (seed, offset),
+  // 0-d i64 values on `device`. The seed is a graph input the SDK draws afresh
+  // from torch's generator at each call, one per device; each stream's offset
+  // starts its own window of the Philox counter, as torch's generator advances
+  // its offset per op.
+  virtual std::pair<ir::ValueId, ir::ValueId> randomStream(ir::Device device) = 0;
   // t.item() of a floating tensor of one element: a traced float whose value the
   // trace does not know (it stays on t's device until Python needs the number).
   Var itemFloat(const Var& t);
