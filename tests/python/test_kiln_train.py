@@ -410,6 +410,46 @@ def test_nanogpt_with_dropout_trains_compiled_and_evaluates_as_eager(stack):
     torch.testing.assert_close(fast(idx, targets)[1], reference(idx, targets)[1], rtol=1e-4, atol=1e-5)
 
 
+def test_detach_and_no_grad_regions_stop_grads_as_eager(stack):
+    def f(x, w, v):
+        h = x @ w
+        centered = h - h.detach().mean(dim=0)  # the mean is a constant to autograd
+        with torch.no_grad():
+            scale = (v * 2).abs().max() + 1  # reads v, which requires grad: no grad through it
+        target = (h * 3).detach()
+        return ((centered / scale) - target * 0.1).square().sum() + (v * v).sum()
+
+    fast = kiln.compile(f, stack=stack)
+    args = [torch.randn(6, 4), torch.randn(4, 5, requires_grad=True), torch.randn(5, requires_grad=True)]
+    eager_args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    out, want = fast(*args), f(*eager_args)
+    torch.testing.assert_close(out, want)
+    out.backward()
+    want.backward()
+    for got, expected in zip(args[1:], eager_args[1:]):
+        torch.testing.assert_close(got.grad, expected.grad, rtol=1e-4, atol=1e-5)
+    assert trained(fast) and not fast.fallback_reasons, kiln.explain(fast)
+    # what eager says of requires_grad, the compiled call says too
+    g = kiln.compile(lambda w: (w.detach() * 2, w * 2), stack=stack)
+    a, b = g(args[1])
+    assert not a.requires_grad and b.requires_grad
+
+
+def test_an_in_place_write_under_no_grad_into_a_tensor_that_requires_grad_runs_eagerly(stack):
+    def f(x, w):
+        y = (x @ w).sum()
+        with torch.no_grad():
+            w.mul_(0.5)
+        return y
+
+    fast = kiln.compile(f, stack=stack)
+    w = torch.randn(4, 3, requires_grad=True)
+    before = w.detach().clone()
+    fast(torch.randn(2, 4), w).backward()
+    torch.testing.assert_close(w.detach(), before * 0.5)
+    assert any("in-place write under torch.no_grad()" in r for r in fast.fallback_reasons), fast.fallback_reasons
+
+
 def test_dropout_in_training_draws_a_fresh_mask_each_call_and_its_backward_replays_it(stack):
     def f(x, w):
         return F.dropout(x @ w, p=0.25, training=True)

@@ -50,7 +50,7 @@ const std::set<std::string, std::less<>> kNone = {
     "bitwise_or",  "bitwise_xor", "argmax",     "argmin", "any",    "all",
     "sym_size",    "full",        "zeros",      "ones",   "empty",  "full_like",
     "zeros_like",  "ones_like",   "empty_like", "arange", "getitem", "sym_int",
-    "item",        "nonzero",     "_assert_scalar"};
+    "item",        "nonzero",     "_assert_scalar", "detach"};
 } // namespace
 } // namespace detail
 

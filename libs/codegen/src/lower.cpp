@@ -655,6 +655,7 @@ private:
       return static_cast<size_t>(d < 0 ? d + int64_t(std::max<size_t>(of, 1)) : d);
     };
     sym::Expr zero = table_.integer(0);
+    if (op == "detach") return i;
     if (rank == 0 && (op == "permute" || op == "transpose" || op == "squeeze")) return i;
     if (op == "permute" || op == "transpose") { // out dim k is in dim dims[k]
       std::vector<int64_t> dims;

@@ -142,7 +142,7 @@ bool isOutForm(const OpInfo& op) {
 
 bool isViewOp(std::string_view op) {
   for (const char* v : {"view", "permute", "transpose", "expand", "squeeze", "unsqueeze", "slice",
-                        "select", "narrow", "unflatten", "as_strided"})
+                        "select", "narrow", "unflatten", "as_strided", "detach"})
     if (op == v) return true;
   return false;
 }

@@ -175,6 +175,13 @@ Value inferTranspose(const OpCall& call) {
   return viewOf(self, sizes, strides);
 }
 
+// detach: all of self, in place, carrying no grad (torch's detach).
+Value inferDetach(const OpCall& call) {
+  TensorMeta m = call.tensor("self");
+  m.requiresGrad = false;
+  return m;
+}
+
 Value inferExpand(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   Shape sizes = call.symIntList("size");
@@ -665,6 +672,7 @@ void addViewOps(std::vector<OpInfo>& ops) {
   ops.push_back(
       {"transpose", {self, {"dim0", ArgKind::Int}, {"dim1", ArgKind::Int}}, inferTranspose});
   ops.push_back({"expand", {self, {"size", ArgKind::SymIntList}}, inferExpand});
+  ops.push_back({"detach", {self}, inferDetach});
   ops.push_back({"squeeze", {self, {"dim", ArgKind::IntList, true}}, inferSqueeze});
   ops.push_back({"unsqueeze", {self, {"dim", ArgKind::Int}}, inferUnsqueeze});
   ops.push_back({"sym_size", {self, {"dim", ArgKind::Int}}, inferSymSize});

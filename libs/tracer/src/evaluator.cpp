@@ -1577,11 +1577,11 @@ private:
       }
     }
     if (outputs.empty()) unsupported("a function that computes no tensor");
-    // The graph has no op that stops grads (TODO(issue 8): a `detach` op): a training graph with a
-    // no_grad region over tensors that require grad would differentiate through it.
+    // Ops under no_grad read tensors that require grad through `detach`; a write into one there
+    // (an optimizer's update) would need the write kept out of the backward too.
     if (requiresGrad && noGradOverGrad)
-      unsupported("a torch.no_grad() region over tensors that require grad, in a call autograd "
-                  "records");
+      unsupported("an in-place write under torch.no_grad() into a tensor that requires grad, in a "
+                  "call autograd records");
     graph.setOutputs(outputs);
     ir::toWire(graph, out.initGraph());
     guards::toWire(guards, out.initGuards());

@@ -41,9 +41,19 @@ Var TraceState::tensor(ir::ValueId id) {
 const ir::TensorMeta& TraceState::meta(const Var& v) const { return graph.meta(v->value); }
 
 Var TraceState::op(const std::string& name, std::vector<ir::ValueId> inputs, std::vector<ir::Attr> attrs) {
-  for (ir::ValueId in : inputs)
-    if (graph.value(in).isTensor() && graph.meta(in).requiresGrad)
-      (gradEnabled ? requiresGrad : noGradOverGrad) = true;
+  const ir::OpInfo* info = ir::findOp(name);
+  bool mutates = info && info->mutates;
+  for (ir::ValueId& in : inputs) {
+    if (!graph.value(in).isTensor() || !graph.meta(in).requiresGrad || name == "detach") continue;
+    if (gradEnabled) {
+      requiresGrad = true;
+    } else if (mutates) {
+      noGradOverGrad = true; // a write into a tensor that requires grad (an optimizer's step)
+    } else {
+      // Under no_grad, torch records nothing: the op reads its inputs as detached.
+      in = graph.call("detach", {in});
+    }
+  }
   applyAutocast(graph, autocast, name, inputs, attrs);
   ir::ValueId id = 0;
   for (int asserts = 0;; ++asserts) {
@@ -270,7 +280,7 @@ const std::set<std::string>& sameNamed() {
       "prod", "amax", "amin", "argmax", "argmin", "all", "any", "var", "std", "transpose", "permute", "reshape",
       "unsqueeze", "squeeze", "flatten", "unflatten", "narrow", "select", "chunk", "split", "unbind", "gather",
       "index_select", "scatter_add", "clone", "zeros_like", "ones_like", "full_like", "empty_like", "full",
-      "arange"};
+      "arange", "detach"};
   return ops;
 }
 

@@ -299,6 +299,7 @@ TORCH_VIEWS = {  # each view op as torch spells it, taking kiln's argument names
     "flatten": lambda x, start_dim=0, end_dim=-1: x.flatten(start_dim, end_dim),
     "unflatten": lambda x, dim, sizes: x.unflatten(dim, sizes),
     "as_strided": lambda x, **kw: torch.as_strided(x, **kw),
+    "detach": lambda x: x.detach(),
 }
 
 
@@ -449,6 +450,22 @@ def test_permute(shape, kind, dims):
 def test_transpose(shape, kind, dim0, dim1):
     check_view("transpose", TORCH_VIEWS["transpose"], layout(shape, kind),
                dim0=dim0, dim1=dim1)
+
+
+@pytest.mark.parametrize("shape,kind,dtype", multi("detach", [
+    ((2, 3, 4), "contig", torch.float32), ((3, 4), "t", torch.float64), ((3, 4), "offset", torch.bfloat16),
+    ((2, 3, 4), "step", torch.float32), ((2, 3, 4), "expand", torch.float32), ((), "contig", torch.float32),
+    ((0, 3), "contig", torch.float32), ((3, 4), "contig", torch.int64), ((3, 4), "contig", torch.bool)]))
+def test_detach(shape, kind, dtype):
+    check_view("detach", TORCH_VIEWS["detach"], layout(shape, kind, dtype))
+
+
+def test_detach_carries_no_grad():
+    graph = ir.Graph()
+    x = graph.placeholder("x", "float32", [3, 4], requires_grad=True)
+    d = graph.call("detach", x)
+    assert x.meta["requires_grad"] and not d.meta["requires_grad"]
+    assert not graph.call("mul", d, 2).meta["requires_grad"]
 
 
 def test_permute_transpose_bad_arguments():

@@ -58,6 +58,14 @@ def no_grad_region(x):
     return y + 1
 
 
+@program(inputs=lambda n=4: r(n, 4))
+def write_through_detach(x):
+    y = x * 2
+    d = y.detach()  # a view of all of y: a write through it shows in y, as eager's
+    d.add_(1)
+    return y + d, d.requires_grad
+
+
 @program(inputs=lambda: r(4, 4))
 def enable_grad_region(x):
     with torch.enable_grad():

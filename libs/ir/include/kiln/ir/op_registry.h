@@ -108,7 +108,8 @@ bool isOutForm(const OpInfo& op);
 
 const OpInfo* findOp(std::string_view name); // nullptr when unknown
 // Whether the op always gives a view of its input (its value aliases the
-// input's storage with the inferred layout): view, permute, transpose, ...
+// input's storage with the inferred layout): view, permute, transpose, ...,
+// detach (all of it, without grad).
 // reshape, flatten and contiguous only sometimes do, so are not among them.
 bool isViewOp(std::string_view op);
 const OpInfo& getOp(std::string_view name);  // Error{NotFound} when unknown
