@@ -112,51 +112,58 @@ void expectSameGrads(const JointGraph& j, const Partition& p, std::vector<HostTe
     EXPECT_EQ(grads[i].toDoubles(), joint[j.forwardOutputs + i].toDoubles()) << "grad " << i;
 }
 
-// dropout(x @ w): its mask is replayed from the seed in the backward, never saved at budget 0.
-TEST(Partition, DropoutIsRecomputedFromItsSeed) {
+// dropout(x @ w) of f64 [3, 4] and [4, 5], its seed and offset inputs: the
+// graph's values, and the inputs and grad its partitions are checked on.
+struct DropoutOfAProduct {
   sym::SymbolTable t;
-  ir::Graph g(t);
-  auto f = [&](int64_t r, int64_t c) {
-    return ir::TensorMeta::contiguous(DType::Float64, {t.integer(r), t.integer(c)}, t);
-  };
-  auto scalar = ir::TensorMeta::contiguous(DType::Int64, {}, t);
-  ValueId x = g.placeholder("x", f(3, 4)), w = g.placeholder("w", f(4, 5));
-  ValueId seed = g.placeholder("seed", scalar), offset = g.placeholder("offset", scalar);
-  ValueId h = g.call("mm", {x, w});
-  ValueId d = g.call("dropout", {h, seed, offset}, {{"p", 0.4}});
-  g.setOutputs({g.call("mul", {d, d})});
-  JointGraph j = backward(g, {true, true, false, false});
+  ir::Graph g{t};
+  ValueId x, w, seed, offset, h, d;
+
+  DropoutOfAProduct() {
+    auto f = [&](int64_t r, int64_t c) {
+      return ir::TensorMeta::contiguous(DType::Float64, {t.integer(r), t.integer(c)}, t);
+    };
+    auto scalar = ir::TensorMeta::contiguous(DType::Int64, {}, t);
+    x = g.placeholder("x", f(3, 4));
+    w = g.placeholder("w", f(4, 5));
+    seed = g.placeholder("seed", scalar);
+    offset = g.placeholder("offset", scalar);
+    h = g.call("mm", {x, w});
+    d = g.call("dropout", {h, seed, offset}, {{"p", 0.4}});
+  }
+
+  void expectGrads(const JointGraph& j, const Partition& p) {
+    auto i64 = [](int64_t v) { return HostTensor::fromDoubles(DType::Int64, {}, {double(v)}); };
+    expectSameGrads(j, p, {ramp({3, 4}, 0.1), ramp({4, 5}, 0.2), i64(7), i64(0)},
+                    {ramp({3, 5}, 1.0)});
+  }
+};
+
+// dropout(x @ w) squared: its mask is replayed from the seed in the backward,
+// never saved at budget 0.
+TEST(Partition, DropoutIsRecomputedFromItsSeed) {
+  DropoutOfAProduct m;
+  m.g.setOutputs({m.g.call("mul", {m.d, m.d})});
+  JointGraph j = backward(m.g, {true, true, false, false});
   Partition p = partition(j, {0.0});
   std::set<ValueId> saved(p.saved.begin(), p.saved.end());
-  EXPECT_TRUE(saved.count(h) && saved.count(seed) && saved.count(offset));
-  EXPECT_FALSE(saved.count(d));
-  auto i64 = [](int64_t v) { return HostTensor::fromDoubles(DType::Int64, {}, {double(v)}); };
-  expectSameGrads(j, p, {ramp({3, 4}, 0.1), ramp({4, 5}, 0.2), i64(7), i64(0)},
-                  {ramp({3, 5}, 1.0)});
+  EXPECT_TRUE(saved.count(m.h) && saved.count(m.seed) && saved.count(m.offset));
+  EXPECT_FALSE(saved.count(m.d));
+  m.expectGrads(j, p);
 }
 
 // dropout's backward is dropout of the grad: it reads the seed and offset, not
 // its input, so the product before it is not kept for its shape at any budget.
 TEST(Partition, DropoutsBackwardKeepsItsSeedNotItsInput) {
   for (double budget : {0.0, 1.0}) {
-    sym::SymbolTable t;
-    ir::Graph g(t);
-    auto f = [&](int64_t r, int64_t c) {
-      return ir::TensorMeta::contiguous(DType::Float64, {t.integer(r), t.integer(c)}, t);
-    };
-    auto scalar = ir::TensorMeta::contiguous(DType::Int64, {}, t);
-    ValueId x = g.placeholder("x", f(3, 4)), w = g.placeholder("w", f(4, 5));
-    ValueId seed = g.placeholder("seed", scalar), offset = g.placeholder("offset", scalar);
-    ValueId h = g.call("mm", {x, w});
-    g.setOutputs({g.call("dropout", {h, seed, offset}, {{"p", 0.4}})});
-    JointGraph j = backward(g, {false, true, false, false});
+    DropoutOfAProduct m;
+    m.g.setOutputs({m.d});
+    JointGraph j = backward(m.g, {false, true, false, false});
     Partition p = partition(j, {budget});
     std::set<ValueId> saved(p.saved.begin(), p.saved.end());
-    EXPECT_TRUE(saved.count(x) && saved.count(seed) && saved.count(offset)) << budget;
-    EXPECT_FALSE(saved.count(h)) << budget;
-    auto i64 = [](int64_t v) { return HostTensor::fromDoubles(DType::Int64, {}, {double(v)}); };
-    expectSameGrads(j, p, {ramp({3, 4}, 0.1), ramp({4, 5}, 0.2), i64(7), i64(0)},
-                    {ramp({3, 5}, 1.0)});
+    EXPECT_TRUE(saved.count(m.x) && saved.count(m.seed) && saved.count(m.offset)) << budget;
+    EXPECT_FALSE(saved.count(m.h)) << budget;
+    m.expectGrads(j, p);
   }
 }
 
