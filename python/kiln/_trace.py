@@ -16,6 +16,7 @@ import sys
 import types
 
 import torch
+import torch.utils.checkpoint
 
 from kiln import _kiln
 from kiln.ir import Graph, dtype_name
@@ -128,7 +129,8 @@ _BUILTIN_MODULES = {getattr(torch.nn, n) for n in (
     "Linear", "LayerNorm", "Embedding", "Dropout", "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid",
     "Softmax", "Sequential", "Identity", "RMSNorm") if hasattr(torch.nn, n)}
 
-_KNOWN_MODULES = {"torch": torch, "torch.nn.functional": torch.nn.functional, "math": math, "builtins": builtins}
+_KNOWN_MODULES = {"torch": torch, "torch.nn.functional": torch.nn.functional, "math": math, "builtins": builtins,
+                  "torch.utils.checkpoint": torch.utils.checkpoint}
 
 
 def _builtin_name(obj):

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 import kiln
 from kiln import ir
@@ -433,6 +434,55 @@ def test_detach_and_no_grad_regions_stop_grads_as_eager(stack):
     g = kiln.compile(lambda w: (w.detach() * 2, w * 2), stack=stack)
     a, b = g(args[1])
     assert not a.requires_grad and b.requires_grad
+
+
+class Checkpointed(nn.Module):
+    """Two blocks, each run through torch.utils.checkpoint (activation checkpointing)."""
+
+    def __init__(self, use_reentrant):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+                                     for _ in range(2)])
+        self.use_reentrant = use_reentrant
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + checkpoint(block, x, use_reentrant=self.use_reentrant)
+        return x.square().mean()
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_checkpointed_blocks_train_compiled_with_eagers_grads(stack, use_reentrant):
+    torch.manual_seed(0)
+    model, reference = Checkpointed(use_reentrant), Checkpointed(use_reentrant)
+    reference.load_state_dict(model.state_dict())
+    fast = kiln.compile(model, stack=stack)
+    x = torch.randn(4, 8, requires_grad=True)
+    x_eager = x.detach().clone().requires_grad_()
+    fast(x).backward()
+    reference(x_eager).backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
+    torch.testing.assert_close(x.grad, x_eager.grad, rtol=1e-4, atol=1e-6)
+    assert not fast._compiled_forward.fallback_reasons, fast._compiled_forward.fallback_reasons
+
+
+def test_reentrant_checkpoint_of_inputs_that_need_no_grad_gives_no_grad_as_eager(stack):
+    w = torch.randn(8, 8, requires_grad=True)
+
+    def f(x):
+        return checkpoint(lambda t: t @ w, x, use_reentrant=True) + checkpoint(lambda t: t @ w, x,
+                                                                               use_reentrant=False)
+
+    fast = kiln.compile(f, stack=stack)
+    x = torch.randn(3, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's own: no input of the reentrant one requires grad
+        got, want = fast(x), f(x)
+    torch.testing.assert_close(got, want)
+    got.sum().backward()
+    torch.testing.assert_close(w.grad, x.t() @ torch.ones(3, 8))  # the non-reentrant one's alone
+    assert not fast.fallback_reasons, fast.fallback_reasons
 
 
 def test_an_in_place_write_under_no_grad_into_a_tensor_that_requires_grad_runs_eagerly(stack):

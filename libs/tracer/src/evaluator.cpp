@@ -669,6 +669,7 @@ private:
       v->boolean = name == "torch.enable_grad";
       return v;
     }
+    if (name == "torch.utils.checkpoint.checkpoint") return checkpoint(std::move(args), kwargs, depth);
     if (auto r = callTorch(*this, name, args, kwargs)) return *r;
     if (name == "builtins.len") {
       const Var& v = args.at(0);
@@ -770,6 +771,46 @@ private:
     if (name.rfind("math.", 0) == 0) return math(name.substr(5), args);
     (void)depth;
     unsupported("calling " + name);
+  }
+
+  // torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=..., **kwargs):
+  // the function inlined. What to keep for the backward and what to recompute is
+  // the partitioner's choice for the whole graph (its memory_budget), as Inductor
+  // partitions through a checkpoint; dropouts inside replay their seed either way.
+  // The reentrant form (use_reentrant unset or true) gives outputs that carry no
+  // grad when no tensor argument requires grad (eager warns so): detached here too.
+  Var checkpoint(std::vector<Var> args, const Kwargs& kwargs, size_t depth) {
+    if (args.empty()) unsupported("torch.utils.checkpoint.checkpoint without a function");
+    Var function = args.front();
+    args.erase(args.begin());
+    bool reentrant = true;
+    Kwargs passed;
+    for (const auto& [key, value] : kwargs) {
+      if (key == "use_reentrant") {
+        reentrant = value->kind == Kind::None || truth(value);
+      } else if (key == "preserve_rng_state" || key == "determinism_check" || key == "debug") {
+        continue; // kiln's random streams replay by seed; nothing is recomputed eagerly to check
+      } else if (key == "context_fn") {
+        unsupported("torch.utils.checkpoint.checkpoint with a context_fn");
+      } else {
+        passed.emplace_back(key, value);
+      }
+    }
+    bool anyGrad = false;
+    for (const Var& a : args)
+      anyGrad = anyGrad || (a->kind == Kind::Tensor && meta(a).requiresGrad);
+    Var result = callVar(function, std::move(args), passed, depth);
+    if (!reentrant || anyGrad || !gradEnabled) return result;
+    return detachTensors(result);
+  }
+
+  // `v` with each tensor in it (through tuples and lists) detached.
+  Var detachTensors(const Var& v) {
+    if (v->kind == Kind::Tensor) return op("detach", {v->value});
+    if (v->kind != Kind::Tuple && v->kind != Kind::List) return v;
+    Var copy = std::make_shared<VarNode>(*v);
+    for (Var& item : copy->items) item = detachTensors(item);
+    return copy;
   }
 
   Var math(const std::string& f, const std::vector<Var>& args) {
