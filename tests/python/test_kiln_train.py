@@ -430,10 +430,11 @@ def test_detach_and_no_grad_regions_stop_grads_as_eager(stack):
     for got, expected in zip(args[1:], eager_args[1:]):
         torch.testing.assert_close(got.grad, expected.grad, rtol=1e-4, atol=1e-5)
     assert trained(fast) and not fast.fallback_reasons, kiln.explain(fast)
-    # what eager says of requires_grad, the compiled call says too
-    g = kiln.compile(lambda w: (w.detach() * 2, w * 2), stack=stack)
-    a, b = g(args[1])
-    assert not a.requires_grad and b.requires_grad
+    # what eager says of requires_grad, the compiled call says too; .data is detach()'s
+    g = kiln.compile(lambda w: (w.detach() * 2, w * 2, w.data + 1, w.is_nested), stack=stack)
+    a, b, c, nested = g(args[1])
+    assert not a.requires_grad and b.requires_grad and not c.requires_grad and nested is False
+    torch.testing.assert_close(c, args[1].detach() + 1)
 
 
 class Checkpointed(nn.Module):

@@ -518,6 +518,11 @@ std::optional<Var> tensorAttribute(TraceState& s, const Var& t, const std::strin
   if (name == "ndim") return integer(s.table.integer(static_cast<int64_t>(meta.dim())));
   if (name == "is_cuda") return boolean(meta.device.type == ir::DeviceType::Cuda);
   if (name == "requires_grad") return boolean(meta.requiresGrad);
+  if (name == "is_cpu") return boolean(meta.device.type == ir::DeviceType::Cpu);
+  // Graph inputs are dense strided tensors (the SDK describes no other layout).
+  if (name == "is_nested" || name == "is_sparse" || name == "is_quantized" || name == "is_meta" ||
+      name == "is_mkldnn")
+    return boolean(false);
   if (name == "T" || name == "mT") {
     std::vector<int64_t> dims;
     for (size_t k = meta.dim(); k-- > 0;) dims.push_back(static_cast<int64_t>(k));
@@ -529,7 +534,10 @@ std::optional<Var> tensorAttribute(TraceState& s, const Var& t, const std::strin
     }
     return s.op("permute", {t->value}, {{"dims", dims}});
   }
-  if (name == "data" || name == "grad" || name == "grad_fn") unsupported("Tensor." + name);
+  // .data: the same memory without autograd's history, as detach() (what differs, the
+  // version counter autograd checks, the graph does not keep).
+  if (name == "data") return s.op("detach", {t->value});
+  if (name == "grad" || name == "grad_fn") unsupported("Tensor." + name);
   return std::nullopt;
 }
 
