@@ -72,6 +72,21 @@ TEST_F(Ranges, KnowsRelationsStatically) {
   EXPECT_EQ(range(small), Range::point(1));
 }
 
+// A sum's range forgets a factor its terms share; relations still see it: with
+// s, t >= 2, s*t - s is s*(t - 1) >= 2 (a view's strides of symbolic sizes).
+TEST_F(Ranges, RelationsSeeASymbolEveryTermShares) {
+  Expr s = table.createBacked(3, {2, kInf}), t = table.createBacked(5, {2, kInf});
+  EXPECT_EQ(range(s * t - s), (Range{kNegInf, kInf}));
+  EXPECT_EQ(staticallyKnown(ne(s * t, s)), true);
+  EXPECT_EQ(staticallyKnown(eq(s * t, s)), false);
+  EXPECT_EQ(staticallyKnown(lt(s, s * t)), true);
+  EXPECT_EQ(staticallyKnown(le(s * t * 16, s * 16)), false);
+  EXPECT_EQ(staticallyKnown(ge(s * t * 4, s * 4 + 1)), true);   // s*(4t - 4) - 1 >= 7
+  EXPECT_EQ(staticallyKnown(eq(s * n, s)), std::nullopt);       // n may be 1
+  Expr z = table.createBacked(3, {0, kInf});                    // not positive: no factoring
+  EXPECT_EQ(staticallyKnown(ne(z * t, z)), std::nullopt);
+}
+
 TEST_F(Ranges, CombinesKnowledgeThroughConnectives) {
   const Expr unknown = eq(u, 3);
   const Expr known = lt(u, u + 1); // folds to true when built

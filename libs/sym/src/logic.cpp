@@ -20,7 +20,7 @@ Expr relation(Table& t, Kind kind, const Node* a, const Node* b) {
     d.constant = checkedAdd(d.constant, -1);
     kind = Kind::Le;
   }
-  if (const auto known = decide(kind, rangeOfPoly(d))) return t.boolean(*known);
+  if (const auto known = decideFactored(kind, d)) return t.boolean(*known);
   int64_t g = 0;
   for (const Term& term : d.terms) g = gcd(g, term.coeff);
   const bool equality = kind == Kind::Eq || kind == Kind::Ne;

@@ -62,6 +62,9 @@ Range rangeOfNode(const Node* n);
 Range rangeOfPoly(const Poly& p);
 // Whether `relation` (Eq/Ne/Lt/Le) holds given the range of rhs - lhs.
 std::optional<bool> decide(Kind relation, Range difference);
+// decide() of the range of d = rhs - lhs, and where that cannot tell, of the
+// range that factoring a symbol out of every term of d gives.
+std::optional<bool> decideFactored(Kind relation, const Poly& d);
 
 // The symbolic Sum/Product/... builders on nodes, shared by arith and logic.
 Expr add(Table& table, const Node* a, const Node* b, int64_t scale); // a + scale*b

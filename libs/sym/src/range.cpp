@@ -5,7 +5,9 @@
 // Both are sound: no int64 value lies beyond those bounds, and evaluate()
 // fails instead of returning a value that overflowed.
 #include <algorithm>
+#include <vector>
 
+#include "kiln/sym/eval.h"
 #include "kiln/sym/range.h"
 #include "kiln/sym/symbol_table.h"
 #include "poly.h"
@@ -84,7 +86,7 @@ std::optional<bool> knownRelation(const Node* n) {
   const Node* lhs = n->terms()[0].expr.node();
   const Node* rhs = n->terms()[1].expr.node();
   try {
-    return decide(n->kind, rangeOfPoly(combine(polyOf(rhs), polyOf(lhs), -1)));
+    return decideFactored(n->kind, combine(polyOf(rhs), polyOf(lhs), -1));
   } catch (const Error&) { // the difference overflows int64: say nothing
     return std::nullopt;
   }
@@ -154,6 +156,55 @@ Range rangeOfPoly(const Poly& p) {
   Range r = Range::point(p.constant);
   for (const Term& t : p.terms) r = rangeAdd(r, rangeScale(rangeOfNode(t.expr.node()), t.coeff));
   return r;
+}
+
+namespace {
+
+// The range of (p - its constant) / s, for a symbol s that divides every term
+// of p: each term's range with one power of s taken out. nullopt where s does
+// not divide every term.
+std::optional<Range> rangeWithoutFactor(const Poly& p, const Node* s) {
+  if (p.terms.empty()) return std::nullopt;
+  Range r = Range::point(0);
+  for (const Term& t : p.terms) {
+    const Node* n = t.expr.node();
+    Range rest = Range::point(1);
+    if (n->kind == Kind::Product) {
+      bool divides = false;
+      for (const Term& f : Terms(n->terms(), n->size)) {
+        int64_t power = f.coeff;
+        if (!divides && f.expr.node() == s) divides = true, --power;
+        if (power > 0) rest = rangeMul(rest, rangePow(rangeOfNode(f.expr.node()), power));
+      }
+      if (!divides) return std::nullopt;
+    } else if (n != s) {
+      return std::nullopt;
+    }
+    r = rangeAdd(r, rangeScale(rest, t.coeff));
+  }
+  return r;
+}
+
+} // namespace
+
+std::optional<bool> decideFactored(Kind relation, const Poly& d) {
+  if (auto known = decide(relation, rangeOfPoly(d))) return known;
+  // A sum's range forgets that its terms share a factor (s*t - s over s, t >= 2
+  // spans everything; s*(t - 1) does not): the terms' common symbol's range
+  // times the range of what is left, plus the constant.
+  if (d.terms.empty()) return std::nullopt;
+  const Node* first = d.terms.front().expr.node();
+  std::vector<const Node*> factors;
+  if (first->kind == Kind::Symbol) factors.push_back(first);
+  if (first->kind == Kind::Product)
+    for (const Term& f : Terms(first->terms(), first->size))
+      if (f.expr.node()->kind == Kind::Symbol) factors.push_back(f.expr.node());
+  for (const Node* s : factors)
+    if (auto rest = rangeWithoutFactor(d, s)) {
+      Range factored = rangeAdd(rangeMul(rangeOfNode(s), *rest), Range::point(d.constant));
+      if (auto known = decide(relation, factored)) return known;
+    }
+  return std::nullopt;
 }
 
 namespace {
@@ -260,7 +311,22 @@ std::optional<bool> staticallyKnown(Expr e) {
   SymbolTable& table = e.table();
   if (table.isFact(e)) return true;
   if (table.isFact(logicalNot(e))) return false;
-  return std::nullopt;
+  // Facts that pin a symbol to a value (`s1 == 5`: a guard a trace took where a
+  // static size met a symbolic one): the question asked of that value, as the
+  // graphs made from the trace (a backward's views) must answer it too.
+  Substitution pinned;
+  for (Expr fact : table.facts()) {
+    const detail::Node* n = fact.node();
+    if (n->kind != Kind::Eq) continue;
+    Expr a = n->terms()[0].expr, b = n->terms()[1].expr;
+    if (a.node()->kind == Kind::Symbol && b.asInteger()) pinned[a] = b;
+    if (b.node()->kind == Kind::Symbol && a.asInteger()) pinned[b] = a;
+  }
+  if (pinned.empty()) return std::nullopt;
+  Expr substituted = substitute(e, pinned);
+  if (substituted == e) return std::nullopt;
+  if (auto b = substituted.asBoolean()) return b;
+  return detail::knownNode(substituted.node());
 }
 
 } // namespace kiln::sym
