@@ -226,7 +226,7 @@ public:
   }
 
 private:
-  std::string nextSymbol() { return "s" + std::to_string(symbols_++); }
+  std::string nextSymbol() { return "s" + std::to_string(symbols_.next++); }
 
   void tensor(const Input& in, uint32_t node, const std::string&) {
     set_.check(node, typeIs(in.typeRef()));
@@ -235,13 +235,13 @@ private:
 
   const FrameState& frame_;
   GuardSet& set_;
-  size_t symbols_ = 0;
+  DynamicSizes symbols_;
 };
 
 } // namespace
 
 std::vector<sym::Expr> guardTensor(GuardSet& set, uint32_t node, const TensorInput& t, const FrameState& frame,
-                                   size_t& nextSymbol) {
+                                   DynamicSizes& dynamic) {
   const std::string source = set.source(node);
   TensorCheck c;
   c.dtype = t.dtype;
@@ -249,18 +249,23 @@ std::vector<sym::Expr> guardTensor(GuardSet& set, uint32_t node, const TensorInp
   c.requiresGrad = t.requiresGrad;
   c.storageOffset = t.storageOffset;
   bool contiguous = contiguousTensor(t.dtype, t.sizes).strides == t.strides;
-  auto symbolName = [&] { return "s" + std::to_string(nextSymbol++); };
+  auto symbolName = [&] { return "s" + std::to_string(dynamic.next++); };
   std::vector<sym::Expr> sizes;
   for (size_t k = 0; k < t.sizes.size(); ++k) {
     // Sizes 0 and 1 stay static (broadcasting and empty tensors depend on them);
     // a strided layout keeps its sizes static too.
-    bool dynamic = frame.dynamicDim(source, k) && t.sizes[k] >= 2 && contiguous;
-    if (dynamic) {
-      sym::Expr s = set.symbol(symbolName(), set.node(static_cast<int32_t>(node), size(static_cast<uint32_t>(k))));
-      set.shapeGuard(sym::ge(s, 2));
-      set.table().narrow(s, {2, sym::kInf}); // after the guard, which it would fold away
+    bool isDynamic = frame.dynamicDim(source, k) && t.sizes[k] >= 2 && contiguous;
+    if (isDynamic) {
+      sym::Expr read = set.symbol(symbolName(), set.node(static_cast<int32_t>(node), size(static_cast<uint32_t>(k))));
+      auto [earlier, fresh] = dynamic.bySize.emplace(t.sizes[k], read);
+      if (fresh) {
+        set.shapeGuard(sym::ge(read, 2));
+        set.table().narrow(read, {2, sym::kInf}); // after the guard, which it would fold away
+      } else {
+        set.shapeGuard(sym::eq(read, earlier->second)); // duck sizing: the earlier dim's symbol
+      }
       c.sizes.push_back(std::nullopt);
-      sizes.push_back(s);
+      sizes.push_back(earlier->second);
     } else {
       c.sizes.push_back(t.sizes[k]);
       sizes.push_back(set.table().integer(t.sizes[k]));

@@ -8,6 +8,8 @@
 // seeds' compiler collectives).
 #pragma once
 
+#include <map>
+
 #include <optional>
 #include <set>
 #include <string>
@@ -60,12 +62,23 @@ FrameState merge(FrameState base, const std::vector<std::vector<FrameInput>>& by
 // only. Objects get a type guard only: what the graph reads of them is the
 // tracer's to guard. Symbols are named
 // s0, s1, ... in source order.
+// The symbols of one call's dynamic dims: named s<n> in order (`next`); a
+// dynamic dim whose size equals an earlier one's takes that dim's symbol
+// (`bySize`), its own size read and guarded equal to it: PyTorch's duck sizing,
+// so that q, k and v of one length, or x and the tensor it is added to, share
+// their symbols and what the trace relied on stays true of every graph made
+// from it (a backward's reductions to each input's sizes).
+struct DynamicSizes {
+  size_t next = 0;
+  std::map<int64_t, sym::Expr> bySize;
+};
+
 // The guards of one tensor at `node` as guardsForCall makes them: a tensor
-// match, its dynamic dims as symbols s<n> (n from `nextSymbol`, advanced) with
-// `>= 2` and contiguous-stride shape guards. Returns each dim's size in the
-// set's table: a constant, or the dim's symbol.
+// match, its dynamic dims as symbols (`sizes`) with `>= 2` and
+// contiguous-stride shape guards. Returns each dim's size in the set's table:
+// a constant, or the dim's symbol.
 std::vector<sym::Expr> guardTensor(GuardSet& set, uint32_t node, const TensorInput& tensor, const FrameState& frame,
-                                   size_t& nextSymbol);
+                                   DynamicSizes& sizes);
 
 GuardSet guardsForCall(const CallInput& call, const std::vector<std::string>& argNames, const FrameState& frame);
 
