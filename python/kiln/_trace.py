@@ -127,7 +127,7 @@ def _tensor(t: torch.Tensor) -> dict:
 # Built-in modules kiln lowers itself (the rest are inlined through their forward).
 _BUILTIN_MODULES = {getattr(torch.nn, n) for n in (
     "Linear", "LayerNorm", "Embedding", "Dropout", "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid",
-    "Softmax", "Sequential", "Identity", "RMSNorm") if hasattr(torch.nn, n)}
+    "Softmax", "Sequential", "Identity", "RMSNorm", "MultiheadAttention") if hasattr(torch.nn, n)}
 
 _KNOWN_MODULES = {"torch": torch, "torch.nn.functional": torch.nn.functional, "math": math, "builtins": builtins,
                   "torch.utils.checkpoint": torch.utils.checkpoint}
@@ -188,6 +188,9 @@ def describe(obj, path: list, depth: int = 0, extra: list | None = None) -> dict
     elif isinstance(obj, types.FunctionType):
         d["function"] = _function(obj, path)
     elif isinstance(obj, types.MethodType) and isinstance(obj.__func__, types.FunctionType):
+        # A bound method is a new object at each attribute read: its function is what stays
+        # (the tracer guards `path.__func__` by this id).
+        d["id"] = id(obj.__func__)
         f = _function(obj.__func__, path + [{"attr": None, "name": "__func__"}])
         f["isBound"] = True
         f["bound"] = describe(obj.__self__, path + [{"attr": None, "name": "__self__"}], depth + 1)

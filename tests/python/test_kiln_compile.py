@@ -149,6 +149,30 @@ def test_modules_compile_and_keep_their_state(stack, make):
     assert not model.training
 
 
+class WithAHelper(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def activate(self, x):
+        return torch.relu(self.fc(x))
+
+    def forward(self, x):
+        return self.activate(x) * 2
+
+
+def test_a_forward_calling_its_own_method_compiles_once(stack):
+    # self.activate is a new bound method at each read: its function is what is guarded
+    model = WithAHelper()
+    fast = kiln.compile(model, stack=stack)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(fast(x), model(x))
+    assert entries(fast._compiled_forward) == 1, kiln.explain(fast)
+    assert not fast._compiled_forward.fallback_reasons
+
+
 def test_new_weights_are_read_not_baked_in(stack):
     model = MLP()
     fast = kiln.compile(model, stack=stack)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 import kiln
-from kiln import ir
+from kiln import _train, ir
 
 
 def trained(fn) -> bool:
@@ -591,3 +591,125 @@ def test_the_memory_budget_option_trades_saved_values_for_recompute(stack):
         kiln.compile(f, options={"memory_budget": 2})
     with pytest.raises(ValueError, match="unknown option"):
         kiln.compile(f, options={"triton.cudagraphs": True})
+
+
+# ---- nn.MultiheadAttention and the Transformer layers built on it ----------------------------
+
+def _twins(make):
+    torch.manual_seed(0)
+    model = make()
+    reference = make()
+    reference.load_state_dict(model.state_dict())
+    return model, reference
+
+
+def _assert_same_grads(model, reference):
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def _served_by_training(compiled_module, *args, **kwargs) -> bool:
+    """Whether kiln's training entry (not eager: a fallback, a full cache) serves this call."""
+    entry = compiled_module._compiled_forward.cache.lookup((compiled_module._orig_mod,) + args, kwargs)
+    return entry is not None and isinstance(entry.value, _train.TrainingRunner)
+
+
+# Each case is an entry of MultiheadAttention.forward's cache (8 at most, shared by the cases):
+# (batch_first, kdim, query's sizes, key's, the call's keywords).
+MHA_CASES = {
+    "self": (True, None, (3, 5), (3, 5), {}),
+    "sequence_first": (False, None, (5, 3), (5, 3), {}),
+    "bool_causal_mask": (True, None, (3, 5), (3, 5), {"attn_mask": "bool"}),
+    "float_mask_per_head": (True, None, (3, 5), (3, 5), {"attn_mask": "float3d"}),
+    "padding_no_weights": (True, None, (3, 5), (3, 5), {"key_padding_mask": "bool", "need_weights": False}),
+    "unbatched_per_head_weights": (True, None, (5,), (5,), {"average_attn_weights": False}),
+    "cross_kdim": (True, 12, (3, 5), (3, 7), {}),
+}
+
+
+@pytest.mark.parametrize("case", MHA_CASES)
+def test_multihead_attention_trains_as_eager(stack, case):
+    batch_first, kdim, q_sizes, k_sizes, keywords = MHA_CASES[case]
+    model, reference = _twins(lambda: nn.MultiheadAttention(16, 4, batch_first=batch_first, kdim=kdim, vdim=kdim))
+    fast = kiln.compile(model, stack=stack)
+    q = torch.randn(*q_sizes, 16)
+    k = torch.randn(*k_sizes, kdim or 16) if kdim or k_sizes != q_sizes else q
+    sequence_dim = 0 if q.dim() == 2 or not batch_first else 1
+    length, source = q.shape[sequence_dim], k.shape[sequence_dim]
+    kwargs = {}
+    for name, kind in keywords.items():
+        if kind == "bool":
+            kwargs[name] = (torch.triu(torch.ones(length, source, dtype=torch.bool), 1) if name == "attn_mask" else
+                            torch.tensor([[False] * source, [False] * (source - 2) + [True] * 2,
+                                          [True] + [False] * (source - 1)]))
+        elif kind == "float3d":
+            kwargs[name] = torch.randn(3 * 4, length, source)
+        else:
+            kwargs[name] = kind
+    out, weights = fast(q, k, k, **kwargs)
+    assert _served_by_training(fast, q, k, k, **kwargs), kiln.explain(fast)
+    want, want_weights = reference(q, k, k, **kwargs)
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
+    assert (weights is None) == (want_weights is None)
+    if weights is not None:
+        torch.testing.assert_close(weights, want_weights, rtol=1e-4, atol=1e-5)
+    (out.square().sum() + (weights.sum() if weights is not None else 0)).backward()
+    (want.square().sum() + (want_weights.sum() if want_weights is not None else 0)).backward()
+    _assert_same_grads(model, reference)
+
+
+class Attend(nn.Module):
+    """nn.MultiheadAttention called by a model's forward (the tracer's own nn module path)."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 4, batch_first=True)
+        self.norm = nn.LayerNorm(16)
+
+    def forward(self, x, padding):
+        y, weights = self.attn(x, x, x, key_padding_mask=padding)
+        return self.norm(x + y), weights
+
+
+def test_multihead_attention_inside_a_model_trains_as_eager(stack):
+    model, reference = _twins(Attend)
+    fast = kiln.compile(model, stack=stack)
+    x = torch.randn(2, 6, 16)
+    padding = torch.zeros(2, 6)
+    padding[1, 4:] = float("-inf")  # a float mask: added to the scores
+    (out, weights), (want, want_weights) = fast(x, padding), reference(x, padding)
+    assert _served_by_training(fast, x, padding), kiln.explain(fast)
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(weights, want_weights, rtol=1e-4, atol=1e-5)
+    (out.square().sum() + weights.sum()).backward()
+    (want.square().sum() + want_weights.sum()).backward()
+    _assert_same_grads(model, reference)
+
+
+def test_transformer_encoder_layers_train_compiled(stack):
+    def make(dropout):
+        return nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, dropout=dropout,
+                                                                batch_first=True), num_layers=2)
+    model, reference = _twins(lambda: make(0.0))
+    fast = kiln.compile(model, stack=stack)
+    x = torch.randn(3, 6, 16)
+    causal = torch.triu(torch.full((6, 6), float("-inf")), 1)
+    torch.testing.assert_close(fast(x, mask=causal), reference(x, mask=causal), rtol=1e-4, atol=1e-5)
+    fast(x, mask=causal).square().sum().backward()
+    assert _served_by_training(fast, x, mask=causal), kiln.explain(fast)
+    reference(x, mask=causal).square().sum().backward()
+    _assert_same_grads(model, reference)
+    # with dropout, each step draws new masks: it trains through them, compiled
+    noisy = make(0.1)
+    fast = kiln.compile(noisy, stack=stack)
+    opt = torch.optim.SGD(noisy.parameters(), lr=0.05)
+    target = torch.randn(3, 6, 16)
+    losses = []
+    for _ in range(10):
+        opt.zero_grad()
+        loss = (fast(x) - target).square().mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0], losses
+    assert _served_by_training(fast, x), kiln.explain(fast)

@@ -17,6 +17,7 @@
 #include "kiln/sym/print.h"
 #include "kiln/sym/range.h"
 #include "kiln/tracer/tracer.h"
+#include "modules.h"
 #include "tracer_state.h"
 
 namespace kiln::tracer {
@@ -198,7 +199,7 @@ private:
       typeGuard();
       if (frame.dynamicInt(pathText(path))) {
         // Automatic dynamic made this int a symbol: a graph input of its own.
-        std::string name = "s" + std::to_string(symbols_++);
+        std::string name = "s" + std::to_string(symbols_.next++);
         guards.symbol(name, node(path));
         sym::Expr s = table.declare(name, d.getInt(), sym::Range::unbounded());
         ir::ValueId id = graph.placeholder("arg" + std::to_string(inputs_.size()), ir::Value(s));
@@ -257,7 +258,9 @@ private:
     case schema::ObjectDesc::FUNCTION: {
       // TODO(issue 6): guard the function by its code rather than its identity, so
       // that a new process with the same code reuses the entry.
-      guards.check(node(path), guards::identityIs({d.getId(), request_.getScope(), "function " + std::string(d.getFunction().getCode().getQualname().cStr())}));
+      // A bound method (self.helper) is a new object at each read: its function is guarded.
+      Path function = d.getFunction().getIsBound() ? extend(path, guards::attr("__func__")) : path;
+      guards.check(node(function), guards::identityIs({d.getId(), request_.getScope(), "function " + std::string(d.getFunction().getCode().getQualname().cStr())}));
       Var v = make(Kind::Function);
       v->function = std::make_shared<FunctionInfo>();
       v->function->code = d.getFunction().getCode();
@@ -401,7 +404,7 @@ private:
     if (item) return item;
     Path source = extend(path, guards::value());
     if (auto* i = std::get_if<int64_t>(&value)) {
-      std::string name = "s" + std::to_string(symbols_++);
+      std::string name = "s" + std::to_string(symbols_.next++);
       guards.symbol(name, node(source));
       sym::Expr s = table.declare(name, *i, sym::Range::unbounded());
       ir::ValueId id = graph.placeholder("arg" + std::to_string(inputs_.size()), ir::Value(s));
@@ -630,6 +633,27 @@ private:
     if (kind == "torch.nn.GELU") return callOp("gelu", {args.at(0), num("approximate")}, {});
     if (kind == "torch.nn.Softmax") return callOp("softmax", {args.at(0), num("dim")}, {});
     if (kind == "torch.nn.Identity") return args.at(0);
+    if (kind == "torch.nn.MultiheadAttention") {
+      auto isNoneVar = [](const Var& v) { return v->kind == Kind::None; };
+      if (!isNoneVar(num("bias_k")) || truth(num("add_zero_attn")))
+        unsupported("nn.MultiheadAttention with add_bias_kv or add_zero_attn");
+      MultiheadAttentionModule a;
+      a.inProjWeight = param(m, "in_proj_weight");
+      a.inProjBias = param(m, "in_proj_bias");
+      if (isNoneVar(a.inProjWeight)) {
+        a.qWeight = param(m, "q_proj_weight");
+        a.kWeight = param(m, "k_proj_weight");
+        a.vWeight = param(m, "v_proj_weight");
+      }
+      Var out = attribute(m, "out_proj");
+      a.outWeight = param(out, "weight");
+      a.outBias = param(out, "bias");
+      a.heads = concrete(num("num_heads"));
+      a.dropout = number(num("dropout"));
+      a.batchFirst = truth(num("batch_first"));
+      a.training = m->desc->getModule().getTraining();
+      return multiheadAttention(*this, a, args, kwargs);
+    }
     if (kind == "torch.nn.Sequential") {
       Var x = args.at(0);
       for (const Var& child : children(m)) x = callVar(child, {x}, {}, depth + 1);
@@ -670,6 +694,7 @@ private:
       return v;
     }
     if (name == "torch.utils.checkpoint.checkpoint") return checkpoint(std::move(args), kwargs, depth);
+    if (name == "torch.nn.functional.multi_head_attention_forward") return multiHeadAttentionForward(*this, args, kwargs);
     if (auto r = callTorch(*this, name, args, kwargs)) return *r;
     if (name == "builtins.len") {
       const Var& v = args.at(0);
@@ -863,7 +888,12 @@ private:
       if (auto a = tensorAttribute(*this, obj, name)) return *a;
       return method(obj, name);
     case Kind::PyModule: {
-      if (auto m = moduleMember(obj->name, name)) return *m;
+      if (auto m = moduleMember(obj->name, name)) {
+        // A submodule kiln knows (torch.nn) keeps where it was reached, so that what
+        // kiln does not know in it (a class for isinstance) is asked of the SDK.
+        if ((*m)->kind == Kind::PyModule && obj->path) (*m)->path = extend(*obj->path, guards::attr(name));
+        return *m;
+      }
       if (!obj->path) unsupported(obj->name + "." + name);
       return realize(extend(*obj->path, guards::attr(name)));
     }
@@ -1659,7 +1689,7 @@ private:
   // Where each input symbol can be read in the graph: (placeholder, dim), dim -1 for an int input.
   std::map<sym::Expr, std::pair<ir::ValueId, int64_t>, bool (*)(sym::Expr, sym::Expr)> symbolSources_{
       [](sym::Expr a, sym::Expr b) { return sym::compare(a, b) < 0; }};
-  size_t symbols_ = 0;
+  guards::DynamicSizes symbols_; // the trace's size and int symbols
   struct ScalarInput {
     Path path;
     std::variant<std::monostate, int64_t, double> value;

@@ -1,0 +1,36 @@
+// nn modules the tracer computes itself from their parameters, where torch's
+// own forward calls into code it does not trace (F.multi_head_attention_forward).
+#pragma once
+
+#include "tracer_state.h"
+
+namespace kiln::tracer {
+
+// An nn.MultiheadAttention's parts, as the evaluator read them off the module.
+struct MultiheadAttentionModule {
+  Var inProjWeight, inProjBias;     // [3E, E] and [3E] (either may be None)
+  Var qWeight, kWeight, vWeight;    // with kdim/vdim of their own (inProjWeight None)
+  Var outWeight, outBias;           // out_proj's
+  int64_t heads = 1;
+  double dropout = 0;
+  bool batchFirst = false;
+  bool training = false;
+};
+
+// forward(query, key, value, key_padding_mask=None, need_weights=True,
+// attn_mask=None, average_attn_weights=True, is_causal=False) as
+// F.multi_head_attention_forward computes it: the projections, scaled scores
+// with the masks (bool: excluded, float: added), softmax, dropout in training,
+// the weighted values and out_proj; (output, weights or None). Batched and
+// unbatched inputs; add_bias_kv and add_zero_attn are Unsupported.
+Var multiheadAttention(TraceState& s, const MultiheadAttentionModule& m, const std::vector<Var>& args,
+                       const Kwargs& kwargs);
+
+// torch.nn.functional.multi_head_attention_forward(query, key, value,
+// embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias, bias_k, bias_v,
+// add_zero_attn, dropout_p, out_proj_weight, out_proj_bias, training=True, ...):
+// what nn.MultiheadAttention's own forward calls (sequence-first inputs), as
+// multiheadAttention computes it.
+Var multiHeadAttentionForward(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs);
+
+} // namespace kiln::tracer
