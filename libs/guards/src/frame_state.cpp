@@ -257,15 +257,20 @@ std::vector<sym::Expr> guardTensor(GuardSet& set, uint32_t node, const TensorInp
     bool isDynamic = frame.dynamicDim(source, k) && t.sizes[k] >= 2 && contiguous;
     if (isDynamic) {
       sym::Expr read = set.symbol(symbolName(), set.node(static_cast<int32_t>(node), size(static_cast<uint32_t>(k))));
-      auto [earlier, fresh] = dynamic.bySize.emplace(t.sizes[k], read);
-      if (fresh) {
+      // Duck sizing for the dims automatic dynamic found; a dim the user marked dynamic
+      // (mark_dynamic, an export's Dim) keeps a symbol of its own: the user said what it is.
+      auto earlier = dynamic.bySize.find(t.sizes[k]);
+      bool marked = frame.forcedDynamic.count(dimName(source, k)) > 0;
+      if (marked || earlier == dynamic.bySize.end()) {
         set.shapeGuard(sym::ge(read, 2));
         set.table().narrow(read, {2, sym::kInf}); // after the guard, which it would fold away
+        if (!marked) dynamic.bySize.emplace(t.sizes[k], read);
+        sizes.push_back(read);
       } else {
-        set.shapeGuard(sym::eq(read, earlier->second)); // duck sizing: the earlier dim's symbol
+        set.shapeGuard(sym::eq(read, earlier->second));
+        sizes.push_back(earlier->second);
       }
       c.sizes.push_back(std::nullopt);
-      sizes.push_back(earlier->second);
     } else {
       c.sizes.push_back(t.sizes[k]);
       sizes.push_back(set.table().integer(t.sizes[k]));

@@ -693,6 +693,14 @@ private:
       v->boolean = name == "torch.enable_grad";
       return v;
     }
+    if (name == "torch.is_autocast_enabled") { // (device_type="cuda"): the state the trace runs under
+      Var device = args.empty() ? nullptr : args[0];
+      for (const auto& [key, value] : kwargs)
+        if (key == "device_type") device = value;
+      if (device && device->kind != Kind::Str) unsupported("torch.is_autocast_enabled of a non-string device type");
+      bool cpu = device && device->name == "cpu";
+      return boolean((cpu ? autocast.cpu : autocast.cuda).has_value());
+    }
     if (name == "torch.utils.checkpoint.checkpoint") return checkpoint(std::move(args), kwargs, depth);
     if (name == "torch.nn.functional.multi_head_attention_forward") return multiHeadAttentionForward(*this, args, kwargs);
     if (auto r = callTorch(*this, name, args, kwargs)) return *r;

@@ -619,7 +619,7 @@ std::optional<Var> moduleMember(const std::string& module, const std::string& na
   if ((module == "torch" || module == "torch.nn.functional" || module == "torch.special") &&
       (sameNamed().count(m) || m == "zeros" || m == "ones" || m == "empty" || m == "max" || m == "min" ||
        m == "dropout" || m == "no_grad" || m == "enable_grad" || m == "flatten" || m == "tril" || m == "triu" ||
-       m == "autocast" || m == "nonzero" || m == "masked_select"))
+       m == "autocast" || m == "nonzero" || m == "masked_select" || m == "is_autocast_enabled"))
     return builtin(module + "." + name);
   return std::nullopt;
 }

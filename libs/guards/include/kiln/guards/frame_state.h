@@ -64,7 +64,8 @@ FrameState merge(FrameState base, const std::vector<std::vector<FrameInput>>& by
 // s0, s1, ... in source order.
 // The symbols of one call's dynamic dims: named s<n> in order (`next`); a
 // dynamic dim whose size equals an earlier one's takes that dim's symbol
-// (`bySize`), its own size read and guarded equal to it: PyTorch's duck sizing,
+// (`bySize`), its own size read and guarded equal to it (but for dims the user
+// marked dynamic, which keep their own): PyTorch's duck sizing,
 // so that q, k and v of one length, or x and the tensor it is added to, share
 // their symbols and what the trace relied on stays true of every graph made
 // from it (a backward's reductions to each input's sizes).
