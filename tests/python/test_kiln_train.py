@@ -713,3 +713,34 @@ def test_transformer_encoder_layers_train_compiled(stack):
         losses.append(loss.item())
     assert losses[-1] < losses[0], losses
     assert _served_by_training(fast, x), kiln.explain(fast)
+
+
+# ---- batch and group norm --------------------------------------------------------------------
+
+@pytest.mark.parametrize("make,shape", [
+    (lambda: nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4)), (12, 8)),
+    (lambda: nn.Sequential(nn.BatchNorm2d(3, momentum=0.3), nn.Tanh()), (4, 3, 5, 6)),
+    (lambda: nn.Sequential(nn.Linear(6, 8), nn.GroupNorm(4, 8), nn.SiLU()), (5, 6)),
+    (lambda: nn.Sequential(nn.Linear(7, 7), nn.GroupNorm(2, 6, affine=False)), (3, 6, 7)),
+], ids=["batch_norm_1d", "batch_norm_2d", "group_norm", "group_norm_no_affine"])
+def test_batch_and_group_norm_train_and_evaluate_as_eager(stack, make, shape):
+    model, reference = _twins(make)
+    fast = kiln.compile(model, stack=stack)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
+    for step in range(3):
+        x = torch.randn(*shape)
+        for m, f, opt in zip((model, reference), (fast, reference), optimizers):
+            opt.zero_grad()
+            f(x).square().mean().backward()
+            opt.step()
+        assert _served_by_training(fast, x), kiln.explain(fast)
+        for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
+        for (name, b), c in zip(model.named_buffers(), reference.buffers()):  # running stats, batch count
+            torch.testing.assert_close(b, c, rtol=1e-4, atol=1e-5, msg=name)
+    model.eval()
+    reference.eval()
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), reference(x), rtol=1e-4, atol=1e-5)
+    assert not fast._compiled_forward.fallback_reasons, fast._compiled_forward.fallback_reasons

@@ -703,6 +703,8 @@ private:
     }
     if (name == "torch.utils.checkpoint.checkpoint") return checkpoint(std::move(args), kwargs, depth);
     if (name == "torch.nn.functional.multi_head_attention_forward") return multiHeadAttentionForward(*this, args, kwargs);
+    if (name == "torch.nn.functional.batch_norm") return batchNorm(*this, args, kwargs);
+    if (name == "torch.nn.functional.group_norm") return groupNorm(*this, args, kwargs);
     if (auto r = callTorch(*this, name, args, kwargs)) return *r;
     if (name == "builtins.len") {
       const Var& v = args.at(0);

@@ -191,4 +191,117 @@ Var multiHeadAttentionForward(TraceState& s, const std::vector<Var>& args, const
   return multiheadAttention(s, m, {}, call);
 }
 
+namespace {
+
+// The arguments of a call bound to `names` (positional first, then keywords); nullptr where
+// absent. Unsupported for an unknown keyword or too many arguments.
+std::vector<Var> bind(const std::string& what, const std::vector<const char*>& names, const std::vector<Var>& args,
+                      const Kwargs& kwargs) {
+  if (args.size() > names.size()) unsupported(what + "() with too many arguments");
+  std::vector<Var> bound(names.size());
+  for (size_t k = 0; k < args.size(); ++k) bound[k] = args[k];
+  for (const auto& [key, value] : kwargs) {
+    auto at = std::find_if(names.begin(), names.end(), [&](const char* n) { return key == n; });
+    if (at == names.end()) unsupported(what + "() got an unexpected keyword " + key);
+    bound[static_cast<size_t>(at - names.begin())] = value;
+  }
+  return bound;
+}
+
+// [1, C, 1, ...]: a per-channel tensor `v` ([C]) seen against an input of `rank` dims.
+Var perChannel(TraceState& s, const Var& v, const ir::Shape& sizes) {
+  std::vector<sym::Expr> shape(sizes.size(), s.table.integer(1));
+  shape[1] = sizes[1];
+  return call(s, "Tensor.view", {v, sequence(Kind::Tuple, [&] {
+                                   std::vector<Var> items;
+                                   for (sym::Expr e : shape) items.push_back(integer(e));
+                                   return items;
+                                 }())});
+}
+
+// (x - mean) / sqrt(var + eps), then weight and bias where given (already shaped to x).
+Var normalized(TraceState& s, Var x, const Var& mean, const Var& var, double eps, const Var& weight,
+               const Var& bias) {
+  Var scale = call(s, "torch.rsqrt", {call(s, "Tensor.add", {var, floating(eps)})});
+  Var y = call(s, "Tensor.mul", {call(s, "Tensor.sub", {x, mean}), scale});
+  if (!isNone(weight)) y = call(s, "Tensor.mul", {y, weight});
+  if (!isNone(bias)) y = call(s, "Tensor.add", {y, bias});
+  return y;
+}
+
+} // namespace
+
+Var batchNorm(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs) {
+  std::vector<Var> a = bind("batch_norm", {"input", "running_mean", "running_var", "weight", "bias", "training",
+                                           "momentum", "eps"},
+                            args, kwargs);
+  Var x = a[0], runningMean = a[1], runningVar = a[2], weight = a[3], bias = a[4];
+  if (isNone(x) || x->kind != Kind::Tensor) unsupported("batch_norm of a non-tensor");
+  bool training = !isNone(a[5]) && s.concrete(a[5]) != 0;
+  double momentum = isNone(a[6]) ? 0.1 : s.number(a[6]);
+  double eps = isNone(a[7]) ? 1e-5 : s.number(a[7]);
+  const ir::Shape sizes = s.meta(x).sizes;
+  if (sizes.size() < 2) unsupported("batch_norm of a tensor of fewer than 2 dims");
+  std::vector<Var> dims = {integer(s.table.integer(0))};
+  for (size_t d = 2; d < sizes.size(); ++d) dims.push_back(integer(s.table.integer(static_cast<int64_t>(d))));
+  Var over = sequence(Kind::Tuple, dims);
+  Var mean, var;
+  if (training) {
+    mean = call(s, "Tensor.mean", {x, over});
+    var = call(s, "Tensor.var", {x, over}, {{"correction", integer(s.table.integer(0))}});
+    // The running stats move towards the batch's (the variance's unbiased), outside autograd.
+    sym::Expr count = s.table.integer(1);
+    for (size_t d = 0; d < sizes.size(); ++d)
+      if (d != 1) count = count * sizes[d];
+    if (!isNone(runningMean)) {
+      Var step = call(s, "Tensor.mul", {call(s, "Tensor.detach", {mean}), floating(momentum)});
+      call(s, "Tensor.add_", {call(s, "Tensor.mul_", {runningMean, floating(1 - momentum)}), step});
+    }
+    if (!isNone(runningVar)) {
+      std::optional<int64_t> n = count.asInteger();
+      if (!n) unsupported("batch_norm's running variance over a symbolic count");
+      if (*n < 2) unsupported("batch_norm in training over one value per channel");
+      Var unbiased = call(s, "Tensor.mul", {call(s, "Tensor.detach", {var}),
+                                            floating(momentum * static_cast<double>(*n) / static_cast<double>(*n - 1))});
+      call(s, "Tensor.add_", {call(s, "Tensor.mul_", {runningVar, floating(1 - momentum)}), unbiased});
+    }
+  } else {
+    if (isNone(runningMean) || isNone(runningVar)) unsupported("batch_norm in eval without running stats");
+    mean = runningMean;
+    var = runningVar;
+  }
+  return normalized(s, x, perChannel(s, mean, sizes), perChannel(s, var, sizes), eps,
+                    isNone(weight) ? weight : perChannel(s, weight, sizes),
+                    isNone(bias) ? bias : perChannel(s, bias, sizes));
+}
+
+Var groupNorm(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs) {
+  std::vector<Var> a = bind("group_norm", {"input", "num_groups", "weight", "bias", "eps"}, args, kwargs);
+  Var x = a[0], weight = a[2], bias = a[3];
+  if (isNone(x) || x->kind != Kind::Tensor || isNone(a[1])) unsupported("group_norm without an input and groups");
+  int64_t groups = s.concrete(a[1]);
+  double eps = isNone(a[4]) ? 1e-5 : s.number(a[4]);
+  const ir::Shape sizes = s.meta(x).sizes;
+  if (sizes.size() < 2) unsupported("group_norm of a tensor of fewer than 2 dims");
+  std::optional<int64_t> channels = sizes[1].asInteger();
+  if (!channels || groups <= 0 || *channels % groups != 0)
+    unsupported("group_norm: the channels are not a multiple of num_groups");
+  // [N, G, C/G * rest]: each row one group of one sample.
+  sym::Expr rest = s.table.integer(*channels / groups);
+  for (size_t d = 2; d < sizes.size(); ++d) rest = rest * sizes[d];
+  Var rows = call(s, "Tensor.reshape", {x, sequence(Kind::Tuple, {integer(sizes[0]),
+                                                                   integer(s.table.integer(groups)), integer(rest)})});
+  Var last = sequence(Kind::Tuple, {integer(s.table.integer(-1))});
+  Kwargs kept = {{"keepdim", boolean(true)}};
+  Var mean = call(s, "Tensor.mean", {rows, last}, kept);
+  Var var = call(s, "Tensor.var", {rows, last}, {{"keepdim", boolean(true)}, {"correction", integer(s.table.integer(0))}});
+  Var y = normalized(s, rows, mean, var, eps, none(), none());
+  std::vector<Var> back;
+  for (sym::Expr e : sizes) back.push_back(integer(e));
+  y = call(s, "Tensor.reshape", {y, sequence(Kind::Tuple, back)});
+  if (!isNone(weight)) y = call(s, "Tensor.mul", {y, perChannel(s, weight, sizes)});
+  if (!isNone(bias)) y = call(s, "Tensor.add", {y, perChannel(s, bias, sizes)});
+  return y;
+}
+
 } // namespace kiln::tracer

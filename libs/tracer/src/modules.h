@@ -33,4 +33,16 @@ Var multiheadAttention(TraceState& s, const MultiheadAttentionModule& m, const s
 // multiheadAttention computes it.
 Var multiHeadAttentionForward(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs);
 
+// torch.nn.functional.batch_norm(input, running_mean, running_var, weight=None,
+// bias=None, training=False, momentum=0.1, eps=1e-5) over dim 1: in training
+// the batch's mean and biased variance normalise, and running stats (when
+// given) are updated in place, detached, the variance's unbiased; otherwise
+// the running stats normalise.
+Var batchNorm(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs);
+
+// torch.nn.functional.group_norm(input, num_groups, weight=None, bias=None,
+// eps=1e-5): each sample's channels in num_groups groups, each normalised by
+// its mean and biased variance, then the per-channel affine.
+Var groupNorm(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs);
+
 } // namespace kiln::tracer
