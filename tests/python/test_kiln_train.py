@@ -744,3 +744,41 @@ def test_batch_and_group_norm_train_and_evaluate_as_eager(stack, make, shape):
     with torch.no_grad():
         torch.testing.assert_close(fast(x), reference(x), rtol=1e-4, atol=1e-5)
     assert not fast._compiled_forward.fallback_reasons, fast._compiled_forward.fallback_reasons
+
+
+def _sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """torch 2's F.scaled_dot_product_attention as its math path (torch 1.13 has none)."""
+    scores = query @ key.transpose(-2, -1) * (scale or query.size(-1) ** -0.5)
+    if is_causal:
+        scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    weights = F.dropout(torch.softmax(scores, dim=-1), dropout_p)
+    return weights @ value
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_attention_with_dropout_trains_through_its_math(stack, monkeypatch, is_causal):
+    if not hasattr(F, "scaled_dot_product_attention"):
+        monkeypatch.setattr(F, "scaled_dot_product_attention", _sdpa_math, raising=False)
+    p = 0.3
+
+    def f(q, k, v):  # nanoGPT's call in training
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=is_causal)
+
+    fast = kiln.compile(f, stack=stack)
+    q, k = torch.randn(2, 3, 6, 8, requires_grad=True), torch.randn(2, 3, 6, 8, requires_grad=True)
+    v = torch.eye(6).expand(2, 3, 6, 6).contiguous().requires_grad_()  # the output is the dropped weights
+    out = fast(q, k, v)
+    scores = q.detach() @ k.detach().transpose(-2, -1) / 8 ** 0.5
+    if is_causal:
+        scores = scores.masked_fill(torch.ones(6, 6, dtype=torch.bool).triu(1), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    kept = out.detach() != 0
+    torch.testing.assert_close(out.detach()[kept], weights[kept] / (1 - p))  # kept: scaled by 1 / (1 - p)
+    dropped = 1 - kept[weights > 0].float().mean().item()
+    assert 0.15 < dropped < 0.45, dropped
+    out.sum().backward()
+    entry = fast.cache.lookup((q, k, v), {})  # the cache is f's code's: the other case's entry is there too
+    assert isinstance(entry.value, _train.TrainingRunner) and not fast.fallback_reasons, kiln.explain(fast)
+    # the backward replays the mask: v's grad is the dropped weights summed over rows
+    torch.testing.assert_close(v.grad, (out.detach().transpose(-2, -1) @ torch.ones(2, 3, 6, 6)), rtol=1e-5,
+                               atol=1e-6)

@@ -231,6 +231,47 @@ Var normalized(TraceState& s, Var x, const Var& mean, const Var& var, double eps
 
 } // namespace
 
+Var attentionWithDropout(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs) {
+  std::vector<Var> a = bind("scaled_dot_product_attention", {"query", "key", "value", "attn_mask", "dropout_p",
+                                                             "is_causal", "scale", "enable_gqa"},
+                            args, kwargs);
+  Var q = a[0], k = a[1], v = a[2], mask = a[3];
+  for (const Var& t : {q, k, v})
+    if (isNone(t) || t->kind != Kind::Tensor) unsupported("scaled_dot_product_attention of non-tensors");
+  if (!isNone(a[7]) && s.concrete(a[7]) != 0) unsupported("scaled_dot_product_attention with enable_gqa and dropout");
+  bool causal = !isNone(a[5]) && s.concrete(a[5]) != 0;
+  if (causal && !isNone(mask)) unsupported("scaled_dot_product_attention with both attn_mask and is_causal");
+  const ir::Shape qs = s.meta(q).sizes, ks = s.meta(k).sizes;
+  if (qs.size() < 2 || ks.size() < 2) unsupported("scaled_dot_product_attention of fewer than 2 dims");
+  double scale;
+  if (!isNone(a[6])) {
+    scale = s.number(a[6]);
+  } else {
+    std::optional<int64_t> width = qs.back().asInteger();
+    if (!width || *width <= 0) unsupported("scaled_dot_product_attention of a symbolic head size");
+    scale = 1.0 / std::sqrt(static_cast<double>(*width));
+  }
+  auto i = [&](int64_t n) { return integer(s.table.integer(n)); };
+  Var scores = call(s, "torch.matmul", {call(s, "Tensor.mul", {q, floating(scale)}),
+                                        call(s, "Tensor.transpose", {k, i(-2), i(-1)})});
+  const double minusInf = -std::numeric_limits<double>::infinity();
+  if (causal) { // the top-left-aligned lower triangle takes part
+    Var device = make(Kind::Device);
+    device->device = s.meta(q).device;
+    Var rows = call(s, "torch.arange", {integer(qs[qs.size() - 2])}, {{"device", device}});
+    Var columns = call(s, "torch.arange", {integer(ks[ks.size() - 2])}, {{"device", device}});
+    Var later = call(s, "Tensor.gt", {columns, call(s, "Tensor.unsqueeze", {rows, i(-1)})});
+    scores = call(s, "Tensor.masked_fill", {scores, later, floating(minusInf)});
+  } else if (!isNone(mask)) {
+    scores = s.meta(mask).dtype == DType::Bool
+                 ? call(s, "Tensor.masked_fill", {scores, call(s, "Tensor.logical_not", {mask}), floating(minusInf)})
+                 : call(s, "Tensor.add", {scores, mask});
+  }
+  Var weights = call(s, "torch.softmax", {scores, i(-1)});
+  weights = call(s, "torch.nn.functional.dropout", {weights, floating(s.number(a[4])), boolean(true)});
+  return call(s, "torch.matmul", {weights, v});
+}
+
 Var batchNorm(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs) {
   std::vector<Var> a = bind("batch_norm", {"input", "running_mean", "running_var", "weight", "bias", "training",
                                            "momentum", "eps"},

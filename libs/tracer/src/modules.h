@@ -33,6 +33,14 @@ Var multiheadAttention(TraceState& s, const MultiheadAttentionModule& m, const s
 // multiheadAttention computes it.
 Var multiHeadAttentionForward(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs);
 
+// F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p,
+// is_causal=False, scale=None) with dropout_p > 0, as torch's math path: scaled
+// scores, the causal or given mask (bool: True takes part; float: added),
+// softmax, dropout with a random stream of its own, the weighted values.
+// TODO(issue 7): on CUDA, cuDNN's fused attention takes a dropout probability
+// with a Philox seed and offset: the scores need not be materialised.
+Var attentionWithDropout(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs);
+
 // torch.nn.functional.batch_norm(input, running_mean, running_var, weight=None,
 // bias=None, training=False, momentum=0.1, eps=1e-5) over dim 1: in training
 // the batch's mean and biased variance normalise, and running stats (when

@@ -13,6 +13,7 @@
 #include "kiln/sym/wire.h"
 
 #include <capnp/message.h>
+#include "modules.h"
 #include "tracer_state.h"
 
 namespace kiln::tracer {
@@ -406,6 +407,12 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
   }
   if ((m == "softmax" || m == "log_softmax") && isFunctional(name))
     return s.callOp(m, args, without(kwargs, {"_stacklevel"}));
+  if (m == "scaled_dot_product_attention" && isFunctional(name)) {
+    // With dropout: its math spelled out, so the dropout has a random stream of its own
+    // (the graph's attention op takes none).
+    std::optional<Var> p = args.size() > 4 ? std::optional<Var>(args[4]) : kwarg(kwargs, "dropout_p");
+    if (p && (*p)->kind != Kind::None && s.number(*p) > 0) return attentionWithDropout(s, args, kwargs);
+  }
   if (m == "dropout" || m == "dropout1d" || m == "dropout2d") {
     // dropout(input, p=0.5, training=True, inplace=False); torch.dropout(input, p, train).
     std::optional<Var> training = args.size() > 2 ? std::optional<Var>(args[2]) : kwarg(kwargs, "training");
