@@ -24,11 +24,11 @@ F = nn.functional
 
 
 class Attention(nn.Module):
-    def __init__(self, width, heads):
+    def __init__(self, width, heads, dropout=0.0):
         super().__init__()
         self.c_attn = nn.Linear(width, 3 * width)
         self.c_proj = nn.Linear(width, width)
-        self.heads, self.width = heads, width
+        self.heads, self.width, self.dropout = heads, width, dropout
         self.sdpa = hasattr(F, "scaled_dot_product_attention")  # torch 2.x; 1.13 (the CPU check) spells it out
 
     def forward(self, x):
@@ -38,11 +38,13 @@ class Attention(nn.Module):
         k = k.view(B, T, self.heads, C // self.heads).transpose(1, 2)
         v = v.view(B, T, self.heads, C // self.heads).transpose(1, 2)
         if self.sdpa:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                               dropout_p=self.dropout if self.training else 0.0)
         else:
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
             mask = torch.ones(T, T, device=x.device).tril()
-            y = F.softmax(att.masked_fill(mask == 0, float("-inf")), dim=-1) @ v
+            y = F.dropout(F.softmax(att.masked_fill(mask == 0, float("-inf")), dim=-1), self.dropout,
+                          self.training) @ v
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
@@ -50,7 +52,7 @@ class Block(nn.Module):
     def __init__(self, width, heads, dropout):
         super().__init__()
         self.ln_1, self.ln_2 = nn.LayerNorm(width), nn.LayerNorm(width)
-        self.attn = Attention(width, heads)
+        self.attn = Attention(width, heads, dropout)
         self.c_fc, self.c_proj = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
         # nanoGPT's residual dropout (--dropout; none by default, as GPT-2 small is benchmarked)
         self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
@@ -262,8 +264,8 @@ def main():
     parser.add_argument("--host", action="store_true", help="split kiln's host time a step by part (wraps the SDK)")
     parser.add_argument("--memory-budget", type=float, help="kiln.compile's memory_budget (default: its own)")
     parser.add_argument("--dropout", type=float, default=0.0,
-                        help="nanoGPT's dropout after the embeddings and on each residual branch (losses then "
-                             "differ from eager's: each compiler draws its own masks)")
+                        help="nanoGPT's dropout after the embeddings, on each residual branch and on the attention "
+                             "weights (losses then differ from eager's: each compiler draws its own masks)")
     args = parser.parse_args()
     profiled = set(args.profile.split(",")) if args.profile else set()
     device = torch.device(args.device)
