@@ -457,11 +457,14 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
     std::optional<Var> diagonal = args.size() > 1 ? std::optional<Var>(args[1]) : kwarg(kwargs, "diagonal");
     int64_t k = diagonal ? s.concrete(*diagonal) : 0;
     sym::Expr rowsN = meta.sizes[meta.dim() - 2], colsN = meta.sizes[meta.dim() - 1];
-    Var rows = s.op("arange", {}, {{"end", rowsN}, {"dtype", DType::Int64}});
-    Var cols = s.op("arange", {}, {{"end", colsN}, {"dtype", DType::Int64}});
+    // The positions on x's device; the zeros of x's dtype (a bool mask stays bool, as torch's).
+    std::string device = ir::toString(meta.device);
+    Var rows = s.op("arange", {}, {{"end", rowsN}, {"dtype", DType::Int64}, {"device", device}});
+    Var cols = s.op("arange", {}, {{"end", colsN}, {"dtype", DType::Int64}, {"device", device}});
     Var offset = s.callOp("sub", {cols, s.op("unsqueeze", {rows->value}, {{"dim", int64_t{1}}})}, {});
     Var keep = s.callOp(m == "tril" ? "le" : "ge", {offset, integer(s.table.integer(k))}, {});
-    return s.callOp("where", {keep, args[0], integer(s.table.integer(0))}, {});
+    Var zero = meta.dtype == DType::Bool ? boolean(false) : integer(s.table.integer(0));
+    return s.callOp("where", {keep, args[0], zero}, {});
   }
   if (m == "embedding" && isFunctional(name)) {
     // F.embedding(input, weight, padding_idx=None, max_norm=None, ...): the IR takes (weight, indices).

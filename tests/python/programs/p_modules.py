@@ -198,3 +198,30 @@ def module_that_requires_grad(x):
 def module_that_requires_grad_under_no_grad(x):
     with torch.no_grad():
         return trained(x)
+
+
+attention = inference(nn.MultiheadAttention(16, 4, batch_first=True))
+batch_norm = inference(nn.BatchNorm1d(8)).eval()
+group_norm = inference(nn.GroupNorm(2, 8))
+block_with_helper = inference(nn.Sequential(nn.Linear(8, 8), nn.GELU()))
+
+
+@program(inputs=lambda n=5: r(2, n, 16), atol=1e-4)
+def module_multihead_attention(x):
+    out, weights = attention(x, x, x, attn_mask=torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).triu(1))
+    return out, weights
+
+
+@program(inputs=lambda n=6: r(n, 8))
+def module_batch_norm_eval(x):
+    return batch_norm(x)
+
+
+@program(inputs=lambda n=3: r(n, 8, 5), atol=1e-4)
+def module_group_norm(x):
+    return group_norm(x)
+
+
+@program(inputs=lambda: r(4, 8))
+def checkpointed_block(x):
+    return torch.utils.checkpoint.checkpoint(block_with_helper, x, use_reentrant=False) + x

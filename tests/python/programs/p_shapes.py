@@ -134,3 +134,9 @@ def shape_arith(x):
 @program(inputs=lambda: (r(4, 6), torch.tensor([0, 2])), falls_back="indexing a tensor with a tensor")
 def index_by_tensor(x, idx):
     return x[idx]
+
+
+@program(inputs=lambda n=5: r(n, n))
+def triu_of_a_bool_mask(x):
+    mask = torch.ones(x.shape[0], x.shape[1], dtype=torch.bool).triu(1)  # stays bool, as torch's
+    return mask, x.masked_fill(mask, 0.0), x.tril(-1)
