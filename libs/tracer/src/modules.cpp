@@ -1,15 +1,16 @@
-// nn.MultiheadAttention computed from its parameters (modules.h), with the
-// torch calls a traced forward would make (callTorch), so autocast, dropout's
-// random streams and symbolic sizes work as for user code.
+// nn modules and functions computed as their compositions (modules.h), with
+// the torch calls a traced forward would make (callTorch), so autocast,
+// dropout's random streams and symbolic sizes work as for user code.
 #include "modules.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <string_view>
 
 namespace kiln::tracer {
 namespace {
+
+constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
 
 Var call(TraceState& s, const std::string& name, std::vector<Var> args, const Kwargs& kwargs = {}) {
   if (auto r = callTorch(s, name, std::move(args), kwargs)) return *r;
@@ -24,35 +25,81 @@ Var shape(const std::vector<sym::Expr>& sizes) {
   return sequence(Kind::Tuple, items);
 }
 
-// Argument `index` of the call, or its keyword `name`; nullptr when absent.
-Var argument(const std::vector<Var>& args, const Kwargs& kwargs, size_t index, const char* name) {
-  if (args.size() > index) return args[index];
-  for (const auto& [key, value] : kwargs)
-    if (key == name) return value;
-  return nullptr;
+// A call's arguments bound to a signature's names: positional first, then
+// keywords; an absent one is nullptr. Unsupported for an unknown keyword or
+// too many arguments.
+class Arguments {
+public:
+  Arguments(const std::string& what, std::vector<const char*> names, const std::vector<Var>& args,
+            const Kwargs& kwargs)
+      : names_(std::move(names)), values_(names_.size()) {
+    if (args.size() > names_.size()) unsupported(what + "() with too many arguments");
+    std::copy(args.begin(), args.end(), values_.begin());
+    for (const auto& [key, value] : kwargs) values_.at(indexOf(key, what)) = value;
+  }
+
+  Var operator[](const char* name) const { return values_[indexOf(name, "")]; }
+  bool flag(TraceState& s, const char* name, bool otherwise) const {
+    Var v = (*this)[name];
+    return isNone(v) ? otherwise : s.concrete(v) != 0;
+  }
+  double number(TraceState& s, const char* name, double otherwise) const {
+    Var v = (*this)[name];
+    return isNone(v) ? otherwise : s.number(v);
+  }
+
+private:
+  size_t indexOf(const std::string& name, const std::string& what) const {
+    auto at = std::find_if(names_.begin(), names_.end(), [&](const char* n) { return name == n; });
+    if (at == names_.end()) unsupported(what + "() got an unexpected keyword " + name);
+    return static_cast<size_t>(at - names_.begin());
+  }
+
+  std::vector<const char*> names_;
+  std::vector<Var> values_;
+};
+
+// [rows, columns] bool, true where the column lies past the row: what a causal
+// mask excludes (top-left aligned, as torch's is_causal).
+Var laterPositions(TraceState& s, sym::Expr rows, sym::Expr columns, ir::Device on) {
+  Var device = make(Kind::Device);
+  device->device = on;
+  Var row = call(s, "torch.arange", {integer(rows)}, {{"device", device}});
+  Var column = call(s, "torch.arange", {integer(columns)}, {{"device", device}});
+  return call(s, "Tensor.gt", {column, call(s, "Tensor.unsqueeze", {row, integer(s.table.integer(-1))})});
+}
+
+// [1, C, 1, ...]: a per-channel tensor ([C]) against an input of these sizes.
+Var perChannel(TraceState& s, const Var& v, const ir::Shape& sizes) {
+  std::vector<sym::Expr> seen(sizes.size(), s.table.integer(1));
+  seen[1] = sizes[1];
+  return call(s, "Tensor.view", {v, shape(seen)});
+}
+
+// (x - mean) / sqrt(var + eps), then weight and bias where given (already shaped to x).
+Var normalized(TraceState& s, Var x, const Var& mean, const Var& var, double eps, const Var& weight,
+               const Var& bias) {
+  Var scale = call(s, "torch.rsqrt", {call(s, "Tensor.add", {var, floating(eps)})});
+  Var y = call(s, "Tensor.mul", {call(s, "Tensor.sub", {x, mean}), scale});
+  if (!isNone(weight)) y = call(s, "Tensor.mul", {y, weight});
+  if (!isNone(bias)) y = call(s, "Tensor.add", {y, bias});
+  return y;
 }
 
 } // namespace
 
 Var multiheadAttention(TraceState& s, const MultiheadAttentionModule& m, const std::vector<Var>& args,
                        const Kwargs& kwargs) {
-  for (const auto& [key, value] : kwargs)
-    if (key != "query" && key != "key" && key != "value" && key != "key_padding_mask" && key != "need_weights" &&
-        key != "attn_mask" && key != "average_attn_weights" && key != "is_causal")
-      unsupported("nn.MultiheadAttention() got an unexpected keyword " + key);
-  Var query = argument(args, kwargs, 0, "query"), key = argument(args, kwargs, 1, "key"),
-      value = argument(args, kwargs, 2, "value");
-  if (isNone(query) || isNone(key) || isNone(value) || query->kind != Kind::Tensor || key->kind != Kind::Tensor ||
-      value->kind != Kind::Tensor)
-    unsupported("nn.MultiheadAttention without query, key and value tensors");
-  Var keyPadding = argument(args, kwargs, 3, "key_padding_mask");
-  Var needWeightsArg = argument(args, kwargs, 4, "need_weights");
-  Var mask = argument(args, kwargs, 5, "attn_mask");
-  Var averageArg = argument(args, kwargs, 6, "average_attn_weights");
-  Var causalArg = argument(args, kwargs, 7, "is_causal");
-  bool needWeights = isNone(needWeightsArg) || s.concrete(needWeightsArg) != 0;
-  bool average = isNone(averageArg) || s.concrete(averageArg) != 0;
-  bool causal = !isNone(causalArg) && s.concrete(causalArg) != 0;
+  Arguments a("nn.MultiheadAttention", {"query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
+                                         "average_attn_weights", "is_causal"},
+              args, kwargs);
+  Var query = a["query"], key = a["key"], value = a["value"];
+  for (const Var& t : {query, key, value})
+    if (isNone(t) || t->kind != Kind::Tensor) unsupported("nn.MultiheadAttention without query, key and value tensors");
+  Var keyPadding = a["key_padding_mask"], mask = a["attn_mask"];
+  bool needWeights = a.flag(s, "need_weights", true);
+  bool average = a.flag(s, "average_attn_weights", true);
+  bool causal = a.flag(s, "is_causal", false);
   auto i = [&](int64_t k) { return integer(s.table.integer(k)); };
 
   // Batch first, [B, L, E]; an unbatched call ([L, E]) as a batch of one.
@@ -103,8 +150,7 @@ Var multiheadAttention(TraceState& s, const MultiheadAttentionModule& m, const s
   q = call(s, "Tensor.mul", {q, floating(1.0 / std::sqrt(static_cast<double>(headDim)))});
   Var scores = call(s, "torch.matmul", {q, call(s, "Tensor.transpose", {k, i(-2), i(-1)})});
   auto applyMask = [&](Var to, Var mask) {
-    if (s.meta(mask).dtype == DType::Bool)
-      return call(s, "Tensor.masked_fill", {to, mask, floating(-std::numeric_limits<double>::infinity())});
+    if (s.meta(mask).dtype == DType::Bool) return call(s, "Tensor.masked_fill", {to, mask, floating(kMinusInf)});
     return call(s, "Tensor.add", {to, mask});
   };
   if (!isNone(mask)) {
@@ -114,11 +160,7 @@ Var multiheadAttention(TraceState& s, const MultiheadAttentionModule& m, const s
       unsupported("nn.MultiheadAttention: an attn_mask of " + std::to_string(s.meta(mask).dim()) + " dims");
     scores = applyMask(scores, mask);
   } else if (causal) { // is_causal without a mask: the causal one
-    Var device = make(Kind::Device);
-    device->device = qm.device;
-    Var columns = call(s, "torch.arange", {integer(sources)}, {{"device", device}});
-    Var rows = call(s, "torch.arange", {integer(targets)}, {{"device", device}});
-    scores = applyMask(scores, call(s, "Tensor.gt", {columns, call(s, "Tensor.unsqueeze", {rows, i(-1)})}));
+    scores = applyMask(scores, laterPositions(s, targets, sources, qm.device));
   }
   if (!isNone(keyPadding)) // [B, S]: excluded keys of each batch
     scores = applyMask(scores, call(s, "Tensor.view", {keyPadding, shape({batch, s.table.integer(1),
@@ -141,111 +183,56 @@ Var multiheadAttention(TraceState& s, const MultiheadAttentionModule& m, const s
 }
 
 Var multiHeadAttentionForward(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs) {
-  static const char* const names[] = {
-      "query", "key", "value", "embed_dim_to_check", "num_heads", "in_proj_weight", "in_proj_bias", "bias_k",
-      "bias_v", "add_zero_attn", "dropout_p", "out_proj_weight", "out_proj_bias", "training",
-      "key_padding_mask", "need_weights", "attn_mask", "use_separate_proj_weight", "q_proj_weight",
-      "k_proj_weight", "v_proj_weight", "static_k", "static_v", "average_attn_weights", "is_causal"};
-  constexpr size_t count = sizeof(names) / sizeof(names[0]);
-  for (const auto& [key, value] : kwargs)
-    if (std::find_if(names, names + count, [&](const char* n) { return key == n; }) == names + count)
-      unsupported("multi_head_attention_forward() got an unexpected keyword " + key);
-  if (args.size() > count) unsupported("multi_head_attention_forward() with too many arguments");
-  auto get = [&](const char* name) {
-    size_t index = static_cast<size_t>(std::find_if(names, names + count, [&](const char* n) {
-                     return std::string_view(n) == name;
-                   }) - names);
-    return argument(args, kwargs, index, name);
-  };
-  auto flag = [&](const char* name, bool otherwise) {
-    Var v = get(name);
-    return isNone(v) ? otherwise : s.concrete(v) != 0;
-  };
+  Arguments a("multi_head_attention_forward",
+              {"query", "key", "value", "embed_dim_to_check", "num_heads", "in_proj_weight", "in_proj_bias", "bias_k",
+               "bias_v", "add_zero_attn", "dropout_p", "out_proj_weight", "out_proj_bias", "training",
+               "key_padding_mask", "need_weights", "attn_mask", "use_separate_proj_weight", "q_proj_weight",
+               "k_proj_weight", "v_proj_weight", "static_k", "static_v", "average_attn_weights", "is_causal"},
+              args, kwargs);
   for (const char* absent : {"bias_k", "bias_v", "static_k", "static_v"})
-    if (!isNone(get(absent))) unsupported(std::string("multi_head_attention_forward with ") + absent);
-  if (flag("add_zero_attn", false)) unsupported("multi_head_attention_forward with add_zero_attn");
+    if (!isNone(a[absent])) unsupported(std::string("multi_head_attention_forward with ") + absent);
+  if (a.flag(s, "add_zero_attn", false)) unsupported("multi_head_attention_forward with add_zero_attn");
   MultiheadAttentionModule m;
-  if (flag("use_separate_proj_weight", false)) {
-    m.qWeight = get("q_proj_weight");
-    m.kWeight = get("k_proj_weight");
-    m.vWeight = get("v_proj_weight");
+  auto orNone = [](const Var& v) { return isNone(v) ? none() : v; };
+  if (a.flag(s, "use_separate_proj_weight", false)) {
+    m.qWeight = a["q_proj_weight"];
+    m.kWeight = a["k_proj_weight"];
+    m.vWeight = a["v_proj_weight"];
     m.inProjWeight = none();
   } else {
-    m.inProjWeight = get("in_proj_weight");
+    m.inProjWeight = a["in_proj_weight"];
   }
-  m.inProjBias = isNone(get("in_proj_bias")) ? none() : get("in_proj_bias");
-  m.outWeight = get("out_proj_weight");
-  m.outBias = isNone(get("out_proj_bias")) ? none() : get("out_proj_bias");
-  Var heads = get("num_heads"), dropout = get("dropout_p");
-  if (isNone(heads) || isNone(dropout) || isNone(m.outWeight) ||
+  m.inProjBias = orNone(a["in_proj_bias"]);
+  m.outWeight = a["out_proj_weight"];
+  m.outBias = orNone(a["out_proj_bias"]);
+  if (isNone(a["num_heads"]) || isNone(a["dropout_p"]) || isNone(m.outWeight) ||
       (isNone(m.inProjWeight) && isNone(m.qWeight)))
     unsupported("multi_head_attention_forward without its heads, dropout or weights");
-  m.heads = s.concrete(heads);
-  m.dropout = s.number(dropout);
-  m.training = flag("training", true);
+  m.heads = s.concrete(a["num_heads"]);
+  m.dropout = s.number(a["dropout_p"]);
+  m.training = a.flag(s, "training", true);
   m.batchFirst = false; // torch's functional form is sequence-first
-  Kwargs call;
+  Kwargs passed;
   for (const char* name : {"query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
                            "average_attn_weights", "is_causal"})
-    if (Var v = get(name)) call.emplace_back(name, v);
-  return multiheadAttention(s, m, {}, call);
+    if (Var v = a[name]) passed.emplace_back(name, v);
+  return multiheadAttention(s, m, {}, passed);
 }
-
-namespace {
-
-// The arguments of a call bound to `names` (positional first, then keywords); nullptr where
-// absent. Unsupported for an unknown keyword or too many arguments.
-std::vector<Var> bind(const std::string& what, const std::vector<const char*>& names, const std::vector<Var>& args,
-                      const Kwargs& kwargs) {
-  if (args.size() > names.size()) unsupported(what + "() with too many arguments");
-  std::vector<Var> bound(names.size());
-  for (size_t k = 0; k < args.size(); ++k) bound[k] = args[k];
-  for (const auto& [key, value] : kwargs) {
-    auto at = std::find_if(names.begin(), names.end(), [&](const char* n) { return key == n; });
-    if (at == names.end()) unsupported(what + "() got an unexpected keyword " + key);
-    bound[static_cast<size_t>(at - names.begin())] = value;
-  }
-  return bound;
-}
-
-// [1, C, 1, ...]: a per-channel tensor `v` ([C]) seen against an input of `rank` dims.
-Var perChannel(TraceState& s, const Var& v, const ir::Shape& sizes) {
-  std::vector<sym::Expr> shape(sizes.size(), s.table.integer(1));
-  shape[1] = sizes[1];
-  return call(s, "Tensor.view", {v, sequence(Kind::Tuple, [&] {
-                                   std::vector<Var> items;
-                                   for (sym::Expr e : shape) items.push_back(integer(e));
-                                   return items;
-                                 }())});
-}
-
-// (x - mean) / sqrt(var + eps), then weight and bias where given (already shaped to x).
-Var normalized(TraceState& s, Var x, const Var& mean, const Var& var, double eps, const Var& weight,
-               const Var& bias) {
-  Var scale = call(s, "torch.rsqrt", {call(s, "Tensor.add", {var, floating(eps)})});
-  Var y = call(s, "Tensor.mul", {call(s, "Tensor.sub", {x, mean}), scale});
-  if (!isNone(weight)) y = call(s, "Tensor.mul", {y, weight});
-  if (!isNone(bias)) y = call(s, "Tensor.add", {y, bias});
-  return y;
-}
-
-} // namespace
 
 Var attentionWithDropout(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs) {
-  std::vector<Var> a = bind("scaled_dot_product_attention", {"query", "key", "value", "attn_mask", "dropout_p",
-                                                             "is_causal", "scale", "enable_gqa"},
-                            args, kwargs);
-  Var q = a[0], k = a[1], v = a[2], mask = a[3];
+  Arguments a("scaled_dot_product_attention",
+              {"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"}, args, kwargs);
+  Var q = a["query"], k = a["key"], v = a["value"], mask = a["attn_mask"];
   for (const Var& t : {q, k, v})
     if (isNone(t) || t->kind != Kind::Tensor) unsupported("scaled_dot_product_attention of non-tensors");
-  if (!isNone(a[7]) && s.concrete(a[7]) != 0) unsupported("scaled_dot_product_attention with enable_gqa and dropout");
-  bool causal = !isNone(a[5]) && s.concrete(a[5]) != 0;
+  if (a.flag(s, "enable_gqa", false)) unsupported("scaled_dot_product_attention with enable_gqa and dropout");
+  bool causal = a.flag(s, "is_causal", false);
   if (causal && !isNone(mask)) unsupported("scaled_dot_product_attention with both attn_mask and is_causal");
   const ir::Shape qs = s.meta(q).sizes, ks = s.meta(k).sizes;
   if (qs.size() < 2 || ks.size() < 2) unsupported("scaled_dot_product_attention of fewer than 2 dims");
   double scale;
-  if (!isNone(a[6])) {
-    scale = s.number(a[6]);
+  if (!isNone(a["scale"])) {
+    scale = s.number(a["scale"]);
   } else {
     std::optional<int64_t> width = qs.back().asInteger();
     if (!width || *width <= 0) unsupported("scaled_dot_product_attention of a symbolic head size");
@@ -254,33 +241,28 @@ Var attentionWithDropout(TraceState& s, const std::vector<Var>& args, const Kwar
   auto i = [&](int64_t n) { return integer(s.table.integer(n)); };
   Var scores = call(s, "torch.matmul", {call(s, "Tensor.mul", {q, floating(scale)}),
                                         call(s, "Tensor.transpose", {k, i(-2), i(-1)})});
-  const double minusInf = -std::numeric_limits<double>::infinity();
-  if (causal) { // the top-left-aligned lower triangle takes part
-    Var device = make(Kind::Device);
-    device->device = s.meta(q).device;
-    Var rows = call(s, "torch.arange", {integer(qs[qs.size() - 2])}, {{"device", device}});
-    Var columns = call(s, "torch.arange", {integer(ks[ks.size() - 2])}, {{"device", device}});
-    Var later = call(s, "Tensor.gt", {columns, call(s, "Tensor.unsqueeze", {rows, i(-1)})});
-    scores = call(s, "Tensor.masked_fill", {scores, later, floating(minusInf)});
-  } else if (!isNone(mask)) {
+  if (causal) {
+    Var later = laterPositions(s, qs[qs.size() - 2], ks[ks.size() - 2], s.meta(q).device);
+    scores = call(s, "Tensor.masked_fill", {scores, later, floating(kMinusInf)});
+  } else if (!isNone(mask)) { // bool: True takes part (unlike MultiheadAttention's)
     scores = s.meta(mask).dtype == DType::Bool
-                 ? call(s, "Tensor.masked_fill", {scores, call(s, "Tensor.logical_not", {mask}), floating(minusInf)})
+                 ? call(s, "Tensor.masked_fill", {scores, call(s, "Tensor.logical_not", {mask}), floating(kMinusInf)})
                  : call(s, "Tensor.add", {scores, mask});
   }
   Var weights = call(s, "torch.softmax", {scores, i(-1)});
-  weights = call(s, "torch.nn.functional.dropout", {weights, floating(s.number(a[4])), boolean(true)});
+  weights = call(s, "torch.nn.functional.dropout", {weights, floating(s.number(a["dropout_p"])), boolean(true)});
   return call(s, "torch.matmul", {weights, v});
 }
 
 Var batchNorm(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs) {
-  std::vector<Var> a = bind("batch_norm", {"input", "running_mean", "running_var", "weight", "bias", "training",
-                                           "momentum", "eps"},
-                            args, kwargs);
-  Var x = a[0], runningMean = a[1], runningVar = a[2], weight = a[3], bias = a[4];
+  Arguments a("batch_norm", {"input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"},
+              args, kwargs);
+  Var x = a["input"], runningMean = a["running_mean"], runningVar = a["running_var"], weight = a["weight"],
+      bias = a["bias"];
   if (isNone(x) || x->kind != Kind::Tensor) unsupported("batch_norm of a non-tensor");
-  bool training = !isNone(a[5]) && s.concrete(a[5]) != 0;
-  double momentum = isNone(a[6]) ? 0.1 : s.number(a[6]);
-  double eps = isNone(a[7]) ? 1e-5 : s.number(a[7]);
+  bool training = a.flag(s, "training", false);
+  double momentum = a.number(s, "momentum", 0.1);
+  double eps = a.number(s, "eps", 1e-5);
   const ir::Shape sizes = s.meta(x).sizes;
   if (sizes.size() < 2) unsupported("batch_norm of a tensor of fewer than 2 dims");
   std::vector<Var> dims = {integer(s.table.integer(0))};
@@ -317,11 +299,12 @@ Var batchNorm(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs)
 }
 
 Var groupNorm(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs) {
-  std::vector<Var> a = bind("group_norm", {"input", "num_groups", "weight", "bias", "eps"}, args, kwargs);
-  Var x = a[0], weight = a[2], bias = a[3];
-  if (isNone(x) || x->kind != Kind::Tensor || isNone(a[1])) unsupported("group_norm without an input and groups");
-  int64_t groups = s.concrete(a[1]);
-  double eps = isNone(a[4]) ? 1e-5 : s.number(a[4]);
+  Arguments a("group_norm", {"input", "num_groups", "weight", "bias", "eps"}, args, kwargs);
+  Var x = a["input"], weight = a["weight"], bias = a["bias"];
+  if (isNone(x) || x->kind != Kind::Tensor || isNone(a["num_groups"]))
+    unsupported("group_norm without an input and groups");
+  int64_t groups = s.concrete(a["num_groups"]);
+  double eps = a.number(s, "eps", 1e-5);
   const ir::Shape sizes = s.meta(x).sizes;
   if (sizes.size() < 2) unsupported("group_norm of a tensor of fewer than 2 dims");
   std::optional<int64_t> channels = sizes[1].asInteger();
@@ -330,16 +313,13 @@ Var groupNorm(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs)
   // [N, G, C/G * rest]: each row one group of one sample.
   sym::Expr rest = s.table.integer(*channels / groups);
   for (size_t d = 2; d < sizes.size(); ++d) rest = rest * sizes[d];
-  Var rows = call(s, "Tensor.reshape", {x, sequence(Kind::Tuple, {integer(sizes[0]),
-                                                                   integer(s.table.integer(groups)), integer(rest)})});
+  Var rows = call(s, "Tensor.reshape", {x, shape({sizes[0], s.table.integer(groups), rest})});
   Var last = sequence(Kind::Tuple, {integer(s.table.integer(-1))});
   Kwargs kept = {{"keepdim", boolean(true)}};
   Var mean = call(s, "Tensor.mean", {rows, last}, kept);
   Var var = call(s, "Tensor.var", {rows, last}, {{"keepdim", boolean(true)}, {"correction", integer(s.table.integer(0))}});
   Var y = normalized(s, rows, mean, var, eps, none(), none());
-  std::vector<Var> back;
-  for (sym::Expr e : sizes) back.push_back(integer(e));
-  y = call(s, "Tensor.reshape", {y, sequence(Kind::Tuple, back)});
+  y = call(s, "Tensor.reshape", {y, shape(sizes)});
   if (!isNone(weight)) y = call(s, "Tensor.mul", {y, perChannel(s, weight, sizes)});
   if (!isNone(bias)) y = call(s, "Tensor.add", {y, perChannel(s, bias, sizes)});
   return y;

@@ -1,5 +1,7 @@
-// nn modules the tracer computes itself from their parameters, where torch's
-// own forward calls into code it does not trace (F.multi_head_attention_forward).
+// nn modules and functions the tracer computes itself as compositions of graph
+// ops, where torch's own code calls into what it does not trace
+// (F.multi_head_attention_forward, the native batch_norm) or the graph op
+// cannot take the call (attention with dropout).
 #pragma once
 
 #include "tracer_state.h"
