@@ -286,8 +286,8 @@ void addNnOps(std::vector<OpInfo>& ops) {
                   {"index", ArgKind::Tensor},
                   {"src", ArgKind::Tensor}},
                  inferScatterAdd});
-  // TODO(issue 8): dropout's seed and offset produced by a philox-style state op when
-  // functionalization threads the RNG state through the graph.
+  // dropout's seed is a graph input the SDK draws from torch's generator at each
+  // call (the tracer's randomStream), its offset a constant: no RNG state op.
 }
 
 } // namespace kiln::ir::detail
