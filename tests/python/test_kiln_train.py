@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 import kiln
-from kiln import _train, ir
+from kiln import _compile, _train, ir
 
 
 def trained(fn) -> bool:
@@ -717,11 +717,25 @@ def test_transformer_encoder_layers_train_compiled(stack):
 
 # ---- batch and group norm --------------------------------------------------------------------
 
+class Layers(nn.Module):
+    """Layers in order (nn.Sequential's forward, but a code object of its own: the guards'
+    cache of nn.Sequential.forward is shared by every test that compiles one)."""
+
+    def __init__(self, *layers):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
 @pytest.mark.parametrize("make,shape", [
-    (lambda: nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4)), (12, 8)),
-    (lambda: nn.Sequential(nn.BatchNorm2d(3, momentum=0.3), nn.Tanh()), (4, 3, 5, 6)),
-    (lambda: nn.Sequential(nn.Linear(6, 8), nn.GroupNorm(4, 8), nn.SiLU()), (5, 6)),
-    (lambda: nn.Sequential(nn.Linear(7, 7), nn.GroupNorm(2, 6, affine=False)), (3, 6, 7)),
+    (lambda: Layers(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4)), (12, 8)),
+    (lambda: Layers(nn.BatchNorm2d(3, momentum=0.3), nn.Tanh()), (4, 3, 5, 6)),
+    (lambda: Layers(nn.Linear(6, 8), nn.GroupNorm(4, 8), nn.SiLU()), (5, 6)),
+    (lambda: Layers(nn.Linear(7, 7), nn.GroupNorm(2, 6, affine=False)), (3, 6, 7)),
 ], ids=["batch_norm_1d", "batch_norm_2d", "group_norm", "group_norm_no_affine"])
 def test_batch_and_group_norm_train_and_evaluate_as_eager(stack, make, shape):
     model, reference = _twins(make)
@@ -738,12 +752,16 @@ def test_batch_and_group_norm_train_and_evaluate_as_eager(stack, make, shape):
             torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
         for (name, b), c in zip(model.named_buffers(), reference.buffers()):  # running stats, batch count
             torch.testing.assert_close(b, c, rtol=1e-4, atol=1e-5, msg=name)
+    assert not fast._compiled_forward.fallback_reasons, fast._compiled_forward.fallback_reasons
+    if not any(isinstance(layer, nn.BatchNorm1d | nn.BatchNorm2d) for layer in model.layers):
+        return  # group norm computes the same in eval (and Layers' cache keeps its 8 entries for the rest)
     model.eval()
     reference.eval()
     x = torch.randn(*shape)
-    with torch.no_grad():
+    with torch.no_grad():  # the running stats normalise, compiled
         torch.testing.assert_close(fast(x), reference(x), rtol=1e-4, atol=1e-5)
-    assert not fast._compiled_forward.fallback_reasons, fast._compiled_forward.fallback_reasons
+        entry = fast._compiled_forward.cache.lookup((model, x), {})
+    assert entry is not None and isinstance(entry.value, _compile._Runner), kiln.explain(fast)
 
 
 def _sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
@@ -782,3 +800,36 @@ def test_attention_with_dropout_trains_through_its_math(stack, monkeypatch, is_c
     # the backward replays the mask: v's grad is the dropped weights summed over rows
     torch.testing.assert_close(v.grad, (out.detach().transpose(-2, -1) @ torch.ones(2, 3, 6, 6)), rtol=1e-5,
                                atol=1e-6)
+
+
+class PaddedEmbedding(nn.Module):  # a class of its own: nn.Sequential's cache is every test's
+    def __init__(self):
+        super().__init__()
+        self.embed, self.proj = nn.Embedding(10, 4, padding_idx=0), nn.Linear(4, 2)
+
+    def forward(self, idx):
+        return self.proj(self.embed(idx))
+
+
+def test_an_embeddings_padding_row_gets_no_grad_as_eager(stack):
+    model, reference = _twins(PaddedEmbedding)
+    fast = kiln.compile(model, stack=stack)
+    idx = torch.tensor([[0, 1, 2], [0, 3, 0]])
+    fast(idx).square().sum().backward()
+    reference(idx).square().sum().backward()
+    assert _served_by_training(fast, idx), kiln.explain(fast)
+    assert not model.embed.weight.grad[0].any()
+    _assert_same_grads(model, reference)
+
+    def f(idx, w):  # the functional form, a negative index counting from the end
+        return F.embedding(idx, w, padding_idx=-1).sum()
+
+    w = torch.randn(10, 4, requires_grad=True)
+    idx = torch.tensor([9, 1, 9, 2])
+    kiln.compile(f, stack=stack)(idx, w).backward()
+    want, = torch.autograd.grad(f(idx, w), w)
+    torch.testing.assert_close(w.grad, want)
+    assert not w.grad[9].any()
+    g = kiln.compile(lambda idx, w: F.embedding(idx, w, max_norm=1.0).sum(), stack=stack)
+    g(idx, w).backward()
+    assert any("max_norm" in r for r in g.fallback_reasons), g.fallback_reasons

@@ -620,7 +620,10 @@ private:
     }
     if (kind == "torch.nn.RMSNorm")
       return callOp("rms_norm", {args.at(0), num("normalized_shape"), param(m, "weight"), num("eps")}, {});
-    if (kind == "torch.nn.Embedding") return callOp("embedding", {param(m, "weight"), args.at(0)}, {});
+    if (kind == "torch.nn.Embedding")
+      return *callTorch(*this, "torch.nn.functional.embedding", {args.at(0), param(m, "weight")},
+                        {{"padding_idx", num("padding_idx")}, {"max_norm", num("max_norm")},
+                         {"scale_grad_by_freq", num("scale_grad_by_freq")}, {"sparse", num("sparse")}});
     if (kind == "torch.nn.Dropout") {
       bool training = m->desc->getModule().getTraining();
       return *callTorch(*this, "torch.nn.functional.dropout", {args.at(0), num("p"), boolean(training)}, {});
