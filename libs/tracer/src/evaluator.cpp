@@ -626,12 +626,15 @@ private:
                          {"scale_grad_by_freq", num("scale_grad_by_freq")}, {"sparse", num("sparse")}});
     if (kind == "torch.nn.Dropout") {
       bool training = m->desc->getModule().getTraining();
-      return *callTorch(*this, "torch.nn.functional.dropout", {args.at(0), num("p"), boolean(training)}, {});
+      return *callTorch(*this, "torch.nn.functional.dropout",
+                        {args.at(0), num("p"), boolean(training), num("inplace")}, {});
     }
     if (kind == "torch.nn.ReLU" || kind == "torch.nn.SiLU" || kind == "torch.nn.Tanh" || kind == "torch.nn.Sigmoid") {
       std::string op = kind.substr(9);
       for (char& c : op) c = static_cast<char>(std::tolower(c));
-      return callOp(op, {args.at(0)}, {});
+      // ReLU(inplace=True), SiLU(inplace=True) write their input, as eager's (a later read of it sees that).
+      bool inplace = (kind == "torch.nn.ReLU" || kind == "torch.nn.SiLU") && truth(num("inplace"));
+      return callOp(inplace ? op + "_" : op, {args.at(0)}, {});
     }
     if (kind == "torch.nn.GELU") return callOp("gelu", {args.at(0), num("approximate")}, {});
     if (kind == "torch.nn.Softmax") return callOp("softmax", {args.at(0), num("dim")}, {});

@@ -225,3 +225,16 @@ def module_group_norm(x):
 @program(inputs=lambda: r(4, 8))
 def checkpointed_block(x):
     return torch.utils.checkpoint.checkpoint(block_with_helper, x, use_reentrant=False) + x
+
+
+relu_in_place = nn.ReLU(inplace=True)
+silu_in_place = nn.SiLU(inplace=True)
+
+
+@program(inputs=lambda: r(4, 8))
+def module_activations_in_place(x):
+    h = x * 1.0
+    y = relu_in_place(h)  # writes h, as eager: the sum reads the written h
+    g = x + 1.0
+    z = silu_in_place(g)
+    return h + y, g * z
