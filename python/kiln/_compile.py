@@ -260,8 +260,7 @@ class CompiledFunction:
 
 def _host_input(traced) -> str | None:
     """The path of a graph input that is a CPU tensor of one or more dims, if any."""
-    placeholders = [i for i in range(len(traced.graph)) if traced.graph.node(i)["kind"] == "placeholder"]
-    for k, i in enumerate(placeholders):
+    for k, i in enumerate(traced.placeholders):
         meta = traced.graph.value(i).meta
         if isinstance(meta, dict) and meta.get("device", "cpu") == "cpu" and meta["sizes"]:
             return _trace.path_text(traced.inputs[k])

@@ -317,7 +317,9 @@ class Traced:
         self.int_inputs = [i["isInt"] for i in traced["inputs"]]  # dynamic ints: passed as 0-d int64
         self.float_inputs = [i["isFloat"] for i in traced["inputs"]]  # dynamic floats: 0-d f64
         # dropout's seeds: drawn afresh at each call (no path)
-        self.seed_inputs = [i.get("isSeed", False) for i in traced["inputs"]]
+        self.seed_inputs = [i["isSeed"] for i in traced["inputs"]]
+        # the graph's placeholder node ids, in input order
+        self.placeholders = [k for k in range(len(self.graph)) if self.graph.node(k)["kind"] == "placeholder"]
         self.outputs = traced["outputs"]
         self.side_effects = traced["sideEffects"]
         self.requires_grad = traced["requiresGrad"]  # autograd would record the call
@@ -444,10 +446,9 @@ def inputs_reader(traced: Traced):
     roots = []  # (slot, the root's function)
     finals = []  # per input: (its slot, or a getter walking its path alone; its dtype if converted)
     slot_of = {}  # a path prefix, as text -> its slot
-    placeholders = [i for i in range(len(traced.graph)) if traced.graph.node(i)["kind"] == "placeholder"]
     for k, (path, is_int, is_float) in enumerate(zip(traced.inputs, traced.int_inputs, traced.float_inputs)):
         if traced.seed_inputs[k]:
-            finals.append((None, _seed_drawer(traced.graph.value(placeholders[k]).meta["device"]), None))
+            finals.append((None, _seed_drawer(traced.graph.value(traced.placeholders[k]).meta["device"]), None))
             continue
         dtype = torch.int64 if is_int else torch.float64 if is_float else None
         steps = [_step(step) for step in path[1:]]

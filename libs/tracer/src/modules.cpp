@@ -254,6 +254,27 @@ Var attentionWithDropout(TraceState& s, const std::vector<Var>& args, const Kwar
   return call(s, "torch.matmul", {weights, v});
 }
 
+Var embedding(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs) {
+  Arguments a("F.embedding",
+              {"input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"}, args,
+              kwargs);
+  Var indices = a["input"], weight = a["weight"];
+  if (isNone(indices) || isNone(weight)) unsupported("F.embedding without input and weight");
+  if (!isNone(a["max_norm"])) unsupported("F.embedding with max_norm (it renormalises the weight in place)");
+  if (a.flag(s, "scale_grad_by_freq", false)) unsupported("F.embedding with scale_grad_by_freq");
+  if (a.flag(s, "sparse", false)) unsupported("F.embedding with sparse grads");
+  Var out = s.callOp("embedding", {weight, indices}, {});
+  if (isNone(a["padding_idx"]) || !s.meta(weight).requiresGrad) return out;
+  // padding_idx: that row gets no grad. The lookups of it read the output
+  // through detach, so the backward scatters nothing there; values unchanged.
+  int64_t pad = s.concrete(a["padding_idx"]);
+  std::optional<int64_t> rows = s.meta(weight).sizes.at(0).asInteger();
+  if (pad < 0 && rows) pad += *rows;
+  auto i = [&](int64_t n) { return integer(s.table.integer(n)); };
+  Var atPad = call(s, "Tensor.unsqueeze", {call(s, "Tensor.eq", {indices, i(pad)}), i(-1)});
+  return call(s, "torch.where", {atPad, call(s, "Tensor.detach", {out}), out});
+}
+
 Var batchNorm(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs) {
   Arguments a("batch_norm", {"input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"},
               args, kwargs);

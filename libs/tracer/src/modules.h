@@ -43,6 +43,12 @@ Var multiHeadAttentionForward(TraceState& s, const std::vector<Var>& args, const
 // with a Philox seed and offset: the scores need not be materialised.
 Var attentionWithDropout(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs);
 
+// torch.nn.functional.embedding(input, weight, padding_idx=None, max_norm=None,
+// norm_type=2.0, scale_grad_by_freq=False, sparse=False): the rows of weight the
+// indices pick; padding_idx's row gets no grad (its lookups are read through
+// detach). max_norm, scale_grad_by_freq and sparse are Unsupported.
+Var embedding(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs);
+
 // torch.nn.functional.batch_norm(input, running_mean, running_var, weight=None,
 // bias=None, training=False, momentum=0.1, eps=1e-5) over dim 1: in training
 // the batch's mean and biased variance normalise, and running stats (when

@@ -1,6 +1,5 @@
 // Torch callables, Tensor methods and operators as graph ops.
 #include <algorithm>
-#include <iterator>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -467,35 +466,7 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
     Var zero = meta.dtype == DType::Bool ? boolean(false) : integer(s.table.integer(0));
     return s.callOp("where", {keep, args[0], zero}, {});
   }
-  if (m == "embedding" && isFunctional(name)) {
-    // F.embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
-    // scale_grad_by_freq=False, sparse=False): the IR takes (weight, indices).
-    static const char* const names[] = {"input", "weight", "padding_idx", "max_norm", "norm_type",
-                                        "scale_grad_by_freq", "sparse"};
-    std::vector<Var> a(std::size(names));
-    if (args.size() > a.size()) unsupported("F.embedding with too many arguments");
-    std::copy(args.begin(), args.end(), a.begin());
-    for (const auto& [key, value] : kwargs) {
-      auto at = std::find_if(std::begin(names), std::end(names), [&](const char* n) { return key == n; });
-      if (at == std::end(names)) unsupported("F.embedding() got an unexpected keyword " + key);
-      a[static_cast<size_t>(at - std::begin(names))] = value;
-    }
-    auto given = [&](size_t k) { return a[k] && a[k]->kind != Kind::None; };
-    if (!given(0) || !given(1)) unsupported("F.embedding without input and weight");
-    if (given(3)) unsupported("F.embedding with max_norm (it renormalises the weight in place)");
-    if (given(5) && s.concrete(a[5])) unsupported("F.embedding with scale_grad_by_freq");
-    if (given(6) && s.concrete(a[6])) unsupported("F.embedding with sparse grads");
-    Var out = s.callOp("embedding", {a[1], a[0]}, {});
-    if (!given(2) || !s.meta(a[1]).requiresGrad) return out;
-    // padding_idx: that row gets no grad. The lookups of it read the output
-    // through detach, so the backward scatters nothing there; values unchanged.
-    int64_t pad = s.concrete(a[2]);
-    std::optional<int64_t> rows = s.meta(a[1]).sizes.at(0).asInteger();
-    if (pad < 0 && rows) pad += *rows;
-    Var atPad = s.callOp("unsqueeze", {s.callOp("eq", {a[0], integer(s.table.integer(pad))}, {}),
-                                       integer(s.table.integer(-1))}, {});
-    return s.callOp("where", {atPad, s.op("detach", {out->value}), out}, {});
-  }
+  if (m == "embedding" && isFunctional(name)) return embedding(s, args, kwargs);
   return std::nullopt;
 }
 
