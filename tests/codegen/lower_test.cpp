@@ -1271,6 +1271,52 @@ TEST_F(Lower, LoopedRowsOfOddExtentLoadVectorsThenTheirTail) {
   expectSameValues({random(DType::BFloat16, {4, 40008})}, 0); // the CUDA text compiles to cubin
 }
 
+// Exact GELU's `1 + erf(x)` is one call on the GPU (kiln_erf_plus_one: one polynomial, no
+// erff branches — bf16 GELU is bound by instructions there); the CPU keeps libm's erf.
+TEST_F(Lower, ExactGeluOnTheGpuComputesOnePlusErfInOneCall) {
+  ValueId x = input("x", DType::BFloat16, ints({64, 256}));
+  graph.setOutputs({graph.call("gelu", {x})});
+  Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
+  std::string code = emitCuda(cuda, schedule(cuda)).code;
+  std::string kernels = code.substr(code.find("extern \"C\""));
+  EXPECT_GT(occurrences(kernels, "kiln_erf_plus_one("), 0u) << kernels;
+  EXPECT_EQ(occurrences(kernels, "std::erf("), 0u) << kernels;
+  Program cpu = lower(graph, lowerOptions(parseTarget("cpu")));
+  std::string cpuCode = emitCpu(cpu, schedule(cpu)).code;
+  EXPECT_EQ(occurrences(cpuCode.substr(cpuCode.find("kiln_kernel_0")), "kiln_erf_plus_one("), 0u);
+  expectSameValues({random(DType::BFloat16, {64, 256})}, 1e-2); // and compiles to cubin
+}
+
+// The host's copy of what the GPU's kernels compute for 1 + erf(x) (exp2f standing in for
+// ex2.approx) is within 1.5e-7 of libm's everywhere, keeps NaN, and is 0 or 2 where
+// f32's 1 + erff(x) is.
+TEST(ErfPlusOne, IsWithinAnUlpOfTheSumEverywhere) {
+  double worst = 0;
+  for (double x = -8; x <= 8; x += 1.0 / 4096) {
+    float f = static_cast<float>(x);
+    double exact = 1 + std::erf(static_cast<double>(f));
+    worst = std::max(worst, std::fabs(erfPlusOne(f) - exact));
+  }
+  EXPECT_LT(worst, 1.5e-7);
+  for (float tiny : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-7f}) EXPECT_NEAR(erfPlusOne(tiny), 1.0, 1.5e-7);
+  EXPECT_EQ(erfPlusOne(INFINITY), 2.0f);
+  EXPECT_EQ(erfPlusOne(-INFINITY), 0.0f);
+  EXPECT_EQ(erfPlusOne(-4.5f), 0.0f);
+  EXPECT_EQ(erfPlusOne(4.5f), 2.0f);
+  EXPECT_TRUE(std::isnan(erfPlusOne(NAN)));
+  // For x < 0 the sum is erfc(|x|), small: computed as such, it is off by about an ulp of
+  // values in [0.5, 1) at most, as 1 + erff(x) is, but relatively by under 2% down to
+  // erfc(3.5) ~ 7e-7, where 1 + erff(x) (its error absolute, erff's) is off by several %.
+  double worstAbsolute = 0, worstRelative = 0;
+  for (double x = -3.5; x < 0; x += 1.0 / 4096) {
+    double exact = std::erfc(-x), error = std::fabs(erfPlusOne(static_cast<float>(x)) - exact);
+    worstAbsolute = std::max(worstAbsolute, error);
+    worstRelative = std::max(worstRelative, error / exact);
+  }
+  EXPECT_LT(worstAbsolute, 7e-8);
+  EXPECT_LT(worstRelative, 2e-2);
+}
+
 // A row kernel with a 16-byte path runs its row loop in two copies, the path a
 // constant in each (no branch between the paths at each pass over the row), and
 // a row kept in registers whose vectors divide evenly among the group's threads

@@ -291,6 +291,7 @@ private:
   }
 
   bool atomicScatters() const override { return true; }
+  bool erfPlusOne() const override { return true; }
 
   // In a flat kernel, an index that walks the outer dims in row-major order
   // (stride c of the last dim, c times the last dim's size of the one before,

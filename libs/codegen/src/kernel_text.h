@@ -96,6 +96,9 @@ protected:
   }
   // Whether the kernels' threads may add to one element at once (kiln_atomic_add).
   virtual bool atomicScatters() const { return false; }
+  // Whether f32's `1 + erf(x)` is kiln_erf_plus_one(x) (erf_plus_one_fn.h): on the GPU,
+  // where exact GELU is bound by erff's instructions; the CPU keeps libm's erf.
+  virtual bool erfPlusOne() const { return false; }
 
   static std::string pointer(BufferId id) { return "kiln_b" + std::to_string(id); }
 
@@ -240,7 +243,10 @@ protected:
              convert(n.args[2]->dtype, t, b) + ")";
     }
     case ScalarKind::Unary: return unaryExpr(n, arg(0));
-    case ScalarKind::Binary: return binaryExpr(n, arg(0), arg(1));
+    case ScalarKind::Binary:
+      if (const Scalar* x = erfPlusOne() ? erfPlusOneOperand(n) : nullptr)
+        return "kiln_erf_plus_one(" + emit(*x, block, lazy) + ")";
+      return binaryExpr(n, arg(0), arg(1));
     case ScalarKind::Philox:
       return "kiln_philox_uniform(static_cast<uint64_t>(" + arg(0) + "), static_cast<uint64_t>(" +
              arg(1) + "))";
@@ -320,6 +326,22 @@ protected:
                           "tanh", "erf", "floor", "ceil", "trunc"})
       if (op == f) return "std::" + op + "(" + x + ")";
     throw Error(ErrorCode::Unsupported, "codegen: no C++ for unary op '" + op + "'");
+  }
+
+  // x, where `n` is f32's 1 + erf(x) or erf(x) + 1 (exact GELU's cdf and its backward's).
+  static const Scalar* erfPlusOneOperand(const ScalarNode& n) {
+    if (n.op != "add" || n.dtype != DType::Float32) return nullptr;
+    for (size_t k = 0; k < 2; ++k) {
+      const Scalar& erf = n.args[k];
+      const ScalarNode* one = n.args[1 - k].get();
+      while (one->kind == ScalarKind::Cast && ir::isFloating(one->args[0]->dtype))
+        one = one->args[0].get(); // a scalar attribute's f64 constant, cast to f32
+      if (erf->kind == ScalarKind::Unary && erf->op == "erf" && erf->dtype == DType::Float32 &&
+          erf->args[0]->dtype == DType::Float32 && one->kind == ScalarKind::Constant &&
+          ir::isFloating(one->dtype) && one->number == 1.0)
+        return &erf->args[0];
+    }
+    return nullptr;
   }
 
   std::string binaryExpr(const ScalarNode& n, const std::string& a, const std::string& b) {

@@ -44,4 +44,8 @@ CudaSource emitCuda(const Program& program, const Schedule& schedule);
 // The helpers every emitted CUDA file starts with (CudaSource::code holds them).
 const std::string& cudaPrelude();
 
+// 1 + erf(x) as CUDA kernels compute it (exact GELU's cdf; src/erf_plus_one_fn.h), run on
+// the host: its accuracy against libm is tested here.
+float erfPlusOne(float x);
+
 } // namespace kiln::codegen
