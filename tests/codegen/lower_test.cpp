@@ -1096,6 +1096,27 @@ TEST_F(Lower, BiasAddsOfProductsBecomeAddmm) {
   EXPECT_EQ(countExternOp(lower(graph, lowerOptions(parseTarget("cpu"))), "addmm"), 0u);
 }
 
+// A product over an empty inner dim (nn.Linear of no in-features) is the bias alone: the
+// bias epilogue's and the padding's row views name their row count (reshape's -1 has
+// none to infer from a last dim of 0).
+TEST_F(Lower, ProductsOverAnEmptyInnerDimViewTheirRows) {
+  ValueId x = input("x", DType::BFloat16, ints({3, 100, 0}));
+  ValueId w = input("w", DType::BFloat16, ints({24, 0}));
+  ValueId b = input("b", DType::BFloat16, ints({24}));
+  graph.setOutputs({graph.call("add", {graph.call("matmul", {x, transpose(w, 0, 1)}), b}),
+                    graph.call("linear", {x, w})});
+  std::vector<HostTensor> inputs = {random(DType::BFloat16, {3, 100, 0}),
+                                    random(DType::BFloat16, {24, 0}), random(DType::BFloat16, {24})};
+  std::vector<HostTensor> expected = ir::interpret(graph, inputs);
+  std::vector<HostTensor> padded = ir::interpret(ir::padProducts(graph, 0), inputs);
+  std::vector<HostTensor> biased = ir::interpret(biasedProducts(graph), inputs);
+  for (size_t k = 0; k < expected.size(); ++k) {
+    EXPECT_EQ(padded[k].toDoubles(), expected[k].toDoubles()) << "output " << k;
+    EXPECT_EQ(biased[k].toDoubles(), expected[k].toDoubles()) << "output " << k;
+  }
+  EXPECT_NO_THROW(lower(graph, lowerOptions(parseTarget("cuda"))));
+}
+
 // A linear layer's bias grad (dy summed over its rows, autograd's sum before
 // the weight grad's product) is the epilogue of the product dy^T @ x on CUDA:
 // one cuBLASLt call of two results, no column-sum kernel reading dy again. A

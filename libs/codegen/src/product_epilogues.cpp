@@ -222,8 +222,8 @@ ir::Graph biasedProducts(const ir::Graph& graph) {
     if (auto fused = productWithBias(graph, n, uses)) {
       const ir::Node& p = graph.node(fused->first);
       const ir::TensorMeta& a = graph.meta(p.inputs[0]);
-      ValueId rows = out.call("reshape", {remap[p.inputs[0]]},
-                              {{"size", ir::Shape{out.symbols().integer(-1), a.sizes.back()}}});
+      ValueId rows =
+          out.call("reshape", {remap[p.inputs[0]]}, {{"size", ir::asRows(a.sizes, out.symbols())}});
       ValueId product = out.call("addmm", {remap[fused->second], rows, remap[p.inputs[1]]});
       ValueId result = out.call("reshape", {product}, {{"size", n.value.tensor().sizes}});
       if (out.value(result) == n.value) { // the product's node stays, unread: DCE drops it

@@ -114,8 +114,7 @@ private:
   std::optional<ValueId> folded(const Node& n, int64_t minWork) {
     const TensorMeta ma = g_.meta(n.inputs[0]);
     Node flat = n;
-    flat.inputs[0] = g_.call("reshape", {n.inputs[0]},
-                             {{"size", Shape{g_.symbols().integer(-1), ma.sizes.back()}}});
+    flat.inputs[0] = g_.call("reshape", {n.inputs[0]}, {{"size", asRows(ma.sizes, g_.symbols())}});
     flat.value = g_.value(g_.call(n.target, flat.inputs, n.attrs)); // unread: DCE drops it
     std::optional<ValueId> result = padded(flat, minWork);
     if (!result) return std::nullopt;

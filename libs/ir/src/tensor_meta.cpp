@@ -41,6 +41,10 @@ sym::Expr numel(const Shape& sizes, sym::SymbolTable& table) {
   return n;
 }
 
+Shape asRows(const Shape& sizes, sym::SymbolTable& table) {
+  return {numel(Shape(sizes.begin(), sizes.end() - 1), table), sizes.back()};
+}
+
 bool TensorMeta::isContiguous() const {
   if (sizes.empty()) return true;
   Shape expected = contiguousStrides(sizes, sizes.back().table());

@@ -32,6 +32,9 @@ using Shape = std::vector<sym::Expr>;
 Shape contiguousStrides(const Shape& sizes, sym::SymbolTable& table);
 
 sym::Expr numel(const Shape& sizes, sym::SymbolTable& table);
+// `sizes` as a matrix: [rows (every dim but the last), last]. Not [-1, last]: no row
+// count follows from a last dim of 0.
+Shape asRows(const Shape& sizes, sym::SymbolTable& table);
 
 struct TensorMeta {
   DType dtype = DType::Float32;
