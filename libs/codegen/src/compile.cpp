@@ -16,7 +16,9 @@
 #include "kiln/codegen/lower.h"
 #include "kiln/codegen/plan.h"
 #include "kiln/codegen/schedule.h"
+#include "kiln/common/clock.h"
 #include "kiln/common/error.h"
+#include "kiln/common/log.h"
 #include "kiln/common/version.h"
 #include "kiln/ir/hash.h"
 #include "kiln/ir/print.h"
@@ -126,31 +128,50 @@ LowerOptions lowerOptions(const Target& target) {
 
 runtime::Artifact compileArtifact(const ir::Graph& graph, const std::string& target,
                                   const std::string& workDir) {
+  // Each phase's milliseconds go to the log: where a cold compile's time goes.
+  Clock::time_point start = Clock::now(), phase = start;
+  std::string phases;
+  auto lap = [&](const char* name) {
+    phases += std::string(phases.empty() ? "" : ", ") + name + " " + std::to_string(millisSince(phase));
+    phase = Clock::now();
+  };
   Target parsed = parseTarget(target);
   Program program = lower(graph, lowerOptions(parsed));
+  lap("lower");
   Schedule schedule = codegen::schedule(program);
+  lap("schedule");
   runtime::Artifact artifact;
   artifact.target = parsed.name();
   artifact.key = artifactKey(graph, artifact.target);
   artifact.explain = explain(schedule, program);
+  auto done = [&](size_t kernels) {
+    log().info("codegen: {} nodes, {} kernels for {} in {} ms ({})", graph.size(), kernels,
+               artifact.target, millisSince(start), phases);
+  };
   if (parsed.cuda) {
     CudaSource source = emitCuda(program, schedule);
     artifact.plan = buildPlan(graph, program, schedule,
                               {source.kernels, source.symbols, source.launches, source.inPlace});
     artifact.source = source.code;
+    lap("emit");
     if (!source.kernels.empty()) artifact.library = compileCuda(source.code, parsed.arch);
+    lap("nvrtc");
+    done(source.kernels.size());
     return artifact;
   }
   CpuSource source = emitCpu(program, schedule);
   artifact.plan =
       buildPlan(graph, program, schedule, {source.kernels, source.symbols, source.launches, {}});
   artifact.source = source.code;
+  lap("emit");
   if (!source.kernels.empty()) {
     std::string so = workDir + "/build-" + artifact.key + "-" + std::to_string(::getpid()) + ".so";
     compileCpu(source.code, so);
     artifact.library = readBytes(so);
     std::remove(so.c_str());
   }
+  lap("c++");
+  done(source.kernels.size());
   return artifact;
 }
 
