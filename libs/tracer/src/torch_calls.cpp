@@ -39,7 +39,7 @@ Var TraceState::tensor(ir::ValueId id) {
   return v;
 }
 
-const ir::TensorMeta& TraceState::meta(const Var& v) const { return graph.meta(v->value); }
+ir::TensorMeta TraceState::meta(const Var& v) const { return graph.meta(v->value); }
 
 Var TraceState::op(const std::string& name, std::vector<ir::ValueId> inputs, std::vector<ir::Attr> attrs) {
   const ir::OpInfo* info = ir::findOp(name);

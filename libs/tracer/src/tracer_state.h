@@ -51,7 +51,9 @@ public:
   bool noGradOverGrad = false; // an op ran in a no_grad region on an input that requires grad
 
   Var tensor(ir::ValueId id);
-  const ir::TensorMeta& meta(const Var& v) const;
+  // A copy: the graph's values move as ops are added, so a reference held across a
+  // call that adds one dangles (tril of a bool mask read its dtype so, at random).
+  ir::TensorMeta meta(const Var& v) const;
   // A graph op applied to graph values and attributes; its result as a variable
   // (a tensor, an int, or a tuple of tensors taken apart by getitem).
   Var op(const std::string& name, std::vector<ir::ValueId> inputs, std::vector<ir::Attr> attrs = {});
