@@ -9,6 +9,8 @@
 #include <random>
 
 #include "kiln/codegen/compile.h"
+#include "kiln/codegen/cuda_compiler.h"
+#include "kiln/codegen/cuda_emitter.h"
 #include "kiln/common/error.h"
 #include "kiln/ir/interpreter.h"
 #include "kiln/sym/symbol_table.h"
@@ -169,6 +171,41 @@ TEST(Artifact, AKernelMayWriteOverAnInputItReadsLast) {
     ADD_FAILURE() << "a plan reusing a buffer that is no input loaded";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::Malformed) << e.message();
+  }
+}
+
+
+// A file of several kernel functions compiles in groups on threads of their own (with
+// nvJitLink and several CPUs), linked into one cubin: every function the plan launches
+// is in it. A unit that does not compile fails the whole with NVRTC's log and its source.
+TEST(Artifact, KernelsCompiledInGroupsLinkIntoOneCubin) {
+  if (!haveNvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  sym::SymbolTable table;
+  ir::Graph graph(table);
+  auto meta = [&](ir::Shape s) { return ir::Value(ir::TensorMeta::contiguous(DType::Float32, s, table)); };
+  ir::ValueId x = graph.placeholder("x", meta({table.integer(64), table.integer(256)}));
+  std::vector<int64_t> last = {-1};
+  ir::ValueId rows = graph.call("softmax", {x}, {{"dim", int64_t{-1}}});
+  ir::ValueId sums = graph.call("sum", {graph.call("exp", {x})}, {{"dim", std::vector<int64_t>{0}}});
+  graph.setOutputs({rows, sums, graph.call("amax", {graph.call("transpose", {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}})}, {{"dim", last}})});
+  runtime::Artifact a = compileArtifact(graph, "cuda:sm_90", tempDir());
+  ASSERT_GE(a.plan.kernels.size(), 2u) << a.explain;
+  for (const std::string& k : a.plan.kernels)
+    EXPECT_NE(a.library.find(k), std::string::npos) << k << " is not in the cubin";
+  std::string prelude = cudaPrelude();
+  std::vector<std::string> units = {
+      "extern \"C\" __global__ void kiln_a(float* p) { p[threadIdx.x] = kiln_sigmoid(p[threadIdx.x]); }\n",
+      "extern \"C\" __global__ void kiln_b(float* p) { p[threadIdx.x] += 1.0f; }\n"};
+  std::string cubin = compileCuda(prelude, units, "sm_90");
+  EXPECT_NE(cubin.find("kiln_a"), std::string::npos);
+  EXPECT_NE(cubin.find("kiln_b"), std::string::npos);
+  units.push_back("extern \"C\" __global__ void kiln_c(float* p) { p[0] = not_declared; }\n");
+  try {
+    compileCuda(prelude, units, "sm_90");
+    ADD_FAILURE() << "a unit that does not compile compiled";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Internal);
+    EXPECT_NE(e.detail().find("not_declared"), std::string::npos) << e.detail().substr(0, 2000);
   }
 }
 

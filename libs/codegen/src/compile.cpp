@@ -154,7 +154,8 @@ runtime::Artifact compileArtifact(const ir::Graph& graph, const std::string& tar
                               {source.kernels, source.symbols, source.launches, source.inPlace});
     artifact.source = source.code;
     lap("emit");
-    if (!source.kernels.empty()) artifact.library = compileCuda(source.code, parsed.arch);
+    if (!source.kernels.empty())
+      artifact.library = compileCuda(source.prelude, source.units, parsed.arch);
     lap("nvrtc");
     done(source.kernels.size());
     return artifact;

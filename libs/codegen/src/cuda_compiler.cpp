@@ -1,9 +1,17 @@
 #include "kiln/codegen/cuda_compiler.h"
 
+#include <algorithm>
+#include <exception>
+#include <numeric>
+#include <thread>
+
 #include "kiln/common/error.h"
 
 #ifdef KILN_HAVE_NVRTC
 #include <nvrtc.h>
+#endif
+#ifdef KILN_HAVE_NVJITLINK
+#include <nvJitLink.h>
 #endif
 
 namespace kiln::codegen {
@@ -29,7 +37,7 @@ std::string nvrtcVersion() {
 
 namespace {
 
-// Frees the program however compileCuda leaves.
+// Frees the program however compileProgram leaves.
 struct Program {
   nvrtcProgram handle = nullptr;
   ~Program() {
@@ -43,13 +51,11 @@ void check(nvrtcResult result, const char* what) {
                 std::string("codegen: ") + what + ": " + nvrtcGetErrorString(result));
 }
 
-} // namespace
-
-std::string compileCuda(const std::string& code, const std::string& arch) {
+std::string compileProgram(const std::string& code, const std::vector<std::string>& options,
+                           const std::string& arch) {
   Program program;
   check(nvrtcCreateProgram(&program.handle, code.c_str(), "kiln_kernels.cu", 0, nullptr, nullptr),
         "nvrtcCreateProgram");
-  std::vector<std::string> options = cudaCompilerOptions(arch);
   std::vector<const char*> argv;
   for (const std::string& o : options) argv.push_back(o.c_str());
   nvrtcResult result =
@@ -70,6 +76,107 @@ std::string compileCuda(const std::string& code, const std::string& arch) {
   return cubin;
 }
 
+#ifdef KILN_HAVE_NVJITLINK
+// Frees the linker however link leaves.
+struct Linker {
+  nvJitLinkHandle handle = nullptr;
+  ~Linker() {
+    if (handle) nvJitLinkDestroy(&handle);
+  }
+};
+
+// One cubin of relocatable ones (each a group's kernels).
+std::string link(const std::vector<std::string>& cubins, const std::string& arch) {
+  Linker linker;
+  std::string option = "-arch=" + arch;
+  const char* options[] = {option.c_str()};
+  auto check = [&](nvJitLinkResult result, const char* what) {
+    if (result == NVJITLINK_SUCCESS) return;
+    size_t size = 0;
+    std::string log;
+    if (linker.handle && nvJitLinkGetErrorLogSize(linker.handle, &size) == NVJITLINK_SUCCESS) {
+      log.resize(size);
+      if (size) nvJitLinkGetErrorLog(linker.handle, log.data());
+    }
+    throw Error(ErrorCode::Internal,
+                std::string("codegen: nvJitLink: ") + what + " failed (" +
+                    std::to_string(static_cast<int>(result)) + ") for " + arch,
+                "", log);
+  };
+  check(nvJitLinkCreate(&linker.handle, 1, options), "create");
+  for (size_t k = 0; k < cubins.size(); ++k)
+    check(nvJitLinkAddData(linker.handle, NVJITLINK_INPUT_CUBIN, cubins[k].data(), cubins[k].size(),
+                           ("group" + std::to_string(k)).c_str()),
+          "adding a group's cubin");
+  check(nvJitLinkComplete(linker.handle), "linking");
+  size_t size = 0;
+  check(nvJitLinkGetLinkedCubinSize(linker.handle, &size), "the linked size");
+  std::string cubin(size, '\0');
+  check(nvJitLinkGetLinkedCubin(linker.handle, cubin.data()), "the linked cubin");
+  return cubin;
+}
+
+// `units` in `groups` of about equal text (the largest first into the lightest group).
+std::vector<std::string> groupsOf(const std::vector<std::string>& units, size_t groups) {
+  std::vector<size_t> order(units.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return units[a].size() > units[b].size(); });
+  std::vector<std::vector<size_t>> members(groups);
+  std::vector<size_t> sizes(groups, 0);
+  for (size_t u : order) {
+    size_t lightest = static_cast<size_t>(std::min_element(sizes.begin(), sizes.end()) - sizes.begin());
+    members[lightest].push_back(u);
+    sizes[lightest] += units[u].size();
+  }
+  std::vector<std::string> texts;
+  for (std::vector<size_t>& m : members) {
+    std::sort(m.begin(), m.end()); // the file's order within a group
+    std::string text;
+    for (size_t u : m) text += units[u];
+    texts.push_back(std::move(text));
+  }
+  return texts;
+}
+#endif
+
+} // namespace
+
+std::string compileCuda(const std::string& code, const std::string& arch) {
+  return compileProgram(code, cudaCompilerOptions(arch), arch);
+}
+
+std::string compileCuda(const std::string& prelude, const std::vector<std::string>& units,
+                        const std::string& arch) {
+#ifdef KILN_HAVE_NVJITLINK
+  size_t groups = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), units.size());
+  if (groups > 1) {
+    // Each group one thread's program: relocatable, so the groups link into one cubin.
+    std::vector<std::string> options = cudaCompilerOptions(arch);
+    options.erase(std::remove(options.begin(), options.end(), "--split-compile=0"), options.end());
+    options.push_back("--relocatable-device-code=true");
+    std::vector<std::string> texts = groupsOf(units, groups), cubins(groups);
+    std::vector<std::exception_ptr> failures(groups);
+    std::vector<std::thread> threads;
+    for (size_t g = 0; g < groups; ++g)
+      threads.emplace_back([&, g] {
+        try {
+          cubins[g] = compileProgram(prelude + texts[g], options, arch);
+        } catch (...) {
+          failures[g] = std::current_exception();
+        }
+      });
+    for (std::thread& t : threads) t.join();
+    for (const std::exception_ptr& failure : failures)
+      if (failure) std::rethrow_exception(failure);
+    return link(cubins, arch);
+  }
+#endif
+  std::string code = prelude;
+  for (const std::string& u : units) code += u;
+  return compileCuda(code, arch);
+}
+
 #else
 
 bool haveNvrtc() {
@@ -84,6 +191,11 @@ std::string compileCuda(const std::string&, const std::string& arch) {
   throw Error(ErrorCode::Unsupported,
               "codegen: kiln was built without NVRTC (the CUDA toolkit): cannot compile for " +
                   arch);
+}
+
+std::string compileCuda(const std::string&, const std::vector<std::string>&,
+                        const std::string& arch) {
+  return compileCuda(std::string(), arch);
 }
 
 #endif
