@@ -1,6 +1,7 @@
 #include "kiln/codegen/cuda_compiler.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <numeric>
 #include <thread>
@@ -138,6 +139,20 @@ std::vector<std::string> groupsOf(const std::vector<std::string>& units, size_t 
   }
   return texts;
 }
+
+// Threads for a file's groups: KILN_NVRTC_THREADS when set (1: one program, NVRTC's own
+// split compile), else one per CPU.
+size_t compileThreads() {
+  if (const char* set = std::getenv("KILN_NVRTC_THREADS")) {
+    char* end = nullptr;
+    long n = std::strtol(set, &end, 10);
+    if (end != set && *end == '\0' && n >= 1) return static_cast<size_t>(n);
+    throw Error(ErrorCode::InvalidArgument,
+                std::string("codegen: KILN_NVRTC_THREADS must be a positive integer, not '") + set +
+                    "'");
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
 #endif
 
 } // namespace
@@ -149,7 +164,7 @@ std::string compileCuda(const std::string& code, const std::string& arch) {
 std::string compileCuda(const std::string& prelude, const std::vector<std::string>& units,
                         const std::string& arch) {
 #ifdef KILN_HAVE_NVJITLINK
-  size_t groups = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), units.size());
+  size_t groups = std::min<size_t>(compileThreads(), units.size());
   if (groups > 1) {
     // Each group one thread's program: relocatable, so the groups link into one cubin.
     std::vector<std::string> options = cudaCompilerOptions(arch);
