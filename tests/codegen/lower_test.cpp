@@ -973,7 +973,9 @@ TEST_F(Lower, ScatterAddIsAScatterLoopOfItsOwn) {
   EXPECT_NE(explain(s, p).find("scatter in order over [3]"), std::string::npos) << explain(s, p);
   for (const Kernel& k : s.kernels) // a scatter is a kernel of its own
     for (BufferId id : k.buffers) {
-      if (p.buffers[id].loops.scatter) EXPECT_EQ(k.buffers.size(), 1u) << explain(s, p);
+      if (p.buffers[id].loops.scatter) {
+        EXPECT_EQ(k.buffers.size(), 1u) << explain(s, p);
+      }
     }
   // Other sizes of rows, and an index out of range: a typed error, from the evaluator and
   // from the kernel alike.

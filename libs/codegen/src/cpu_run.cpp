@@ -11,7 +11,7 @@ std::vector<ir::HostTensor> runCpu(const Program& program, const Schedule& sched
                                    const CpuSource& source, const runtime::Library& library,
                                    const ir::Graph& graph, std::vector<ir::HostTensor> inputs) {
   runtime::Plan plan =
-      buildPlan(graph, program, schedule, {source.kernels, source.symbols, source.launches});
+      buildPlan(graph, program, schedule, {source.kernels, source.symbols, source.launches, {}});
   std::vector<runtime::Tensor> tensors;
   for (ir::HostTensor& t : inputs)
     tensors.push_back({t.dtype,

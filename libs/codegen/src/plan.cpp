@@ -195,7 +195,7 @@ runtime::Plan buildPlan(const ir::Graph& graph, const Program& program, const Sc
       step.attrs = call.attrs;
       step.writes.assign(call.results.begin(), call.results.end());
       for (size_t i = 0; i < call.inputs.size(); ++i)
-        step.inputs.push_back({call.inputs[i], call.inputViews[i]});
+        step.inputs.push_back({call.inputs[i], call.inputViews[i], sym::Expr()});
     }
     plan.steps.push_back(std::move(step));
     for (BufferId id : touched(program, schedule, s))
