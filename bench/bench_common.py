@@ -23,7 +23,8 @@ BIN_DIR = Path(os.environ.get("KILN_BIN_DIR", REPO / "build" / "bin"))
 
 @contextlib.contextmanager
 def private_stack():
-    """A stack of this run's own (run dir and artifact cache), stopped and removed after."""
+    """A stack of this run's own (run dir and artifact cache), stopped and removed after;
+    its services' logs are kept under $KILN_BENCH_LOGS when that is set."""
     run_dir = tempfile.mkdtemp(prefix="kb", dir="/tmp")
     cache = tempfile.mkdtemp(prefix="kiln-bench-cache-")
     os.environ["KILN_CACHE_DIR"] = cache
@@ -34,6 +35,10 @@ def private_stack():
         import kiln
         yield kiln.connect(run_dir)
     finally:
+        if os.environ.get("KILN_BENCH_LOGS"):  # `down` removes the run dir, logs and all
+            shutil.copytree(os.path.join(run_dir, "logs"),
+                            os.path.join(os.environ["KILN_BENCH_LOGS"], os.path.basename(run_dir)),
+                            dirs_exist_ok=True)
         subprocess.run([str(BIN_DIR / "kiln"), "--run-dir", run_dir, "down"], capture_output=True)
         shutil.rmtree(run_dir, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)

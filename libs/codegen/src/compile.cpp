@@ -154,9 +154,11 @@ runtime::Artifact compileArtifact(const ir::Graph& graph, const std::string& tar
                               {source.kernels, source.symbols, source.launches, source.inPlace});
     artifact.source = source.code;
     lap("emit");
+    std::string groups;
     if (!source.kernels.empty())
-      artifact.library = compileCuda(source.prelude, source.units, parsed.arch);
+      artifact.library = compileCuda(source.prelude, source.units, parsed.arch, &groups);
     lap("nvrtc");
+    if (!groups.empty()) phases += " in " + groups;
     done(source.kernels.size());
     return artifact;
   }

@@ -1,6 +1,8 @@
 #include "kiln/codegen/cuda_compiler.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <exception>
 #include <numeric>
@@ -117,6 +119,10 @@ std::string link(const std::vector<std::string>& cubins, const std::string& arch
   return cubin;
 }
 
+double millisSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 // `units` in `groups` of about equal text (the largest first into the lightest group).
 std::vector<std::string> groupsOf(const std::vector<std::string>& units, size_t groups) {
   std::vector<size_t> order(units.size());
@@ -162,7 +168,8 @@ std::string compileCuda(const std::string& code, const std::string& arch) {
 }
 
 std::string compileCuda(const std::string& prelude, const std::vector<std::string>& units,
-                        const std::string& arch) {
+                        const std::string& arch, std::string* report) {
+  if (report) report->clear();
 #ifdef KILN_HAVE_NVJITLINK
   size_t groups = std::min<size_t>(compileThreads(), units.size());
   if (groups > 1) {
@@ -172,19 +179,29 @@ std::string compileCuda(const std::string& prelude, const std::vector<std::strin
     options.push_back("--relocatable-device-code=true");
     std::vector<std::string> texts = groupsOf(units, groups), cubins(groups);
     std::vector<std::exception_ptr> failures(groups);
+    std::vector<double> millis(groups, 0.0);
     std::vector<std::thread> threads;
     for (size_t g = 0; g < groups; ++g)
       threads.emplace_back([&, g] {
+        auto start = std::chrono::steady_clock::now();
         try {
           cubins[g] = compileProgram(prelude + texts[g], options, arch);
         } catch (...) {
           failures[g] = std::current_exception();
         }
+        millis[g] = millisSince(start);
       });
     for (std::thread& t : threads) t.join();
     for (const std::exception_ptr& failure : failures)
       if (failure) std::rethrow_exception(failure);
-    return link(cubins, arch);
+    auto linking = std::chrono::steady_clock::now();
+    std::string cubin = link(cubins, arch);
+    if (report)
+      *report = std::to_string(groups) + " groups: slowest " +
+                std::to_string(std::lround(*std::max_element(millis.begin(), millis.end()))) +
+                " ms, all " + std::to_string(std::lround(std::accumulate(millis.begin(), millis.end(), 0.0))) +
+                " ms, link " + std::to_string(std::lround(millisSince(linking))) + " ms";
+    return cubin;
   }
 #endif
   std::string code = prelude;
@@ -209,7 +226,7 @@ std::string compileCuda(const std::string&, const std::string& arch) {
 }
 
 std::string compileCuda(const std::string&, const std::vector<std::string>&,
-                        const std::string& arch) {
+                        const std::string& arch, std::string*) {
   return compileCuda(std::string(), arch);
 }
 

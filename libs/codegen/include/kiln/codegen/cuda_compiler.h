@@ -27,8 +27,9 @@ std::string compileCuda(const std::string& code, const std::string& arch);
 // NVRTC's own --split-compile barely scales (GPT-2's backward, 55 kernels, took ~5 s on
 // 16 CPUs). Otherwise one program, as compileCuda(code, arch). Errors as compileCuda's
 // (the failing group's source in the detail); a failed link is Error{Internal} with
-// nvJitLink's log.
+// nvJitLink's log. `report`, when given, is set to how the time went ("4 groups: slowest
+// 210 ms, all 700 ms, link 3 ms"; "" for one program): the compile log's.
 std::string compileCuda(const std::string& prelude, const std::vector<std::string>& units,
-                        const std::string& arch);
+                        const std::string& arch, std::string* report = nullptr);
 
 } // namespace kiln::codegen
