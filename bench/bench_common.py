@@ -24,11 +24,15 @@ BIN_DIR = Path(os.environ.get("KILN_BIN_DIR", REPO / "build" / "bin"))
 @contextlib.contextmanager
 def private_stack():
     """A stack of this run's own (run dir and artifact cache), stopped and removed after;
-    its services' logs are kept under $KILN_BENCH_LOGS when that is set."""
+    its services' logs are kept under $KILN_BENCH_LOGS when that is set. Its compiles are
+    cold: an empty artifact cache, and NVRTC without the driver's compute cache (which it
+    uses where a CUDA driver is installed: an identical program compiled before on the
+    machine, by any process, would come from there)."""
     run_dir = tempfile.mkdtemp(prefix="kb", dir="/tmp")
     cache = tempfile.mkdtemp(prefix="kiln-bench-cache-")
     os.environ["KILN_CACHE_DIR"] = cache
-    up = subprocess.run([str(BIN_DIR / "kiln"), "--run-dir", run_dir, "up"], capture_output=True, text=True)
+    up = subprocess.run([str(BIN_DIR / "kiln"), "--run-dir", run_dir, "up"], capture_output=True, text=True,
+                        env={**os.environ, "CUDA_CACHE_DISABLE": "1"})
     if up.returncode != 0:
         sys.exit(f"kiln up failed: {up.stdout}{up.stderr}")
     try:

@@ -53,6 +53,16 @@ struct Launch {
   buffers @4 :List(UInt32);
   symbols @5 :List(UInt32);     # slots into Plan.kernelSymbols
   mayFail @6 :Bool;             # it can set the status word
+  aligned @7 :List(AlignedAccess); # what its 16-byte path takes as aligned
+  unaligned @8 :Int32 = -1;     # the kernel run instead where one is not (-1: none)
+}
+
+# An access a kernel's 16-byte path takes as aligned (plan.h, AlignedAccess).
+struct AlignedAccess {
+  buffer @0 :Int32;             # counted from this buffer's element 0; -1: from address 0
+  offset @1 :Common.SymExpr;    # elements
+  elementBytes @2 :UInt32;
+  bytes @3 :UInt32;             # the alignment, a power of two
 }
 
 # What libs/runtime runs (kiln/runtime/plan.h).

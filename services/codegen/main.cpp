@@ -4,7 +4,10 @@
 // docs/services.md).
 #include <capnp/serialize.h>
 
+#include <thread>
+
 #include "kiln/codegen/cache.h"
+#include "kiln/codegen/cuda_compiler.h"
 #include "kiln/common/error.h"
 #include "kiln/ir/wire.h"
 #include "kiln/rpc/service_main.h"
@@ -19,7 +22,9 @@ using kiln::schema::CodegenRequest;
 class CodegenWorker : public kiln::rpc::Worker {
 public:
   explicit CodegenWorker(kiln::rpc::WorkerOptions options)
-      : Worker(std::move(options)), cache_(kiln::codegen::defaultCacheDir()) {}
+      : Worker(std::move(options)), cache_(kiln::codegen::defaultCacheDir()),
+        warmUp_(kiln::codegen::warmUpCudaCompiler) {}
+  ~CodegenWorker() override { warmUp_.join(); }
 
 protected:
   void handle(kiln::rpc::Message& request, capnp::MessageBuilder& reply) override {
@@ -49,6 +54,7 @@ private:
   }
 
   kiln::codegen::ArtifactCache cache_;
+  std::thread warmUp_; // NVRTC's first compile, off the first request's time
 };
 
 } // namespace

@@ -1287,11 +1287,12 @@ TEST_F(Lower, LoopedRowsOfOddExtentLoadVectorsThenTheirTail) {
   graph.setOutputs({graph.call("amax", {x}, {{"dim", std::vector<int64_t>{-1}}})});
   Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
   CudaSource source = emitCuda(cuda, schedule(cuda));
-  // One row loop: by vectors (each 16 bytes where kiln_vec, else its elements), then the tail.
+  // One row loop by 16-byte vectors, then the tail (the unaligned twin: one by one).
   EXPECT_EQ(occurrences(source.code, "kiln_jv < (40001) / 8;"), 1u) << source.code;
   EXPECT_EQ(occurrences(source.code, "kiln_j = 40000 + kiln_lane; kiln_j < 40001;"), 1u)
       << source.code;
-  EXPECT_EQ(occurrences(source.code, "if (kiln_vec) {"), 1u) << source.code;
+  EXPECT_EQ(source.kernels, (std::vector<std::string>{"kiln_kernel_0", "kiln_kernel_0_unaligned"}));
+  EXPECT_EQ(source.launches[0].unaligned, 1);
   expectSameValues({random(DType::BFloat16, {4, 40008})}, 0); // the CUDA text compiles to cubin
 }
 
@@ -1341,23 +1342,38 @@ TEST(ErfPlusOne, IsWithinAnUlpOfTheSumEverywhere) {
   EXPECT_LT(worstRelative, 2e-2);
 }
 
-// A row kernel with a 16-byte path runs its row loop once: each vector access is 16 bytes
-// where kiln_vec (checked once per launch), else the same elements one by one — one copy
-// of the row's code for NVRTC to compile, not one per path. A row kept in registers whose
-// vectors divide evenly among the group's threads has no bounds check on them.
-TEST_F(Lower, RowKernelsAreOneCopyForBothPaths) {
+// A row kernel with a 16-byte path takes its accesses as aligned; the runtime checks them per
+// launch (Launch::aligned: the input's and the result's row 0, a symbolic row step) and runs
+// the kernel's twin, element by element, where one is not. Two functions, so that NVRTC
+// compiles them on two CPUs. A row kept in registers whose vectors divide evenly among the
+// group's threads has no bounds check on them.
+TEST_F(Lower, RowKernelsWithA16BytePathHaveAnElementByElementTwin) {
   ValueId x = input("x", DType::Float32, ints({8, 4096}));
   graph.setOutputs({graph.call("softmax", {x}, {{"dim", int64_t{-1}}})});
   Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
   CudaSource source = emitCuda(cuda, schedule(cuda));
+  ASSERT_EQ(source.kernels, (std::vector<std::string>{"kiln_kernel_0", "kiln_kernel_0_unaligned"}));
+  ASSERT_EQ(source.units.size(), 2u);
   // x's load (the row then stays in registers) and the result's store.
-  EXPECT_EQ(occurrences(source.code, "if (kiln_vec) {"), 2u) << source.code;
-  EXPECT_EQ(occurrences(source.code, "kiln_vec_path"), 0u) << source.code;
-  EXPECT_EQ(occurrences(source.code, "for (int kiln_row"), 1u) << source.code;
+  EXPECT_EQ(occurrences(source.units[0], "= *reinterpret_cast<const uint4*>(kiln_b"), 1u)
+      << source.units[0];
+  EXPECT_EQ(occurrences(source.units[0], "*reinterpret_cast<uint4*>(kiln_b"), 1u) << source.units[0];
+  EXPECT_EQ(occurrences(source.units[1], "reinterpret_cast"), 0u) << source.units[1];
+  const runtime::Launch& launch = source.launches[0];
+  EXPECT_EQ(launch.unaligned, 1);
+  EXPECT_TRUE(source.launches[1].aligned.empty());
+  ASSERT_EQ(launch.aligned.size(), 2u);
+  for (const runtime::AlignedAccess& a : launch.aligned) {
+    EXPECT_EQ(a.elementBytes, 4u);
+    EXPECT_EQ(a.bytes, 16u);
+    EXPECT_EQ(a.offset.asInteger(), std::optional<int64_t>(0));
+  }
+  EXPECT_NE(launch.aligned[0].buffer, launch.aligned[1].buffer);
+  EXPECT_EQ(occurrences(source.code, "kiln_vec"), 0u) << source.code;
   // Three passes over the row (max, sum, store).
-  EXPECT_EQ(occurrences(source.code, "{ const int kiln_jv = kiln_lane + kiln_t * 256;"), 3u)
-      << source.code;
-  EXPECT_EQ(occurrences(source.code, "kiln_jv <"), 0u) << source.code;
+  EXPECT_EQ(occurrences(source.units[0], "{ const int kiln_jv = kiln_lane + kiln_t * 256;"), 3u)
+      << source.units[0];
+  EXPECT_EQ(occurrences(source.units[0], "kiln_jv <"), 0u) << source.units[0];
   expectSameValues({random(DType::Float32, {8, 4096})}, 1e-6); // and compiles to cubin
 }
 
@@ -1595,7 +1611,7 @@ TEST_F(Lower, OutputsAreStoredWhereTheyAreComputed) {
   Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
   std::string cudaText = explain(schedule(cuda), cuda);
   EXPECT_EQ(occurrences(cudaText, "kernel "), 1u) << cudaText;
-  std::string code = emitCuda(cuda, schedule(cuda)).code;
+  std::string code = emitCuda(cuda, schedule(cuda)).units.at(0); // (its unaligned twin's alike)
   // rstd, by one thread
   EXPECT_EQ(occurrences(code, "if (kiln_lane == 0) kiln_b"), 1u) << code;
   EXPECT_GE(occurrences(code, "= kiln_r"), 2u) << code; // held, then read from the register

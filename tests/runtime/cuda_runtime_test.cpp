@@ -54,6 +54,51 @@ TEST(CudaPlan, LaunchesSurviveTheWire) {
   EXPECT_EQ(sym::evaluate(l.items, {{b.plan.symbols[1], 7}}), 7);
 }
 
+// A row kernel's 16-byte path: the accesses it takes as aligned (checked by the runtime per
+// launch) and the kernel run instead where one is not.
+TEST(CudaPlan, AlignedAccessesAndTheUnalignedTwinSurviveTheWire) {
+  sym::SymbolTable table;
+  Plan plan = testing::gatherPlan(table);
+  plan.kernels.push_back("gather_unaligned");
+  plan.launches.push_back(plan.launches[0]);
+  sym::Expr n = plan.symbols[1];
+  plan.launches[0].aligned = {{0, n * 2, 4, 16}, {-1, n, 4, 16}};
+  plan.launches[0].unaligned = 1;
+  sym::SymbolTable other;
+  Plan read = fromBytes(toBytes(testing::cudaArtifact(plan, "cubin", "gather")), other).plan;
+  ASSERT_EQ(read.launches.size(), 2u);
+  const Launch& l = read.launches[0];
+  EXPECT_EQ(l.unaligned, 1);
+  EXPECT_EQ(read.launches[1].unaligned, -1);
+  ASSERT_EQ(l.aligned.size(), 2u);
+  EXPECT_EQ(l.aligned[0].buffer, 0);
+  EXPECT_EQ(l.aligned[1].buffer, -1);
+  EXPECT_EQ(l.aligned[0].elementBytes, 4u);
+  EXPECT_EQ(l.aligned[0].bytes, 16u);
+  EXPECT_EQ(sym::evaluate(l.aligned[0].offset, {{read.symbols[1], 3}}), 6);
+}
+
+// The runtime's check: each access's address (its buffer's memory plus the offset's bytes, or
+// the offset's bytes alone) a multiple of the alignment in this run's binding.
+TEST(CudaPlan, AlignedInRunChecksEveryAccessInTheRunsBinding) {
+  sym::SymbolTable table;
+  sym::Expr n = table.declare("n", std::nullopt, sym::Range::size());
+  alignas(16) static char memory[64];
+  char* buffers[] = {memory, memory + 4};
+  Launch launch;
+  launch.aligned = {{0, n + 0, 4, 16}};
+  EXPECT_TRUE(alignedInRun(launch, buffers, {{n, 4}}));  // 16 bytes in
+  EXPECT_FALSE(alignedInRun(launch, buffers, {{n, 1}})); // 4 bytes in
+  launch.aligned = {{1, n + 0, 4, 16}};                  // memory + 4 + 4n
+  EXPECT_TRUE(alignedInRun(launch, buffers, {{n, 3}}));
+  EXPECT_FALSE(alignedInRun(launch, buffers, {{n, 4}}));
+  launch.aligned = {{0, n * 0, 4, 16}, {-1, n + 0, 4, 16}}; // a step between rows of n
+  EXPECT_TRUE(alignedInRun(launch, buffers, {{n, 8}}));
+  EXPECT_FALSE(alignedInRun(launch, buffers, {{n, 6}}));
+  launch.aligned.clear();
+  EXPECT_TRUE(alignedInRun(launch, buffers, {}));
+}
+
 TEST(CudaPlan, MalformedLaunchesAreRejected) {
   auto reject = [](const std::function<void(Plan&)>& damage, const std::string& says) {
     sym::SymbolTable table;
@@ -69,6 +114,12 @@ TEST(CudaPlan, MalformedLaunchesAreRejected) {
   reject([](Plan& p) { p.launches[0].itemsPerBlock = 0; }, "0 items per block");
   reject([](Plan& p) { p.launches[0].buffers.push_back(9); }, "buffer 9 of 3");
   reject([](Plan& p) { p.launches[0].symbols.push_back(5); }, "launch symbol slot 5");
+  reject([](Plan& p) { p.launches[0].unaligned = 1; }, "unaligned kernel is 1");
+  reject([](Plan& p) { p.launches[0].unaligned = 0; }, "an unaligned kernel with an unaligned");
+  reject([](Plan& p) { p.launches[0].aligned = {{3, p.launches[0].items, 4, 16}}; },
+         "an aligned access of buffer 3");
+  reject([](Plan& p) { p.launches[0].aligned = {{0, p.launches[0].items, 4, 12}}; },
+         "4-byte elements to 12 bytes");
   // A CUDA artifact needs a launch per kernel and a cubin when it has kernels.
   sym::SymbolTable table;
   Plan noLaunches = testing::gatherPlan(table);

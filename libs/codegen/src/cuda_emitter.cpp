@@ -99,9 +99,11 @@ int64_t powerOfTwoAtLeast(int64_t n) {
 class CudaKernelWriter : KernelText {
 public:
   // `mayAlias`: inputs whose memory a buffer this kernel writes may be (KernelSet::inPlace).
+  // `elementsOnly`: a row kernel's twin without the 16-byte path (Launch::unaligned).
   CudaKernelWriter(const Program& program, const Kernel& kernel, std::vector<sym::Expr>& symbols,
-                   std::set<BufferId> mayAlias)
-      : KernelText(program, kernel, symbols), mayAlias_(std::move(mayAlias)) {}
+                   std::set<BufferId> mayAlias, bool elementsOnly = false)
+      : KernelText(program, kernel, symbols), mayAlias_(std::move(mayAlias)),
+        elementsOnly_(elementsOnly) {}
 
   std::string write(const std::string& name, runtime::Launch& launch) {
     bool rows = false, scatters = false;
@@ -159,7 +161,7 @@ public:
     std::string scalarStart; // where the flat loop starts: after the vectorized part
     if (!rows && !scatters && rank > 0) body << vectorized(items, scalarStart);
     if (rows && group_ > 1) perThread_ = persistentRow();
-    if (rows && group_ > 1) body << rowVectorPath();
+    if (rows && group_ > 1 && !elementsOnly_) launch.aligned = rowVectorPath();
     if (perThread_ > 0) planRowReuse();
     if (rows && group_ < threads_)
       body << indent << "const int kiln_lane = threadIdx.x % " << group_ << ";\n";
@@ -606,15 +608,16 @@ private:
   // Row kernels' 16-byte path: per buffer, the loads (and the store) at
   // base + the row position become one access per `rowLanes_` positions when
   // the row's extent is static, and every such access is aligned in every
-  // row: its address in row 0 (checked once per launch, as kiln_vec) and its
-  // step from row to row (a multiple of the lanes; checked here when static).
+  // row: its address in row 0 and its step from row to row (a multiple of the
+  // lanes), both checked by the runtime per launch where not known here.
   // A looped row whose extent is no multiple of the lanes ends with its last
   // positions one by one (GPT-2's 50257 logits a row); a persistent row's
-  // must be one. Returns kiln_vec's lines ("" when the kernel has no vector path).
-  std::string rowVectorPath() {
+  // must be one. Returns what the runtime checks (none: no vector path); where
+  // a check fails it runs the kernel's twin without the path (Launch::unaligned).
+  std::vector<runtime::AlignedAccess> rowVectorPath() {
     rowVectors_.assign(kernel_.buffers.size(), RowVectors{});
     std::optional<int64_t> extent = commonRowExtent();
-    if (!extent) return "";
+    if (!extent) return {};
     size_t widest = 0;
     std::vector<std::vector<VectorLoad>> loads(kernel_.buffers.size());
     std::vector<std::optional<sym::Expr>> stores(kernel_.buffers.size());
@@ -632,54 +635,59 @@ private:
         stores[m] = rowContiguousBase(storeIndex(b), in);
       if (stores[m]) widest = std::max(widest, elementSize(b.layout.dtype));
     }
-    if (widest == 0 || widest > 8) return "";
+    if (widest == 0 || widest > 8) return {};
     int lanes = static_cast<int>(16 / widest);
-    if (*extent % lanes != 0 && perThread_ > 0) return "";
-    std::vector<std::string> checks;
-    // The access's row-0 address check, or null when some row may be unaligned.
-    auto aligned = [&](BufferId id, sym::Expr base) -> std::optional<std::string> {
+    if (*extent % lanes != 0 && perThread_ > 0) return {};
+    std::vector<runtime::AlignedAccess> checks;
+    // The access's checks (its row-0 address, symbolic steps between rows), or null
+    // when some row may be unaligned.
+    auto aligned = [&](BufferId id,
+                       sym::Expr base) -> std::optional<std::vector<runtime::AlignedAccess>> {
       sym::Substitution rowZero;
       for (sym::Expr v : sym::freeSymbols(base))
         if (outerOf_.count(v)) rowZero[v] = zero();
       sym::Expr first = sym::substitute(base, rowZero), affine = first;
-      std::vector<std::string> steps;
+      uint32_t element = static_cast<uint32_t>(elementSize(program_.buffers[id].layout.dtype));
+      uint32_t bytes = element * static_cast<uint32_t>(lanes);
+      std::vector<runtime::AlignedAccess> access{
+          {static_cast<int32_t>(id), first, element, bytes}};
       for (auto& [v, zeroed] : rowZero) {
         sym::Substitution one = rowZero;
         one[v] = zero() + 1;
         sym::Expr step = sym::substitute(base, one) - first;
         auto known = step.asInteger();
         if (known && *known % lanes != 0) return std::nullopt;
-        if (!known) steps.push_back("(" + index(step) + ") % " + std::to_string(lanes) + " == 0");
+        if (!known) access.push_back({-1, step, element, bytes});
         affine = affine + step * v;
       }
       if (affine != base) return std::nullopt;
-      buffers_.insert(id);
-      size_t bytes = elementSize(program_.buffers[id].layout.dtype) * static_cast<size_t>(lanes);
-      std::string check = alignedAt(id, first, bytes);
-      for (const std::string& s : steps) check += " && " + s;
-      return check;
+      return access;
+    };
+    auto add = [&](const std::vector<runtime::AlignedAccess>& access) {
+      for (const runtime::AlignedAccess& a : access)
+        if (std::none_of(checks.begin(), checks.end(), [&](const runtime::AlignedAccess& c) {
+              return c.buffer == a.buffer && c.offset == a.offset && c.bytes == a.bytes &&
+                     c.elementBytes == a.elementBytes;
+            }))
+          checks.push_back(a);
     };
     for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
       mapOuter(program_.buffers[kernel_.buffers[m]].loops);
       for (const VectorLoad& v : loads[m])
-        if (auto check = aligned(v.node->buffer, v.base)) {
-          checks.push_back(*check);
+        if (auto access = aligned(v.node->buffer, v.base)) {
+          add(*access);
           rowVectors_[m].loads.push_back(v);
         }
       if (stores[m])
-        if (auto check = aligned(kernel_.buffers[m], *stores[m])) {
-          checks.push_back(*check);
+        if (auto access = aligned(kernel_.buffers[m], *stores[m])) {
+          add(*access);
           rowVectors_[m].store = stores[m];
         }
     }
-    if (checks.empty()) return "";
+    if (checks.empty()) return {};
     rowLanes_ = lanes;
     rowExtent_ = *extent;
-    std::string text = "  const bool kiln_vec = true";
-    std::set<std::string> written;
-    for (const std::string& c : checks)
-      if (written.insert(c).second) text += "\n      && " + c;
-    return text + "; // every 16-byte access of the vector path\n";
+    return checks;
   }
 
   // The one static inner extent every buffer of this row kernel runs over
@@ -753,11 +761,8 @@ private:
 
   // A loop of the group's threads over a row buffer's inner positions
   // (`ranges` flattened, binding `vars`). A kernel with a vector path walks it by vectors
-  // (vectorAccess: 16-byte accesses when kiln_vec, else the same elements one by one), a
-  // looped row's last positions past the vectors one by one. One copy of the row's code
-  // for both: two copies, the path a constant in each, gave NVRTC ~30% more PTX (softmax of
-  // 32768 x 1024: 1249 -> 1812 instructions, 0.22 -> 0.24 s) and softmax of 4096 x 4096
-  // more registers (34 -> 40; 48 -> 52 us on an H100).
+  // (vectorAccess: 16-byte accesses), a looped row's last positions past the vectors one by
+  // one; its twin for unaligned memory (Launch::unaligned) walks it one by one.
   std::string rowLoop(size_t member, const std::vector<sym::Expr>& vars, const Shape& ranges,
                       const std::string& storeTo, const std::string& indent,
                       const PositionBody& body) {
@@ -858,21 +863,16 @@ private:
   }
 
   // Vector kiln_jv of a row (`lanes` elements from `base`) between `array` and buffer `id`:
-  // one 16-byte access where kiln_vec, else element by element (the same elements, so the
-  // row's code is one copy for both; kiln_vec is one value for the whole launch).
+  // one 16-byte access (the runtime checked its alignment: rowVectorPath).
   std::string vectorAccess(const std::string& array, BufferId id, sym::Expr base, bool load,
                            const std::string& indent) {
-    std::string lanes = std::to_string(rowLanes_), word = vectorWord(id, rowLanes_);
-    std::string at = pointer(id) + " + (" + index(base) + ") + kiln_jv * " + lanes;
-    std::string vector = load ? "*reinterpret_cast<" + word + "*>(" + array +
-                                    ") = *reinterpret_cast<const " + word + "*>(" + at + ");"
-                              : "*reinterpret_cast<" + word + "*>(" + at +
-                                    ") = *reinterpret_cast<" + word + "*>(" + array + ");";
-    std::string element = load ? array + "[kiln_e] = (" + at + ")[kiln_e];"
-                               : "(" + at + ")[kiln_e] = " + array + "[kiln_e];";
-    return indent + "if (kiln_vec) {\n" + indent + "  " + vector + "\n" + indent + "} else {\n" +
-           indent + "  #pragma unroll\n" + indent + "  for (int kiln_e = 0; kiln_e < " + lanes +
-           "; ++kiln_e) " + element + "\n" + indent + "}\n";
+    std::string word = vectorWord(id, rowLanes_);
+    std::string at = pointer(id) + " + (" + index(base) + ") + kiln_jv * " + std::to_string(rowLanes_);
+    return indent + (load ? "*reinterpret_cast<" + word + "*>(" + array +
+                                ") = *reinterpret_cast<const " + word + "*>(" + at + ");"
+                          : "*reinterpret_cast<" + word + "*>(" + at + ") = *reinterpret_cast<" +
+                                word + "*>(" + array + ");") +
+           "\n";
   }
 
   // A row kernel of a warp per row whose buffers all run over one static inner extent keeps
@@ -1067,6 +1067,7 @@ private:
   sym::Expr item_;                                // flat kernels: kiln_item
   std::unordered_map<sym::Expr, size_t> outerOf_; // a buffer's index variable -> its outer dim
   std::vector<std::string> shared_;
+  bool elementsOnly_ = false; // a row kernel's twin without the 16-byte path
 };
 
 } // namespace
@@ -1082,6 +1083,15 @@ CudaSource emitCuda(const Program& program, const Schedule& schedule) {
   std::ostringstream code;
   code << "// Generated by kiln's CUDA emitter.\n" << out.prelude;
   KernelFunctions functions;
+  auto addFunction = [&](const std::string& name, const std::string& text,
+                         runtime::Launch launch) {
+    std::ostringstream unit;
+    out.kernels.push_back(functions.add(name, text, unit));
+    code << unit.str();
+    if (out.kernels.back() == name) out.units.push_back(unit.str()); // a function of its own
+    out.launches.push_back(std::move(launch));
+  };
+  std::vector<std::pair<size_t, std::set<BufferId>>> twins; // kernels with a 16-byte path
   out.inPlace = inPlaceCandidates(program, schedule);
   for (size_t k = 0; k < schedule.kernels.size(); ++k) {
     std::string name = "kiln_kernel_" + std::to_string(k);
@@ -1093,11 +1103,18 @@ CudaSource emitCuda(const Program& program, const Schedule& schedule) {
         mayAlias.insert(input);
     std::string text =
         CudaKernelWriter(program, schedule.kernels[k], out.symbols, mayAlias).write(name, launch);
-    std::ostringstream unit;
-    out.kernels.push_back(functions.add(name, text, unit));
-    code << unit.str();
-    if (out.kernels.back() == name) out.units.push_back(unit.str()); // a function of its own
-    out.launches.push_back(std::move(launch));
+    addFunction(name, text, std::move(launch));
+    if (!out.launches.back().aligned.empty()) // its 16-byte path's twin: after the schedule's
+      twins.push_back({k, mayAlias});
+  }
+  for (auto& [k, mayAlias] : twins) {
+    std::string name = "kiln_kernel_" + std::to_string(k) + "_unaligned";
+    runtime::Launch launch;
+    std::string text = CudaKernelWriter(program, schedule.kernels[k], out.symbols, mayAlias,
+                                        /*elementsOnly=*/true)
+                           .write(name, launch);
+    out.launches[k].unaligned = static_cast<int32_t>(out.kernels.size());
+    addFunction(name, text, std::move(launch));
   }
   // Flash attention's kernels, each once, after the schedule's (the plan's
   // extern calls name them).

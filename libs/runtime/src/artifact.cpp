@@ -148,6 +148,14 @@ void writePlan(const Plan& plan, schema::Plan::Builder out) {
     auto ss = w.initSymbols(static_cast<unsigned>(l.symbols.size()));
     for (unsigned k = 0; k < l.symbols.size(); ++k) ss.set(k, l.symbols[k]);
     w.setMayFail(l.mayFail);
+    auto aligned = w.initAligned(static_cast<unsigned>(l.aligned.size()));
+    for (unsigned k = 0; k < l.aligned.size(); ++k) {
+      aligned[k].setBuffer(l.aligned[k].buffer);
+      sym::toWire(l.aligned[k].offset, aligned[k].initOffset());
+      aligned[k].setElementBytes(l.aligned[k].elementBytes);
+      aligned[k].setBytes(l.aligned[k].bytes);
+    }
+    w.setUnaligned(l.unaligned);
   }
 }
 
@@ -228,8 +236,27 @@ Plan readPlan(schema::Plan::Reader in, sym::SymbolTable& table) {
       launch.symbols.push_back(s);
     }
     launch.mayFail = l.getMayFail();
+    for (auto a : l.getAligned()) {
+      AlignedAccess access;
+      access.buffer = a.getBuffer();
+      if (access.buffer < -1 || access.buffer >= static_cast<int32_t>(plan.buffers.size()))
+        malformed("an aligned access of buffer " + std::to_string(access.buffer));
+      access.offset = sym::fromWire(a.getOffset(), table);
+      access.elementBytes = a.getElementBytes();
+      access.bytes = a.getBytes();
+      if (access.elementBytes == 0 || access.bytes == 0 || (access.bytes & (access.bytes - 1)))
+        malformed("an aligned access of " + std::to_string(access.elementBytes) +
+                  "-byte elements to " + std::to_string(access.bytes) + " bytes");
+      launch.aligned.push_back(std::move(access));
+    }
+    launch.unaligned = l.getUnaligned();
+    if (launch.unaligned < -1 || launch.unaligned >= static_cast<int32_t>(plan.kernels.size()))
+      malformed("a launch whose unaligned kernel is " + std::to_string(launch.unaligned));
     plan.launches.push_back(std::move(launch));
   }
+  for (const Launch& launch : plan.launches) // one step at most: no kernel falls back twice
+    if (launch.unaligned >= 0 && plan.launches[static_cast<size_t>(launch.unaligned)].unaligned >= 0)
+      malformed("an unaligned kernel with an unaligned kernel of its own");
   return plan;
 }
 

@@ -187,6 +187,10 @@ public:
 
   void runKernel(uint32_t kernel, char* const* buffers) override {
     const Launch& launch = plan_.launches.at(kernel);
+    if (launch.unaligned >= 0 && !alignedInRun(launch, buffers, *binding_)) {
+      runKernel(static_cast<uint32_t>(launch.unaligned), buffers); // the element-by-element twin
+      return;
+    }
     int64_t items = sym::evaluate(launch.items, *binding_);
     if (items <= 0) return; // nothing to do: launch nothing
     int64_t blocks = std::min<int64_t>((items - 1) / launch.itemsPerBlock + 1, INT32_MAX);

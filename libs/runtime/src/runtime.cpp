@@ -344,6 +344,18 @@ ConstantSizes constantSizes(const Plan& plan) {
   return sizes;
 }
 
+bool alignedInRun(const Launch& launch, char* const* buffers, const sym::Binding& binding) {
+  for (const AlignedAccess& a : launch.aligned) {
+    uintptr_t from = a.buffer >= 0 ? reinterpret_cast<uintptr_t>(buffers[a.buffer]) : 0;
+    // Unsigned arithmetic: a negative offset wraps as the address would, and the
+    // remainder by a power of two is the address's.
+    uintptr_t address = from + static_cast<uintptr_t>(sym::evaluate(a.offset, binding)) *
+                                   static_cast<uintptr_t>(a.elementBytes);
+    if (address % a.bytes != 0) return false;
+  }
+  return true;
+}
+
 RunResult run(const Plan& plan, Executor& executor, const std::vector<Tensor>& inputs,
               Allocator& allocator, const ConstantSizes* sizes) {
   sym::Binding binding = bindInputs(plan.inputs, inputs);

@@ -16,6 +16,11 @@ std::vector<std::string> cudaCompilerOptions(const std::string& arch);
 // "nvrtc <major>.<minor>", or "none".
 std::string nvrtcVersion();
 
+// Compiles a trivial kernel and throws the cubin away: NVRTC's first compile in a process
+// initialises it (loads its builtins), which a codegen worker does when it starts rather
+// than on a request's time. Nothing when kiln was built without NVRTC; never throws.
+void warmUpCudaCompiler();
+
 // The cubin of `code` for `arch`. Error{Internal} with NVRTC's log and the
 // source in the error's detail when it does not compile; Error{Unsupported}
 // when kiln was built without NVRTC.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kiln/ir/graph.h"
+#include "kiln/sym/eval.h"
 
 namespace kiln::runtime {
 
@@ -65,6 +66,18 @@ struct Step {
 // block of `threads` threads; the kernel's loops are grid-stride, so any grid
 // size is correct: the runtime launches ceil(items / itemsPerBlock) blocks
 // (capped), and none when items is 0.
+//
+// A row kernel with a 16-byte path takes every access of that path as aligned:
+// `aligned` lists them, checked by the runtime per launch, and `unaligned` is
+// the plan's kernel that runs instead where one is not (the same rows element
+// by element). Two functions, not a branch in one, so that NVRTC compiles them
+// apart (on two CPUs) and each is half the code.
+struct AlignedAccess {
+  int32_t buffer = -1;       // the address counts from this buffer's element 0; -1: from 0
+  sym::Expr offset;          // elements from there (a step between rows, when buffer is -1)
+  uint32_t elementBytes = 1;
+  uint32_t bytes = 16;       // the alignment (a power of two)
+};
 struct Launch {
   sym::Expr items;
   uint32_t itemsPerBlock = 1;
@@ -73,7 +86,13 @@ struct Launch {
   std::vector<uint32_t> buffers;
   std::vector<uint32_t> symbols;
   bool mayFail = false;
+  std::vector<AlignedAccess> aligned;
+  int32_t unaligned = -1; // the kernel run where an access of `aligned` is not; -1: none
 };
+
+// Whether every access of `launch.aligned` is aligned, given the buffers' memory
+// (element 0 of each plan buffer) and the run's binding.
+bool alignedInRun(const Launch& launch, char* const* buffers, const sym::Binding& binding);
 
 // Whether the step binds a symbol from data (item, nonzero): a run waits for it.
 bool bindsSymbol(const Step& step);
