@@ -125,8 +125,9 @@ class CudaGraphed(Replayed):
 def _layout(t, symbolic: bool, in_place: bool):
     if symbolic:  # an int or a 0-d int64 tensor: its value is baked into the graph's launches
         return int(t)
+    # torch.Size is a tuple (equal, same hash): not copied, as a call makes ~150 of these
     where = t.data_ptr() if in_place else None
-    return (t.dtype, t.device, tuple(t.shape), tuple(t.stride()), where)
+    return (t.dtype, t.device, t.shape, t.stride(), where)
 
 
 class _Captured:
@@ -165,12 +166,9 @@ class _Captured:
         for o in self.outputs[self.cloned:]:
             if o is not None and o.is_cuda:
                 watched.setdefault(storage_address(o), o.untyped_storage())
-        self._watched = list(watched.values())
-        self._baseline = [self._uses(s) for s in self._watched]
-
-    @staticmethod
-    def _uses(storage) -> int:
-        return torch._C._storage_Use_Count(storage._cdata)
+        self._watched = list(watched.values())  # held: their handles stay valid
+        self._handles = [s._cdata for s in self._watched]
+        self._baseline = [torch._C._storage_Use_Count(h) for h in self._handles]
 
     @staticmethod
     def _static(t, device):
@@ -179,7 +177,8 @@ class _Captured:
         return buffer
 
     def in_use(self) -> bool:
-        return any(self._uses(s) != n for s, n in zip(self._watched, self._baseline))
+        uses = torch._C._storage_Use_Count
+        return any(uses(h) != n for h, n in zip(self._handles, self._baseline))
 
     def replay(self, inputs) -> list[torch.Tensor]:
         for s, t in zip(self.static, inputs):
