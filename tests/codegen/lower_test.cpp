@@ -1371,10 +1371,33 @@ TEST_F(Lower, RowKernelsWithA16BytePathHaveAnElementByElementTwin) {
   EXPECT_NE(launch.aligned[0].buffer, launch.aligned[1].buffer);
   EXPECT_EQ(occurrences(source.code, "kiln_vec"), 0u) << source.code;
   // Three passes over the row (max, sum, store).
-  EXPECT_EQ(occurrences(source.units[0], "{ const int kiln_jv = kiln_lane + kiln_t * 256;"), 3u)
+  EXPECT_EQ(occurrences(source.units[0], "{ const int kiln_jv = kiln_lane + kiln_t * 512;"), 3u)
       << source.units[0];
   EXPECT_EQ(occurrences(source.units[0], "kiln_jv <"), 0u) << source.units[0];
   expectSameValues({random(DType::Float32, {8, 4096})}, 1e-6); // and compiles to cubin
+}
+
+// A row kernel's threads: a warp per row up to 512 elements (4 rows a block of 128), else a
+// block per row of 16 elements a thread at most and, up to 512 threads, two 16-byte vectors
+// of the stored row a thread (what NVRTC compiles is unrolled per element).
+TEST_F(Lower, RowKernelsTakeTwoVectorsOfTheStoredRowAThread) {
+  auto threadsOf = [&](DType dtype, int64_t rows, int64_t width) {
+    ir::Graph g{table};
+    ValueId x = g.placeholder("x", ir::Value(TensorMeta::contiguous(dtype, ints({rows, width}), table)));
+    g.setOutputs({g.call("softmax", {x}, {{"dim", int64_t{-1}}})});
+    Program cuda = lower(g, lowerOptions(parseTarget("cuda")));
+    CudaSource source = emitCuda(cuda, schedule(cuda));
+    const runtime::Launch& launch = source.launches.at(0);
+    return std::make_pair(launch.threads, launch.itemsPerBlock);
+  };
+  EXPECT_EQ(threadsOf(DType::Float32, 4096, 512), std::make_pair(128u, 4u)); // a warp a row
+  EXPECT_EQ(threadsOf(DType::Float32, 4096, 768), std::make_pair(128u, 1u));
+  EXPECT_EQ(threadsOf(DType::Float32, 4096, 1024), std::make_pair(128u, 1u));
+  EXPECT_EQ(threadsOf(DType::BFloat16, 4096, 1024), std::make_pair(128u, 1u));
+  EXPECT_EQ(threadsOf(DType::Float32, 4096, 4096), std::make_pair(512u, 1u));
+  EXPECT_EQ(threadsOf(DType::BFloat16, 4096, 4096), std::make_pair(256u, 1u));
+  EXPECT_EQ(threadsOf(DType::Float32, 4096, 8192), std::make_pair(512u, 1u)); // 16 a thread
+  EXPECT_EQ(threadsOf(DType::Float32, 4096, 16384), std::make_pair(1024u, 1u));
 }
 
 // The backward's dq and [dk, dv] of the same operands are one call of two

@@ -127,13 +127,20 @@ public:
         group_ = 32;
         threads_ = 128;
       } else {
-        // A block per row past 512 elements, 16 at most to a thread. Measured on an H100
-        // (exp/, 2026-11-27): softmax over 32768x1024 f32 ran 94.4 us a warp per row (32
-        // elements a thread), 92.2 us with 128 threads a row (8 each; the copy 92.0), and
-        // NVRTC took half the time (the row's code is unrolled per element).
-        threads_ =
-            work ? static_cast<int>(std::clamp<int64_t>(powerOfTwoAtLeast(*work / 16), 128, 1024))
-                 : 256;
+        // A block per row past 512 elements: 16 elements a thread at most, and (up to 512
+        // threads) two 16-byte vectors of the stored row a thread. Measured on an H100
+        // (exp/, 2026-11-27), where the row's code is unrolled per element: softmax over
+        // 32768x1024 f32 ran 94.4 us a warp per row (32 elements a thread), 92.2 us with
+        // 128 threads a row (the copy 92.0), its NVRTC time halved; over 4096x4096 f32
+        // 48.2 us with 256 threads and with 512 alike, NVRTC 166 -> 104 ms; layer_norm of
+        // 16384x4096 bf16 135.0 us with 256 threads (two vectors), 137.4 with 512.
+        int64_t threads = 256;
+        if (work) {
+          int64_t vectors = static_cast<int64_t>(storedRowElement()) * *work / 32;
+          threads = std::clamp<int64_t>(
+              powerOfTwoAtLeast(std::max(*work / 16, std::min<int64_t>(vectors, 512))), 128, 1024);
+        }
+        threads_ = static_cast<int>(threads);
         group_ = threads_;
       }
     } else {
@@ -688,6 +695,18 @@ private:
     rowLanes_ = lanes;
     rowExtent_ = *extent;
     return checks;
+  }
+
+  // The bytes of an element of the row as the kernel stores it: the last buffer
+  // that stores whole rows (softmax's or layer_norm's result); 0 if none does.
+  size_t storedRowElement() const {
+    for (auto it = kernel_.buffers.rbegin(); it != kernel_.buffers.rend(); ++it) {
+      const Buffer& b = program_.buffers[*it];
+      if (b.loops.reduce != ReduceOp::None || isLocal(*it)) continue;
+      LoopShape shape = withoutUnitDims(b.loops);
+      if (shape.ranges.size() > kernel_.outer.size()) return elementSize(b.layout.dtype);
+    }
+    return 0;
   }
 
   // The one static inner extent every buffer of this row kernel runs over
