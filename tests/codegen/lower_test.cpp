@@ -1357,7 +1357,8 @@ TEST_F(Lower, RowKernelsWithA16BytePathHaveAnElementByElementTwin) {
   // x's load (the row then stays in registers) and the result's store.
   EXPECT_EQ(occurrences(source.units[0], "= *reinterpret_cast<const uint4*>(kiln_b"), 1u)
       << source.units[0];
-  EXPECT_EQ(occurrences(source.units[0], "*reinterpret_cast<uint4*>(kiln_b"), 1u) << source.units[0];
+  EXPECT_EQ(occurrences(source.units[0], "*reinterpret_cast<uint4*>(kiln_b"), 1u)
+      << source.units[0];
   EXPECT_EQ(occurrences(source.units[1], "reinterpret_cast"), 0u) << source.units[1];
   const runtime::Launch& launch = source.launches[0];
   EXPECT_EQ(launch.unaligned, 1);
@@ -1383,7 +1384,8 @@ TEST_F(Lower, RowKernelsWithA16BytePathHaveAnElementByElementTwin) {
 TEST_F(Lower, RowKernelsTakeTwoVectorsOfTheStoredRowAThread) {
   auto threadsOf = [&](DType dtype, int64_t rows, int64_t width) {
     ir::Graph g{table};
-    ValueId x = g.placeholder("x", ir::Value(TensorMeta::contiguous(dtype, ints({rows, width}), table)));
+    ValueId x =
+        g.placeholder("x", ir::Value(TensorMeta::contiguous(dtype, ints({rows, width}), table)));
     g.setOutputs({g.call("softmax", {x}, {{"dim", int64_t{-1}}})});
     Program cuda = lower(g, lowerOptions(parseTarget("cuda")));
     CudaSource source = emitCuda(cuda, schedule(cuda));

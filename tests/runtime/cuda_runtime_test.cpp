@@ -116,10 +116,16 @@ TEST(CudaPlan, MalformedLaunchesAreRejected) {
   reject([](Plan& p) { p.launches[0].symbols.push_back(5); }, "launch symbol slot 5");
   reject([](Plan& p) { p.launches[0].unaligned = 1; }, "unaligned kernel is 1");
   reject([](Plan& p) { p.launches[0].unaligned = 0; }, "an unaligned kernel with an unaligned");
-  reject([](Plan& p) { p.launches[0].aligned = {{3, p.launches[0].items, 4, 16}}; },
-         "an aligned access of buffer 3");
-  reject([](Plan& p) { p.launches[0].aligned = {{0, p.launches[0].items, 4, 12}}; },
-         "4-byte elements to 12 bytes");
+  reject(
+      [](Plan& p) {
+        p.launches[0].aligned = {{3, p.launches[0].items, 4, 16}};
+      },
+      "an aligned access of buffer 3");
+  reject(
+      [](Plan& p) {
+        p.launches[0].aligned = {{0, p.launches[0].items, 4, 12}};
+      },
+      "4-byte elements to 12 bytes");
   // A CUDA artifact needs a launch per kernel and a cubin when it has kernels.
   sym::SymbolTable table;
   Plan noLaunches = testing::gatherPlan(table);

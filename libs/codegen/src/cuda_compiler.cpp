@@ -122,7 +122,8 @@ std::string link(const std::vector<std::string>& cubins, const std::string& arch
 }
 
 double millisSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 // `units` in `groups` of about equal text (the largest first into the lightest group).
@@ -210,7 +211,8 @@ std::string compileCuda(const std::string& prelude, const std::vector<std::strin
     if (report)
       *report = std::to_string(groups) + " groups: slowest " +
                 std::to_string(std::lround(*std::max_element(millis.begin(), millis.end()))) +
-                " ms, all " + std::to_string(std::lround(std::accumulate(millis.begin(), millis.end(), 0.0))) +
+                " ms, all " +
+                std::to_string(std::lround(std::accumulate(millis.begin(), millis.end(), 0.0))) +
                 " ms, link " + std::to_string(std::lround(millisSince(linking))) + " ms";
     return cubin;
   }

@@ -255,7 +255,8 @@ Plan readPlan(schema::Plan::Reader in, sym::SymbolTable& table) {
     plan.launches.push_back(std::move(launch));
   }
   for (const Launch& launch : plan.launches) // one step at most: no kernel falls back twice
-    if (launch.unaligned >= 0 && plan.launches[static_cast<size_t>(launch.unaligned)].unaligned >= 0)
+    if (launch.unaligned >= 0 &&
+        plan.launches[static_cast<size_t>(launch.unaligned)].unaligned >= 0)
       malformed("an unaligned kernel with an unaligned kernel of its own");
   return plan;
 }

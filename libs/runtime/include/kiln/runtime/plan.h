@@ -73,10 +73,10 @@ struct Step {
 // by element). Two functions, not a branch in one, so that NVRTC compiles them
 // apart (on two CPUs) and each is half the code.
 struct AlignedAccess {
-  int32_t buffer = -1;       // the address counts from this buffer's element 0; -1: from 0
-  sym::Expr offset;          // elements from there (a step between rows, when buffer is -1)
+  int32_t buffer = -1; // the address counts from this buffer's element 0; -1: from 0
+  sym::Expr offset;    // elements from there (a step between rows, when buffer is -1)
   uint32_t elementBytes = 1;
-  uint32_t bytes = 16;       // the alignment (a power of two)
+  uint32_t bytes = 16; // the alignment (a power of two)
 };
 struct Launch {
   sym::Expr items;
