@@ -388,6 +388,39 @@ def test_nanogpt_trains_as_eager(stack):
     assert kiln_losses[-1] < kiln_losses[0] - 1.0  # it learned the batch
 
 
+# A Parameter reached by two paths (nanoGPT's tied wte and lm_head weights) is one input of
+# the traced graph, each path guarded to be that object: one grad, its two parts summed in
+# the backward graph. Untying the weights traces again: two inputs, a grad each, as eager.
+def test_tied_weights_are_one_input_and_untying_traces_again(stack):
+    torch.manual_seed(0)
+    model, reference = GPT(), GPT()
+    reference.load_state_dict(model.state_dict())
+    idx, targets = torch.randint(0, 65, (4, 16)), torch.randint(0, 65, (4, 16))
+    fast = kiln.compile(model, stack=stack)
+
+    def grads_match() -> int:
+        model.zero_grad(set_to_none=True)
+        reference.zero_grad(set_to_none=True)
+        fast(idx, targets)[1].backward()
+        reference(idx, targets)[1].backward()
+        cache = fast._compiled_forward.cache  # GPT.forward's: other tests' entries too
+        runner = cache.entries[-1].value
+        assert isinstance(runner, _train.TrainingRunner), kiln.explain(fast)
+        assert len(runner.grad_of) == len(list(model.parameters())), runner.grad_of  # one per Parameter
+        for (name, p), (_, r) in zip(model.named_parameters(), reference.named_parameters()):
+            torch.testing.assert_close(p.grad, r.grad, rtol=1e-3, atol=1e-5, msg=name)
+        return len(cache.entries)
+
+    from kiln import _train
+    tied = grads_match()
+    assert model.wte.weight is model.lm_head.weight
+    assert grads_match() == tied  # the same entry
+    for m in (model, reference):
+        m.lm_head.weight = nn.Parameter(m.lm_head.weight.detach().clone())
+    assert len(list(model.parameters())) == len(list(reference.parameters()))
+    assert grads_match() == tied + 1  # an identity guard failed: traced again, untied
+
+
 def test_nanogpt_with_dropout_trains_compiled_and_evaluates_as_eager(stack):
     torch.manual_seed(0)
     model = GPT(dropout=0.2)

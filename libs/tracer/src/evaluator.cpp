@@ -227,7 +227,25 @@ private:
       typeGuard();
       guards.check(node(path), guards::equals(guards::Constant{std::string(d.getStr().cStr())}));
       return string(d.getStr().cStr());
-    case schema::ObjectDesc::TENSOR: return input(guards::fromWire(d.getTensor()), path);
+    case schema::ObjectDesc::TENSOR: {
+      // One Parameter reached by two paths (GPT-2's tied wte and lm_head weights) is one
+      // graph input, each path guarded to be that object: one grad, its two parts summed in
+      // the backward graph (two inputs made two grads for autograd to add). Parameters
+      // only: other tensors are new objects at each call, which identity guards would
+      // trace again for.
+      bool parameter = type.module == "torch.nn.parameter" && type.qualname == "Parameter";
+      if (auto seen = parameter ? parameters_.find(d.getId()) : parameters_.end();
+          seen != parameters_.end()) {
+        guards::Identity same{d.getId(), request_.getScope(),
+                              "the Parameter at " + pathText(seen->second.second)};
+        guards.check(node(seen->second.second), guards::identityIs(same));
+        guards.check(node(path), guards::identityIs(same));
+        return seen->second.first;
+      }
+      Var v = input(guards::fromWire(d.getTensor()), path);
+      if (parameter) parameters_.emplace(d.getId(), std::make_pair(v, path));
+      return v;
+    }
     case schema::ObjectDesc::LIST:
     case schema::ObjectDesc::TUPLE: {
       typeGuard();
@@ -345,9 +363,6 @@ private:
   }
 
   // A tensor of the call: a graph input, guarded as it is, its dynamic dims symbols.
-  // TODO(issue 8): one tensor reached by two paths (GPT-2's tied lm_head and wte
-  // weights) becomes two placeholders, so the backward makes two grads and autograd
-  // adds them; Dynamo makes one input behind a guard that the paths stay one object.
   Var input(const guards::TensorInput& t, const Path& path) {
     uint32_t at = node(path);
     std::vector<sym::Expr> sizes = guards::guardTensor(guards, at, t, frame, symbols_);
@@ -1693,6 +1708,7 @@ private:
     InputKind kind;
   };
   std::vector<Input> inputs_;
+  std::map<uint64_t, std::pair<Var, Path>> parameters_; // by object id: the graph input, its first path
   std::vector<std::pair<ir::Device, ir::ValueId>> seeds_; // randomStream's seed input per device
   size_t streams_ = 0;                                    // random streams handed out
   struct Effect {
