@@ -671,11 +671,7 @@ private:
     };
     auto add = [&](const std::vector<runtime::AlignedAccess>& access) {
       for (const runtime::AlignedAccess& a : access)
-        if (std::none_of(checks.begin(), checks.end(), [&](const runtime::AlignedAccess& c) {
-              return c.buffer == a.buffer && c.offset == a.offset && c.bytes == a.bytes &&
-                     c.elementBytes == a.elementBytes;
-            }))
-          checks.push_back(a);
+        if (std::find(checks.begin(), checks.end(), a) == checks.end()) checks.push_back(a);
     };
     for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
       mapOuter(program_.buffers[kernel_.buffers[m]].loops);

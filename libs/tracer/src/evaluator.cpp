@@ -234,8 +234,7 @@ private:
       // only: other tensors are new objects at each call, which identity guards would
       // trace again for.
       bool parameter = type.module == "torch.nn.parameter" && type.qualname == "Parameter";
-      if (auto seen = parameter ? parameters_.find(d.getId()) : parameters_.end();
-          seen != parameters_.end()) {
+      if (auto seen = parameters_.find(d.getId()); parameter && seen != parameters_.end()) {
         guards::Identity same{d.getId(), request_.getScope(),
                               "the Parameter at " + pathText(seen->second.second)};
         guards.check(node(seen->second.second), guards::identityIs(same));

@@ -77,6 +77,10 @@ struct AlignedAccess {
   sym::Expr offset;    // elements from there (a step between rows, when buffer is -1)
   uint32_t elementBytes = 1;
   uint32_t bytes = 16; // the alignment (a power of two)
+  friend bool operator==(const AlignedAccess& a, const AlignedAccess& b) {
+    return a.buffer == b.buffer && a.offset == b.offset && a.elementBytes == b.elementBytes &&
+           a.bytes == b.bytes;
+  }
 };
 struct Launch {
   sym::Expr items;
