@@ -1287,12 +1287,14 @@ TEST_F(Lower, LoopedRowsOfOddExtentLoadVectorsThenTheirTail) {
   graph.setOutputs({graph.call("amax", {x}, {{"dim", std::vector<int64_t>{-1}}})});
   Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
   CudaSource source = emitCuda(cuda, schedule(cuda));
-  // One row loop by 16-byte vectors, then the tail (the unaligned twin: one by one).
+  // One row loop by 16-byte vectors, then the tail one by one; static offsets and steps: no
+  // twin (the runtime copies a misaligned input).
   EXPECT_EQ(occurrences(source.code, "kiln_jv < (40001) / 8;"), 1u) << source.code;
   EXPECT_EQ(occurrences(source.code, "kiln_j = 40000 + kiln_lane; kiln_j < 40001;"), 1u)
       << source.code;
-  EXPECT_EQ(source.kernels, (std::vector<std::string>{"kiln_kernel_0", "kiln_kernel_0_unaligned"}));
-  EXPECT_EQ(source.launches[0].unaligned, 1);
+  EXPECT_EQ(source.kernels, (std::vector<std::string>{"kiln_kernel_0"}));
+  EXPECT_EQ(source.launches[0].unaligned, -1);
+  EXPECT_FALSE(source.launches[0].aligned.empty());
   expectSameValues({random(DType::BFloat16, {4, 40008})}, 0); // the CUDA text compiles to cubin
 }
 
@@ -1343,26 +1345,25 @@ TEST(ErfPlusOne, IsWithinAnUlpOfTheSumEverywhere) {
 }
 
 // A row kernel with a 16-byte path takes its accesses as aligned; the runtime checks them per
-// launch (Launch::aligned: the input's and the result's row 0, a symbolic row step) and runs
-// the kernel's twin, element by element, where one is not. Two functions, so that NVRTC
-// compiles them on two CPUs. A row kept in registers whose vectors divide evenly among the
-// group's threads has no bounds check on them.
-TEST_F(Lower, RowKernelsWithA16BytePathHaveAnElementByElementTwin) {
+// launch (Launch::aligned: the input's and the result's row 0, a symbolic row step). Where a
+// copy of a misaligned input mends them (static offsets) it reads one; where none can (rows a
+// symbolic step apart) the kernel has a twin, element by element, which runs instead. A row
+// kept in registers whose vectors divide evenly among the group's threads has no bounds check.
+TEST_F(Lower, RowKernelsWithA16BytePathHaveATwinOnlyWhereNoCopyAlignsThem) {
   ValueId x = input("x", DType::Float32, ints({8, 4096}));
   graph.setOutputs({graph.call("softmax", {x}, {{"dim", int64_t{-1}}})});
   Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
   CudaSource source = emitCuda(cuda, schedule(cuda));
-  ASSERT_EQ(source.kernels, (std::vector<std::string>{"kiln_kernel_0", "kiln_kernel_0_unaligned"}));
-  ASSERT_EQ(source.units.size(), 2u);
+  // Static offsets, memory of an input or of the run: the runtime copies a misaligned input.
+  ASSERT_EQ(source.kernels, (std::vector<std::string>{"kiln_kernel_0"}));
+  ASSERT_EQ(source.units.size(), 1u);
   // x's load (the row then stays in registers) and the result's store.
   EXPECT_EQ(occurrences(source.units[0], "= *reinterpret_cast<const uint4*>(kiln_b"), 1u)
       << source.units[0];
   EXPECT_EQ(occurrences(source.units[0], "*reinterpret_cast<uint4*>(kiln_b"), 1u)
       << source.units[0];
-  EXPECT_EQ(occurrences(source.units[1], "reinterpret_cast"), 0u) << source.units[1];
   const runtime::Launch& launch = source.launches[0];
-  EXPECT_EQ(launch.unaligned, 1);
-  EXPECT_TRUE(source.launches[1].aligned.empty());
+  EXPECT_EQ(launch.unaligned, -1);
   ASSERT_EQ(launch.aligned.size(), 2u);
   for (const runtime::AlignedAccess& a : launch.aligned) {
     EXPECT_EQ(a.elementBytes, 4u);
@@ -1376,6 +1377,23 @@ TEST_F(Lower, RowKernelsWithA16BytePathHaveAnElementByElementTwin) {
       << source.units[0];
   EXPECT_EQ(occurrences(source.units[0], "kiln_jv <"), 0u) << source.units[0];
   expectSameValues({random(DType::Float32, {8, 4096})}, 1e-6); // and compiles to cubin
+
+  // Rows a symbolic step apart: no copy makes every row aligned, so a twin walks them.
+  ir::Graph strided{table};
+  TensorMeta meta = TensorMeta::contiguous(DType::Float32, ints({8, 4096}), table);
+  meta.strides[0] = s0 * 4097;
+  ValueId y = strided.placeholder("y", ir::Value(meta));
+  strided.setOutputs({strided.call("softmax", {y}, {{"dim", int64_t{-1}}})});
+  Program twinned = lower(strided, lowerOptions(parseTarget("cuda")));
+  CudaSource withTwin = emitCuda(twinned, schedule(twinned));
+  ASSERT_EQ(withTwin.kernels,
+            (std::vector<std::string>{"kiln_kernel_0", "kiln_kernel_0_unaligned"}));
+  ASSERT_EQ(withTwin.units.size(), 2u);
+  EXPECT_EQ(occurrences(withTwin.units[1], "reinterpret_cast"), 0u) << withTwin.units[1];
+  EXPECT_EQ(withTwin.launches[0].unaligned, 1);
+  EXPECT_TRUE(withTwin.launches[1].aligned.empty());
+  EXPECT_TRUE(std::any_of(withTwin.launches[0].aligned.begin(), withTwin.launches[0].aligned.end(),
+                          [](const runtime::AlignedAccess& a) { return a.buffer < 0; }));
 }
 
 // A row kernel's threads: a warp per row up to 512 elements (4 rows a block of 128), else a
@@ -1405,6 +1423,7 @@ TEST_F(Lower, RowKernelsTakeTwoVectorsOfTheStoredRowAThread) {
 // The backward's dq and [dk, dv] of the same operands are one call of two
 // results (cuDNN computes all three at once; kiln's kernels, after the rows'
 // delta, one each); a [dk, dv] of other attributes stays a call of its own.
+// Each flash kernel is a unit of the file of its own.
 TEST_F(Lower, AttentionGradsOfTheSameOperandsAreOneCall) {
   std::vector<ValueId> in = inputs({"g", "q", "k", "v", "out"}, DType::BFloat16, ints({2, 3, 40, 64}));
   ValueId g = in[0], q = in[1], k = in[2], v = in[3], out = in[4];
@@ -1423,8 +1442,19 @@ TEST_F(Lower, AttentionGradsOfTheSameOperandsAreOneCall) {
                       "kiln_flash_delta_d64_bf16\n"),
             std::string::npos) << text;
   EXPECT_EQ(cuda.outputs[1].buffer, *cuda.buffers[cuda.outputs[0].buffer].call.results.begin());
+  // Each kernel a unit with the (guarded) helpers: NVRTC compiles them on CPUs of their own.
+  CudaSource source = emitCuda(cuda, schedule(cuda));
+  size_t flashUnits = 0;
+  for (const std::string& unit : source.units) {
+    if (unit.find("kiln_flash_") == std::string::npos) continue;
+    ++flashUnits;
+    EXPECT_EQ(occurrences(unit, "__global__"), 1u) << unit;
+    EXPECT_EQ(occurrences(unit, "#ifndef KILN_FLASH_HELPERS"), 1u);
+  }
+  EXPECT_EQ(flashUnits, 4u);
   if (!haveNvrtc()) return;
-  runtime::Artifact artifact = compileArtifact(graph, "cuda", "/tmp"); // the delta kernel compiles
+  // The delta kernel compiles; units grouped two to a program keep one copy of the helpers.
+  runtime::Artifact artifact = compileArtifact(graph, "cuda", "/tmp");
   size_t deltas = 0;
   for (const std::string& name : artifact.plan.kernels) deltas += name == "kiln_flash_delta_d64_bf16";
   EXPECT_EQ(deltas, 1u);

@@ -1086,6 +1086,26 @@ private:
   bool elementsOnly_ = false; // a row kernel's twin without the 16-byte path
 };
 
+// Whether a row kernel's 16-byte path needs its element-by-element twin: where
+// some access may be unaligned in a way the runtime cannot mend. It mends an
+// input whose memory is not (a view at an odd storage offset): the launch reads
+// an aligned copy of it. Memory the run allocates is aligned (the Allocator's
+// 64 bytes; an input's memory is adopted only when it is 16-byte aligned). So
+// a static-shape kernel has no twin unless it writes into another buffer's
+// memory (a mutation) or an access starts at an offset not a multiple of the
+// vector; symbolic steps between rows, or a symbolic offset, need one. A twin
+// costs NVRTC time on every cold compile for a path a run rarely takes (a
+// third of GPT-2's kernel compile time before this rule).
+bool needsTwin(const Program& program, const std::vector<runtime::AlignedAccess>& aligned) {
+  for (const runtime::AlignedAccess& a : aligned) {
+    if (a.buffer < 0) return true; // a symbolic step between rows
+    std::optional<int64_t> offset = a.offset.asInteger();
+    if (!offset || (*offset * static_cast<int64_t>(a.elementBytes)) % a.bytes != 0) return true;
+    if (program.buffers[static_cast<size_t>(a.buffer)].aliasOf) return true;
+  }
+  return false;
+}
+
 } // namespace
 
 const std::string& cudaPrelude() {
@@ -1119,7 +1139,7 @@ CudaSource emitCuda(const Program& program, const Schedule& schedule) {
     std::string text =
         CudaKernelWriter(program, schedule.kernels[k], out.symbols, mayAlias).write(name, launch);
     addFunction(name, text, std::move(launch));
-    if (!out.launches.back().aligned.empty()) // its 16-byte path's twin: after the schedule's
+    if (needsTwin(program, out.launches.back().aligned)) // after the schedule's kernels
       twins.push_back({k, mayAlias});
   }
   for (auto& [k, mayAlias] : twins) {
@@ -1138,18 +1158,18 @@ CudaSource emitCuda(const Program& program, const Schedule& schedule) {
     for (const ir::Attr& a : b.call.attrs)
       if (b.kind == BufferKind::Extern && detail::namesFlashKernel(a))
         flash.emplace(std::get<std::string>(a.value), b.layout.storageOffset.table().integer(0));
-  std::string flashUnit = flash.empty() ? "" : detail::flashAttentionSource();
+  if (!flash.empty()) code << detail::flashAttentionSource();
   for (const auto& [name, none] : flash) {
-    flashUnit += "\n" + detail::flashAttentionDefinition(name);
+    std::string definition = "\n" + detail::flashAttentionDefinition(name);
+    code << definition;
+    // A unit each, with the helpers (internal linkage): NVRTC compiles the
+    // kernels of attention's backward (0.05-0.65 s each) on CPUs of their own.
+    out.units.push_back(detail::flashAttentionSource() + definition);
     runtime::Launch launch;
     launch.items = none;
     launch.threads = 128;
     out.kernels.push_back(name);
     out.launches.push_back(std::move(launch));
-  }
-  if (!flashUnit.empty()) { // its helpers and kernels together: one unit
-    code << flashUnit;
-    out.units.push_back(flashUnit);
   }
   out.code = code.str();
   return out;

@@ -114,7 +114,10 @@ std::string flashAttentionDefinition(const std::string& kernel) {
 }
 
 const std::string& flashAttentionSource() {
-  static const std::string source = R"(
+  // Guarded: each kernel's unit carries it (its helpers have internal linkage),
+  // and a text of several units keeps the first.
+  static const std::string source = "\n#ifndef KILN_FLASH_HELPERS\n#define KILN_FLASH_HELPERS"
+                                    R"(
 /* Flash attention (FlashAttention-2's algorithm) on tensor cores. A block of
    4 warps takes 16 * T rows a warp (T = 2 for the forward, 1 for the grads)
    and steps over the other side's rows 64 at a time through shared memory,
@@ -632,6 +635,7 @@ KILN_FN void row_delta(const uint16_t* __restrict__ g, const uint16_t* __restric
   if (row < L && lane == 0) delta[blockIdx.x * L + row] = sum;
 }
 } /* namespace kiln_flash */
+#endif /* KILN_FLASH_HELPERS */
 )";
   return source;
 }

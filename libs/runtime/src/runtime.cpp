@@ -46,11 +46,6 @@ bool isBound(const ir::TensorMeta& layout, const sym::Binding& binding) {
   return true;
 }
 
-size_t bytesOf(const ir::TensorMeta& layout, const sym::Binding& binding) {
-  int64_t n = extent(evaluateAll(layout.sizes, binding), evaluateAll(layout.strides, binding));
-  return static_cast<size_t>(std::max<int64_t>(n, 1)) * elementSize(layout.dtype);
-}
-
 std::byte* at(void* data, int64_t offset, ir::DType dtype) {
   return static_cast<std::byte*>(data) + offset * static_cast<int64_t>(elementSize(dtype));
 }
@@ -97,7 +92,8 @@ public:
       demand_.erase(d);
     }
     int32_t given = plan_.buffers[id].reuses; // an input the caller may have given up
-    if (given >= 0 && data_[given] &&
+    // Only aligned memory: a kernel's 16-byte path takes the run's own as aligned (no twin).
+    if (given >= 0 && data_[given] && reinterpret_cast<uintptr_t>(data_[given]) % kAligned == 0 &&
         allocator_.adopt(plan_.buffers[given].input, data_[given], bytes)) {
       data_[id] = data_[given];
     } else if (auto reuse = pool_.find(bytes); reuse != pool_.end()) {
@@ -342,6 +338,11 @@ ConstantSizes constantSizes(const Plan& plan) {
     ++sizes.demand[sizes.bytes[k]];
   }
   return sizes;
+}
+
+size_t bytesOf(const ir::TensorMeta& layout, const sym::Binding& binding) {
+  int64_t n = extent(evaluateAll(layout.sizes, binding), evaluateAll(layout.strides, binding));
+  return static_cast<size_t>(std::max<int64_t>(n, 1)) * elementSize(layout.dtype);
 }
 
 bool alignedInRun(const Launch& launch, char* const* buffers, const sym::Binding& binding) {

@@ -34,7 +34,7 @@ namespace kiln::codegen {
 struct CudaSource {
   std::string code;                      // the whole file: cudaPrelude(), then `units`
   std::string prelude;                   // what every unit needs
-  std::vector<std::string> units;        // each kernel function's definition (flash's: one)
+  std::vector<std::string> units;        // each kernel's definition (flash's: with helpers)
   std::vector<std::string> kernels;      // the function each schedule kernel launches, by index
   std::vector<sym::Expr> symbols;        // the size symbols the kernels read, in slot order
   std::vector<runtime::Launch> launches; // one per kernel

@@ -68,10 +68,12 @@ struct Step {
 // (capped), and none when items is 0.
 //
 // A row kernel with a 16-byte path takes every access of that path as aligned:
-// `aligned` lists them, checked by the runtime per launch, and `unaligned` is
-// the plan's kernel that runs instead where one is not (the same rows element
-// by element). Two functions, not a branch in one, so that NVRTC compiles them
-// apart (on two CPUs) and each is half the code.
+// `aligned` lists them, checked by the runtime per launch. Where one is not,
+// `unaligned` is the plan's kernel that runs instead (the same rows element by
+// element; two functions, not a branch in one, so that NVRTC compiles them
+// apart); a launch without one (-1) reads an aligned copy of each input whose
+// memory is not, which mends every access the emitter gives no twin (offsets
+// that are static multiples of the vector, no write into another buffer's memory).
 struct AlignedAccess {
   int32_t buffer = -1; // the address counts from this buffer's element 0; -1: from 0
   sym::Expr offset;    // elements from there (a step between rows, when buffer is -1)
@@ -97,6 +99,14 @@ struct Launch {
 // Whether every access of `launch.aligned` is aligned, given the buffers' memory
 // (element 0 of each plan buffer) and the run's binding.
 bool alignedInRun(const Launch& launch, char* const* buffers, const sym::Binding& binding);
+
+// The alignment of every allocation a run's buffers take (the Allocator gives
+// 64 bytes; a given-up input's memory is adopted only when it has this).
+constexpr uintptr_t kAligned = 16;
+
+// The bytes of a buffer of `layout` from its element 0 to its last element (at
+// least one element's), in the run's binding.
+size_t bytesOf(const ir::TensorMeta& layout, const sym::Binding& binding);
 
 // Whether the step binds a symbol from data (item, nonzero): a run waits for it.
 bool bindsSymbol(const Step& step);
