@@ -174,6 +174,28 @@ TEST(Artifact, AKernelMayWriteOverAnInputItReadsLast) {
   }
 }
 
+// Groups of about equal text, the largest units first; a flash attention kernel's unit
+// (its guarded helpers) weighs all of the text and compiles alone.
+TEST(Artifact, FlashKernelsCompileInGroupsOfTheirOwn) {
+  std::string flash = "#ifndef KILN_FLASH_HELPERS\n/* helpers */\n#endif\nvoid flash();\n";
+  std::vector<std::string> units = {std::string(300, 'a'), flash + "1",
+                                    std::string(200, 'b'), flash + "2",
+                                    std::string(250, 'c'), std::string(100, 'd')};
+  std::vector<std::string> groups = groupsOf(units, 4);
+  ASSERT_EQ(groups.size(), 4u);
+  size_t flashAlone = 0, plain = 0;
+  for (const std::string& g : groups) {
+    if (g.find("KILN_FLASH_HELPERS") != std::string::npos)
+      flashAlone += g.size() == flash.size() + 1;
+    else
+      plain += g.size();
+  }
+  EXPECT_EQ(flashAlone, 2u);
+  EXPECT_EQ(plain, 850u); // the four others share the two groups left
+  // Without flash units: text alone, in the file's order within a group.
+  std::vector<std::string> two = groupsOf({"x", std::string(5, 'y'), std::string(3, 'z')}, 2);
+  EXPECT_EQ(two, (std::vector<std::string>{"yyyyy", "xzzz"}));
+}
 
 // A file of several kernel functions compiles in groups on threads of their own (with
 // nvJitLink and several CPUs), linked into one cubin: every function the plan launches

@@ -28,6 +28,36 @@ std::vector<std::string> cudaCompilerOptions(const std::string& arch) {
           "--split-compile=0", "--minimal"};
 }
 
+std::vector<std::string> groupsOf(const std::vector<std::string>& units, size_t groups) {
+  size_t total = 0;
+  for (const std::string& u : units) total += u.size();
+  std::vector<size_t> weight;
+  for (const std::string& u : units)
+    weight.push_back(u.find("#ifndef KILN_FLASH_HELPERS") != std::string::npos
+                         ? std::max(u.size(), total)
+                         : u.size());
+  std::vector<size_t> order(units.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return weight[a] > weight[b]; });
+  std::vector<std::vector<size_t>> members(groups);
+  std::vector<size_t> sizes(groups, 0);
+  for (size_t u : order) {
+    size_t lightest =
+        static_cast<size_t>(std::min_element(sizes.begin(), sizes.end()) - sizes.begin());
+    members[lightest].push_back(u);
+    sizes[lightest] += weight[u];
+  }
+  std::vector<std::string> texts;
+  for (std::vector<size_t>& m : members) {
+    std::sort(m.begin(), m.end()); // the file's order within a group
+    std::string text;
+    for (size_t u : m) text += units[u];
+    texts.push_back(std::move(text));
+  }
+  return texts;
+}
+
 #ifdef KILN_HAVE_NVRTC
 
 bool haveNvrtc() {
@@ -124,29 +154,6 @@ std::string link(const std::vector<std::string>& cubins, const std::string& arch
 double millisSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
       .count();
-}
-
-// `units` in `groups` of about equal text (the largest first into the lightest group).
-std::vector<std::string> groupsOf(const std::vector<std::string>& units, size_t groups) {
-  std::vector<size_t> order(units.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return units[a].size() > units[b].size(); });
-  std::vector<std::vector<size_t>> members(groups);
-  std::vector<size_t> sizes(groups, 0);
-  for (size_t u : order) {
-    size_t lightest = static_cast<size_t>(std::min_element(sizes.begin(), sizes.end()) - sizes.begin());
-    members[lightest].push_back(u);
-    sizes[lightest] += units[u].size();
-  }
-  std::vector<std::string> texts;
-  for (std::vector<size_t>& m : members) {
-    std::sort(m.begin(), m.end()); // the file's order within a group
-    std::string text;
-    for (size_t u : m) text += units[u];
-    texts.push_back(std::move(text));
-  }
-  return texts;
 }
 
 // Threads for a file's groups: KILN_NVRTC_THREADS when set (1: one program, NVRTC's own
