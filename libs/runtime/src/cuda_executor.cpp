@@ -328,8 +328,6 @@ private:
     return static_cast<int*>(status_);
   }
 
-  // The artifact's kernel an extern step names in its "kernel" attribute.
-  // The artifact's kernel the step's attribute `attr` names.
   // A 16-byte path without a twin where an input's memory is not aligned (a
   // view at an odd storage offset): the launch reads a copy of that input (its
   // bytes from element 0 to its last element) in memory of the allocator,
@@ -372,6 +370,7 @@ private:
     releaseCopies();
   }
 
+  // The artifact's kernel the step's attribute `attr` names.
   CUfunction libraryKernel(const Step& step, const char* attr) {
     for (const ir::Attr& a : step.attrs)
       if (a.name == attr)
