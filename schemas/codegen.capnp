@@ -55,6 +55,7 @@ struct Launch {
   mayFail @6 :Bool;             # it can set the status word
   aligned @7 :List(AlignedAccess); # what its 16-byte path takes as aligned
   unaligned @8 :Int32 = -1;     # the kernel run instead where one is not (-1: none)
+  waves @9 :UInt32;             # at most this many waves of resident blocks (0: no cap)
 }
 
 # An access a kernel's 16-byte path takes as aligned (plan.h, AlignedAccess).

@@ -55,7 +55,7 @@ TEST(CudaPlan, LaunchesSurviveTheWire) {
 }
 
 // A row kernel's 16-byte path: the accesses it takes as aligned (checked by the runtime per
-// launch) and the kernel run instead where one is not.
+// launch) and the kernel run instead where one is not; a launch's cap in waves of blocks.
 TEST(CudaPlan, AlignedAccessesAndTheUnalignedTwinSurviveTheWire) {
   sym::SymbolTable table;
   Plan plan = testing::gatherPlan(table);
@@ -64,12 +64,15 @@ TEST(CudaPlan, AlignedAccessesAndTheUnalignedTwinSurviveTheWire) {
   sym::Expr n = plan.symbols[1];
   plan.launches[0].aligned = {{0, n * 2, 4, 16}, {-1, n, 4, 16}};
   plan.launches[0].unaligned = 1;
+  plan.launches[1].waves = 8;
   sym::SymbolTable other;
   Plan read = fromBytes(toBytes(testing::cudaArtifact(plan, "cubin", "gather")), other).plan;
   ASSERT_EQ(read.launches.size(), 2u);
   const Launch& l = read.launches[0];
   EXPECT_EQ(l.unaligned, 1);
   EXPECT_EQ(read.launches[1].unaligned, -1);
+  EXPECT_EQ(l.waves, 0u);
+  EXPECT_EQ(read.launches[1].waves, 8u);
   ASSERT_EQ(l.aligned.size(), 2u);
   EXPECT_EQ(l.aligned[0].buffer, 0);
   EXPECT_EQ(l.aligned[1].buffer, -1);

@@ -156,6 +156,7 @@ void writePlan(const Plan& plan, schema::Plan::Builder out) {
       aligned[k].setBytes(l.aligned[k].bytes);
     }
     w.setUnaligned(l.unaligned);
+    w.setWaves(l.waves);
   }
 }
 
@@ -249,6 +250,7 @@ Plan readPlan(schema::Plan::Reader in, sym::SymbolTable& table) {
                   "-byte elements to " + std::to_string(access.bytes) + " bytes");
       launch.aligned.push_back(std::move(access));
     }
+    launch.waves = l.getWaves();
     launch.unaligned = l.getUnaligned();
     if (launch.unaligned < -1 || launch.unaligned >= static_cast<int32_t>(plan.kernels.size()))
       malformed("a launch whose unaligned kernel is " + std::to_string(launch.unaligned));

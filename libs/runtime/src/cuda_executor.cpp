@@ -197,6 +197,7 @@ public:
     int64_t items = sym::evaluate(launch.items, *binding_);
     if (items <= 0) return; // nothing to do: launch nothing
     int64_t blocks = std::min<int64_t>((items - 1) / launch.itemsPerBlock + 1, INT32_MAX);
+    if (launch.waves > 0) blocks = std::min<int64_t>(blocks, residentBlocks(kernel) * launch.waves);
     // The parameters: buffers' element 0, symbol values, the status word (the
     // vectors are the executor's, reused: a run launches hundreds of kernels).
     pointers_.clear();
@@ -370,6 +371,27 @@ private:
     releaseCopies();
   }
 
+  // How many blocks of the kernel the device holds at once (its SMs times the
+  // blocks an SM fits, by threads, registers and shared memory): a wave.
+  int64_t residentBlocks(uint32_t kernel) {
+    if (resident_.empty()) resident_.assign(plan_.kernels.size(), 0);
+    if (resident_[kernel] == 0) {
+      CUdevice device = 0;
+      int sms = 0, perSM = 0;
+      cudaCheck(driver_.cuDeviceGet(&device, where_.device), "cuDeviceGet");
+      cudaCheck(
+          driver_.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
+          "cuDeviceGetAttribute");
+      const Launch& launch = plan_.launches[kernel];
+      cudaCheck(
+          driver_.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+              &perSM, functions_[kernel], static_cast<int>(launch.threads), launch.sharedBytes),
+          "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+      resident_[kernel] = std::max<int64_t>(int64_t{sms} * perSM, 1);
+    }
+    return resident_[kernel];
+  }
+
   // The artifact's kernel the step's attribute `attr` names.
   CUfunction libraryKernel(const Step& step, const char* attr) {
     for (const ir::Attr& a : step.attrs)
@@ -396,6 +418,7 @@ private:
   const sym::Binding* binding_ = nullptr;
   const std::vector<int64_t>* symbols_ = nullptr;
   std::vector<CUfunction> functions_;
+  std::vector<int64_t> resident_;     // residentBlocks per kernel; 0: not asked yet
   std::vector<CUdeviceptr> pointers_; // runKernel's parameters
   std::vector<int64_t> values_;
   std::vector<void*> args_;

@@ -29,6 +29,7 @@ namespace kiln::runtime {
   X(cuModuleUnload)                                                                                \
   X(cuModuleGetFunction)                                                                           \
   X(cuFuncSetAttribute)                                                                            \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                                   \
   X(cuLaunchKernel)                                                                                \
   X(cuMemAlloc)                                                                                    \
   X(cuMemFree)                                                                                     \

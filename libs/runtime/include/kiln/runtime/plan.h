@@ -65,7 +65,8 @@ struct Step {
 // kernel, rows of a kernel with reductions — `itemsPerBlock` of them to a
 // block of `threads` threads; the kernel's loops are grid-stride, so any grid
 // size is correct: the runtime launches ceil(items / itemsPerBlock) blocks
-// (capped), and none when items is 0.
+// (capped at 2^31 - 1, and at `waves` times the blocks the device holds at
+// once where `waves` is not 0), and none when items is 0.
 //
 // A row kernel with a 16-byte path takes every access of that path as aligned:
 // `aligned` lists them, checked by the runtime per launch. Where one is not,
@@ -94,6 +95,9 @@ struct Launch {
   bool mayFail = false;
   std::vector<AlignedAccess> aligned;
   int32_t unaligned = -1; // the kernel run where an access of `aligned` is not; -1: none
+  // At most this many waves of blocks (the blocks the device holds at once),
+  // each thread looping over more items; 0: one item's worth of blocks each.
+  uint32_t waves = 0;
 };
 
 // Whether every access of `launch.aligned` is aligned, given the buffers' memory
