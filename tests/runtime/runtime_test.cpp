@@ -169,6 +169,39 @@ TEST_F(Runtime, FreedIntermediatesNoLaterBufferTakesGoBackAtOnce) {
   EXPECT_EQ(allocator.live(), 0u);
 }
 
+// A given-up input's memory is taken over by the buffer that may reuse it only where it is
+// 16-byte aligned: a kernel's 16-byte path takes the run's own memory as aligned.
+TEST_F(Runtime, AGivenUpInputIsAdoptedOnlyWhereAligned) {
+  struct Adopting : CountingAllocator {
+    bool adopt(int32_t, void* data, size_t) override {
+      adopted.push_back(data);
+      return true;
+    }
+    void release(void* data) override {
+      if (std::find(adopted.begin(), adopted.end(), data) == adopted.end())
+        CountingAllocator::release(data);
+    }
+    std::vector<void*> adopted;
+  };
+  Plan plan = twoKernels(); // y = 2x may take x's memory
+  plan.buffers[1].reuses = 0;
+  alignas(16) float memory[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (size_t offset : {0, 1}) { // x at memory (aligned), then 4 bytes past it
+    float* x = memory + offset;
+    std::vector<float> given(x, x + 3);
+    Adopting allocator;
+    RunResult r = run(plan, kernels(), {{DType::Float32, x, {3}, {1}}}, allocator);
+    auto* z = static_cast<float*>(r.outputs.at(0).data);
+    EXPECT_EQ(std::vector<float>(z, z + 3),
+              (std::vector<float>{2 * given[0] + 1, 2 * given[1] + 1, 2 * given[2] + 1}));
+    EXPECT_EQ(allocator.adopted, offset == 0 ? std::vector<void*>{x} : std::vector<void*>{});
+    EXPECT_EQ(allocator.allocations, offset == 0 ? 1u : 2u); // z, and y where x is not taken
+    for (void* b : r.buffers) allocator.release(b);
+    EXPECT_EQ(allocator.live(), 0u);
+    std::copy(given.begin(), given.end(), x); // y wrote over x where it took it
+  }
+}
+
 TEST_F(Runtime, AFailingKernelReleasesEverything) {
   std::vector<float> x = {1, 2};
   CountingAllocator allocator;
