@@ -113,13 +113,12 @@ Grads select(RuleContext& c) {
 }
 
 // as_strided: the grad added up per storage element (a scatter over the positions the view
-// reads), then read back with the input's own geometry. Exact for an input whose elements
-// do not overlap; TODO(issue 8): torch's general as_strided_backward for overlapping inputs.
+// reads), then read back with the input's own geometry — divided, where that geometry may
+// read an element more than once (an expanded input), by how many times it does: torch's
+// as_strided_backward shares a storage element's grad among the input elements it is.
 Grads asStrided(RuleContext& c) {
   Ops o{c.g};
   ir::TensorMeta self = c.meta(0), out = c.outMeta();
-  if (!self.isContiguous())
-    throw Error(ErrorCode::Unsupported, "backward of as_strided: only of a contiguous input");
   sym::Expr offset = self.storageOffset;
   const std::string device = ir::toString(self.device);
   if (const AttrValue* a = c.attr("storage_offset")) {
@@ -136,30 +135,44 @@ Grads asStrided(RuleContext& c) {
     return start + 1;
   };
   sym::Expr length = sym::max(last(self, self.storageOffset), last(out, offset));
-  // Each element's storage position: offset + sum_k i_k * stride_k.
-  ir::Shape ones(out.dim(), c.g.symbols().integer(1));
-  ValueId position =
-      o.call("reshape", {o.call("arange", {}, {{"end", offset + 1}, {"start", offset}, {"device", device}})},
-             {{"size", sizesAttr(ones)}});
-  for (size_t k = 0; k < out.dim(); ++k) {
-    ir::Shape along = ones;
-    along[k] = out.sizes[k];
-    ValueId i = o.call("reshape", {o.call("arange", {}, {{"end", out.sizes[k]}, {"device", device}})},
-                       {{"size", sizesAttr(along)}});
-    position = o.add(position, withScalar(c.g, "mul", i, out.strides[k]));
-  }
-  sym::Expr n = ir::numel(out.sizes, c.g.symbols());
-  position = o.call("reshape", {o.call("expand", {position}, {{"size", sizesAttr(out.sizes)}})},
-                    {{"size", sizesAttr({n})}});
-  ValueId flat = o.call("reshape", {*c.grad}, {{"size", sizesAttr({n})}});
+  // Each element's storage position, flat: start + sum_k i_k * stride_k.
+  auto positions = [&](const ir::TensorMeta& m, sym::Expr start) {
+    ir::Shape ones(m.dim(), c.g.symbols().integer(1));
+    ValueId position =
+        o.call("reshape",
+               {o.call("arange", {}, {{"end", start + 1}, {"start", start}, {"device", device}})},
+               {{"size", sizesAttr(ones)}});
+    for (size_t k = 0; k < m.dim(); ++k) {
+      ir::Shape along = ones;
+      along[k] = m.sizes[k];
+      ValueId i =
+          o.call("reshape", {o.call("arange", {}, {{"end", m.sizes[k]}, {"device", device}})},
+                 {{"size", sizesAttr(along)}});
+      position = o.add(position, withScalar(c.g, "mul", i, m.strides[k]));
+    }
+    sym::Expr n = ir::numel(m.sizes, c.g.symbols());
+    return o.call("reshape", {o.call("expand", {position}, {{"size", sizesAttr(m.sizes)}})},
+                  {{"size", sizesAttr({n})}});
+  };
   ir::TensorMeta storage =
       ir::TensorMeta::contiguous(self.dtype, {length}, c.g.symbols(), self.device);
-  ValueId buffer =
-      o.call("scatter_add", {zerosOf(c.g, storage), position, flat}, {{"dim", int64_t{0}}});
-  return {o.call("as_strided", {buffer},
-                 {{"size", sizesAttr(self.sizes)},
-                  {"stride", sizesAttr(self.strides)},
-                  {"storage_offset", self.storageOffset}})};
+  auto perStorageElement = [&](const ir::TensorMeta& m, sym::Expr start, ValueId values) {
+    ValueId flat =
+        o.call("reshape", {values}, {{"size", sizesAttr({ir::numel(m.sizes, c.g.symbols())})}});
+    return o.call("scatter_add", {zerosOf(c.g, storage), positions(m, start), flat},
+                  {{"dim", int64_t{0}}});
+  };
+  auto asSelf = [&](ValueId buffer) {
+    return o.call("as_strided", {buffer},
+                  {{"size", sizesAttr(self.sizes)},
+                   {"stride", sizesAttr(self.strides)},
+                   {"storage_offset", self.storageOffset}});
+  };
+  ValueId grad = asSelf(perStorageElement(out, offset, *c.grad));
+  if (self.isContiguous()) return {grad}; // each storage element read once
+  ValueId ones = o.call(
+      "ones", {}, {{"size", sizesAttr(self.sizes)}, {"dtype", self.dtype}, {"device", device}});
+  return {o.call("div", {grad, asSelf(perStorageElement(self, self.storageOffset, ones))})};
 }
 
 // cat: the grad split back into the inputs' sizes (an empty 1-d input, which

@@ -405,6 +405,20 @@ def test_as_strided(case):
                 storage_offset=offset)
 
 
+# Of an input that is not contiguous: a transposed one reads each storage element once; an
+# expanded one (stride 0) reads one three times, and torch shares its grad among them.
+@pytest.mark.parametrize("case", cases("as_strided", ["transposed", "expanded"]))
+def test_as_strided_of_a_strided_input(case):
+    if case == "transposed":
+        x = leaf(4, 2, layout="t")  # [4, 2] over [2, 4] memory
+        check_grads("as_strided", torch.as_strided, x, size=[3, 2], stride=[1, 3], storage_offset=1)
+    else:
+        x = leaf(4).detach().expand(3, 4).requires_grad_()
+        # finite differences cannot move one of three aliased elements alone
+        check_grads("as_strided", torch.as_strided, x, size=[2, 3], stride=[1, 1], storage_offset=0,
+                    fd=False)
+
+
 # --- data-dependent --------------------------------------------------------
 
 @pytest.mark.parametrize("case", cases("masked_select", [((3, 4), (3, 4)), ((3, 4), (4,)), ((4,), (2, 1))]))
