@@ -197,7 +197,11 @@ public:
     int64_t items = sym::evaluate(launch.items, *binding_);
     if (items <= 0) return; // nothing to do: launch nothing
     int64_t blocks = std::min<int64_t>((items - 1) / launch.itemsPerBlock + 1, INT32_MAX);
-    if (launch.waves > 0) blocks = std::min<int64_t>(blocks, residentBlocks(kernel) * launch.waves);
+    if (launch.waves > 0) {
+      int64_t wave =
+          module_.residentBlocks(where_.device, kernel, launch.threads, launch.sharedBytes);
+      blocks = std::min<int64_t>(blocks, wave * launch.waves);
+    }
     // The parameters: buffers' element 0, symbol values, the status word (the
     // vectors are the executor's, reused: a run launches hundreds of kernels).
     pointers_.clear();
@@ -371,27 +375,6 @@ private:
     releaseCopies();
   }
 
-  // How many blocks of the kernel the device holds at once (its SMs times the
-  // blocks an SM fits, by threads, registers and shared memory): a wave.
-  int64_t residentBlocks(uint32_t kernel) {
-    if (resident_.empty()) resident_.assign(plan_.kernels.size(), 0);
-    if (resident_[kernel] == 0) {
-      CUdevice device = 0;
-      int sms = 0, perSM = 0;
-      cudaCheck(driver_.cuDeviceGet(&device, where_.device), "cuDeviceGet");
-      cudaCheck(
-          driver_.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
-          "cuDeviceGetAttribute");
-      const Launch& launch = plan_.launches[kernel];
-      cudaCheck(
-          driver_.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-              &perSM, functions_[kernel], static_cast<int>(launch.threads), launch.sharedBytes),
-          "cuOccupancyMaxActiveBlocksPerMultiprocessor");
-      resident_[kernel] = std::max<int64_t>(int64_t{sms} * perSM, 1);
-    }
-    return resident_[kernel];
-  }
-
   // The artifact's kernel the step's attribute `attr` names.
   CUfunction libraryKernel(const Step& step, const char* attr) {
     for (const ir::Attr& a : step.attrs)
@@ -418,7 +401,6 @@ private:
   const sym::Binding* binding_ = nullptr;
   const std::vector<int64_t>* symbols_ = nullptr;
   std::vector<CUfunction> functions_;
-  std::vector<int64_t> resident_;     // residentBlocks per kernel; 0: not asked yet
   std::vector<CUdeviceptr> pointers_; // runKernel's parameters
   std::vector<int64_t> values_;
   std::vector<void*> args_;
@@ -491,7 +473,7 @@ void* CudaModule::function(int device, uint32_t index) const {
       throw Error(ErrorCode::Malformed, "runtime: a CUDA artifact without a cubin");
     CUmodule module = nullptr;
     cudaCheck(d.cuModuleLoadData(&module, image_.data()), "cuModuleLoadData");
-    Loaded loaded{module, {}};
+    Loaded loaded{module, {}, {}};
     for (const std::string& name : kernels_) {
       CUfunction fn = nullptr;
       CUresult r = d.cuModuleGetFunction(&fn, module, name.c_str());
@@ -506,6 +488,27 @@ void* CudaModule::function(int device, uint32_t index) const {
     it = loaded_.emplace(device, std::move(loaded)).first;
   }
   return it->second.functions[index];
+}
+
+int64_t CudaModule::residentBlocks(int device, uint32_t index, uint32_t threads,
+                                   uint32_t sharedBytes) const {
+  auto fn = static_cast<CUfunction>(function(device, index));
+  std::lock_guard<std::mutex> lock(mutex_);
+  Loaded& loaded = loaded_.at(device);
+  if (loaded.resident.empty()) loaded.resident.assign(kernels_.size(), 0);
+  if (loaded.resident[index] == 0) {
+    const CudaDriver& d = cudaDriver();
+    CUdevice handle = 0;
+    int sms = 0, perSM = 0;
+    cudaCheck(d.cuDeviceGet(&handle, device), "cuDeviceGet");
+    cudaCheck(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, handle),
+              "cuDeviceGetAttribute");
+    cudaCheck(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, fn, static_cast<int>(threads),
+                                                            sharedBytes),
+              "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    loaded.resident[index] = std::max<int64_t>(int64_t{sms} * perSM, 1);
+  }
+  return loaded.resident[index];
 }
 
 void checkCudaErrors() {

@@ -23,6 +23,9 @@ CudaModule::~CudaModule() = default;
 void* CudaModule::function(int, uint32_t) const {
   unavailable();
 }
+int64_t CudaModule::residentBlocks(int, uint32_t, uint32_t, uint32_t) const {
+  unavailable();
+}
 
 RunResult runCuda(const Plan&, const CudaModule&, const std::vector<Tensor>&, Allocator&,
                   CudaStream, const ConstantSizes*) {

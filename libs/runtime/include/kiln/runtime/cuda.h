@@ -51,11 +51,17 @@ public:
   // Error{Unavailable} without a driver, Error{Internal} for an image the
   // driver rejects, Error{NotFound} for a kernel it lacks.
   void* function(int device, uint32_t index) const;
+  // How many blocks of kernel `index` (of `threads` threads, `sharedBytes` of
+  // dynamic shared memory: its launch's) `device` holds at once: its SMs times
+  // the blocks an SM fits by threads, registers and shared memory. Asked of the
+  // driver once per loaded kernel.
+  int64_t residentBlocks(int device, uint32_t index, uint32_t threads, uint32_t sharedBytes) const;
 
 private:
   struct Loaded {
     void* module = nullptr; // CUmodule
     std::vector<void*> functions;
+    std::vector<int64_t> resident; // residentBlocks per kernel; 0: not asked yet
   };
   std::string image_;
   std::vector<std::string> kernels_;
