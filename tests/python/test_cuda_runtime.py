@@ -372,7 +372,7 @@ LIBRARY_AND_OP = [(library, op) for library in ("cudnn", "kiln") for op in ATTEN
 
 
 @needs_gpu
-@pytest.mark.parametrize("library,op", LIBRARY_AND_OP, 
+@pytest.mark.parametrize("library,op", LIBRARY_AND_OP,
                          ids=[f"{library}-{op}" for library, op in LIBRARY_AND_OP])
 @pytest.mark.parametrize("shape", [(100, 100, 64, True), (64, 200, 32, False), (130, 70, 16, False),
                                    (1, 1, 64, True)], ids=str)
