@@ -335,7 +335,7 @@ class Kept:
                 self._add((name, sizes, strides, address, where), own(base), "bytes", offset)
             else:  # a view of a call input (`offset` is its address): that input is the owner
                 owner = Kept._viewed_input(r, call_inputs)
-                if owner is None or storage_address(owner) in changed:
+                if owner is None or (changed and storage_address(owner) in changed):
                     # the caller writes that input: keep the value it has now
                     view = Compiled._tensor(r, call_inputs).clone()
                     self._add((name, view.shape, view.stride(), view.data_ptr(), view.get_device()),
