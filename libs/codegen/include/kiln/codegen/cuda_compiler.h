@@ -29,9 +29,9 @@ std::string compileCuda(const std::string& code, const std::string& arch);
 // `units` as `groups` texts of about equal weight (the heaviest first into the lightest
 // group; a unit's order kept within a group): a unit weighs its text, but a flash
 // attention kernel's (guarded KILN_FLASH_HELPERS) weighs all of the text, so that it
-// compiles alone where groups allow — its tensor-core loops cost NVRTC several times their text's
-// worth (GPT-2's backward on the H100 machine: ~1 s for the [dk, dv] kernel, and 2.1 s
-// for its group when text alone weighed it).
+// compiles alone where groups allow — its tensor-core loops cost NVRTC several times
+// their text's worth (GPT-2's backward on the H100 machine: ~1 s for the [dk, dv]
+// kernel, and 2.1 s for its group when text alone weighed it).
 std::vector<std::string> groupsOf(const std::vector<std::string>& units, size_t groups);
 
 // The cubin of `prelude` followed by `units` (kernel definitions, each needing only the
