@@ -2,7 +2,8 @@
 
 Each benchmark measures in one run against a baseline measured in the same run,
 and writes bench/results/<name>-<kind>-<date>.json with the date, the machine
-(hostname, nproc, CPU model) and the commit (`dirty` when the tree had changes).
+(hostname, nproc, CPU model) and the commit (`dirty` when the tree had changes; $KILN_COMMIT
+when set, as the GPU machine's runs pass it).
 """
 import contextlib
 import datetime
@@ -67,9 +68,13 @@ def interleaved(a, b, rounds: int, blocks: int = 5) -> tuple:
 
 
 def write_report(name: str, kind: str, out: str | None, config: dict, results: dict, target: dict | None = None):
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True,
-                                text=True).stdout.strip())
+    # $KILN_COMMIT where git cannot tell: the GPU machine's copy of the tree carries stale git
+    # metadata (scripts/device-run)
+    pinned = os.environ.get("KILN_COMMIT")
+    commit = pinned or subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = not pinned and bool(subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True, text=True).stdout.strip())
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")),
                platform.processor())
     now = datetime.datetime.now(datetime.timezone.utc)
