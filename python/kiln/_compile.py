@@ -203,6 +203,8 @@ class CompiledFunction:
         (the tracer saw grad mode and inputs or parameters that require grad), the training
         runner (kiln._train), or an _Eager entry saying why kiln cannot train it."""
         target = ir.target_for(traced.graph)
+        if self._options["emulate_precision_casts"]:
+            target += "+emulate-precision-casts"
         if target.startswith("cuda"):
             host = _host_input(traced)
             if host is not None:  # only 0-d CPU tensors (scalars) mix with CUDA ones, as in torch's ops
@@ -272,6 +274,10 @@ OPTIONS = {
     # Training: the partitioner's trade of recompute for memory, 0 (recompute all it can)
     # to 1 (save everything the backward reads).
     "memory_budget": 0.25,
+    # Round each float16/bfloat16 op's result as eager does, also between ops fused into one
+    # kernel (Inductor's emulate_precision_casts): results bit-equal to eager's where the ops
+    # are; off, a fused chain keeps its intermediates in float32 (faster, closer to exact).
+    "emulate_precision_casts": False,
 }
 
 
@@ -283,6 +289,9 @@ def _checked_options(options: dict | None) -> dict:
     budget = options.get("memory_budget", OPTIONS["memory_budget"])
     if not isinstance(budget, (int, float)) or not 0.0 <= budget <= 1.0:
         raise ValueError(f"kiln.compile: memory_budget must be a number in [0, 1], got {budget!r}")
+    emulate = options.get("emulate_precision_casts", False)
+    if not isinstance(emulate, bool):
+        raise ValueError(f"kiln.compile: emulate_precision_casts must be True or False, got {emulate!r}")
     return {**OPTIONS, **options}
 
 
@@ -322,7 +331,8 @@ def compile(fn_or_module=None, *, dynamic: bool | None = None, fullgraph: bool =
     mode: None/"default", or "reduce-overhead": a CUDA entry's kernels replayed from a CUDA
         graph per input layout (inputs copied into the graph's memory; outputs are copies).
     options: {"memory_budget": 0..1} (training: 0 recomputes all it can in the backward,
-        1 saves everything it reads; default 0.25).
+        1 saves everything it reads; default 0.25), {"emulate_precision_casts": True}
+        (float16/bfloat16 results rounded between fused ops as eager rounds them).
     stack: a kiln.Stack (default: the running stack, or one started for this process).
     """
     settings = dict(dynamic=dynamic, fullgraph=fullgraph, mode=mode, options=options, stack=stack)

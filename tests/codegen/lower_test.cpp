@@ -1420,6 +1420,31 @@ TEST_F(Lower, RowKernelsTakeTwoVectorsOfTheStoredRowAThread) {
   EXPECT_EQ(threadsOf(DType::Float32, 4096, 16384), std::make_pair(1024u, 1u));
 }
 
+// Target modifier +emulate-precision-casts (Inductor's emulate_precision_casts): a fused
+// chain of bf16 ops rounds each op's result as eager does between ops; by default the chain
+// keeps its intermediates in f32 (one rounding, at the store).
+TEST_F(Lower, EmulatedPrecisionCastsRoundBetweenFusedHalfOps) {
+  ValueId x = input("x", DType::BFloat16, ints({64}));
+  ValueId y = input("y", DType::BFloat16, ints({64}));
+  graph.setOutputs({graph.call("mul", {graph.call("add", {x, y}), y})});
+  auto code = [&](const std::string& target) {
+    Program p = lower(graph, lowerOptions(parseTarget(target)));
+    return std::make_pair(emitCpu(p, schedule(p)).code, emitCuda(p, schedule(p)).code);
+  };
+  auto [cpuFolded, cudaFolded] = code("cpu");
+  auto [cpuRounded, cudaRounded] = code("cpu+emulate-precision-casts");
+  // the sum rounded to bf16 and back before the product (kiln_round_b), on every path
+  EXPECT_GT(occurrences(cudaRounded, "kiln_round_b("), occurrences(cudaFolded, "kiln_round_b("))
+      << cudaRounded;
+  EXPECT_GT(occurrences(cpuRounded, "kiln_round_b("), occurrences(cpuFolded, "kiln_round_b("))
+      << cpuRounded;
+  EXPECT_EQ(parseTarget("cuda+deterministic+emulate-precision-casts").name(),
+            "cuda:sm_90+deterministic+emulate-precision-casts");
+  EXPECT_EQ(parseTarget("cpu+emulate-precision-casts").name(), "cpu+emulate-precision-casts");
+  EXPECT_THROW(parseTarget("cpu+emulate-precision-casts+deterministic"), Error);
+  // (Results against eager's: test_kiln_compile.py's emulate_precision_casts test.)
+}
+
 // A flat kernel of 16-bit elements (8 a 16-byte vector) runs at most 8 waves of blocks, each
 // thread looping (bf16 gelu(x*a+b)*sigmoid(x) on an H100: 92 -> 98% of the copy); f32's and
 // row kernels launch an item's worth of blocks each.

@@ -38,6 +38,27 @@ def test_compiles_once_and_matches_eager(stack):
     assert entries(fast) == 1
 
 
+# options={"emulate_precision_casts": True} (Inductor's option of that name): a fused chain of
+# bfloat16 ops rounds each op's result as eager does, so the result is eager's bit for bit;
+# by default the chain keeps its intermediates in float32 (one rounding, at the store).
+def test_emulate_precision_casts_rounds_between_fused_ops_as_eager(stack):
+    def f(x, y, z):
+        return ((x + y) * z - x) * y
+
+    torch.manual_seed(0)
+    x, y, z = (torch.randn(4096, dtype=torch.bfloat16) for _ in range(3))
+    rounded = kiln.compile(f, stack=stack, options={"emulate_precision_casts": True})
+    fused = kiln.compile(f, stack=stack)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # kiln's "runs eagerly" warnings: compiled or failed
+        assert torch.equal(rounded(x, y, z), f(x, y, z))
+        assert not torch.equal(fused(x, y, z), f(x, y, z))  # intermediates in f32: one rounding
+    assert entries(rounded) == entries(fused) == 1
+    assert not rounded.fallback_reasons and not fused.fallback_reasons
+    with pytest.raises(ValueError, match="emulate_precision_casts"):
+        kiln.compile(f, stack=stack, options={"emulate_precision_casts": 1})
+
+
 def test_a_dtype_change_recompiles_once(stack):
     def f(x):
         return x.sin() + x

@@ -91,22 +91,29 @@ std::string artifactKey(const ir::Graph& graph, const std::string& target) {
 }
 
 Target parseTarget(const std::string& target) {
-  const std::string suffix = "+deterministic";
-  bool deterministic = target.size() > suffix.size() &&
-                       target.compare(target.size() - suffix.size(), suffix.size(), suffix) == 0;
-  std::string name = deterministic ? target.substr(0, target.size() - suffix.size()) : target;
-  if (name == "cpu") return {false, "", false};
-  if (name == "cuda") return {true, "sm_90", deterministic};
+  std::string name = target;
+  auto strip = [&name](const std::string& suffix) {
+    bool has = name.size() > suffix.size() &&
+               name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    if (has) name.resize(name.size() - suffix.size());
+    return has;
+  };
+  bool emulate = strip("+emulate-precision-casts");
+  bool deterministic = strip("+deterministic");
+  if (name == "cpu") return {false, "", false, emulate}; // the CPU's scatters are in order
+  if (name == "cuda") return {true, "sm_90", deterministic, emulate};
   if (name.rfind("cuda:sm_", 0) == 0 && name.size() > 8 &&
       name.find_first_not_of("0123456789a", 8) == std::string::npos)
-    return {true, name.substr(5), deterministic};
-  throw Error(ErrorCode::Unsupported, "codegen: unknown target '" + target +
-                                          "' (have: cpu, cuda, cuda:sm_NN, each with an "
-                                          "optional +deterministic)");
+    return {true, name.substr(5), deterministic, emulate};
+  throw Error(ErrorCode::Unsupported,
+              "codegen: unknown target '" + target +
+                  "' (have: cpu, cuda, cuda:sm_NN, each with an optional "
+                  "+deterministic, then any with an optional +emulate-precision-casts)");
 }
 
 LowerOptions lowerOptions(const Target& target) {
   LowerOptions options;
+  options.emulatePrecisionCasts = target.emulatePrecisionCasts;
   if (target.cuda) { // cuBLASLt multiplies every floating dtype; addmm's bias in its epilogue
     options.externOps.insert("addmm");
     options.externProductDTypes = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};

@@ -95,17 +95,15 @@ Scalar where(Scalar condition, Scalar a, Scalar b) {
   return make(std::move(n));
 }
 
-Scalar cast(DType dtype, Scalar arg) {
+Scalar cast(DType dtype, Scalar arg, bool foldRoundTrip) {
   if (arg->dtype == dtype) return arg;
-  // TODO(issue 7): an option (Inductor's emulate_precision_casts) to keep eager's rounding.
   bool half = arg->dtype == DType::Float16 || arg->dtype == DType::BFloat16;
-  if (half && arg->kind == ScalarKind::Cast && arg->args[0]->dtype == dtype)
+  if (foldRoundTrip && half && arg->kind == ScalarKind::Cast && arg->args[0]->dtype == dtype)
     return arg->args[0];
   ScalarNode n = nodeOf(ScalarKind::Cast, dtype);
   n.args = {std::move(arg)};
   return make(std::move(n));
 }
-
 
 Scalar philox(Scalar seed, Scalar counter) {
   ScalarNode n = nodeOf(ScalarKind::Philox, DType::Float64);

@@ -116,6 +116,12 @@ public:
   Lowering(const ir::Graph& graph, const LowerOptions& options)
       : graph_(&graph), table_(graph.symbols()), options_(options) {}
 
+  // Every cast of the lowering: a value rounded to f16/bf16 and read back stays
+  // rounded under LowerOptions::emulatePrecisionCasts (loop_ir's cast folds it).
+  Scalar cast(DType dtype, Scalar arg) const {
+    return codegen::cast(dtype, std::move(arg), !options_.emulatePrecisionCasts);
+  }
+
   Program run() {
     countUses();
     findWrittenStorage();

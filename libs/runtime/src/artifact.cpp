@@ -361,9 +361,9 @@ std::shared_ptr<LoadedArtifact> LoadedArtifact::load(std::string_view bytes, con
     loaded->module_ = std::make_shared<CudaModule>(a.library, a.plan.kernels);
     return loaded;
   }
-  if (a.target != "cpu")
-    throw Error(ErrorCode::Unsupported,
-                "runtime: an artifact for target '" + a.target + "' (have: cpu, cuda:sm_NN)");
+  if (a.target != "cpu" && a.target.rfind("cpu+", 0) != 0) // "+modifiers" of codegen's target
+    throw Error(ErrorCode::Unsupported, "runtime: an artifact for target '" + a.target +
+                                            "' (have: cpu, cuda:sm_NN, each with +modifiers)");
   if (!a.plan.kernels.empty()) {
     std::string path = dir + "/" + keyFileName(a.key) + ".so";
     if (::access(path.c_str(), R_OK) != 0) { // written once, atomically

@@ -18,12 +18,18 @@ struct Target {
   // "+deterministic" (torch.use_deterministic_algorithms): scatters add in
   // order on CUDA (LowerOptions::unorderedScatter off). The CPU always does.
   bool deterministic = false;
+  // "+emulate-precision-casts" (Inductor's option of that name): a fused
+  // kernel rounds each f16/bf16 op's result as eager does between ops
+  // (LowerOptions::emulatePrecisionCasts).
+  bool emulatePrecisionCasts = false;
   std::string name() const {
-    return cuda ? "cuda:" + arch + (deterministic ? "+deterministic" : "") : "cpu";
+    return (cuda ? "cuda:" + arch + (deterministic ? "+deterministic" : "") : "cpu") +
+           (emulatePrecisionCasts ? "+emulate-precision-casts" : "");
   }
 };
 // "cpu", "cuda" (sm_90) or "cuda:sm_NN", each optionally followed by
-// "+deterministic". Error{Unsupported} for an unknown name.
+// "+deterministic", then any of them by "+emulate-precision-casts".
+// Error{Unsupported} for an unknown name.
 Target parseTarget(const std::string& target);
 
 // What `target` runs as library calls (lower.h).

@@ -78,8 +78,9 @@ Scalar where(Scalar condition, Scalar a, Scalar b); // dtype of a (and b)
 // to f16/bf16 and converted straight back to the dtype it was computed in is
 // that value unrounded: a fused chain of half-precision ops (to_dtype's too)
 // keeps its intermediates in f32, as Inductor does (its
-// emulate_precision_casts off); what a buffer stores rounds.
-Scalar cast(DType dtype, Scalar arg);
+// emulate_precision_casts off); what a buffer stores rounds. `foldRoundTrip`
+// false keeps the rounding (LowerOptions::emulatePrecisionCasts).
+Scalar cast(DType dtype, Scalar arg, bool foldRoundTrip = true);
 Scalar philox(Scalar seed, Scalar counter);
 
 // The scalar with index variables replaced (loads' indices and IndexOf values).

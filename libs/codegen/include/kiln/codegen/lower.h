@@ -56,6 +56,11 @@ struct LowerOptions {
   // chunks of its rows, enough of them to fill a GPU, then the reduction of
   // those (Inductor's split reductions; CUDA).
   bool splitReductions = false;
+  // Each f16/bf16 op's result rounded to its dtype where a later op of the
+  // kernel reads it, as eager rounds between ops (Inductor's
+  // emulate_precision_casts). Off: a value cast to f16/bf16 and back is the
+  // f32 value, unrounded (Inductor's default; faster, and closer to exact).
+  bool emulatePrecisionCasts = false;
 };
 
 // Error{Unsupported} naming the first op without a lowering yet.
