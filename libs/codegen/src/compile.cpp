@@ -163,7 +163,8 @@ runtime::Artifact compileArtifact(const ir::Graph& graph, const std::string& tar
     lap("emit");
     std::string groups;
     if (!source.kernels.empty())
-      artifact.library = compileCuda(source.prelude, source.units, parsed.arch, &groups);
+      artifact.library =
+          compileCuda(source.prelude, source.units, parsed.arch, &groups, source.aloneUnits);
     lap("nvrtc");
     if (!groups.empty()) phases += " in " + groups;
     done(source.kernels.size());

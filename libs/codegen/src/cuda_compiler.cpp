@@ -28,14 +28,13 @@ std::vector<std::string> cudaCompilerOptions(const std::string& arch) {
           "--split-compile=0", "--minimal"};
 }
 
-std::vector<std::string> groupsOf(const std::vector<std::string>& units, size_t groups) {
+std::vector<std::string> groupsOf(const std::vector<std::string>& units, size_t groups,
+                                  const std::set<size_t>& alone) {
   size_t total = 0;
   for (const std::string& u : units) total += u.size();
   std::vector<size_t> weight;
-  for (const std::string& u : units)
-    weight.push_back(u.find("#ifndef KILN_FLASH_HELPERS") != std::string::npos
-                         ? std::max(u.size(), total)
-                         : u.size());
+  for (size_t k = 0; k < units.size(); ++k)
+    weight.push_back(alone.count(k) ? std::max(units[k].size(), total) : units[k].size());
   std::vector<size_t> order(units.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
@@ -187,7 +186,8 @@ void warmUpCudaCompiler() {
 }
 
 std::string compileCuda(const std::string& prelude, const std::vector<std::string>& units,
-                        const std::string& arch, std::string* report) {
+                        const std::string& arch, std::string* report,
+                        const std::set<size_t>& alone) {
   if (report) report->clear();
 #ifdef KILN_HAVE_NVJITLINK
   size_t groups = std::min<size_t>(compileThreads(), units.size());
@@ -196,7 +196,7 @@ std::string compileCuda(const std::string& prelude, const std::vector<std::strin
     std::vector<std::string> options = cudaCompilerOptions(arch);
     options.erase(std::remove(options.begin(), options.end(), "--split-compile=0"), options.end());
     options.push_back("--relocatable-device-code=true");
-    std::vector<std::string> texts = groupsOf(units, groups), cubins(groups);
+    std::vector<std::string> texts = groupsOf(units, groups, alone), cubins(groups);
     std::vector<std::exception_ptr> failures(groups);
     std::vector<double> millis(groups, 0.0);
     std::vector<std::thread> threads;

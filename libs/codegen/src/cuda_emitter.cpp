@@ -1170,6 +1170,7 @@ CudaSource emitCuda(const Program& program, const Schedule& schedule) {
     code << definition;
     // A unit each, with the helpers (internal linkage): NVRTC compiles the
     // kernels of attention's backward (0.05-0.65 s each) on CPUs of their own.
+    out.aloneUnits.insert(out.units.size());
     out.units.push_back(detail::flashAttentionSource() + definition);
     runtime::Launch launch;
     launch.items = none;

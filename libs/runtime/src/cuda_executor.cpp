@@ -335,44 +335,34 @@ private:
 
   // A 16-byte path without a twin where an input's memory is not aligned (a
   // view at an odd storage offset): the launch reads a copy of that input (its
-  // bytes from element 0 to its last element) in memory of the allocator,
-  // released after it in stream order. Other memory is the run's, aligned by
-  // the Allocator's contract: a failing access there is an Error.
+  // bytes from element 0 to its last element) in scratch memory, released after
+  // it in stream order. Other memory is the run's, aligned by the Allocator's
+  // contract: a failing access there is an Error.
   void runOnAlignedCopies(uint32_t kernel, char* const* buffers) {
     const Launch& launch = plan_.launches[kernel];
     std::vector<char*> mended(buffers, buffers + plan_.buffers.size());
-    std::vector<void*> copies;
-    auto releaseCopies = [&] {
-      for (void* copy : copies) allocator_.release(copy);
-    };
-    try {
-      for (const AlignedAccess& a : launch.aligned) {
-        auto id = static_cast<size_t>(a.buffer);
-        if (a.buffer < 0 || mended[id] != buffers[id] ||
-            reinterpret_cast<uintptr_t>(buffers[id]) % a.bytes == 0)
-          continue;
-        const PlanBuffer& b = plan_.buffers.at(id);
-        if (b.input < 0)
-          throw Error(ErrorCode::Internal, "runtime: " + plan_.kernels[kernel] + " takes " +
-                                               b.name + " as " + std::to_string(a.bytes) +
-                                               "-byte aligned, and its memory is not");
-        size_t bytes = bytesOf(b.layout, *binding_);
-        void* copy = allocator_.allocate(bytes);
-        copies.push_back(copy);
-        cudaCheck(driver_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(copy),
-                                        reinterpret_cast<CUdeviceptr>(buffers[id]), bytes, stream_),
-                  "cuMemcpyAsync");
-        mended[id] = static_cast<char*>(copy);
-      }
-      if (!alignedInRun(launch, mended.data(), *binding_))
-        throw Error(ErrorCode::Internal, "runtime: " + plan_.kernels[kernel] +
-                                             " has an unaligned access no copy mends, and no twin");
-      runKernel(kernel, mended.data());
-    } catch (...) {
-      releaseCopies();
-      throw;
+    std::deque<detail::Scratch> copies;
+    for (const AlignedAccess& a : launch.aligned) {
+      auto id = static_cast<size_t>(a.buffer);
+      if (a.buffer < 0 || mended[id] != buffers[id] ||
+          reinterpret_cast<uintptr_t>(buffers[id]) % a.bytes == 0)
+        continue;
+      const PlanBuffer& b = plan_.buffers.at(id);
+      if (b.input < 0)
+        throw Error(ErrorCode::Internal, "runtime: " + plan_.kernels[kernel] + " takes " + b.name +
+                                             " as " + std::to_string(a.bytes) +
+                                             "-byte aligned, and its memory is not");
+      size_t bytes = bytesOf(b.layout, *binding_);
+      void* copy = copies.emplace_back(allocator_, bytes).data;
+      cudaCheck(driver_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(copy),
+                                      reinterpret_cast<CUdeviceptr>(buffers[id]), bytes, stream_),
+                "cuMemcpyAsync");
+      mended[id] = static_cast<char*>(copy);
     }
-    releaseCopies();
+    if (!alignedInRun(launch, mended.data(), *binding_))
+      throw Error(ErrorCode::Internal, "runtime: " + plan_.kernels[kernel] +
+                                           " has an unaligned access no copy mends, and no twin");
+    runKernel(kernel, mended.data());
   }
 
   // The artifact's kernel the step's attribute `attr` names.

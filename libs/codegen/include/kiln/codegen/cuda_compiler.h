@@ -2,6 +2,7 @@
 // libs/runtime's). Needs no GPU: CI compiles every generated kernel this way.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,12 +28,10 @@ void warmUpCudaCompiler();
 std::string compileCuda(const std::string& code, const std::string& arch);
 
 // `units` as `groups` texts of about equal weight (the heaviest first into the lightest
-// group; a unit's order kept within a group): a unit weighs its text, but a flash
-// attention kernel's (guarded KILN_FLASH_HELPERS) weighs all of the text, so that it
-// compiles alone where groups allow — its tensor-core loops cost NVRTC several times
-// their text's worth (GPT-2's backward on the H100 machine: ~1 s for the [dk, dv]
-// kernel, and 2.1 s for its group when text alone weighed it).
-std::vector<std::string> groupsOf(const std::vector<std::string>& units, size_t groups);
+// group; a unit's order kept within a group): a unit weighs its text, one of `alone`
+// (indices) all of the text, so that it compiles in a group of its own where groups allow.
+std::vector<std::string> groupsOf(const std::vector<std::string>& units, size_t groups,
+                                  const std::set<size_t>& alone = {});
 
 // The cubin of `prelude` followed by `units` (kernel definitions, each needing only the
 // prelude). With nvJitLink and several CPUs, the units go in groups of about equal text,
@@ -41,8 +40,10 @@ std::vector<std::string> groupsOf(const std::vector<std::string>& units, size_t 
 // 16 CPUs). Otherwise one program, as compileCuda(code, arch). Errors as compileCuda's
 // (the failing group's source in the detail); a failed link is Error{Internal} with
 // nvJitLink's log. `report`, when given, is set to how the time went ("4 groups: slowest
-// 210 ms, all 700 ms, link 3 ms"; "" for one program): the compile log's.
+// 210 ms, all 700 ms, link 3 ms"; "" for one program): the compile log's. `alone`: the
+// units to compile in groups of their own (groupsOf).
 std::string compileCuda(const std::string& prelude, const std::vector<std::string>& units,
-                        const std::string& arch, std::string* report = nullptr);
+                        const std::string& arch, std::string* report = nullptr,
+                        const std::set<size_t>& alone = {});
 
 } // namespace kiln::codegen

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,11 @@ struct CudaSource {
   std::string code;                      // the whole file: cudaPrelude(), then `units`
   std::string prelude;                   // what every unit needs
   std::vector<std::string> units;        // each kernel's definition (flash's: with helpers)
+  // Units to compile in groups of their own (compileCuda): flash attention's kernels,
+  // whose tensor-core loops cost NVRTC several times their text's worth (GPT-2's
+  // backward on the H100 machine: ~1 s for the [dk, dv] kernel, 2.1 s for its group
+  // when text alone weighed it).
+  std::set<size_t> aloneUnits;
   std::vector<std::string> kernels;      // the function each schedule kernel launches, by index
   std::vector<sym::Expr> symbols;        // the size symbols the kernels read, in slot order
   std::vector<runtime::Launch> launches; // one per kernel
