@@ -73,6 +73,23 @@ def test_a_cuda_call_compiles_for_the_gpu_and_matches_eager(stack):
 
 
 @needs_gpu
+def test_emulate_precision_casts_rounds_between_fused_ops_on_the_gpu(stack):
+    # As on the CPU (test_kiln_compile.py): with the option a fused bf16 chain is eager's bit
+    # for bit; without it the chain keeps its intermediates in float32.
+    def f(x, y, z):
+        return ((x + y) * z - x) * y
+
+    torch.manual_seed(0)
+    x, y, z = (torch.randn(1 << 16, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    rounded = kiln.compile(f, stack=stack, options={"emulate_precision_casts": True})
+    fused = kiln.compile(f, stack=stack)
+    assert torch.equal(rounded(x, y, z), f(x, y, z))
+    assert not torch.equal(fused(x, y, z), f(x, y, z))
+    assert runner_of(rounded).compiled.target.endswith("+emulate-precision-casts")
+    assert not rounded.fallback_reasons and not fused.fallback_reasons
+
+
+@needs_gpu
 def test_long_softmax_rows_match_eager(stack):
     # Rows of a vocabulary's length (looped, not kept in registers); infinities and NaNs
     # come out as eager's.
