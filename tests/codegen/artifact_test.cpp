@@ -11,6 +11,7 @@
 #include "kiln/codegen/compile.h"
 #include "kiln/codegen/cuda_compiler.h"
 #include "kiln/codegen/cuda_emitter.h"
+#include "kiln/codegen/flash_kernels.h"
 #include "kiln/common/error.h"
 #include "kiln/ir/interpreter.h"
 #include "kiln/sym/symbol_table.h"
@@ -175,7 +176,8 @@ TEST(Artifact, AKernelMayWriteOverAnInputItReadsLast) {
 }
 
 // Groups of about equal text, the largest units first; a unit to compile alone (a flash
-// attention kernel's, CudaSource::aloneUnits) weighs all of the text.
+// attention kernel's the build did not compile, CudaSource::flashUnits) weighs all of the
+// text.
 TEST(Artifact, FlashKernelsCompileInGroupsOfTheirOwn) {
   std::string flash = "#ifndef KILN_FLASH_HELPERS\n/* helpers */\n#endif\nvoid flash();\n";
   std::vector<std::string> units = {std::string(300, 'a'), flash + "1",
@@ -195,6 +197,43 @@ TEST(Artifact, FlashKernelsCompileInGroupsOfTheirOwn) {
   // Without flash units: text alone, in the file's order within a group.
   std::vector<std::string> two = groupsOf({"x", std::string(5, 'y'), std::string(3, 'z')}, 2);
   EXPECT_EQ(two, (std::vector<std::string>{"yyyyy", "xzzz"}));
+}
+
+// Flash attention's kernels come compiled by the build for KILN_FLASH_PREBUILT_ARCHS
+// (sm_90 by default): an artifact for sm_90 links those it calls (its cubin has them),
+// one for another arch compiles them from their units as before.
+TEST(Artifact, FlashKernelsComeCompiledByTheBuild) {
+  if (!haveNvrtc() || !haveNvJitLink()) GTEST_SKIP() << "built without NVRTC and nvJitLink";
+  std::vector<std::string> kernels = flashAttentionKernels();
+  EXPECT_EQ(kernels.size(), 72u); // 4 kinds x 2 masks + delta, of 4 head sizes and 2 dtypes
+  for (const std::string& k : kernels) {
+    std::string_view cubin = prebuiltFlashKernel(k, "sm_90");
+    ASSERT_GT(cubin.size(), 4u) << k;
+    EXPECT_EQ(cubin.substr(0, 4), "\x7f"
+                                  "ELF")
+        << k;
+    EXPECT_NE(cubin.find(k), std::string_view::npos) << k;
+    EXPECT_TRUE(prebuiltFlashKernel(k, "sm_80").empty()) << k;
+  }
+  EXPECT_TRUE(prebuiltFlashKernel("kiln_flash_fwd_d128_bf16", "sm_90").empty());
+
+  sym::SymbolTable table;
+  ir::Graph graph(table);
+  ir::Shape shape = {table.integer(2), table.integer(3), table.integer(40), table.integer(16)};
+  std::vector<ir::ValueId> qkv;
+  for (const char* name : {"q", "k", "v"})
+    qkv.push_back(graph.placeholder(
+        name, ir::Value(ir::TensorMeta::contiguous(DType::Float16, shape, table))));
+  ir::ValueId out = graph.call("attention_lse", qkv);
+  graph.setOutputs({graph.call("mul", {out, out})});
+  for (const char* target : {"cuda:sm_90", "cuda:sm_80"}) {
+    runtime::Artifact a = compileArtifact(graph, target, tempDir());
+    EXPECT_NE(a.plan.kernels.size(), 0u);
+    for (const std::string& k : a.plan.kernels)
+      EXPECT_NE(a.library.find(k), std::string::npos)
+          << target << ": " << k << " is not in the cubin";
+    EXPECT_NE(a.library.find("kiln_flash_lse_d16_f16"), std::string::npos) << target;
+  }
 }
 
 // A file of several kernel functions compiles in groups on threads of their own (with

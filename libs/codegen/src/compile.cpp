@@ -1,12 +1,15 @@
 #include "kiln/codegen/compile.h"
 
+#include "flash_attention.h"
 #include "fnv.h"
 
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <string_view>
 
 #include "kiln/codegen/cpu_compiler.h"
 #include "kiln/codegen/cpu_emitter.h"
@@ -162,9 +165,25 @@ runtime::Artifact compileArtifact(const ir::Graph& graph, const std::string& tar
     artifact.source = source.code;
     lap("emit");
     std::string groups;
-    if (!source.kernels.empty())
-      artifact.library =
-          compileCuda(source.prelude, source.units, parsed.arch, &groups, source.aloneUnits);
+    if (!source.kernels.empty()) {
+      // Flash kernels kiln's build compiled for this arch are linked, the rest compiled.
+      std::vector<std::string> units;
+      std::set<size_t> alone;
+      std::vector<std::string_view> prebuilt;
+      for (size_t u = 0; u < source.units.size(); ++u) {
+        auto flash = source.flashUnits.find(u);
+        std::string_view cubin = flash == source.flashUnits.end()
+                                     ? std::string_view()
+                                     : prebuiltFlashKernel(flash->second, parsed.arch);
+        if (!cubin.empty()) {
+          prebuilt.push_back(cubin);
+          continue;
+        }
+        if (flash != source.flashUnits.end()) alone.insert(units.size());
+        units.push_back(source.units[u]);
+      }
+      artifact.library = compileCuda(source.prelude, units, parsed.arch, &groups, alone, prebuilt);
+    }
     lap("nvrtc");
     if (!groups.empty()) phases += " in " + groups;
     done(source.kernels.size());

@@ -63,6 +63,14 @@ bool haveNvrtc() {
   return true;
 }
 
+bool haveNvJitLink() {
+#ifdef KILN_HAVE_NVJITLINK
+  return true;
+#else
+  return false;
+#endif
+}
+
 std::string nvrtcVersion() {
   int major = 0, minor = 0;
   ::nvrtcVersion(&major, &minor);
@@ -120,7 +128,7 @@ struct Linker {
 };
 
 // One cubin of relocatable ones (each a group's kernels).
-std::string link(const std::vector<std::string>& cubins, const std::string& arch) {
+std::string link(const std::vector<std::string_view>& cubins, const std::string& arch) {
   Linker linker;
   std::string option = "-arch=" + arch;
   const char* options[] = {option.c_str()};
@@ -140,8 +148,8 @@ std::string link(const std::vector<std::string>& cubins, const std::string& arch
   check(nvJitLinkCreate(&linker.handle, 1, options), "create");
   for (size_t k = 0; k < cubins.size(); ++k)
     check(nvJitLinkAddData(linker.handle, NVJITLINK_INPUT_CUBIN, cubins[k].data(), cubins[k].size(),
-                           ("group" + std::to_string(k)).c_str()),
-          "adding a group's cubin");
+                           ("cubin" + std::to_string(k)).c_str()),
+          "adding a cubin");
   check(nvJitLinkComplete(linker.handle), "linking");
   size_t size = 0;
   check(nvJitLinkGetLinkedCubinSize(linker.handle, &size), "the linked size");
@@ -170,6 +178,15 @@ size_t compileThreads() {
 }
 #endif
 
+// A program whose kernels link into another cubin (nvJitLink): on the calling
+// thread alone (the caller runs several).
+std::vector<std::string> relocatableOptions(const std::string& arch) {
+  std::vector<std::string> options = cudaCompilerOptions(arch);
+  options.erase(std::remove(options.begin(), options.end(), "--split-compile=0"), options.end());
+  options.push_back("--relocatable-device-code=true");
+  return options;
+}
+
 } // namespace
 
 std::string compileCuda(const std::string& code, const std::string& arch) {
@@ -186,16 +203,15 @@ void warmUpCudaCompiler() {
 }
 
 std::string compileCuda(const std::string& prelude, const std::vector<std::string>& units,
-                        const std::string& arch, std::string* report,
-                        const std::set<size_t>& alone) {
+                        const std::string& arch, std::string* report, const std::set<size_t>& alone,
+                        const std::vector<std::string_view>& linked) {
   if (report) report->clear();
 #ifdef KILN_HAVE_NVJITLINK
   size_t groups = std::min<size_t>(compileThreads(), units.size());
-  if (groups > 1) {
-    // Each group one thread's program: relocatable, so the groups link into one cubin.
-    std::vector<std::string> options = cudaCompilerOptions(arch);
-    options.erase(std::remove(options.begin(), options.end(), "--split-compile=0"), options.end());
-    options.push_back("--relocatable-device-code=true");
+  if (groups > 1 || !linked.empty()) {
+    // Each group one thread's program: relocatable, so the groups (and the
+    // cubins kiln's build compiled) link into one cubin.
+    std::vector<std::string> options = relocatableOptions(arch);
     std::vector<std::string> texts = groupsOf(units, groups, alone), cubins(groups);
     std::vector<std::exception_ptr> failures(groups);
     std::vector<double> millis(groups, 0.0);
@@ -214,24 +230,42 @@ std::string compileCuda(const std::string& prelude, const std::vector<std::strin
     for (const std::exception_ptr& failure : failures)
       if (failure) std::rethrow_exception(failure);
     auto linking = std::chrono::steady_clock::now();
-    std::string cubin = link(cubins, arch);
-    if (report)
-      *report = std::to_string(groups) + " groups: slowest " +
-                std::to_string(std::lround(*std::max_element(millis.begin(), millis.end()))) +
-                " ms, all " +
-                std::to_string(std::lround(std::accumulate(millis.begin(), millis.end(), 0.0))) +
-                " ms, link " + std::to_string(std::lround(millisSince(linking))) + " ms";
+    std::vector<std::string_view> inputs(cubins.begin(), cubins.end());
+    inputs.insert(inputs.end(), linked.begin(), linked.end());
+    std::string cubin = link(inputs, arch);
+    if (report) {
+      if (groups > 0)
+        *report = std::to_string(groups) + (groups == 1 ? " group" : " groups") + ": slowest " +
+                  std::to_string(std::lround(*std::max_element(millis.begin(), millis.end()))) +
+                  " ms, all " +
+                  std::to_string(std::lround(std::accumulate(millis.begin(), millis.end(), 0.0))) +
+                  " ms, ";
+      if (!linked.empty()) *report += std::to_string(linked.size()) + " prebuilt, ";
+      *report += "link " + std::to_string(std::lround(millisSince(linking))) + " ms";
+    }
     return cubin;
   }
+#else
+  if (!linked.empty())
+    throw Error(ErrorCode::Internal,
+                "codegen: kiln was built without nvJitLink: no cubin to link kernels into");
 #endif
   std::string code = prelude;
   for (const std::string& u : units) code += u;
   return compileCuda(code, arch);
 }
 
+std::string compileCudaRelocatable(const std::string& code, const std::string& arch) {
+  return compileProgram(code, relocatableOptions(arch), arch);
+}
+
 #else
 
 bool haveNvrtc() {
+  return false;
+}
+
+bool haveNvJitLink() {
   return false;
 }
 
@@ -248,7 +282,12 @@ std::string compileCuda(const std::string&, const std::string& arch) {
 }
 
 std::string compileCuda(const std::string&, const std::vector<std::string>&,
-                        const std::string& arch, std::string*) {
+                        const std::string& arch, std::string*, const std::set<size_t>&,
+                        const std::vector<std::string_view>&) {
+  return compileCuda(std::string(), arch);
+}
+
+std::string compileCudaRelocatable(const std::string&, const std::string& arch) {
   return compileCuda(std::string(), arch);
 }
 

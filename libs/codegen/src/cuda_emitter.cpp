@@ -1168,10 +1168,10 @@ CudaSource emitCuda(const Program& program, const Schedule& schedule) {
   for (const auto& [name, none] : flash) {
     std::string definition = "\n" + detail::flashAttentionDefinition(name);
     code << definition;
-    // A unit each, with the helpers (internal linkage): NVRTC compiles the
-    // kernels of attention's backward (0.05-0.65 s each) on CPUs of their own.
-    out.aloneUnits.insert(out.units.size());
-    out.units.push_back(detail::flashAttentionSource() + definition);
+    // A unit each, with the helpers (internal linkage): prebuilt, or compiled by
+    // NVRTC on a CPU of its own (attention's backward: 0.05-0.65 s a kernel).
+    out.flashUnits.emplace(out.units.size(), name);
+    out.units.push_back(detail::flashAttentionUnit(name));
     runtime::Launch launch;
     launch.items = none;
     launch.threads = 128;

@@ -640,4 +640,25 @@ KILN_FN void row_delta(const uint16_t* __restrict__ g, const uint16_t* __restric
   return source;
 }
 
+std::string flashAttentionUnit(const std::string& kernel) {
+  return flashAttentionSource() + "\n" + flashAttentionDefinition(kernel);
+}
+
 } // namespace kiln::codegen::detail
+
+namespace kiln::codegen {
+
+std::vector<std::string> flashAttentionKernels() {
+  std::vector<std::string> names;
+  for (int embed : {16, 32, 48, 64})
+    for (const char* dtype : {"_f16", "_bf16"}) {
+      std::string tail = "_d" + std::to_string(embed) + dtype;
+      names.push_back("kiln_flash_delta" + tail);
+      for (const char* kind : {"fwd", "lse", "dq", "dkv"})
+        for (const char* causal : {"", "_causal"})
+          names.push_back(std::string("kiln_flash_") + kind + tail + causal);
+    }
+  return names;
+}
+
+} // namespace kiln::codegen

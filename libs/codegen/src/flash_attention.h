@@ -31,6 +31,7 @@
 
 #include <string>
 
+#include "kiln/codegen/flash_kernels.h"
 #include "kiln/ir/graph.h"
 
 namespace kiln::codegen::detail {
@@ -56,5 +57,9 @@ bool namesFlashKernel(const ir::Attr& attr);
 // The kernels' source (once per file) and the definition of one named kernel.
 const std::string& flashAttentionSource();
 std::string flashAttentionDefinition(const std::string& kernel);
+
+// A kernel's unit: the (guarded) source and its definition, which the prelude
+// (cudaPrelude) makes a whole program.
+std::string flashAttentionUnit(const std::string& kernel);
 
 } // namespace kiln::codegen::detail

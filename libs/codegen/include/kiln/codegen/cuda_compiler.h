@@ -4,12 +4,15 @@
 
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kiln::codegen {
 
-// Whether kiln was built with NVRTC (the CUDA toolkit).
+// Whether kiln was built with NVRTC (the CUDA toolkit), and with nvJitLink (which links
+// kernels compiled apart into one cubin: compileCuda's groups and `linked`).
 bool haveNvrtc();
+bool haveNvJitLink();
 
 // NVRTC's options for `arch` ("sm_90"): what a cache key must include.
 std::vector<std::string> cudaCompilerOptions(const std::string& arch);
@@ -41,9 +44,16 @@ std::vector<std::string> groupsOf(const std::vector<std::string>& units, size_t 
 // (the failing group's source in the detail); a failed link is Error{Internal} with
 // nvJitLink's log. `report`, when given, is set to how the time went ("4 groups: slowest
 // 210 ms, all 700 ms, link 3 ms"; "" for one program): the compile log's. `alone`: the
-// units to compile in groups of their own (groupsOf).
+// units to compile in groups of their own (groupsOf). `linked`: relocatable cubins
+// (compileCudaRelocatable's: kernels kiln's build compiled) linked in beside the units'
+// (with nvJitLink; Error{Internal} without it).
 std::string compileCuda(const std::string& prelude, const std::vector<std::string>& units,
                         const std::string& arch, std::string* report = nullptr,
-                        const std::set<size_t>& alone = {});
+                        const std::set<size_t>& alone = {},
+                        const std::vector<std::string_view>& linked = {});
+
+// The relocatable cubin of `code` for `arch`, for compileCuda's `linked`. Errors as
+// compileCuda's.
+std::string compileCudaRelocatable(const std::string& code, const std::string& arch);
 
 } // namespace kiln::codegen

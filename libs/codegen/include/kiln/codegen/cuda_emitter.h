@@ -36,11 +36,12 @@ struct CudaSource {
   std::string code;                      // the whole file: cudaPrelude(), then `units`
   std::string prelude;                   // what every unit needs
   std::vector<std::string> units;        // each kernel's definition (flash's: with helpers)
-  // Units to compile in groups of their own (compileCuda): flash attention's kernels,
-  // whose tensor-core loops cost NVRTC several times their text's worth (GPT-2's
-  // backward on the H100 machine: ~1 s for the [dk, dv] kernel, 2.1 s for its group
-  // when text alone weighed it).
-  std::set<size_t> aloneUnits;
+  // Flash attention's units, by index, and the kernel each defines: linked from kiln's
+  // build where it compiled the kernel for the arch (prebuiltFlashKernel), else compiled
+  // in groups of their own (compileCuda's `alone`): their tensor-core loops cost NVRTC
+  // several times their text's worth (GPT-2's backward on the H100 machine: ~1 s for the
+  // [dk, dv] kernel, 2.1 s for its group when text alone weighed it).
+  std::map<size_t, std::string> flashUnits;
   std::vector<std::string> kernels;      // the function each schedule kernel launches, by index
   std::vector<sym::Expr> symbols;        // the size symbols the kernels read, in slot order
   std::vector<runtime::Launch> launches; // one per kernel
