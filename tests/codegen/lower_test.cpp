@@ -1349,6 +1349,27 @@ TEST(ErfPlusOne, IsWithinAnUlpOfTheSumEverywhere) {
 // copy of a misaligned input mends them (static offsets) it reads one; where none can (rows a
 // symbolic step apart) the kernel has a twin, element by element, which runs instead. A row
 // kept in registers whose vectors divide evenly among the group's threads has no bounds check.
+// A row kernel of a known row count takes each thread's row once (the runtime launches a
+// block per row, or per a block's rows): no loop over rows, which NVRTC's optimiser pays for;
+// a symbolic row count keeps the grid-stride loop.
+TEST_F(Lower, RowKernelsOfAKnownRowCountTakeEachRowOnce) {
+  ValueId x = input("x", DType::Float32, ints({8, 4096}));
+  ValueId y = input("y", DType::Float32, {s0, table.integer(64)});
+  graph.setOutputs({graph.call("softmax", {x}, {{"dim", int64_t{-1}}}),
+                    graph.call("amax", {y}, {{"dim", std::vector<int64_t>{-1}}})});
+  Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
+  CudaSource source = emitCuda(cuda, schedule(cuda));
+  ASSERT_EQ(source.units.size(), 2u) << source.code;
+  std::string known = source.units[0].find("kiln_row < 8") != std::string::npos ? source.units[0]
+                                                                                  : source.units[1];
+  std::string symbolic = known == source.units[0] ? source.units[1] : source.units[0];
+  EXPECT_EQ(occurrences(known, "if (int kiln_row = (int)blockIdx.x; kiln_row < 8) {"), 1u) << known;
+  EXPECT_EQ(occurrences(known, "gridDim"), 0u) << known;
+  EXPECT_EQ(occurrences(symbolic, "for (int64_t kiln_row = "), 1u) << symbolic;
+  EXPECT_EQ(occurrences(symbolic, "kiln_row += (int64_t)gridDim.x"), 1u) << symbolic;
+  expectSameValues({random(DType::Float32, {8, 4096}), random(DType::Float32, {5, 64})}, 1e-6);
+}
+
 TEST_F(Lower, RowKernelsWithA16BytePathHaveATwinOnlyWhereNoCopyAlignsThem) {
   ValueId x = input("x", DType::Float32, ints({8, 4096}));
   graph.setOutputs({graph.call("softmax", {x}, {{"dim", int64_t{-1}}})});
