@@ -232,6 +232,8 @@ protected:
     case ScalarKind::Constant:
       if (t == DType::Bool) return n.integer ? "true" : "false";
       if (ir::isFloating(t)) return literal(n.number, t);
+      if (n.integer == INT64_MIN) // no literal spells it: 9223372036854775808 is past int64
+        return "static_cast<" + type + ">(INT64_C(-9223372036854775807) - 1)";
       return "static_cast<" + type + ">(INT64_C(" + std::to_string(n.integer) + "))";
     case ScalarKind::IndexOf: return "static_cast<" + type + ">(" + index(n.index) + ")";
     case ScalarKind::Cast: return convert(n.args[0]->dtype, t, arg(0));

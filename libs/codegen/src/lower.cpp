@@ -1156,8 +1156,7 @@ private:
   }
 
   // The value that leaves a reduction's result as it is (an element past a
-  // chunk's end); none for the arg-reductions and for max/min of int64, whose
-  // limit the kernels' int64 literals cannot spell.
+  // chunk's end); none for the arg-reductions.
   static std::optional<Scalar> identityOf(ReduceOp op, DType dtype) {
     bool floating = ir::isFloating(dtype);
     auto number = [&](int64_t v) { return floating ? constantF(dtype, static_cast<double>(v)) : constantI(dtype, v); };
@@ -1169,6 +1168,7 @@ private:
       case DType::Int8: return constantI(dtype, least ? INT8_MIN : INT8_MAX);
       case DType::Int16: return constantI(dtype, least ? INT16_MIN : INT16_MAX);
       case DType::Int32: return constantI(dtype, least ? INT32_MIN : INT32_MAX);
+      case DType::Int64: return constantI(dtype, least ? INT64_MIN : INT64_MAX);
       default: return std::nullopt;
       }
     };
