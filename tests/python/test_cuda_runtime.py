@@ -299,6 +299,41 @@ def test_atomic_and_ordered_scatters_match_torch(stack):
     torch.testing.assert_close(first, expected, rtol=1e-4, atol=1e-4)
 
 
+# Column max/min/sum over many rows split in two passes (partials over chunks of rows, then
+# theirs), int64's max and min too: a chunk past the rows' end is the reduction's identity.
+def _column_reductions(stack, rows):
+    g = ir.Graph()
+    f = g.placeholder("f", "float32", [rows, 96], device="cuda")
+    i = g.placeholder("i", "int64", [rows, 96], device="cuda")
+    g.set_outputs([g.call("amax", i, dim=[0]), g.call("amin", i, dim=[0]),
+                   g.call("sum", f, dim=[0]), g.call("amax", f, dim=[0])])
+    return ir.compile(g, stack, target="cuda:sm_90")
+
+
+def test_column_reductions_of_many_rows_split_int64_too(stack):
+    text = _column_reductions(stack, 8192).explain
+    assert text.count("(max of [") == 4 and "(max of [8192])" not in text, text
+    assert "(min of [8192])" not in text, text
+
+
+@needs_gpu
+def test_split_column_reductions_match_torch(stack):
+    def f(x, i):
+        return i.amax(0), i.amin(0), x.sum(0), x.amax(0)
+
+    fast = kiln.compile(f, stack=stack)
+    # 8192 rows: static chunks; then a dynamic row count, whose last chunk may run past
+    # the rows' end (the identity there, INT64_MIN for int64's max), or hold no row at all.
+    for rows in (8192, 4099, 1000, 7):
+        x = torch.randn(rows, 96, device="cuda")
+        i = torch.randint(-2**62, 2**62, (rows, 96), device="cuda")
+        i[0, 0] = -2**63  # the identity itself is a value too
+        for got, want in zip(fast(x, i), f(x, i)):
+            torch.testing.assert_close(got, want, rtol=1e-4 if got.is_floating_point() else 0,
+                                       atol=1e-3 if got.is_floating_point() else 0)
+    assert len(fast.cache.entries) == 2, kiln.explain(fast)
+
+
 # Attention as flash attention's kernels: q, k, v strided views ([b, l, h, e] transposed to
 # [b, h, l, e], as GPT's heads of one projection), sequences that are not multiples of the
 # kernels' 64-row tiles. The backward's pieces take the forward's out and logsumexp.
