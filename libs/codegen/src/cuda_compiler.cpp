@@ -234,12 +234,14 @@ std::string compileCuda(const std::string& prelude, const std::vector<std::strin
     inputs.insert(inputs.end(), linked.begin(), linked.end());
     std::string cubin = link(inputs, arch);
     if (report) {
+      *report = std::to_string(groups) + (groups == 1 ? " group" : " groups");
       if (groups > 0)
-        *report = std::to_string(groups) + (groups == 1 ? " group" : " groups") + ": slowest " +
-                  std::to_string(std::lround(*std::max_element(millis.begin(), millis.end()))) +
-                  " ms, all " +
-                  std::to_string(std::lround(std::accumulate(millis.begin(), millis.end(), 0.0))) +
-                  " ms, ";
+        *report += ": slowest " +
+                   std::to_string(std::lround(*std::max_element(millis.begin(), millis.end()))) +
+                   " ms, all " +
+                   std::to_string(std::lround(std::accumulate(millis.begin(), millis.end(), 0.0))) +
+                   " ms";
+      *report += ", ";
       if (!linked.empty()) *report += std::to_string(linked.size()) + " prebuilt, ";
       *report += "link " + std::to_string(std::lround(millisSince(linking))) + " ms";
     }
