@@ -173,7 +173,7 @@ JointGraph withAttentionLogsumexps(JointGraph joint) {
 
 JointGraph backward(const ir::Graph& input, const std::vector<bool>& requiresGrad) {
   ir::Graph forward = ir::decompose(input, keptWhole);
-  JointGraph joint{ir::Graph(forward.symbols())};
+  JointGraph joint{ir::Graph(forward.symbols()), 0, 0, {}, {}};
   Graph& g = joint.graph;
   // The forward, and which of its values carry grad from a marked input.
   std::vector<bool> carries(forward.size());

@@ -97,7 +97,10 @@ std::vector<ValueId> minCut(const JointGraph& joint, const std::vector<bool>& ne
     todo.pop_back();
     for (auto [e, end] = boost::out_edges(a, flow); e != end; ++e) {
       size_t b = boost::target(*e, flow);
-      if (!reached[b] && residual[*e] > 0) reached[b] = todo.emplace_back(b), true;
+      if (!reached[b] && residual[*e] > 0) {
+        reached[b] = true;
+        todo.push_back(b);
+      }
     }
   }
   std::vector<ValueId> saved;
