@@ -96,7 +96,9 @@ struct Launch {
   std::vector<AlignedAccess> aligned;
   int32_t unaligned = -1; // the kernel run where an access of `aligned` is not; -1: none
   // At most this many waves of blocks (the blocks the device holds at once),
-  // each thread looping over more items; 0: one item's worth of blocks each.
+  // each thread looping over more items; 0: one item's worth of blocks each —
+  // which a row kernel of a known row count relies on (it takes its row once,
+  // without a loop: cuda_emitter.cpp).
   uint32_t waves = 0;
 };
 
