@@ -186,13 +186,10 @@ public:
     std::optional<int64_t> rowCount = rows ? items.asInteger() : std::nullopt;
     bool once = rowCount && (*rowCount + perBlock - 1) / perBlock <= INT32_MAX;
     std::ostringstream loop;
-    if (once)
-      loop << indent << "if (" << ix_ << " " << item << " = " << first << "; " << item << " < "
-           << index(items) << ") {\n";
-    else
-      loop << indent << "for (" << ix_ << " " << item << " = " << first << "; " << item << " < "
-           << index(items) << "; " << item << " += (" << ix_ << ")gridDim.x * " << perBlock
-           << ") {\n";
+    loop << indent << (once ? "if (" : "for (") << ix_ << " " << item << " = " << first << "; "
+         << item << " < " << index(items);
+    if (!once) loop << "; " << item << " += (" << ix_ << ")gridDim.x * " << perBlock;
+    loop << ") {\n";
     indent += "  ";
     if (rank > 0) loop << unflatten(item, indent);
     std::ostringstream members;

@@ -37,6 +37,13 @@ const char* kindOf(const std::string& op) {
 
 } // namespace
 
+// kiln_flash_<kind>_d<E>_<dtype>[_causal]: what flashAttentionDefinition reads back,
+// and the prebuilt kernels' names (flashAttentionKernels).
+std::string flashKernelName(const char* kind, int64_t embed, bool bf16, bool causal) {
+  return std::string("kiln_flash_") + kind + "_d" + std::to_string(embed) +
+         (bf16 ? "_bf16" : "_f16") + (causal ? "_causal" : "");
+}
+
 bool flashAttentionTakes(const ir::Graph& graph, const ir::Node& node) {
   static const std::set<std::string, std::less<>> ops = {
       "scaled_dot_product_attention", "attention_lse", "attention_grad_query",
@@ -71,10 +78,8 @@ int64_t flashAttentionBlockRows(const ir::Node& node) {
 std::string flashAttentionKernel(const ir::Graph& graph, const ir::Node& node) {
   const ir::TensorMeta& q = graph.meta(node.inputs[isGrad(node.target) ? 1 : 0]);
   const ir::AttrValue* causal = node.attr("is_causal");
-  return std::string("kiln_flash_") + kindOf(node.target) + "_d" +
-         std::to_string(*q.sizes.back().asInteger()) +
-         (q.dtype == ir::DType::BFloat16 ? "_bf16" : "_f16") +
-         (causal && std::get<bool>(*causal) ? "_causal" : "");
+  return flashKernelName(kindOf(node.target), *q.sizes.back().asInteger(),
+                    q.dtype == ir::DType::BFloat16, causal && std::get<bool>(*causal));
 }
 
 bool namesFlashKernel(const ir::Attr& attr) {
@@ -83,8 +88,7 @@ bool namesFlashKernel(const ir::Attr& attr) {
 
 std::string flashAttentionDeltaKernel(const ir::Graph& graph, const ir::Node& node) {
   const ir::TensorMeta& q = graph.meta(node.inputs[1]);
-  return "kiln_flash_delta_d" + std::to_string(*q.sizes.back().asInteger()) +
-         (q.dtype == ir::DType::BFloat16 ? "_bf16" : "_f16");
+  return flashKernelName("delta", *q.sizes.back().asInteger(), q.dtype == ir::DType::BFloat16, false);
 }
 
 std::string flashAttentionDefinition(const std::string& kernel) {
@@ -650,13 +654,12 @@ namespace kiln::codegen {
 
 std::vector<std::string> flashAttentionKernels() {
   std::vector<std::string> names;
-  for (int embed : {16, 32, 48, 64})
-    for (const char* dtype : {"_f16", "_bf16"}) {
-      std::string tail = "_d" + std::to_string(embed) + dtype;
-      names.push_back("kiln_flash_delta" + tail);
+  for (int64_t embed : {16, 32, 48, 64})
+    for (bool bf16 : {false, true}) {
+      names.push_back(detail::flashKernelName("delta", embed, bf16, false));
       for (const char* kind : {"fwd", "lse", "dq", "dkv"})
-        for (const char* causal : {"", "_causal"})
-          names.push_back(std::string("kiln_flash_") + kind + tail + causal);
+        for (bool causal : {false, true})
+          names.push_back(detail::flashKernelName(kind, embed, bf16, causal));
     }
   return names;
 }

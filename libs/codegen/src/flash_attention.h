@@ -45,6 +45,9 @@ bool flashAttentionTakes(const ir::Graph& graph, const ir::Node& node);
 // The rows of L (of S for attention_grad_key_value) a block of its kernel takes.
 int64_t flashAttentionBlockRows(const ir::Node& node);
 
+// A kernel's name: kind fwd, lse, dq, dkv or delta, head size, dtype, mask.
+std::string flashKernelName(const char* kind, int64_t embed, bool bf16, bool causal);
+
 // The kernel's name for a node flashAttentionTakes.
 std::string flashAttentionKernel(const ir::Graph& graph, const ir::Node& node);
 
