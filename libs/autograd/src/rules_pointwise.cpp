@@ -15,26 +15,16 @@ template <typename F> Grads unary(RuleContext& c, F f) {
   [](RuleContext& c) { return unary(c, [](Ops& o, ValueId x, ValueId y, ValueId g) { body; }); }
 
 constexpr double kTwoOverSqrtPi = 1.1283791670955126; // 2 / sqrt(pi)
-constexpr double kInvSqrt2Pi = 0.3989422804014327;    // 1 / sqrt(2 pi)
 
-// gelu'(x) = Phi(x) + x phi(x); the tanh form as torch's gelu_backward.
+// torch's gelu_backward, one op: the codegen computes it in the epilogue of
+// the product that makes its grad where it can (cuBLASLt's DGELU), else
+// through its decomposition (in f32 for f16/bf16, rounded once).
 Grads gelu(RuleContext& c) {
   Ops o{c.g};
-  ValueId x = c.in(0), g = *c.grad;
   const AttrValue* approximate = c.attr("approximate");
-  if (approximate && std::get<std::string>(*approximate) == "tanh") {
-    const double beta = std::sqrt(2.0 / M_PI), kappa = 0.044715;
-    ValueId xx = o.mul(x, x);
-    ValueId inner = o.mul(o.add(x, o.mul(o.mul(xx, x), kappa)), beta);
-    ValueId t = o.unary("tanh", inner);
-    ValueId left = o.mul(x, 0.5), right = o.add(t, 1.0);
-    ValueId dtanh = o.add(o.neg(o.mul(t, t)), 1.0);
-    ValueId dinner = o.mul(o.add(o.mul(xx, 3 * kappa), 1.0), beta);
-    return {o.mul(g, o.add(o.mul(right, 0.5), o.mul(o.mul(left, dtanh), dinner)))};
-  }
-  ValueId cdf = o.mul(o.add(o.unary("erf", o.mul(x, M_SQRT1_2)), 1.0), 0.5);
-  ValueId pdf = o.mul(o.unary("exp", o.mul(o.mul(x, x), -0.5)), kInvSqrt2Pi);
-  return {o.mul(g, o.add(cdf, o.mul(x, pdf)))};
+  std::vector<Attr> attrs;
+  if (approximate) attrs.push_back({"approximate", *approximate});
+  return {o.call("gelu_backward", {*c.grad, c.in(0)}, std::move(attrs))};
 }
 
 // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x).
@@ -207,7 +197,7 @@ void addPointwiseRules(RuleTable& r) {
   r["abs"] = UNARY(return o.mul(g, o.unary("sign", x)));
   r["relu"] = UNARY(return o.keep(o.cmp("gt", y, 0.0), g)); // torch's threshold_backward
   r["silu"] = opmath<silu>;
-  r["gelu"] = opmath<gelu>;
+  r["gelu"] = gelu;
   for (const char* n : {"sign", "floor", "ceil", "round", "trunc"}) r[n] = zeros;
   for (const char* n : {"to_dtype", "contiguous", "clone"}) r[n] = identity;
   r["add"] = add;

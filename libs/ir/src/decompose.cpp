@@ -61,6 +61,36 @@ ValueId gelu(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   return inOpmath(g, in[0], [&](ValueId x) { return geluOf(g, node, x); });
 }
 
+// grad * gelu'(x): Phi(x) + x phi(x), or the tanh form's derivative, in f32
+// for f16/bf16 and rounded once (torch's gelu_backward kernels).
+ValueId geluBackward(Graph& g, const Node& node, const std::vector<ValueId>& in) {
+  DType t = node.value.tensor().dtype;
+  bool half = t == DType::Float16 || t == DType::BFloat16;
+  DType compute = half ? DType::Float32 : t;
+  auto as = [&](ValueId v) {
+    return g.meta(v).dtype == compute ? v : g.call("to_dtype", {v}, {{"dtype", compute}});
+  };
+  ValueId grad = as(in[0]), x = as(in[1]);
+  ValueId derivative;
+  if (attrOr<std::string>(node, "approximate", "none") == "tanh") {
+    const double beta = std::sqrt(2.0 / M_PI), kappa = 0.044715;
+    ValueId xx = g.call("mul", {x, x});
+    ValueId inner = scalarOp(g, "mul", g.call("add", {x, scalarOp(g, "mul", g.call("mul", {xx, x}), kappa)}), beta);
+    ValueId th = g.call("tanh", {inner});
+    ValueId dtanh = scalarOp(g, "add", g.call("neg", {g.call("mul", {th, th})}), 1.0);
+    ValueId dinner = scalarOp(g, "mul", scalarOp(g, "add", scalarOp(g, "mul", xx, 3 * kappa), 1.0), beta);
+    ValueId left = g.call("mul", {g.call("mul", {scalarOp(g, "mul", x, 0.5), dtanh}), dinner});
+    derivative = g.call("add", {scalarOp(g, "mul", scalarOp(g, "add", th, 1.0), 0.5), left});
+  } else {
+    constexpr double kInvSqrt2Pi = 0.3989422804014327; // 1 / sqrt(2 pi)
+    ValueId cdf = scalarOp(g, "mul", scalarOp(g, "add", g.call("erf", {scalarOp(g, "mul", x, M_SQRT1_2)}), 1.0), 0.5);
+    ValueId pdf = scalarOp(g, "mul", g.call("exp", {scalarOp(g, "mul", g.call("mul", {x, x}), -0.5)}), kInvSqrt2Pi);
+    derivative = g.call("add", {cdf, g.call("mul", {x, pdf})});
+  }
+  ValueId r = g.call("mul", {grad, derivative});
+  return g.meta(r).dtype == t ? r : g.call("to_dtype", {r}, {{"dtype", t}});
+}
+
 ValueId silu(Graph& g, const Node&, const std::vector<ValueId>& in) {
   return inOpmath(g, in[0], [&](ValueId x) { return g.call("mul", {x, g.call("sigmoid", {x})}); });
 }
@@ -348,6 +378,7 @@ void addDecompositions(std::vector<OpInfo>& ops) {
         if (op.name == n) op.decompose = fn;
   };
   set({"gelu"}, gelu);
+  set({"gelu_backward"}, geluBackward);
   set({"silu"}, silu);
   set({"softmax", "log_softmax"}, softmax);
   set({"linear"}, linear);

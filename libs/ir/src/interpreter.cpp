@@ -587,7 +587,7 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
   }
   std::vector<const HostTensor*> operands;
   std::vector<Operand> kinds;
-  for (const char* a : {"condition", "self", "other", "min", "max"}) {
+  for (const char* a : {"grad_output", "condition", "self", "other", "min", "max"}) {
     if (const HostTensor* t = args.tensor(a)) {
       operands.push_back(t);
       kinds.push_back(args.isScalar(a)   ? Operand::Scalar
@@ -599,7 +599,8 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
   std::string mode;
   if (base == "div" && args.has("rounding_mode"))
     mode = std::get<std::string>(args.attr("rounding_mode"));
-  if (base == "gelu") mode = std::get<std::string>(args.attr("approximate"));
+  if (base == "gelu" || base == "gelu_backward")
+    mode = std::get<std::string>(args.attr("approximate"));
   if (base == "clamp")
     mode = std::string(args.tensor("min") ? "min" : "") + (args.tensor("max") ? "max" : "");
   if (detail::runPointwise(base, operands, kinds, alpha, mode, op.mutates.has_value(), out)) return out;

@@ -124,7 +124,8 @@ const std::set<std::string> kUnary = {
 const std::set<std::string> kBinary = {
     "add",     "sub",         "mul",        "div",         "pow",        "fmod",       "remainder",
     "maximum", "minimum",     "eq",         "ne",          "lt",         "le",         "gt",
-    "ge",      "logical_and", "logical_or", "bitwise_and", "bitwise_or", "bitwise_xor"};
+    "ge",      "logical_and", "logical_or", "bitwise_and", "bitwise_or", "bitwise_xor",
+    "gelu_backward"};
 const std::set<std::string> kCompare = {"eq", "ne", "lt", "le", "gt", "ge"};
 
 Num compare(const std::string& op, Num a, Num b) {
@@ -188,6 +189,15 @@ Num binary(const std::string& op, Num a, Num b, double alpha, const std::string&
   if (op == "remainder") { // Python's: the sign of the divisor
     double r = std::fmod(x, y);
     return fromF(r != 0 && ((r < 0) != (y < 0)) ? r + y : r);
+  }
+  if (op == "gelu_backward") { // x: the grad, y: gelu's input
+    if (mode == "tanh") {
+      double beta = std::sqrt(2 / M_PI), kappa = 0.044715;
+      double t = std::tanh(beta * (y + kappa * y * y * y));
+      return fromF(x * (0.5 * (1 + t) + 0.5 * y * (1 - t * t) * beta * (1 + 3 * kappa * y * y)));
+    }
+    double pdf = std::exp(-0.5 * y * y) / std::sqrt(2 * M_PI);
+    return fromF(x * (0.5 * (1 + std::erf(y / std::sqrt(2.0))) + y * pdf));
   }
   if (op == "maximum" || op == "minimum") {
     if (std::isnan(x) || std::isnan(y)) return fromF(std::numeric_limits<double>::quiet_NaN());

@@ -117,6 +117,23 @@ template <Binary rule> Value inferBinary(const OpCall& call) {
                    anyRequiresGrad(call, {"self", "other"}));
 }
 
+// gelu's derivative times the grad (torch's gelu_backward; the autograd rule's
+// result, which the codegen may compute in a product's epilogue): floating
+// operands, broadcast and promoted as a binary op.
+Value inferGeluBackward(const OpCall& call) {
+  Shape sizes = broadcast(call, {"grad_output", "self"});
+  Device device = commonDevice(call, {"grad_output", "self"});
+  DType out = resultType(call, {"grad_output", "self"});
+  for (const char* arg : {"grad_output", "self"})
+    if (!isFloating(call.tensor(arg).dtype))
+      call.fail(arg, "not supported for dtype " + std::string(name(call.tensor(arg).dtype)));
+  std::string approximate = call.string("approximate");
+  if (approximate != "none" && approximate != "tanh")
+    call.fail("approximate", "expected 'none' or 'tanh', got '" + approximate + "'");
+  return freshLike(call, {"grad_output", "self"}, out, sizes, device,
+                   anyRequiresGrad(call, {"grad_output", "self"}));
+}
+
 Value inferWhere(const OpCall& call) {
   DType condition = call.tensor("condition").dtype;
   if (condition != DType::Bool && condition != DType::UInt8) // u8: deprecated in torch, accepted
@@ -228,6 +245,10 @@ void addPointwiseOps(std::vector<OpInfo>& ops) {
     inPlace.functional = ops[i].name;
     ops.push_back(std::move(inPlace));
   }
+  ops.push_back({"gelu_backward",
+                 {tensor("grad_output"), tensor("self"),
+                  {"approximate", ArgKind::String, false, std::string("none")}},
+                 inferGeluBackward});
 }
 
 } // namespace kiln::ir::detail

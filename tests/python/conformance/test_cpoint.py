@@ -119,7 +119,7 @@ def opmath(fn):
     return run
 
 
-OPMATH = {"gelu", "gelu_tanh", "add_alpha", "sub_alpha"}
+OPMATH = {"gelu", "gelu_tanh", "add_alpha", "sub_alpha"}  # and gelu_backward
 
 
 # --- unary ------------------------------------------------------------------------------------
@@ -192,6 +192,34 @@ def test_unary_special_values(variant):
     for dtype in (f64, f32, f16, bf16):
         with case_of(dtype):
             conform(_op(variant), fn, torch.tensor(SPECIAL, dtype=dtype), **kwargs)
+
+
+# --- gelu_backward: the gelu rule's one op ------------------------------------------------------
+
+GELU_BACKWARD_LAYOUTS = UNARY_LAYOUTS[:2] + [((0, 3), "contig"), ((3, 4), "t"), ((2, 5), "step"),
+                                             ((2, 3), "offset")]
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("dtype", [pytest.param(d, marks=pytest.mark.op("gelu_backward"),
+                                                id=_name(d)) for d in (f64, f32, f16, bf16)])
+def test_gelu_backward(dtype, approximate):
+    """torch's gelu_backward (f16 through f32, as the GPU computes it: torch 1.13's CPU has no
+    f16 kernel), the half dtypes computed in f32 and rounded once."""
+    fn = opmath(torch.ops.aten.gelu_backward)
+    for k, (shape, layout) in enumerate(GELU_BACKWARD_LAYOUTS):
+        grad = make(shape, dtype, seed=k, layout=layout)
+        x = make(shape, dtype, seed=k + 10, layout=layout)
+        check("gelu_backward", fn, grad, x, approximate=approximate)
+
+
+def test_gelu_backward_broadcasts_and_refuses_what_torch_refuses():
+    grad, x = make((2, 3), f64, seed=0), make((3,), f64, seed=1)
+    check("gelu_backward", torch.ops.aten.gelu_backward, grad, x, approximate="tanh")
+    assert "'self'" in expect_refusal("gelu_backward", grad, x.to(i64))
+    assert "'approximate'" in expect_refusal("gelu_backward", grad, grad, approximate="erf")
+    with pytest.raises(RuntimeError):
+        torch.ops.aten.gelu_backward(grad, grad, approximate="erf")
 
 
 # --- binary -----------------------------------------------------------------------------------

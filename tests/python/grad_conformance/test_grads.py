@@ -41,6 +41,13 @@ def test_gelu_forms(case):
     check_grads("gelu", F.gelu, leaf(2, 3, low=-3, high=3), approximate=case)
 
 
+@pytest.mark.parametrize("case", cases("gelu_backward", ["none", "tanh"]))
+def test_gelu_backward(case):
+    """Differentiated through its decomposition (twice-differentiable gelu, as torch's)."""
+    check_grads("gelu_backward", torch.ops.aten.gelu_backward, leaf(2, 3), leaf(2, 3, low=-3, high=3),
+                approximate=case)
+
+
 def _binary_cases():
     out = []
     for op, fn in [("add", torch.add), ("sub", torch.sub)]:
