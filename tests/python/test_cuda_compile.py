@@ -467,31 +467,9 @@ def test_a_tanh_gelu_of_a_linear_layer_is_its_products_epilogue(stack):
     assert "(pointwise [])" not in fwd, fwd  # no kernel reads the product to write the gelu
 
 
-def test_a_tanh_gelus_grad_is_its_products_epilogue(stack):
-    # cuBLASLt's DGELU_BGRAD: the grad of the pre-activation (from dy @ w2 and the
-    # pre-activation the forward kept) and the first layer's bias grad in one call.
-    g = ir.Graph()
-    x = g.placeholder("x", "bfloat16", [4, 256, 96], device="cuda:0", requires_grad=True)
-    w1 = g.placeholder("w1", "bfloat16", [200, 96], device="cuda:0", requires_grad=True)
-    b1 = g.placeholder("b1", "bfloat16", [200], device="cuda:0", requires_grad=True)
-    w2 = g.placeholder("w2", "bfloat16", [96, 200], device="cuda:0", requires_grad=True)
-    h = g.call("gelu", g.call("linear", x, w1, b1), approximate="tanh")
-    g.set_outputs([g.call("sum", g.call("to_dtype", g.call("linear", h, w2), "float32"))])
-    backward = stack.partition(g, [True] * 4)["backward"]
-    assert "gelu_backward(" in str(backward), backward
-    bwd = ir.compile(backward, stack, "cuda").explain
-    assert re.search(r"extern buf\d+ = mm\([^)]*, saved\d\) with epilogue dgelu_tanh_bias_grad, and buf\d+\n",
-                     bwd), bwd
-    # The one kernel over the hidden values left recomputes the gelu for w2's grad.
-    assert bwd.count("over [4, 256, 200]") == 1 and "sum of" not in bwd, bwd
-
-
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("rows", [(4, 130), (1,), (0,)], ids=["rows", "one-row", "no-rows"])
-def test_a_tanh_gelu_epilogue_matches_eager(stack, dtype, rows):
-    # The forward's GELU_AUX_BIAS and the backward's DGELU_BGRAD; one row: D of one column;
-    # no rows: the bias grad is zeros.
+def test_a_tanh_gelu_epilogue_matches_eager(stack, dtype):
     torch.manual_seed(0)
 
     def mlp():
@@ -500,14 +478,13 @@ def test_a_tanh_gelu_epilogue_matches_eager(stack, dtype, rows):
     model, reference = mlp(), mlp()
     reference.load_state_dict(model.state_dict())
     fast = kiln.compile(model, stack=stack)
-    x = torch.randn(*rows, 96, device="cuda", dtype=dtype)
+    x = torch.randn(4, 130, 96, device="cuda", dtype=dtype)
     with torch.no_grad():
         torch.testing.assert_close(fast(x), reference(x), rtol=2e-2, atol=2e-2)
     fast(x).float().square().mean().backward()
     reference(x).float().square().mean().backward()
     runner = training_runner_of(fast)
     assert "with epilogue gelu_tanh_aux" in runner.explain, runner.explain
-    assert "with epilogue dgelu_tanh_bias_grad" in runner.explain, runner.explain
     for got, want in zip(model.parameters(), reference.parameters()):
         scale = max(want.grad.float().abs().amax().item(), 1e-3)
         torch.testing.assert_close(got.grad.float() / scale, want.grad.float() / scale, rtol=0, atol=2e-2)
