@@ -1257,58 +1257,6 @@ TEST_F(Lower, ATanhGeluOfALinearLayerIsItsProductsEpilogue) {
   expectCompilesForCuda();
 }
 
-// The tanh gelu's grad (f16/bf16) through a product is that product's
-// epilogue on CUDA: one cuBLASLt call reads the pre-activation and writes the
-// grad, and the sum of its columns (the bias grad) where the graph has one;
-// no kernel reads the product. A grad of f32, of the erf gelu, of a product
-// read twice or of a width no multiple of 8 is a kernel.
-TEST_F(Lower, ATanhGeluGradOfAProductIsItsEpilogue) {
-  std::vector<Attr> tanh = {{"approximate", std::string("tanh")}};
-  auto grad = [&](DType dtype, int64_t width, const char* approximate, const char* tag) {
-    std::string n = tag;
-    ValueId dy = input(("dy" + n).c_str(), dtype, ints({2, 8, 16}));
-    ValueId w = input(("w" + n).c_str(), dtype, ints({16, width}));
-    ValueId pre = input(("pre" + n).c_str(), dtype, ints({2, 8, width}));
-    ValueId product = graph.call("matmul", {dy, w});
-    return std::make_pair(product, graph.call("gelu_backward", {product, pre},
-                                              {{"approximate", std::string(approximate)}}));
-  };
-  ValueId withSums = grad(DType::BFloat16, 24, "tanh", "0").second;
-  ValueId sums = graph.call("sum", {withSums}, {{"dim", std::vector<int64_t>{0, 1}}});
-  ValueId alone = grad(DType::Float16, 32, "tanh", "1").second;
-  ValueId f32 = grad(DType::Float32, 24, "tanh", "2").second;
-  ValueId erf = grad(DType::BFloat16, 24, "none", "3").second;
-  auto [twice, readTwice] = grad(DType::BFloat16, 24, "tanh", "4");
-  ValueId odd = grad(DType::BFloat16, 20, "tanh", "5").second;
-  graph.setOutputs({withSums, sums, alone, f32, erf, readTwice, twice, odd});
-  Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
-  std::string text = explain(schedule(cuda), cuda);
-  EXPECT_NE(text.find("= mm(buf"), std::string::npos) << text; // on rows
-  EXPECT_EQ(occurrences(text, ", pre0) with epilogue dgelu_tanh_bias_grad, and buf"), 1u) << text;
-  EXPECT_EQ(occurrences(text, ", pre1) with epilogue dgelu_tanh\n"), 1u) << text;
-  EXPECT_EQ(occurrences(text, "with epilogue dgelu"), 2u) << text;
-  EXPECT_EQ(occurrences(text, "kernel "), 4u) << text; // f32, erf, read twice, odd width
-  EXPECT_EQ(occurrences(text, "sum of"), 0u) << text;
-  const Buffer& call = cuda.buffers[cuda.outputs[0].buffer];
-  ASSERT_EQ(call.call.results.size(), 1u) << text;
-  EXPECT_EQ(call.call.results[0], cuda.outputs[1].buffer);
-  EXPECT_EQ(call.call.inputs.size(), 3u) << text;
-  // The CPU computes each grad as a kernel: the values of every form.
-  std::vector<HostTensor> in;
-  for (auto [dtype, width] : std::vector<std::pair<DType, int64_t>>{{DType::BFloat16, 24},
-                                                                     {DType::Float16, 32},
-                                                                     {DType::Float32, 24},
-                                                                     {DType::BFloat16, 24},
-                                                                     {DType::BFloat16, 24},
-                                                                     {DType::BFloat16, 20}}) {
-    in.push_back(random(dtype, {2, 8, 16}));
-    in.push_back(random(dtype, {16, width}));
-    in.push_back(random(dtype, {2, 8, width}));
-  }
-  Program cpu = expectSameValues(in, 2e-2);
-  EXPECT_EQ(countKind(cpu, BufferKind::ExternResult), 0u);
-}
-
 // An extern call's operand computed for it alone moves, with the call and what
 // reads its result, after the next pointwise buffers over its ranges and joins
 // their kernel (GPT-2's gelu recomputed for a weight grad beside the gelu

@@ -73,8 +73,7 @@ std::function<bool(const ir::Graph&, const ir::Node&)> keptFor(const LowerOption
   return [&options](const ir::Graph& g, const ir::Node& n) {
     if (options.flashAttention && detail::flashAttentionTakes(g, n)) return true;
     // Kept for findGeluPairs; lowered through its decomposition where no call takes it.
-    if (options.biasEpilogues && (geluOfABiasedProduct(g, n) || geluGradOfAProduct(g, n)))
-      return true;
+    if (options.biasEpilogues && geluOfABiasedProduct(g, n)) return true;
     if (!options.externOps.count(n.target)) return false;
     if (!isLibraryProduct(n.target) || !n.value.isTensor()) return true;
     return options.externProductDTypes.count(n.value.tensor().dtype) > 0;
@@ -128,7 +127,6 @@ public:
     findWrittenStorage();
     findExternInputs();
     findAttentionPairs();
-    findGeluGradPairs();
     findBiasGradPairs();
     findGeluPairs();
     for (ValueId id = 0; id < graph_->size(); ++id) {
@@ -238,39 +236,11 @@ private:
     if (!options_.biasEpilogues || hasMutations(*graph_)) return;
     for (ValueId id = 0; id < graph_->size(); ++id) {
       std::optional<ValueId> product = productSummingRows(*graph_, id);
-      if (!product || *product > id || resultOfCall_.count(*product) || callOfResult_.count(id) ||
+      if (!product || *product > id || resultOfCall_.count(*product) ||
           !isExtern(graph_->node(*product), graph_->meta(*product)))
         continue;
       resultOfCall_[*product] = id;
       callOfResult_[id] = *product;
-    }
-  }
-
-  // A tanh gelu_backward of a product (geluGradProduct) read by nothing else:
-  // the product's call computes it in cuBLASLt's epilogue (DGELU, reading the
-  // pre-activation the forward's GELU_AUX kept) into the product's own
-  // result, and the sum of its columns (a bias grad) as its further result
-  // where the graph has one (DGELU_BGRAD). GPT-2's fc1 grad: no kernel
-  // reading the product and the pre-activation and writing the grad, 50 MB
-  // each a layer, and its bias grad without a pass of its own.
-  void findGeluGradPairs() {
-    if (!options_.biasEpilogues || hasMutations(*graph_)) return;
-    for (ValueId id = 0; id < graph_->size(); ++id) {
-      std::optional<ValueId> product = geluGradProduct(*graph_, id);
-      if (!product) continue;
-      // The product's call reads the pre-activation: lowered before it.
-      ValueId grad = graph_->node(id).inputs[0], preActivation = graph_->node(id).inputs[1];
-      if (uses_[*product] != 1 || uses_[grad] != 1 || output_[*product] ||
-          preActivation > *product || resultOfCall_.count(*product) ||
-          !isExtern(graph_->node(*product), graph_->meta(*product)))
-        continue;
-      productOfGeluGrad_[id] = *product;
-      geluGradOfProduct_[*product] = id;
-      if (std::optional<ValueId> sum = columnSumOf(*graph_, id);
-          sum && !callOfResult_.count(*sum)) {
-        resultOfCall_[*product] = *sum;
-        callOfResult_[*sum] = *product;
-      }
     }
   }
 
@@ -534,10 +504,6 @@ private:
     if (node.value.isTuple()) return lowerPieces(node, id, a);
     const TensorMeta& meta = node.value.tensor();
     if (op == "gelu" && !callOfResult_.count(id)) return lowerComposite(node); // kept, untaken
-    if (op == "gelu_backward") { // its product's epilogue computed it, or it is lowered whole
-      if (productOfGeluGrad_.count(id)) return values_.at(node.inputs[0]);
-      return lowerComposite(node);
-    }
     if (op == "getitem") {
       Lowered piece = values_.at(node.inputs[0]).pieces.at(std::get<int64_t>(node.attrs[0].value));
       return piece;
@@ -860,24 +826,8 @@ private:
     Lowered v;
     v.meta = meta;
     v.base = meta.storageOffset;
-    Buffer call = externBuffer(node, meta);
-    if (geluGradOfProduct_.count(id)) computeGeluGrad(call, id, "dgelu_tanh");
-    v.buffer = addBuffer(std::move(call));
+    v.buffer = addBuffer(externBuffer(node, meta));
     return v;
-  }
-
-  // The call of a product that computes its gelu_backward (findGeluGradPairs)
-  // instead of its own value: the epilogue, and the pre-activation read as a
-  // third input.
-  void computeGeluGrad(Buffer& call, ValueId product, const char* epilogue) {
-    const ir::Node& grad = graph_->node(geluGradOfProduct_.at(product));
-    Lowered& x = values_.at(grad.inputs[1]);
-    realize(x);
-    TensorMeta view = x.meta;
-    view.storageOffset = x.meta.storageOffset - x.base;
-    call.call.inputs.push_back(*x.buffer);
-    call.call.inputViews.push_back(view);
-    call.call.attrs.push_back({"epilogue", std::string(epilogue)});
   }
 
   // A call and its further result (findAttentionPairs, findBiasGradPairs,
@@ -894,9 +844,7 @@ private:
       if (node.target == "attention_grad_query")
         call.call.attrs.push_back(
             {"kv_kernel", detail::flashAttentionKernel(*graph_, graph_->node(second))});
-      if (geluGradOfProduct_.count(first)) // the gelu grad's column sums
-        computeGeluGrad(call, first, "dgelu_tanh_bias_grad");
-      else if (graph_->node(second).target == "sum") // the product's first operand's row sums
+      if (graph_->node(second).target == "sum") // the product's first operand's row sums
         call.call.attrs.push_back({"epilogue", std::string("bias_grad")});
       if (graph_->node(second).target == "gelu") // the gelu of the product and bias
         call.call.attrs.push_back({"epilogue", std::string("gelu_tanh_aux")});
@@ -1654,8 +1602,6 @@ private:
   // findBiasGradPairs, findGeluPairs), and the pairs' values once lowered.
   std::map<ValueId, ValueId> resultOfCall_, callOfResult_;
   std::map<ValueId, std::pair<Lowered, Lowered>> pairs_;
-  // gelu_backward nodes their product's epilogue computes, both ways (findGeluGradPairs).
-  std::map<ValueId, ValueId> productOfGeluGrad_, geluGradOfProduct_;
   Program program_;
   uint32_t inputCount_ = 0;
   uint32_t nextVar_ = 0;
@@ -1666,8 +1612,7 @@ private:
 Program lower(const ir::Graph& graph, const LowerOptions& options) {
   // Decompositions repeat pieces (a gelu's and its grad's tanh): computed once.
   ir::Graph core = ir::eliminateCommonSubexpressions(ir::decompose(graph, keptFor(options)));
-  if (options.biasEpilogues)
-    core = biasGradsAfterProducts(geluGradProductsOnRows(biasedProducts(core)));
+  if (options.biasEpilogues) core = biasGradsAfterProducts(biasedProducts(core));
   if (options.padProductsFrom > 0) core = ir::padProducts(core, options.padProductsFrom);
   return Lowering(core, options).run();
 }

@@ -95,31 +95,6 @@ bool isCall(const ir::Node& n, const char* op) {
   return n.kind == ir::NodeKind::Call && n.target == op;
 }
 
-bool isTanhGeluGrad(const ir::Node& n) {
-  if (!isCall(n, "gelu_backward") || n.inputs.size() != 2 || !n.value.isTensor()) return false;
-  const ir::AttrValue* a = n.attr("approximate");
-  const auto* approximate = a ? std::get_if<std::string>(a) : nullptr;
-  ir::DType dtype = n.value.tensor().dtype;
-  return approximate && *approximate == "tanh" &&
-         (dtype == ir::DType::Float16 || dtype == ir::DType::BFloat16);
-}
-
-std::vector<int> usesOf(const Graph& g) {
-  std::vector<int> uses(g.size(), 0);
-  for (const ir::Node& n : g.nodes())
-    for (ValueId in : n.inputs) ++uses[in];
-  for (ValueId o : g.outputs()) ++uses[o];
-  return uses;
-}
-
-// Copies `graph`'s outputs into `out` through `remap`, and drops what nothing reads.
-Graph finished(const Graph& graph, Graph out, const std::vector<ValueId>& remap) {
-  std::vector<ValueId> outputs;
-  for (ValueId o : graph.outputs()) outputs.push_back(remap[o]);
-  out.setOutputs(std::move(outputs));
-  return ir::eliminateDeadCode(out);
-}
-
 } // namespace
 
 bool hasMutations(const Graph& g) {
@@ -235,7 +210,10 @@ ir::Graph biasGradsAfterProducts(const ir::Graph& graph) {
 // cuBLASLt's reach but chosen by no pass; the tanh GELU's forward is (geluProduct).
 ir::Graph biasedProducts(const ir::Graph& graph) {
   if (hasMutations(graph)) return graph;
-  std::vector<int> uses = usesOf(graph);
+  std::vector<int> uses(graph.size(), 0);
+  for (const ir::Node& n : graph.nodes())
+    for (ValueId in : n.inputs) ++uses[in];
+  for (ValueId o : graph.outputs()) ++uses[o];
   Graph out(graph.symbols());
   std::vector<ValueId> remap(graph.size());
   bool changed = false;
@@ -257,82 +235,11 @@ ir::Graph biasedProducts(const ir::Graph& graph) {
     for (ValueId& in : n.inputs) in = remap[in];
     remap[id] = out.append(std::move(n));
   }
-  return changed ? finished(graph, std::move(out), remap) : graph;
-}
-
-bool geluGradOfAProduct(const Graph& g, const ir::Node& grad) {
-  if (!isTanhGeluGrad(grad)) return false;
-  const ir::Node* in = &g.node(grad.inputs[0]);
-  if (isCall(*in, "reshape")) in = &g.node(in->inputs[0]);
-  return isCall(*in, "mm") || isCall(*in, "matmul");
-}
-
-ir::Graph geluGradProductsOnRows(const ir::Graph& graph) {
-  if (hasMutations(graph)) return graph;
-  std::vector<int> uses = usesOf(graph);
-  std::vector<bool> onRows(graph.size(), false);
-  for (const ir::Node& n : graph.nodes()) {
-    if (!isTanhGeluGrad(n)) continue;
-    ValueId product = n.inputs[0];
-    const ir::Node& p = graph.node(product);
-    if (!isCall(p, "matmul") || p.inputs.size() != 2 || uses[product] != 1) continue;
-    const ir::TensorMeta &a = graph.meta(p.inputs[0]), &b = graph.meta(p.inputs[1]);
-    if (a.dim() > 2 && a.isContiguous() && b.dim() == 2) onRows[product] = true;
-  }
-  Graph out(graph.symbols());
-  std::vector<ValueId> remap(graph.size());
-  bool changed = false;
-  for (ValueId id = 0; id < graph.size(); ++id) {
-    ir::Node n = graph.node(id);
-    if (onRows[id]) {
-      const ir::TensorMeta& a = graph.meta(n.inputs[0]);
-      ValueId rows =
-          out.call("reshape", {remap[n.inputs[0]]}, {{"size", ir::asRows(a.sizes, out.symbols())}});
-      ValueId product = out.call("mm", {rows, remap[n.inputs[1]]});
-      ValueId result = out.call("reshape", {product}, {{"size", n.value.tensor().sizes}});
-      if (out.value(result) == n.value) {
-        remap[id] = result;
-        changed = true;
-        continue;
-      }
-    }
-    for (ValueId& in : n.inputs) in = remap[in];
-    remap[id] = out.append(std::move(n));
-  }
-  return changed ? finished(graph, std::move(out), remap) : graph;
-}
-
-std::optional<ValueId> geluGradProduct(const Graph& g, ValueId grad) {
-  const ir::Node& n = g.node(grad);
-  if (!isTanhGeluGrad(n) || !n.value.tensor().isContiguous()) return std::nullopt;
-  const ir::TensorMeta& out = n.value.tensor();
-  ValueId product = n.inputs[0];
-  if (isCall(g.node(product), "reshape")) product = g.node(product).inputs[0];
-  const ir::Node& p = g.node(product);
-  if (!isCall(p, "mm") || p.inputs.size() != 2 || !p.value.isTensor()) return std::nullopt;
-  const ir::TensorMeta &c = p.value.tensor(), &x = g.meta(n.inputs[1]);
-  std::optional<int64_t> columns = c.dim() == 2 ? c.sizes[1].asInteger() : std::nullopt;
-  if (!columns || *columns < 1 || *columns % 8 != 0 || c.dtype != out.dtype ||
-      !c.isContiguous() || g.meta(p.inputs[0]).dtype != out.dtype ||
-      g.meta(p.inputs[1]).dtype != out.dtype)
-    return std::nullopt;
-  // x (the pre-activation) as cuBLASLt's aux: the product's layout, element for element.
-  if (x.dtype != out.dtype || !x.isContiguous() || x.sizes != out.sizes ||
-      !(out.sizes.back() == c.sizes[1]))
-    return std::nullopt;
-  return product;
-}
-
-std::optional<ValueId> columnSumOf(const Graph& g, ValueId dy) {
-  for (ValueId id = dy + 1; id < g.size(); ++id) {
-    const ir::Node& s = g.node(id);
-    if (!sumsColumns(g, s)) continue;
-    ValueId in = s.inputs[0];
-    if (in != dy && (isCall(g.node(in), "reshape") || isCall(g.node(in), "view")))
-      in = g.node(in).inputs[0];
-    if (in == dy && s.value.tensor().sizes[0] == g.meta(dy).sizes.back()) return id;
-  }
-  return std::nullopt;
+  if (!changed) return graph;
+  std::vector<ValueId> outputs;
+  for (ValueId o : graph.outputs()) outputs.push_back(remap[o]);
+  out.setOutputs(std::move(outputs));
+  return ir::eliminateDeadCode(out);
 }
 
 } // namespace kiln::codegen

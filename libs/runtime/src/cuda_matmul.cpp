@@ -172,9 +172,9 @@ PreparedCalls& preparedCalls() {
 }
 
 // false when cuBLASLt has no algorithm for the call (nothing is queued).
-// `aux`: GELU_AUX's pre-activation output, DGELU's pre-activation input.
+// `aux`: GELU_AUX's pre-activation output.
 bool tryGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const void* b, void* d,
-             const void* bias, double alpha, double beta, const void* aux = nullptr) {
+             const void* bias, double alpha, double beta, void* aux = nullptr) {
   const CublasLt& lt = cublasLt();
   cublasLtHandle_t handle = cublasLtHandle(ctx.device);
   size_t workspaceBytes = 0;
@@ -256,26 +256,18 @@ struct Entry {
 
 class DeviceProduct {
 public:
-  // `further`: the epilogue's further result (bias_grad, gelu_tanh_aux,
-  // dgelu_tanh_bias_grad; else null); `preActivation`: the dgelu epilogues'.
+  // `further`: the bias_grad or gelu_tanh_aux epilogue's result (else null).
   DeviceProduct(const ProductShape& p, Types types, Epilogue epilogue, const Tensor* further,
-                const Tensor* preActivation, const CudaCallContext& ctx)
+                const CudaCallContext& ctx)
       : p_(p), types_(types), epilogue_(epilogue),
         rowSums_(epilogue == Epilogue::BiasGrad ? further : nullptr),
-        activation_(epilogue == Epilogue::GeluTanhAux ? further : nullptr),
-        columnSums_(epilogue == Epilogue::GeluGradBiasGrad ? further : nullptr),
-        preActivation_(preActivation), ctx_(ctx), e_(elementSize(p.dtype)) {}
+        activation_(epilogue == Epilogue::GeluTanhAux ? further : nullptr), ctx_(ctx),
+        e_(elementSize(p.dtype)) {}
 
   void run(const Entry& entry) {
     int64_t m = p_.c.matrix.rows, n = p_.c.matrix.cols, k = p_.a.matrix.cols,
             count = entry.inner.size;
-    if (m == 0 || count == 0) {
-      if (columnSums_) // of no rows: zeros
-        cudaCheck(ctx_.driver.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(columnSums_->data), 0,
-                                              static_cast<size_t>(n) * e_, ctx_.stream),
-                  "cuMemsetD8Async");
-      return;
-    }
+    if (m == 0 || count == 0) return;
     if (n == 0) { // no product, but the rows still have their sums
       if (rowSums_) sumRows(p_.a.matrix, entry.a);
       return;
@@ -361,8 +353,6 @@ public:
       g.alignBias = vector ? alignment(vector) : 0;
       if (activation_) {
         geluWithPreActivation(g, xData, yData, cData, biasVector, sd.ld);
-      } else if (preActivation_) {
-        geluGrad(g, swap, xData, yData, cData, sd.ld);
       } else if (!rowSums_) {
         runGemm(ctx_, g, xData, yData, cData, vector, p_.alpha, beta);
       } else if (!tryGemm(ctx_, g, xData, yData, cData, vector, p_.alpha, beta)) {
@@ -416,46 +406,10 @@ private:
     runGemm(ctx_, g, x, y, activation, bias, p_.alpha, 0);
   }
 
-  // The dgelu epilogues: D (dense rows: D = C^T, cudaMatrixProduct checked)
-  // is the product times gelu's derivative at the pre-activation, read in
-  // D's layout (a 16-byte aligned copy where it is not); the bias grad, its
-  // columns' sums, by the same call (DGELU_BGRAD) or, where that has no
-  // algorithm, by a product with ones after it.
-  void geluGrad(Gemm g, bool swap, const void* x, const void* y, void* d, int64_t ld) {
-    if (!swap)
-      throw Error(ErrorCode::Internal, "runtime: the dgelu epilogue's result is not dense rows");
-    const void* preActivation = preActivation_->data;
-    std::optional<Scratch> copy;
-    if (alignment(preActivation) < 16) {
-      size_t bytes = static_cast<size_t>(g.m * g.n) * e_;
-      copy.emplace(ctx_.allocator, bytes);
-      cudaCheck(ctx_.driver.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(copy->data),
-                                          reinterpret_cast<CUdeviceptr>(preActivation), bytes,
-                                          ctx_.stream),
-                "cuMemcpyAsync");
-      preActivation = copy->data;
-    }
-    g.auxLd = ld;
-    if (columnSums_) {
-      g.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
-      g.alignBias = alignment(columnSums_->data);
-      if (tryGemm(ctx_, g, x, y, d, columnSums_->data, p_.alpha, 0, preActivation)) return;
-    }
-    g.epilogue = CUBLASLT_EPILOGUE_DGELU, g.alignBias = 0;
-    if (!tryGemm(ctx_, g, x, y, d, nullptr, p_.alpha, 0, preActivation))
-      throw Error(ErrorCode::Unsupported,
-                  "runtime: cuBLASLt has no algorithm for the dgelu_tanh epilogue of a " +
-                      std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
-                      std::to_string(g.k) + " product");
-    if (columnSums_) // D = C^T: C's columns are D's rows
-      sumRows({g.m, g.n, 1, ld}, d, *columnSums_);
-  }
-
   // The bias_grad epilogue's sums where cuBLASLt's epilogue has no
   // algorithm for the call: one more product, `a` times a column of ones.
-  void sumRows(MatrixLayout a, const void* data) { sumRows(a, data, *rowSums_); }
-  void sumRows(MatrixLayout a, const void* data, const Tensor& into) {
-    auto sums = reinterpret_cast<CUdeviceptr>(into.data);
+  void sumRows(MatrixLayout a, const void* data) {
+    auto sums = reinterpret_cast<CUdeviceptr>(rowSums_->data);
     if (a.cols == 0) {
       cudaCheck(ctx_.driver.cuMemsetD8Async(sums, 0, static_cast<size_t>(a.rows) * e_, ctx_.stream),
                 "cuMemsetD8Async");
@@ -476,8 +430,8 @@ private:
     g.m = a.rows, g.n = 1, g.k = a.cols;
     g.lda = sa.ld, g.ldb = a.cols, g.ldd = a.rows;
     g.alignA = alignment(data), g.alignB = alignment(ones.data);
-    g.alignD = alignment(into.data);
-    runGemm(ctx_, g, data, ones.data, into.data, nullptr, 1, 0);
+    g.alignD = alignment(rowSums_->data);
+    runGemm(ctx_, g, data, ones.data, rowSums_->data, nullptr, 1, 0);
   }
 
   cublasLtEpilogue_t epilogueOf(bool bias, bool swap) const {
@@ -487,8 +441,6 @@ private:
       return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     case Epilogue::Relu: return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
     case Epilogue::GeluTanh: return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-    case Epilogue::GeluGrad:
-    case Epilogue::GeluGradBiasGrad: // geluGrad's own
     case Epilogue::None: break;
     }
     return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
@@ -499,8 +451,6 @@ private:
   Epilogue epilogue_;
   const Tensor* rowSums_;
   const Tensor* activation_;
-  const Tensor* columnSums_;
-  const Tensor* preActivation_;
   const CudaCallContext& ctx_;
   size_t e_;
 };
@@ -521,46 +471,18 @@ int64_t numel(const Tensor& t) {
   return n;
 }
 
-const char* nameOf(Epilogue epilogue) {
-  switch (epilogue) {
-  case Epilogue::Relu: return "relu";
-  case Epilogue::GeluTanh: return "gelu_tanh";
-  case Epilogue::BiasGrad: return "bias_grad";
-  case Epilogue::GeluTanhAux: return "gelu_tanh_aux";
-  case Epilogue::GeluGrad: return "dgelu_tanh";
-  case Epilogue::GeluGradBiasGrad: return "dgelu_tanh_bias_grad";
-  case Epilogue::None: break;
-  }
-  return "none";
-}
-
-// The dgelu epilogues' product (one unbatched mm into dense rows) and their
-// pre-activation (dense, of its size and dtype), checked.
-void checkGeluGrad(const ProductShape& p, const Tensor& preActivation) {
-  const MatrixLayout& c = p.c.matrix;
-  bool denseRows = (c.colStride == 1 || c.cols == 1) && (c.rowStride == c.cols || c.rows == 1);
-  if (p.bias || p.alpha != 1 || !p.batchSizes.empty() || !denseRows ||
-      preActivation.dtype != p.dtype || !dense(preActivation) ||
-      numel(preActivation) != c.rows * c.cols)
-    throw Error(ErrorCode::InvalidArgument,
-                "runtime: the dgelu_tanh epilogues take one unbatched mm into dense rows and a "
-                "third input, the pre-activation: dense, of the product's size and dtype");
-}
-
-// The epilogue's one further result (bias_grad, gelu_tanh_aux,
-// dgelu_tanh_bias_grad), checked against the product (null for the other
-// epilogues, which make none).
+// The bias_grad or gelu_tanh_aux epilogue's one further result, checked
+// against the product (null for the other epilogues, which make none).
 const Tensor* furtherResult(const std::string& op, Epilogue epilogue, const ProductShape& p,
                             const std::vector<Tensor>& results) {
-  if (epilogue != Epilogue::BiasGrad && epilogue != Epilogue::GeluTanhAux &&
-      epilogue != Epilogue::GeluGradBiasGrad) {
+  if (epilogue != Epilogue::BiasGrad && epilogue != Epilogue::GeluTanhAux) {
     if (!results.empty())
       throw Error(ErrorCode::InvalidArgument,
-                  "runtime: " + op + " writes further results only with the bias_grad, "
-                                     "gelu_tanh_aux or dgelu_tanh_bias_grad epilogue");
+                  "runtime: " + op + " writes further results only with the bias_grad or "
+                                     "gelu_tanh_aux epilogue");
     return nullptr;
   }
-  const char* name = nameOf(epilogue);
+  const char* name = epilogue == Epilogue::BiasGrad ? "bias_grad" : "gelu_tanh_aux";
   if (p.dtype != ir::DType::Float16 && p.dtype != ir::DType::BFloat16)
     throw Error(ErrorCode::Unsupported, std::string("runtime: the ") + name +
                                             " epilogue is for f16 and bf16 products, not " +
@@ -574,13 +496,6 @@ const Tensor* furtherResult(const std::string& op, Epilogue epilogue, const Prod
                   "runtime: the bias_grad epilogue takes one unbatched product without bias or "
                   "alpha and one further result: its first operand's row sums, dense, of its "
                   "dtype");
-    return r;
-  }
-  if (epilogue == Epilogue::GeluGradBiasGrad) {
-    if (!fits || r->sizes.size() != 1 || r->sizes[0] != p.c.matrix.cols)
-      throw Error(ErrorCode::InvalidArgument,
-                  "runtime: the dgelu_tanh_bias_grad epilogue's one further result is the "
-                  "result's column sums: [N], dense, of its dtype");
     return r;
   }
   bool denseRows = (c.colStride == 1 || c.cols == 1) && (c.rowStride == c.cols || c.rows == 1);
@@ -607,12 +522,9 @@ Epilogue parseEpilogue(const std::vector<ir::Attr>& attrs) {
     if (*name == "gelu_tanh") return Epilogue::GeluTanh;
     if (*name == "bias_grad") return Epilogue::BiasGrad;
     if (*name == "gelu_tanh_aux") return Epilogue::GeluTanhAux;
-    if (*name == "dgelu_tanh") return Epilogue::GeluGrad;
-    if (*name == "dgelu_tanh_bias_grad") return Epilogue::GeluGradBiasGrad;
     throw Error(ErrorCode::InvalidArgument, "runtime: unknown epilogue '" + *name +
                                                 "' (have: none, relu, gelu_tanh, bias_grad, "
-                                                "gelu_tanh_aux, dgelu_tanh, "
-                                                "dgelu_tanh_bias_grad)");
+                                                "gelu_tanh_aux)");
   }
   return Epilogue::None;
 }
@@ -620,30 +532,23 @@ Epilogue parseEpilogue(const std::vector<ir::Attr>& attrs) {
 bool cudaMatrixProduct(const std::string& op, const std::vector<Tensor>& inputs,
                        const std::vector<ir::Attr>& attrs, const Tensor& out,
                        const std::vector<Tensor>& results, const CudaCallContext& context) {
-  Epilogue epilogue = parseEpilogue(attrs);
-  bool geluGrad = epilogue == Epilogue::GeluGrad || epilogue == Epilogue::GeluGradBiasGrad;
-  if (geluGrad && (op != "mm" || inputs.size() != 3))
-    throw Error(ErrorCode::InvalidArgument,
-                "runtime: the dgelu_tanh epilogues take mm with a third input, the "
-                "pre-activation (got " + op + " of " + std::to_string(inputs.size()) + ")");
-  std::vector<Tensor> operands(inputs.begin(), inputs.end() - (geluGrad ? 1 : 0));
   std::optional<ProductShape> p =
-      productShape(op, operands, numberAttr(attrs, "alpha"), numberAttr(attrs, "beta"), out);
+      productShape(op, inputs, numberAttr(attrs, "alpha"), numberAttr(attrs, "beta"), out);
   if (!p) return false;
   std::optional<Types> types = typesOf(out.dtype);
   if (!types)
     throw Error(ErrorCode::Unsupported, "runtime: no CUDA routine for " + op + " of " +
                                             std::string(ir::name(out.dtype)) +
                                             " (have: f32, f16, bf16, f64)");
+  Epilogue epilogue = parseEpilogue(attrs);
   if (epilogue != Epilogue::None && epilogue != Epilogue::BiasGrad && p->a.matrix.cols == 0)
     throw Error(ErrorCode::Unsupported,
                 "runtime: an epilogue on a product with an empty inner dim");
   const Tensor* further = furtherResult(op, epilogue, *p, results);
-  if (geluGrad) checkGeluGrad(*p, inputs[2]);
   std::vector<Dim> dims = collapse(*p);
   Dim inner = dims.empty() ? Dim{1, 0, 0, 0} : dims.back();
   if (!dims.empty()) dims.pop_back();
-  DeviceProduct product(*p, *types, epilogue, further, geluGrad ? &inputs[2] : nullptr, context);
+  DeviceProduct product(*p, *types, epilogue, further, context);
   size_t e = elementSize(p->dtype);
   std::vector<int64_t> index(dims.size(), 0);
   int64_t outer = 1;

@@ -43,21 +43,15 @@ struct Scratch {
 // grad dy^T @ x; or "gelu_tanh_aux": the product (and addmm's [N] bias) into
 // the call's own result, gelu_tanh of it into its one further result
 // (cuBLASLt's GELU_AUX_BIAS: a linear layer's pre-activation, kept for the
-// backward, and its activation); or "dgelu_tanh": an mm given a third input,
-// the pre-activation x of the product's size and dtype, writes
-// gelu_backward(product, x, "tanh") into its result (cuBLASLt's DGELU: a
-// linear layer's grad through its tanh gelu, x what gelu_tanh_aux kept);
-// "dgelu_tanh_bias_grad" also that result's column sums into its one further
-// result ([N], DGELU_BGRAD: the layer's bias grad). Error{InvalidArgument}
-// for other names.
-enum class Epilogue { None, Relu, GeluTanh, BiasGrad, GeluTanhAux, GeluGrad, GeluGradBiasGrad };
+// backward, and its activation). Error{InvalidArgument} for other names.
+enum class Epilogue { None, Relu, GeluTanh, BiasGrad, GeluTanhAux };
 Epilogue parseEpilogue(const std::vector<ir::Attr>& attrs);
 
 // Runs `op` into `out` (and the bias_grad epilogue's result into `results`)
 // on the device; false when `op` is not a matrix product. Error{Unsupported}
-// for a dtype other than f32, f16, bf16, f64 (the epilogues but relu and
-// gelu_tanh: f16, bf16) or a gelu grad cuBLASLt has no algorithm for,
-// Error{InvalidArgument} for inputs or results the epilogue does not take.
+// for a dtype other than f32, f16, bf16, f64 (bias_grad, gelu_tanh_aux: f16,
+// bf16),
+// Error{InvalidArgument} for results the epilogue does not make.
 bool cudaMatrixProduct(const std::string& op, const std::vector<Tensor>& inputs,
                        const std::vector<ir::Attr>& attrs, const Tensor& out,
                        const std::vector<Tensor>& results, const CudaCallContext& context);

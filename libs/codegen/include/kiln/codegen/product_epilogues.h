@@ -34,30 +34,6 @@ bool geluOfABiasedProduct(const ir::Graph& graph, const ir::Node& gelu);
 // a static inner dim > 0, the gelu contiguous. nullopt when it has none.
 std::optional<ir::ValueId> geluProduct(const ir::Graph& graph, ir::ValueId gelu);
 
-// Whether `grad` is a tanh gelu_backward of f16/bf16 whose grad is a product
-// (mm or matmul, maybe reshaped): kept from decomposition on CUDA so that
-// lowering can make it the product's epilogue (geluGradProduct).
-bool geluGradOfAProduct(const ir::Graph& graph, const ir::Node& grad);
-
-// The graph with each matmul of a contiguous [..., M, K] by a 2-d operand,
-// read by such a gelu_backward alone, taken as reshape(mm(a as [-1, K], b)):
-// the one product cuBLASLt's DGELU epilogue computes on (geluGradProduct).
-// Returned as it is when none applies.
-ir::Graph geluGradProductsOnRows(const ir::Graph& graph);
-
-// The mm whose cuBLASLt epilogue can compute this kept gelu_backward
-// (DGELU: the product times gelu's derivative at the pre-activation, which
-// the forward's GELU_AUX kept): gelu_backward(mm(a, b), x) or
-// gelu_backward(reshape(mm), x) of a contiguous [rows, N] product with N a
-// static multiple of 8, x contiguous of the grad's size, all of its dtype.
-// nullopt when it has none.
-std::optional<ir::ValueId> geluGradProduct(const ir::Graph& graph, ir::ValueId grad);
-
-// The sum of a contiguous f16/bf16 `dy` [..., N] (or a reshape of it) over every
-// dim but the last, in dy's dtype: a linear layer's bias grad. nullopt when
-// the graph has none.
-std::optional<ir::ValueId> columnSumOf(const ir::Graph& graph, ir::ValueId dy);
-
 // The product that can compute a bias grad in its epilogue: for `sum` of a
 // contiguous f16/bf16 `dy` [..., N] over every dim but the last (in dy's
 // dtype, no keepdim), an mm or 2-d matmul of the same dtype whose first
