@@ -64,31 +64,33 @@ ValueId gelu(Graph& g, const Node& node, const std::vector<ValueId>& in) {
 // grad * gelu'(x): Phi(x) + x phi(x), or the tanh form's derivative, in f32
 // for f16/bf16 and rounded once (torch's gelu_backward kernels).
 ValueId geluBackward(Graph& g, const Node& node, const std::vector<ValueId>& in) {
-  DType t = node.value.tensor().dtype;
-  bool half = t == DType::Float16 || t == DType::BFloat16;
-  DType compute = half ? DType::Float32 : t;
+  DType dtype = node.value.tensor().dtype;
+  bool half = dtype == DType::Float16 || dtype == DType::BFloat16;
+  DType compute = half ? DType::Float32 : dtype;
   auto as = [&](ValueId v) {
     return g.meta(v).dtype == compute ? v : g.call("to_dtype", {v}, {{"dtype", compute}});
   };
   ValueId grad = as(in[0]), x = as(in[1]);
-  ValueId derivative;
+  auto mul = [&](ValueId a, ValueId b) { return g.call("mul", {a, b}); };
+  auto times = [&](ValueId a, double k) { return scalarOp(g, "mul", a, k); };
+  auto plus = [&](ValueId a, double k) { return scalarOp(g, "add", a, k); };
+  ValueId xx = mul(x, x), derivative;
   if (attrOr<std::string>(node, "approximate", "none") == "tanh") {
+    // 0.5 (1 + t) + 0.5 x (1 - t^2) beta (1 + 3 kappa x^2), t = tanh(beta (x + kappa x^3))
     const double beta = std::sqrt(2.0 / M_PI), kappa = 0.044715;
-    ValueId xx = g.call("mul", {x, x});
-    ValueId inner = scalarOp(g, "mul", g.call("add", {x, scalarOp(g, "mul", g.call("mul", {xx, x}), kappa)}), beta);
-    ValueId th = g.call("tanh", {inner});
-    ValueId dtanh = scalarOp(g, "add", g.call("neg", {g.call("mul", {th, th})}), 1.0);
-    ValueId dinner = scalarOp(g, "mul", scalarOp(g, "add", scalarOp(g, "mul", xx, 3 * kappa), 1.0), beta);
-    ValueId left = g.call("mul", {g.call("mul", {scalarOp(g, "mul", x, 0.5), dtanh}), dinner});
-    derivative = g.call("add", {scalarOp(g, "mul", scalarOp(g, "add", th, 1.0), 0.5), left});
+    ValueId t = g.call("tanh", {times(g.call("add", {x, times(mul(xx, x), kappa)}), beta)});
+    ValueId dtanh = plus(g.call("neg", {mul(t, t)}), 1.0);
+    ValueId dinner = times(plus(times(xx, 3 * kappa), 1.0), beta);
+    derivative = g.call("add", {times(plus(t, 1.0), 0.5), mul(mul(times(x, 0.5), dtanh), dinner)});
   } else {
+    // Phi(x) + x phi(x)
     constexpr double kInvSqrt2Pi = 0.3989422804014327; // 1 / sqrt(2 pi)
-    ValueId cdf = scalarOp(g, "mul", scalarOp(g, "add", g.call("erf", {scalarOp(g, "mul", x, M_SQRT1_2)}), 1.0), 0.5);
-    ValueId pdf = scalarOp(g, "mul", g.call("exp", {scalarOp(g, "mul", g.call("mul", {x, x}), -0.5)}), kInvSqrt2Pi);
-    derivative = g.call("add", {cdf, g.call("mul", {x, pdf})});
+    ValueId cdf = times(plus(g.call("erf", {times(x, M_SQRT1_2)}), 1.0), 0.5);
+    ValueId pdf = times(g.call("exp", {times(xx, -0.5)}), kInvSqrt2Pi);
+    derivative = g.call("add", {cdf, mul(x, pdf)});
   }
   ValueId r = g.call("mul", {grad, derivative});
-  return g.meta(r).dtype == t ? r : g.call("to_dtype", {r}, {{"dtype", t}});
+  return g.meta(r).dtype == dtype ? r : g.call("to_dtype", {r}, {{"dtype", dtype}});
 }
 
 ValueId silu(Graph& g, const Node&, const std::vector<ValueId>& in) {

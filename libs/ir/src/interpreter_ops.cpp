@@ -122,10 +122,10 @@ const std::set<std::string> kUnary = {
     "tan",  "tanh",  "sigmoid", "erf",   "reciprocal", "silu", "gelu",        "neg",   "abs",
     "relu", "floor", "ceil",    "round", "trunc",      "sign", "logical_not", "isnan", "isinf"};
 const std::set<std::string> kBinary = {
-    "add",     "sub",         "mul",        "div",         "pow",        "fmod",       "remainder",
-    "maximum", "minimum",     "eq",         "ne",          "lt",         "le",         "gt",
-    "ge",      "logical_and", "logical_or", "bitwise_and", "bitwise_or", "bitwise_xor",
-    "gelu_backward"};
+    "add",        "sub",         "mul",          "div",         "pow",        "fmod",
+    "remainder",  "maximum",     "minimum",      "eq",          "ne",         "lt",
+    "le",         "gt",          "ge",           "logical_and", "logical_or", "bitwise_and",
+    "bitwise_or", "bitwise_xor", "gelu_backward"};
 const std::set<std::string> kCompare = {"eq", "ne", "lt", "le", "gt", "ge"};
 
 Num compare(const std::string& op, Num a, Num b) {

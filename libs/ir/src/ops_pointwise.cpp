@@ -246,7 +246,8 @@ void addPointwiseOps(std::vector<OpInfo>& ops) {
     ops.push_back(std::move(inPlace));
   }
   ops.push_back({"gelu_backward",
-                 {tensor("grad_output"), tensor("self"),
+                 {tensor("grad_output"),
+                  tensor("self"),
                   {"approximate", ArgKind::String, false, std::string("none")}},
                  inferGeluBackward});
 }
