@@ -1289,13 +1289,45 @@ TEST_F(Lower, LoopedRowsOfOddExtentLoadVectorsThenTheirTail) {
   CudaSource source = emitCuda(cuda, schedule(cuda));
   // One row loop by 16-byte vectors, then the tail one by one; static offsets and steps: no
   // twin (the runtime copies a misaligned input).
-  EXPECT_EQ(occurrences(source.code, "kiln_jv < (40001) / 8;"), 1u) << source.code;
+  EXPECT_EQ(occurrences(source.code, "kiln_jv < 5000;"), 1u) << source.code;
   EXPECT_EQ(occurrences(source.code, "kiln_j = 40000 + kiln_lane; kiln_j < 40001;"), 1u)
       << source.code;
   EXPECT_EQ(source.kernels, (std::vector<std::string>{"kiln_kernel_0"}));
   EXPECT_EQ(source.launches[0].unaligned, -1);
   EXPECT_FALSE(source.launches[0].aligned.empty());
   expectSameValues({random(DType::BFloat16, {4, 40008})}, 0); // the CUDA text compiles to cubin
+}
+
+// A padded row (a cat with a few zeros: GPT-2's logits grad, 50257 of a row
+// of 50264) loads its values by 16-byte vectors up to the pad, where a load
+// under the cat's condition would otherwise be read element by element; the
+// positions from the last whole vector before the pad run one by one.
+TEST_F(Lower, APaddedRowLoadsByVectorsUpToThePad) {
+  ValueId x = input("x", DType::BFloat16, ints({1024, 40001}));
+  ValueId wide = graph.call("exp", {graph.call("to_dtype", {x}, {{"dtype", DType::Float32}})});
+  ValueId half = graph.call("to_dtype", {wide}, {{"dtype", DType::BFloat16}});
+  ValueId zeros = graph.call("zeros", {}, {{"size", ints({1024, 7})}, {"dtype", DType::BFloat16}});
+  ValueId padded = graph.call("cat", {half, zeros}, {{"dim", int64_t{1}}});
+  std::vector<Attr> last = {{"dim", std::vector<int64_t>{-1}}};
+  // Far from the end (a cat of two halves), the second piece's loads stay element by element.
+  ValueId y = input("y", DType::BFloat16, ints({1000, 20004}));
+  ValueId halves = graph.call("cat", {y, y}, {{"dim", int64_t{1}}});
+  graph.setOutputs(
+      {padded, graph.call("amax", {padded}, last), halves, graph.call("amax", {halves}, last)});
+  Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
+  CudaSource source = emitCuda(cuda, schedule(cuda));
+  std::string code = source.code.substr(source.code.find("extern \"C\""));
+  // The padded row (looped: 40008 positions): its 5000 whole vectors before position
+  // 40001, then positions 40000..40007, for the cat and for the amax reading it.
+  EXPECT_EQ(occurrences(code, "kiln_jv < 5000;"), 2u) << code;
+  EXPECT_EQ(occurrences(code, "kiln_j = 40000 + kiln_lane; kiln_j < 40008;"), 2u) << code;
+  // Blocks of 1024 threads ask for two a multiprocessor (32 registers a thread).
+  EXPECT_EQ(occurrences(code, "__launch_bounds__(1024, 2)"), 2u) << code;
+  // The halves' row: every position in vectors (the first piece's bound, 20004, would
+  // leave out half the row); the pieces' loads under the cat's condition one by one.
+  EXPECT_EQ(occurrences(code, "kiln_jv < 5001;"), 2u) << code;
+  // Values: test_cuda_runtime.py on the GPU (the CPU has no vector path).
+  expectCompilesForCuda();
 }
 
 // Exact GELU's `1 + erf(x)` is one call on the GPU (kiln_erf_plus_one: one polynomial, no

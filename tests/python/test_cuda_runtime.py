@@ -334,6 +334,35 @@ def test_split_column_reductions_match_torch(stack):
     assert len(fast.cache.entries) == 2, kiln.explain(fast)
 
 
+def _padded_rows(stack, rows=1024, width=40001, pad=7):
+    """exp of bf16 rows padded with zeros (GPT-2's logits grad: 50257 of a row of 50264), and
+    each padded row's max, as one row kernel."""
+    g = ir.Graph()
+    x = g.placeholder("x", "bfloat16", [rows, width], device="cuda")
+    e = g.call("to_dtype", g.call("exp", g.call("to_dtype", x, "float32")), "bfloat16")
+    padded = g.call("cat", [e, g.call("zeros", size=[rows, pad], dtype="bfloat16", device="cuda")], dim=1)
+    g.set_outputs([padded, g.call("amax", padded, dim=[1])])
+    return ir.compile(g, stack, target="cuda:sm_90")
+
+
+def test_a_padded_row_loads_by_vectors_up_to_the_pad(stack):
+    # The values under the cat's condition, 16 bytes a load up to the last whole vector
+    # before the pad (positions 0..39999); from there one by one. No GPU needed.
+    source = _padded_rows(stack).source
+    assert source.count("kiln_jv < 5000;") == 2, source  # the cat's row and the max's
+    assert source.count("kiln_j = 40000 + kiln_lane; kiln_j < 40008;") == 2, source
+
+
+@needs_gpu
+def test_padded_rows_by_vectors_match_torch(stack):
+    compiled = _padded_rows(stack)
+    x = torch.randn(1024, 40001, device="cuda", dtype=torch.bfloat16)
+    padded, top = compiled(x)
+    want = torch.cat([x.float().exp().bfloat16(), torch.zeros(1024, 7, device="cuda", dtype=torch.bfloat16)], 1)
+    assert torch.equal(padded, want)
+    assert torch.equal(top, want.amax(1))
+
+
 # Attention as flash attention's kernels: q, k, v strided views ([b, l, h, e] transposed to
 # [b, h, l, e], as GPT's heads of one projection), sequences that are not multiples of the
 # kernels' 64-row tiles. The backward's pieces take the forward's out and logsumexp.

@@ -221,7 +221,12 @@ public:
     launch.mayFail = text.find("&kiln_error") != std::string::npos;
 
     std::ostringstream out;
-    out << "extern \"C\" __global__ void __launch_bounds__(" << threads_ << ") " << name << "(";
+    // A block of 1024 threads (a long row's) asks for two a multiprocessor: 32
+    // registers a thread. Past them one block fits, half the threads hide the
+    // loads' latency: GPT-2's logits grad took 36 compiled relocatable (its
+    // groups are linked), 775 us against 602 at 32 (H100, 2026-11-27).
+    out << "extern \"C\" __global__ void __launch_bounds__(" << threads_
+        << (threads_ == 1024 ? ", 2" : "") << ") " << name << "(";
     std::vector<std::string> params;
     const std::set<BufferId>& written = writtenRoots();
     for (BufferId id : buffers_) {
@@ -624,6 +629,43 @@ private:
     return base;
   }
 
+  // The positions [0, L) of a 1-d row where `condition` holds, when it holds
+  // exactly there (position <= C: a cat's or a pad's first piece), else null.
+  std::optional<int64_t> positionBound(const Scalar& condition, const RowInner& in) const {
+    if (condition->kind != ScalarKind::IndexOf || in.vars.size() != 1) return std::nullopt;
+    sym::Expr c = sym::substitute(condition->index, in.units);
+    if (c.kind() != sym::Kind::Le) return std::nullopt;
+    sym::Expr d = c.terms()[0].expr - c.terms()[1].expr; // d <= 0
+    sym::Expr v = in.vars[0];
+    int64_t coefficient = 0;
+    if (d == v) {
+      coefficient = 1;
+    } else if (d.kind() == sym::Kind::Sum && d.terms().size() == 1 && d.terms()[0].expr == v) {
+      coefficient = d.terms()[0].coeff;
+    }
+    if (coefficient <= 0) return std::nullopt;
+    int64_t constant = d.kind() == sym::Kind::Sum ? d.constant() : 0; // k v + c <= 0
+    if (constant > 0) return int64_t{0};
+    return -constant / coefficient + 1;
+  }
+
+  // The loads of `s` under a `where` whose condition holds on the row's first
+  // positions alone (positionBound), with that bound: on those positions they
+  // run whatever the other elements do.
+  template <class Find>
+  void guardedLoads(const Scalar& s, const RowInner& in, Find find,
+                    std::vector<std::pair<VectorLoad, int64_t>>& out) {
+    if (s->kind == ScalarKind::Where) {
+      if (std::optional<int64_t> bound = positionBound(s->args[0], in)) {
+        std::vector<VectorLoad> loads;
+        vectorLoads(s->args[1], in.units, false, find, loads);
+        for (const VectorLoad& load : loads) out.push_back({load, *bound});
+      }
+      return;
+    }
+    for (const Scalar& a : s->args) guardedLoads(a, in, find, out);
+  }
+
   // Row kernels' 16-byte path: per buffer, the loads (and the store) at
   // base + the row position become one access per `rowLanes_` positions when
   // the row's extent is static, and every such access is aligned in every
@@ -639,6 +681,7 @@ private:
     if (!extent) return {};
     size_t widest = 0;
     std::vector<std::vector<VectorLoad>> loads(kernel_.buffers.size());
+    std::vector<std::vector<std::pair<VectorLoad, int64_t>>> guarded(kernel_.buffers.size());
     std::vector<std::optional<sym::Expr>> stores(kernel_.buffers.size());
     for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
       const Buffer& b = program_.buffers[kernel_.buffers[m]];
@@ -647,7 +690,10 @@ private:
         return rowContiguousBase(i, in);
       };
       vectorLoads(b.loops.body, in.units, false, contiguous, loads[m]);
+      if (perThread_ == 0) guardedLoads(b.loops.body, in, contiguous, guarded[m]);
       for (const VectorLoad& v : loads[m])
+        widest = std::max(widest, elementSize(program_.buffers[v.node->buffer].layout.dtype));
+      for (const auto& [v, bound] : guarded[m])
         widest = std::max(widest, elementSize(program_.buffers[v.node->buffer].layout.dtype));
       bool local = isLocal(kernel_.buffers[m]);
       if (b.loops.reduce == ReduceOp::None && !local)
@@ -657,6 +703,19 @@ private:
     if (widest == 0 || widest > 8) return {};
     int lanes = static_cast<int>(16 / widest);
     if (*extent % lanes != 0 && perThread_ > 0) return {};
+    // A guarded load joins the vectors when its bound leaves out less than a
+    // vector (a padded row's last positions: GPT-2's logits grad, 50257 of 50264):
+    // the vectors stop before the bound, and the rest of the row runs one by one.
+    int64_t vectorEnd = *extent / lanes * lanes;
+    for (auto& byBuffer : guarded) {
+      std::vector<std::pair<VectorLoad, int64_t>> taken;
+      for (const auto& g : byBuffer)
+        if (*extent - g.second < lanes) {
+          taken.push_back(g);
+          vectorEnd = std::min(vectorEnd, g.second / lanes * lanes);
+        }
+      byBuffer = std::move(taken);
+    }
     std::vector<runtime::AlignedAccess> checks;
     // The access's checks (its row-0 address, symbolic steps between rows), or null
     // when some row may be unaligned.
@@ -687,6 +746,7 @@ private:
     };
     for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
       mapOuter(program_.buffers[kernel_.buffers[m]].loops);
+      for (const auto& [v, bound] : guarded[m]) loads[m].push_back(v);
       for (const VectorLoad& v : loads[m])
         if (auto access = aligned(v.node->buffer, v.base)) {
           add(*access);
@@ -701,6 +761,7 @@ private:
     if (checks.empty()) return {};
     rowLanes_ = lanes;
     rowExtent_ = *extent;
+    rowVectorEnd_ = vectorEnd;
     return checks;
   }
 
@@ -794,8 +855,8 @@ private:
                       const PositionBody& body) {
     if (rowLanes_ == 1) return rowLoopText(member, vars, ranges, storeTo, indent, body, false);
     std::string vector = rowLoopText(member, vars, ranges, storeTo, indent, body, true);
-    if (int64_t whole = rowExtent_ / rowLanes_ * rowLanes_; whole < rowExtent_) // looped rows only
-      vector += rowLoopText(member, vars, ranges, storeTo, indent, body, false, whole);
+    if (rowVectorEnd_ < rowExtent_) // looped rows only
+      vector += rowLoopText(member, vars, ranges, storeTo, indent, body, false, rowVectorEnd_);
     return vector;
   }
 
@@ -812,7 +873,7 @@ private:
       innerOf_[vars[k]] = k;
     }
     if (vector) { // kiln_jv: the thread's vector; kiln_u: its element
-      std::string count = "(" + numelText(ranges) + ") / " + lanes;
+      std::string count = std::to_string(rowVectorEnd_ / rowLanes_);
       if (perThread_ > 0) {
         bool whole =
             rowExtent_ / rowLanes_ % group_ == 0; // every thread's every vector is in the row
@@ -995,10 +1056,8 @@ private:
   // exp(x - max). A one-pass online max/sum per element measured slower on the
   // H100 (1.25 ms: the branch and the exp on the running max keep loads from
   // overlapping); a chunked form (a chunk's max, then one rescale and the
-  // chunk's exps) is the next thing to measure. Its grad (a padded row: 50257
-  // of 50264, the loads under the pad's `where`) reads element by element; a
-  // 16-byte path up to the pad measured 600 vs 705 us alone on the H100 but
-  // 815-823 vs 746-749 us inside GPT-2's step (not understood; not taken).
+  // chunk's exps) is the next thing to measure. (Its grad, a padded row, reads
+  // by vectors up to the pad: guardedLoads, 748 -> 688 us in GPT-2's step.)
   std::string reduction(size_t member, sym::Expr store, std::string indent, bool local) {
     BufferId id = kernel_.buffers[member];
     const Buffer& b = program_.buffers[id];
@@ -1086,6 +1145,7 @@ private:
   int rowLanes_ = 1;                   // positions per vector of a row kernel (1: no vector path)
   std::unordered_map<const ScalarNode*, std::string> vectorElement_; // a load -> its vector element
   int64_t rowExtent_ = 0;                    // the row's static extent (with a vector path)
+  int64_t rowVectorEnd_ = 0;                 // the positions the vectors cover: the rest one by one
   std::map<BufferId, std::string> rowKeeps_; // a reduction -> its register array of values
   std::set<std::string> cacheDeclared_;
   int nextArray_ = 0;
