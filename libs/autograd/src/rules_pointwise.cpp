@@ -16,9 +16,8 @@ template <typename F> Grads unary(RuleContext& c, F f) {
 
 constexpr double kTwoOverSqrtPi = 1.1283791670955126; // 2 / sqrt(pi)
 
-// torch's gelu_backward, one op: the codegen computes it in the epilogue of
-// the product that makes its grad where it can (cuBLASLt's DGELU), else
-// through its decomposition (in f32 for f16/bf16, rounded once).
+// torch's gelu_backward, one op (its decomposition computes in f32 for
+// f16/bf16 and rounds once, as torch's kernel).
 Grads gelu(RuleContext& c) {
   Ops o{c.g};
   const AttrValue* approximate = c.attr("approximate");

@@ -31,6 +31,13 @@ bool isEmpty(const Shape& sizes) {
   return false;
 }
 
+// gelu's `approximate`: "none" (erf) or "tanh".
+void checkApproximate(const OpCall& call) {
+  std::string approximate = call.string("approximate");
+  if (approximate != "none" && approximate != "tanh")
+    call.fail("approximate", "expected 'none' or 'tanh', got '" + approximate + "'");
+}
+
 template <Unary rule> Value inferUnary(const OpCall& call) {
   const TensorMeta& self = call.tensor("self");
   DType out = self.dtype;
@@ -48,11 +55,7 @@ template <Unary rule> Value inferUnary(const OpCall& call) {
   case Unary::Same: break;
   case Unary::ToBool: out = DType::Bool; break;
   }
-  if (call.op().name == "gelu") {
-    std::string approximate = call.string("approximate");
-    if (approximate != "none" && approximate != "tanh")
-      call.fail("approximate", "expected 'none' or 'tanh', got '" + approximate + "'");
-  }
+  if (call.op().name == "gelu") checkApproximate(call);
   return freshLike(call, {"self"}, out, self.sizes, self.device, self.requiresGrad);
 }
 
@@ -117,9 +120,8 @@ template <Binary rule> Value inferBinary(const OpCall& call) {
                    anyRequiresGrad(call, {"self", "other"}));
 }
 
-// gelu's derivative times the grad (torch's gelu_backward; the autograd rule's
-// result, which the codegen may compute in a product's epilogue): floating
-// operands, broadcast and promoted as a binary op.
+// gelu's derivative times the grad (torch's gelu_backward, the autograd rule's
+// result): floating operands, broadcast and promoted as a binary op.
 Value inferGeluBackward(const OpCall& call) {
   Shape sizes = broadcast(call, {"grad_output", "self"});
   Device device = commonDevice(call, {"grad_output", "self"});
@@ -127,9 +129,7 @@ Value inferGeluBackward(const OpCall& call) {
   for (const char* arg : {"grad_output", "self"})
     if (!isFloating(call.tensor(arg).dtype))
       call.fail(arg, "not supported for dtype " + std::string(name(call.tensor(arg).dtype)));
-  std::string approximate = call.string("approximate");
-  if (approximate != "none" && approximate != "tanh")
-    call.fail("approximate", "expected 'none' or 'tanh', got '" + approximate + "'");
+  checkApproximate(call);
   return freshLike(call, {"grad_output", "self"}, out, sizes, device,
                    anyRequiresGrad(call, {"grad_output", "self"}));
 }
