@@ -248,15 +248,16 @@ class Compiled:
             on = torch.device("cuda", device)
             stream = torch.cuda.current_stream(on).cuda_stream if available else 0
             allocate = lambda nbytes: torch.empty(nbytes, dtype=torch.uint8, device=on)  # noqa: E731
+            output = _output_maker(on)
             if capture:
-                raw, status = self._artifact.capture(inputs, allocate, device, stream)
+                raw, status = self._artifact.capture(inputs, allocate, device, stream, None, output)
             else:
-                raw = self._artifact.run(inputs, allocate, device, stream, donated)
+                raw = self._artifact.run(inputs, allocate, device, stream, donated, output)
         elif capture:
             raise ValueError("kiln: only a CUDA artifact is captured into a CUDA graph")
         else:
             raw = self._artifact.run(inputs, lambda nbytes: torch.empty(nbytes, dtype=torch.uint8), 0, 0,
-                                     donated)
+                                     donated, _output_maker(torch.device("cpu")))
         return raw, status
 
     def _cuda_inputs(self, tensors) -> tuple:
@@ -275,11 +276,11 @@ class Compiled:
     @staticmethod
     def _tensor(raw, inputs):
         name, sizes, strides, base, offset, value, input = raw
+        if base is not None:  # offset None: base is the output, made as it (_output_maker)
+            return base if offset is None else base.view(torch_dtype(name)).as_strided(sizes, strides, offset)
         dtype = torch_dtype(name)
         if value is not None:  # a symbolic int, computed on the host
             return torch.tensor(value, dtype=dtype)
-        if base is not None:
-            return base.view(dtype).as_strided(sizes, strides, offset)
         if input is not None and inputs[input].dtype == dtype:  # a view of that input
             t = inputs[input]
             return t.as_strided(sizes, strides, t.storage_offset() + (offset - t.data_ptr()) // t.element_size())
@@ -330,7 +331,7 @@ class Kept:
                 t = torch.tensor(value, dtype=torch.int64)
                 self._add(("int64", (), (), t.data_ptr(), -1), own(t), "whole", None)
             elif base is not None:  # memory of the run: base's bytes from `offset` elements on
-                address = base.data_ptr() + offset * _element_size(name)
+                address = base.data_ptr() + (offset or 0) * _element_size(name)
                 # (no reference to base but the owners': autograd decides when it is freed)
                 self._add((name, sizes, strides, address, where), own(base), "bytes", offset)
             else:  # a view of a call input (`offset` is its address): that input is the owner
@@ -390,6 +391,8 @@ class Kept:
             return owners[owner]
         if kind == "view":
             return Compiled._tensor(detail, [owners[owner]])
+        if detail is None:  # the allocation is the value, made as it
+            return owners[owner]
         name, sizes, strides, _, _ = self.inputs[k]
         return owners[owner].view(torch_dtype(name)).as_strided(sizes, strides, detail)
 
@@ -410,6 +413,16 @@ class _KeptThenTensors:
 
     def __iter__(self):
         return (self[k] for k in range(len(self)))
+
+
+@functools.lru_cache(maxsize=None)
+def _output_maker(device: torch.device):
+    """A run's maker of the outputs it hands out whole (allocate_output): a tensor of the
+    output's own layout, so that the output is the allocation and no view of bytes is built
+    for it after the run (a training backward hands out ~150 grads)."""
+    def make(nbytes, dtype, sizes, strides):
+        return torch.empty_strided(sizes, strides, dtype=torch_dtype(dtype), device=device)
+    return make
 
 
 def storage_address(t: torch.Tensor) -> int:

@@ -590,32 +590,40 @@ public:
   // device, for a CUDA artifact); `device` and `stream` (a CUstream address)
   // say where a CUDA artifact runs. Returns per output (dtype, sizes, strides,
   // base, element offset, value, input): `base` is the allocated object the
-  // output views, or None when it views an input (then offset is an address
+  // output views (offset None: `base` is the output itself, made by
+  // allocate_output), or None when it views an input (then offset is an address
   // and `input` the graph input whose memory the plan's output buffer is,
   // where the plan says so, else None); `value` is a symbolic-int output's
   // value when it lies in host memory (CUDA), else None.
   //
+  // `allocate_output`: None, or (nbytes, dtype name, sizes, strides) -> a tensor
+  // of that layout, for a buffer the run hands out whole as one output
+  // (Allocator::allocateOutput): the output is then that tensor, not a view of
+  // bytes the caller builds.
+  //
   // `donated`: None, or a list whose item k, where not None, is the allocation
-  // (a uint8 tensor starting at input k's data) the caller gives up for this run:
+  // (a tensor starting at input k's data) the caller gives up for this run:
   // a buffer the plan lets reuse input k's memory takes it (PlanBuffer::reuses).
   // The run holds the items meanwhile (the list's become None) and puts back
   // after it those it did not take.
   py::list run(const py::sequence& inputs, py::function allocate, int device, uintptr_t stream,
-               py::object donated) {
-    return runAndCapture(inputs, std::move(allocate), device, stream, std::move(donated))[0];
+               py::object donated, py::object allocateOutput) {
+    return runAndCapture(inputs, std::move(allocate), device, stream, std::move(donated),
+                         std::move(allocateOutput))[0];
   }
 
   // As run, on a stream that captures a CUDA graph (torch.cuda.graph, relaxed mode):
   // (outputs, a ReplayStatus to tell before and after each replay, or None when no kernel
   // may fail).
   py::tuple runAndCapture(const py::sequence& inputs, py::function allocate, int device,
-                          uintptr_t stream, py::object donated = py::none()) {
+                          uintptr_t stream, py::object donated = py::none(),
+                          py::object allocateOutput = py::none()) {
     std::vector<RunInput> read = readRunInputs(inputs);
     checkDevices(read, device);
     std::vector<runtime::Tensor> tensors;
     tensors.reserve(read.size());
     for (RunInput& input : read) tensors.push_back(std::move(input.tensor));
-    PyAllocator allocator(std::move(allocate));
+    PyAllocator allocator(std::move(allocate), std::move(allocateOutput));
     if (!donated.is_none()) allocator.take(donated.cast<py::list>());
     runtime::RunResult result;
     {
@@ -637,11 +645,13 @@ public:
       bool empty = std::find(t.sizes.begin(), t.sizes.end(), 0) != t.sizes.end();
       auto [base, offset] = allocator.owner(t.data, empty);
       int32_t input = base.is_none() ? inputOf(views[k].buffer) : -1;
-      out.append(py::make_tuple(dtype, t.sizes, t.strides, base,
-                                base.is_none()
-                                    ? reinterpret_cast<uintptr_t>(t.data)
-                                    : static_cast<uintptr_t>(offset / elementSize(t.dtype)),
-                                py::none(), input >= 0 ? py::object(py::int_(input)) : py::none()));
+      py::object at = py::none(); // None where `base` is the output itself
+      if (base.is_none())
+        at = py::int_(reinterpret_cast<uintptr_t>(t.data));
+      else if (offset != 0 || !allocator.madeAs(t))
+        at = py::int_(offset / elementSize(t.dtype));
+      out.append(py::make_tuple(dtype, t.sizes, t.strides, base, at, py::none(),
+                                input >= 0 ? py::object(py::int_(input)) : py::none()));
     }
     py::object status = py::none();
     if (result.replayStatus) status = py::cast(*result.replayStatus);
@@ -710,7 +720,8 @@ private:
 
   class PyAllocator : public runtime::Allocator {
   public:
-    explicit PyAllocator(py::function make) : make_(std::move(make)) {}
+    PyAllocator(py::function make, py::object makeOutput)
+        : make_(std::move(make)), makeOutput_(std::move(makeOutput)) {}
     ~PyAllocator() override {
       py::gil_scoped_acquire gil;
       owners_.clear();
@@ -720,8 +731,25 @@ private:
       py::gil_scoped_acquire gil;
       py::object tensor = make_(bytes);
       auto* data = reinterpret_cast<std::byte*>(tensor.attr("data_ptr")().cast<uintptr_t>());
-      owners_.insert_or_assign(data, Owner{bytes, std::move(tensor)});
+      owners_.insert_or_assign(data, Owner{bytes, std::move(tensor), {}});
       return data;
+    }
+    // An output made by makeOutput(bytes, dtype name, sizes, strides), a tensor of that layout.
+    void* allocateOutput(size_t bytes, const runtime::Tensor& layout) override {
+      if (makeOutput_.is_none()) return allocate(bytes);
+      py::gil_scoped_acquire gil;
+      py::object tensor =
+          makeOutput_(bytes, std::string(dtypeName(layout.dtype)), layout.sizes, layout.strides);
+      auto* data = reinterpret_cast<std::byte*>(tensor.attr("data_ptr")().cast<uintptr_t>());
+      owners_.insert_or_assign(data, Owner{bytes, std::move(tensor), layout});
+      return data;
+    }
+    // Whether `t` is all of an allocation made by allocateOutput, as that tensor.
+    bool madeAs(const runtime::Tensor& t) const {
+      auto it = owners_.find(static_cast<std::byte*>(t.data));
+      if (it == owners_.end() || !it->second.madeAs) return false;
+      const runtime::Tensor& made = *it->second.madeAs;
+      return made.dtype == t.dtype && made.sizes == t.sizes && made.strides == t.strides;
     }
     void release(void* data) override {
       py::gil_scoped_acquire gil;
@@ -745,9 +773,10 @@ private:
         return false;
       py::object owner = donated_[input];
       auto start = owner.attr("data_ptr")().cast<uintptr_t>();
-      auto size = owner.attr("numel")().cast<size_t>(); // a uint8 tensor: its bytes
+      auto size =
+          owner.attr("numel")().cast<size_t>() * owner.attr("element_size")().cast<size_t>();
       if (start != reinterpret_cast<uintptr_t>(data) || size < bytes) return false;
-      owners_.insert_or_assign(static_cast<std::byte*>(data), Owner{size, std::move(owner)});
+      owners_.insert_or_assign(static_cast<std::byte*>(data), Owner{size, std::move(owner), {}});
       donated_[input] = py::none();
       return true;
     }
@@ -770,8 +799,10 @@ private:
     struct Owner {
       size_t bytes;
       py::object object;
+      std::optional<runtime::Tensor> madeAs; // allocateOutput's: the tensor's layout
     };
     py::function make_;
+    py::object makeOutput_;              // None: outputs as any memory
     std::map<std::byte*, Owner> owners_; // by their first byte
     std::vector<py::object> donated_;    // per input: memory the caller gave up, or None
   };
@@ -813,9 +844,11 @@ void bindIr(py::module_& parent) {
           "After queueing a replay: queues its check.");
   py::class_<PyArtifact>(m, "Artifact", "A compiled graph loaded in this process.")
       .def("capture", &PyArtifact::runAndCapture, py::arg("inputs"), py::arg("allocate"),
-           py::arg("device"), py::arg("stream"), py::arg("donated") = py::none())
+           py::arg("device"), py::arg("stream"), py::arg("donated") = py::none(),
+           py::arg("allocate_output") = py::none())
       .def("run", &PyArtifact::run, py::arg("inputs"), py::arg("allocate"), py::arg("device") = 0,
            py::arg("stream") = 0, py::arg("donated") = py::none(),
+           py::arg("allocate_output") = py::none(),
            "Runs on torch tensors or (dtype, sizes, strides, address, device) tuples; use "
            "kiln.ir.compile instead.")
       .def_property_readonly("target", &PyArtifact::target)

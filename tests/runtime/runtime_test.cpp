@@ -169,6 +169,36 @@ TEST_F(Runtime, FreedIntermediatesNoLaterBufferTakesGoBackAtOnce) {
   EXPECT_EQ(allocator.live(), 0u);
 }
 
+// A buffer handed out whole as one output comes from allocateOutput, with that
+// output's layout; intermediates, and a buffer an output views only in part,
+// come from allocate.
+TEST_F(Runtime, AWholeOutputIsAllocatedAsThatOutput) {
+  struct Recording : CountingAllocator {
+    void* allocateOutput(size_t bytes, const Tensor& layout) override {
+      made.push_back(layout);
+      return allocate(bytes);
+    }
+    std::vector<Tensor> made;
+  };
+  // w of another size than y: y's freed memory goes back rather than to w.
+  ir::TensorMeta wide = ir::TensorMeta::contiguous(DType::Float64, {s0}, table);
+  Plan plan = thenTwiceZ(wide, "twice");
+  ir::TensorMeta head = ir::TensorMeta::contiguous(DType::Float32, {table.integer(2)}, table);
+  plan.outputs = {{2, head, {}}, {3, wide, {}}}; // z's first two elements, all of w
+  std::vector<float> x = {1, 2, 3};
+  Recording allocator;
+  RunResult r = run(plan, kernels(), {{DType::Float32, x.data(), {3}, {1}}}, allocator);
+  ASSERT_EQ(allocator.made.size(), 1u) << "only w is an output whole";
+  EXPECT_EQ(allocator.made[0].dtype, DType::Float64);
+  EXPECT_EQ(allocator.made[0].sizes, (std::vector<int64_t>{3}));
+  EXPECT_EQ(allocator.made[0].strides, (std::vector<int64_t>{1}));
+  EXPECT_EQ(allocator.allocations, 3u); // y, z, and w through allocateOutput
+  auto* w = static_cast<float*>(r.outputs.at(1).data);
+  EXPECT_EQ(std::vector<float>(w, w + 3), (std::vector<float>{6, 10, 14}));
+  for (void* b : r.buffers) allocator.release(b);
+  EXPECT_EQ(allocator.live(), 0u);
+}
+
 // A given-up input's memory is taken over by the buffer that may reuse it only where it is
 // 16-byte aligned: a kernel's 16-byte path takes the run's own memory as aligned.
 TEST_F(Runtime, AGivenUpInputIsAdoptedOnlyWhereAligned) {

@@ -64,6 +64,7 @@ public:
     } else {
       bytes_.assign(plan.buffers.size(), 0);
     }
+    findWholeOutputs();
     for (size_t k = 0; k < plan.buffers.size(); ++k) {
       const PlanBuffer& b = plan.buffers[k];
       if (b.input >= 0) data_[k] = inputs.at(static_cast<size_t>(b.input)).data;
@@ -100,6 +101,13 @@ public:
       // Buffer reuse: an intermediate freed earlier in this run, of the same size.
       data_[id] = reuse->second;
       pool_.erase(reuse);
+    } else if (const ir::TensorMeta* whole = wholeOutput_[id]) {
+      Tensor layout;
+      layout.dtype = whole->dtype;
+      layout.sizes = evaluateAll(whole->sizes, binding_);
+      layout.strides = evaluateAll(whole->strides, binding_);
+      bool empty = std::find(layout.sizes.begin(), layout.sizes.end(), 0) != layout.sizes.end();
+      data_[id] = empty ? allocator_.allocate(bytes) : allocator_.allocateOutput(bytes, layout);
     } else {
       data_[id] = allocator_.allocate(bytes);
     }
@@ -152,9 +160,32 @@ public:
   }
 
 private:
+  // Per buffer the plan allocates: the output that is all of it (its element 0
+  // on, the buffer's dtype, sizes and strides), unless an output views it as
+  // another dtype (a tensor made as the one could not be viewed as the other).
+  void findWholeOutputs() {
+    auto atZero = [](const sym::Expr& e) { return !e.isNull() && e.asInteger() == 0; };
+    wholeOutput_.assign(plan_.buffers.size(), nullptr);
+    std::vector<bool> otherDtype(plan_.buffers.size(), false);
+    for (const View& v : plan_.outputs) {
+      if (!v.symInt.isNull()) continue;
+      const ir::TensorMeta& layout = plan_.buffers.at(v.buffer).layout;
+      if (v.meta.dtype != layout.dtype) otherDtype[v.buffer] = true;
+      bool whole = v.meta.dtype == layout.dtype && v.meta.sizes == layout.sizes &&
+                   v.meta.strides == layout.strides && atZero(v.meta.storageOffset) &&
+                   atZero(layout.storageOffset);
+      if (whole && !wholeOutput_[v.buffer]) wholeOutput_[v.buffer] = &v.meta;
+    }
+    for (size_t k = 0; k < wholeOutput_.size(); ++k) {
+      const PlanBuffer& b = plan_.buffers[k];
+      if (otherDtype[k] || b.input >= 0 || b.aliasOf >= 0) wholeOutput_[k] = nullptr;
+    }
+  }
+
   const Plan& plan_;
   Allocator& allocator_;
   const sym::Binding& binding_;
+  std::vector<const ir::TensorMeta*> wholeOutput_;
   std::vector<void*> data_;
   std::vector<bool> owned_;
   std::vector<size_t> bytes_; // per buffer; 0 until a step binds the symbols that size it

@@ -35,6 +35,11 @@ public:
   // `bytes` of it) as an allocation of its own (PlanBuffer::reuses): only when
   // the caller gave that input up for this run; release(data) frees it then.
   virtual bool adopt(int32_t /*input*/, void* /*data*/, size_t /*bytes*/) { return false; }
+  // Memory of a buffer the run hands out whole as one output: `layout` is that
+  // output (dtype, sizes, strides; no data). An allocator that makes tensors can
+  // make the output itself (the Python SDK: torch.empty_strided, no view of
+  // bytes to build after the run); by default memory as any other.
+  virtual void* allocateOutput(size_t bytes, const Tensor& /*layout*/) { return allocate(bytes); }
 };
 
 // Memory from the C++ heap; what it gives stays until released.
