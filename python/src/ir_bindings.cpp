@@ -564,6 +564,15 @@ RunInput readRunInput(py::handle item, size_t k) {
   return in;
 }
 
+// An allocation's address: its data_ptr(), called by an interned name (a
+// run makes hundreds of allocations).
+std::byte* dataPtrOf(py::handle tensor) {
+  static PyObject* const kDataPtr = PyUnicode_InternFromString("data_ptr");
+  PyObject* address = PyObject_CallMethodNoArgs(tensor.ptr(), kDataPtr);
+  if (!address) throw py::error_already_set();
+  return reinterpret_cast<std::byte*>(py::reinterpret_steal<py::object>(address).cast<uintptr_t>());
+}
+
 std::vector<RunInput> readRunInputs(const py::sequence& inputs) {
   std::vector<RunInput> read;
   read.reserve(inputs.size());
@@ -730,7 +739,7 @@ private:
     void* allocate(size_t bytes) override {
       py::gil_scoped_acquire gil;
       py::object tensor = make_(bytes);
-      auto* data = reinterpret_cast<std::byte*>(tensor.attr("data_ptr")().cast<uintptr_t>());
+      std::byte* data = dataPtrOf(tensor);
       owners_.insert_or_assign(data, Owner{bytes, std::move(tensor), {}});
       return data;
     }
@@ -740,7 +749,7 @@ private:
       py::gil_scoped_acquire gil;
       py::object tensor =
           makeOutput_(bytes, std::string(dtypeName(layout.dtype)), layout.sizes, layout.strides);
-      auto* data = reinterpret_cast<std::byte*>(tensor.attr("data_ptr")().cast<uintptr_t>());
+      std::byte* data = dataPtrOf(tensor);
       owners_.insert_or_assign(data, Owner{bytes, std::move(tensor), layout});
       return data;
     }
@@ -772,7 +781,7 @@ private:
       if (input < 0 || static_cast<size_t>(input) >= donated_.size() || donated_[input].is_none())
         return false;
       py::object owner = donated_[input];
-      auto start = owner.attr("data_ptr")().cast<uintptr_t>();
+      auto start = reinterpret_cast<uintptr_t>(dataPtrOf(owner));
       auto size =
           owner.attr("numel")().cast<size_t>() * owner.attr("element_size")().cast<size_t>();
       if (start != reinterpret_cast<uintptr_t>(data) || size < bytes) return false;
