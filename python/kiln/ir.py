@@ -247,8 +247,7 @@ class Compiled:
                 device = torch.cuda.current_device() if available else 0
             on = torch.device("cuda", device)
             stream = torch.cuda.current_stream(on).cuda_stream if available else 0
-            allocate = lambda nbytes: torch.empty(nbytes, dtype=torch.uint8, device=on)  # noqa: E731
-            output = _output_maker(on)
+            allocate, output = _makers(on)
             if capture:
                 raw, status = self._artifact.capture(inputs, allocate, device, stream, None, output)
             else:
@@ -256,8 +255,8 @@ class Compiled:
         elif capture:
             raise ValueError("kiln: only a CUDA artifact is captured into a CUDA graph")
         else:
-            raw = self._artifact.run(inputs, lambda nbytes: torch.empty(nbytes, dtype=torch.uint8), 0, 0,
-                                     donated, _output_maker(torch.device("cpu")))
+            allocate, output = _makers(torch.device("cpu"))
+            raw = self._artifact.run(inputs, allocate, 0, 0, donated, output)
         return raw, status
 
     def _cuda_inputs(self, tensors) -> tuple:
@@ -276,7 +275,7 @@ class Compiled:
     @staticmethod
     def _tensor(raw, inputs):
         name, sizes, strides, base, offset, value, input = raw
-        if base is not None:  # offset None: base is the output, made as it (_output_maker)
+        if base is not None:  # offset None: base is the output, made as it (_makers)
             return base if offset is None else base.view(torch_dtype(name)).as_strided(sizes, strides, offset)
         dtype = torch_dtype(name)
         if value is not None:  # a symbolic int, computed on the host
@@ -416,13 +415,17 @@ class _KeptThenTensors:
 
 
 @functools.lru_cache(maxsize=None)
-def _output_maker(device: torch.device):
-    """A run's maker of the outputs it hands out whole (allocate_output): a tensor of the
-    output's own layout, so that the output is the allocation and no view of bytes is built
-    for it after the run (a training backward hands out ~150 grads)."""
-    def make(nbytes, dtype, sizes, strides):
+def _makers(device: torch.device):
+    """A run's allocators on `device` (torch's caching allocator on CUDA): bytes for its
+    buffers, and the outputs it hands out whole (allocate_output) made as tensors of their
+    own layout, so that the output is the allocation and no view of bytes is built for it
+    after the run (a training backward hands out ~150 grads)."""
+    def allocate(nbytes):
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+    def output(nbytes, dtype, sizes, strides):
         return torch.empty_strided(sizes, strides, dtype=torch_dtype(dtype), device=device)
-    return make
+    return allocate, output
 
 
 def storage_address(t: torch.Tensor) -> int:

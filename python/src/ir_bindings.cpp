@@ -652,14 +652,14 @@ public:
         continue;
       }
       bool empty = std::find(t.sizes.begin(), t.sizes.end(), 0) != t.sizes.end();
-      auto [base, offset] = allocator.owner(t.data, empty);
-      int32_t input = base.is_none() ? inputOf(views[k].buffer) : -1;
-      py::object at = py::none(); // None where `base` is the output itself
-      if (base.is_none())
+      PyAllocator::Held held = allocator.owner(t, empty);
+      int32_t input = held.object.is_none() ? inputOf(views[k].buffer) : -1;
+      py::object at = py::none(); // None where the allocation is the output itself
+      if (held.object.is_none())
         at = py::int_(reinterpret_cast<uintptr_t>(t.data));
-      else if (offset != 0 || !allocator.madeAs(t))
-        at = py::int_(offset / elementSize(t.dtype));
-      out.append(py::make_tuple(dtype, t.sizes, t.strides, base, at, py::none(),
+      else if (!held.itself)
+        at = py::int_(held.offset / elementSize(t.dtype));
+      out.append(py::make_tuple(dtype, t.sizes, t.strides, held.object, at, py::none(),
                                 input >= 0 ? py::object(py::int_(input)) : py::none()));
     }
     py::object status = py::none();
@@ -753,13 +753,6 @@ private:
       owners_.insert_or_assign(data, Owner{bytes, std::move(tensor), layout});
       return data;
     }
-    // Whether `t` is all of an allocation made by allocateOutput, as that tensor.
-    bool madeAs(const runtime::Tensor& t) const {
-      auto it = owners_.find(static_cast<std::byte*>(t.data));
-      if (it == owners_.end() || !it->second.madeAs) return false;
-      const runtime::Tensor& made = *it->second.madeAs;
-      return made.dtype == t.dtype && made.sizes == t.sizes && made.strides == t.strides;
-    }
     void release(void* data) override {
       py::gil_scoped_acquire gil;
       owners_.erase(static_cast<std::byte*>(data));
@@ -789,19 +782,30 @@ private:
       donated_[input] = py::none();
       return true;
     }
-    // The allocated object holding `data`, and the byte offset in it; None if not ours.
+    // The allocation holding a tensor's element 0: its object (None if not ours),
+    // the byte offset in it, and whether the tensor is that object itself (all of
+    // an allocateOutput tensor, in the layout it was made).
+    struct Held {
+      py::object object;
+      size_t offset = 0;
+      bool itself = false;
+    };
     // Just past an allocation's end only for an empty view, and only where no
     // allocation starts there: torch's CUDA allocator carves neighbouring blocks
     // out of one segment, and an input (not ours) may start where ours ends.
     // (By address: a training step's run hands out ~230 outputs of ~300 allocations.)
-    std::pair<py::object, size_t> owner(void* data, bool empty) {
-      auto* at = static_cast<std::byte*>(data);
+    Held owner(const runtime::Tensor& t, bool empty) const {
+      auto* at = static_cast<std::byte*>(t.data);
       auto after = owners_.upper_bound(at); // the first allocation starting past `at`
-      if (after == owners_.begin()) return {py::none(), 0};
+      if (after == owners_.begin()) return {py::none()};
       const auto& [begin, o] = *std::prev(after);
-      if (at < begin + o.bytes || (empty && at == begin + o.bytes && !owners_.count(at)))
-        return {o.object, static_cast<size_t>(at - begin)};
-      return {py::none(), 0};
+      if (at < begin + o.bytes || (empty && at == begin + o.bytes && !owners_.count(at))) {
+        const std::optional<runtime::Tensor>& made = o.madeAs;
+        bool itself = at == begin && made && made->dtype == t.dtype && made->sizes == t.sizes &&
+                      made->strides == t.strides;
+        return {o.object, static_cast<size_t>(at - begin), itself};
+      }
+      return {py::none()};
     }
 
   private:

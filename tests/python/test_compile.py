@@ -53,7 +53,7 @@ def test_an_output_that_is_all_of_its_buffer_is_that_allocation(stack):
     compiled = ir.compile(g, stack)
     t = torch.randn(4, 3)
     whole, part, total = compiled(t)
-    # made as the outputs they are (ir._output_maker): no view of bytes built after the run
+    # made as the outputs they are (ir._makers): no view of bytes built after the run
     assert whole._base is None and total._base is None
     assert ir.storage_address(part) == ir.storage_address(whole) and part.data_ptr() == whole.data_ptr() + 12
     torch.testing.assert_close(whole, t.exp())

@@ -79,7 +79,7 @@ std::string flashAttentionKernel(const ir::Graph& graph, const ir::Node& node) {
   const ir::TensorMeta& q = graph.meta(node.inputs[isGrad(node.target) ? 1 : 0]);
   const ir::AttrValue* causal = node.attr("is_causal");
   return flashKernelName(kindOf(node.target), *q.sizes.back().asInteger(),
-                    q.dtype == ir::DType::BFloat16, causal && std::get<bool>(*causal));
+                         q.dtype == ir::DType::BFloat16, causal && std::get<bool>(*causal));
 }
 
 bool namesFlashKernel(const ir::Attr& attr) {
@@ -88,7 +88,8 @@ bool namesFlashKernel(const ir::Attr& attr) {
 
 std::string flashAttentionDeltaKernel(const ir::Graph& graph, const ir::Node& node) {
   const ir::TensorMeta& q = graph.meta(node.inputs[1]);
-  return flashKernelName("delta", *q.sizes.back().asInteger(), q.dtype == ir::DType::BFloat16, false);
+  return flashKernelName("delta", *q.sizes.back().asInteger(), q.dtype == ir::DType::BFloat16,
+                         false);
 }
 
 std::string flashAttentionDefinition(const std::string& kernel) {

@@ -355,7 +355,7 @@ std::shared_ptr<LoadedArtifact> LoadedArtifact::load(std::string_view bytes, con
   if (a.plan.launches.size() != a.plan.kernels.size())
     malformed("a plan of " + std::to_string(a.plan.kernels.size()) + " kernels with " +
               std::to_string(a.plan.launches.size()) + " launches");
-  loaded->sizes_ = constantSizes(a.plan);
+  loaded->facts_ = planFacts(a.plan);
   if (isCudaTarget(a.target)) {
     if (!a.plan.kernels.empty() && a.library.empty()) malformed("a CUDA artifact without a cubin");
     loaded->module_ = std::make_shared<CudaModule>(a.library, a.plan.kernels);
@@ -383,14 +383,14 @@ std::shared_ptr<LoadedArtifact> LoadedArtifact::load(std::string_view bytes, con
 
 RunResult LoadedArtifact::run(const std::vector<Tensor>& inputs, Allocator& allocator,
                               CudaStream where) const {
-  if (module_) return runCuda(artifact_.plan, *module_, inputs, allocator, where, &sizes_);
+  if (module_) return runCuda(artifact_.plan, *module_, inputs, allocator, where, &facts_);
   return runtime::run(
       artifact_.plan,
       [&](const std::string& name) -> KernelFn {
         if (!library_) throw Error(ErrorCode::NotFound, "runtime: the artifact has no library");
         return library_->kernel(name);
       },
-      inputs, allocator, &sizes_);
+      inputs, allocator, &facts_);
 }
 
 } // namespace kiln::runtime

@@ -507,11 +507,11 @@ void checkCudaErrors() {
 }
 
 RunResult runCuda(const Plan& plan, const CudaModule& module, const std::vector<Tensor>& inputs,
-                  Allocator& allocator, CudaStream where, const ConstantSizes* sizes) {
+                  Allocator& allocator, CudaStream where, const PlanFacts* facts) {
   cudaDriver(); // Error{Unavailable} before anything else
   CudaContextScope scope(where.device);
   CudaExecutor executor(plan, module, allocator, where);
-  RunResult result = run(plan, executor, inputs, allocator, sizes);
+  RunResult result = run(plan, executor, inputs, allocator, facts);
   result.replayStatus = executor.replayStatus();
   return result;
 }

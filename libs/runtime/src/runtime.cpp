@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "blas.h"
 #include "data_dependent.h"
@@ -53,18 +54,13 @@ std::byte* at(void* data, int64_t offset, ir::DType dtype) {
 // The plan's buffers during one run; releases what it allocated unless handed out.
 class Buffers {
 public:
-  // `sizes`: the plan's constantSizes, or null (then every size is worked out here).
+  // `facts`: the plan's planFacts, or null (then worked out here).
   Buffers(const Plan& plan, const std::vector<Tensor>& inputs, Allocator& allocator,
-          const sym::Binding& binding, const ConstantSizes* sizes)
-      : plan_(plan), allocator_(allocator), binding_(binding), data_(plan.buffers.size(), nullptr),
-        owned_(plan.buffers.size(), false) {
-    if (sizes && sizes->bytes.size() == plan.buffers.size()) {
-      bytes_ = sizes->bytes;
-      demand_ = sizes->demand;
-    } else {
-      bytes_.assign(plan.buffers.size(), 0);
-    }
-    findWholeOutputs();
+          const sym::Binding& binding, const PlanFacts* facts)
+      : plan_(plan), allocator_(allocator), binding_(binding),
+        computed_(facts ? std::nullopt : std::optional<PlanFacts>(planFacts(plan))),
+        facts_(facts ? *facts : *computed_), data_(plan.buffers.size(), nullptr),
+        owned_(plan.buffers.size(), false), bytes_(facts_.bytes), demand_(facts_.demand) {
     for (size_t k = 0; k < plan.buffers.size(); ++k) {
       const PlanBuffer& b = plan.buffers[k];
       if (b.input >= 0) data_[k] = inputs.at(static_cast<size_t>(b.input)).data;
@@ -101,11 +97,12 @@ public:
       // Buffer reuse: an intermediate freed earlier in this run, of the same size.
       data_[id] = reuse->second;
       pool_.erase(reuse);
-    } else if (const ir::TensorMeta* whole = wholeOutput_[id]) {
+    } else if (int32_t whole = facts_.wholeOutput[id]; whole >= 0) {
+      const ir::TensorMeta& meta = plan_.outputs[static_cast<size_t>(whole)].meta;
       Tensor layout;
-      layout.dtype = whole->dtype;
-      layout.sizes = evaluateAll(whole->sizes, binding_);
-      layout.strides = evaluateAll(whole->strides, binding_);
+      layout.dtype = meta.dtype;
+      layout.sizes = evaluateAll(meta.sizes, binding_);
+      layout.strides = evaluateAll(meta.strides, binding_);
       bool empty = std::find(layout.sizes.begin(), layout.sizes.end(), 0) != layout.sizes.end();
       data_[id] = empty ? allocator_.allocate(bytes) : allocator_.allocateOutput(bytes, layout);
     } else {
@@ -160,32 +157,11 @@ public:
   }
 
 private:
-  // Per buffer the plan allocates: the output that is all of it (its element 0
-  // on, the buffer's dtype, sizes and strides), unless an output views it as
-  // another dtype (a tensor made as the one could not be viewed as the other).
-  void findWholeOutputs() {
-    auto atZero = [](const sym::Expr& e) { return !e.isNull() && e.asInteger() == 0; };
-    wholeOutput_.assign(plan_.buffers.size(), nullptr);
-    std::vector<bool> otherDtype(plan_.buffers.size(), false);
-    for (const View& v : plan_.outputs) {
-      if (!v.symInt.isNull()) continue;
-      const ir::TensorMeta& layout = plan_.buffers.at(v.buffer).layout;
-      if (v.meta.dtype != layout.dtype) otherDtype[v.buffer] = true;
-      bool whole = v.meta.dtype == layout.dtype && v.meta.sizes == layout.sizes &&
-                   v.meta.strides == layout.strides && atZero(v.meta.storageOffset) &&
-                   atZero(layout.storageOffset);
-      if (whole && !wholeOutput_[v.buffer]) wholeOutput_[v.buffer] = &v.meta;
-    }
-    for (size_t k = 0; k < wholeOutput_.size(); ++k) {
-      const PlanBuffer& b = plan_.buffers[k];
-      if (otherDtype[k] || b.input >= 0 || b.aliasOf >= 0) wholeOutput_[k] = nullptr;
-    }
-  }
-
   const Plan& plan_;
   Allocator& allocator_;
   const sym::Binding& binding_;
-  std::vector<const ir::TensorMeta*> wholeOutput_;
+  std::optional<PlanFacts> computed_; // where the caller keeps none
+  const PlanFacts& facts_;
   std::vector<void*> data_;
   std::vector<bool> owned_;
   std::vector<size_t> bytes_; // per buffer; 0 until a step binds the symbols that size it
@@ -358,17 +334,38 @@ void evaluateSlots(const Plan& plan, const sym::Binding& binding, std::vector<in
     if (isBound(plan.symbols[k], binding)) slots[k] = sym::evaluate(plan.symbols[k], binding);
 }
 
-ConstantSizes constantSizes(const Plan& plan) {
-  ConstantSizes sizes;
-  sizes.bytes.assign(plan.buffers.size(), 0);
+PlanFacts planFacts(const Plan& plan) {
+  PlanFacts facts;
+  facts.bytes.assign(plan.buffers.size(), 0);
   const sym::Binding none;
   for (size_t k = 0; k < plan.buffers.size(); ++k) {
     const PlanBuffer& b = plan.buffers[k];
     if (b.input >= 0 || b.aliasOf >= 0 || !isBound(b.layout, none)) continue;
-    sizes.bytes[k] = bytesOf(b.layout, none);
-    ++sizes.demand[sizes.bytes[k]];
+    facts.bytes[k] = bytesOf(b.layout, none);
+    ++facts.demand[facts.bytes[k]];
   }
-  return sizes;
+  // The output that is all of a buffer the plan allocates (element 0 on, its
+  // dtype, sizes and strides), unless an output views that buffer as another
+  // dtype (a tensor made as the one could not be viewed as the other).
+  auto atZero = [](const sym::Expr& e) { return !e.isNull() && e.asInteger() == 0; };
+  facts.wholeOutput.assign(plan.buffers.size(), -1);
+  std::vector<bool> otherDtype(plan.buffers.size(), false);
+  for (size_t k = 0; k < plan.outputs.size(); ++k) {
+    const View& v = plan.outputs[k];
+    if (!v.symInt.isNull()) continue;
+    const ir::TensorMeta& layout = plan.buffers.at(v.buffer).layout;
+    if (v.meta.dtype != layout.dtype) otherDtype[v.buffer] = true;
+    bool whole = v.meta.dtype == layout.dtype && v.meta.sizes == layout.sizes &&
+                 v.meta.strides == layout.strides && atZero(v.meta.storageOffset) &&
+                 atZero(layout.storageOffset);
+    if (whole && facts.wholeOutput[v.buffer] < 0)
+      facts.wholeOutput[v.buffer] = static_cast<int32_t>(k);
+  }
+  for (size_t k = 0; k < plan.buffers.size(); ++k) {
+    const PlanBuffer& b = plan.buffers[k];
+    if (otherDtype[k] || b.input >= 0 || b.aliasOf >= 0) facts.wholeOutput[k] = -1;
+  }
+  return facts;
 }
 
 size_t bytesOf(const ir::TensorMeta& layout, const sym::Binding& binding) {
@@ -389,11 +386,11 @@ bool alignedInRun(const Launch& launch, char* const* buffers, const sym::Binding
 }
 
 RunResult run(const Plan& plan, Executor& executor, const std::vector<Tensor>& inputs,
-              Allocator& allocator, const ConstantSizes* sizes) {
+              Allocator& allocator, const PlanFacts* facts) {
   sym::Binding binding = bindInputs(plan.inputs, inputs);
   std::vector<int64_t> symbols;
   evaluateSlots(plan, binding, symbols);
-  Buffers buffers(plan, inputs, allocator, binding, sizes);
+  Buffers buffers(plan, inputs, allocator, binding, facts);
   // An unbacked symbol's value, as a step found it, checked against its range:
   // a runtime assert that bounds one symbol became its range (SymbolTable::assume).
   auto bindUnbacked = [&](const Step& step, int64_t value) {
@@ -455,9 +452,9 @@ RunResult run(const Plan& plan, Executor& executor, const std::vector<Tensor>& i
 }
 
 RunResult run(const Plan& plan, const KernelLookup& kernels, const std::vector<Tensor>& inputs,
-              Allocator& allocator, const ConstantSizes* sizes) {
+              Allocator& allocator, const PlanFacts* facts) {
   HostExecutor executor(plan, kernels, allocator);
-  return run(plan, executor, inputs, allocator, sizes);
+  return run(plan, executor, inputs, allocator, facts);
 }
 
 } // namespace kiln::runtime

@@ -67,7 +67,7 @@ private:
   Artifact artifact_;
   std::shared_ptr<Library> library_;
   std::shared_ptr<const CudaModule> module_;
-  ConstantSizes sizes_; // of artifact_.plan
+  PlanFacts facts_; // of artifact_.plan
 };
 
 } // namespace kiln::runtime

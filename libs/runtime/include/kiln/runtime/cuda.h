@@ -80,7 +80,7 @@ private:
 // outputs are 0-d Int64 in host memory (RunResult::hostInts).
 // Error{Unavailable} without a driver.
 RunResult runCuda(const Plan& plan, const CudaModule& module, const std::vector<Tensor>& inputs,
-                  Allocator& allocator, CudaStream where, const ConstantSizes* sizes = nullptr);
+                  Allocator& allocator, CudaStream where, const PlanFacts* facts = nullptr);
 
 // The status words of a run captured into a CUDA graph (runCuda on a stream
 // that was capturing, in relaxed mode: the words' pinned host memory is

@@ -59,8 +59,8 @@ public:
 // Runs the plan's steps through `executor`, buffers from `allocator`.
 // Intermediates are released as the plan frees them, and all of them if a
 // step fails. Error{InvalidArgument} for bad inputs and a kernel's reported error.
-// `sizes`: the plan's constantSizes, where the caller keeps them.
+// `sizes`: the plan's planFacts, where the caller keeps them.
 RunResult run(const Plan& plan, Executor& executor, const std::vector<Tensor>& inputs,
-              Allocator& allocator, const ConstantSizes* sizes = nullptr);
+              Allocator& allocator, const PlanFacts* facts = nullptr);
 
 } // namespace kiln::runtime

@@ -127,14 +127,16 @@ struct Plan {
   std::vector<Launch> launches; // one per kernel
 };
 
-// The bytes of each buffer a plan allocates whose layout no symbol decides (0
-// for inputs, aliases and symbolic layouts) and how many buffers have each of
-// those sizes: worked out once per loaded plan (LoadedArtifact), so a run of a
-// static plan sizes nothing before its first step.
-struct ConstantSizes {
-  std::vector<size_t> bytes;     // per plan buffer
-  std::map<size_t, int> demand;  // size -> how many buffers of it
+// What a run reads of its plan, worked out once per loaded plan (LoadedArtifact),
+// so a run of a static plan sizes nothing before its first step: the bytes of
+// each buffer the plan allocates whose layout no symbol decides (0 for inputs,
+// aliases and symbolic layouts), how many buffers have each of those sizes, and
+// per buffer the output that is all of it (Allocator::allocateOutput).
+struct PlanFacts {
+  std::vector<size_t> bytes;        // per plan buffer
+  std::map<size_t, int> demand;     // size -> how many buffers of it
+  std::vector<int32_t> wholeOutput; // per plan buffer: that output's index, or -1
 };
-ConstantSizes constantSizes(const Plan& plan);
+PlanFacts planFacts(const Plan& plan);
 
 } // namespace kiln::runtime

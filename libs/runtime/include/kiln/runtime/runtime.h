@@ -77,7 +77,7 @@ struct RunResult {
 // of them if a step fails. Error{InvalidArgument} for bad inputs and a
 // kernel's reported error.
 RunResult run(const Plan& plan, const KernelLookup& kernels, const std::vector<Tensor>& inputs,
-              Allocator& allocator, const ConstantSizes* sizes = nullptr);
+              Allocator& allocator, const PlanFacts* facts = nullptr);
 
 // An extern call on host memory: `inputs` are views (element 0 at `data`),
 // `out` laid out as given: the matrix products (mm, bmm, addmm, matmul) of f32
