@@ -382,6 +382,67 @@ def test_attention_trains_through_flash_kernels(stack):
     assert "matmul" not in forward + backward  # no [L, S] scores anywhere
 
 
+def test_attention_with_dropout_trains_through_cudnn_calls(stack):
+    g = ir.Graph()
+    q, k, v = (g.placeholder(n, "bfloat16", [2, 4, 100, 64], device="cuda:0", requires_grad=True)
+               for n in "qkv")
+    seed = g.placeholder("seed", "int64", [], device="cuda:0")
+    offset = g.call("full", size=[], fill_value=1 << 40, dtype="int64", device="cuda:0")
+    y = g.call("scaled_dot_product_attention", q, k, v, None, 0.1, True, seed=seed, offset=offset)
+    g.set_outputs([g.call("sum", g.call("to_dtype", y, "float32"))])
+    parts = stack.partition(g, [True, True, True, False])
+    forward = ir.compile(parts["forward"], stack, "cuda").explain
+    backward = ir.compile(parts["backward"], stack, "cuda").explain
+    # One call each way, of the random stream too, naming no kernel of ours (cuDNN's alone
+    # drop weights): the [L, S] scores never reach memory.
+    assert re.search(r"= scaled_dot_product_attention\(q, k, v, seed, buf\d+\), and buf\d+\n", forward), forward
+    assert re.search(r"= attention_grad_query\(buf\d+, saved\d, saved\d, saved\d, saved\d, saved\d, "
+                     r"saved\d, buf\d+\), and buf\d+\n", backward), backward  # the offset: a constant again
+    assert "kiln_flash" not in forward + backward and "matmul" not in forward + backward
+    assert "attention_lse" not in backward and "dropout" not in forward + backward
+
+
+@needs_gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_dropout_on_cudnn_drops_the_same_weights_both_ways(stack, causal):
+    # v the identity: the output is the dropped weights themselves, which tell the mask
+    # cuDNN drew; the backward must drop those again (v's grad sums them by row).
+    torch.manual_seed(0)
+    p = 0.25
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=causal)
+
+    fast = kiln.compile(fn, stack=stack)
+    q, k = (torch.randn(2, 3, 64, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            for _ in range(2))
+    v = torch.eye(64, device="cuda", dtype=torch.bfloat16).expand(2, 3, 64, 64).contiguous().requires_grad_()
+    out = fast(q, k, v)
+    assert not fast.fallback_reasons, fast.fallback_reasons
+    scores = (q.detach().float() @ k.detach().float().transpose(-2, -1)) / 8
+    if causal:
+        scores = scores.masked_fill(torch.ones(64, 64, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
+    weights = torch.softmax(scores, -1)
+    kept = out.detach() != 0
+    torch.testing.assert_close(out.detach().float()[kept], weights[kept] / (1 - p), rtol=2e-2, atol=1e-3)
+    dropped = 1 - kept[weights > 1e-3].float().mean().item()
+    assert 0.2 < dropped < 0.3, dropped
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    # The same mask through torch's math: grads of softmax(scores) * mask / (1 - p) @ v.
+    mask = kept.float() / (1 - p)
+    q2, k2, v2 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    s2 = (q2 @ k2.transpose(-2, -1)) / 8
+    if causal:
+        s2 = s2.masked_fill(torch.ones(64, 64, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
+    ((torch.softmax(s2, -1) * mask) @ v2).backward(grad.float())
+    for got, want in ((q.grad, q2.grad), (k.grad, k2.grad), (v.grad, v2.grad)):
+        scale = max(want.abs().max().item(), 1.0)
+        torch.testing.assert_close(got.float() / scale, want / scale, rtol=0, atol=3e-2)
+    # Another call draws another mask (a fresh seed), as eager's dropout does.
+    assert (fast(q, k, v).detach() != 0).ne(kept).any()
+
+
 @needs_gpu
 def test_attention_grads_through_flash_kernels_match_eager(stack):
     torch.manual_seed(0)

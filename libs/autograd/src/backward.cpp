@@ -8,6 +8,7 @@
 #include "kiln/autograd/grad_builder.h"
 #include "kiln/autograd/rules.h"
 #include "kiln/common/error.h"
+#include "kiln/ir/attention.h"
 #include "kiln/ir/op_registry.h"
 #include "kiln/ir/passes.h"
 
@@ -24,7 +25,7 @@ bool floating(const ir::Value& v) {
 // Attention's rule is flash attention's, without a mask.
 bool keptWhole(const ir::Graph&, const ir::Node& n) {
   if (!ir::getOp(n.target).decompose || !findRule(n.target)) return false;
-  return n.target != "scaled_dot_product_attention" || n.inputs.size() == 3;
+  return n.target != "scaled_dot_product_attention" || !ir::attentionMasked(n);
 }
 
 // Grads of the values, added up as uses are met.
@@ -139,9 +140,7 @@ JointGraph withAttentionLogsumexps(JointGraph joint) {
     if (n.kind != ir::NodeKind::Call || n.target != "attention_lse") continue;
     for (ValueId f = 0; f < joint.forwardNodes; ++f) {
       const ir::Node& forward = g.node(f);
-      // Attributes are canonical (defaults dropped): is_causal and scale alike.
-      if (forward.target == "scaled_dot_product_attention" && forward.inputs == n.inputs &&
-          forward.attrs == n.attrs && !lseOf.count(f)) {
+      if (ir::lseOfAttention(forward, n) && !lseOf.count(f)) {
         lseOf[f] = id;
         break;
       }

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "kiln/common/error.h"
+#include "kiln/ir/attention.h"
 
 namespace kiln::autograd::detail {
 namespace {
@@ -364,17 +365,25 @@ Grads softmax(RuleContext& c) {
 
 // scaled_dot_product_attention without a mask (backward() keeps only those
 // whole), as flash attention's backward: nothing of the [L, S] scores is
-// saved; the pieces recompute them from q and k with each row's logsumexp.
+// saved; the pieces recompute them from q and k with each row's logsumexp
+// (and, with dropout, which weights were dropped from the seed and offset).
 Grads attention(RuleContext& c) {
   Ops o{c.g};
   ValueId q = c.in(0), k = c.in(1), v = c.in(2), g = *c.grad;
   std::vector<Attr> attrs = {{"is_causal", c.attr("is_causal") ? *c.attr("is_causal") : false}};
   if (const AttrValue* scale = c.attr("scale")) attrs.push_back({"scale", *scale});
   ValueId lse = o.call("attention_lse", {q, k, v}, attrs);
+  // The grads of dropped weights: the forward's random stream again.
+  std::vector<ValueId> operands = {g, q, k, v, c.out, lse};
+  if (std::optional<std::pair<ValueId, ValueId>> stream = ir::attentionStream(c.node)) {
+    operands.push_back(stream->first);
+    operands.push_back(stream->second);
+    attrs.push_back({"dropout_p", ir::attentionDropout(c.node)});
+  }
   Grads r(3);
-  if (c.needs[0]) r[0] = o.call("attention_grad_query", {g, q, k, v, c.out, lse}, attrs);
+  if (c.needs[0]) r[0] = o.call("attention_grad_query", operands, attrs);
   if (c.needs[1] || c.needs[2]) {
-    ValueId kv = o.call("attention_grad_key_value", {g, q, k, v, c.out, lse}, attrs);
+    ValueId kv = o.call("attention_grad_key_value", operands, attrs);
     std::vector<sym::Expr> widths = {c.meta(1).sizes.back(), c.meta(2).sizes.back()};
     ValueId pieces =
         o.call("split_with_sizes", {kv}, {{"split_sizes", widths}, {"dim", int64_t{-1}}});

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "kiln/common/error.h"
+#include "kiln/ir/attention.h"
 #include "kiln/ir/op_registry.h"
 
 namespace kiln::codegen::detail {
@@ -50,7 +51,9 @@ bool flashAttentionTakes(const ir::Graph& graph, const ir::Node& node) {
       "attention_grad_key_value"};
   if (node.kind != ir::NodeKind::Call || !ops.count(node.target)) return false;
   bool grad = isGrad(node.target);
-  if (node.inputs.size() != (grad ? 6u : 3u)) return false; // a mask: the decomposition
+  bool dropout = ir::attentionStream(node).has_value();
+  size_t operands = node.inputs.size() - (dropout ? 2 : 0);
+  if (operands != (grad ? 6u : 3u)) return false; // a mask: the decomposition
   const ir::TensorMeta& q = graph.meta(node.inputs[grad ? 1 : 0]);
   if (q.dtype != ir::DType::BFloat16 && q.dtype != ir::DType::Float16) return false;
   std::optional<int64_t> embed = q.sizes.back().asInteger();
@@ -67,6 +70,10 @@ bool flashAttentionTakes(const ir::Graph& graph, const ir::Node& node) {
     if ((real && !(*real > 0)) || (whole && *whole <= 0)) return false;
   }
   return true;
+}
+
+bool flashKernelsRun(const ir::Node& node) {
+  return !ir::attentionStream(node);
 }
 
 // 4 warps of 16 * T rows: T = 2 in `forward`, 1 in the grads (the kernels' source).

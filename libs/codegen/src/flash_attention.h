@@ -36,11 +36,17 @@
 
 namespace kiln::codegen::detail {
 
-// Whether the kernels run this node: half-precision operands of 2 to 4 dims,
-// one head size E = Ev of 16, 32, 48 or 64, no mask, a positive scale, each
-// operand dense in its last dim with even strides and offset (32-bit loads),
-// lse dense.
+// Whether the node stays a call of fused attention: half-precision operands of
+// 2 to 4 dims, one head size E = Ev of 16, 32, 48 or 64, no mask, a positive
+// scale, each operand dense in its last dim with even strides and offset
+// (32-bit loads), lse dense. With dropout, cuDNN's fused attention alone runs
+// the call (the runtime fails one cuDNN does not take: no kernel of ours would
+// drop the weights the forward dropped).
 bool flashAttentionTakes(const ir::Graph& graph, const ir::Node& node);
+
+// Whether the call of a node flashAttentionTakes names kernels of ours, which
+// the runtime runs where cuDNN does not take it: not with dropout.
+bool flashKernelsRun(const ir::Node& node);
 
 // The rows of L (of S for attention_grad_key_value) a block of its kernel takes.
 int64_t flashAttentionBlockRows(const ir::Node& node);

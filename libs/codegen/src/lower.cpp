@@ -21,6 +21,7 @@
 #include "kiln/sym/symbol_table.h"
 
 #include "flash_attention.h"
+#include "kiln/ir/attention.h"
 
 namespace kiln::codegen {
 namespace {
@@ -277,7 +278,9 @@ private:
         continue;
       for (auto f = firsts.begin(); f != firsts.end(); ++f) {
         const ir::Node& call = graph_->node(*f);
-        if (call.inputs != n.inputs || call.attrs != n.attrs) continue;
+        bool same = n.target == "attention_lse" ? ir::lseOfAttention(call, n)
+                                                : call.inputs == n.inputs && call.attrs == n.attrs;
+        if (!same) continue;
         resultOfCall_[*f] = id;
         callOfResult_[id] = *f;
         firsts.erase(f); // one further result a call
@@ -841,7 +844,7 @@ private:
       out.meta = node.value.tensor();
       out.base = out.meta.storageOffset;
       Buffer call = externBuffer(node, out.meta);
-      if (node.target == "attention_grad_query")
+      if (node.target == "attention_grad_query" && detail::flashKernelsRun(node))
         call.call.attrs.push_back(
             {"kv_kernel", detail::flashAttentionKernel(*graph_, graph_->node(second))});
       if (graph_->node(second).target == "sum") // the product's first operand's row sums
@@ -870,7 +873,8 @@ private:
     b.layout.storageOffset = table_.integer(0);
     b.call.op = node.target;
     b.call.attrs = node.attrs;
-    if (options_.flashAttention && detail::flashAttentionTakes(*graph_, node)) {
+    if (options_.flashAttention && detail::flashAttentionTakes(*graph_, node) &&
+        detail::flashKernelsRun(node)) {
       b.call.attrs.push_back({"kernel", detail::flashAttentionKernel(*graph_, node)});
       b.call.attrs.push_back({"block_rows", detail::flashAttentionBlockRows(node)});
       if (node.target == "attention_grad_query" || node.target == "attention_grad_key_value")

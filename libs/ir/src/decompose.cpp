@@ -5,6 +5,7 @@
 
 #include "infer.h"
 #include "kiln/common/error.h"
+#include "kiln/ir/attention.h"
 #include "kiln/ir/passes.h"
 
 namespace kiln::ir {
@@ -315,6 +316,15 @@ ValueId causallyMasked(Graph& g, ValueId scores, sym::Expr l, sym::Expr s, Devic
   return g.call("where", {keep, scores}, {{"other", -INFINITY}});
 }
 
+// The [..., L, S] weights (or their grads) as an attention node with dropout
+// drops them: dropout of its random stream (attention.h); else as they are.
+ValueId dropped(Graph& g, const Node& node, ValueId weights) {
+  std::optional<std::pair<ValueId, ValueId>> stream = attentionStream(node);
+  if (!stream) return weights;
+  return g.call("dropout", {weights, stream->first, stream->second},
+                {{"p", attentionDropout(node)}, {"train", true}});
+}
+
 // scaled_dot_product_attention: softmax(q @ k^T * scale + mask) @ v, where a
 // bool mask (and is_causal's lower triangle) sets the scores it drops to -inf.
 ValueId attention(Graph& g, const Node& node, const std::vector<ValueId>& in) {
@@ -324,14 +334,14 @@ ValueId attention(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   ValueId scores = scaled(g, node, g.call("matmul", {in[0], kt}), q.sizes[n - 1]);
   if (attrOr<bool>(node, "is_causal", false))
     scores = causallyMasked(g, scores, q.sizes[n - 2], g.meta(in[1]).sizes[n - 2], q.device);
-  if (in.size() > 3) {
+  if (attentionMasked(node)) {
     if (g.meta(in[3]).dtype == DType::Bool)
       scores = g.call("where", {in[3], scores}, {{"other", -INFINITY}});
     else
       scores = g.call("add", {scores, in[3]});
   }
   ValueId weights = g.call("softmax", {scores}, {{"dim", int64_t{-1}}});
-  return g.call("matmul", {weights, in[2]});
+  return g.call("matmul", {dropped(g, node, weights), in[2]});
 }
 
 // The pieces of attention's backward (ops_nn.cpp): the scores recomputed in
@@ -362,12 +372,14 @@ ValueId attentionPiece(Graph& g, const Node& node, const std::vector<ValueId>& i
   ValueId delta = g.call("sum", {g.call("mul", {wide(grad), wide(out)})},
                          {{"dim", last}, {"keepdim", false}});
   ValueId p = g.call("exp", {g.call("sub", {scores, lastDim(lse)})});
-  ValueId dp = wide(g.call("matmul", {grad, mT(v)}));
+  // With dropout, out = dropped(P) @ v: dP reaches the kept weights scaled, and
+  // delta (grad . out) is already the sum over the dropped weights.
+  ValueId dp = dropped(g, node, wide(g.call("matmul", {grad, mT(v)})));
   ValueId ds =
       scaled(g, node, g.call("mul", {p, g.call("sub", {dp, lastDim(delta)})}), qm.sizes[n - 1]);
   if (node.target == "attention_grad_query") return g.call("matmul", {narrow(ds), k});
   ValueId dk = g.call("matmul", {narrow(mT(ds)), q});
-  ValueId dv = g.call("matmul", {narrow(mT(p)), grad});
+  ValueId dv = g.call("matmul", {narrow(mT(dropped(g, node, p))), grad});
   return g.call("cat", {dk, dv}, {{"dim", int64_t{-1}}});
 }
 

@@ -129,16 +129,37 @@ void normalize(const std::string& op, const HostTensor& x, size_t k, const HostT
   });
 }
 
+// An attention's dropout (attention.h): the factor of each of the [..., L, S]
+// weights, 0 for a dropped one, 1 / (1 - p) for a kept one (as dropout's).
+struct AttentionDropout {
+  double p = 0;
+  uint64_t seed = 0, offset = 0;
+  double factor(uint64_t weight) const {
+    if (p == 0) return 1;
+    return philoxUniform(seed, offset + weight) >= p ? 1 / (1 - p) : 0;
+  }
+};
+
+// The row-major position of a query row (idx's dims but the last, of `sizes`).
+uint64_t rowPosition(const std::vector<int64_t>& idx, const std::vector<int64_t>& sizes) {
+  uint64_t at = 0;
+  for (size_t d = 0; d + 1 < sizes.size(); ++d) at = at * uint64_t(sizes[d]) + uint64_t(idx[d]);
+  return at;
+}
+
 // softmax(q k^T * scale + mask) v, one query row at a time; a bool mask
-// keeps where true, a float mask is added; is_causal keeps s <= l.
+// keeps where true, a float mask is added; is_causal keeps s <= l; dropout
+// scales each weight by its factor.
 void attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
-               const HostTensor* mask, bool causal, double scale, const HostTensor& out) {
+               const HostTensor* mask, bool causal, double scale, const AttentionDropout& drop,
+               const HostTensor& out) {
   size_t n = q.sizes.size();
   int64_t embed = q.sizes[n - 1], seq = k.sizes[n - 2];
   std::vector<int64_t> rows = out.sizes;
   rows[n - 1] = 1;
   eachIndex(rows, [&](std::vector<int64_t> idx) {
     int64_t l = idx[n - 2];
+    uint64_t firstWeight = rowPosition(idx, out.sizes) * uint64_t(seq);
     std::vector<double> w(seq);
     double max = -INFINITY, sum = 0;
     for (int64_t s = 0; s < seq; ++s) {
@@ -163,7 +184,7 @@ void attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
       double acc = 0;
       for (int64_t s = 0; s < seq; ++s) {
         vi[n - 2] = s;
-        acc += w[s] / sum * loadElementF(v, vi);
+        acc += w[s] / sum * drop.factor(firstWeight + uint64_t(s)) * loadElementF(v, vi);
       }
       storeElementF(out, oi, acc);
     }
@@ -175,12 +196,18 @@ void attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
 void attentionPiece(const std::string& op, const HostTensor& q, const HostTensor& k,
                     const HostTensor& v, const HostTensor* grad, const HostTensor* lse,
                     const HostTensor* forwardOut, bool causal, double scale,
-                    const HostTensor& out) {
+                    const AttentionDropout& drop, const HostTensor& out) {
   size_t n = q.sizes.size();
   int64_t rowsL = q.sizes[n - 2], rowsS = k.sizes[n - 2], embed = q.sizes[n - 1],
           embedV = v.sizes[n - 1];
   std::vector<int64_t> batch(q.sizes.begin(), q.sizes.end() - 2);
   eachIndex(batch, [&](const std::vector<int64_t>& b) {
+    std::vector<int64_t> firstRow = b;
+    firstRow.push_back(0);
+    uint64_t firstWeight = rowPosition(firstRow, q.sizes) * uint64_t(rowsS);
+    auto factor = [&](int64_t l, int64_t s) {
+      return drop.factor(firstWeight + uint64_t(l * rowsS + s));
+    };
     auto at = [&](int64_t row, int64_t col) {
       std::vector<int64_t> idx = b;
       idx.push_back(row);
@@ -214,12 +241,12 @@ void attentionPiece(const std::string& op, const HostTensor& q, const HostTensor
       for (double& x : p[l]) x = std::exp(x - rowLse);
     }
     if (op == "attention_lse") return;
-    // dS = P * (dO V^T - delta) * scale, delta a row's sum of dO * O
+    // dS = P * (dO V^T * factor - delta) * scale, delta a row's sum of dO * O
     std::vector<std::vector<double>> ds(rowsL, std::vector<double>(rowsS));
     for (int64_t l = 0; l < rowsL; ++l) {
       double rowDelta = dot(*grad, l, *forwardOut, l, embedV);
       for (int64_t s = 0; s < rowsS; ++s)
-        ds[l][s] = p[l][s] * (dot(*grad, l, v, s, embedV) - rowDelta) * scale;
+        ds[l][s] = p[l][s] * (dot(*grad, l, v, s, embedV) * factor(l, s) - rowDelta) * scale;
     }
     if (op == "attention_grad_query") {
       for (int64_t l = 0; l < rowsL; ++l)
@@ -236,9 +263,10 @@ void attentionPiece(const std::string& op, const HostTensor& q, const HostTensor
         for (int64_t l = 0; l < rowsL; ++l) sum += ds[l][s] * loadElementF(q, at(l, e));
         storeElementF(out, at(s, e), sum);
       }
-      for (int64_t e = 0; e < embedV; ++e) { // dV = P^T dO
+      for (int64_t e = 0; e < embedV; ++e) { // dV = (P * factor)^T dO
         double sum = 0;
-        for (int64_t l = 0; l < rowsL; ++l) sum += p[l][s] * loadElementF(*grad, at(l, e));
+        for (int64_t l = 0; l < rowsL; ++l)
+          sum += p[l][s] * factor(l, s) * loadElementF(*grad, at(l, e));
         storeElementF(out, at(s, embed + e), sum);
       }
     }
@@ -312,6 +340,16 @@ void dropout(const HostTensor& x, int64_t seed, int64_t offset, double p, bool t
   });
 }
 
+// The dropout of an attention call: its dropout_p with its seed and offset.
+AttentionDropout attentionDropout(const TensorArg& tensor, const NumberArg& number) {
+  AttentionDropout drop;
+  drop.p = number("dropout_p");
+  if (drop.p == 0) return drop;
+  drop.seed = uint64_t(tensor("seed")->toInts().at(0));
+  drop.offset = uint64_t(tensor("offset")->toInts().at(0));
+  return drop;
+}
+
 } // namespace
 
 bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& number,
@@ -360,7 +398,7 @@ bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& 
     double scale = number("scale"); // NaN when absent: 1 / sqrt(E)
     if (std::isnan(scale)) scale = 1 / std::sqrt(double(tensor("query")->sizes.back()));
     attention(*tensor("query"), *tensor("key"), *tensor("value"), tensor("attn_mask"),
-              number("is_causal") != 0, scale, out);
+              number("is_causal") != 0, scale, attentionDropout(tensor, number), out);
   } else if (op == "attention_lse" || op == "attention_grad_query" ||
              op == "attention_grad_key_value") {
     bool lse = op == "attention_lse";
@@ -368,7 +406,8 @@ bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& 
     if (std::isnan(scale)) scale = 1 / std::sqrt(double(tensor("query")->sizes.back()));
     attentionPiece(op, *tensor("query"), *tensor("key"), *tensor("value"),
                    lse ? nullptr : tensor("grad"), lse ? nullptr : tensor("lse"),
-                   lse ? nullptr : tensor("out"), number("is_causal") != 0, scale, out);
+                   lse ? nullptr : tensor("out"), number("is_causal") != 0, scale,
+                   lse ? AttentionDropout{} : attentionDropout(tensor, number), out);
   } else if (op == "cross_entropy") {
     crossEntropy(*tensor("input"), *tensor("target"), tensor("weight"), string("reduction"),
                  int64_t(number("ignore_index")), number("label_smoothing"), out);

@@ -111,9 +111,25 @@ Value inferDropout(const OpCall& call) {
 
 // scaled_dot_product_attention(query [..., L, E], key [..., S, E], value [..., S, Ev]):
 // [..., L, Ev]. Batch dims must match exactly (no broadcasting, as the fused kernels);
-// attn_mask is bool or query's dtype and broadcasts to [..., L, S]. dropout_p must
-// be 0: the graph's random streams are explicit, so attention with dropout is
-// spelled as its composition with `dropout`.
+// attn_mask is bool or query's dtype and broadcasts to [..., L, S]. With dropout_p
+// in (0, 1) the weights are dropped as dropout(weights, seed, offset, dropout_p)
+// drops them (element i of the [..., L, S] weights, row-major, kept when its
+// draw from counter offset + i is >= dropout_p, scaled by 1 / (1 - dropout_p)):
+// the random stream is explicit, a 0-d i64 seed and offset, given exactly then.
+// dropout_p in [0, 1), with a seed and offset exactly when above 0.
+void checkAttentionStream(const OpCall& call) {
+  double p = call.floatArg("dropout_p");
+  if (!(p >= 0 && p < 1)) call.fail("dropout_p", "must lie in [0, 1)");
+  for (std::string_view arg : {"seed", "offset"}) {
+    if (call.has(arg) != (p > 0))
+      call.fail(arg, p > 0 ? "is needed with a dropout_p above 0 (the dropout's random stream)"
+                           : "goes with a dropout_p above 0 only");
+    if (!call.has(arg)) continue;
+    const TensorMeta& t = call.tensor(arg);
+    if (t.dtype != DType::Int64 || t.dim() != 0) call.fail(arg, "must be a 0-d i64 tensor");
+  }
+}
+
 // query [..., L, E], key [..., S, E] and value [..., S, Ev] of one floating dtype.
 void checkAttentionOperands(const OpCall& call) {
   const TensorMeta& q = call.tensor("query");
@@ -156,10 +172,7 @@ Value inferAttention(const OpCall& call) {
                      "does not broadcast to the scores [..., L, S] at dim " + std::to_string(i));
     }
   }
-  if (call.floatArg("dropout_p") != 0)
-    throw Error(ErrorCode::Unsupported,
-                "scaled_dot_product_attention: argument 'dropout_p': attention with dropout "
-                "needs an explicit random stream: spell it as softmax, dropout and matmul");
+  checkAttentionStream(call);
   if (call.has("scale") && !std::isfinite(call.floatArg("scale")))
     call.fail("scale", "must be finite");
   Shape sizes = q.sizes;
@@ -174,7 +187,9 @@ Value inferAttention(const OpCall& call) {
 // attention_grad_query and attention_grad_key_value(grad [..., L, Ev], query,
 // key, value, out, lse): dq [..., L, E] and dk, dv side by side
 // [..., S, E + Ev], in query's dtype, where out [..., L, Ev] is the forward's
-// result (flash attention's backward takes each row's sum of grad * out).
+// result (flash attention's backward takes each row's sum of grad * out). The
+// grads of a forward with dropout take its dropout_p, seed and offset: the
+// weights it dropped get no grad, the others theirs scaled by 1 / (1 - p).
 void requireRowStat(const OpCall& call, std::string_view arg) {
   const TensorMeta& q = call.tensor("query");
   const TensorMeta& t = call.tensor(arg);
@@ -190,6 +205,7 @@ void checkAttentionPiece(const OpCall& call) {
   if (call.has("scale") && !std::isfinite(call.floatArg("scale")))
     call.fail("scale", "must be finite");
   if (call.op().name == "attention_lse") return;
+  checkAttentionStream(call);
   const TensorMeta& q = call.tensor("query");
   const TensorMeta& g = call.tensor("grad");
   requireSameDType(call, "grad", q.dtype);
@@ -265,7 +281,9 @@ void addNnOps(std::vector<OpInfo>& ops) {
                   {"attn_mask", ArgKind::Tensor, true},
                   {"dropout_p", ArgKind::Float, false, 0.0},
                   {"is_causal", ArgKind::Bool, false, false},
-                  {"scale", ArgKind::Float, true}},
+                  {"scale", ArgKind::Float, true},
+                  {"seed", ArgKind::Tensor, true},
+                  {"offset", ArgKind::Tensor, true}},
                  inferAttention});
   std::vector<ArgSpec> piece = {{"query", ArgKind::Tensor},
                                  {"key", ArgKind::Tensor},
@@ -278,6 +296,9 @@ void addNnOps(std::vector<OpInfo>& ops) {
   grad.push_back({"out", ArgKind::Tensor});
   grad.push_back({"lse", ArgKind::Tensor});
   grad.insert(grad.end(), piece.begin() + 3, piece.end());
+  grad.push_back({"dropout_p", ArgKind::Float, false, 0.0});
+  grad.push_back({"seed", ArgKind::Tensor, true});
+  grad.push_back({"offset", ArgKind::Tensor, true});
   ops.push_back({"attention_grad_query", grad, inferAttentionGrad});
   ops.push_back({"attention_grad_key_value", grad, inferAttentionGrad});
   ops.push_back({"scatter_add",

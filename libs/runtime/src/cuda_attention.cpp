@@ -124,7 +124,14 @@ void cudaFlashAttention(const std::string& op, const std::vector<Tensor>& inputs
                         const std::vector<Tensor>& results, const FlashKernels& kernels,
                         const CudaCallContext& context) {
   bool grad = op == "attention_grad_query" || op == "attention_grad_key_value";
-  if (inputs.size() != (grad ? 6u : 3u)) refuse(op, std::to_string(inputs.size()) + " operands");
+  AttentionCall call;
+  call.dropout = numberAttr(attrs, "dropout_p", 0.0);
+  size_t operands = (grad ? 6u : 3u) + (call.dropout > 0 ? 2u : 0u); // the seed and offset last
+  if (inputs.size() != operands) refuse(op, std::to_string(inputs.size()) + " operands");
+  if (call.dropout > 0) {
+    call.seed = &inputs[operands - 2];
+    call.offset = &inputs[operands - 1];
+  }
   const Tensor* g = grad ? &inputs[0] : nullptr;
   const Tensor& q = inputs[grad ? 1 : 0];
   const Tensor& k = inputs[grad ? 2 : 1];
@@ -136,21 +143,31 @@ void cudaFlashAttention(const std::string& op, const std::vector<Tensor>& inputs
     refuse(op, std::to_string(results.size()) + " further results");
   int64_t heads = rank >= 3 ? q.sizes[rank - 3] : 1, batch = rank == 4 ? q.sizes[0] : 1;
   if (batch * heads > INT32_MAX) refuse(op, "more than 2^31 - 1 batch * heads");
-  AttentionCall call;
   for (const ir::Attr& a : attrs)
     if (const bool* causal = a.name == "is_causal" ? std::get_if<bool>(&a.value) : nullptr)
       call.causal = *causal;
   call.scale = static_cast<float>(
       numberAttr(attrs, "scale", 1.0 / std::sqrt(static_cast<double>(q.sizes.back()))));
-  auto blockRows = static_cast<int64_t>(numberAttr(attrs, "block_rows", 0));
-  if (blockRows <= 0) refuse(op, "the call names no block_rows");
-  Launcher launcher{op, context, batch, heads, q.sizes[rank - 2], k.sizes[rank - 2], call.scale};
+  // Launches our kernels where cuDNN does not take the call (never with dropout).
+  auto ours = [&] {
+    if (call.dropout > 0)
+      throw Error(ErrorCode::Unsupported,
+                  "runtime: " + op + " with dropout runs on cuDNN's fused attention alone, " +
+                      "which does not take this call (" + cudnnAttentionRefusal() +
+                      "); compile it for the CPU or without attention dropout");
+    auto blockRows = static_cast<int64_t>(numberAttr(attrs, "block_rows", 0));
+    if (blockRows <= 0) refuse(op, "the call names no block_rows");
+    return std::make_pair(Launcher{op, context, batch, heads, q.sizes[rank - 2],
+                                   k.sizes[rank - 2], call.scale},
+                          blockRows);
+  };
 
   if (!grad) {
     bool rowsOut = op != "attention_lse";
     const Tensor* lse = rowsOut ? (results.empty() ? nullptr : &results[0]) : &out;
     if (lse) requireDenseRows(op, *lse);
     if (rowsOut && cudnnAttentionForward(call, q, k, v, out, lse, context)) return;
+    auto [launcher, blockRows] = ours();
     launcher.run(kernels("kernel"), false, blockRows, nullptr, q, k, v, nullptr, nullptr,
                  rowsOut ? &out : nullptr, lse ? lse->data : nullptr);
     return;
@@ -179,6 +196,7 @@ void cudaFlashAttention(const std::string& op, const std::vector<Tensor>& inputs
     auto [dk, dv] = splitKeyValue(dkvT, k.sizes.back());
     if (cudnnAttentionBackward(call, *g, q, k, v, forwardOut, lse, dqT, dk, dv, context)) return;
   }
+  auto [launcher, blockRows] = ours();
   Scratch delta(context.allocator, static_cast<size_t>(batch * heads * q.sizes[rank - 2]) * 4);
   launcher.delta(kernels("delta_kernel"), *g, forwardOut, delta.data);
   if (dq)

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -17,7 +18,8 @@ namespace {
 
 // The uids of the tensors a call binds (virtual tensors number from kVirtual).
 enum Uid : int64_t {
-  kQ = 1, kK, kV, kO, kStats, kScale, kMinusInfinity, kDout, kDq, kDk, kDv, kVirtual = 100
+  kQ = 1, kK, kV, kO, kStats, kScale, kMinusInfinity, kDout, kDq, kDk, kDv,
+  kSeed, kOffset, kDropoutScale, kKeepProbability, kVirtual = 100
 };
 
 cudnnDataType_t dataType(ir::DType t) {
@@ -58,6 +60,28 @@ public:
         .set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, false)
         .set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, true);
     return t.finalize();
+  }
+
+  // The random stream's 0-d i64 seed or offset, in device memory.
+  const Descriptor& streamTensor(int64_t uid) {
+    return tensor(uid, CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1});
+  }
+
+  // y: Bernoulli draws of probability `keep` (1 where kept) from cuDNN's
+  // Philox stream of the seed and offset, one per element of y's dims.
+  void bernoulli(double probability, const Descriptor& seed, const Descriptor& offset,
+                 const Descriptor& y) {
+    Descriptor& rng = keep(CUDNN_BACKEND_RNG_DESCRIPTOR);
+    cudnnRngDistribution_t distribution = CUDNN_RNG_DISTRIBUTION_BERNOULLI;
+    rng.set(CUDNN_ATTR_RNG_DISTRIBUTION, CUDNN_TYPE_RNG_DISTRIBUTION, 1, &distribution)
+        .set(CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY, CUDNN_TYPE_DOUBLE, 1, &probability)
+        .finalize();
+    Descriptor& op = keep(CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR);
+    op.set(CUDNN_ATTR_OPERATION_RNG_YDESC, y)
+        .set(CUDNN_ATTR_OPERATION_RNG_SEED, seed)
+        .set(CUDNN_ATTR_OPERATION_RNG_DESC, rng)
+        .set(CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC, offset);
+    ops_.push_back(&op.finalize());
   }
 
   // y = mode(x[, b[, t]]) computed in f32 (GEN_INDEX along `axis`).
@@ -242,7 +266,8 @@ void forwardGraph(GraphBuilder& g, const AttentionCall& call, cudnnDataType_t ty
   const Descriptor& e = g.virtualTensor(scores);
   const Descriptor& sum = g.virtualTensor(rowDims);
   const Descriptor& logSum = g.virtualTensor(rowDims);
-  const Descriptor& p = g.virtualTensor(scores, type);
+  bool dropout = call.dropout > 0;
+  const Descriptor& p = dropout ? g.virtualTensor(scores) : g.virtualTensor(scores, type);
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, s, max);
   g.pointwise(CUDNN_POINTWISE_SUB, s, &max, nullptr, shifted);
   g.pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr, nullptr, e);
@@ -250,13 +275,26 @@ void forwardGraph(GraphBuilder& g, const AttentionCall& call, cudnnDataType_t ty
   g.pointwise(CUDNN_POINTWISE_LOG, sum, nullptr, nullptr, logSum);
   g.pointwise(CUDNN_POINTWISE_ADD, max, &logSum, nullptr, stats);
   g.pointwise(CUDNN_POINTWISE_DIV, e, &sum, nullptr, p);
-  g.matmul(p, vd, od);
+  if (!dropout) {
+    g.matmul(p, vd, od);
+    return;
+  }
+  // The kept weights scaled by 1 / (1 - p), in the operands' dtype for bmm2.
+  const Descriptor& kept = g.virtualTensor(scores);
+  const Descriptor& masked = g.virtualTensor(scores);
+  const Descriptor& dropped = g.virtualTensor(scores, type);
+  g.bernoulli(1 - call.dropout, g.streamTensor(kSeed), g.streamTensor(kOffset), kept);
+  g.pointwise(CUDNN_POINTWISE_MUL, p, &kept, nullptr, masked);
+  g.pointwise(CUDNN_POINTWISE_MUL, masked, &g.scalar(kDropoutScale), nullptr, dropped);
+  g.matmul(dropped, vd, od);
 }
 
 // Backward, as FlashAttention-2's: delta = rowsum(dout * out) and dq's f32
 // accumulator live in the workspace (uids kDelta, kDqAccumulator); P is
 // recomputed from the stats; dv = P^T dout, dS = P * (dout v^T - delta) *
-// scale, dk = dS^T q, dq = dS k.
+// scale, dk = dS^T q, dq = dS k. With dropout (cuDNN's form of it), the same
+// draws M again: dv = (P M / (1 - p))^T dout, dS = P * (dout v^T M - delta (1 -
+// p)) / (1 - p) * scale, the scalar kOne bound to 1 - p.
 enum WorkspaceUid : int64_t { kDelta = 50, kDqAccumulator, kOne };
 
 void backwardGraph(GraphBuilder& g, const AttentionCall& call, cudnnDataType_t type,
@@ -296,18 +334,42 @@ void backwardGraph(GraphBuilder& g, const AttentionCall& call, cudnnDataType_t t
       maskedScores(g, call, qd, kTd, scores, scale, minusInfinity, true, &stats);
   const Descriptor& p = g.virtualTensor(scores);
   g.pointwise(CUDNN_POINTWISE_EXP, logits, nullptr, nullptr, p);
+  bool dropout = call.dropout > 0;
+  const Descriptor* kept = nullptr;
+  const Descriptor* dropoutScale = nullptr;
+  const Descriptor* pKept = &p; // the weights dv takes
+  if (dropout) {
+    kept = &g.virtualTensor(scores);
+    dropoutScale = &g.scalar(kDropoutScale);
+    g.bernoulli(1 - call.dropout, g.streamTensor(kSeed), g.streamTensor(kOffset), *kept);
+    const Descriptor& masked = g.virtualTensor(scores);
+    const Descriptor& scaledKept = g.virtualTensor(scores);
+    g.pointwise(CUDNN_POINTWISE_MUL, p, kept, nullptr, masked);
+    g.pointwise(CUDNN_POINTWISE_MUL, masked, dropoutScale, nullptr, scaledKept);
+    pKept = &scaledKept;
+  }
   const Descriptor& pT = g.tensor(g.nextVirtual(), type, transposedScores, transposedStrides, true);
-  g.reshape(p, pT);
+  g.reshape(*pKept, pT);
   g.matmul(pT, doutd, dvd);
 
-  const Descriptor& dp = g.virtualTensor(scores);
-  g.matmul(doutd, vTd, dp);
+  const Descriptor* dp = &g.virtualTensor(scores);
+  g.matmul(doutd, vTd, *dp);
+  if (dropout) {
+    const Descriptor& masked = g.virtualTensor(scores);
+    g.pointwise(CUDNN_POINTWISE_MUL, *dp, kept, nullptr, masked);
+    dp = &masked;
+  }
   const Descriptor& centred = g.virtualTensor(scores);
-  const Descriptor& weighted = g.virtualTensor(scores);
+  const Descriptor* weighted = &g.virtualTensor(scores);
   const Descriptor& ds = g.virtualTensor(scores);
-  g.pointwise(CUDNN_POINTWISE_SUB, dp, &delta, nullptr, centred);
-  g.pointwise(CUDNN_POINTWISE_MUL, centred, &p, nullptr, weighted);
-  g.pointwise(CUDNN_POINTWISE_MUL, weighted, &scale, nullptr, ds);
+  g.pointwise(CUDNN_POINTWISE_SUB, *dp, &delta, nullptr, centred);
+  g.pointwise(CUDNN_POINTWISE_MUL, centred, &p, nullptr, *weighted);
+  if (dropout) {
+    const Descriptor& rescaled = g.virtualTensor(scores);
+    g.pointwise(CUDNN_POINTWISE_MUL, *weighted, dropoutScale, nullptr, rescaled);
+    weighted = &rescaled;
+  }
+  g.pointwise(CUDNN_POINTWISE_MUL, *weighted, &scale, nullptr, ds);
   const Descriptor& dsT = g.tensor(g.nextVirtual(), type, transposedScores, transposedStrides, true);
   g.reshape(ds, dsT);
   g.matmul(dsT, qd, dkd);
@@ -323,6 +385,7 @@ struct Plan {
   std::unique_ptr<GraphBuilder> graph;
   std::optional<Descriptor> plan;
   int64_t workspaceBytes = 0; // cuDNN's own, past what the graph keeps in the workspace
+  std::string why;            // no plan: cuDNN's reason
 };
 
 struct Plans {
@@ -347,6 +410,46 @@ bool takes(const std::vector<const Tensor*>& operands) {
       if (t->strides[d] % 8 != 0 && t->sizes[d] != 1) return false;
   }
   return true;
+}
+
+thread_local std::string lastRefusal;
+
+// Whether cuDNN may run the call (else lastRefusal says why).
+bool accepts(const AttentionCall& call, const std::vector<const Tensor*>& operands) {
+  if (!cudnn()) {
+    lastRefusal = cudnnUnavailableWhy();
+    return false;
+  }
+  if (!halfPrecision(operands.front()->dtype)) {
+    lastRefusal = "operands not f16 or bf16";
+    return false;
+  }
+  if (!takes(operands)) {
+    lastRefusal = "an operand of more than 4 dims, a strided last dim, or not 16-byte aligned";
+    return false;
+  }
+  if (call.dropout > 0 && !(call.seed && call.offset && call.seed->dtype == ir::DType::Int64 &&
+                            call.offset->dtype == ir::DType::Int64)) {
+    lastRefusal = "dropout without an i64 seed and offset";
+    return false;
+  }
+  return true;
+}
+
+// A plan's key part for its dropout: the probability's bits (0: none).
+int64_t dropoutKey(const AttentionCall& call) {
+  double p = call.dropout;
+  int64_t bits = 0;
+  std::memcpy(&bits, &p, sizeof bits);
+  return bits;
+}
+
+// The seed, offset and 1 / (1 - p) of a call with dropout, bound by their uids.
+void bindDropout(const AttentionCall& call, float& dropoutScale, std::vector<int64_t>& uids,
+                 std::vector<void*>& pointers) {
+  if (call.dropout <= 0) return;
+  uids.insert(uids.end(), {kSeed, kOffset, kDropoutScale});
+  pointers.insert(pointers.end(), {call.seed->data, call.offset->data, &dropoutScale});
 }
 
 void appendLayout(std::vector<int64_t>& key, const Layout& l) {
@@ -386,9 +489,11 @@ const Plan* planFor(const std::vector<int64_t>& key, int device, const char* wha
     } else {
       kiln::log().info("cuDNN attention: no plan for this {} ({}); kiln's flash kernels run it",
                        what, why);
+      p.why = "no cuDNN plan: " + why;
     }
     it = all.built.emplace(key, std::move(p)).first;
   }
+  if (!it->second.plan) lastRefusal = it->second.why;
   return it->second.plan ? &it->second : nullptr;
 }
 
@@ -423,10 +528,10 @@ void* workspaceOf(const CudaCallContext& ctx, size_t bytes, std::optional<Scratc
 bool cudnnAttentionForward(const AttentionCall& call, const Tensor& q, const Tensor& k,
                            const Tensor& v, const Tensor& out, const Tensor* lse,
                            const CudaCallContext& context) {
-  if (!cudnn() || !halfPrecision(q.dtype) || !takes({&q, &k, &v, &out})) return false;
+  if (!accepts(call, {&q, &k, &v, &out})) return false;
   Layout ql = layoutOf(q), kl = layoutOf(k), vl = layoutOf(v), ol = layoutOf(out);
   std::vector<int64_t> key = {lse ? 0 : 2, context.device, static_cast<int64_t>(q.dtype),
-                              call.causal};
+                              call.causal, dropoutKey(call)};
   for (const Layout* l : {&ql, &kl, &vl, &ol}) appendLayout(key, *l);
   cudnnDataType_t type = dataType(q.dtype);
   const Plan* plan = planFor(key, context.device, "forward", [&](GraphBuilder& g) {
@@ -436,12 +541,14 @@ bool cudnnAttentionForward(const AttentionCall& call, const Tensor& q, const Ten
   std::optional<Scratch> scratch;
   void* workspace = workspaceOf(context, static_cast<size_t>(plan->workspaceBytes), scratch);
   float scale = call.scale, minusInfinity = -INFINITY;
+  float dropoutScale = static_cast<float>(1 / (1 - call.dropout));
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kScale};
   std::vector<void*> pointers = {q.data, k.data, v.data, out.data, &scale};
   if (call.causal) { // the pack binds exactly the graph's tensors
     uids.push_back(kMinusInfinity);
     pointers.push_back(&minusInfinity);
   }
+  bindDropout(call, dropoutScale, uids, pointers);
   if (lse) {
     uids.push_back(kStats);
     pointers.push_back(lse->data);
@@ -454,11 +561,11 @@ bool cudnnAttentionBackward(const AttentionCall& call, const Tensor& dout, const
                             const Tensor& k, const Tensor& v, const Tensor& out,
                             const Tensor& lse, const Tensor& dq, const Tensor& dk,
                             const Tensor& dv, const CudaCallContext& context) {
-  if (!cudnn() || !halfPrecision(q.dtype) || !takes({&dout, &q, &k, &v, &out, &dq, &dk, &dv}))
-    return false;
+  if (!accepts(call, {&dout, &q, &k, &v, &out, &dq, &dk, &dv})) return false;
   Layout ql = layoutOf(q), kl = layoutOf(k), vl = layoutOf(v), ol = layoutOf(out);
   Layout gl = layoutOf(dout), dql = layoutOf(dq), dkl = layoutOf(dk), dvl = layoutOf(dv);
-  std::vector<int64_t> key = {1, context.device, static_cast<int64_t>(q.dtype), call.causal};
+  std::vector<int64_t> key = {1, context.device, static_cast<int64_t>(q.dtype), call.causal,
+                              dropoutKey(call)};
   for (const Layout* l : {&ql, &kl, &vl, &ol, &gl, &dql, &dkl, &dvl}) appendLayout(key, *l);
   cudnnDataType_t type = dataType(q.dtype);
   const Plan* plan = planFor(key, context.device, "backward", [&](GraphBuilder& g) {
@@ -474,7 +581,9 @@ bool cudnnAttentionBackward(const AttentionCall& call, const Tensor& dout, const
   std::optional<Scratch> scratch;
   auto* workspace = static_cast<char*>(workspaceOf(
       context, accumulatorBytes + deltaBytes + static_cast<size_t>(plan->workspaceBytes), scratch));
-  float scale = call.scale, one = 1.0f, minusInfinity = -INFINITY;
+  // kOne scales delta: 1 - p with dropout (backwardGraph).
+  float scale = call.scale, one = static_cast<float>(1 - call.dropout), minusInfinity = -INFINITY;
+  float dropoutScale = static_cast<float>(1 / (1 - call.dropout));
   std::vector<int64_t> uids = {kQ,  kK,  kV,     kO,  kDout,          kStats, kDq,
                                kDk, kDv, kScale, kOne, kDqAccumulator, kDelta};
   std::vector<void*> pointers = {q.data, k.data, v.data, out.data, dout.data, lse.data, dq.data,
@@ -484,8 +593,13 @@ bool cudnnAttentionBackward(const AttentionCall& call, const Tensor& dout, const
     uids.push_back(kMinusInfinity);
     pointers.push_back(&minusInfinity);
   }
+  bindDropout(call, dropoutScale, uids, pointers);
   execute(*plan, context, uids, pointers, workspace + accumulatorBytes + deltaBytes);
   return true;
+}
+
+const std::string& cudnnAttentionRefusal() {
+  return lastRefusal;
 }
 
 } // namespace kiln::runtime::detail

@@ -10,6 +10,8 @@
 // own kernels. A plan cuDNN built that fails to execute is an Error.
 #pragma once
 
+#include <string>
+
 #include "cuda_matmul.h"
 #include "kiln/runtime/runtime.h"
 
@@ -18,6 +20,12 @@ namespace kiln::runtime::detail {
 struct AttentionCall {
   bool causal = false; // top-left: key j sees query i when j <= i
   float scale = 1.0f;
+  // Dropout of the weights (cuDNN's Philox stream of the 0-d i64 seed and
+  // offset on the device): each kept with probability 1 - dropout, scaled by
+  // 1 / (1 - dropout). The backward given the same seed and offset drops the same.
+  double dropout = 0;
+  const Tensor* seed = nullptr;
+  const Tensor* offset = nullptr;
 };
 
 // out [B, H, L, Ev] = attention(q [B, H, L, E], k [B, H, S, E], v [B, H, S, Ev]);
@@ -31,5 +39,8 @@ bool cudnnAttentionBackward(const AttentionCall& call, const Tensor& dout, const
                             const Tensor& k, const Tensor& v, const Tensor& out,
                             const Tensor& lse, const Tensor& dq, const Tensor& dk,
                             const Tensor& dv, const CudaCallContext& context);
+
+// Why cuDNN did not take this thread's last call it answered false for.
+const std::string& cudnnAttentionRefusal();
 
 } // namespace kiln::runtime::detail

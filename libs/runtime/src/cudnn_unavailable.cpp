@@ -14,4 +14,9 @@ bool cudnnAttentionBackward(const AttentionCall&, const Tensor&, const Tensor&, 
   return false;
 }
 
+const std::string& cudnnAttentionRefusal() {
+  static const std::string why = "kiln was built without cuDNN's headers";
+  return why;
+}
+
 } // namespace kiln::runtime::detail

@@ -228,11 +228,26 @@ Var attentionWithDropout(TraceState& s, const std::vector<Var>& args, const Kwar
   if (a.flag(s, "enable_gqa", false)) unsupported("scaled_dot_product_attention with enable_gqa and dropout");
   bool causal = a.flag(s, "is_causal", false);
   if (causal && !isNone(mask)) unsupported("scaled_dot_product_attention with both attn_mask and is_causal");
+  double p = s.number(a["dropout_p"]);
+  if (p >= 1) return attentionDroppingAll(s, q, k, v, mask, causal, a["scale"]);
+  // A fresh random stream per call, as dropout's (torch_calls.cpp).
+  auto [seed, offset] = s.randomStream(s.meta(q).device);
+  Kwargs given = {{"query", q}, {"key", k}, {"value", v}, {"dropout_p", a["dropout_p"]}};
+  if (!isNone(mask)) given.emplace_back("attn_mask", mask);
+  if (causal) given.emplace_back("is_causal", a["is_causal"]);
+  if (!isNone(a["scale"])) given.emplace_back("scale", a["scale"]);
+  given.emplace_back("seed", s.tensor(seed));
+  given.emplace_back("offset", s.tensor(offset));
+  return s.callOp("scaled_dot_product_attention", {}, given);
+}
+
+Var attentionDroppingAll(TraceState& s, const Var& q, const Var& k, const Var& v, const Var& mask, bool causal,
+                         const Var& scaleArg) {
   const ir::Shape qs = s.meta(q).sizes, ks = s.meta(k).sizes;
   if (qs.size() < 2 || ks.size() < 2) unsupported("scaled_dot_product_attention of fewer than 2 dims");
   double scale;
-  if (!isNone(a["scale"])) {
-    scale = s.number(a["scale"]);
+  if (!isNone(scaleArg)) {
+    scale = s.number(scaleArg);
   } else {
     std::optional<int64_t> width = qs.back().asInteger();
     if (!width || *width <= 0) unsupported("scaled_dot_product_attention of a symbolic head size");
@@ -250,7 +265,7 @@ Var attentionWithDropout(TraceState& s, const std::vector<Var>& args, const Kwar
                  : call(s, "Tensor.add", {scores, mask});
   }
   Var weights = call(s, "torch.softmax", {scores, i(-1)});
-  weights = call(s, "torch.nn.functional.dropout", {weights, floating(s.number(a["dropout_p"])), boolean(true)});
+  weights = call(s, "torch.nn.functional.dropout", {weights, floating(1.0), boolean(true)});
   return call(s, "torch.matmul", {weights, v});
 }
 

@@ -36,12 +36,14 @@ Var multiheadAttention(TraceState& s, const MultiheadAttentionModule& m, const s
 Var multiHeadAttentionForward(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs);
 
 // F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p,
-// is_causal=False, scale=None) with dropout_p > 0, as torch's math path: scaled
-// scores, the causal or given mask (bool: True takes part; float: added),
-// softmax, dropout with a random stream of its own, the weighted values.
-// TODO(issue 7): on CUDA, cuDNN's fused attention takes a dropout probability
-// with a Philox seed and offset: the scores need not be materialised.
+// is_causal=False, scale=None) with dropout_p > 0: the graph's attention op with
+// dropout_p and a random stream of its own (a seed and offset, as dropout's),
+// which cuDNN's fused attention runs on CUDA (the scores never reach memory)
+// and the decomposition elsewhere. dropout_p >= 1 drops every weight: torch's
+// math path (attentionDroppingAll), zeros.
 Var attentionWithDropout(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs);
+Var attentionDroppingAll(TraceState& s, const Var& q, const Var& k, const Var& v, const Var& mask, bool causal,
+                         const Var& scale);
 
 // torch.nn.functional.embedding(input, weight, padding_idx=None, max_norm=None,
 // norm_type=2.0, scale_grad_by_freq=False, sparse=False): the rows of weight the

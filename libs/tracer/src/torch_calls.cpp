@@ -408,8 +408,7 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
   if ((m == "softmax" || m == "log_softmax") && isFunctional(name))
     return s.callOp(m, args, without(kwargs, {"_stacklevel"}));
   if (m == "scaled_dot_product_attention" && isFunctional(name)) {
-    // With dropout: its math spelled out, so the dropout has a random stream of its own
-    // (the graph's attention op takes none).
+    // With dropout: the attention op with a random stream of its own (modules.h).
     std::optional<Var> p = args.size() > 4 ? std::optional<Var>(args[4]) : kwarg(kwargs, "dropout_p");
     if (p && (*p)->kind != Kind::None && s.number(*p) > 0) return attentionWithDropout(s, args, kwargs);
   }

@@ -327,7 +327,7 @@ def test_dropout(case):
     check_grads("dropout", lambda x, s, o, p, train: x * mask, x, seed, offset, p=p, train=train)
 
 
-def _attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
+def _attention(q, k, v, attn_mask=None, is_causal=False, scale=None, dropped=None):
     scale = scale if scale is not None else q.shape[-1] ** -0.5
     scores = q @ k.transpose(-2, -1) * scale
     if is_causal:
@@ -336,7 +336,17 @@ def _attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
     if attn_mask is not None:
         scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool \
             else scores + attn_mask
-    return torch.softmax(scores, -1) @ v
+    weights = torch.softmax(scores, -1)
+    return (weights if dropped is None else weights * dropped) @ v
+
+
+def _dropout_factors(shape, seed, offset, p):
+    """The factors (0 or 1 / (1 - p)) kiln's dropout of this stream gives a tensor of `shape`:
+    torch cannot draw kiln's stream, so its references multiply by these."""
+    ones = torch.ones(shape, dtype=torch.float64)
+    (factors,) = ir.run(ir.op_graph("dropout", ones, seed, offset, p=p)[0], ones, seed, offset)
+    assert 0 < (factors == 0).sum() < factors.numel()  # some weights dropped, some kept
+    return factors
 
 
 def _scores(q, k, is_causal, scale):
@@ -351,13 +361,15 @@ def _attention_lse(q, k, v, is_causal=False, scale=None):
     return torch.logsumexp(_scores(q, k, is_causal, scale), -1)
 
 
-def _attention_grads(g, q, k, v, out, lse, is_causal=False, scale=None):
-    """dq and [dk, dv]: flash attention's backward from the rows' lse and delta = sum(g * out)."""
+def _attention_grads(g, q, k, v, out, lse, is_causal=False, scale=None, dropped=None):
+    """dq and [dk, dv]: flash attention's backward from the rows' lse and delta = sum(g * out);
+    with dropout, dP and the weights dv takes multiplied by the forward's factors."""
     s = scale if scale is not None else q.shape[-1] ** -0.5
     delta = (g * out).sum(-1)
     p = torch.exp(_scores(q, k, is_causal, scale) - lse[..., None])
-    ds = p * (g @ v.transpose(-2, -1) - delta[..., None]) * s
-    return ds @ k, torch.cat([ds.transpose(-2, -1) @ q, p.transpose(-2, -1) @ g], -1)
+    factors = 1 if dropped is None else dropped
+    ds = p * ((g @ v.transpose(-2, -1)) * factors - delta[..., None]) * s
+    return ds @ k, torch.cat([ds.transpose(-2, -1) @ q, (p * factors).transpose(-2, -1) @ g], -1)
 
 
 @pytest.mark.parametrize("case", cases("attention_lse", ["plain", "causal"]))
@@ -367,26 +379,39 @@ def test_attention_lse(case):
 
 
 @pytest.mark.parametrize("case", [p for op in ("attention_grad_query", "attention_grad_key_value")
-                                  for p in cases(op, [(op, False), (op, True)])])
+                                  for p in cases(op, [(op, False, 0), (op, True, 0), (op, True, 0.4)],
+                                                 [op + "-plain", op + "-causal", op + "-dropout"])])
 def test_attention_backward_pieces(case):
-    op, causal = case
+    op, causal, p = case
     q, k, v, g = leaf(2, 3, 4), leaf(2, 3, 4), leaf(2, 3, 2), leaf(2, 3, 2)
     lse = _attention_lse(q, k, v, causal).detach().requires_grad_()
     out = leaf(2, 3, 2)
     which = 0 if op == "attention_grad_query" else 1
-    check_grads(op, lambda *a, **kw: _attention_grads(*a, **kw)[which], g, q, k, v, out, lse,
-                is_causal=causal)
+    stream, dropped = {}, None
+    if p:  # the forward's random stream again: the same weights dropped
+        stream = {"dropout_p": p, "seed": torch.tensor(11), "offset": torch.tensor(3 << 40)}
+        dropped = _dropout_factors((2, 3, 3), stream["seed"], stream["offset"], p)
+    check_grads(op, lambda *a, **kw: _attention_grads(*a, is_causal=causal, dropped=dropped)[which],
+                g, q, k, v, out, lse, is_causal=causal, **stream)
 
 
-@pytest.mark.parametrize("case", cases("scaled_dot_product_attention", ["plain", "causal", "mask"]))
+@pytest.mark.parametrize("case", cases("scaled_dot_product_attention",
+                                       ["plain", "causal", "mask", "dropout", "dropout-causal"]))
 def test_attention(case):
     q, k, v = leaf(2, 3, 4), leaf(2, 3, 4), leaf(2, 3, 2)
     if case == "plain":
         check_grads("scaled_dot_product_attention", _attention, q, k, v)
     elif case == "causal":
         check_grads("scaled_dot_product_attention", _attention, q, k, v, is_causal=True)
-    else:
+    elif case == "mask":
         check_grads("scaled_dot_product_attention", _attention, q, k, v, leaf(3, 3, grad=True))
+    else:  # the weights kiln's stream drops get no grad, the kept ones theirs scaled
+        causal = case == "dropout-causal"
+        seed, offset = torch.tensor(11), torch.tensor(3 << 40)
+        dropped = _dropout_factors((2, 3, 3), seed, offset, 0.4)
+        check_grads("scaled_dot_product_attention",
+                    lambda q, k, v, *_, **kw: _attention(q, k, v, is_causal=causal, dropped=dropped),
+                    q, k, v, None, 0.4, causal, seed=seed, offset=offset)
 
 
 # --- bfloat16: grads in the inputs' dtype; fused rules compute in f32, as torch's kernels ----
