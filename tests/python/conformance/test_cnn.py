@@ -959,6 +959,40 @@ def test_attention_dtypes(dtype, mask):
     check("scaled_dot_product_attention", sdpa_reference, q, k, v, **kwargs, **tol(dtype))
 
 
+def _dropout_factors(shape, seed, offset, p):
+    """What kiln's dropout of this stream multiplies a tensor of `shape` by (0 or 1 / (1 - p)):
+    torch cannot draw kiln's stream, so the reference multiplies by these."""
+    ones = torch.ones(shape, dtype=torch.float64)
+    return ir.eval_op("dropout", ones, seed, offset, p=p)[0]
+
+
+# Dropout drops the [..., L, S] weights as `dropout` of the same seed and offset drops them
+# (head size 8: no target keeps these calls whole, where cuDNN would draw its own mask).
+@pytest.mark.parametrize("case", cases("scaled_dot_product_attention", [
+    (torch.float32, None, False), (torch.float32, None, True), (torch.float64, ((4, 5), "bool"), False),
+    (torch.bfloat16, None, True)]))
+def test_attention_with_dropout(case):
+    dtype, mask, causal = case
+    shapes = ((2, 3, 4, 8), (2, 3, 5 if not causal else 4, 8), (2, 3, 5 if not causal else 4, 6), mask)
+    q, k, v, m = sdpa_inputs(shapes, dtype)
+    seed, offset = torch.tensor(17), torch.tensor(5 << 40)
+    factors = _dropout_factors((2, 3, 4, shapes[1][2]), seed, offset, 0.3)
+    assert 0 < (factors == 0).sum() < factors.numel()
+
+    def reference(q, k, v, attn_mask=None, is_causal=False, **_):  # the math, the weights times the factors
+        qf, kf, vf = (t.double() for t in (q, k, v))
+        scores = qf @ kf.transpose(-2, -1) / 8 ** 0.5
+        if is_causal:
+            scores = scores.masked_fill(~torch.ones(scores.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        return ((torch.softmax(scores, -1) * factors) @ vf).to(q.dtype)
+
+    kwargs = {"attn_mask": m} if m is not None else {}
+    check("scaled_dot_product_attention", reference, q, k, v, dropout_p=0.3, is_causal=causal, seed=seed,
+          offset=offset, **kwargs, **tol(dtype))
+
+
 @pytest.mark.op("scaled_dot_product_attention")
 def test_attention_fully_masked_row_is_nan():
     q, k, v = make((3, 4)), make((2, 4)), make((2, 4))
@@ -1051,7 +1085,8 @@ def test_attention_piece_errors(case):
 
 @pytest.mark.parametrize("case", cases("scaled_dot_product_attention", [
     "mask_broadcast", "mask_dtype", "mask_and_causal", "embedding", "sequence", "batch",
-    "int_query", "dropout_without_stream"]))
+    "int_query", "dropout_without_stream", "stream_without_dropout", "dropout_of_one",
+    "float_seed"]))
 def test_attention_errors(case):
     q, k, v = make((2, 4, 8)), make((2, 5, 8)), make((2, 5, 3))
     kwargs, match = {}, "attn_mask"
@@ -1070,11 +1105,16 @@ def test_attention_errors(case):
     elif case == "int_query":
         q, k, v, match = q.long(), k.long(), v.long(), "query"
     else:
-        # kiln's graphs are pure: attention's dropout needs the explicit random stream of
-        # `dropout` (seed and offset inputs); kiln says so rather than guess one.
-        raises("dropout_p", "scaled_dot_product_attention", q, k, v, dropout_p=0.1,
-               code="unsupported")
-        return
+        # kiln's graphs are pure: attention's dropout takes the explicit random stream of
+        # `dropout` (0-d i64 seed and offset inputs), given exactly with a dropout_p in (0, 1).
+        seed, offset = torch.tensor(3), torch.tensor(0)
+        kwargs, match = {"dropout_p": 0.1}, "seed"
+        if case == "stream_without_dropout":
+            kwargs = {"seed": seed, "offset": offset}
+        elif case == "dropout_of_one":
+            kwargs, match = {"dropout_p": 1.0, "seed": seed, "offset": offset}, "dropout_p"
+        elif case == "float_seed":
+            kwargs = {"dropout_p": 0.1, "seed": seed.double(), "offset": offset}
     raises(match, "scaled_dot_product_attention", q, k, v, **kwargs)
 
 
