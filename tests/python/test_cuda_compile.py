@@ -402,9 +402,51 @@ def test_attention_with_dropout_trains_through_cudnn_calls(stack):
     assert "attention_lse" not in backward and "dropout" not in forward + backward
 
 
+def test_attention_of_head_sizes_past_our_kernels_trains_through_cudnn_calls(stack):
+    g = ir.Graph()
+    q, k = (g.placeholder(n, "bfloat16", [2, 4, 100, 128], device="cuda:0", requires_grad=True) for n in "qk")
+    v = g.placeholder("v", "bfloat16", [2, 4, 100, 96], device="cuda:0", requires_grad=True)
+    y = g.call("scaled_dot_product_attention", q, k, v, is_causal=True)
+    g.set_outputs([g.call("sum", g.call("to_dtype", y, "float32"))])
+    parts = stack.partition(g, [True, True, True])
+    forward = ir.compile(parts["forward"], stack, "cuda").explain
+    backward = ir.compile(parts["backward"], stack, "cuda").explain
+    # Head sizes 128 and 96: no kernel of ours, one cuDNN call each way.
+    assert re.search(r"= scaled_dot_product_attention\(q, k, v\), and buf\d+\n", forward), forward
+    assert re.search(r"= attention_grad_query\(buf\d+, saved\d, saved\d, saved\d, saved\d, saved\d\), "
+                     r"and buf\d+\n", backward), backward
+    assert "kiln_flash" not in forward + backward and "matmul" not in forward + backward
+
+
 @needs_gpu
-@pytest.mark.parametrize("causal", [False, True])
-def test_attention_dropout_on_cudnn_drops_the_same_weights_both_ways(stack, causal):
+@pytest.mark.parametrize("widths", [(128, 128, True), (96, 64, False), (80, 80, True)])
+def test_attention_of_head_sizes_past_our_kernels_matches_eager(stack, widths):
+    embed, embed_v, causal = widths
+    torch.manual_seed(0)
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    q, k = (torch.randn(2, 4, 200, embed, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            for _ in range(2))
+    v = torch.randn(2, 4, 200, embed_v, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    twins = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    fast = kiln.compile(fn, stack=stack)
+    out = fast(q, k, v)
+    assert not fast.fallback_reasons, fast.fallback_reasons
+    want = fn(*twins)
+    torch.testing.assert_close(out.float(), want.float(), rtol=0, atol=2e-2)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    want.backward(grad)
+    for got, ref in zip((q, k, v), twins):
+        scale = max(ref.grad.float().abs().max().item(), 1.0)
+        torch.testing.assert_close(got.grad.float() / scale, ref.grad.float() / scale, rtol=0, atol=2e-2)
+
+
+@needs_gpu
+@pytest.mark.parametrize("causal,embed", [(False, 64), (True, 64), (True, 128)])
+def test_attention_dropout_on_cudnn_drops_the_same_weights_both_ways(stack, causal, embed):
     # v the identity: the output is the dropped weights themselves, which tell the mask
     # cuDNN drew; the backward must drop those again (v's grad sums them by row).
     torch.manual_seed(0)
@@ -414,12 +456,12 @@ def test_attention_dropout_on_cudnn_drops_the_same_weights_both_ways(stack, caus
         return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=causal)
 
     fast = kiln.compile(fn, stack=stack)
-    q, k = (torch.randn(2, 3, 64, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    q, k = (torch.randn(2, 3, 64, embed, device="cuda", dtype=torch.bfloat16, requires_grad=True)
             for _ in range(2))
     v = torch.eye(64, device="cuda", dtype=torch.bfloat16).expand(2, 3, 64, 64).contiguous().requires_grad_()
     out = fast(q, k, v)
     assert not fast.fallback_reasons, fast.fallback_reasons
-    scores = (q.detach().float() @ k.detach().float().transpose(-2, -1)) / 8
+    scores = (q.detach().float() @ k.detach().float().transpose(-2, -1)) / embed ** 0.5
     if causal:
         scores = scores.masked_fill(torch.ones(64, 64, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
     weights = torch.softmax(scores, -1)
@@ -432,7 +474,7 @@ def test_attention_dropout_on_cudnn_drops_the_same_weights_both_ways(stack, caus
     # The same mask through torch's math: grads of softmax(scores) * mask / (1 - p) @ v.
     mask = kept.float() / (1 - p)
     q2, k2, v2 = (t.detach().float().requires_grad_() for t in (q, k, v))
-    s2 = (q2 @ k2.transpose(-2, -1)) / 8
+    s2 = (q2 @ k2.transpose(-2, -1)) / embed ** 0.5
     if causal:
         s2 = s2.masked_fill(torch.ones(64, 64, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
     ((torch.softmax(s2, -1) * mask) @ v2).backward(grad.float())

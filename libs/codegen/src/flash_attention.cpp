@@ -17,18 +17,6 @@ bool isGrad(const std::string& op) {
   return op == "attention_grad_query" || op == "attention_grad_key_value";
 }
 
-bool even(sym::Expr e) {
-  std::optional<int64_t> n = e.asInteger();
-  return n && *n % 2 == 0;
-}
-
-bool evenDense(const ir::TensorMeta& m) {
-  if (m.dim() < 2 || m.dim() > 4 || m.strides.back().asInteger() != int64_t{1}) return false;
-  for (size_t d = 0; d + 1 < m.dim(); ++d)
-    if (!even(m.strides[d]) && m.sizes[d].asInteger() != int64_t{1}) return false;
-  return even(m.storageOffset);
-}
-
 const char* kindOf(const std::string& op) {
   if (op == "scaled_dot_product_attention") return "fwd";
   if (op == "attention_lse") return "lse";
@@ -45,25 +33,53 @@ std::string flashKernelName(const char* kind, int64_t embed, bool bf16, bool cau
          (bf16 ? "_bf16" : "_f16") + (causal ? "_causal" : "");
 }
 
-bool flashAttentionTakes(const ir::Graph& graph, const ir::Node& node) {
+namespace {
+
+bool isAttentionCall(const ir::Node& node) {
   static const std::set<std::string, std::less<>> ops = {
       "scaled_dot_product_attention", "attention_lse", "attention_grad_query",
       "attention_grad_key_value"};
-  if (node.kind != ir::NodeKind::Call || !ops.count(node.target)) return false;
+  return node.kind == ir::NodeKind::Call && ops.count(node.target);
+}
+
+// Strides and offset in multiples of `elements` (size-1 dims aside), the last dim dense.
+bool denseIn(const ir::TensorMeta& m, int64_t elements) {
+  if (m.dim() < 2 || m.dim() > 4 || m.strides.back().asInteger() != int64_t{1}) return false;
+  auto multiple = [&](sym::Expr e) {
+    std::optional<int64_t> n = e.asInteger();
+    return n && *n % elements == 0;
+  };
+  for (size_t d = 0; d + 1 < m.dim(); ++d)
+    if (!multiple(m.strides[d]) && m.sizes[d].asInteger() != int64_t{1}) return false;
+  return multiple(m.storageOffset);
+}
+
+// A fused call's operands: half precision, no mask, each of query's dims and
+// dense in its last dim with strides and offset in multiples of `elements`,
+// query and key of head size E, value (and grad, out) of Ev, both in
+// [least, most] and multiples of `step`, lse dense, a positive scale (the
+// forward takes a row's largest score for its largest scaled score).
+bool fusedOperands(const ir::Graph& graph, const ir::Node& node, int64_t elements, int64_t step,
+                   int64_t least, int64_t most, bool sameWidths) {
+  if (!isAttentionCall(node)) return false;
   bool grad = isGrad(node.target);
-  bool dropout = ir::attentionStream(node).has_value();
-  size_t operands = node.inputs.size() - (dropout ? 2 : 0);
+  size_t operands = node.inputs.size() - (ir::attentionStream(node) ? 2 : 0);
   if (operands != (grad ? 6u : 3u)) return false; // a mask: the decomposition
   const ir::TensorMeta& q = graph.meta(node.inputs[grad ? 1 : 0]);
+  const ir::TensorMeta& v = graph.meta(node.inputs[grad ? 3 : 2]);
   if (q.dtype != ir::DType::BFloat16 && q.dtype != ir::DType::Float16) return false;
-  std::optional<int64_t> embed = q.sizes.back().asInteger();
-  if (!embed || *embed % 16 != 0 || *embed < 16 || *embed > 64) return false;
+  std::optional<int64_t> embed = q.sizes.back().asInteger(), embedV = v.sizes.back().asInteger();
+  for (std::optional<int64_t> width : {embed, embedV})
+    if (!width || *width % step != 0 || *width < least || *width > most) return false;
+  if (sameWidths && embed != embedV) return false;
   for (size_t i = 0; i < (grad ? 5u : 3u); ++i) {
     const ir::TensorMeta& m = graph.meta(node.inputs[i]);
-    if (m.sizes.back().asInteger() != embed || m.dim() != q.dim() || !evenDense(m)) return false;
+    bool keyWidth = grad ? (i == 1 || i == 2) : i < 2;
+    if (m.sizes.back().asInteger() != (keyWidth ? embed : embedV) || m.dim() != q.dim() ||
+        !denseIn(m, elements))
+      return false;
   }
   if (grad && !graph.meta(node.inputs[5]).isContiguous()) return false;
-  // The forward takes a row's largest score for its largest scaled score.
   if (const ir::AttrValue* scale = node.attr("scale")) {
     const double* real = std::get_if<double>(scale);
     const int64_t* whole = std::get_if<int64_t>(scale);
@@ -72,8 +88,17 @@ bool flashAttentionTakes(const ir::Graph& graph, const ir::Node& node) {
   return true;
 }
 
-bool flashKernelsRun(const ir::Node& node) {
-  return !ir::attentionStream(node);
+} // namespace
+
+bool flashKernelsRun(const ir::Graph& graph, const ir::Node& node) {
+  // 32-bit loads: even strides and offset; one head size of 16 to 64.
+  return !ir::attentionStream(node) && fusedOperands(graph, node, 2, 16, 16, 64, true);
+}
+
+bool flashAttentionTakes(const ir::Graph& graph, const ir::Node& node) {
+  // cuDNN's: 16-byte aligned rows, head sizes in multiples of 8 up to 128 (every
+  // architecture it runs fused attention on takes those, forward and backward).
+  return flashKernelsRun(graph, node) || fusedOperands(graph, node, 8, 8, 8, 128, false);
 }
 
 // 4 warps of 16 * T rows: T = 2 in `forward`, 1 in the grads (the kernels' source).

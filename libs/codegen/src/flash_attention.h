@@ -36,17 +36,19 @@
 
 namespace kiln::codegen::detail {
 
-// Whether the node stays a call of fused attention: half-precision operands of
-// 2 to 4 dims, one head size E = Ev of 16, 32, 48 or 64, no mask, a positive
-// scale, each operand dense in its last dim with even strides and offset
-// (32-bit loads), lse dense. With dropout, cuDNN's fused attention alone runs
-// the call (the runtime fails one cuDNN does not take: no kernel of ours would
-// drop the weights the forward dropped).
+// Whether the node stays a call of fused attention: half-precision operands
+// of 2 to 4 dims, no mask, a positive scale, each operand dense in its last
+// dim, lse dense; kiln's kernels run it where flashKernelsRun, else cuDNN's
+// fused attention alone: head sizes (E of query and key, Ev of value) in
+// multiples of 8 up to 128, strides and offsets in multiples of 8 elements,
+// dropout. The runtime fails a call that names no kernel and cuDNN does not
+// take (no kernel of ours has its head size, nor would drop the forward's weights).
 bool flashAttentionTakes(const ir::Graph& graph, const ir::Node& node);
 
-// Whether the call of a node flashAttentionTakes names kernels of ours, which
-// the runtime runs where cuDNN does not take it: not with dropout.
-bool flashKernelsRun(const ir::Node& node);
+// Whether kiln's kernels run the node (its call names them; the runtime runs
+// them where cuDNN does not take the call): one head size E = Ev of 16, 32, 48
+// or 64, even strides and offset (32-bit loads), no dropout.
+bool flashKernelsRun(const ir::Graph& graph, const ir::Node& node);
 
 // The rows of L (of S for attention_grad_key_value) a block of its kernel takes.
 int64_t flashAttentionBlockRows(const ir::Node& node);

@@ -844,7 +844,7 @@ private:
       out.meta = node.value.tensor();
       out.base = out.meta.storageOffset;
       Buffer call = externBuffer(node, out.meta);
-      if (node.target == "attention_grad_query" && detail::flashKernelsRun(node))
+      if (node.target == "attention_grad_query" && detail::flashKernelsRun(*graph_, node))
         call.call.attrs.push_back(
             {"kv_kernel", detail::flashAttentionKernel(*graph_, graph_->node(second))});
       if (graph_->node(second).target == "sum") // the product's first operand's row sums
@@ -873,8 +873,7 @@ private:
     b.layout.storageOffset = table_.integer(0);
     b.call.op = node.target;
     b.call.attrs = node.attrs;
-    if (options_.flashAttention && detail::flashAttentionTakes(*graph_, node) &&
-        detail::flashKernelsRun(node)) {
+    if (options_.flashAttention && detail::flashKernelsRun(*graph_, node)) {
       b.call.attrs.push_back({"kernel", detail::flashAttentionKernel(*graph_, node)});
       b.call.attrs.push_back({"block_rows", detail::flashAttentionBlockRows(node)});
       if (node.target == "attention_grad_query" || node.target == "attention_grad_key_value")

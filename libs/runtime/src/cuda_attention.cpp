@@ -148,13 +148,17 @@ void cudaFlashAttention(const std::string& op, const std::vector<Tensor>& inputs
       call.causal = *causal;
   call.scale = static_cast<float>(
       numberAttr(attrs, "scale", 1.0 / std::sqrt(static_cast<double>(q.sizes.back()))));
-  // Launches our kernels where cuDNN does not take the call (never with dropout).
+  // Our kernels where cuDNN does not take the call: those it names (none with
+  // dropout nor for head sizes they lack, flash_attention.h).
+  bool named = false;
+  for (const ir::Attr& a : attrs) named = named || a.name == "kernel";
   auto ours = [&] {
-    if (call.dropout > 0)
+    if (!named)
       throw Error(ErrorCode::Unsupported,
-                  "runtime: " + op + " with dropout runs on cuDNN's fused attention alone, " +
-                      "which does not take this call (" + cudnnAttentionRefusal() +
-                      "); compile it for the CPU or without attention dropout");
+                  "runtime: " + op + (call.dropout > 0 ? " with dropout" : "") + " of head size " +
+                      std::to_string(q.sizes.back()) +
+                      " runs on cuDNN's fused attention alone, which does not take this call (" +
+                      cudnnAttentionRefusal() + ")");
     auto blockRows = static_cast<int64_t>(numberAttr(attrs, "block_rows", 0));
     if (blockRows <= 0) refuse(op, "the call names no block_rows");
     return std::make_pair(Launcher{op, context, batch, heads, q.sizes[rank - 2],
@@ -167,6 +171,13 @@ void cudaFlashAttention(const std::string& op, const std::vector<Tensor>& inputs
     const Tensor* lse = rowsOut ? (results.empty() ? nullptr : &results[0]) : &out;
     if (lse) requireDenseRows(op, *lse);
     if (rowsOut && cudnnAttentionForward(call, q, k, v, out, lse, context)) return;
+    if (!rowsOut && !named) { // the logsumexp alone: cuDNN's forward, its output in scratch
+      std::vector<int64_t> sizes = q.sizes;
+      sizes.back() = v.sizes.back();
+      int64_t bytes = elements(q) / q.sizes.back() * v.sizes.back() * 2;
+      Scratch rows(context.allocator, static_cast<size_t>(bytes));
+      if (cudnnAttentionForward(call, q, k, v, denseAt(rows.data, q, sizes), lse, context)) return;
+    }
     auto [launcher, blockRows] = ours();
     launcher.run(kernels("kernel"), false, blockRows, nullptr, q, k, v, nullptr, nullptr,
                  rowsOut ? &out : nullptr, lse ? lse->data : nullptr);
