@@ -127,16 +127,19 @@ def workloads():
 
     # GPT-2 small's attention: heads of [8, 1024, 12, 64] projections, causal; torch runs
     # cuDNN's fused flash attention on an H100 (eager and torch.compile alike), as kiln does.
+    # Then Llama's head size, 128 (past kiln's own kernels: cuDNN alone), [4, 2048, 16, 128].
+    for name, (batch, seq, heads, e) in (("g_causal_attention_bf16", (8, 1024, 12, 64)),
+                                         ("g_causal_attention_d128_bf16", (4, 2048, 16, 128))):
+        g = ir.Graph()
+        qkv = [g.call("transpose", g.placeholder(n, "bfloat16", [batch, seq, heads, e]), dim0=1, dim1=2)
+               for n in ("q", "k", "v")]
+        g.set_outputs([g.call("scaled_dot_product_attention", *qkv, is_causal=True)])
+        ins = tuple(torch.randn(batch, seq, heads, e, device=dev, dtype=t) for _ in range(3))
+        out.append((name, g, ins,
+                    lambda q, k, v: F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                                                   v.transpose(1, 2), is_causal=True),
+                    None))
     batch, seq, heads, e = 8, 1024, 12, 64
-    g = ir.Graph()
-    qkv = [g.call("transpose", g.placeholder(n, "bfloat16", [batch, seq, heads, e]), dim0=1, dim1=2)
-           for n in ("q", "k", "v")]
-    g.set_outputs([g.call("scaled_dot_product_attention", *qkv, is_causal=True)])
-    ins = tuple(torch.randn(batch, seq, heads, e, device=dev, dtype=t) for _ in range(3))
-    out.append(("g_causal_attention_bf16", g, ins,
-                lambda q, k, v: F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                                               v.transpose(1, 2), is_causal=True),
-                None))
 
     # Its backward as kiln trains it (attention's derivative rule, with the out and the
     # rows' logsumexp saved by the forward: dq and [dk, dv], one call)
