@@ -418,6 +418,101 @@ def test_attention_of_head_sizes_past_our_kernels_trains_through_cudnn_calls(sta
     assert "kiln_flash" not in forward + backward and "matmul" not in forward + backward
 
 
+@pytest.mark.parametrize("mask", ["bool", "float"])
+def test_masked_attention_trains_through_cudnn_calls(stack, mask):
+    g = ir.Graph()
+    q = g.placeholder("q", "bfloat16", [2, 4, 100, 64], device="cuda:0", requires_grad=True)
+    k, v = (g.placeholder(n, "bfloat16", [2, 4, 104, 64], device="cuda:0", requires_grad=True) for n in "kv")
+    if mask == "bool":  # a key padding mask
+        m = g.placeholder("mask", "bool", [2, 1, 1, 104], device="cuda:0")
+    else:
+        m = g.placeholder("mask", "bfloat16", [100, 104], device="cuda:0")
+    y = g.call("scaled_dot_product_attention", q, k, v, m)
+    g.set_outputs([g.call("sum", g.call("to_dtype", y, "float32"))])
+    parts = stack.partition(g, [True, True, True, False])
+    forward = ir.compile(parts["forward"], stack, "cuda").explain
+    backward = ir.compile(parts["backward"], stack, "cuda").explain
+    # One cuDNN call each way, the mask its bias (a bool one made 0 / -inf by a kernel of its
+    # own, the mask's size): no [L, S] scores in memory.
+    bias = r"buf\d+" if mask == "bool" else r"mask"
+    assert re.search(r"= scaled_dot_product_attention\(q, k, v, " + bias + r"\), and buf\d+\n", forward), forward
+    assert re.search(r"= attention_grad_query\(buf\d+, saved\d, saved\d, saved\d, saved\d, saved\d, "
+                     r"(buf|saved)\d+\), and buf\d+\n", backward), backward
+    assert "kiln_flash" not in forward + backward and "matmul" not in forward + backward
+    if mask == "bool":
+        assert re.search(r"kernel \d+ over \[2, 104\]", forward), forward
+
+
+@needs_gpu
+@pytest.mark.parametrize("mask", ["key_padding", "float_rows", "bool_full"])
+def test_masked_attention_on_cudnn_matches_eager(stack, mask):
+    torch.manual_seed(0)
+    batch, heads, rows, keys = 2, 4, 96, 200
+    q = torch.randn(batch, heads, rows, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(batch, heads, keys, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            for _ in range(2))
+    if mask == "key_padding":  # the last keys of each sample hidden
+        m = torch.ones(batch, 1, 1, keys, dtype=torch.bool, device="cuda")
+        m[0, ..., 150:] = False
+        m[1, ..., 17:] = False
+    elif mask == "float_rows":
+        m = torch.randn(rows, keys, device="cuda", dtype=torch.bfloat16)
+    else:
+        m = torch.rand(batch, heads, rows, keys, device="cuda") < 0.7
+        m[..., 0] = True  # every row keeps a key
+
+    def fn(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    fast = kiln.compile(fn, stack=stack)
+    out = fast(q, k, v, m)
+    assert not fast.fallback_reasons, fast.fallback_reasons
+    twins = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    scores = twins[0] @ twins[1].transpose(-2, -1) / 8
+    scores = scores.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else scores + m.float()
+    want = torch.softmax(scores, -1) @ twins[2]
+    torch.testing.assert_close(out.float(), want, rtol=0, atol=2e-2)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    want.backward(grad.float())
+    for got, ref in zip((q, k, v), twins):
+        scale = max(ref.grad.abs().max().item(), 1.0)
+        torch.testing.assert_close(got.grad.float() / scale, ref.grad / scale, rtol=0, atol=2e-2)
+    if mask == "key_padding":  # the hidden keys got no grad
+        assert (k.grad[0, :, 150:] == 0).all() and (v.grad[1, :, 17:] == 0).all()
+
+
+@needs_gpu
+def test_masked_attention_with_dropout_on_cudnn_drops_the_same_weights_both_ways(stack):
+    # v the identity: the output is the masked, dropped weights, which tell cuDNN's draws.
+    torch.manual_seed(0)
+    p = 0.2
+    q, k = (torch.randn(2, 3, 64, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    v = torch.eye(64, device="cuda", dtype=torch.bfloat16).expand(2, 3, 64, 64).contiguous().requires_grad_()
+    m = torch.rand(2, 1, 64, 64, device="cuda") < 0.8
+    m[..., 0] = True
+
+    def fn(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=p)
+
+    fast = kiln.compile(fn, stack=stack)
+    out = fast(q, k, v, m)
+    assert not fast.fallback_reasons, fast.fallback_reasons
+    q2, k2, v2 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    weights = torch.softmax((q2 @ k2.transpose(-2, -1) / 8).masked_fill(~m, float("-inf")), -1)
+    kept = out.detach() != 0
+    assert not (kept & ~m).any()  # masked weights stay dropped
+    torch.testing.assert_close(out.detach().float()[kept], weights.detach()[kept] / (1 - p), rtol=2e-2, atol=1e-3)
+    dropped = 1 - kept[m.expand_as(kept) & (weights > 1e-3)].float().mean().item()
+    assert 0.15 < dropped < 0.25, dropped
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    ((weights * kept.float() / (1 - p)) @ v2).backward(grad.float())
+    for got, want in ((q.grad, q2.grad), (k.grad, k2.grad), (v.grad, v2.grad)):
+        scale = max(want.abs().max().item(), 1.0)
+        torch.testing.assert_close(got.float() / scale, want / scale, rtol=0, atol=3e-2)
+
+
 @needs_gpu
 @pytest.mark.parametrize("widths", [(128, 128, True), (96, 64, False), (80, 80, True)])
 def test_attention_of_head_sizes_past_our_kernels_matches_eager(stack, widths):

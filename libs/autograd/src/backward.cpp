@@ -22,10 +22,13 @@ bool floating(const ir::Value& v) {
 }
 
 // Composites with a rule of their own stay whole; the others are decomposed.
-// Attention's rule is flash attention's, without a mask.
-bool keptWhole(const ir::Graph&, const ir::Node& n) {
+// Attention's rule is flash attention's, which gives no mask a grad: a mask
+// that needs one is differentiated through the decomposition.
+bool keptWhole(const ir::Graph& g, const ir::Node& n) {
   if (!ir::getOp(n.target).decompose || !findRule(n.target)) return false;
-  return n.target != "scaled_dot_product_attention" || !ir::attentionMasked(n);
+  if (n.target != "scaled_dot_product_attention") return true;
+  std::optional<ValueId> mask = ir::attentionMask(n);
+  return !mask || !g.meta(*mask).requiresGrad;
 }
 
 // Grads of the values, added up as uses are met.

@@ -363,8 +363,8 @@ Grads softmax(RuleContext& c) {
 
 } // namespace
 
-// scaled_dot_product_attention without a mask (backward() keeps only those
-// whole), as flash attention's backward: nothing of the [L, S] scores is
+// scaled_dot_product_attention (with a mask that needs no grad: backward()
+// keeps only those whole), as flash attention's backward: nothing of the [L, S] scores is
 // saved; the pieces recompute them from q and k with each row's logsumexp
 // (and, with dropout, which weights were dropped from the seed and offset).
 Grads attention(RuleContext& c) {
@@ -372,10 +372,16 @@ Grads attention(RuleContext& c) {
   ValueId q = c.in(0), k = c.in(1), v = c.in(2), g = *c.grad;
   std::vector<Attr> attrs = {{"is_causal", c.attr("is_causal") ? *c.attr("is_causal") : false}};
   if (const AttrValue* scale = c.attr("scale")) attrs.push_back({"scale", *scale});
-  ValueId lse = o.call("attention_lse", {q, k, v}, attrs);
+  std::optional<ValueId> mask = ir::attentionMask(c.node);
+  std::vector<ValueId> lseOperands = {q, k, v};
+  if (mask) lseOperands.push_back(*mask);
+  ValueId lse = o.call("attention_lse", lseOperands, attrs);
   // The grads of dropped weights: the forward's random stream again.
   std::vector<ValueId> operands = {g, q, k, v, c.out, lse};
-  if (std::optional<std::pair<ValueId, ValueId>> stream = ir::attentionStream(c.node)) {
+  if (mask) operands.push_back(*mask);
+  std::optional<std::pair<ValueId, ValueId>> stream = ir::attentionStream(c.node);
+  if (stream && !mask) attrs.push_back({"attn_mask", std::monostate{}}); // the stream binds past it
+  if (stream) {
     operands.push_back(stream->first);
     operands.push_back(stream->second);
     attrs.push_back({"dropout_p", ir::attentionDropout(c.node)});

@@ -54,17 +54,39 @@ bool denseIn(const ir::TensorMeta& m, int64_t elements) {
   return multiple(m.storageOffset);
 }
 
-// A fused call's operands: half precision, no mask, each of query's dims and
-// dense in its last dim with strides and offset in multiples of `elements`,
-// query and key of head size E, value (and grad, out) of Ev, both in
-// [least, most] and multiples of `step`, lse dense, a positive scale (the
-// forward takes a row's largest score for its largest scaled score).
+// A mask cuDNN adds as its bias: bool (made a bias of 0 and -inf by lowering:
+// attentionBiases) or the query's dtype, over whole rows of S keys (a multiple
+// of 8) dense in their last dim, its other strides in multiples of 8 (16-byte
+// rows); its broadcast dims reach cuDNN with stride 0.
+bool cudnnBias(const ir::Graph& graph, const ir::Node& node, ir::ValueId mask) {
+  const ir::TensorMeta& m = graph.meta(mask);
+  const ir::TensorMeta& k = graph.meta(node.inputs[isGrad(node.target) ? 2 : 1]);
+  std::optional<int64_t> keys = k.sizes[k.dim() - 2].asInteger();
+  if (!keys || *keys % 8 != 0 || m.dim() < 1 || m.dim() > 4) return false;
+  if (m.sizes.back().asInteger() != keys) return false;
+  if (m.dtype == ir::DType::Bool) return true;
+  for (size_t d = 0; d < m.dim(); ++d) {
+    std::optional<int64_t> stride = m.strides[d].asInteger();
+    bool last = d + 1 == m.dim();
+    if (!stride || (last ? *stride != 1 : *stride % 8 != 0 && m.sizes[d].asInteger() != 1))
+      return false;
+  }
+  std::optional<int64_t> offset = m.storageOffset.asInteger();
+  return offset && *offset % 8 == 0;
+}
+
+// A fused call's operands: half precision, a mask only for cuDNN (`masks`:
+// cudnnBias), each of query's dims and dense in its last dim with strides and
+// offset in multiples of `elements`, query and key of head size E, value (and
+// grad, out) of Ev, both in [least, most] and multiples of `step`, lse dense,
+// a positive scale (the forward takes a row's largest score for its largest
+// scaled score).
 bool fusedOperands(const ir::Graph& graph, const ir::Node& node, int64_t elements, int64_t step,
-                   int64_t least, int64_t most, bool sameWidths) {
+                   int64_t least, int64_t most, bool sameWidths, bool masks) {
   if (!isAttentionCall(node)) return false;
   bool grad = isGrad(node.target);
-  size_t operands = node.inputs.size() - (ir::attentionStream(node) ? 2 : 0);
-  if (operands != (grad ? 6u : 3u)) return false; // a mask: the decomposition
+  if (std::optional<ir::ValueId> mask = ir::attentionMask(node))
+    if (!masks || !cudnnBias(graph, node, *mask)) return false; // the decomposition
   const ir::TensorMeta& q = graph.meta(node.inputs[grad ? 1 : 0]);
   const ir::TensorMeta& v = graph.meta(node.inputs[grad ? 3 : 2]);
   if (q.dtype != ir::DType::BFloat16 && q.dtype != ir::DType::Float16) return false;
@@ -92,13 +114,13 @@ bool fusedOperands(const ir::Graph& graph, const ir::Node& node, int64_t element
 
 bool flashKernelsRun(const ir::Graph& graph, const ir::Node& node) {
   // 32-bit loads: even strides and offset; one head size of 16 to 64.
-  return !ir::attentionStream(node) && fusedOperands(graph, node, 2, 16, 16, 64, true);
+  return !ir::attentionStream(node) && fusedOperands(graph, node, 2, 16, 16, 64, true, false);
 }
 
 bool flashAttentionTakes(const ir::Graph& graph, const ir::Node& node) {
   // cuDNN's: 16-byte aligned rows, head sizes in multiples of 8 up to 128 (every
   // architecture it runs fused attention on takes those, forward and backward).
-  return flashKernelsRun(graph, node) || fusedOperands(graph, node, 8, 8, 8, 128, false);
+  return flashKernelsRun(graph, node) || fusedOperands(graph, node, 8, 8, 8, 128, false, true);
 }
 
 // 4 warps of 16 * T rows: T = 2 in `forward`, 1 in the grads (the kernels' source).

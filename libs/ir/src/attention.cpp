@@ -19,15 +19,20 @@ std::optional<std::pair<ValueId, ValueId>> attentionStream(const Node& node) {
   return std::make_pair(node.inputs[node.inputs.size() - 2], node.inputs.back());
 }
 
-bool attentionMasked(const Node& node) {
+std::optional<ValueId> attentionMask(const Node& node) {
   size_t operands = node.inputs.size() - (attentionStream(node) ? 2 : 0);
-  return node.target == "scaled_dot_product_attention" && operands > 3;
+  bool grad = node.target == "attention_grad_query" || node.target == "attention_grad_key_value";
+  size_t unmasked = grad ? 6 : 3;
+  if (operands <= unmasked) return std::nullopt;
+  return node.inputs[unmasked];
 }
 
 bool lseOfAttention(const Node& forward, const Node& lse) {
+  // lse: query, key, value and the mask, as the forward's first inputs
   if (forward.target != "scaled_dot_product_attention" || lse.target != "attention_lse" ||
-      attentionMasked(forward) || forward.inputs.size() < 3 ||
-      !std::equal(lse.inputs.begin(), lse.inputs.end(), forward.inputs.begin()))
+      forward.inputs.size() < lse.inputs.size() ||
+      !std::equal(lse.inputs.begin(), lse.inputs.end(), forward.inputs.begin()) ||
+      attentionMask(forward) != attentionMask(lse))
     return false;
   for (const char* name : {"is_causal", "scale"}) {
     const AttrValue* a = forward.attr(name);

@@ -316,6 +316,12 @@ ValueId causallyMasked(Graph& g, ValueId scores, sym::Expr l, sym::Expr s, Devic
   return g.call("where", {keep, scores}, {{"other", -INFINITY}});
 }
 
+// Scores with an attn_mask: a bool one sets those it drops to -inf, a float one is added.
+ValueId withMask(Graph& g, ValueId scores, ValueId mask) {
+  if (g.meta(mask).dtype == DType::Bool) return g.call("where", {mask, scores}, {{"other", -INFINITY}});
+  return g.call("add", {scores, mask});
+}
+
 // The [..., L, S] weights (or their grads) as an attention node with dropout
 // drops them: dropout of its random stream (attention.h); else as they are.
 ValueId dropped(Graph& g, const Node& node, ValueId weights) {
@@ -334,12 +340,7 @@ ValueId attention(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   ValueId scores = scaled(g, node, g.call("matmul", {in[0], kt}), q.sizes[n - 1]);
   if (attrOr<bool>(node, "is_causal", false))
     scores = causallyMasked(g, scores, q.sizes[n - 2], g.meta(in[1]).sizes[n - 2], q.device);
-  if (attentionMasked(node)) {
-    if (g.meta(in[3]).dtype == DType::Bool)
-      scores = g.call("where", {in[3], scores}, {{"other", -INFINITY}});
-    else
-      scores = g.call("add", {scores, in[3]});
-  }
+  if (std::optional<ValueId> mask = attentionMask(node)) scores = withMask(g, scores, *mask);
   ValueId weights = g.call("softmax", {scores}, {{"dim", int64_t{-1}}});
   return g.call("matmul", {dropped(g, node, weights), in[2]});
 }
@@ -361,6 +362,7 @@ ValueId attentionPiece(Graph& g, const Node& node, const std::vector<ValueId>& i
   ValueId scores = scaled(g, node, wide(g.call("matmul", {q, mT(k)})), qm.sizes[n - 1]);
   if (attrOr<bool>(node, "is_causal", false))
     scores = causallyMasked(g, scores, qm.sizes[n - 2], g.meta(k).sizes[n - 2], qm.device);
+  if (std::optional<ValueId> mask = attentionMask(node)) scores = withMask(g, scores, *mask);
   const std::vector<int64_t> last = {-1};
   if (lseOnly) {
     ValueId max = g.call("amax", {scores}, {{"dim", last}, {"keepdim", true}});

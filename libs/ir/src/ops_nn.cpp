@@ -150,28 +150,34 @@ void checkAttentionOperands(const OpCall& call) {
   requireEqual(call, "value", v.sizes[n - 2], k.sizes[n - 2], "sequence sizes differ");
 }
 
+// attn_mask, when given: bool or query's dtype, broadcasting to the scores [..., L, S].
+void checkAttentionMask(const OpCall& call) {
+  if (!call.has("attn_mask")) return;
+  const TensorMeta& q = call.tensor("query");
+  const TensorMeta& k = call.tensor("key");
+  const TensorMeta& mask = call.tensor("attn_mask");
+  size_t n = q.dim();
+  if (call.boolArg("is_causal")) call.fail("attn_mask", "cannot be given with is_causal");
+  if (mask.dtype != DType::Bool && mask.dtype != q.dtype)
+    call.fail("attn_mask", "expected dtype bool or " + std::string(name(q.dtype)) + ", got " +
+                               std::string(name(mask.dtype)));
+  Shape scores = q.sizes;
+  scores[n - 1] = k.sizes[n - 2];
+  if (mask.dim() > n) call.fail("attn_mask", "has more dims than the scores [..., L, S]");
+  for (size_t i = 0; i < mask.dim(); ++i) {
+    sym::Expr have = mask.sizes[i], want = scores[n - mask.dim() + i];
+    if (!provable(sym::eq(have, 1)))
+      requireEqual(call, "attn_mask", have, want,
+                   "does not broadcast to the scores [..., L, S] at dim " + std::to_string(i));
+  }
+}
+
 Value inferAttention(const OpCall& call) {
   checkAttentionOperands(call);
   const TensorMeta& q = call.tensor("query");
-  const TensorMeta& k = call.tensor("key");
   const TensorMeta& v = call.tensor("value");
   size_t n = q.dim();
-  if (call.has("attn_mask")) {
-    const TensorMeta& mask = call.tensor("attn_mask");
-    if (call.boolArg("is_causal")) call.fail("attn_mask", "cannot be given with is_causal");
-    if (mask.dtype != DType::Bool && mask.dtype != q.dtype)
-      call.fail("attn_mask", "expected dtype bool or " + std::string(name(q.dtype)) + ", got " +
-                                 std::string(name(mask.dtype)));
-    Shape scores = q.sizes;
-    scores[n - 1] = k.sizes[n - 2];
-    if (mask.dim() > n) call.fail("attn_mask", "has more dims than the scores [..., L, S]");
-    for (size_t i = 0; i < mask.dim(); ++i) {
-      sym::Expr have = mask.sizes[i], want = scores[n - mask.dim() + i];
-      if (!provable(sym::eq(have, 1)))
-        requireEqual(call, "attn_mask", have, want,
-                     "does not broadcast to the scores [..., L, S] at dim " + std::to_string(i));
-    }
-  }
+  checkAttentionMask(call);
   checkAttentionStream(call);
   if (call.has("scale") && !std::isfinite(call.floatArg("scale")))
     call.fail("scale", "must be finite");
@@ -181,11 +187,11 @@ Value inferAttention(const OpCall& call) {
 }
 
 // The pieces of attention's backward (the derivative rule of
-// scaled_dot_product_attention without a mask, as flash attention's):
-// attention_lse(query, key, value): [..., L] in opmath (f32; f64 for f64), each
-// query row's logsumexp of its scaled (and causally masked) scores;
+// scaled_dot_product_attention, as flash attention's):
+// attention_lse(query, key, value[, attn_mask]): [..., L] in opmath (f32; f64
+// for f64), each query row's logsumexp of its scaled (and masked) scores;
 // attention_grad_query and attention_grad_key_value(grad [..., L, Ev], query,
-// key, value, out, lse): dq [..., L, E] and dk, dv side by side
+// key, value, out, lse[, attn_mask]): dq [..., L, E] and dk, dv side by side
 // [..., S, E + Ev], in query's dtype, where out [..., L, Ev] is the forward's
 // result (flash attention's backward takes each row's sum of grad * out). The
 // grads of a forward with dropout take its dropout_p, seed and offset: the
@@ -202,6 +208,7 @@ void requireRowStat(const OpCall& call, std::string_view arg) {
 
 void checkAttentionPiece(const OpCall& call) {
   checkAttentionOperands(call);
+  checkAttentionMask(call);
   if (call.has("scale") && !std::isfinite(call.floatArg("scale")))
     call.fail("scale", "must be finite");
   if (call.op().name == "attention_lse") return;
@@ -288,6 +295,7 @@ void addNnOps(std::vector<OpInfo>& ops) {
   std::vector<ArgSpec> piece = {{"query", ArgKind::Tensor},
                                  {"key", ArgKind::Tensor},
                                  {"value", ArgKind::Tensor},
+                                 {"attn_mask", ArgKind::Tensor, true},
                                  {"is_causal", ArgKind::Bool, false, false},
                                  {"scale", ArgKind::Float, true}};
   ops.push_back({"attention_lse", piece, inferAttentionLse});

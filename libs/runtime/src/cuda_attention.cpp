@@ -126,11 +126,14 @@ void cudaFlashAttention(const std::string& op, const std::vector<Tensor>& inputs
   bool grad = op == "attention_grad_query" || op == "attention_grad_key_value";
   AttentionCall call;
   call.dropout = numberAttr(attrs, "dropout_p", 0.0);
-  size_t operands = (grad ? 6u : 3u) + (call.dropout > 0 ? 2u : 0u); // the seed and offset last
-  if (inputs.size() != operands) refuse(op, std::to_string(inputs.size()) + " operands");
+  // The operands, then a mask (cuDNN's bias), then the seed and offset of dropout.
+  size_t unmasked = grad ? 6u : 3u, stream = call.dropout > 0 ? 2u : 0u;
+  if (inputs.size() != unmasked + stream && inputs.size() != unmasked + 1 + stream)
+    refuse(op, std::to_string(inputs.size()) + " operands");
+  if (inputs.size() > unmasked + stream) call.bias = &inputs[unmasked];
   if (call.dropout > 0) {
-    call.seed = &inputs[operands - 2];
-    call.offset = &inputs[operands - 1];
+    call.seed = &inputs[inputs.size() - 2];
+    call.offset = &inputs[inputs.size() - 1];
   }
   const Tensor* g = grad ? &inputs[0] : nullptr;
   const Tensor& q = inputs[grad ? 1 : 0];
@@ -155,7 +158,8 @@ void cudaFlashAttention(const std::string& op, const std::vector<Tensor>& inputs
   auto ours = [&] {
     if (!named)
       throw Error(ErrorCode::Unsupported,
-                  "runtime: " + op + (call.dropout > 0 ? " with dropout" : "") + " of head size " +
+                  "runtime: " + op + (call.dropout > 0 ? " with dropout" : "") +
+                      (call.bias ? " with a mask" : "") + " of head size " +
                       std::to_string(q.sizes.back()) +
                       " runs on cuDNN's fused attention alone, which does not take this call (" +
                       cudnnAttentionRefusal() + ")");

@@ -19,7 +19,7 @@ namespace {
 // The uids of the tensors a call binds (virtual tensors number from kVirtual).
 enum Uid : int64_t {
   kQ = 1, kK, kV, kO, kStats, kScale, kMinusInfinity, kDout, kDq, kDk, kDv,
-  kSeed, kOffset, kDropoutScale, kKeepProbability, kVirtual = 100
+  kSeed, kOffset, kDropoutScale, kBias, kVirtual = 100
 };
 
 cudnnDataType_t dataType(ir::DType t) {
@@ -214,16 +214,37 @@ Layout layoutOf(const Tensor& t) {
 
 const std::vector<int64_t> kScalarDims = {1, 1, 1, 1};
 
-// The masked scaled scores of q @ k^T: bmm1, the scale, and (causal) the
-// diagonal band keeping key j <= query i at -infinity elsewhere.
+// The bias as cuDNN takes it, [B or 1, H or 1, L, S]: the mask's dims
+// right-aligned, its batch and query-row dims of size 1 expanded with stride
+// 0 (as torch passes a mask), a head dim of 1 broadcast by cuDNN.
+Layout biasLayout(const Tensor& mask, const Layout& q, int64_t keys) {
+  Layout l{{1, 1, 1, keys}, {0, 0, 0, 1}};
+  size_t n = mask.sizes.size();
+  for (size_t i = 0; i < n; ++i) {
+    l.dims[4 - n + i] = mask.sizes[i];
+    l.strides[4 - n + i] = mask.sizes[i] == 1 ? 0 : mask.strides[i];
+  }
+  for (size_t d : {0, 2}) l.dims[d] = q.dims[d];
+  if (l.dims[1] == 1) l.strides[1] = l.dims[2] * keys; // as a dense tensor's
+  return l;
+}
+
+// The masked scaled scores of q @ k^T: bmm1, the scale, the bias (a mask)
+// added, and (causal) the diagonal band keeping key j <= query i at -infinity
+// elsewhere.
 const Descriptor& maskedScores(GraphBuilder& g, const AttentionCall& call, const Descriptor& q,
                                const Descriptor& kT, const std::vector<int64_t>& scores,
                                const Descriptor& scale, const Descriptor& minusInfinity,
-                               bool subtractStats, const Descriptor* stats) {
+                               const Descriptor* bias, bool subtractStats, const Descriptor* stats) {
   const Descriptor& s = g.virtualTensor(scores);
   g.matmul(q, kT, s);
   const Descriptor* x = &g.virtualTensor(scores);
   g.pointwise(CUDNN_POINTWISE_MUL, s, &scale, nullptr, *x);
+  if (bias) {
+    const Descriptor& biased = g.virtualTensor(scores);
+    g.pointwise(CUDNN_POINTWISE_ADD, *x, bias, nullptr, biased);
+    x = &biased;
+  }
   if (subtractStats) {
     const Descriptor& y = g.virtualTensor(scores);
     g.pointwise(CUDNN_POINTWISE_SUB, *x, stats, nullptr, y);
@@ -245,7 +266,7 @@ const Descriptor& maskedScores(GraphBuilder& g, const AttentionCall& call, const
 // out = (exp(S - max) / sum) @ v (the probabilities in the operands' dtype).
 void forwardGraph(GraphBuilder& g, const AttentionCall& call, cudnnDataType_t type,
                   const Layout& q, const Layout& k, const Layout& v, const Layout& out,
-                  bool withStats) {
+                  const Layout* bias, bool withStats) {
   int64_t b = q.dims[0], h = q.dims[1], rows = q.dims[2], keys = k.dims[2];
   std::vector<int64_t> scores = {b, h, rows, keys}, rowDims = {b, h, rows, 1};
   Layout kT = k.transposed();
@@ -259,8 +280,9 @@ void forwardGraph(GraphBuilder& g, const AttentionCall& call, cudnnDataType_t ty
                 : g.virtualTensor(rowDims);
   const Descriptor& scale = g.scalar(kScale);
   const Descriptor& minusInfinity = g.scalar(kMinusInfinity);
+  const Descriptor* biasd = bias ? &g.tensor(kBias, type, bias->dims, bias->strides) : nullptr;
   const Descriptor& s =
-      maskedScores(g, call, qd, kd, scores, scale, minusInfinity, false, nullptr);
+      maskedScores(g, call, qd, kd, scores, scale, minusInfinity, biasd, false, nullptr);
   const Descriptor& max = g.virtualTensor(rowDims);
   const Descriptor& shifted = g.virtualTensor(scores);
   const Descriptor& e = g.virtualTensor(scores);
@@ -299,7 +321,8 @@ enum WorkspaceUid : int64_t { kDelta = 50, kDqAccumulator, kOne };
 
 void backwardGraph(GraphBuilder& g, const AttentionCall& call, cudnnDataType_t type,
                    const Layout& q, const Layout& k, const Layout& v, const Layout& out,
-                   const Layout& dout, const Layout& dq, const Layout& dk, const Layout& dv) {
+                   const Layout& dout, const Layout& dq, const Layout& dk, const Layout& dv,
+                   const Layout* bias) {
   int64_t b = q.dims[0], h = q.dims[1], rows = q.dims[2], keys = k.dims[2], e = q.dims[3];
   std::vector<int64_t> scores = {b, h, rows, keys}, rowDims = {b, h, rows, 1};
   std::vector<int64_t> transposedScores = {b, h, keys, rows};
@@ -330,8 +353,9 @@ void backwardGraph(GraphBuilder& g, const AttentionCall& call, cudnnDataType_t t
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, product, rowSum);
   g.pointwise(CUDNN_POINTWISE_MUL, rowSum, &one, nullptr, delta);
 
+  const Descriptor* biasd = bias ? &g.tensor(kBias, type, bias->dims, bias->strides) : nullptr;
   const Descriptor& logits =
-      maskedScores(g, call, qd, kTd, scores, scale, minusInfinity, true, &stats);
+      maskedScores(g, call, qd, kTd, scores, scale, minusInfinity, biasd, true, &stats);
   const Descriptor& p = g.virtualTensor(scores);
   g.pointwise(CUDNN_POINTWISE_EXP, logits, nullptr, nullptr, p);
   bool dropout = call.dropout > 0;
@@ -400,11 +424,11 @@ Plans& plans() {
 
 bool halfPrecision(ir::DType t) { return t == ir::DType::BFloat16 || t == ir::DType::Float16; }
 
-// Whether cuDNN may take these operands: 4 dims or fewer, the last dense,
+// Whether cuDNN may take these operands (and a bias): 4 dims or fewer, the last dense,
 // 16-byte aligned starts and strides (the descriptors promise 16).
 bool takes(const std::vector<const Tensor*>& operands) {
   for (const Tensor* t : operands) {
-    if (t->sizes.size() < 2 || t->sizes.size() > 4 || t->strides.back() != 1) return false;
+    if (t->sizes.empty() || t->sizes.size() > 4 || t->strides.back() != 1) return false;
     if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
     for (size_t d = 0; d + 1 < t->strides.size(); ++d)
       if (t->strides[d] % 8 != 0 && t->sizes[d] != 1) return false;
@@ -424,7 +448,9 @@ bool accepts(const AttentionCall& call, const std::vector<const Tensor*>& operan
     lastRefusal = "operands not f16 or bf16";
     return false;
   }
-  if (!takes(operands)) {
+  std::vector<const Tensor*> all = operands;
+  if (call.bias) all.push_back(call.bias);
+  if (!takes(all)) {
     lastRefusal = "an operand of more than 4 dims, a strided last dim, or not 16-byte aligned";
     return false;
   }
@@ -444,9 +470,13 @@ int64_t dropoutKey(const AttentionCall& call) {
   return bits;
 }
 
-// The seed, offset and 1 / (1 - p) of a call with dropout, bound by their uids.
-void bindDropout(const AttentionCall& call, float& dropoutScale, std::vector<int64_t>& uids,
-                 std::vector<void*>& pointers) {
+// The bias, and the seed, offset and 1 / (1 - p) of a call with dropout, bound by their uids.
+void bindOptional(const AttentionCall& call, float& dropoutScale, std::vector<int64_t>& uids,
+                  std::vector<void*>& pointers) {
+  if (call.bias) {
+    uids.push_back(kBias);
+    pointers.push_back(call.bias->data);
+  }
   if (call.dropout <= 0) return;
   uids.insert(uids.end(), {kSeed, kOffset, kDropoutScale});
   pointers.insert(pointers.end(), {call.seed->data, call.offset->data, &dropoutScale});
@@ -530,12 +560,15 @@ bool cudnnAttentionForward(const AttentionCall& call, const Tensor& q, const Ten
                            const CudaCallContext& context) {
   if (!accepts(call, {&q, &k, &v, &out})) return false;
   Layout ql = layoutOf(q), kl = layoutOf(k), vl = layoutOf(v), ol = layoutOf(out);
+  std::optional<Layout> bl;
+  if (call.bias) bl = biasLayout(*call.bias, ql, kl.dims[2]);
   std::vector<int64_t> key = {lse ? 0 : 2, context.device, static_cast<int64_t>(q.dtype),
-                              call.causal, dropoutKey(call)};
+                              call.causal, dropoutKey(call), bl.has_value()};
   for (const Layout* l : {&ql, &kl, &vl, &ol}) appendLayout(key, *l);
+  if (bl) appendLayout(key, *bl);
   cudnnDataType_t type = dataType(q.dtype);
   const Plan* plan = planFor(key, context.device, "forward", [&](GraphBuilder& g) {
-    forwardGraph(g, call, type, ql, kl, vl, ol, lse != nullptr);
+    forwardGraph(g, call, type, ql, kl, vl, ol, bl ? &*bl : nullptr, lse != nullptr);
   });
   if (!plan) return false;
   std::optional<Scratch> scratch;
@@ -548,7 +581,7 @@ bool cudnnAttentionForward(const AttentionCall& call, const Tensor& q, const Ten
     uids.push_back(kMinusInfinity);
     pointers.push_back(&minusInfinity);
   }
-  bindDropout(call, dropoutScale, uids, pointers);
+  bindOptional(call, dropoutScale, uids, pointers);
   if (lse) {
     uids.push_back(kStats);
     pointers.push_back(lse->data);
@@ -564,12 +597,15 @@ bool cudnnAttentionBackward(const AttentionCall& call, const Tensor& dout, const
   if (!accepts(call, {&dout, &q, &k, &v, &out, &dq, &dk, &dv})) return false;
   Layout ql = layoutOf(q), kl = layoutOf(k), vl = layoutOf(v), ol = layoutOf(out);
   Layout gl = layoutOf(dout), dql = layoutOf(dq), dkl = layoutOf(dk), dvl = layoutOf(dv);
+  std::optional<Layout> bl;
+  if (call.bias) bl = biasLayout(*call.bias, ql, kl.dims[2]);
   std::vector<int64_t> key = {1, context.device, static_cast<int64_t>(q.dtype), call.causal,
-                              dropoutKey(call)};
+                              dropoutKey(call), bl.has_value()};
   for (const Layout* l : {&ql, &kl, &vl, &ol, &gl, &dql, &dkl, &dvl}) appendLayout(key, *l);
+  if (bl) appendLayout(key, *bl);
   cudnnDataType_t type = dataType(q.dtype);
   const Plan* plan = planFor(key, context.device, "backward", [&](GraphBuilder& g) {
-    backwardGraph(g, call, type, ql, kl, vl, ol, gl, dql, dkl, dvl);
+    backwardGraph(g, call, type, ql, kl, vl, ol, gl, dql, dkl, dvl, bl ? &*bl : nullptr);
   });
   if (!plan) return false;
   // The workspace: dq's f32 accumulator, then delta, then cuDNN's own (16-byte aligned).
@@ -593,7 +629,7 @@ bool cudnnAttentionBackward(const AttentionCall& call, const Tensor& dout, const
     uids.push_back(kMinusInfinity);
     pointers.push_back(&minusInfinity);
   }
-  bindDropout(call, dropoutScale, uids, pointers);
+  bindOptional(call, dropoutScale, uids, pointers);
   execute(*plan, context, uids, pointers, workspace + accumulatorBytes + deltaBytes);
   return true;
 }

@@ -26,6 +26,9 @@ struct AttentionCall {
   double dropout = 0;
   const Tensor* seed = nullptr;
   const Tensor* offset = nullptr;
+  // An additive mask of the operands' dtype (lowering makes a bool one 0 and
+  // -inf) broadcasting to the scores [..., L, S], its last dim dense.
+  const Tensor* bias = nullptr;
 };
 
 // out [B, H, L, Ev] = attention(q [B, H, L, E], k [B, H, S, E], v [B, H, S, Ev]);

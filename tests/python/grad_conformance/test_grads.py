@@ -349,69 +349,86 @@ def _dropout_factors(shape, seed, offset, p):
     return factors
 
 
-def _scores(q, k, is_causal, scale):
+def _scores(q, k, is_causal, scale, attn_mask=None):
     scores = q @ k.transpose(-2, -1) * (scale if scale is not None else q.shape[-1] ** -0.5)
     if is_causal:
         keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
         scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool \
+            else scores + attn_mask
     return scores
 
 
-def _attention_lse(q, k, v, is_causal=False, scale=None):
-    return torch.logsumexp(_scores(q, k, is_causal, scale), -1)
+def _attention_lse(q, k, v, attn_mask=None, is_causal=False, scale=None):
+    return torch.logsumexp(_scores(q, k, is_causal, scale, attn_mask), -1)
 
 
-def _attention_grads(g, q, k, v, out, lse, is_causal=False, scale=None, dropped=None):
+def _attention_grads(g, q, k, v, out, lse, attn_mask=None, is_causal=False, scale=None, dropped=None):
     """dq and [dk, dv]: flash attention's backward from the rows' lse and delta = sum(g * out);
     with dropout, dP and the weights dv takes multiplied by the forward's factors."""
     s = scale if scale is not None else q.shape[-1] ** -0.5
     delta = (g * out).sum(-1)
-    p = torch.exp(_scores(q, k, is_causal, scale) - lse[..., None])
+    p = torch.exp(_scores(q, k, is_causal, scale, attn_mask) - lse[..., None])
     factors = 1 if dropped is None else dropped
     ds = p * ((g @ v.transpose(-2, -1)) * factors - delta[..., None]) * s
     return ds @ k, torch.cat([ds.transpose(-2, -1) @ q, (p * factors).transpose(-2, -1) @ g], -1)
 
 
-@pytest.mark.parametrize("case", cases("attention_lse", ["plain", "causal"]))
+@pytest.mark.parametrize("case", cases("attention_lse", ["plain", "causal", "mask"]))
 def test_attention_lse(case):
     q, k, v = leaf(2, 3, 4), leaf(2, 5, 4), leaf(2, 5, 2, grad=False)
+    if case == "mask":
+        check_grads("attention_lse", _attention_lse, q, k, v, leaf(3, 5, grad=False), scale=0.7)
+        return
     check_grads("attention_lse", _attention_lse, q, k, v, is_causal=case == "causal", scale=0.7)
 
 
 @pytest.mark.parametrize("case", [p for op in ("attention_grad_query", "attention_grad_key_value")
-                                  for p in cases(op, [(op, False, 0), (op, True, 0), (op, True, 0.4)],
-                                                 [op + "-plain", op + "-causal", op + "-dropout"])])
+                                  for p in cases(op, [(op, False, 0, False), (op, True, 0, False),
+                                                      (op, True, 0.4, False), (op, False, 0, True),
+                                                      (op, False, 0.4, True)],
+                                                 [op + "-plain", op + "-causal", op + "-dropout", op + "-mask",
+                                                  op + "-mask-dropout"])])
 def test_attention_backward_pieces(case):
-    op, causal, p = case
+    op, causal, p, masked = case
     q, k, v, g = leaf(2, 3, 4), leaf(2, 3, 4), leaf(2, 3, 2), leaf(2, 3, 2)
-    lse = _attention_lse(q, k, v, causal).detach().requires_grad_()
+    mask = torch.tensor([[True, True, False], [False, True, True], [True, False, True]]) if masked else None
+    lse = _attention_lse(q, k, v, mask, causal).detach().requires_grad_()
     out = leaf(2, 3, 2)
     which = 0 if op == "attention_grad_query" else 1
-    stream, dropped = {}, None
+    extra, dropped = {}, None
     if p:  # the forward's random stream again: the same weights dropped
-        stream = {"dropout_p": p, "seed": torch.tensor(11), "offset": torch.tensor(3 << 40)}
-        dropped = _dropout_factors((2, 3, 3), stream["seed"], stream["offset"], p)
-    check_grads(op, lambda *a, **kw: _attention_grads(*a, is_causal=causal, dropped=dropped)[which],
-                g, q, k, v, out, lse, is_causal=causal, **stream)
+        extra = {"dropout_p": p, "seed": torch.tensor(11), "offset": torch.tensor(3 << 40)}
+        dropped = _dropout_factors((2, 3, 3), extra["seed"], extra["offset"], p)
+    if masked:
+        extra["attn_mask"] = mask
+    check_grads(op, lambda *a, **kw: _attention_grads(*a[:6], mask, is_causal=causal, dropped=dropped)[which],
+                g, q, k, v, out, lse, is_causal=causal, **extra)
 
 
 @pytest.mark.parametrize("case", cases("scaled_dot_product_attention",
-                                       ["plain", "causal", "mask", "dropout", "dropout-causal"]))
+                                       ["plain", "causal", "mask", "float-mask", "bool-mask", "dropout",
+                                        "dropout-causal", "dropout-mask"]))
 def test_attention(case):
     q, k, v = leaf(2, 3, 4), leaf(2, 3, 4), leaf(2, 3, 2)
     if case == "plain":
         check_grads("scaled_dot_product_attention", _attention, q, k, v)
     elif case == "causal":
         check_grads("scaled_dot_product_attention", _attention, q, k, v, is_causal=True)
-    elif case == "mask":
+    elif case == "mask":  # a mask that needs its grad: through the decomposition
         check_grads("scaled_dot_product_attention", _attention, q, k, v, leaf(3, 3, grad=True))
+    elif case in ("float-mask", "bool-mask"):  # a mask that needs none: flash attention's rule
+        mask = leaf(2, 1, 3, grad=False) if case == "float-mask" else torch.tensor([[True, False, True]])
+        check_grads("scaled_dot_product_attention", _attention, q, k, v, mask)
     else:  # the weights kiln's stream drops get no grad, the kept ones theirs scaled
         causal = case == "dropout-causal"
+        mask = leaf(3, 3, grad=False) if case == "dropout-mask" else None
         seed, offset = torch.tensor(11), torch.tensor(3 << 40)
         dropped = _dropout_factors((2, 3, 3), seed, offset, 0.4)
         check_grads("scaled_dot_product_attention",
-                    lambda q, k, v, *_, **kw: _attention(q, k, v, is_causal=causal, dropped=dropped),
-                    q, k, v, None, 0.4, causal, seed=seed, offset=offset)
+                    lambda q, k, v, m, *_, **kw: _attention(q, k, v, m, is_causal=causal, dropped=dropped),
+                    q, k, v, mask, 0.4, causal, seed=seed, offset=offset)
 
 
 # --- bfloat16: grads in the inputs' dtype; fused rules compute in f32, as torch's kernels ----

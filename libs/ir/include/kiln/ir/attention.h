@@ -1,7 +1,8 @@
 // Reading attention nodes: scaled_dot_product_attention(query, key, value
 // [, attn_mask][, seed, offset]) and the pieces of its backward,
-// attention_lse(query, key, value) and attention_grad_query /
-// attention_grad_key_value(grad, query, key, value, out, lse[, seed, offset]).
+// attention_lse(query, key, value[, attn_mask]) and attention_grad_query /
+// attention_grad_key_value(grad, query, key, value, out, lse[, attn_mask]
+// [, seed, offset]).
 // A node with dropout (dropout_p above 0) takes its random stream as a 0-d i64
 // seed and offset, its last two inputs; the dropped weights are those dropout
 // would drop of the [..., L, S] weights (ops_nn.cpp).
@@ -20,11 +21,11 @@ double attentionDropout(const Node& node);
 // The node's seed and offset inputs, when it drops weights.
 std::optional<std::pair<ValueId, ValueId>> attentionStream(const Node& node);
 
-// Whether a scaled_dot_product_attention node has an attn_mask input.
-bool attentionMasked(const Node& node);
+// An attention node's attn_mask input, if it has one.
+std::optional<ValueId> attentionMask(const Node& node);
 
-// Whether `lse` (attention_lse) is of `forward`'s query, key and value with its
-// is_causal and scale: the logsumexp a flash forward writes beside its output.
+// Whether `lse` (attention_lse) is of `forward`'s query, key, value and mask
+// with its is_causal and scale: the logsumexp a flash forward writes beside its output.
 bool lseOfAttention(const Node& forward, const Node& lse);
 
 } // namespace kiln::ir
