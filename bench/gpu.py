@@ -139,7 +139,19 @@ def workloads():
                     lambda q, k, v: F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                                                    v.transpose(1, 2), is_causal=True),
                     None))
+    # A padded batch's attention (BERT's): each sample's last keys hidden by a bool key
+    # padding mask [batch, 1, 1, seq]; torch runs it on its memory-efficient kernel (or cuDNN).
     batch, seq, heads, e = 8, 1024, 12, 64
+    g = ir.Graph()
+    qkv = [g.call("transpose", g.placeholder(n, "bfloat16", [batch, seq, heads, e]), dim0=1, dim1=2)
+           for n in ("q", "k", "v")]
+    g.set_outputs([g.call("scaled_dot_product_attention", *qkv, g.placeholder("mask", "bool", [batch, 1, 1, seq]))])
+    padding = torch.arange(seq, device=dev) < torch.randint(seq // 2, seq + 1, (batch, 1, 1, 1), device=dev)
+    ins = (*(torch.randn(batch, seq, heads, e, device=dev, dtype=t) for _ in range(3)), padding)
+    out.append(("g_padded_attention_bf16", g, ins,
+                lambda q, k, v, m: F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                                                  v.transpose(1, 2), attn_mask=m),
+                None))
 
     # Its backward as kiln trains it (attention's derivative rule, with the out and the
     # rows' logsumexp saved by the forward: dq and [dk, dv], one call)

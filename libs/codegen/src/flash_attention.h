@@ -23,11 +23,11 @@
 // blocks of 128 threads, writes each row's sum of grad * out, which the grads
 // kernels read as `delta`.
 //
-// Head sizes past 64 (multiples of 8 up to 128) and dropout run on cuDNN's fused
-// attention alone (flashAttentionTakes): its calls name no kernel of ours.
+// Head sizes past 64 (multiples of 8 up to 128), masks and dropout run on
+// cuDNN's fused attention alone (flashAttentionTakes): its calls name no kernel of ours.
 // TODO(issue 7): kernels of ours past 64 (shared memory past 48 KB: dynamic,
-// opted in), masks (fused on neither path: the decomposition), f32; wgmma and
-// warp specialisation (FlashAttention-3) on sm_90;
+// opted in), with masks or dropout, f32; wgmma and warp specialisation
+// (FlashAttention-3) on sm_90;
 // dq accumulated (f32 atomics) by the [dk, dv] kernel, as FlashAttention-2's
 // backward, instead of a kernel that computes the scores and dP again.
 #pragma once
