@@ -1618,32 +1618,21 @@ namespace {
 // take it as the bias cuDNN adds: 0 where the mask keeps a score, -inf where
 // it drops one, in the query's dtype, over the mask's own sizes.
 ir::Graph attentionBiases(const ir::Graph& graph) {
-  ir::Graph out(graph.symbols());
-  std::vector<ValueId> remap(graph.size());
-  bool changed = false;
-  for (ValueId id = 0; id < graph.size(); ++id) {
-    ir::Node n = graph.node(id);
-    std::optional<ValueId> mask = ir::attentionMask(n);
-    if (mask && graph.meta(*mask).dtype == DType::Bool && detail::flashAttentionTakes(graph, n)) {
-      size_t at = static_cast<size_t>(std::find(n.inputs.begin(), n.inputs.end(), *mask) -
-                                      n.inputs.begin());
-      const TensorMeta& q = graph.meta(n.inputs[at == 3 ? 0 : 1]);
-      ValueId zero = out.call("full", {}, {{"size", std::vector<int64_t>{}}, {"fill_value", 0.0},
-                                           {"dtype", q.dtype}, {"device", ir::toString(q.device)}});
-      for (ValueId& in : n.inputs) in = remap[in];
+  return ir::mapNodes(graph, [&](ir::Graph& out, ValueId id, ir::Node n, const auto&) {
+    std::optional<ValueId> mask = ir::attentionMask(graph.node(id));
+    if (mask && graph.meta(*mask).dtype == DType::Bool &&
+        detail::flashAttentionTakes(graph, graph.node(id))) {
+      size_t at = n.inputs.size() - (ir::attentionStream(n) ? 3 : 1); // the mask: before a stream
+      const TensorMeta& q = out.meta(n.inputs[at == 3 ? 0 : 1]);
+      ValueId zero = out.call("full", {},
+                              {{"size", std::vector<int64_t>{}},
+                               {"fill_value", 0.0},
+                               {"dtype", q.dtype},
+                               {"device", ir::toString(q.device)}});
       n.inputs[at] = out.call("where", {n.inputs[at], zero}, {{"other", -INFINITY}});
-      remap[id] = out.append(std::move(n));
-      changed = true;
-      continue;
     }
-    for (ValueId& in : n.inputs) in = remap[in];
-    remap[id] = out.append(std::move(n));
-  }
-  if (!changed) return graph;
-  std::vector<ValueId> outputs;
-  for (ValueId o : graph.outputs()) outputs.push_back(remap[o]);
-  out.setOutputs(std::move(outputs));
-  return out;
+    return out.append(std::move(n));
+  });
 }
 
 } // namespace

@@ -217,12 +217,10 @@ ir::Graph biasedProducts(const ir::Graph& graph) {
   for (const ir::Node& n : graph.nodes())
     for (ValueId in : n.inputs) ++uses[in];
   for (ValueId o : graph.outputs()) ++uses[o];
-  Graph out(graph.symbols());
-  std::vector<ValueId> remap(graph.size());
   bool changed = false;
-  for (ValueId id = 0; id < graph.size(); ++id) {
-    ir::Node n = graph.node(id);
-    if (auto fused = productWithBias(graph, n, uses)) {
+  Graph out = ir::mapNodes(graph, [&](Graph& out, ValueId id, ir::Node n,
+                                      const std::vector<ValueId>& remap) {
+    if (auto fused = productWithBias(graph, graph.node(id), uses)) {
       const ir::Node& p = graph.node(fused->first);
       const ir::TensorMeta& a = graph.meta(p.inputs[0]);
       ValueId rows =
@@ -230,19 +228,13 @@ ir::Graph biasedProducts(const ir::Graph& graph) {
       ValueId product = out.call("addmm", {remap[fused->second], rows, remap[p.inputs[1]]});
       ValueId result = out.call("reshape", {product}, {{"size", n.value.tensor().sizes}});
       if (out.value(result) == n.value) { // the product's node stays, unread: DCE drops it
-        remap[id] = result;
         changed = true;
-        continue;
+        return result;
       }
     }
-    for (ValueId& in : n.inputs) in = remap[in];
-    remap[id] = out.append(std::move(n));
-  }
-  if (!changed) return graph;
-  std::vector<ValueId> outputs;
-  for (ValueId o : graph.outputs()) outputs.push_back(remap[o]);
-  out.setOutputs(std::move(outputs));
-  return ir::eliminateDeadCode(out);
+    return out.append(std::move(n));
+  });
+  return changed ? ir::eliminateDeadCode(out) : graph;
 }
 
 } // namespace kiln::codegen

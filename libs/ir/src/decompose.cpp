@@ -318,7 +318,8 @@ ValueId causallyMasked(Graph& g, ValueId scores, sym::Expr l, sym::Expr s, Devic
 
 // Scores with an attn_mask: a bool one sets those it drops to -inf, a float one is added.
 ValueId withMask(Graph& g, ValueId scores, ValueId mask) {
-  if (g.meta(mask).dtype == DType::Bool) return g.call("where", {mask, scores}, {{"other", -INFINITY}});
+  if (g.meta(mask).dtype == DType::Bool)
+    return g.call("where", {mask, scores}, {{"other", -INFINITY}});
   return g.call("add", {scores, mask});
 }
 

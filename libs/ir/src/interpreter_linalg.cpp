@@ -195,8 +195,8 @@ void attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
 // flash attention's backward, from the scores recomputed per batch element.
 void attentionPiece(const std::string& op, const HostTensor& q, const HostTensor& k,
                     const HostTensor& v, const HostTensor* grad, const HostTensor* lse,
-                    const HostTensor* forwardOut, const HostTensor* mask, bool causal,
-                    double scale, const AttentionDropout& drop, const HostTensor& out) {
+                    const HostTensor* forwardOut, const HostTensor* mask, bool causal, double scale,
+                    const AttentionDropout& drop, const HostTensor& out) {
   size_t n = q.sizes.size();
   int64_t rowsL = q.sizes[n - 2], rowsS = k.sizes[n - 2], embed = q.sizes[n - 1],
           embedV = v.sizes[n - 1];
@@ -230,7 +230,8 @@ void attentionPiece(const std::string& op, const HostTensor& q, const HostTensor
       double max = -INFINITY, sum = 0;
       for (int64_t s = 0; s < rowsS; ++s) {
         p[l][s] = causal && s > l ? -INFINITY : dot(q, l, k, s, embed) * scale;
-        if (mask && mask->dtype == DType::Bool && !loadElementI(*mask, at(l, s))) p[l][s] = -INFINITY;
+        if (mask && mask->dtype == DType::Bool && !loadElementI(*mask, at(l, s)))
+          p[l][s] = -INFINITY;
         if (mask && mask->dtype != DType::Bool) p[l][s] += loadElementF(*mask, at(l, s));
         max = std::max(max, p[l][s]);
       }
@@ -408,8 +409,8 @@ bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& 
     if (std::isnan(scale)) scale = 1 / std::sqrt(double(tensor("query")->sizes.back()));
     attentionPiece(op, *tensor("query"), *tensor("key"), *tensor("value"),
                    lse ? nullptr : tensor("grad"), lse ? nullptr : tensor("lse"),
-                   lse ? nullptr : tensor("out"), tensor("attn_mask"), number("is_causal") != 0, scale,
-                   lse ? AttentionDropout{} : attentionDropout(tensor, number), out);
+                   lse ? nullptr : tensor("out"), tensor("attn_mask"), number("is_causal") != 0,
+                   scale, lse ? AttentionDropout{} : attentionDropout(tensor, number), out);
   } else if (op == "cross_entropy") {
     crossEntropy(*tensor("input"), *tensor("target"), tensor("weight"), string("reduction"),
                  int64_t(number("ignore_index")), number("label_smoothing"), out);

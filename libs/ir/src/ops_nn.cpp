@@ -293,11 +293,11 @@ void addNnOps(std::vector<OpInfo>& ops) {
                   {"offset", ArgKind::Tensor, true}},
                  inferAttention});
   std::vector<ArgSpec> piece = {{"query", ArgKind::Tensor},
-                                 {"key", ArgKind::Tensor},
-                                 {"value", ArgKind::Tensor},
-                                 {"attn_mask", ArgKind::Tensor, true},
-                                 {"is_causal", ArgKind::Bool, false, false},
-                                 {"scale", ArgKind::Float, true}};
+                                {"key", ArgKind::Tensor},
+                                {"value", ArgKind::Tensor},
+                                {"attn_mask", ArgKind::Tensor, true},
+                                {"is_causal", ArgKind::Bool, false, false},
+                                {"scale", ArgKind::Float, true}};
   ops.push_back({"attention_lse", piece, inferAttentionLse});
   std::vector<ArgSpec> grad = {{"grad", ArgKind::Tensor}};
   grad.insert(grad.end(), piece.begin(), piece.begin() + 3);

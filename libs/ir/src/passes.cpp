@@ -42,6 +42,20 @@ static bool bindsSymbol(const OpInfo& op) {
   return false;
 }
 
+Graph mapNodes(const Graph& graph, const NodeMap& map) {
+  Graph out(graph.symbols());
+  std::vector<ValueId> mapped(graph.size());
+  for (ValueId id = 0; id < graph.size(); ++id) {
+    Node n = graph.node(id);
+    for (ValueId& in : n.inputs) in = mapped[in];
+    mapped[id] = map(out, id, std::move(n), mapped);
+  }
+  std::vector<ValueId> outputs;
+  for (ValueId o : graph.outputs()) outputs.push_back(mapped[o]);
+  out.setOutputs(std::move(outputs));
+  return out;
+}
+
 Graph eliminateDeadCode(const Graph& graph) {
   std::vector<bool> live(graph.size(), false);
   for (ValueId o : graph.outputs()) live[o] = true;

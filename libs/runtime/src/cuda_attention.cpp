@@ -165,9 +165,9 @@ void cudaFlashAttention(const std::string& op, const std::vector<Tensor>& inputs
                       cudnnAttentionRefusal() + ")");
     auto blockRows = static_cast<int64_t>(numberAttr(attrs, "block_rows", 0));
     if (blockRows <= 0) refuse(op, "the call names no block_rows");
-    return std::make_pair(Launcher{op, context, batch, heads, q.sizes[rank - 2],
-                                   k.sizes[rank - 2], call.scale},
-                          blockRows);
+    return std::make_pair(
+        Launcher{op, context, batch, heads, q.sizes[rank - 2], k.sizes[rank - 2], call.scale},
+        blockRows);
   };
 
   if (!grad) {

@@ -18,8 +18,22 @@ namespace {
 
 // The uids of the tensors a call binds (virtual tensors number from kVirtual).
 enum Uid : int64_t {
-  kQ = 1, kK, kV, kO, kStats, kScale, kMinusInfinity, kDout, kDq, kDk, kDv,
-  kSeed, kOffset, kDropoutScale, kBias, kVirtual = 100
+  kQ = 1,
+  kK,
+  kV,
+  kO,
+  kStats,
+  kScale,
+  kMinusInfinity,
+  kDout,
+  kDq,
+  kDk,
+  kDv,
+  kSeed,
+  kOffset,
+  kDropoutScale,
+  kBias,
+  kVirtual = 100
 };
 
 cudnnDataType_t dataType(ir::DType t) {
@@ -235,7 +249,8 @@ Layout biasLayout(const Tensor& mask, const Layout& q, int64_t keys) {
 const Descriptor& maskedScores(GraphBuilder& g, const AttentionCall& call, const Descriptor& q,
                                const Descriptor& kT, const std::vector<int64_t>& scores,
                                const Descriptor& scale, const Descriptor& minusInfinity,
-                               const Descriptor* bias, bool subtractStats, const Descriptor* stats) {
+                               const Descriptor* bias, bool subtractStats,
+                               const Descriptor* stats) {
   const Descriptor& s = g.virtualTensor(scores);
   g.matmul(q, kT, s);
   const Descriptor* x = &g.virtualTensor(scores);
@@ -264,9 +279,9 @@ const Descriptor& maskedScores(GraphBuilder& g, const AttentionCall& call, const
 
 // Forward: S = mask(q k^T * scale); stats = max + log(sum exp(S - max));
 // out = (exp(S - max) / sum) @ v (the probabilities in the operands' dtype).
-void forwardGraph(GraphBuilder& g, const AttentionCall& call, cudnnDataType_t type,
-                  const Layout& q, const Layout& k, const Layout& v, const Layout& out,
-                  const Layout* bias, bool withStats) {
+void forwardGraph(GraphBuilder& g, const AttentionCall& call, cudnnDataType_t type, const Layout& q,
+                  const Layout& k, const Layout& v, const Layout& out, const Layout* bias,
+                  bool withStats) {
   int64_t b = q.dims[0], h = q.dims[1], rows = q.dims[2], keys = k.dims[2];
   std::vector<int64_t> scores = {b, h, rows, keys}, rowDims = {b, h, rows, 1};
   Layout kT = k.transposed();
@@ -562,7 +577,7 @@ bool cudnnAttentionForward(const AttentionCall& call, const Tensor& q, const Ten
   Layout ql = layoutOf(q), kl = layoutOf(k), vl = layoutOf(v), ol = layoutOf(out);
   std::optional<Layout> bl;
   if (call.bias) bl = biasLayout(*call.bias, ql, kl.dims[2]);
-  std::vector<int64_t> key = {lse ? 0 : 2, context.device, static_cast<int64_t>(q.dtype),
+  std::vector<int64_t> key = {lse ? 0 : 2, context.device,   static_cast<int64_t>(q.dtype),
                               call.causal, dropoutKey(call), bl.has_value()};
   for (const Layout* l : {&ql, &kl, &vl, &ol}) appendLayout(key, *l);
   if (bl) appendLayout(key, *bl);
@@ -599,8 +614,8 @@ bool cudnnAttentionBackward(const AttentionCall& call, const Tensor& dout, const
   Layout gl = layoutOf(dout), dql = layoutOf(dq), dkl = layoutOf(dk), dvl = layoutOf(dv);
   std::optional<Layout> bl;
   if (call.bias) bl = biasLayout(*call.bias, ql, kl.dims[2]);
-  std::vector<int64_t> key = {1, context.device, static_cast<int64_t>(q.dtype), call.causal,
-                              dropoutKey(call), bl.has_value()};
+  std::vector<int64_t> key = {1,           context.device,   static_cast<int64_t>(q.dtype),
+                              call.causal, dropoutKey(call), bl.has_value()};
   for (const Layout* l : {&ql, &kl, &vl, &ol, &gl, &dql, &dkl, &dvl}) appendLayout(key, *l);
   if (bl) appendLayout(key, *bl);
   cudnnDataType_t type = dataType(q.dtype);

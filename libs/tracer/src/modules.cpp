@@ -241,8 +241,8 @@ Var attentionWithDropout(TraceState& s, const std::vector<Var>& args, const Kwar
   return s.callOp("scaled_dot_product_attention", {}, given);
 }
 
-Var attentionDroppingAll(TraceState& s, const Var& q, const Var& k, const Var& v, const Var& mask, bool causal,
-                         const Var& scaleArg) {
+Var attentionDroppingAll(TraceState& s, const Var& q, const Var& k, const Var& v, const Var& mask,
+                         bool causal, const Var& scaleArg) {
   const ir::Shape qs = s.meta(q).sizes, ks = s.meta(k).sizes;
   if (qs.size() < 2 || ks.size() < 2) unsupported("scaled_dot_product_attention of fewer than 2 dims");
   double scale;

@@ -42,8 +42,8 @@ Var multiHeadAttentionForward(TraceState& s, const std::vector<Var>& args, const
 // and the decomposition elsewhere. dropout_p >= 1 drops every weight: torch's
 // math path (attentionDroppingAll), zeros.
 Var attentionWithDropout(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs);
-Var attentionDroppingAll(TraceState& s, const Var& q, const Var& k, const Var& v, const Var& mask, bool causal,
-                         const Var& scale);
+Var attentionDroppingAll(TraceState& s, const Var& q, const Var& k, const Var& v, const Var& mask,
+                         bool causal, const Var& scale);
 
 // torch.nn.functional.embedding(input, weight, padding_idx=None, max_norm=None,
 // norm_type=2.0, scale_grad_by_freq=False, sparse=False): the rows of weight the

@@ -15,6 +15,14 @@ namespace kiln::ir {
 // runtime asserts) and the nodes binding unbacked symbols.
 Graph eliminateDeadCode(const Graph& graph);
 
+// A copy of `graph` node by node, in order: `map` gets each node with its
+// inputs already mapped into `out` (and the map of every earlier value),
+// appends what stands for it to `out` and returns that value
+// (`out.append(std::move(node))` keeps it); the outputs follow.
+using NodeMap =
+    std::function<ValueId(Graph& out, ValueId id, Node node, const std::vector<ValueId>& mapped)>;
+Graph mapNodes(const Graph& graph, const NodeMap& map);
+
 // Merges call nodes with the same op, inputs and attributes (every op so far
 // is pure) into the first of them.
 Graph eliminateCommonSubexpressions(const Graph& graph);
