@@ -395,11 +395,13 @@ def test_attention_with_dropout_trains_through_cudnn_calls(stack):
     backward = ir.compile(parts["backward"], stack, "cuda").explain
     # One call each way, of the random stream too, naming no kernel of ours (cuDNN's alone
     # drop weights): the [L, S] scores never reach memory.
-    assert re.search(r"= scaled_dot_product_attention\(q, k, v, seed, buf\d+\), and buf\d+\n", forward), forward
+    assert re.search(r"= scaled_dot_product_attention\(q, k, v, seed, buf\d+\) on cuDNN alone with dropout 0.1, "
+                     r"and buf\d+\n", forward), forward
     assert re.search(r"= attention_grad_query\(buf\d+, saved\d, saved\d, saved\d, saved\d, saved\d, "
-                     r"saved\d, buf\d+\), and buf\d+\n", backward), backward  # the offset: a constant again
+                     r"saved\d, buf\d+\) on cuDNN alone with dropout 0.1, and buf\d+\n",
+                     backward), backward  # the offset: a constant again
     assert "kiln_flash" not in forward + backward and "matmul" not in forward + backward
-    assert "attention_lse" not in backward and "dropout" not in forward + backward
+    assert "attention_lse" not in backward and "dropout(" not in forward + backward
 
 
 def test_attention_of_head_sizes_past_our_kernels_trains_through_cudnn_calls(stack):
@@ -412,9 +414,9 @@ def test_attention_of_head_sizes_past_our_kernels_trains_through_cudnn_calls(sta
     forward = ir.compile(parts["forward"], stack, "cuda").explain
     backward = ir.compile(parts["backward"], stack, "cuda").explain
     # Head sizes 128 and 96: no kernel of ours, one cuDNN call each way.
-    assert re.search(r"= scaled_dot_product_attention\(q, k, v\), and buf\d+\n", forward), forward
-    assert re.search(r"= attention_grad_query\(buf\d+, saved\d, saved\d, saved\d, saved\d, saved\d\), "
-                     r"and buf\d+\n", backward), backward
+    assert re.search(r"= scaled_dot_product_attention\(q, k, v\) on cuDNN alone, and buf\d+\n", forward), forward
+    assert re.search(r"= attention_grad_query\(buf\d+, saved\d, saved\d, saved\d, saved\d, saved\d\) "
+                     r"on cuDNN alone, and buf\d+\n", backward), backward
     assert "kiln_flash" not in forward + backward and "matmul" not in forward + backward
 
 
@@ -435,9 +437,10 @@ def test_masked_attention_trains_through_cudnn_calls(stack, mask):
     # One cuDNN call each way, the mask its bias (a bool one made 0 / -inf by a kernel of its
     # own, the mask's size): no [L, S] scores in memory.
     bias = r"buf\d+" if mask == "bool" else r"mask"
-    assert re.search(r"= scaled_dot_product_attention\(q, k, v, " + bias + r"\), and buf\d+\n", forward), forward
+    assert re.search(r"= scaled_dot_product_attention\(q, k, v, " + bias + r"\) on cuDNN alone, and buf\d+\n",
+                     forward), forward
     assert re.search(r"= attention_grad_query\(buf\d+, saved\d, saved\d, saved\d, saved\d, saved\d, "
-                     r"(buf|saved)\d+\), and buf\d+\n", backward), backward
+                     r"(buf|saved)\d+\) on cuDNN alone, and buf\d+\n", backward), backward
     assert "kiln_flash" not in forward + backward and "matmul" not in forward + backward
     if mask == "bool":
         assert re.search(r"kernel \d+ over \[2, 104\]", forward), forward

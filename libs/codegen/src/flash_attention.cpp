@@ -36,10 +36,7 @@ std::string flashKernelName(const char* kind, int64_t embed, bool bf16, bool cau
 namespace {
 
 bool isAttentionCall(const ir::Node& node) {
-  static const std::set<std::string, std::less<>> ops = {
-      "scaled_dot_product_attention", "attention_lse", "attention_grad_query",
-      "attention_grad_key_value"};
-  return node.kind == ir::NodeKind::Call && ops.count(node.target);
+  return node.kind == ir::NodeKind::Call && isFlashAttentionOp(node.target);
 }
 
 // Strides and offset in multiples of `elements` (size-1 dims aside), the last dim dense.
@@ -111,6 +108,10 @@ bool fusedOperands(const ir::Graph& graph, const ir::Node& node, int64_t element
 }
 
 } // namespace
+
+bool isFlashAttentionOp(const std::string& op) {
+  return op == "scaled_dot_product_attention" || op == "attention_lse" || isGrad(op);
+}
 
 bool flashKernelsRun(const ir::Graph& graph, const ir::Node& node) {
   // 32-bit loads: even strides and offset; one head size of 16 to 64.

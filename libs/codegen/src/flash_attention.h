@@ -48,6 +48,9 @@ namespace kiln::codegen::detail {
 // take (no kernel of ours has its head size, nor would drop the forward's weights).
 bool flashAttentionTakes(const ir::Graph& graph, const ir::Node& node);
 
+// Whether `op` is scaled_dot_product_attention or a piece of its backward.
+bool isFlashAttentionOp(const std::string& op);
+
 // Whether kiln's kernels run the node (its call names them; the runtime runs
 // them where cuDNN does not take the call): one head size E = Ev of 16, 32, 48
 // or 64, even strides and offset (32-bit loads), no dropout.

@@ -385,13 +385,20 @@ std::string explain(const Schedule& schedule, const Program& program) {
       for (size_t i = 0; i < b.call.inputs.size(); ++i)
         out << (i ? ", " : "") << program.buffers[b.call.inputs[i]].name;
       out << ")";
-      const char* by = " by "; // kernels of the artifact's (flash attention)
+      bool named = false; // kernels of the artifact's (flash attention)
       for (const char* kernel : {"kernel", "kv_kernel", "delta_kernel"})
         for (const ir::Attr& a : b.call.attrs)
           if (a.name == kernel) {
-            out << by << std::get<std::string>(a.value);
-            by = ", ";
+            out << (named ? ", " : " by ") << std::get<std::string>(a.value);
+            named = true;
           }
+      // Attention naming no kernel of ours: cuDNN's alone (flash_attention.h), with its dropout.
+      if (detail::isFlashAttentionOp(b.call.op) && !named) {
+        out << " on cuDNN alone";
+        for (const ir::Attr& a : b.call.attrs)
+          if (const double* p = a.name == "dropout_p" ? std::get_if<double>(&a.value) : nullptr)
+            out << " with dropout " << *p;
+      }
       for (const ir::Attr& a : b.call.attrs) // cuBLASLt's (bias_grad: its further result)
         if (a.name == "epilogue") out << " with epilogue " << std::get<std::string>(a.value);
       for (BufferId r : b.call.results) out << ", and " << program.buffers[r].name;
