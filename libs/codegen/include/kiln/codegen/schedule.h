@@ -73,7 +73,8 @@ bool isFlat(const Program& program, const Kernel& kernel);
 //
 //   kernel 0 over [s0]: buf2 (max of [16]), buf3 (sum of [16]), buf4 (pointwise [16])
 //   extern buf5 = mm(buf4, w)
-//   extern buf6 = scaled_dot_product_attention(q, k, v, seed, buf1) on cuDNN alone with dropout 0.1, and buf7
+//   extern buf6 = scaled_dot_product_attention(q, k, v, seed, buf1) on cuDNN alone with
+//     dropout 0.1, and buf7
 std::string explain(const Schedule& schedule, const Program& program);
 
 // The ranges of a computed buffer without its size-1 dims (always 0), and the
