@@ -543,8 +543,9 @@ def test_attention_of_head_sizes_past_our_kernels_matches_eager(stack, widths):
 
 
 @needs_gpu
-@pytest.mark.parametrize("causal,embed", [(False, 64), (True, 64), (True, 128)])
-def test_attention_dropout_on_cudnn_drops_the_same_weights_both_ways(stack, causal, embed):
+@pytest.mark.parametrize("causal,embed,mode", [(False, 64, "default"), (True, 64, "default"),
+                                               (True, 128, "default"), (True, 64, "reduce-overhead")])
+def test_attention_dropout_on_cudnn_drops_the_same_weights_both_ways(stack, causal, embed, mode):
     # v the identity: the output is the dropped weights themselves, which tell the mask
     # cuDNN drew; the backward must drop those again (v's grad sums them by row).
     torch.manual_seed(0)
@@ -553,34 +554,35 @@ def test_attention_dropout_on_cudnn_drops_the_same_weights_both_ways(stack, caus
     def fn(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=causal)
 
-    fast = kiln.compile(fn, stack=stack)
+    fast = kiln.compile(fn, mode=mode, stack=stack)
     q, k = (torch.randn(2, 3, 64, embed, device="cuda", dtype=torch.bfloat16, requires_grad=True)
             for _ in range(2))
     v = torch.eye(64, device="cuda", dtype=torch.bfloat16).expand(2, 3, 64, 64).contiguous().requires_grad_()
-    out = fast(q, k, v)
-    assert not fast.fallback_reasons, fast.fallback_reasons
-    scores = (q.detach().float() @ k.detach().float().transpose(-2, -1)) / embed ** 0.5
-    if causal:
-        scores = scores.masked_fill(torch.ones(64, 64, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
-    weights = torch.softmax(scores, -1)
-    kept = out.detach() != 0
-    torch.testing.assert_close(out.detach().float()[kept], weights[kept] / (1 - p), rtol=2e-2, atol=1e-3)
-    dropped = 1 - kept[weights > 1e-3].float().mean().item()
-    assert 0.2 < dropped < 0.3, dropped
-    grad = torch.randn_like(out)
-    out.backward(grad)
-    # The same mask through torch's math: grads of softmax(scores) * mask / (1 - p) @ v.
-    mask = kept.float() / (1 - p)
-    q2, k2, v2 = (t.detach().float().requires_grad_() for t in (q, k, v))
-    s2 = (q2 @ k2.transpose(-2, -1)) / embed ** 0.5
-    if causal:
-        s2 = s2.masked_fill(torch.ones(64, 64, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
-    ((torch.softmax(s2, -1) * mask) @ v2).backward(grad.float())
-    for got, want in ((q.grad, q2.grad), (k.grad, k2.grad), (v.grad, v2.grad)):
-        scale = max(want.abs().max().item(), 1.0)
-        torch.testing.assert_close(got.float() / scale, want / scale, rtol=0, atol=3e-2)
-    # Another call draws another mask (a fresh seed), as eager's dropout does.
-    assert (fast(q, k, v).detach() != 0).ne(kept).any()
+    hidden = torch.ones(64, 64, dtype=torch.bool, device="cuda").triu(1)
+    masks = []
+    for step in range(3):  # each step draws a fresh mask (a fresh seed), as eager's dropout does
+        for t in (q, k, v):
+            t.grad = None
+        out = fast(q, k, v)
+        assert not fast.fallback_reasons, fast.fallback_reasons
+        scores = (q.detach().float() @ k.detach().float().transpose(-2, -1)) / embed ** 0.5
+        weights = torch.softmax(scores.masked_fill(hidden, float("-inf")) if causal else scores, -1)
+        kept = out.detach() != 0
+        torch.testing.assert_close(out.detach().float()[kept], weights[kept] / (1 - p), rtol=2e-2, atol=1e-3)
+        dropped = 1 - kept[weights > 1e-3].float().mean().item()
+        assert 0.2 < dropped < 0.3, dropped
+        grad = torch.randn_like(out)
+        out.backward(grad)
+        # The same mask through torch's math: grads of softmax(scores) * mask / (1 - p) @ v.
+        q2, k2, v2 = (t.detach().float().requires_grad_() for t in (q, k, v))
+        s2 = (q2 @ k2.transpose(-2, -1)) / embed ** 0.5
+        s2 = s2.masked_fill(hidden, float("-inf")) if causal else s2
+        ((torch.softmax(s2, -1) * kept.float() / (1 - p)) @ v2).backward(grad.float())
+        for got, want in ((q.grad, q2.grad), (k.grad, k2.grad), (v.grad, v2.grad)):
+            scale = max(want.abs().max().item(), 1.0)
+            torch.testing.assert_close(got.float() / scale, want / scale, rtol=0, atol=3e-2)
+        masks.append(kept)
+    assert all(not torch.equal(a, b) for a, b in zip(masks, masks[1:]))
 
 
 @needs_gpu
