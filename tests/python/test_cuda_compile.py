@@ -420,6 +420,26 @@ def test_attention_of_head_sizes_past_our_kernels_trains_through_cudnn_calls(sta
     assert "kiln_flash" not in forward + backward and "matmul" not in forward + backward
 
 
+def test_the_offsets_of_several_attentions_with_dropout_are_one_kernel(stack):
+    # Each attention's dropout has an offset of its own, a constant the cuDNN call reads from
+    # memory: written together, first, by one kernel (forward and backward alike).
+    g = ir.Graph()
+    x = g.placeholder("x", "bfloat16", [2, 4, 64, 64], device="cuda:0", requires_grad=True)
+    seed = g.placeholder("seed", "int64", [], device="cuda:0")
+    y = x
+    for layer in range(3):
+        offset = g.call("full", size=[], fill_value=(layer + 1) << 40, dtype="int64", device="cuda:0")
+        y = g.call("scaled_dot_product_attention", y, y, y, None, 0.1, True, seed=seed, offset=offset)
+    g.set_outputs([g.call("sum", g.call("to_dtype", y, "float32"))])
+    parts = stack.partition(g, [True, False])
+    for explain in (ir.compile(parts["forward"], stack, "cuda").explain,
+                    ir.compile(parts["backward"], stack, "cuda").explain):
+        assert explain.count("on cuDNN alone with dropout 0.1") == 3, explain
+        assert re.match(r"kernel 0 over \[\]: buf\d+ \(pointwise \[\]\), buf\d+ \(pointwise \[\]\), "
+                        r"buf\d+ \(pointwise \[\]\)\n", explain), explain
+        assert len(re.findall(r"over \[\]: buf\d+ \(pointwise", explain)) == 1, explain
+
+
 @pytest.mark.parametrize("mask", ["bool", "float"])
 def test_masked_attention_trains_through_cudnn_calls(stack, mask):
     g = ir.Graph()

@@ -54,7 +54,23 @@ bool isPointwise(const Buffer& b) {
   return b.kind == BufferKind::Computed && !b.aliasOf && !b.loops.scatter && !isReduction(b);
 }
 
-// The order the fuser takes buffers in: the program's, but an extern call's
+// Whether a scalar's value is known before the program runs: it loads
+// nothing and reads no symbol (one a runtime step binds may not be yet).
+bool isConstant(const Scalar& s) {
+  if (s->kind == ScalarKind::Load || s->kind == ScalarKind::Philox) return false;
+  if (s->kind == ScalarKind::IndexOf && !s->index.asInteger()) return false;
+  for (const Scalar& a : s->args)
+    if (!isConstant(a)) return false;
+  return true;
+}
+
+// A pointwise buffer of one element whose value is a constant.
+bool isFreeScalar(const Buffer& b) {
+  return isPointwise(b) && withoutUnitDims(b.loops).ranges.empty() && isConstant(b.loops.body);
+}
+
+// The order the fuser takes buffers in: the program's, but scalars computed
+// from nothing first (isFreeScalar), and an extern call's
 // operand computed for it alone (a pointwise buffer just before it) moves,
 // with the call and what reads the call's results, after the next run of
 // pointwise buffers over the same ranges, which it then joins: GPT-2's gelu
@@ -77,8 +93,13 @@ std::vector<BufferId> fusionOrder(const Program& program) {
   }
   for (const Output& o : program.outputs)
     if (o.symInt.isNull()) ++readers[o.buffer];
-  std::vector<BufferId> order(n);
-  for (BufferId id = 0; id < n; ++id) order[id] = id;
+  // Scalars computed from nothing (the constants a library call reads: each
+  // attention's dropout offset) come first, side by side: one kernel for all.
+  std::vector<BufferId> order;
+  for (BufferId id = 0; id < n; ++id)
+    if (isFreeScalar(program.buffers[id])) order.push_back(id);
+  for (BufferId id = 0; id < n; ++id)
+    if (!isFreeScalar(program.buffers[id])) order.push_back(id);
   for (size_t i = 1; i < n; ++i) {
     BufferId call = order[i], operand = order[i - 1];
     const Buffer& c = program.buffers[call];

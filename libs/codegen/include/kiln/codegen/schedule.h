@@ -1,6 +1,8 @@
 // Scheduling: which computed buffers of a program share one kernel.
 //
-// Buffers are taken in program order but for one move: an extern call's
+// Buffers are taken in program order but for two moves: scalars of a
+// constant value (a library call's constant operand: each attention's dropout
+// offset) come first, so that one kernel writes them all; and an extern call's
 // operand computed for it alone moves, with the call and the readers of its
 // results, after the next run of pointwise buffers over the same ranges, and
 // joins their kernel (only the call's readers between, a few buffers at most,
