@@ -835,6 +835,47 @@ def test_attention_with_dropout_trains_through_its_math(stack, monkeypatch, is_c
                                atol=1e-6)
 
 
+@pytest.mark.parametrize("mask_kind", ["bool", "float"])
+def test_masked_attention_trains_through_flash_attentions_rule(stack, monkeypatch, mask_kind):
+    # A mask that needs no grad (a key padding mask): attention stays whole and its grads come
+    # from the pieces of flash attention's backward, given the mask too; equal to eager's.
+    if not hasattr(F, "scaled_dot_product_attention"):
+        monkeypatch.setattr(F, "scaled_dot_product_attention", _sdpa_masked_math, raising=False)
+
+    def f(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    if mask_kind == "bool":
+        mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+        mask[0, ..., 3:] = False
+    else:
+        mask = torch.randn(5, 5, dtype=torch.float64)
+    fast = kiln.compile(f, stack=stack)
+    out = fast(q, k, v, mask)
+    twins = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    want = _sdpa_masked_math(*twins, attn_mask=mask)
+    torch.testing.assert_close(out, want)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    want.backward(grad)
+    for got, ref in zip((q, k, v), twins):
+        torch.testing.assert_close(got.grad, ref.grad)
+    assert (k.grad[0, :, 3:] == 0).all() if mask_kind == "bool" else True
+    entry = fast.cache.lookup((q, k, v, mask), {})
+    assert isinstance(entry.value, _train.TrainingRunner) and not fast.fallback_reasons, kiln.explain(fast)
+    assert "attention_grad_query" in kiln.explain(fast), kiln.explain(fast)  # the rule, not the math
+
+
+def _sdpa_masked_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    scores = query @ key.transpose(-2, -1) * (scale or query.size(-1) ** -0.5)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool \
+            else scores + attn_mask
+    return torch.softmax(scores, dim=-1) @ value
+
+
 class PaddedEmbedding(nn.Module):  # a class of its own: nn.Sequential's cache is every test's
     def __init__(self):
         super().__init__()
