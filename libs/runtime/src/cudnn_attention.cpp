@@ -532,7 +532,8 @@ const Plan* planFor(const std::vector<int64_t>& key, int device, const char* wha
       kiln::log().info("cuDNN attention: {} plan built in {:.0f} ms (workspace {} bytes)", what,
                        ms.count(), p.workspaceBytes);
     } else {
-      kiln::log().info("cuDNN attention: no plan for this {} ({}); kiln's flash kernels run it",
+      kiln::log().info("cuDNN attention: no plan for this {} ({}); kiln's flash kernels run it "
+                       "where the call names them",
                        what, why);
       p.why = "no cuDNN plan: " + why;
     }

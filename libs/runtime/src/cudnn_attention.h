@@ -2,12 +2,15 @@
 // flash attention (the backend graph API: a graph of matmuls, pointwise ops
 // and reductions that cuDNN's heuristics run as one fused engine), forward
 // with the rows' logsumexp and backward (dq, dk, dv from dout, out and the
-// logsumexp), as torch runs it on an H100. Plans are built once per shape,
-// layout and dtype and kept for the process.
+// logsumexp), as torch runs it on an H100, with a mask as cuDNN's bias and
+// dropout as its Bernoulli draws. Plans are built once per shape, layout,
+// dtype, mask layout and dropout probability and kept for the process.
 //
 // Each call answers false when cuDNN cannot run it (no libcudnn, KILN_CUDNN=0,
-// or no graph or engine for these operands, logged once): the caller runs its
-// own kernels. A plan cuDNN built that fails to execute is an Error.
+// or no graph or engine for these operands, logged once; cudnnAttentionRefusal
+// says why): the caller runs its own kernels where the call names them, and
+// fails it otherwise (dropout, a mask, head sizes kiln's kernels lack). A plan
+// cuDNN built that fails to execute is an Error.
 #pragma once
 
 #include <string>
