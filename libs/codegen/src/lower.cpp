@@ -1622,8 +1622,8 @@ ir::Graph attentionBiases(const ir::Graph& graph) {
     std::optional<ValueId> mask = ir::attentionMask(graph.node(id));
     if (mask && graph.meta(*mask).dtype == DType::Bool &&
         detail::flashAttentionTakes(graph, graph.node(id))) {
-      size_t at = n.inputs.size() - (ir::attentionStream(n) ? 3 : 1); // the mask: before a stream
-      const TensorMeta& q = out.meta(n.inputs[at == 3 ? 0 : 1]);
+      size_t at = *ir::attentionMaskInput(n);
+      const TensorMeta& q = out.meta(n.inputs[at == 3 ? 0 : 1]); // after q, k, v or grad, q, ...
       ValueId zero = out.call("full", {},
                               {{"size", std::vector<int64_t>{}},
                                {"fill_value", 0.0},

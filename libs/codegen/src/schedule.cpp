@@ -1,6 +1,7 @@
 // Greedy fusion in program order (see schedule.h for the rules).
 #include "kiln/codegen/schedule.h"
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <set>
@@ -95,11 +96,10 @@ std::vector<BufferId> fusionOrder(const Program& program) {
     if (o.symInt.isNull()) ++readers[o.buffer];
   // Scalars computed from nothing (the constants a library call reads: each
   // attention's dropout offset) come first, side by side: one kernel for all.
-  std::vector<BufferId> order;
-  for (BufferId id = 0; id < n; ++id)
-    if (isFreeScalar(program.buffers[id])) order.push_back(id);
-  for (BufferId id = 0; id < n; ++id)
-    if (!isFreeScalar(program.buffers[id])) order.push_back(id);
+  std::vector<BufferId> order(n);
+  for (BufferId id = 0; id < n; ++id) order[id] = id;
+  std::stable_partition(order.begin(), order.end(),
+                        [&](BufferId id) { return isFreeScalar(program.buffers[id]); });
   for (size_t i = 1; i < n; ++i) {
     BufferId call = order[i], operand = order[i - 1];
     const Buffer& c = program.buffers[call];

@@ -19,12 +19,18 @@ std::optional<std::pair<ValueId, ValueId>> attentionStream(const Node& node) {
   return std::make_pair(node.inputs[node.inputs.size() - 2], node.inputs.back());
 }
 
-std::optional<ValueId> attentionMask(const Node& node) {
+std::optional<size_t> attentionMaskInput(const Node& node) {
   size_t operands = node.inputs.size() - (attentionStream(node) ? 2 : 0);
   bool grad = node.target == "attention_grad_query" || node.target == "attention_grad_key_value";
   size_t unmasked = grad ? 6 : 3;
   if (operands <= unmasked) return std::nullopt;
-  return node.inputs[unmasked];
+  return unmasked;
+}
+
+std::optional<ValueId> attentionMask(const Node& node) {
+  std::optional<size_t> at = attentionMaskInput(node);
+  if (!at) return std::nullopt;
+  return node.inputs[*at];
 }
 
 bool lseOfAttention(const Node& forward, const Node& lse) {

@@ -129,6 +129,11 @@ void normalize(const std::string& op, const HostTensor& x, size_t k, const HostT
   });
 }
 
+// Whether dropout of probability p keeps the element at `counter` of the stream of `seed`.
+bool dropoutKeeps(uint64_t seed, uint64_t counter, double p) {
+  return philoxUniform(seed, counter) >= p;
+}
+
 // An attention's dropout (attention.h): the factor of each of the [..., L, S]
 // weights, 0 for a dropped one, 1 / (1 - p) for a kept one (as dropout's).
 struct AttentionDropout {
@@ -136,7 +141,7 @@ struct AttentionDropout {
   uint64_t seed = 0, offset = 0;
   double factor(uint64_t weight) const {
     if (p == 0) return 1;
-    return philoxUniform(seed, offset + weight) >= p ? 1 / (1 - p) : 0;
+    return dropoutKeeps(seed, offset + weight, p) ? 1 / (1 - p) : 0;
   }
 };
 
@@ -336,7 +341,7 @@ void dropout(const HostTensor& x, int64_t seed, int64_t offset, double p, bool t
   double scale = train ? 1 / (1 - p) : 1.0;
   bool wide = out.dtype == DType::Float64;
   eachIndex(out.sizes, [&](const std::vector<int64_t>& idx) {
-    bool keep = !train || philoxUniform(uint64_t(seed), uint64_t(offset) + i++) >= p;
+    bool keep = !train || dropoutKeeps(uint64_t(seed), uint64_t(offset) + i++, p);
     double v = loadElementF(x, idx);
     double kept = wide ? v * scale : double(float(v) * float(scale));
     storeElementF(out, idx, keep ? kept : 0.0);

@@ -277,6 +277,27 @@ const Descriptor& maskedScores(GraphBuilder& g, const AttentionCall& call, const
   return masked;
 }
 
+// Dropout's draws over the scores (1 where a weight is kept, with probability
+// 1 - p), from cuDNN's Philox stream of the call's seed and offset: the same
+// draws in the forward and the backward of one seed and offset.
+const Descriptor& keptDraws(GraphBuilder& g, const AttentionCall& call,
+                            const std::vector<int64_t>& scores) {
+  const Descriptor& kept = g.virtualTensor(scores);
+  g.bernoulli(1 - call.dropout, g.streamTensor(kSeed), g.streamTensor(kOffset), kept);
+  return kept;
+}
+
+// The weights p dropout keeps, scaled by 1 / (1 - p) (`scale`), of dtype `type`.
+const Descriptor& keptWeights(GraphBuilder& g, const Descriptor& p, const Descriptor& kept,
+                              const Descriptor& scale, const std::vector<int64_t>& scores,
+                              cudnnDataType_t type) {
+  const Descriptor& masked = g.virtualTensor(scores);
+  const Descriptor& scaled = g.virtualTensor(scores, type);
+  g.pointwise(CUDNN_POINTWISE_MUL, p, &kept, nullptr, masked);
+  g.pointwise(CUDNN_POINTWISE_MUL, masked, &scale, nullptr, scaled);
+  return scaled;
+}
+
 // Forward: S = mask(q k^T * scale); stats = max + log(sum exp(S - max));
 // out = (exp(S - max) / sum) @ v (the probabilities in the operands' dtype).
 void forwardGraph(GraphBuilder& g, const AttentionCall& call, cudnnDataType_t type, const Layout& q,
@@ -317,13 +338,8 @@ void forwardGraph(GraphBuilder& g, const AttentionCall& call, cudnnDataType_t ty
     return;
   }
   // The kept weights scaled by 1 / (1 - p), in the operands' dtype for bmm2.
-  const Descriptor& kept = g.virtualTensor(scores);
-  const Descriptor& masked = g.virtualTensor(scores);
-  const Descriptor& dropped = g.virtualTensor(scores, type);
-  g.bernoulli(1 - call.dropout, g.streamTensor(kSeed), g.streamTensor(kOffset), kept);
-  g.pointwise(CUDNN_POINTWISE_MUL, p, &kept, nullptr, masked);
-  g.pointwise(CUDNN_POINTWISE_MUL, masked, &g.scalar(kDropoutScale), nullptr, dropped);
-  g.matmul(dropped, vd, od);
+  const Descriptor& kept = keptDraws(g, call, scores);
+  g.matmul(keptWeights(g, p, kept, g.scalar(kDropoutScale), scores, type), vd, od);
 }
 
 // Backward, as FlashAttention-2's: delta = rowsum(dout * out) and dq's f32
@@ -378,14 +394,9 @@ void backwardGraph(GraphBuilder& g, const AttentionCall& call, cudnnDataType_t t
   const Descriptor* dropoutScale = nullptr;
   const Descriptor* pKept = &p; // the weights dv takes
   if (dropout) {
-    kept = &g.virtualTensor(scores);
+    kept = &keptDraws(g, call, scores);
     dropoutScale = &g.scalar(kDropoutScale);
-    g.bernoulli(1 - call.dropout, g.streamTensor(kSeed), g.streamTensor(kOffset), *kept);
-    const Descriptor& masked = g.virtualTensor(scores);
-    const Descriptor& scaledKept = g.virtualTensor(scores);
-    g.pointwise(CUDNN_POINTWISE_MUL, p, kept, nullptr, masked);
-    g.pointwise(CUDNN_POINTWISE_MUL, masked, dropoutScale, nullptr, scaledKept);
-    pKept = &scaledKept;
+    pKept = &keptWeights(g, p, *kept, *dropoutScale, scores, CUDNN_DATA_FLOAT);
   }
   const Descriptor& pT = g.tensor(g.nextVirtual(), type, transposedScores, transposedStrides, true);
   g.reshape(*pKept, pT);
@@ -477,12 +488,24 @@ bool accepts(const AttentionCall& call, const std::vector<const Tensor*>& operan
   return true;
 }
 
-// A plan's key part for its dropout: the probability's bits (0: none).
-int64_t dropoutKey(const AttentionCall& call) {
-  double p = call.dropout;
-  int64_t bits = 0;
-  std::memcpy(&bits, &p, sizeof bits);
-  return bits;
+void appendLayout(std::vector<int64_t>& key, const Layout& l) {
+  key.insert(key.end(), l.dims.begin(), l.dims.end());
+  key.insert(key.end(), l.strides.begin(), l.strides.end());
+}
+
+// A plan's key: its kind (0 forward with stats, 2 without, 1 backward), the
+// device, dtype, causality, dropout probability (its bits) and every
+// operand's layout, the bias's last.
+std::vector<int64_t> planKey(int64_t kind, const AttentionCall& call, int device, ir::DType dtype,
+                             std::initializer_list<const Layout*> operands,
+                             const std::optional<Layout>& bias) {
+  int64_t dropoutBits = 0;
+  std::memcpy(&dropoutBits, &call.dropout, sizeof dropoutBits);
+  std::vector<int64_t> key = {kind,        device,      static_cast<int64_t>(dtype),
+                              call.causal, dropoutBits, bias.has_value()};
+  for (const Layout* l : operands) appendLayout(key, *l);
+  if (bias) appendLayout(key, *bias);
+  return key;
 }
 
 // The bias, and the seed, offset and 1 / (1 - p) of a call with dropout, bound by their uids.
@@ -495,11 +518,6 @@ void bindOptional(const AttentionCall& call, float& dropoutScale, std::vector<in
   if (call.dropout <= 0) return;
   uids.insert(uids.end(), {kSeed, kOffset, kDropoutScale});
   pointers.insert(pointers.end(), {call.seed->data, call.offset->data, &dropoutScale});
-}
-
-void appendLayout(std::vector<int64_t>& key, const Layout& l) {
-  key.insert(key.end(), l.dims.begin(), l.dims.end());
-  key.insert(key.end(), l.strides.begin(), l.strides.end());
 }
 
 // The plan of `key` (built by `build` the first time); null when cuDNN refuses it.
@@ -578,10 +596,8 @@ bool cudnnAttentionForward(const AttentionCall& call, const Tensor& q, const Ten
   Layout ql = layoutOf(q), kl = layoutOf(k), vl = layoutOf(v), ol = layoutOf(out);
   std::optional<Layout> bl;
   if (call.bias) bl = biasLayout(*call.bias, ql, kl.dims[2]);
-  std::vector<int64_t> key = {lse ? 0 : 2, context.device,   static_cast<int64_t>(q.dtype),
-                              call.causal, dropoutKey(call), bl.has_value()};
-  for (const Layout* l : {&ql, &kl, &vl, &ol}) appendLayout(key, *l);
-  if (bl) appendLayout(key, *bl);
+  std::vector<int64_t> key =
+      planKey(lse ? 0 : 2, call, context.device, q.dtype, {&ql, &kl, &vl, &ol}, bl);
   cudnnDataType_t type = dataType(q.dtype);
   const Plan* plan = planFor(key, context.device, "forward", [&](GraphBuilder& g) {
     forwardGraph(g, call, type, ql, kl, vl, ol, bl ? &*bl : nullptr, lse != nullptr);
@@ -615,10 +631,8 @@ bool cudnnAttentionBackward(const AttentionCall& call, const Tensor& dout, const
   Layout gl = layoutOf(dout), dql = layoutOf(dq), dkl = layoutOf(dk), dvl = layoutOf(dv);
   std::optional<Layout> bl;
   if (call.bias) bl = biasLayout(*call.bias, ql, kl.dims[2]);
-  std::vector<int64_t> key = {1,           context.device,   static_cast<int64_t>(q.dtype),
-                              call.causal, dropoutKey(call), bl.has_value()};
-  for (const Layout* l : {&ql, &kl, &vl, &ol, &gl, &dql, &dkl, &dvl}) appendLayout(key, *l);
-  if (bl) appendLayout(key, *bl);
+  std::vector<int64_t> key =
+      planKey(1, call, context.device, q.dtype, {&ql, &kl, &vl, &ol, &gl, &dql, &dkl, &dvl}, bl);
   cudnnDataType_t type = dataType(q.dtype);
   const Plan* plan = planFor(key, context.device, "backward", [&](GraphBuilder& g) {
     backwardGraph(g, call, type, ql, kl, vl, ol, gl, dql, dkl, dvl, bl ? &*bl : nullptr);

@@ -21,7 +21,9 @@ double attentionDropout(const Node& node);
 // The node's seed and offset inputs, when it drops weights.
 std::optional<std::pair<ValueId, ValueId>> attentionStream(const Node& node);
 
-// An attention node's attn_mask input, if it has one.
+// The position among an attention node's inputs of its attn_mask, if it has one.
+std::optional<size_t> attentionMaskInput(const Node& node);
+// That input itself.
 std::optional<ValueId> attentionMask(const Node& node);
 
 // Whether `lse` (attention_lse) is of `forward`'s query, key, value and mask
