@@ -29,6 +29,7 @@ def artifacts(tmp_path_factory):
     def load(name: str) -> ir.Compiled:
         return ir.Compiled((out / f"{name}.kiln").read_bytes(), False, str(cache))
 
+    load.files = out  # the artifacts' files, for a test that runs one in a subprocess
     return load
 
 
@@ -136,6 +137,40 @@ def test_matrix_products_match_torch(artifacts):
     u = torch.randn(4, 16, 8, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(4, 8, 24, device="cuda", dtype=torch.bfloat16)
     torch.testing.assert_close(artifacts("bmm_bf16")(u, v)[0], torch.bmm(u, v), rtol=2e-2, atol=2e-2)
+
+
+# A product shape's first call times cuBLASLt's candidate algorithms on its own operands
+# and keeps the fastest (KILN_MATMUL_AUTOTUNE=0: the heuristic's first, untimed); the
+# choice is logged at debug level. Run in a subprocess: the choice is per process.
+AUTOTUNED_PRODUCT = """
+import sys, torch
+from kiln import ir
+compiled = ir.Compiled(open(sys.argv[1], "rb").read(), False, sys.argv[2])
+a, b = torch.randn(64, 32, device="cuda"), torch.randn(32, 48, device="cuda")
+for _ in range(3):  # the first call chooses; the others run the choice
+    (c,) = compiled(a, b)
+    torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-5)
+print("products match")
+"""
+
+
+@needs_gpu
+@pytest.mark.parametrize("autotune", ["1", "0"])
+def test_a_products_first_call_times_cublaslts_candidates(artifacts, tmp_path, autotune):
+    import os
+    import sys
+    env = dict(os.environ, KILN_LOG_LEVEL="debug", KILN_MATMUL_AUTOTUNE=autotune)
+    done = subprocess.run([sys.executable, "-c", AUTOTUNED_PRODUCT, str(artifacts.files / "mm_f32.kiln"),
+                           str(tmp_path)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "products match" in done.stdout
+    chosen = re.findall(r"cuBLASLt: 48x64x32 \(batch 1, epilogue \d+\): algorithm (\d+) of (\d+)",
+                        done.stderr)
+    if autotune == "0":
+        assert chosen == []
+    else:  # one choice for the shape, however many calls
+        assert len(chosen) == 1, done.stderr
+        assert 1 <= int(chosen[0][0]) <= int(chosen[0][1])
 
 
 @needs_gpu

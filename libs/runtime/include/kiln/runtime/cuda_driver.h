@@ -51,6 +51,7 @@ namespace kiln::runtime {
   X(cuEventQuery)                                                                                  \
   X(cuEventSynchronize)                                                                            \
   X(cuEventDestroy)                                                                                \
+  X(cuEventElapsedTime)                                                                            \
   X(cuMemAllocHost)                                                                                \
   X(cuMemFreeHost)                                                                                 \
   X(cuStreamBeginCapture)                                                                          \
