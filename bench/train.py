@@ -252,8 +252,10 @@ def main():
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--tiny", action="store_true", help="2 layers, 64 wide, batch 2 x 64: checks the script")
-    parser.add_argument("--only", help="comma-separated contenders: eager, torch_compile, kiln, "
-                                       "torch_compile_reduce_overhead, kiln_reduce_overhead (all by default)")
+    parser.add_argument("--only", help="comma-separated contenders, run in that order: eager, torch_compile, "
+                                       "kiln, torch_compile_reduce_overhead, kiln_reduce_overhead (all by "
+                                       "default, in this order; a later contender shares the process with "
+                                       "what ran before it, torch.compile's worker threads included)")
     parser.add_argument("--profile", help="comma-separated contenders to profile one step of")
     parser.add_argument("--out", help="results file (default: bench/results/...)")
     parser.add_argument("--explain", help="write kiln.explain of the compiled model (graphs, kernels) here")
@@ -285,8 +287,10 @@ def main():
         model.load_state_dict(initial)
         return model
 
-    only = set(args.only.split(",")) if args.only else {"eager", "torch_compile", "kiln", "kiln_reduce_overhead",
-                                                          "torch_compile_reduce_overhead"}
+    order = ["eager", "torch_compile", "kiln", "torch_compile_reduce_overhead", "kiln_reduce_overhead"]
+    only = list(dict.fromkeys(args.only.split(","))) if args.only else order
+    if set(only) - set(order):
+        parser.error(f"--only: unknown contenders {sorted(set(only) - set(order))} (have: {', '.join(order)})")
     results = {}
     kiln_options = {} if args.memory_budget is None else {"memory_budget": args.memory_budget}
     with private_stack() as stack:
@@ -304,9 +308,8 @@ def main():
                       "torch_compile_reduce_overhead": lambda m: torch_compile(m, "reduce-overhead"),
                       "kiln_reduce_overhead": lambda m: kiln.compile(m, stack=stack, options=kiln_options,
                                                                       mode="reduce-overhead")}
-        for name, make in contenders.items():
-            if name not in only:
-                continue
+        for name in only:
+            make = contenders[name]
             model = fresh()
             made = []
             kiln_run = name.startswith("kiln")
@@ -361,7 +364,7 @@ def main():
         print("summary", summary, flush=True)
     results["summary"] = summary
     write_report("train", args.kind, args.out,
-                 {**config, "dropout": args.dropout, "steps": args.steps, "autocast": "bf16" if autocast else None, "torch": torch.__version__,
+                 {**config, "dropout": args.dropout, "steps": args.steps, "order": only, "autocast": "bf16" if autocast else None, "torch": torch.__version__,
                   "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"},
                  results, target={"tokens_per_s_vs_torch_compile": 1.0, "peak_memory_vs_torch_compile": 1.0,
                                   "cold_compile_fraction_of_torch_compile": 0.2})
