@@ -174,6 +174,28 @@ def test_a_products_first_call_times_cublaslts_candidates(artifacts, tmp_path, a
 
 
 @needs_gpu
+def test_deterministic_artifacts_products_take_the_heuristics_algorithm(stack, tmp_path):
+    # torch.use_deterministic_algorithms compiles for "+deterministic": its products run
+    # cuBLASLt's heuristic's first algorithm, untimed, the same in every process.
+    import os
+    import sys
+    g = ir.Graph()
+    a = g.placeholder("a", "float32", [64, 32], device="cuda:0")
+    b = g.placeholder("b", "float32", [32, 48], device="cuda:0")
+    g.set_outputs([g.call("mm", a, b)])
+    env = dict(os.environ, KILN_LOG_LEVEL="debug")
+    for target, choices in (("cuda:sm_90", 1), ("cuda:sm_90+deterministic", 0)):
+        artifact, _ = stack.compile(g, target)
+        path = tmp_path / f"{target.replace(':', '-')}.kiln"
+        path.write_bytes(artifact)
+        done = subprocess.run([sys.executable, "-c", AUTOTUNED_PRODUCT, str(path), str(tmp_path)],
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+        assert "products match" in done.stdout
+        assert len(re.findall(r"cuBLASLt: 48x64x32 .*: algorithm", done.stderr)) == choices, done.stderr
+
+
+@needs_gpu
 def test_a_kernel_feeding_an_extern_call(artifacts):
     compiled = artifacts("scale_then_matmul")
     x, w = torch.randn(1000, device="cuda"), torch.randn(1000, 8, device="cuda")

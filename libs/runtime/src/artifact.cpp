@@ -383,7 +383,10 @@ std::shared_ptr<LoadedArtifact> LoadedArtifact::load(std::string_view bytes, con
 
 RunResult LoadedArtifact::run(const std::vector<Tensor>& inputs, Allocator& allocator,
                               CudaStream where) const {
-  if (module_) return runCuda(artifact_.plan, *module_, inputs, allocator, where, &facts_);
+  if (module_) {
+    bool deterministic = artifact_.target.find("+deterministic") != std::string::npos;
+    return runCuda(artifact_.plan, *module_, inputs, allocator, where, &facts_, deterministic);
+  }
   return runtime::run(
       artifact_.plan,
       [&](const std::string& name) -> KernelFn {

@@ -153,9 +153,10 @@ private:
 
 class CudaExecutor : public Executor {
 public:
-  CudaExecutor(const Plan& plan, const CudaModule& module, Allocator& allocator, CudaStream where)
+  CudaExecutor(const Plan& plan, const CudaModule& module, Allocator& allocator, CudaStream where,
+               bool deterministic)
       : plan_(plan), module_(module), allocator_(allocator), where_(where), driver_(cudaDriver()),
-        stream_(static_cast<CUstream>(where.stream)) {}
+        stream_(static_cast<CUstream>(where.stream)), deterministic_(deterministic) {}
 
   ~CudaExecutor() override {
     if (status_) allocator_.release(status_);
@@ -232,8 +233,12 @@ public:
   void callExtern(const Step& step, const std::vector<Tensor>& inputs,
                   const std::vector<ir::Attr>& attrs, const Tensor& out,
                   const std::vector<Tensor>& results) override {
-    detail::CudaCallContext context{driver_, stream_, where_.device, allocator_,
-                                    [this](size_t& bytes) { return workspace(bytes); }};
+    detail::CudaCallContext context{driver_,
+                                    stream_,
+                                    where_.device,
+                                    allocator_,
+                                    [this](size_t& bytes) { return workspace(bytes); },
+                                    !deterministic_};
     if (detail::isFlashAttention(step.op)) {
       detail::cudaFlashAttention(step.op, inputs, attrs, out, results,
                                  [&](const char* attr) { return libraryKernel(step, attr); },
@@ -388,6 +393,7 @@ private:
   CudaStream where_;
   const CudaDriver& driver_;
   CUstream stream_;
+  bool deterministic_; // products take the heuristic's algorithm (runCuda)
   const sym::Binding* binding_ = nullptr;
   const std::vector<int64_t>* symbols_ = nullptr;
   std::vector<CUfunction> functions_;
@@ -507,10 +513,11 @@ void checkCudaErrors() {
 }
 
 RunResult runCuda(const Plan& plan, const CudaModule& module, const std::vector<Tensor>& inputs,
-                  Allocator& allocator, CudaStream where, const PlanFacts* facts) {
+                  Allocator& allocator, CudaStream where, const PlanFacts* facts,
+                  bool deterministic) {
   cudaDriver(); // Error{Unavailable} before anything else
   CudaContextScope scope(where.device);
-  CudaExecutor executor(plan, module, allocator, where);
+  CudaExecutor executor(plan, module, allocator, where, deterministic);
   RunResult result = run(plan, executor, inputs, allocator, facts);
   result.replayStatus = executor.replayStatus();
   return result;

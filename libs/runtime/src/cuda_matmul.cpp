@@ -109,8 +109,8 @@ constexpr int kCandidates = 8;
 struct Prepared {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  std::vector<cublasLtMatmulAlgo_t> algos; // the one a call runs first
-  bool chosen = false;                     // algos[0] is the fastest measured, or autotuning is off
+  std::vector<cublasLtMatmulAlgo_t> algos; // in the heuristic's order
+  std::optional<size_t> fastest;           // the timed calls' choice, once made
 };
 
 // KILN_MATMUL_AUTOTUNE=0: the heuristic's first algorithm, untimed (the same
@@ -182,8 +182,10 @@ std::optional<Prepared> prepare(const CublasLt& lt, cublasLtHandle_t handle, con
   for (int i = 0; i < found; ++i)
     if (results[i].state == CUBLAS_STATUS_SUCCESS) algos.push_back(results[i].algo);
   if (algos.empty()) return std::nullopt;
-  bool chosen = algos.size() == 1;
-  return Prepared{op.release(), la.release(), lb.release(), ld.release(), std::move(algos), chosen};
+  std::optional<size_t> fastest;
+  if (algos.size() == 1) fastest = 0;
+  return Prepared{op.release(), la.release(),     lb.release(),
+                  ld.release(), std::move(algos), fastest};
 }
 
 // A CUDA event for timing, destroyed with its scope.
@@ -202,7 +204,7 @@ private:
   CUevent event_ = nullptr;
 };
 
-// Moves the fastest of the call's algorithms first: each runs the call
+// The fastest of the call's algorithms: each runs the call
 // itself, on its own operands and into its own result (which the call then
 // writes again), back to back as a step runs them: a warm-up run each, then
 // three rounds of kRepeats runs each, its best round's mean counting. Another
@@ -217,7 +219,8 @@ private:
 // than the product could save (bench/gpu's MLP, two 1.3 ms products: 0.35 s,
 // where its cold compile had been 0.08 s against torch.compile's 0.57).
 template <class Matmul>
-void chooseFastest(const CudaCallContext& ctx, const Gemm& g, Prepared& call, Matmul matmul) {
+size_t chooseFastest(const CudaCallContext& ctx, const Gemm& g, const Prepared& call,
+                     Matmul matmul) {
   constexpr int kRepeats = 4;
   constexpr float kMargin = 0.02f, kLongestMs = 0.25f;
   const CudaDriver& driver = ctx.driver;
@@ -233,10 +236,7 @@ void chooseFastest(const CudaCallContext& ctx, const Gemm& g, Prepared& call, Ma
     cudaCheck(driver.cuEventRecord(marks[1].get(), ctx.stream), "cuEventRecord");
     cudaCheck(driver.cuEventSynchronize(marks[1].get()), "cuEventSynchronize");
     cudaCheck(driver.cuEventElapsedTime(&ms, marks[0].get(), marks[1].get()), "cuEventElapsedTime");
-    if (!refused[0] && ms > kLongestMs) {
-      call.chosen = true;
-      return;
-    }
+    if (!refused[0] && ms > kLongestMs) return 0;
   }
   std::vector<float> fastest(count, std::numeric_limits<float>::infinity());
   for (int round = 0; round < 3; ++round) {
@@ -257,14 +257,12 @@ void chooseFastest(const CudaCallContext& ctx, const Gemm& g, Prepared& call, Ma
   size_t best =
       static_cast<size_t>(std::min_element(fastest.begin(), fastest.end()) - fastest.begin());
   if (std::isfinite(fastest[0]) && fastest[best] > fastest[0] * (1 - kMargin)) best = 0;
-  if (std::isfinite(fastest[best])) {
+  if (std::isfinite(fastest[best]))
     log().debug("cuBLASLt: {}x{}x{} (batch {}, epilogue {}): algorithm {} of {}, {:.1f} us "
                 "(the heuristic's first: {:.1f} us)",
                 g.m, g.n, g.k, g.batch, int(g.epilogue), best + 1, count, fastest[best] * 1e3,
                 fastest[0] * 1e3);
-    std::swap(call.algos[0], call.algos[best]);
-  }
-  call.chosen = true;
+  return best;
 }
 
 // The prepared calls by device and shape, for the process (never destroyed:
@@ -318,8 +316,14 @@ bool tryGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const voi
   };
   // Timed only where running the call again changes nothing it reads: beta 0
   // (D is not read), and not while the stream captures a graph (no waiting).
-  if (!call.chosen && beta == 0 && !capturing(ctx)) chooseFastest(ctx, g, call, matmul);
-  cublasCheck(matmul(call.algos[0]), "cublasLtMatmul");
+  // Deterministic runs take the heuristic's first, whatever other runs chose.
+  size_t algo = 0;
+  if (ctx.timedProducts) {
+    if (!call.fastest && beta == 0 && !capturing(ctx))
+      call.fastest = chooseFastest(ctx, g, call, matmul);
+    algo = call.fastest.value_or(0);
+  }
+  cublasCheck(matmul(call.algos[algo]), "cublasLtMatmul");
   return true;
 }
 

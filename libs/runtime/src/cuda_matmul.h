@@ -22,6 +22,7 @@ struct CudaCallContext {
   int device;
   Allocator& allocator;
   std::function<void*(size_t& bytes)> workspace; // the run's cuBLASLt workspace and its size
+  bool timedProducts = true; // false: the heuristic's algorithm, untimed (runCuda's deterministic)
 };
 
 // Device memory from the context's allocator for the length of one extern

@@ -28,7 +28,7 @@ int64_t CudaModule::residentBlocks(int, uint32_t, uint32_t, uint32_t) const {
 }
 
 RunResult runCuda(const Plan&, const CudaModule&, const std::vector<Tensor>&, Allocator&,
-                  CudaStream, const PlanFacts*) {
+                  CudaStream, const PlanFacts*, bool) {
   unavailable();
 }
 

@@ -78,9 +78,13 @@ private:
 // or checkCudaErrors after the GPU finished that run — at once with
 // KILN_CUDA_SYNC_ERRORS=1, which makes each such run wait. Symbolic-int
 // outputs are 0-d Int64 in host memory (RunResult::hostInts).
+// `deterministic` (a "+deterministic" artifact: torch.use_deterministic_algorithms):
+// products run cuBLASLt's heuristic's first algorithm, the same in every
+// process, where other runs time the candidates on a shape's first call.
 // Error{Unavailable} without a driver.
 RunResult runCuda(const Plan& plan, const CudaModule& module, const std::vector<Tensor>& inputs,
-                  Allocator& allocator, CudaStream where, const PlanFacts* facts = nullptr);
+                  Allocator& allocator, CudaStream where, const PlanFacts* facts = nullptr,
+                  bool deterministic = false);
 
 // The status words of a run captured into a CUDA graph (runCuda on a stream
 // that was capturing, in relaxed mode: the words' pinned host memory is
