@@ -205,9 +205,11 @@ ir::Graph biasGradsAfterProducts(const ir::Graph& graph) {
   return out;
 }
 
-// TODO(issue 7): ReLU's epilogue (RELU_AUX_BIAS keeps a bit mask for the
-// backward, where torch saves the output) is in cuBLASLt's reach but chosen by
-// no pass; the tanh GELU's forward is (geluProduct). The backward's DGELU was
+// TODO(issue 7): ReLU's epilogue (RELU_BIAS; the backward reads relu's result)
+// is in cuBLASLt's reach but chosen by no pass; the tanh GELU's forward is
+// (geluProduct). Built at 2d37d0b (with its GPU test at fb23b5d) and reverted
+// unrun: a max(x, 0) epilogue may turn NaN into 0 where torch's relu keeps it;
+// check that on a GPU before choosing it. The backward's DGELU was
 // built and measured slower on the H100 (cuBLASLt 13's DGELU is an xmma kernel
 // of 96 us for GPT-2's fc1 grad against the plain product's 57 plus 34 of the
 // fused kernel it saves; DGELU_BGRAD adds a separate 185 us epilogue kernel).
