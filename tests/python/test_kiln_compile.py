@@ -260,6 +260,22 @@ def test_a_service_killed_mid_compile_still_returns_the_result(stack):
     assert entries(fast) >= 1
 
 
+def test_a_tensors_type_questions_are_answered_from_its_dtype(stack):
+    # torch.is_floating_point / is_complex / is_tensor and x.is_floating_point() read the
+    # traced value's dtype (guarded): nn.MultiheadAttention's forward asks them on torch 2.x.
+    def fn(x, y):
+        a = x * 2 if torch.is_floating_point(x) else x + 1
+        b = y if y.is_floating_point() else y.float()
+        c = 1 if torch.is_tensor(x) and not torch.is_complex(x) and not torch.is_tensor(3) else 0
+        return a + b + c
+
+    fast = kiln.compile(fn, stack=stack)
+    for x, y in ((torch.ones(3), torch.arange(3)), (torch.arange(3), torch.ones(3))):
+        torch.testing.assert_close(fast(x, y), fn(x, y))
+    assert not fast.fallback_reasons, fast.fallback_reasons
+    assert len(fast.cache.entries) == 2  # one per dtype of x: the answer is guarded
+
+
 def test_is_autocast_enabled_reads_the_traced_state(stack):
     def f(x):  # torch.is_autocast_enabled() is CUDA's autocast, as in eager
         return x * 2 if torch.is_autocast_enabled() else x - 1

@@ -401,6 +401,14 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
     return s.unbackedOp("masked_select", {args.at(0)->value, (*mask)->value});
   }
   if (m == "type_as" && method) return toDType(s, args[0], s.meta(args[1]).dtype);
+  // Questions about the traced value's type, answered from its meta (the entry is
+  // guarded on the inputs' dtypes): nn.MultiheadAttention's forward asks them.
+  if ((m == "is_floating_point" || m == "is_complex") && args.size() == 1 && kwargs.empty() &&
+      args[0]->kind == Kind::Tensor)
+    return boolean(m == "is_floating_point" &&
+                   ir::isFloating(s.meta(args[0]).dtype)); // no complex dtypes
+  if (m == "is_tensor" && !method && args.size() == 1 && kwargs.empty())
+    return boolean(args[0]->kind == Kind::Tensor);
   if ((m == "relu" || m == "gelu" || m == "silu" || m == "sigmoid" || m == "tanh") && isFunctional(name)) {
     if (auto inplace = kwarg(kwargs, "inplace"); inplace && s.concrete(*inplace)) unsupported(name + "(inplace=True)");
     return s.callOp(m, args, without(kwargs, {"inplace"}));
@@ -622,9 +630,11 @@ std::optional<Var> moduleMember(const std::string& module, const std::string& na
   std::string m = name;
   if (auto it = renamed().find(m); it != renamed().end()) m = it->second;
   if ((module == "torch" || module == "torch.nn.functional" || module == "torch.special") &&
-      (sameNamed().count(m) || m == "zeros" || m == "ones" || m == "empty" || m == "max" || m == "min" ||
-       m == "dropout" || m == "no_grad" || m == "enable_grad" || m == "flatten" || m == "tril" || m == "triu" ||
-       m == "autocast" || m == "nonzero" || m == "masked_select" || m == "is_autocast_enabled"))
+      (sameNamed().count(m) || m == "zeros" || m == "ones" || m == "empty" || m == "max" ||
+       m == "min" || m == "dropout" || m == "no_grad" || m == "enable_grad" || m == "flatten" ||
+       m == "tril" || m == "triu" || m == "autocast" || m == "nonzero" || m == "masked_select" ||
+       m == "is_autocast_enabled" ||
+       (module == "torch" && (m == "is_floating_point" || m == "is_complex" || m == "is_tensor"))))
     return builtin(module + "." + name);
   return std::nullopt;
 }
