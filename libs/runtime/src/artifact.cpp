@@ -356,6 +356,7 @@ std::shared_ptr<LoadedArtifact> LoadedArtifact::load(std::string_view bytes, con
     malformed("a plan of " + std::to_string(a.plan.kernels.size()) + " kernels with " +
               std::to_string(a.plan.launches.size()) + " launches");
   loaded->facts_ = planFacts(a.plan);
+  loaded->deterministic_ = a.target.find("+deterministic") != std::string::npos;
   if (isCudaTarget(a.target)) {
     if (!a.plan.kernels.empty() && a.library.empty()) malformed("a CUDA artifact without a cubin");
     loaded->module_ = std::make_shared<CudaModule>(a.library, a.plan.kernels);
@@ -383,10 +384,8 @@ std::shared_ptr<LoadedArtifact> LoadedArtifact::load(std::string_view bytes, con
 
 RunResult LoadedArtifact::run(const std::vector<Tensor>& inputs, Allocator& allocator,
                               CudaStream where) const {
-  if (module_) {
-    bool deterministic = artifact_.target.find("+deterministic") != std::string::npos;
-    return runCuda(artifact_.plan, *module_, inputs, allocator, where, &facts_, deterministic);
-  }
+  if (module_)
+    return runCuda(artifact_.plan, *module_, inputs, allocator, where, &facts_, deterministic_);
   return runtime::run(
       artifact_.plan,
       [&](const std::string& name) -> KernelFn {

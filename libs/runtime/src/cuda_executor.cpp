@@ -238,7 +238,8 @@ public:
                                     where_.device,
                                     allocator_,
                                     [this](size_t& bytes) { return workspace(bytes); },
-                                    !deterministic_};
+                                    !deterministic_,
+                                    capturing_};
     if (detail::isFlashAttention(step.op)) {
       detail::cudaFlashAttention(step.op, inputs, attrs, out, results,
                                  [&](const char* attr) { return libraryKernel(step, attr); },

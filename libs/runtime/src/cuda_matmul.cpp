@@ -175,8 +175,8 @@ std::optional<Prepared> prepare(const CublasLt& lt, cublasLtHandle_t handle, con
   cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int found = 0;
   cublasCheck(lt.cublasLtMatmulAlgoGetHeuristic(handle, op.handle, la.handle, lb.handle, ld.handle,
-                                                ld.handle, pref.handle,
-                                                autotuning() ? kCandidates : 1, results, &found),
+                                                ld.handle, pref.handle, kCandidates, results,
+                                                &found),
               "cublasLtMatmulAlgoGetHeuristic");
   std::vector<cublasLtMatmulAlgo_t> algos;
   for (int i = 0; i < found; ++i)
@@ -278,12 +278,6 @@ PreparedCalls& preparedCalls() {
   return *calls;
 }
 
-bool capturing(const CudaCallContext& ctx) {
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  cudaCheck(ctx.driver.cuStreamIsCapturing(ctx.stream, &status), "cuStreamIsCapturing");
-  return status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 // false when cuBLASLt has no algorithm for the call (nothing is queued).
 // `aux`: GELU_AUX's pre-activation output.
 bool tryGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const void* b, void* d,
@@ -318,8 +312,8 @@ bool tryGemm(const CudaCallContext& ctx, const Gemm& g, const void* a, const voi
   // (D is not read), and not while the stream captures a graph (no waiting).
   // Deterministic runs take the heuristic's first, whatever other runs chose.
   size_t algo = 0;
-  if (ctx.timedProducts) {
-    if (!call.fastest && beta == 0 && !capturing(ctx))
+  if (ctx.timedProducts && autotuning()) {
+    if (!call.fastest && beta == 0 && !ctx.capturing)
       call.fastest = chooseFastest(ctx, g, call, matmul);
     algo = call.fastest.value_or(0);
   }

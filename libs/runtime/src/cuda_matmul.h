@@ -23,6 +23,7 @@ struct CudaCallContext {
   Allocator& allocator;
   std::function<void*(size_t& bytes)> workspace; // the run's cuBLASLt workspace and its size
   bool timedProducts = true; // false: the heuristic's algorithm, untimed (runCuda's deterministic)
+  bool capturing = false;    // the stream captures a CUDA graph: nothing may wait for it
 };
 
 // Device memory from the context's allocator for the length of one extern

@@ -68,6 +68,7 @@ private:
   std::shared_ptr<Library> library_;
   std::shared_ptr<const CudaModule> module_;
   PlanFacts facts_; // of artifact_.plan
+  bool deterministic_ = false; // a "+deterministic" target (runCuda)
 };
 
 } // namespace kiln::runtime
