@@ -135,8 +135,13 @@ _KNOWN_MODULES = {"torch": torch, "torch.nn.functional": torch.nn.functional, "m
 
 def _builtin_name(obj):
     """The qualified name of a callable kiln knows, or None."""
+    name = getattr(obj, "__name__", None)
+    if isinstance(obj, types.FunctionType) and isinstance(name, str) and name.startswith("_") \
+            and obj.__module__ == "torch.nn.functional":
+        # A private helper of F (torch 2.x's _canonical_mask, _none_or_dtype, which the
+        # modules' forwards call) is plain Python: the tracer inlines it.
+        return None
     for prefix, module in _KNOWN_MODULES.items():
-        name = getattr(obj, "__name__", None)
         if isinstance(name, str) and getattr(module, name, None) is obj:
             return f"{prefix}.{name}"
     if obj is torch.Tensor:

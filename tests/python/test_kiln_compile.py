@@ -276,6 +276,20 @@ def test_a_tensors_type_questions_are_answered_from_its_dtype(stack):
     assert len(fast.cache.entries) == 2  # one per dtype of x: the answer is guarded
 
 
+def test_private_helpers_of_torch_nn_functional_are_inlined(stack):
+    # torch 2.x's module forwards call F's private Python helpers (_canonical_mask,
+    # _none_or_dtype): they are plain Python, traced through rather than called.
+    def fn(x, w, b):
+        q, k, v = F._in_projection_packed(x, x, x, w, b)
+        batched = F._mha_shape_check(x, x, x, None, None, 2)
+        return (q * k + v) if batched else q
+
+    fast = kiln.compile(fn, stack=stack)
+    x, w, b = torch.randn(2, 3, 4), torch.randn(12, 4), torch.randn(12)
+    torch.testing.assert_close(fast(x, w, b), fn(x, w, b))
+    assert not fast.fallback_reasons, fast.fallback_reasons
+
+
 def test_is_autocast_enabled_reads_the_traced_state(stack):
     def f(x):  # torch.is_autocast_enabled() is CUDA's autocast, as in eager
         return x * 2 if torch.is_autocast_enabled() else x - 1

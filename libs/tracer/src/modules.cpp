@@ -100,6 +100,16 @@ Var multiheadAttention(TraceState& s, const MultiheadAttentionModule& m, const s
   bool needWeights = a.flag(s, "need_weights", true);
   bool average = a.flag(s, "average_attn_weights", true);
   bool causal = a.flag(s, "is_causal", false);
+  // is_causal hints that attn_mask is the causal mask, as in torch's
+  // multi_head_attention_forward: without a mask torch refuses the call (eager
+  // raises it); with no padding mask and no weights asked for, the causal mask
+  // replaces the given one; otherwise the given mask counts.
+  if (causal && isNone(mask))
+    unsupported("nn.MultiheadAttention: is_causal without an attn_mask (torch refuses the call)");
+  if (causal && isNone(keyPadding) && !needWeights)
+    mask = none();
+  else
+    causal = false;
   auto i = [&](int64_t k) { return integer(s.table.integer(k)); };
 
   // Batch first, [B, L, E]; an unbatched call ([L, E]) as a batch of one.
@@ -159,7 +169,7 @@ Var multiheadAttention(TraceState& s, const MultiheadAttentionModule& m, const s
     else if (s.meta(mask).dim() != 2)
       unsupported("nn.MultiheadAttention: an attn_mask of " + std::to_string(s.meta(mask).dim()) + " dims");
     scores = applyMask(scores, mask);
-  } else if (causal) { // is_causal without a mask: the causal one
+  } else if (causal) {
     scores = applyMask(scores, laterPositions(s, targets, sources, qm.device));
   }
   if (!isNone(keyPadding)) // [B, S]: excluded keys of each batch
