@@ -713,6 +713,68 @@ def test_a_tanh_gelu_epilogue_matches_eager(stack, dtype):
         torch.testing.assert_close(got.grad.float() / scale, want.grad.float() / scale, rtol=0, atol=2e-2)
 
 
+def _relu_mlp(dtype="bfloat16", bias=True):
+    g = ir.Graph()
+    x = g.placeholder("x", dtype, [4, 130, 96], device="cuda:0", requires_grad=True)
+    w1 = g.placeholder("w1", dtype, [200, 96], device="cuda:0", requires_grad=True)
+    b1 = g.placeholder("b1", dtype, [200], device="cuda:0", requires_grad=True) if bias else None
+    w2 = g.placeholder("w2", dtype, [96, 200], device="cuda:0", requires_grad=True)
+    hidden = g.call("relu", g.call("linear", x, w1, b1) if bias else g.call("linear", x, w1))
+    g.set_outputs([g.call("linear", hidden, w2)])
+    return g
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_a_relu_of_a_linear_layer_is_its_products_epilogue(stack, dtype, bias):
+    # cuBLASLt applies the ReLU to the product (and bias) it writes: no kernel reads the
+    # product to write its relu, in inference and in training's forward (the backward reads
+    # the relu's result, which is the call's).
+    g = _relu_mlp(dtype, bias)
+    explained = [ir.compile(g, stack, "cuda").explain]
+    explained.append(ir.compile(stack.partition(g, [True] * (4 if bias else 3))["forward"], stack, "cuda").explain)
+    for text in explained:
+        op = r"addmm\(b1, " if bias else r"(mm|matmul)\("
+        assert re.search(rf"extern buf\d+ = {op}[^)]*\) with epilogue relu\n", text), text
+        assert "kernel" not in text.split("with epilogue relu")[1].split("extern")[0], text
+
+
+def test_a_relu_whose_product_is_read_elsewhere_stays_a_kernel(stack):
+    g = ir.Graph()
+    x = g.placeholder("x", "bfloat16", [64, 96], device="cuda:0")
+    w = g.placeholder("w", "bfloat16", [128, 96], device="cuda:0")
+    product = g.call("linear", x, w)
+    g.set_outputs([g.call("relu", product), product])  # the pre-activation is an output too
+    text = ir.compile(g, stack, "cuda").explain
+    assert "with epilogue relu" not in text, text
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_a_relu_epilogue_matches_eager(stack, dtype):
+    torch.manual_seed(0)
+
+    def mlp():
+        return nn.Sequential(nn.Linear(96, 200), nn.ReLU(), nn.Linear(200, 96, bias=False),
+                             nn.ReLU(), nn.Linear(96, 8)).to("cuda", dtype)
+
+    model, reference = mlp(), mlp()
+    reference.load_state_dict(model.state_dict())
+    fast = kiln.compile(model, stack=stack)
+    x = torch.randn(4, 130, 96, device="cuda", dtype=dtype)
+    tolerance = dict(rtol=2e-2, atol=2e-2) if dtype != torch.float32 else dict(rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), reference(x), **tolerance)
+    fast(x).float().square().mean().backward()
+    reference(x).float().square().mean().backward()
+    runner = training_runner_of(fast)
+    assert runner.explain.count("with epilogue relu") >= 2, runner.explain
+    for got, want in zip(model.parameters(), reference.parameters()):
+        scale = max(want.grad.float().abs().amax().item(), 1e-3)
+        torch.testing.assert_close(got.grad.float() / scale, want.grad.float() / scale, rtol=0,
+                                   atol=2e-2 if dtype != torch.float32 else 1e-4)
+
+
 def _vocabulary_head(graph_device="cuda:0"):
     """A language model's last product: 1025 logits a row (no multiple of 8), large enough
     (2^30 multiply-adds) to be padded."""

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <unordered_map>
 
 #include "kiln/codegen/product_epilogues.h"
@@ -130,6 +131,7 @@ public:
     findAttentionPairs();
     findBiasGradPairs();
     findGeluPairs();
+    findReluEpilogues();
     for (ValueId id = 0; id < graph_->size(); ++id) {
       const ir::Node& node = graph_->node(id);
       values_.push_back(node.kind == ir::NodeKind::Placeholder ? lowerPlaceholder(node, id)
@@ -258,6 +260,22 @@ private:
         continue;
       resultOfCall_[*product] = id;
       callOfResult_[id] = *product;
+    }
+  }
+
+  // A ReLU of a product read by it alone (reluProduct): the product's call
+  // applies it in cuBLASLt's epilogue, and the relu's value is the call's
+  // result (an MLP's hidden layer: no kernel reading the product to write
+  // its relu).
+  void findReluEpilogues() {
+    if (!options_.biasEpilogues || hasMutations(*graph_)) return;
+    for (ValueId id = 0; id < graph_->size(); ++id) {
+      std::optional<ValueId> product = reluProduct(*graph_, id, uses_);
+      if (!product || resultOfCall_.count(*product) ||
+          !isExtern(graph_->node(*product), graph_->meta(*product)))
+        continue;
+      reluOfProduct_[id] = *product;
+      productsWithRelu_.insert(*product);
     }
   }
 
@@ -505,6 +523,7 @@ private:
       return v;
     }
     if (node.value.isTuple()) return lowerPieces(node, id, a);
+    if (reluOfProduct_.count(id)) return values_.at(node.inputs[0]); // the epilogue's result
     const TensorMeta& meta = node.value.tensor();
     if (op == "gelu" && !callOfResult_.count(id)) return lowerComposite(node); // kept, untaken
     if (op == "getitem") {
@@ -829,7 +848,9 @@ private:
     Lowered v;
     v.meta = meta;
     v.base = meta.storageOffset;
-    v.buffer = addBuffer(externBuffer(node, meta));
+    Buffer call = externBuffer(node, meta);
+    if (productsWithRelu_.count(id)) call.call.attrs.push_back({"epilogue", std::string("relu")});
+    v.buffer = addBuffer(std::move(call));
     return v;
   }
 
@@ -1604,6 +1625,8 @@ private:
   // Calls and the further result each computes (findAttentionPairs,
   // findBiasGradPairs, findGeluPairs), and the pairs' values once lowered.
   std::map<ValueId, ValueId> resultOfCall_, callOfResult_;
+  std::map<ValueId, ValueId> reluOfProduct_; // findReluEpilogues: relu -> its product
+  std::set<ValueId> productsWithRelu_;
   std::map<ValueId, std::pair<Lowered, Lowered>> pairs_;
   Program program_;
   uint32_t inputCount_ = 0;

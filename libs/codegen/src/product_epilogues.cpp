@@ -141,6 +141,33 @@ std::optional<ValueId> geluProduct(const Graph& g, ValueId gelu) {
   return product;
 }
 
+std::optional<ValueId> reluProduct(const Graph& g, ValueId relu, const std::vector<size_t>& uses) {
+  const ir::Node& n = g.node(relu);
+  if (!isCall(n, "relu") || n.inputs.size() != 1 || !n.value.isTensor()) return std::nullopt;
+  ir::DType dtype = n.value.tensor().dtype;
+  if (dtype != ir::DType::Float32 && dtype != ir::DType::Float16 && dtype != ir::DType::BFloat16)
+    return std::nullopt;
+  ValueId product = n.inputs[0];
+  if (uses[product] != 1) return std::nullopt;
+  if (isCall(g.node(product), "reshape")) {
+    product = g.node(product).inputs[0];
+    if (uses[product] != 1) return std::nullopt;
+  }
+  const ir::Node& p = g.node(product);
+  bool addmm = isCall(p, "addmm") && p.inputs.size() == 3;
+  bool product2 =
+      (isCall(p, "mm") || isCall(p, "bmm") || isCall(p, "matmul")) && p.inputs.size() == 2;
+  if ((!addmm && !product2) || !p.value.isTensor() || p.value.tensor().dtype != dtype)
+    return std::nullopt;
+  // Matrices (a batch of them: the epilogue applies to each), not vector products.
+  const ir::Value &a = g.value(p.inputs[addmm ? 1 : 0]), &b = g.value(p.inputs[addmm ? 2 : 1]);
+  if (!a.isTensor() || !b.isTensor() || a.tensor().dim() < 2 || b.tensor().dim() < 2)
+    return std::nullopt;
+  std::optional<int64_t> inner = a.tensor().sizes.back().asInteger();
+  if (!inner || *inner < 1) return std::nullopt; // cuBLASLt takes no epilogue without products
+  return product;
+}
+
 std::optional<ValueId> productSummingRows(const Graph& g, ValueId sum) {
   const ir::Node& s = g.node(sum);
   if (!sumsColumns(g, s)) return std::nullopt;
@@ -205,14 +232,11 @@ ir::Graph biasGradsAfterProducts(const ir::Graph& graph) {
   return out;
 }
 
-// TODO(issue 7): ReLU's epilogue (RELU_BIAS; the backward reads relu's result)
-// is in cuBLASLt's reach but chosen by no pass; the tanh GELU's forward is
-// (geluProduct). Built at 2d37d0b (with its GPU test at fb23b5d) and reverted
-// unrun: a max(x, 0) epilogue may turn NaN into 0 where torch's relu keeps it;
-// check that on a GPU before choosing it. The backward's DGELU was
-// built and measured slower on the H100 (cuBLASLt 13's DGELU is an xmma kernel
-// of 96 us for GPT-2's fc1 grad against the plain product's 57 plus 34 of the
-// fused kernel it saves; DGELU_BGRAD adds a separate 185 us epilogue kernel).
+// The tanh GELU's forward (geluProduct) and ReLU (reluProduct) become the
+// product's epilogue in lowering. The backward's DGELU was built and measured
+// slower on the H100 (cuBLASLt 13's DGELU is an xmma kernel of 96 us for
+// GPT-2's fc1 grad against the plain product's 57 plus 34 of the fused kernel
+// it saves; DGELU_BGRAD adds a separate 185 us epilogue kernel).
 ir::Graph biasedProducts(const ir::Graph& graph) {
   if (hasMutations(graph)) return graph;
   std::vector<int> uses(graph.size(), 0);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 
 #include "kiln/ir/graph.h"
 
@@ -33,6 +34,17 @@ bool geluOfABiasedProduct(const ir::Graph& graph, const ir::Node& gelu);
 // gelu(reshape(addmm)) of a contiguous product, a [N] bias, no alpha or beta,
 // a static inner dim > 0, the gelu contiguous. nullopt when it has none.
 std::optional<ir::ValueId> geluProduct(const ir::Graph& graph, ir::ValueId gelu);
+
+// The product whose cuBLASLt epilogue can apply this ReLU (RELU_BIAS, or
+// RELU without a bias): relu(p) or relu(reshape(p)) of f32/f16/bf16, p an
+// addmm, mm, bmm or matmul of matrices (each operand at least 2-d) of the
+// relu's dtype with a static inner dim > 0,
+// read by nothing else (`uses`: readers of each value, graph outputs
+// counted). The relu's value is then the call's result: the backward of
+// relu reads its result, never the pre-activation (a rule reading it would
+// be a second use). nullopt when it has none.
+std::optional<ir::ValueId> reluProduct(const ir::Graph& graph, ir::ValueId relu,
+                                       const std::vector<size_t>& uses);
 
 // The product that can compute a bias grad in its epilogue: for `sum` of a
 // contiguous f16/bf16 `dy` [..., N] over every dim but the last (in dy's
