@@ -784,6 +784,15 @@ def test_a_relu_epilogue_matches_eager(stack, dtype):
         scale = max(want.grad.float().abs().amax().item(), 1e-3)
         torch.testing.assert_close(got.grad.float() / scale, want.grad.float() / scale, rtol=0,
                                    atol=2e-2 if dtype != torch.float32 else 1e-4)
+    # relu keeps NaN (torch's max(x, 0) propagates it): a NaN input row stays NaN through the
+    # epilogue, in inference and in training's forward, where a clamp to 0 would hide it
+    poisoned = x.clone()
+    poisoned[1, 7, 3] = float("nan")
+    with torch.no_grad():
+        got, want = fast(poisoned), reference(poisoned)
+        assert want.isnan().any()
+        torch.testing.assert_close(got, want, equal_nan=True, **tolerance)
+    torch.testing.assert_close(fast(poisoned).detach(), want, equal_nan=True, **tolerance)
 
 
 def _vocabulary_head(graph_device="cuda:0"):
