@@ -290,6 +290,30 @@ def test_private_helpers_of_torch_nn_functional_are_inlined(stack):
     assert not fast.fallback_reasons, fast.fallback_reasons
 
 
+def test_masked_fill_in_place_writes_the_tensor(stack):
+    # F._canonical_mask turns a bool mask into zeros.masked_fill_(mask, -inf); an input's
+    # masked_fill_ is seen by the caller, as in eager.
+    def fn(x, m, scores):
+        additive = torch.zeros_like(m, dtype=x.dtype).masked_fill_(m, float("-inf"))
+        scores.masked_fill_(~m, 0.5)
+        return x + additive, scores.masked_fill(m, -1)
+
+    fast = kiln.compile(fn, stack=stack)
+    x, m, scores = torch.randn(3, 4), torch.rand(3, 4) > 0.5, torch.randn(3, 4)
+    mine, theirs = scores.clone(), scores.clone()
+    torch.testing.assert_close(fast(x, m, mine), fn(x, m, theirs))
+    torch.testing.assert_close(mine, theirs)
+    assert not fast.fallback_reasons, fast.fallback_reasons
+
+    def into_ints(t, m):  # torch casts the float to the tensor's dtype: left to eager
+        return t.masked_fill(m, 2.7)
+
+    fast = kiln.compile(into_ints, stack=stack)
+    t = torch.arange(12).view(3, 4)
+    torch.testing.assert_close(fast(t, m), into_ints(t, m))
+    assert [r.split(" (")[0] for r in fast.fallback_reasons] == ["masked_fill of a float value into a tensor of i64"]
+
+
 def test_is_autocast_enabled_reads_the_traced_state(stack):
     def f(x):  # torch.is_autocast_enabled() is CUDA's autocast, as in eager
         return x * 2 if torch.is_autocast_enabled() else x - 1

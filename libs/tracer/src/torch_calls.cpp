@@ -384,7 +384,15 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
     if (auto d = kwarg(kwargs, "dtype")) return toDType(s, args[0], (*d)->dtype);
     return args[0];
   }
-  if (m == "masked_fill" && method) return s.callOp("where", {args[1], args[2], args[0]}, {});
+  if ((m == "masked_fill" || m == "masked_fill_") && method && args.size() == 3) {
+    // where(mask, value, x), written into x for masked_fill_ (the where's out= form).
+    // torch casts the value to x's dtype: a float into an integer tensor is left to eager.
+    if (args[2]->kind == Kind::Float && !ir::isFloating(s.meta(args[0]).dtype))
+      unsupported("masked_fill of a float value into a tensor of " +
+                  std::string(ir::name(s.meta(args[0]).dtype)));
+    if (m == "masked_fill_") return s.callOp("where_out", {args[1], args[2], args[0], args[0]}, {});
+    return s.callOp("where", {args[1], args[2], args[0]}, {});
+  }
   // Data-dependent results: an unbacked symbol each (issue 9).
   if (m == "item" && method && args.size() == 1) {
     if (auto backed = s.itemOfInput(args[0])) return *backed;
