@@ -3,6 +3,7 @@ recompiles only where the guards say, fallbacks that never raise into user code.
 import os
 import signal
 import time
+import types
 import warnings
 
 import pytest
@@ -312,6 +313,31 @@ def test_masked_fill_in_place_writes_the_tensor(stack):
     t = torch.arange(12).view(3, 4)
     torch.testing.assert_close(fast(t, m), into_ints(t, m))
     assert [r.split(" (")[0] for r in fast.fallback_reasons] == ["masked_fill of a float value into a tensor of i64"]
+
+
+class _ModuleSubclass(types.ModuleType):
+    """What torch 2.x puts in sys.modules for torch.backends: an instance of a ModuleType
+    subclass (GenericModule) standing for the module."""
+
+    def __init__(self, name, flag):
+        super().__init__(name)
+        self.flag = flag
+
+
+def test_a_module_that_is_an_instance_of_a_module_subclass_is_guarded_by_its_type(stack):
+    wrapped = _ModuleSubclass("kiln_test_wrapped", True)
+
+    def fn(x):
+        return x * 2 if wrapped.flag else x - 1
+
+    fast = kiln.compile(fn, stack=stack)
+    x = torch.randn(3)
+    torch.testing.assert_close(fast(x), x * 2)
+    # the guards hold at the next call: no trace again (a `type is module` guard failed here)
+    assert fast.cache.lookup((x,), {}) is not None, kiln.explain(fast)
+    wrapped.flag = False
+    torch.testing.assert_close(fast(x), x - 1)
+    assert len(fast.cache.entries) == 2
 
 
 def test_is_autocast_enabled_reads_the_traced_state(stack):

@@ -303,7 +303,7 @@ private:
       return v;
     }
     case schema::ObjectDesc::PY_MODULE: {
-      guards.check(node(path), guards::typeIs({"builtins", "module"}));
+      typeGuard(); // a module or an instance of a ModuleType subclass (torch 2.x's torch.backends)
       guards.check(node(extend(path, guards::attr("__name__"))), guards::equals(guards::Constant{std::string(d.getPyModule().cStr())}));
       Var v = make(Kind::PyModule);
       v->name = d.getPyModule().cStr();
