@@ -247,16 +247,16 @@ class Compiled:
                 device = torch.cuda.current_device() if available else 0
             on = torch.device("cuda", device)
             stream = torch.cuda.current_stream(on).cuda_stream if available else 0
-            allocate, output = _makers(on)
+            # allocate None: torch's caching allocator, called from C++ (no Python call a
+            # buffer); the outputs a run hands out whole are made in their own layout
             if capture:
-                raw, status = self._artifact.capture(inputs, allocate, device, stream, None, output)
+                raw, status = self._artifact.capture(inputs, None, device, stream, None)
             else:
-                raw = self._artifact.run(inputs, allocate, device, stream, donated, output)
+                raw = self._artifact.run(inputs, None, device, stream, donated)
         elif capture:
             raise ValueError("kiln: only a CUDA artifact is captured into a CUDA graph")
         else:
-            allocate, output = _makers(torch.device("cpu"))
-            raw = self._artifact.run(inputs, allocate, 0, 0, donated, output)
+            raw = self._artifact.run(inputs, None, 0, 0, donated)
         return raw, status
 
     def _cuda_inputs(self, tensors) -> tuple:
@@ -275,7 +275,7 @@ class Compiled:
     @staticmethod
     def _tensor(raw, inputs):
         name, sizes, strides, base, offset, value, input = raw
-        if base is not None:  # offset None: base is the output, made as it (_makers)
+        if base is not None:  # offset None: base is the output, made in its layout
             return base if offset is None else base.view(torch_dtype(name)).as_strided(sizes, strides, offset)
         dtype = torch_dtype(name)
         if value is not None:  # a symbolic int, computed on the host
@@ -412,20 +412,6 @@ class _KeptThenTensors:
 
     def __iter__(self):
         return (self[k] for k in range(len(self)))
-
-
-@functools.lru_cache(maxsize=None)
-def _makers(device: torch.device):
-    """A run's allocators on `device` (torch's caching allocator on CUDA): bytes for its
-    buffers, and the outputs it hands out whole (allocate_output) made as tensors of their
-    own layout, so that the output is the allocation and no view of bytes is built for it
-    after the run (a training backward hands out ~150 grads)."""
-    def allocate(nbytes):
-        return torch.empty(nbytes, dtype=torch.uint8, device=device)
-
-    def output(nbytes, dtype, sizes, strides):
-        return torch.empty_strided(sizes, strides, dtype=torch_dtype(dtype), device=device)
-    return allocate, output
 
 
 def storage_address(t: torch.Tensor) -> int:

@@ -4,6 +4,7 @@
 #include "ir_bindings.h"
 
 #include "sym_operators.h"
+#include "torch_blocks.h"
 
 #include <pybind11/stl.h>
 
@@ -595,6 +596,7 @@ public:
   // read here) or (dtype name, sizes, strides, data address, device) tuples
   // (kiln.ir.Kept's values), device -1 for host memory (CPU tensors, symbolic
   // ints) or the CUDA ordinal;
+  // allocate: None for torch's allocator called from C++ (TorchBlock), or
   // allocate(nbytes) -> a uint8 tensor-like object with .data_ptr() (on the
   // device, for a CUDA artifact); `device` and `stream` (a CUstream address)
   // say where a CUDA artifact runs. Returns per output (dtype, sizes, strides,
@@ -615,7 +617,7 @@ public:
   // a buffer the plan lets reuse input k's memory takes it (PlanBuffer::reuses).
   // The run holds the items meanwhile (the list's become None) and puts back
   // after it those it did not take.
-  py::list run(const py::sequence& inputs, py::function allocate, int device, uintptr_t stream,
+  py::list run(const py::sequence& inputs, py::object allocate, int device, uintptr_t stream,
                py::object donated, py::object allocateOutput) {
     return runAndCapture(inputs, std::move(allocate), device, stream, std::move(donated),
                          std::move(allocateOutput))[0];
@@ -624,7 +626,7 @@ public:
   // As run, on a stream that captures a CUDA graph (torch.cuda.graph, relaxed mode):
   // (outputs, a ReplayStatus to tell before and after each replay, or None when no kernel
   // may fail).
-  py::tuple runAndCapture(const py::sequence& inputs, py::function allocate, int device,
+  py::tuple runAndCapture(const py::sequence& inputs, py::object allocate, int device,
                           uintptr_t stream, py::object donated = py::none(),
                           py::object allocateOutput = py::none()) {
     std::vector<RunInput> read = readRunInputs(inputs);
@@ -632,7 +634,8 @@ public:
     std::vector<runtime::Tensor> tensors;
     tensors.reserve(read.size());
     for (RunInput& input : read) tensors.push_back(std::move(input.tensor));
-    PyAllocator allocator(std::move(allocate), std::move(allocateOutput));
+    PyAllocator allocator(std::move(allocate), std::move(allocateOutput),
+                          loaded_->onCuda() ? device : -1);
     if (!donated.is_none()) allocator.take(donated.cast<py::list>());
     runtime::RunResult result;
     {
@@ -727,35 +730,47 @@ private:
     }
   }
 
+  // A run's memory: torch's allocator called from C++ (`make` None: TorchBlock, no
+  // Python call and no GIL an allocation), or the caller's callables.
   class PyAllocator : public runtime::Allocator {
   public:
-    PyAllocator(py::function make, py::object makeOutput)
-        : make_(std::move(make)), makeOutput_(std::move(makeOutput)) {}
+    PyAllocator(py::object make, py::object makeOutput, int device)
+        : make_(std::move(make)), makeOutput_(std::move(makeOutput)), device_(device) {}
     ~PyAllocator() override {
       py::gil_scoped_acquire gil;
       owners_.clear();
       donated_.clear();
     }
     void* allocate(size_t bytes) override {
+      if (make_.is_none()) return own(TorchBlock::bytes(bytes, device_), bytes, std::nullopt);
       py::gil_scoped_acquire gil;
       py::object tensor = make_(bytes);
       std::byte* data = dataPtrOf(tensor);
-      owners_.insert_or_assign(data, Owner{bytes, std::move(tensor), {}});
+      owners_.insert_or_assign(data, Owner{bytes, std::move(tensor), {}, {}});
       return data;
     }
-    // An output made by makeOutput(bytes, dtype name, sizes, strides), a tensor of that layout.
+    // An output made as a tensor of its layout (makeOutput(bytes, dtype name, sizes, strides)).
     void* allocateOutput(size_t bytes, const runtime::Tensor& layout) override {
+      if (make_.is_none())
+        return own(TorchBlock::strided(layout.dtype, layout.sizes, layout.strides, device_), bytes,
+                   layout);
       if (makeOutput_.is_none()) return allocate(bytes);
       py::gil_scoped_acquire gil;
       py::object tensor =
           makeOutput_(bytes, std::string(dtypeName(layout.dtype)), layout.sizes, layout.strides);
       std::byte* data = dataPtrOf(tensor);
-      owners_.insert_or_assign(data, Owner{bytes, std::move(tensor), layout});
+      owners_.insert_or_assign(data, Owner{bytes, std::move(tensor), {}, layout});
       return data;
     }
     void release(void* data) override {
+      auto it = owners_.find(static_cast<std::byte*>(data));
+      if (it == owners_.end()) return;
+      if (!it->second.object) { // a block no Python object holds yet
+        owners_.erase(it);
+        return;
+      }
       py::gil_scoped_acquire gil;
-      owners_.erase(static_cast<std::byte*>(data));
+      owners_.erase(it);
     }
     // The caller's donations (see run), held here while the run may take them.
     void take(py::list donated) {
@@ -778,7 +793,8 @@ private:
       auto size =
           owner.attr("numel")().cast<size_t>() * owner.attr("element_size")().cast<size_t>();
       if (start != reinterpret_cast<uintptr_t>(data) || size < bytes) return false;
-      owners_.insert_or_assign(static_cast<std::byte*>(data), Owner{size, std::move(owner), {}});
+      owners_.insert_or_assign(static_cast<std::byte*>(data),
+                               Owner{size, std::move(owner), {}, {}});
       donated_[input] = py::none();
       return true;
     }
@@ -794,12 +810,13 @@ private:
     // allocation starts there: torch's CUDA allocator carves neighbouring blocks
     // out of one segment, and an input (not ours) may start where ours ends.
     // (By address: a training step's run hands out ~230 outputs of ~300 allocations.)
-    Held owner(const runtime::Tensor& t, bool empty) const {
+    Held owner(const runtime::Tensor& t, bool empty) {
       auto* at = static_cast<std::byte*>(t.data);
       auto after = owners_.upper_bound(at); // the first allocation starting past `at`
       if (after == owners_.begin()) return {py::none()};
-      const auto& [begin, o] = *std::prev(after);
+      auto& [begin, o] = *std::prev(after);
       if (at < begin + o.bytes || (empty && at == begin + o.bytes && !owners_.count(at))) {
+        if (!o.object) o.object = o.block.python(); // one torch.Tensor for all outputs it holds
         const std::optional<runtime::Tensor>& made = o.madeAs;
         bool itself = at == begin && made && made->dtype == t.dtype && made->sizes == t.sizes &&
                       made->strides == t.strides;
@@ -811,11 +828,19 @@ private:
   private:
     struct Owner {
       size_t bytes;
-      py::object object;
+      py::object object; // null for a block until an output needs it
+      TorchBlock block;
       std::optional<runtime::Tensor> madeAs; // allocateOutput's: the tensor's layout
     };
-    py::function make_;
+    void* own(TorchBlock block, size_t bytes, std::optional<runtime::Tensor> madeAs) {
+      std::byte* data = block.data();
+      owners_.insert_or_assign(data,
+                               Owner{bytes, py::object(), std::move(block), std::move(madeAs)});
+      return data;
+    }
+    py::object make_;                    // None: TorchBlocks
     py::object makeOutput_;              // None: outputs as any memory
+    int device_;                         // the blocks': the CUDA ordinal, or -1 for the CPU
     std::map<std::byte*, Owner> owners_; // by their first byte
     std::vector<py::object> donated_;    // per input: memory the caller gave up, or None
   };
