@@ -173,8 +173,8 @@ def run(name, make_forward, model, idx, targets, steps, autocast, profile=False,
 
 def _host_counters() -> dict:
     """Host seconds of kiln's artifact calls a step: the SDK's whole call (`call`), the C++
-    run inside it (`run`, which includes `allocate`: torch's allocator called back), and
-    how many calls and allocations (ints), summed over calls (ir.Compiled, wrapped)."""
+    run inside it (`run`, which includes its allocations from torch's allocator, made in
+    C++), and how many calls (an int), summed over calls (ir.Compiled, wrapped)."""
     from kiln import ir
     counters = {}
 
@@ -188,17 +188,10 @@ def _host_counters() -> dict:
         def __getattr__(self, name):
             return getattr(self._inner, name)
 
-        def run(self, inputs, allocate, *rest):
-            def counted(nbytes):
-                start = time.perf_counter()
-                try:
-                    return allocate(nbytes)
-                finally:
-                    add("allocate", time.perf_counter() - start)
-                    add("allocations", 1)
+        def run(self, *args):
             start = time.perf_counter()
             try:
-                return self._inner.run(inputs, counted, *rest)
+                return self._inner.run(*args)
             finally:
                 add("run", time.perf_counter() - start)
 
