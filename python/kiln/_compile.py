@@ -128,6 +128,7 @@ class CompiledFunction:
         self._stack = stack
         self._cache = None
         self._warned = False
+        self._unstable_warned = False
         self.fallback_reasons: list[str] = []
 
     def __get__(self, obj, objtype=None):
@@ -182,13 +183,30 @@ class CompiledFunction:
         if isinstance(runner, _Eager):
             if runner.reason not in self.fallback_reasons:
                 self.fallback_reasons.append(runner.reason)
-            return cache.insert(guard_set, runner)
+            return self._checked(cache, cache.insert(guard_set, runner), args, kwargs)
         if miss.entry is not None:  # found elsewhere (the guards service): now runnable here too
             miss.entry.value = runner
             return miss.entry
         training = isinstance(runner, _train.TrainingRunner)
         artifacts = [runner.forward.key, runner.backward.key] if training else [runner.compiled.key]
-        return cache.insert(guard_set, runner, artifacts=artifacts, graphs=[traced.graph.structural_hash()])
+        entry = cache.insert(guard_set, runner, artifacts=artifacts, graphs=[traced.graph.structural_hash()])
+        return self._checked(cache, entry, args, kwargs)
+
+    def _checked(self, cache, entry, args, kwargs):
+        """`entry`, just traced from this call, whose guards should hold on it. Where one does
+        not (a value that changes as it is read, an object whose type the guards cannot find
+        again), each such call misses and is traced or looked up in the guards service again:
+        said once per function, with the failing guard."""
+        if self._unstable_warned:
+            return entry
+        missed = cache.why_missed(args, kwargs)
+        if missed is not None:
+            self._unstable_warned = True
+            why = next((reason for i, reason in missed if i == entry.id), "; ".join(r for _, r in missed))
+            warnings.warn(f"kiln: {getattr(self._fn, '__qualname__', self._fn)}: the guards of the entry just "
+                          f"compiled fail on the call that compiled it ({why}); each such call misses the "
+                          "cache and compiles again", RuntimeWarning, stacklevel=4)
+        return entry
 
     def _simplified(self, guard_bytes: bytes) -> bytes:
         """The traced guard set with its shape guards simplified by the shapes service (fewer,

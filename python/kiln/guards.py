@@ -337,6 +337,13 @@ class FunctionCache:
     def entries(self) -> list[Entry]:
         return list(self._entries)
 
+    def why_missed(self, args: tuple, kwargs: dict | None = None) -> list | None:
+        """None where an entry's guards hold on this call, else (entry id, reason) for each
+        entry, as `lookup` found them (nothing is recorded or compiled)."""
+        if self.lookup(args, kwargs) is not None:
+            return None
+        return list(self._native.last_reasons)
+
     @property
     def last_reasons(self) -> list:
         """(entry id, reason) for each entry, from the last lookup that missed."""

@@ -475,6 +475,7 @@ LoadedProgram::LoadedProgram(guards::Program program) : program_(std::move(progr
         if (c.kind == Check::Kind::Type) {
           a.type = resolveType(c.type, why);
           if (a.type) keep(reinterpret_cast<PyObject*>(a.type));
+          a.byName = !a.type && c.type.qualname.find("<locals>") != std::string::npos;
         } else if (c.kind == Check::Kind::Equals) {
           a.mirror = keep(objectOf(c.equals));
         } else if (c.kind == Check::Kind::Tensor) {
@@ -530,7 +531,8 @@ LoadedProgram::LoadedProgram(guards::Program program) : program_(std::move(progr
         op.what = &node.checks[i.operand];
         op.aux = &checks_[nodes_[i.node].firstCheck + i.operand];
         const Check::Kind k = node.checks[i.operand].kind;
-        op.kind = k == Check::Kind::Type     ? FastKind::CheckType
+        op.kind = k == Check::Kind::Type && !checks_[nodes_[i.node].firstCheck + i.operand].byName
+                      ? FastKind::CheckType
                   : k == Check::Kind::Tensor ? FastKind::CheckTensor
                                              : FastKind::Other;
       }
@@ -780,6 +782,26 @@ bool dictKeysMatch(PyObject* o, const guards::DictKeys& e, PyObject* const* mirr
   return true;
 }
 
+// Whether a class is the one a TypeRef names, by its __module__ and __qualname__
+// (for a class local to a function, which no import finds: as the guards
+// service compares a described value's type).
+bool namedAs(PyTypeObject* type, const guards::TypeRef& ref) {
+  if (!PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE)) return false;
+  const char* qualname = PyUnicode_AsUTF8(reinterpret_cast<PyHeapTypeObject*>(type)->ht_qualname);
+  if (!qualname) {
+    PyErr_Clear();
+    return false;
+  }
+  if (ref.qualname != qualname) return false;
+  PyObject* module = PyDict_GetItemString(type->tp_dict, "__module__"); // borrowed
+  const char* name = module && PyUnicode_Check(module) ? PyUnicode_AsUTF8(module) : nullptr;
+  if (!name) {
+    PyErr_Clear();
+    return false;
+  }
+  return ref.module == name;
+}
+
 } // namespace
 
 bool PyFrontend::check(Value v, const Check& c) {
@@ -799,7 +821,8 @@ bool PyFrontend::checkWith(const Value& v, const Check& c, const LoadedProgram::
   }
   PyObject* o = v.obj;
   switch (c.kind) {
-  case Check::Kind::Type: return aux.type && Py_TYPE(o) == aux.type;
+  case Check::Kind::Type:
+    return aux.type ? Py_TYPE(o) == aux.type : aux.byName && namedAs(Py_TYPE(o), c.type);
   case Check::Kind::Identity:
     return c.identity.scope == guardScope() && c.identity.id == reinterpret_cast<uintptr_t>(o);
   case Check::Kind::Equals: return equalsConstant(o, c.equals, aux.mirror);
@@ -998,7 +1021,8 @@ std::optional<std::string> explainCall(const LoadedProgram& program, PyObject* f
   const guards::Instruction& i = p.code[failedAt];
   if (i.op == guards::Op::Check) {
     const Check& c = p.nodes[i.node].checks[i.operand];
-    if (c.kind == Check::Kind::Type && !program.check(i.node, c).type)
+    if (c.kind == Check::Kind::Type && !program.check(i.node, c).type &&
+        !program.check(i.node, c).byName)
       return guards::describe(p.sources[i.node], c) + " failed: " + program.unresolved(i.node, c);
   }
   return reason;

@@ -47,6 +47,8 @@ public:
   // What a check reads on the hot path, packed (the Check itself is large).
   struct CheckAux {
     PyTypeObject* type = nullptr; // Type: the resolved type, or null (see unresolved())
+    bool byName = false;          // Type: a class local to a function, found by no import:
+                                  // checked by its __module__ and __qualname__
     PyObject* mirror = nullptr;   // Equals: the constant as a Python object
     uint32_t first = 0;           // DictKeys: its keys in keyMirrors(); Tensor: its dims in dims()
     int16_t scalarType = -1;      // Tensor: the dtype as torch's c10::ScalarType

@@ -333,17 +333,23 @@ def test_shape_guards_over_symbols():
     assert failure(st, (torch.zeros(3, 5),)) is not None
 
 
-def test_local_types_fail_with_a_reason():
+def test_local_types_are_checked_by_module_and_qualname():
+    # No import finds a class local to a function: its instances pass by the type's
+    # __module__ and __qualname__ (as the guards service compares a described value's).
     class Local:
+        pass
+
+    class Other:
         pass
 
     s, n = one_arg("v")
     s.check_type(n, Local)
     program = kg.GuardProgram(s)
-    assert not program.check(plain, (Local(),))
-    assert program.explain(plain, (Local(),)) == (
-        "type(L['v']) is test_guards.test_local_types_fail_with_a_reason.<locals>.Local failed: "
-        "the type is local to a function, so it cannot be found from its module")
+    assert program.check(plain, (Local(),))
+    assert not program.check(plain, (Other(),))
+    assert not program.check(plain, (3,))
+    assert program.explain(plain, (Other(),)).startswith(
+        "type(L['v']) is test_guards.test_local_types_are_checked_by_module_and_qualname.<locals>.Local failed")
 
 
 class Recorder:

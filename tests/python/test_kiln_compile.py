@@ -340,6 +340,49 @@ def test_a_module_that_is_an_instance_of_a_module_subclass_is_guarded_by_its_typ
     assert len(fast.cache.entries) == 2
 
 
+def _local_object(scale):
+    class Local:  # no import finds it: the guards check its type by module and qualname
+        def __init__(self):
+            self.scale = scale
+    return Local()
+
+
+def test_an_object_of_a_class_local_to_a_function_hits_the_cache(stack):
+    def fn(x, o):
+        return x * o.scale
+
+    fast = kiln.compile(fn, stack=stack)
+    x, o = torch.ones(3), _local_object(3.0)
+    torch.testing.assert_close(fast(x, o), x * 3)
+    # a guard of its type by a failed import missed at every call (a guards service round trip)
+    assert fast.cache.lookup((x, o), {}) is not None, kiln.explain(fast)
+
+    class Other:  # another qualname: its type guard fails
+        scale = 3.0
+    assert fast.cache.lookup((x, Other()), {}) is None
+
+
+class _CountingReads:
+    """An attribute whose value changes at each read (a property with a side effect)."""
+
+    def __init__(self):
+        self.reads = 0
+
+    @property
+    def n(self):
+        self.reads += 1
+        return self.reads
+
+
+def test_guards_that_fail_on_the_call_that_compiled_them_are_warned_of(stack):
+    def fn(x, c):
+        return x * c.n
+
+    fast = kiln.compile(fn, stack=stack)
+    with pytest.warns(RuntimeWarning, match=r"fail on the call that compiled it \(L\['c'\]\.n == 1 failed"):
+        fast(torch.ones(3), _CountingReads())
+
+
 def test_is_autocast_enabled_reads_the_traced_state(stack):
     def f(x):  # torch.is_autocast_enabled() is CUDA's autocast, as in eager
         return x * 2 if torch.is_autocast_enabled() else x - 1
