@@ -627,6 +627,25 @@ def test_the_memory_budget_option_trades_saved_values_for_recompute(stack):
         kiln.compile(f, options={"triton.cudagraphs": True})
 
 
+def test_indexing_by_an_int_tensor_trains_as_eager(stack):
+    # w[idx]: index_select with negative indices wrapped; repeated rows add up their grads
+    def f(w, idx):
+        return (w[idx] * 2).sum(0)
+
+    fast = kiln.compile(f, stack=stack)
+    w = torch.randn(6, 4, requires_grad=True)
+    ref = w.detach().clone().requires_grad_()
+    idx = torch.tensor([0, 5, -1, 5])
+    got, want = fast(w, idx), f(ref, idx)
+    torch.testing.assert_close(got, want)
+    got.square().sum().backward()
+    want.square().sum().backward()
+    torch.testing.assert_close(w.grad, ref.grad)
+    assert not fast.fallback_reasons, fast.fallback_reasons
+    with pytest.raises(kiln.KilnError, match="out of range"):  # eager: IndexError
+        fast(w, torch.tensor([0, 6, 1, 2]))
+
+
 # ---- nn.MultiheadAttention and the Transformer layers built on it ----------------------------
 
 def _twins(make):

@@ -562,6 +562,47 @@ std::optional<Var> tensorAttribute(TraceState& s, const Var& t, const std::strin
   return std::nullopt;
 }
 
+// x[..., idx, ...] with one int64 tensor among slices, None and ...: idx's dims in
+// place of dim `dim` (numpy's rule for a single advanced index), negative indices
+// counted from the end, as torch's. With ints beside it (also advanced indices,
+// which numpy's rule may move to the front), several tensors, other dtypes or an
+// index on another device the call is left to eager.
+// TODO(issue 6): the rest of advanced indexing.
+Var integerTensorIndex(TraceState& s, const Var& x, const Var& idx, int64_t dim,
+                       const std::vector<Var>& items) {
+  const ir::TensorMeta meta = s.meta(x), index = s.meta(idx);
+  size_t tensors = 0;
+  for (const Var& item : items) {
+    if (item->kind == Kind::Int || item->kind == Kind::Bool)
+      unsupported("indexing a tensor with ints beside a tensor");
+    tensors += item->kind == Kind::Tensor;
+  }
+  if (tensors > 1) unsupported("indexing a tensor with several tensors");
+  if (index.dtype != DType::Int64)
+    unsupported("indexing a tensor with a tensor of " + std::string(ir::name(index.dtype)));
+  if (index.device != meta.device) unsupported("indexing a tensor with a tensor on another device");
+  if (static_cast<size_t>(dim) >= meta.dim())
+    unsupported("indexing a tensor with more indices than dims");
+  sym::Expr size = meta.sizes[static_cast<size_t>(dim)];
+  Var flat =
+      index.dim() == 1
+          ? idx
+          : s.callOp("reshape", {idx, sequence(Kind::Tuple, {integer(s.table.integer(-1))})}, {});
+  Var negative = s.callOp("lt", {flat, integer(s.table.integer(0))}, {});
+  Var wrapped = s.callOp("where", {negative, s.callOp("add", {flat, integer(size)}, {}), flat}, {});
+  Var picked = s.op("index_select", {x->value, wrapped->value}, {{"dim", dim}});
+  if (index.dim() == 1) return picked;
+  std::vector<Var> sizes;
+  for (size_t d = 0; d < meta.dim(); ++d) {
+    if (d != static_cast<size_t>(dim)) {
+      sizes.push_back(integer(meta.sizes[d]));
+      continue;
+    }
+    for (sym::Expr e : index.sizes) sizes.push_back(integer(e));
+  }
+  return s.callOp("reshape", {picked, sequence(Kind::Tuple, sizes)}, {});
+}
+
 Var tensorIndex(TraceState& s, const Var& t, const Var& index) {
   std::vector<Var> items = index->kind == Kind::Tuple ? index->items : std::vector<Var>{index};
   size_t specified = 0;
@@ -596,7 +637,10 @@ Var tensorIndex(TraceState& s, const Var& t, const Var& index) {
       // x[mask] with a bool mask of x's shape: its selected elements (data-dependent count).
       if (items.size() == 1 && s.meta(i).dtype == DType::Bool && s.meta(i).dim() == rank)
         return s.unbackedOp("masked_select", {out->value, i->value});
-      unsupported("indexing a tensor with a tensor"); // TODO(issue 6): advanced indexing
+      out = integerTensorIndex(s, out, i, dim, items);
+      dim += static_cast<int64_t>(s.meta(i).dim());
+      --specified;
+      continue;
     default: unsupported("indexing a tensor with a " + kindName(i->kind)); // TODO(issue 6): advanced indexing
     }
   }

@@ -131,9 +131,24 @@ def shape_arith(x):
     return x[:half] - x[half:]
 
 
-@program(inputs=lambda: (r(4, 6), torch.tensor([0, 2])), falls_back="indexing a tensor with a tensor")
+@program(inputs=lambda: (r(4, 6), torch.tensor([0, 2])))
 def index_by_tensor(x, idx):
     return x[idx]
+
+
+@program(inputs=lambda: (r(4, 6), torch.tensor([-1, 2, -4, 2])))
+def index_by_negative_and_repeated_indices(x, idx):
+    return x[idx] + 1
+
+
+@program(inputs=lambda: (r(3, 5, 2), torch.tensor([[4, 0], [-2, 1]]), torch.tensor([1])))
+def index_by_a_2d_tensor_after_a_slice(x, idx, last):
+    return x[:, idx] * 2, x[..., last]
+
+
+@program(inputs=lambda: (r(4, 6), torch.tensor([0, 2])), falls_back="ints beside a tensor")
+def index_by_an_int_and_a_tensor(x, idx):
+    return x[1, idx]
 
 
 @program(inputs=lambda n=5: r(n, n))
