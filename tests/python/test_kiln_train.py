@@ -646,6 +646,24 @@ def test_indexing_by_an_int_tensor_trains_as_eager(stack):
         fast(w, torch.tensor([0, 6, 1, 2]))
 
 
+def test_an_item_assignment_trains_as_eager(stack):
+    # y[:, 0] = 0 cuts column 0's grad; z[1:] = y[:-1] * 3 routes rows
+    def f(x):
+        y = x * 2
+        y[:, 0] = 0
+        z = torch.zeros_like(y)
+        z[1:] = y[:-1] * 3
+        return (z * y).sum()
+
+    fast = kiln.compile(f, stack=stack)
+    x = torch.randn(4, 3, requires_grad=True)
+    ref = x.detach().clone().requires_grad_()
+    fast(x).backward()
+    f(ref).backward()
+    torch.testing.assert_close(x.grad, ref.grad)
+    assert not fast.fallback_reasons, fast.fallback_reasons
+
+
 # ---- nn.MultiheadAttention and the Transformer layers built on it ----------------------------
 
 def _twins(make):

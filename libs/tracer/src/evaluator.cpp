@@ -1454,8 +1454,10 @@ private:
           for (size_t k = 0; k < obj->keys.size(); ++k)
             if (sameConstant(obj->keys[k], index)) obj->items[k] = value, found = true;
           if (!found) obj->keys.push_back(index), obj->items.push_back(value);
+        } else if (obj->kind == Kind::Tensor) {
+          tensorSetItem(*this, obj, index, value);
         } else {
-          unsupported("assigning to an item of a " + kindName(obj->kind)); // TODO(issue 6): tensor setitem
+          unsupported("assigning to an item of a " + kindName(obj->kind));
         }
       } else if (opname == "BUILD_SLICE") {
         Var step = arg == 3 ? f.pop() : none();

@@ -647,6 +647,44 @@ Var tensorIndex(TraceState& s, const Var& t, const Var& index) {
   return out;
 }
 
+// x[index] = value, as torch's setitem: `value` (a number, or a tensor cast to x's
+// dtype) broadcast into the view x[index] of basic indexing, written as where's
+// out= form under a true 0-d condition (a write through a view, which
+// functionalization carries to x); with a bool mask of x's shape and a number or
+// 0-d value, masked_fill_. A float into a non-float tensor (torch casts it),
+// tensor indices otherwise, and a tensor through a mask are left to eager.
+// TODO(issue 6): index_put_ (x[idx] = v with int tensor indices).
+void tensorSetItem(TraceState& s, const Var& x, const Var& index, const Var& value) {
+  std::vector<Var> items = index->kind == Kind::Tuple ? index->items : std::vector<Var>{index};
+  DType dtype = s.meta(x).dtype;
+  bool number = value->kind == Kind::Int || value->kind == Kind::Float || value->kind == Kind::Bool;
+  if (!number && value->kind != Kind::Tensor)
+    unsupported("assigning a " + kindName(value->kind) + " to a tensor's items");
+  if ((value->kind == Kind::Float && !ir::isFloating(dtype)) ||
+      (number && dtype == DType::Bool && value->kind != Kind::Bool))
+    unsupported("assigning a " + kindName(value->kind) + " to items of a tensor of " +
+                std::string(ir::name(dtype)));
+  Var written = value->kind == Kind::Tensor ? toDType(s, value, dtype) : value;
+  for (const Var& i : items) {
+    if (i->kind != Kind::Tensor) continue;
+    const ir::TensorMeta mask = s.meta(i);
+    if (items.size() == 1 && mask.dtype == DType::Bool && mask.dim() == s.meta(x).dim() &&
+        (number || s.meta(value).dim() == 0)) {
+      s.callOp("where_out", {i, written, x, x}, {});
+      return;
+    }
+    unsupported("assigning to a tensor's items through a tensor index");
+  }
+  Var view = tensorIndex(s, x, index);
+  Var device = make(Kind::Device);
+  device->device = s.meta(x).device;
+  Var boolType = make(Kind::DType);
+  boolType->dtype = DType::Bool;
+  Var always = s.callOp("full", {sequence(Kind::Tuple, {}), boolean(true)},
+                        {{"dtype", boolType}, {"device", device}});
+  s.callOp("where_out", {always, written, view, view}, {});
+}
+
 std::optional<Var> moduleMember(const std::string& module, const std::string& name) {
   static const std::map<std::string, DType> dtypes = {
       {"float32", DType::Float32}, {"float", DType::Float32},   {"float64", DType::Float64}, {"double", DType::Float64},

@@ -127,6 +127,8 @@ Var tensorBinary(TraceState& s, const std::string& op, const Var& a, const Var& 
 std::optional<Var> tensorAttribute(TraceState& s, const Var& t, const std::string& name);
 // x[index] for a tensor.
 Var tensorIndex(TraceState& s, const Var& t, const Var& index);
+// x[index] = value for a tensor.
+void tensorSetItem(TraceState& s, const Var& x, const Var& index, const Var& value);
 // Whether `name` is a callable or constant kiln knows in module `module` ("torch.float32").
 std::optional<Var> moduleMember(const std::string& module, const std::string& name);
 

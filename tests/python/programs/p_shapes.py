@@ -155,3 +155,25 @@ def index_by_an_int_and_a_tensor(x, idx):
 def triu_of_a_bool_mask(x):
     mask = torch.ones(x.shape[0], x.shape[1], dtype=torch.bool).triu(1)  # stays bool, as torch's
     return mask, x.masked_fill(mask, 0.0), x.tril(-1)
+
+
+@program(inputs=lambda: (r(3, 4), r(3, 2), r(3, 4) > 1, torch.tensor(0.5)))
+def setitem_by_slices_ints_and_a_mask(x, y, m, half):
+    z = x * 1
+    z[:, :2] = y
+    z[0] = 7
+    z[m] = -1.0
+    z[..., 3] = half
+    return z
+
+
+@program(inputs=lambda: (r(4, 3), r(3)))
+def setitem_writes_into_an_input(x, v):
+    x[1:3] = v
+    return x.sum()
+
+
+@program(inputs=lambda: (r(4, 3), torch.tensor([0, 2])), falls_back="through a tensor index")
+def setitem_through_an_int_tensor(x, idx):
+    x[idx] = 0.0
+    return x
