@@ -383,6 +383,36 @@ def test_guards_that_fail_on_the_call_that_compiled_them_are_warned_of(stack):
         fast(torch.ones(3), _CountingReads())
 
 
+def test_inputs_are_read_by_a_walk_specialized_to_the_first_calls_layout(stack):
+    # After the first call, a module's parameters are read by straight-line code from the
+    # tables they were found in; a call laid out otherwise reads them the generic way.
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Linear(3, 2)
+            self.layers = nn.ModuleList([nn.Linear(2, 2), nn.Linear(2, 2)])
+            self.register_buffer("shift", torch.ones(2))
+
+        def forward(self, x):
+            return self.layers[1](self.layers[0](self.inner(x))) + self.shift
+
+    model = Outer()
+    fast = kiln.compile(model, stack=stack)
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(fast(x), model(x))
+        # `inner` now lives behind a class property, not in _modules: guards still hold
+        # (the same object at the same path), the specialized walk's table misses
+        inner = model.inner
+        del model.inner
+        object.__setattr__(model, "_hidden", inner)
+        Outer.inner = property(lambda self: self._hidden)
+        model.inner.weight.mul_(2)
+        torch.testing.assert_close(fast(x), model(x))
+    assert len(fast._compiled_forward.cache.entries) == 1
+
+
 def test_is_autocast_enabled_reads_the_traced_state(stack):
     def f(x):  # torch.is_autocast_enabled() is CUDA's autocast, as in eager
         return x * 2 if torch.is_autocast_enabled() else x - 1
