@@ -45,6 +45,33 @@ def test_outputs_may_view_inputs_and_strided_inputs_run(stack):
     torch.testing.assert_close(e, t.exp())
 
 
+def test_a_run_takes_the_callers_allocators(stack):
+    # Artifact.run with Python callables instead of torch's allocator called in C++ (None):
+    # a buffer from allocate(nbytes), an output handed out whole from allocate_output.
+    g = ir.Graph()
+    x = g.placeholder("x", "float32", [64, 8])
+    w = g.placeholder("w", "float32", [8, 8])
+    product = g.call("linear", x, w)  # an extern call's result: a buffer of the run's own
+    g.set_outputs([g.call("sum", g.call("exp", product), dim=[1]), g.call("exp", x)])
+    compiled = ir.compile(g, stack)
+    made = []
+
+    def allocate(nbytes):
+        made.append(("bytes", nbytes))
+        return torch.empty(nbytes, dtype=torch.uint8)
+
+    def allocate_output(nbytes, dtype, sizes, strides):
+        made.append((dtype, tuple(sizes)))
+        return torch.empty_strided(sizes, strides, dtype=ir.torch_dtype(dtype))
+
+    t, m = torch.randn(64, 8), torch.randn(8, 8)
+    raw = compiled._artifact.run([t, m], allocate, 0, 0, None, allocate_output)
+    total, e = (compiled._tensor(r, [t, m]) for r in raw)
+    torch.testing.assert_close(total, (t @ m.t()).exp().sum(1))
+    torch.testing.assert_close(e, t.exp())
+    assert ("float32", (64, 8)) in made and any(kind == "bytes" for kind, _ in made), made
+
+
 def test_an_output_that_is_all_of_its_buffer_is_that_allocation(stack):
     g = ir.Graph()
     x = g.placeholder("x", "float32", [4, 3])
@@ -53,7 +80,7 @@ def test_an_output_that_is_all_of_its_buffer_is_that_allocation(stack):
     compiled = ir.compile(g, stack)
     t = torch.randn(4, 3)
     whole, part, total = compiled(t)
-    # made as the outputs they are (ir._makers): no view of bytes built after the run
+    # made as the outputs they are (TorchBlock's strided blocks): no view of bytes built after the run
     assert whole._base is None and total._base is None
     assert ir.storage_address(part) == ir.storage_address(whole) and part.data_ptr() == whole.data_ptr() + 12
     torch.testing.assert_close(whole, t.exp())
