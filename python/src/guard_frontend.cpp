@@ -44,6 +44,24 @@ uint64_t guardScope() {
   return scope;
 }
 
+int16_t scalarTypeOf(DType t) {
+  switch (t) {
+  case DType::Float32: return static_cast<int16_t>(c10::ScalarType::Float);
+  case DType::Float64: return static_cast<int16_t>(c10::ScalarType::Double);
+  case DType::Float16: return static_cast<int16_t>(c10::ScalarType::Half);
+  case DType::BFloat16: return static_cast<int16_t>(c10::ScalarType::BFloat16);
+  case DType::Int8: return static_cast<int16_t>(c10::ScalarType::Char);
+  case DType::Int16: return static_cast<int16_t>(c10::ScalarType::Short);
+  case DType::Int32: return static_cast<int16_t>(c10::ScalarType::Int);
+  case DType::Int64: return static_cast<int16_t>(c10::ScalarType::Long);
+  case DType::UInt8: return static_cast<int16_t>(c10::ScalarType::Byte);
+  case DType::Bool: return static_cast<int16_t>(c10::ScalarType::Bool);
+  case DType::Complex64: return static_cast<int16_t>(c10::ScalarType::ComplexFloat);
+  case DType::Complex128: return static_cast<int16_t>(c10::ScalarType::ComplexDouble);
+  }
+  return -1;
+}
+
 namespace {
 
 // nn.Module and its containers, found once torch.nn is imported.
@@ -183,24 +201,6 @@ std::optional<DType> dtypeOf(c10::ScalarType t) {
   case c10::ScalarType::ComplexDouble: return DType::Complex128;
   default: return std::nullopt;
   }
-}
-
-int16_t scalarTypeOf(DType t) {
-  switch (t) {
-  case DType::Float32: return static_cast<int16_t>(c10::ScalarType::Float);
-  case DType::Float64: return static_cast<int16_t>(c10::ScalarType::Double);
-  case DType::Float16: return static_cast<int16_t>(c10::ScalarType::Half);
-  case DType::BFloat16: return static_cast<int16_t>(c10::ScalarType::BFloat16);
-  case DType::Int8: return static_cast<int16_t>(c10::ScalarType::Char);
-  case DType::Int16: return static_cast<int16_t>(c10::ScalarType::Short);
-  case DType::Int32: return static_cast<int16_t>(c10::ScalarType::Int);
-  case DType::Int64: return static_cast<int16_t>(c10::ScalarType::Long);
-  case DType::UInt8: return static_cast<int16_t>(c10::ScalarType::Byte);
-  case DType::Bool: return static_cast<int16_t>(c10::ScalarType::Bool);
-  case DType::Complex64: return static_cast<int16_t>(c10::ScalarType::ComplexFloat);
-  case DType::Complex128: return static_cast<int16_t>(c10::ScalarType::ComplexDouble);
-  }
-  return -1;
 }
 
 c10::ScalarType autocastDtype(bool cuda) {
@@ -1021,8 +1021,8 @@ std::optional<std::string> explainCall(const LoadedProgram& program, PyObject* f
   const guards::Instruction& i = p.code[failedAt];
   if (i.op == guards::Op::Check) {
     const Check& c = p.nodes[i.node].checks[i.operand];
-    if (c.kind == Check::Kind::Type && !program.check(i.node, c).type &&
-        !program.check(i.node, c).byName)
+    const LoadedProgram::CheckAux& aux = program.check(i.node, c);
+    if (c.kind == Check::Kind::Type && !aux.type && !aux.byName)
       return guards::describe(p.sources[i.node], c) + " failed: " + program.unresolved(i.node, c);
   }
   return reason;

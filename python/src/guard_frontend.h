@@ -30,6 +30,9 @@ namespace kiln::python {
 // This process's scope token: identity guards recorded here hold only here.
 uint64_t guardScope();
 
+// torch's c10::ScalarType of a dtype, as its int16 value (-1 for none).
+int16_t scalarTypeOf(DType t);
+
 // A Program with what the front end resolves once, when it is loaded: type
 // references to type objects, names and keys to Python objects, constants to
 // Python mirrors of themselves.

@@ -5,26 +5,10 @@
 #include <ATen/ops/empty_strided.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include "guard_frontend.h"
+
 namespace kiln::python {
 namespace {
-
-c10::ScalarType scalarType(DType t) {
-  switch (t) {
-  case DType::Float32: return c10::ScalarType::Float;
-  case DType::Float64: return c10::ScalarType::Double;
-  case DType::Float16: return c10::ScalarType::Half;
-  case DType::BFloat16: return c10::ScalarType::BFloat16;
-  case DType::Int8: return c10::ScalarType::Char;
-  case DType::Int16: return c10::ScalarType::Short;
-  case DType::Int32: return c10::ScalarType::Int;
-  case DType::Int64: return c10::ScalarType::Long;
-  case DType::UInt8: return c10::ScalarType::Byte;
-  case DType::Bool: return c10::ScalarType::Bool;
-  case DType::Complex64: return c10::ScalarType::ComplexFloat;
-  case DType::Complex128: return c10::ScalarType::ComplexDouble;
-  }
-  return c10::ScalarType::Byte;
-}
 
 at::TensorOptions on(c10::ScalarType dtype, int device) {
   at::TensorOptions options = at::TensorOptions().dtype(dtype);
@@ -45,8 +29,8 @@ TorchBlock TorchBlock::bytes(size_t nbytes, int device) {
 TorchBlock TorchBlock::strided(DType dtype, const std::vector<int64_t>& sizes,
                                const std::vector<int64_t>& strides, int device) {
   TorchBlock block;
-  block.tensor_ = std::make_shared<at::Tensor>(
-      at::empty_strided(sizes, strides, on(scalarType(dtype), device)));
+  block.tensor_ = std::make_shared<at::Tensor>(at::empty_strided(
+      sizes, strides, on(static_cast<c10::ScalarType>(scalarTypeOf(dtype)), device)));
   return block;
 }
 

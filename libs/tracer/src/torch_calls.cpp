@@ -352,6 +352,16 @@ Var extreme(TraceState& s, bool max, std::vector<Var> args, const Kwargs& kwargs
   return sequence(Kind::Tuple, {values, indices});
 }
 
+// A number written into a tensor of `dtype` (masked_fill, setitem): torch casts it to
+// the tensor's dtype, where kiln's `where` would promote; a float into a non-float
+// tensor, or a number other than a bool into a bool one, is left to eager.
+void refuseCastingWrite(TraceState& s, DType dtype, const Var& value, const std::string& what) {
+  if ((value->kind == Kind::Float && !ir::isFloating(dtype)) ||
+      ((value->kind == Kind::Int || value->kind == Kind::Float) && dtype == DType::Bool))
+    unsupported(what + " of a " + kindName(value->kind) + " value into a tensor of " +
+                std::string(ir::name(dtype)));
+}
+
 // Tensor methods and torch functions that are not a plain op of the same name.
 std::optional<Var> special(TraceState& s, const std::string& name, const std::string& m, std::vector<Var>& args,
                            const Kwargs& kwargs) {
@@ -386,10 +396,7 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
   }
   if ((m == "masked_fill" || m == "masked_fill_") && method && args.size() == 3) {
     // where(mask, value, x), written into x for masked_fill_ (the where's out= form).
-    // torch casts the value to x's dtype: a float into an integer tensor is left to eager.
-    if (args[2]->kind == Kind::Float && !ir::isFloating(s.meta(args[0]).dtype))
-      unsupported("masked_fill of a float value into a tensor of " +
-                  std::string(ir::name(s.meta(args[0]).dtype)));
+    refuseCastingWrite(s, s.meta(args[0]).dtype, args[2], "masked_fill");
     if (m == "masked_fill_") return s.callOp("where_out", {args[1], args[2], args[0], args[0]}, {});
     return s.callOp("where", {args[1], args[2], args[0]}, {});
   }
@@ -660,17 +667,14 @@ void tensorSetItem(TraceState& s, const Var& x, const Var& index, const Var& val
   bool number = value->kind == Kind::Int || value->kind == Kind::Float || value->kind == Kind::Bool;
   if (!number && value->kind != Kind::Tensor)
     unsupported("assigning a " + kindName(value->kind) + " to a tensor's items");
-  if ((value->kind == Kind::Float && !ir::isFloating(dtype)) ||
-      (number && dtype == DType::Bool && value->kind != Kind::Bool))
-    unsupported("assigning a " + kindName(value->kind) + " to items of a tensor of " +
-                std::string(ir::name(dtype)));
+  refuseCastingWrite(s, dtype, value, "an item assignment");
   Var written = value->kind == Kind::Tensor ? toDType(s, value, dtype) : value;
   for (const Var& i : items) {
     if (i->kind != Kind::Tensor) continue;
     const ir::TensorMeta mask = s.meta(i);
     if (items.size() == 1 && mask.dtype == DType::Bool && mask.dim() == s.meta(x).dim() &&
         (number || s.meta(value).dim() == 0)) {
-      s.callOp("where_out", {i, written, x, x}, {});
+      callTorch(s, "Tensor.masked_fill_", {x, i, written}, {});
       return;
     }
     unsupported("assigning to a tensor's items through a tensor index");
