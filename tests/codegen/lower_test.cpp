@@ -1452,7 +1452,9 @@ TEST_F(Lower, RowKernelsWithA16BytePathHaveATwinOnlyWhereNoCopyAlignsThem) {
 // A row kernel's threads: a warp per row up to 512 elements (4 rows a block of 128), else a
 // block per row of 16 elements a thread at most and, up to 512 threads, two 16-byte vectors
 // of the stored row a thread (what NVRTC compiles is unrolled per element).
-TEST_F(Lower, RowKernelsTakeTwoVectorsOfTheStoredRowAThread) {
+// A block per row holds at most 8 of the row's elements a thread (registers for all of
+// an SM's threads), and up to two 16-byte vectors of the stored row a thread.
+TEST_F(Lower, RowKernelsHoldAtMostEightElementsAThread) {
   auto threadsOf = [&](DType dtype, int64_t rows, int64_t width) {
     ir::Graph g{table};
     ValueId x =
@@ -1468,8 +1470,8 @@ TEST_F(Lower, RowKernelsTakeTwoVectorsOfTheStoredRowAThread) {
   EXPECT_EQ(threadsOf(DType::Float32, 4096, 1024), std::make_pair(128u, 1u));
   EXPECT_EQ(threadsOf(DType::BFloat16, 4096, 1024), std::make_pair(128u, 1u));
   EXPECT_EQ(threadsOf(DType::Float32, 4096, 4096), std::make_pair(512u, 1u));
-  EXPECT_EQ(threadsOf(DType::BFloat16, 4096, 4096), std::make_pair(256u, 1u));
-  EXPECT_EQ(threadsOf(DType::Float32, 4096, 8192), std::make_pair(512u, 1u)); // 16 a thread
+  EXPECT_EQ(threadsOf(DType::BFloat16, 4096, 4096), std::make_pair(512u, 1u)); // 8 a thread
+  EXPECT_EQ(threadsOf(DType::Float32, 4096, 8192), std::make_pair(1024u, 1u));
   EXPECT_EQ(threadsOf(DType::Float32, 4096, 16384), std::make_pair(1024u, 1u));
 }
 

@@ -127,18 +127,20 @@ public:
         group_ = 32;
         threads_ = 128;
       } else {
-        // A block per row past 512 elements: 16 elements a thread at most, and (up to 512
+        // A block per row past 512 elements: 8 elements a thread at most, and (up to 512
         // threads) two 16-byte vectors of the stored row a thread. Measured on an H100
         // (exp/, 2026-11-27), where the row's code is unrolled per element: softmax over
         // 32768x1024 f32 ran 94.4 us a warp per row (32 elements a thread), 92.2 us with
         // 128 threads a row (the copy 92.0), its NVRTC time halved; over 4096x4096 f32
-        // 48.2 us with 256 threads and with 512 alike, NVRTC 166 -> 104 ms; layer_norm of
-        // 16384x4096 bf16 135.0 us with 256 threads (two vectors), 137.4 with 512.
+        // 48.2 us with 256 threads and with 512 alike, NVRTC 166 -> 104 ms. layer_norm of
+        // 16384x4096 bf16 (exp/ln_variants, 2026-11-28, one process): 132.6 us with 256
+        // threads (16 elements a thread, 40 registers: 6 blocks, 75% of an SM's threads),
+        // 131.7 with 512 (8 a thread, 32 registers: all of them), torch.compile 134.9.
         int64_t threads = 256;
         if (work) {
           int64_t vectors = static_cast<int64_t>(storedRowElement()) * *work / 32;
           threads = std::clamp<int64_t>(
-              powerOfTwoAtLeast(std::max(*work / 16, std::min<int64_t>(vectors, 512))), 128, 1024);
+              powerOfTwoAtLeast(std::max(*work / 8, std::min<int64_t>(vectors, 512))), 128, 1024);
         }
         threads_ = static_cast<int>(threads);
         group_ = threads_;
