@@ -290,6 +290,7 @@ def main():
             torch.cuda.synchronize()
             start = time.perf_counter()
             compiled = ir.compile(g, stack, target="cuda")
+            kiln_compile = time.perf_counter() - start  # the service's answer, before the first call
             compiled(*ins)
             torch.cuda.synchronize()
             kiln_cold = time.perf_counter() - start
@@ -325,7 +326,7 @@ def main():
                 "kiln_ms": round(t["kiln"] * 1e3, 4),
                 "eager_ms": round(t["eager"] * 1e3, 4),
                 "vs_eager": round(t["eager"] / t["kiln"], 3),
-                "compile_cold_s": {"kiln": round(kiln_cold, 3)},
+                "compile_cold_s": {"kiln": round(kiln_cold, 3), "kiln_compile_only": round(kiln_compile, 3)},
                 "kernels": compiled.explain.count("kernel "),
                 "extern_calls": compiled.explain.count("extern "),
                 "max_abs_diff_vs_eager": {"kiln": kiln_diff},
