@@ -54,7 +54,9 @@ def cuda_time(fn, iters: int) -> float:
 
 def compare(fns: dict, iters: int, blocks: int = 5, block_s: float = 0.005) -> dict:
     """Median seconds per call of each function, timed in alternating blocks of at least
-    `iters` calls and at least `block_s` of the slowest function's time."""
+    `iters` calls and at least `block_s` of the slowest function's time. Each round starts
+    one function later, so that none always follows the same one (a copy's or eager's
+    traffic, their allocations)."""
     for fn in fns.values():  # warm up: autotuning, lazy loads, allocator pools
         for _ in range(3):
             fn()
@@ -62,9 +64,11 @@ def compare(fns: dict, iters: int, blocks: int = 5, block_s: float = 0.005) -> d
     slowest = max(cuda_time(fn, 3) for fn in fns.values())
     iters = max(iters, math.ceil(block_s / max(slowest, 1e-9)))
     times = {name: [] for name in fns}
-    for _ in range(blocks):
-        for name, fn in fns.items():
-            times[name].append(cuda_time(fn, iters))
+    names = list(fns)
+    for block in range(blocks):
+        shift = block % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(cuda_time(fns[name], iters))
     return {name: statistics.median(t) for name, t in times.items()}
 
 
