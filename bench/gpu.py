@@ -230,7 +230,7 @@ def torch_compiled(fn, mode=None):
     return torch.compile(fn, mode=mode)
 
 
-def mlp_training(stack, iters: int) -> dict:
+def mlp_training(stack, iters: int, profile: bool = False) -> dict:
     """(d) as a training step: kiln.compile (partitioned forward and backward artifacts)
     against torch.compile (AOTAutograd + Inductor) and eager, each from a cold compile."""
     import kiln
@@ -266,6 +266,9 @@ def mlp_training(stack, iters: int) -> dict:
             print("kiln.compile fell back:", fn.fallback_reasons, flush=True)
     want = steps["eager"]()
     diff = {n: max_difference(steps[n](), want) for n in ("kiln", "torch_compile")}
+    if profile:  # every kernel of a step, kiln's then torch.compile's
+        for name in ("kiln", "torch_compile"):
+            print(f"d_mlp_bf16_train, {name}:\n" + kernel_table(steps[name]), flush=True)
     times = compare_with_eager_apart(steps, iters)
     r = {"kiln_ms": round(times["kiln"] * 1e3, 4), "eager_ms": round(times["eager"] * 1e3, 4),
          "torch_compile_ms": round(times["torch_compile"] * 1e3, 4),
@@ -364,7 +367,7 @@ def main():
                   + f"  cold {kiln_cold:.2f} s" + (f" vs {tc_cold:.2f} s" if with_tc else ""), flush=True)
 
         if not args.only or "train" in args.only:
-            results["d_mlp_bf16_train"] = mlp_training(stack, args.iters)
+            results["d_mlp_bf16_train"] = mlp_training(stack, args.iters, args.profile)
 
         if not args.only or "overhead" in args.only:
             g = ir.Graph()
