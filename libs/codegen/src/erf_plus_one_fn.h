@@ -15,9 +15,9 @@
    Past t = 4, erfc(t) < 2^-25: the sum is 0 or 2, as f32's 1 + erff(x) is. NaN stays NaN. */
 KILN_FN float kiln_exp2_ftz(float x) {
 #ifdef __CUDACC__
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
+  // ex2.approx.ftz.f32 as NVVM's intrinsic, not inline asm: NVVM merges two calls on the
+  // same value only for the intrinsic.
+  return __nvvm_ex2_approx_ftz_f(x);
 #else
   return exp2f(x);
 #endif
@@ -32,6 +32,12 @@ KILN_FN float kiln_erf_plus_one(float x) {
   r = fmaf(r, t, -0.14848175644874573f);
   r = fmaf(r, t, -0.9184163808822632f);
   r = fmaf(r, t, -1.6279085874557495f);
-  float erfc = t >= 4.0f ? 0.0f : kiln_exp2_ftz(t * r);
+  // The power always, then a select, not a branch around it: straight-line code lets
+  // NVVM merge two calls on the same x (the GELU backward's kernel computes the cdf for
+  // the grad and again for the recomputed activation: 24 -> 16 ex2 a vector of 8, the
+  // polynomial once).
+  // Past t = 4, t * r is far below -25 (or -inf): the power is 0 or a denormal, unused.
+  float power = kiln_exp2_ftz(t * r);
+  float erfc = t >= 4.0f ? 0.0f : power;
   return x >= 0.0f ? 2.0f - erfc : erfc;
 }
