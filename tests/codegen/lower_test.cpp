@@ -1781,5 +1781,30 @@ TEST_F(Lower, AReshapeOfStridedRowsIsAView) {
   EXPECT_EQ(occurrences(explain(schedule(p), p), "kernel "), 0u) << explain(schedule(p), p);
 }
 
+// The GELU backward's kernel with the recomputed activation beside it (as training's
+// backward has it, for the weight grad): both take 1 + erf(h / sqrt 2), and NVVM merges
+// the two only where kiln_erf_plus_one is straight-line code over an intrinsic. The
+// activation then adds no `ex2` to the kernel: the grad's exp and cdf are all of them.
+TEST_F(Lower, TheGeluBackwardAndItsRecomputedActivationTakeTheCdfOnce) {
+  auto ex2Count = [&](bool withActivation) {
+    ir::Graph g{table};
+    ValueId grad = g.placeholder(
+        "grad", ir::Value(TensorMeta::contiguous(DType::BFloat16, ints({64, 256}), table)));
+    ValueId h = g.placeholder(
+        "h", ir::Value(TensorMeta::contiguous(DType::BFloat16, ints({64, 256}), table)));
+    std::vector<ValueId> outs = {g.call("gelu_backward", {grad, h})};
+    if (withActivation) outs.push_back(g.call("gelu", {h}));
+    g.setOutputs(outs);
+    Program cuda = lower(g, lowerOptions(parseTarget("cuda")));
+    Schedule plan = schedule(cuda);
+    EXPECT_EQ(plan.kernels.size(), 1u) << explain(plan, cuda);
+    return occurrences(compileCudaPtx(emitCuda(cuda, plan).code, "sm_90"), "ex2.approx");
+  };
+  if (!haveNvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  size_t gradOnly = ex2Count(false), both = ex2Count(true);
+  EXPECT_GT(gradOnly, 0u);
+  EXPECT_EQ(both, gradOnly);
+}
+
 } // namespace
 } // namespace kiln::codegen

@@ -93,8 +93,10 @@ void check(nvrtcResult result, const char* what) {
                 std::string("codegen: ") + what + ": " + nvrtcGetErrorString(result));
 }
 
+enum class Output { Cubin, Ptx };
+
 std::string compileProgram(const std::string& code, const std::vector<std::string>& options,
-                           const std::string& arch) {
+                           const std::string& arch, Output output = Output::Cubin) {
   Program program;
   check(nvrtcCreateProgram(&program.handle, code.c_str(), "kiln_kernels.cu", 0, nullptr, nullptr),
         "nvrtcCreateProgram");
@@ -112,6 +114,13 @@ std::string compileProgram(const std::string& code, const std::vector<std::strin
                     arch,
                 "", log + "\n--- source ---\n" + code);
   size_t size = 0;
+  if (output == Output::Ptx) {
+    check(nvrtcGetPTXSize(program.handle, &size), "nvrtcGetPTXSize");
+    std::string ptx(size, '\0');
+    check(nvrtcGetPTX(program.handle, ptx.data()), "nvrtcGetPTX");
+    ptx.resize(ptx.find('\0') == std::string::npos ? ptx.size() : ptx.find('\0'));
+    return ptx;
+  }
   check(nvrtcGetCUBINSize(program.handle, &size), "nvrtcGetCUBINSize");
   std::string cubin(size, '\0');
   check(nvrtcGetCUBIN(program.handle, cubin.data()), "nvrtcGetCUBIN");
@@ -261,6 +270,12 @@ std::string compileCudaRelocatable(const std::string& code, const std::string& a
   return compileProgram(code, relocatableOptions(arch), arch);
 }
 
+std::string compileCudaPtx(const std::string& code, const std::string& arch) {
+  std::string virtualArch = arch.rfind("sm_", 0) == 0 ? "compute_" + arch.substr(3) : arch;
+  std::vector<std::string> options = cudaCompilerOptions(virtualArch);
+  return compileProgram(code, options, arch, Output::Ptx);
+}
+
 #else
 
 bool haveNvrtc() {
@@ -290,6 +305,10 @@ std::string compileCuda(const std::string&, const std::vector<std::string>&,
 }
 
 std::string compileCudaRelocatable(const std::string&, const std::string& arch) {
+  return compileCuda(std::string(), arch);
+}
+
+std::string compileCudaPtx(const std::string&, const std::string& arch) {
   return compileCuda(std::string(), arch);
 }
 

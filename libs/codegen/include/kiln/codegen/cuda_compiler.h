@@ -56,4 +56,8 @@ std::string compileCuda(const std::string& prelude, const std::vector<std::strin
 // compileCuda's.
 std::string compileCudaRelocatable(const std::string& code, const std::string& arch);
 
+// The PTX of `code` for `arch`'s virtual architecture (sm_90: compute_90), before ptxas:
+// what NVVM made of the code (tests read it). Errors as compileCuda's.
+std::string compileCudaPtx(const std::string& code, const std::string& arch);
+
 } // namespace kiln::codegen
