@@ -230,6 +230,17 @@ def torch_compiled(fn, mode=None):
     return torch.compile(fn, mode=mode)
 
 
+def device_allocs_per_step(step, steps: int = 5) -> float:
+    """cudaMalloc calls of torch's allocator a step, in steady state: a step whose blocks the
+    pool cannot give (a size it holds none of) pays the driver's allocation, and its frees."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats().get("num_device_alloc", 0)
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return (torch.cuda.memory_stats().get("num_device_alloc", 0) - before) / steps
+
+
 def mlp_training(stack, iters: int, profile: bool = False) -> dict:
     """(d) as a training step: kiln.compile (partitioned forward and backward artifacts)
     against torch.compile (AOTAutograd + Inductor) and eager, each from a cold compile."""
@@ -274,7 +285,8 @@ def mlp_training(stack, iters: int, profile: bool = False) -> dict:
          "torch_compile_ms": round(times["torch_compile"] * 1e3, 4),
          "vs_torch_compile": round(times["torch_compile"] / times["kiln"], 3),
          "vs_eager": round(times["eager"] / times["kiln"], 3), "compile_cold_s": cold,
-         "max_abs_grad_diff_vs_eager": diff}
+         "max_abs_grad_diff_vs_eager": diff,
+         "device_allocs_per_step": {name: device_allocs_per_step(steps[name]) for name in steps}}
     print(f"{'d_mlp_bf16_train':28s} kiln {r['kiln_ms']:8.3f} ms  eager {r['eager_ms']:8.3f}  "
           f"torch.compile {r['torch_compile_ms']:8.3f}  x{r['vs_torch_compile']:.2f} vs tc  "
           f"cold {cold['kiln']:.2f} s vs {cold['torch_compile']:.2f} s  grad diff {diff}", flush=True)
