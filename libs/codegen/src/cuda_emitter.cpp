@@ -127,8 +127,8 @@ public:
         group_ = 32;
         threads_ = 128;
       } else {
-        // A block per row past 512 elements: 8 elements a thread at most, and (up to 512
-        // threads) two 16-byte vectors of the stored row a thread. Measured on an H100
+        // A block per row past 512 elements: at most 8 elements a thread, and (up to 512
+        // threads) at most two 16-byte vectors of the stored row a thread. Measured on an H100
         // (exp/, 2026-11-27), where the row's code is unrolled per element: softmax over
         // 32768x1024 f32 ran 94.4 us a warp per row (32 elements a thread), 92.2 us with
         // 128 threads a row (the copy 92.0), its NVRTC time halved; over 4096x4096 f32
