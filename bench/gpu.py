@@ -289,7 +289,8 @@ def mlp_training(stack, iters: int, profile: bool = False) -> dict:
          "device_allocs_per_step": {name: device_allocs_per_step(steps[name]) for name in steps}}
     print(f"{'d_mlp_bf16_train':28s} kiln {r['kiln_ms']:8.3f} ms  eager {r['eager_ms']:8.3f}  "
           f"torch.compile {r['torch_compile_ms']:8.3f}  x{r['vs_torch_compile']:.2f} vs tc  "
-          f"cold {cold['kiln']:.2f} s vs {cold['torch_compile']:.2f} s  grad diff {diff}", flush=True)
+          f"cold {cold['kiln']:.2f} s vs {cold['torch_compile']:.2f} s  grad diff {diff}  "
+          f"cudaMalloc a step {r['device_allocs_per_step']}", flush=True)
     return r
 
 
