@@ -217,7 +217,9 @@ private:
 // A product whose heuristic's first runs longer than kLongestMs keeps it
 // untimed: timing its 8 algorithms ~15 times each costs the cold compile more
 // than the product could save (bench/gpu's MLP, two 1.3 ms products: 0.35 s,
-// where its cold compile had been 0.08 s against torch.compile's 0.57).
+// where its cold compile had been 0.08 s against torch.compile's 0.57). That
+// first is timed before the others run at all: their warm-up runs alone (and
+// their kernels' loading) cost such a product's first call ~10 ms.
 template <class Matmul>
 size_t chooseFastest(const CudaCallContext& ctx, const Gemm& g, const Prepared& call,
                      Matmul matmul) {
@@ -228,7 +230,7 @@ size_t chooseFastest(const CudaCallContext& ctx, const Gemm& g, const Prepared& 
   std::deque<TimingEvent> marks; // marks[i] .. marks[i + 1]: algorithm i's runs in a round
   for (size_t i = 0; i <= count; ++i) marks.emplace_back(driver);
   std::vector<bool> refused(count, false);
-  for (size_t i = 0; i < count; ++i) refused[i] = matmul(call.algos[i]) != CUBLAS_STATUS_SUCCESS;
+  refused[0] = matmul(call.algos[0]) != CUBLAS_STATUS_SUCCESS;
   if (!refused[0]) { // the warm-up loaded its kernel: now one run of the heuristic's first
     float ms = 0;
     cudaCheck(driver.cuEventRecord(marks[0].get(), ctx.stream), "cuEventRecord");
@@ -238,6 +240,7 @@ size_t chooseFastest(const CudaCallContext& ctx, const Gemm& g, const Prepared& 
     cudaCheck(driver.cuEventElapsedTime(&ms, marks[0].get(), marks[1].get()), "cuEventElapsedTime");
     if (!refused[0] && ms > kLongestMs) return 0;
   }
+  for (size_t i = 1; i < count; ++i) refused[i] = matmul(call.algos[i]) != CUBLAS_STATUS_SUCCESS;
   std::vector<float> fastest(count, std::numeric_limits<float>::infinity());
   for (int round = 0; round < 3; ++round) {
     for (size_t i = 0; i < count; ++i) {
