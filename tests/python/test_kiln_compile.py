@@ -14,6 +14,12 @@ import torch.nn.functional as F
 import kiln
 
 
+def assert_calls_match(fast, eager, *args, calls: int):
+    """`calls` calls of the compiled function, each as eager's on the same arguments."""
+    for _ in range(calls):
+        torch.testing.assert_close(fast(*args), eager(*args))
+
+
 def entries(fn):
     return len(fn.cache.entries)
 
@@ -34,8 +40,7 @@ def test_compiles_once_and_matches_eager(stack):
 
     fast = kiln.compile(f, stack=stack)
     x, w = torch.randn(8, 4), torch.randn(4, 6)
-    for _ in range(3):
-        torch.testing.assert_close(fast(x, w), f(x, w))
+    assert_calls_match(fast, f, x, w, calls=3)
     assert entries(fast) == 1
 
 
@@ -189,8 +194,7 @@ def test_a_forward_calling_its_own_method_compiles_once(stack):
     fast = kiln.compile(model, stack=stack)
     x = torch.randn(3, 8)
     with torch.no_grad():
-        for _ in range(3):
-            torch.testing.assert_close(fast(x), model(x))
+        assert_calls_match(fast, model, x, calls=3)
     assert entries(fast._compiled_forward) == 1, kiln.explain(fast)
     assert not fast._compiled_forward.fallback_reasons
 
@@ -400,8 +404,7 @@ def test_inputs_are_read_by_a_walk_specialized_to_the_first_calls_layout(stack):
     fast = kiln.compile(model, stack=stack)
     x = torch.randn(4, 3)
     with torch.no_grad():
-        for _ in range(2):
-            torch.testing.assert_close(fast(x), model(x))
+        assert_calls_match(fast, model, x, calls=2)
         # `inner` now lives behind a class property, not in _modules: guards still hold
         # (the same object at the same path), the specialized walk's table misses
         inner = model.inner

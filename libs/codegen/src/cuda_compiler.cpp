@@ -118,7 +118,7 @@ std::string compileProgram(const std::string& code, const std::vector<std::strin
     check(nvrtcGetPTXSize(program.handle, &size), "nvrtcGetPTXSize");
     std::string ptx(size, '\0');
     check(nvrtcGetPTX(program.handle, ptx.data()), "nvrtcGetPTX");
-    ptx.resize(ptx.find('\0') == std::string::npos ? ptx.size() : ptx.find('\0'));
+    ptx.resize(std::min(ptx.size(), ptx.find('\0'))); // without the terminator NVRTC counts
     return ptx;
   }
   check(nvrtcGetCUBINSize(program.handle, &size), "nvrtcGetCUBINSize");
