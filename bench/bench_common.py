@@ -49,6 +49,28 @@ def private_stack():
         shutil.rmtree(cache, ignore_errors=True)
 
 
+def cpu_busy(seconds: float = 0.1) -> float:
+    """The fraction of this machine's CPU time (all CPUs) spent busy over `seconds`."""
+    def ticks():
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # all, idle + iowait
+    total, idle = ticks()
+    time.sleep(seconds)
+    total2, idle2 = ticks()
+    return 1.0 - (idle2 - idle) / max(total2 - total, 1)
+
+
+def quiet_cpu(below: float = 0.05, timeout_s: float = 5.0) -> None:
+    """Waits until the machine's CPUs are idle (or `timeout_s` passed). A cold compile timed
+    right after torch.compile's ran beside its leftover work: on an H100 host (16 CPUs,
+    2026-11-28) kiln's softmax compiled in 84 ms right after a torch.compile, 58 ms once
+    the CPUs were idle. Each contender's cold compile starts on idle CPUs."""
+    deadline = time.perf_counter() + timeout_s
+    while time.perf_counter() < deadline and cpu_busy() > below:
+        pass
+
+
 def median_seconds(fn, rounds: int) -> float:
     times = []
     for _ in range(rounds):

@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from bench_common import private_stack, write_report
+from bench_common import private_stack, quiet_cpu, write_report
 
 F = torch.nn.functional
 
@@ -72,14 +72,14 @@ def compare(fns: dict, iters: int, blocks: int = 5, block_s: float = 0.005) -> d
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def compare_with_eager_apart(fns: dict, iters: int) -> dict:
+def compare_with_eager_apart(fns: dict, iters: int, **blocks) -> dict:
     """compare() of the contenders (kiln, torch.compile, a copy), then of eager alone. Eager's
     temporaries (layer_norm's x + r, a second output) change which blocks of torch's pool
     the others' outputs take, and with them a memory-bound kernel's time: layer_norm's on an
     H100 (2026-11-28, one process) ran kiln 131.6 -> 134.6 us and torch.compile 134.0 ->
     135.6 with eager in the rounds."""
     contenders = {name: fn for name, fn in fns.items() if name != "eager"}
-    return {**compare(contenders, iters), **compare({"eager": fns["eager"]}, iters)}
+    return {**compare(contenders, iters, **blocks), **compare({"eager": fns["eager"]}, iters, **blocks)}
 
 
 def workloads():
@@ -269,6 +269,7 @@ def mlp_training(stack, iters: int, profile: bool = False) -> dict:
     steps, cold = {"eager": stepper(mlp)}, {}
     for name, fn in (("kiln", kiln.compile(mlp, stack=stack)), ("torch_compile", torch_compiled(mlp))):
         steps[name] = stepper(fn)
+        quiet_cpu()
         start = time.perf_counter()
         steps[name]()
         torch.cuda.synchronize()
@@ -280,7 +281,12 @@ def mlp_training(stack, iters: int, profile: bool = False) -> dict:
     if profile:  # every kernel of a step, kiln's then torch.compile's
         for name in ("kiln", "torch_compile"):
             print(f"d_mlp_bf16_train, {name}:\n" + kernel_table(steps[name]), flush=True)
-    times = compare_with_eager_apart(steps, iters)
+    # Blocks of two steps, many of them: a GPU running products this long slows its clock
+    # as it heats (an H100 under power capping, 2026-11-28: one contender's step ran
+    # 8.07 ms then 8.61 a second later, torch.compile's 8.46 then 10.0), so contenders
+    # timed in blocks of 20 steps each took the clock of their block; alternating every
+    # two steps, both run at the same clocks.
+    times = compare_with_eager_apart(steps, 2, blocks=41, block_s=0.0)
     r = {"kiln_ms": round(times["kiln"] * 1e3, 4), "eager_ms": round(times["eager"] * 1e3, 4),
          "torch_compile_ms": round(times["torch_compile"] * 1e3, 4),
          "vs_torch_compile": round(times["torch_compile"] / times["kiln"], 3),
@@ -318,6 +324,7 @@ def main():
             # loaded, handles), which both would otherwise pay in turn, is neither's compile.
             eager(*ins)
             torch.cuda.synchronize()
+            quiet_cpu()
             start = time.perf_counter()
             compiled = ir.compile(g, stack, target="cuda")
             kiln_compile = time.perf_counter() - start  # the service's answer, before the first call
@@ -327,6 +334,7 @@ def main():
             with_tc = "backward" not in name  # autograd.grad breaks torch.compile's graph
             if with_tc:
                 tc = torch_compiled(eager)
+                quiet_cpu()
                 start = time.perf_counter()
                 tc(*ins)
                 torch.cuda.synchronize()
