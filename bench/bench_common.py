@@ -65,7 +65,8 @@ def quiet_cpu(below: float = 0.05, timeout_s: float = 5.0) -> None:
     """Waits until the machine's CPUs are idle (or `timeout_s` passed). A cold compile timed
     right after torch.compile's ran beside its leftover work: on an H100 host (16 CPUs,
     2026-11-28) kiln's softmax compiled in 84 ms right after a torch.compile, 58 ms once
-    the CPUs were idle. Each contender's cold compile starts on idle CPUs."""
+    the CPUs were idle. Not before torch.compile's: waited for, its worker pool goes idle
+    and its next compile took ~0.7 s more (softmax 0.33 -> 1.23 s)."""
     deadline = time.perf_counter() + timeout_s
     while time.perf_counter() < deadline and cpu_busy() > below:
         pass

@@ -18,7 +18,7 @@ import time
 import torch
 import torch.nn as nn
 
-from bench_common import private_stack, quiet_cpu, write_report
+from bench_common import private_stack, write_report
 
 F = nn.functional
 
@@ -112,7 +112,6 @@ def run(name, make_forward, model, idx, targets, steps, autocast, profile=False,
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     losses = []
-    quiet_cpu()
     start = time.perf_counter()
     losses.append(step().item())
     first = time.perf_counter() - start
