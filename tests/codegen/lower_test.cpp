@@ -1475,53 +1475,6 @@ TEST_F(Lower, RowKernelsHoldAtMostEightElementsAThread) {
   EXPECT_EQ(threadsOf(DType::Float32, 4096, 16384), std::make_pair(1024u, 1u));
 }
 
-// Tensors larger than the L2 stream through it: their accesses in one pass (the flat vector
-// path, persistent rows) are evict-first; small tensors, broadcast operands every row reads
-// and a looped row's elements (read again in a later pass) keep the default policy.
-TEST_F(Lower, AccessesToTensorsLargerThanTheL2AreEvictFirst) {
-  auto cudaCode = [&](const std::function<void(ir::Graph&)>& build) {
-    ir::Graph g{table};
-    build(g);
-    Program p = lower(g, lowerOptions(parseTarget("cuda")));
-    return emitCuda(p, schedule(p)).code;
-  };
-  auto tensor = [&](ir::Graph& g, const char* name, DType dtype,
-                    std::initializer_list<int64_t> sizes) {
-    return g.placeholder(name, ir::Value(TensorMeta::contiguous(dtype, ints(sizes), table)));
-  };
-  auto residualLayerNorm = [&](int64_t rows, int64_t width) {
-    return cudaCode([&](ir::Graph& g) {
-      ValueId x = tensor(g, "x", DType::BFloat16, {rows, width});
-      ValueId r = tensor(g, "r", DType::BFloat16, {rows, width});
-      ValueId w = tensor(g, "w", DType::BFloat16, {width});
-      ValueId b = tensor(g, "b", DType::BFloat16, {width});
-      g.setOutputs({g.call("layer_norm", {g.call("add", {x, r}), w, b},
-                           {{"normalized_shape", std::vector<int64_t>{width}}})});
-    });
-  };
-  std::string large = residualLayerNorm(16384, 4096);    // 128 MiB a tensor
-  EXPECT_EQ(occurrences(large, "__ldcs("), 2u) << large; // x and r, not w and b
-  EXPECT_EQ(occurrences(large, "__stcs("), 1u) << large;
-  std::string small = residualLayerNorm(8192, 768); // GPT-2's: 12 MiB, which the next kernel reads
-  EXPECT_EQ(occurrences(small, "__ldcs("), 0u) << small;
-  EXPECT_EQ(occurrences(small, "__stcs("), 0u) << small;
-
-  std::string pointwise = cudaCode([&](ir::Graph& g) {
-    ValueId x = tensor(g, "x", DType::Float32, {8192, 8192});
-    ValueId a = tensor(g, "a", DType::Float32, {8192});
-    g.setOutputs({g.call("mul", {x, a})});
-  });
-  EXPECT_EQ(occurrences(pointwise, "__ldcs("), 1u) << pointwise; // x, not a
-  EXPECT_EQ(occurrences(pointwise, "__stcs("), 1u) << pointwise;
-
-  std::string looped = cudaCode([&](ir::Graph& g) {
-    ValueId x = tensor(g, "x", DType::Float32, {2048, 50257});
-    g.setOutputs({g.call("softmax", {x}, {{"dim", int64_t{-1}}})});
-  });
-  EXPECT_EQ(occurrences(looped, "__ldcs("), 0u) << looped;
-  EXPECT_EQ(occurrences(looped, "__stcs("), 0u) << looped;
-}
-
 // Target modifier +emulate-precision-casts (Inductor's emulate_precision_casts): a fused
 // chain of bf16 ops rounds each op's result as eager does between ops; by default the chain
 // keeps its intermediates in f32 (one rounding, at the store).

@@ -486,11 +486,9 @@ private:
         if (!fresh) continue;
         text += inner + storageType(program_.buffers[from].layout.dtype) + " " + it->second + "[" +
                 lanes + "];\n";
-        std::string address = pointer(from) + " + (" + index(base) + ") + " + (perRow ? rowAt : at);
-        text += inner +
-                wordCopy(!perRow && streams(from), wordOf(width(from)), it->second, address,
-                         /*load=*/true) +
-                "\n";
+        text += inner + "*reinterpret_cast<" + wordOf(width(from)) + "*>(" + it->second +
+                ") = *reinterpret_cast<const " + wordOf(width(from)) + "*>(" + pointer(from) +
+                " + (" + index(base) + ") + " + (perRow ? rowAt : at) + ");\n";
       }
       std::string out = "kiln_s" + std::to_string(m);
       bool held = isLocal(id); // in `out` for the later buffers, never stored
@@ -531,10 +529,9 @@ private:
         text += inner + "}\n";
       }
       if (stores[m])
-        text += inner +
-                wordCopy(streams(id), wordOf(width(id)), out,
-                         pointer(id) + " + (" + index(*stores[m]) + ") + " + at, /*load=*/false) +
-                "\n";
+        text += inner + "*reinterpret_cast<" + wordOf(width(id)) + "*>(" + pointer(id) + " + (" +
+                index(*stores[m]) + ") + " + at + ") = *reinterpret_cast<" + wordOf(width(id)) +
+                "*>(" + out + ");\n";
     }
     text += indent + "}\n";
     for (BufferId id : kernel_.buffers) registers_.erase(id); // the scalar loop holds its own
@@ -550,31 +547,6 @@ private:
            : bytes == 2 ? "unsigned short"
                         : "unsigned char";
   }
-
-  // A vector access: `word` at `at` into the registers of `array` (or back, for a store),
-  // marked evict-first (__ldcs, __stcs) when `stream`.
-  static std::string wordCopy(bool stream, const std::string& word, const std::string& array,
-                              const std::string& at, bool load) {
-    std::string memory =
-        "reinterpret_cast<" + std::string(load ? "const " : "") + word + "*>(" + at + ")";
-    std::string registers = "*reinterpret_cast<" + word + "*>(" + array + ")";
-    if (!stream)
-      return load ? registers + " = *" + memory + ";" : "*" + memory + " = " + registers + ";";
-    return load ? registers + " = __ldcs(" + memory + ");"
-                : "__stcs(" + memory + ", " + registers + ");";
-  }
-
-  // Whether buffer `id` is larger than the L2 keeps (64 MiB; an H100's L2 is 50 MB): once
-  // read or written, its lines would only push out others' (a small tensor that later
-  // kernels read, a broadcast operand every row reads). Its single-pass accesses (the flat
-  // vector path, persistent rows) then stream: layer_norm over 16384 x 4096 bf16 ran 0.3-0.5%
-  // faster on an H100 (2026-11-28, raw kernels).
-  bool streams(BufferId id) const {
-    const Buffer& b = program_.buffers[id];
-    std::optional<int64_t> n = staticNumel(b.layout.sizes);
-    return n && *n * static_cast<int64_t>(elementSize(b.layout.dtype)) >= kStreamedBytes;
-  }
-  static constexpr int64_t kStreamedBytes = int64_t{64} << 20;
 
   // Whether the address of element `base` of buffer `id` is a multiple of `bytes` (C++).
   std::string alignedAt(BufferId id, sym::Expr base, size_t bytes) {
@@ -983,11 +955,14 @@ private:
   // one 16-byte access (the runtime checked its alignment: rowVectorPath).
   std::string vectorAccess(const std::string& array, BufferId id, sym::Expr base, bool load,
                            const std::string& indent) {
+    std::string word = vectorWord(id, rowLanes_);
     std::string at =
         pointer(id) + " + (" + index(base) + ") + kiln_jv * " + std::to_string(rowLanes_);
-    // A looped row reads its elements again in a later pass: kept in the L2.
     return indent +
-           wordCopy(perThread_ > 0 && streams(id), vectorWord(id, rowLanes_), array, at, load) +
+           (load ? "*reinterpret_cast<" + word + "*>(" + array + ") = *reinterpret_cast<const " +
+                       word + "*>(" + at + ");"
+                 : "*reinterpret_cast<" + word + "*>(" + at + ") = *reinterpret_cast<" + word +
+                       "*>(" + array + ");") +
            "\n";
   }
 
