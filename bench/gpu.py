@@ -21,7 +21,8 @@ copy of the same bytes measured in the same run. Workloads (issue 7's list):
       attention kernel vs torch's (scaled_dot_product_attention);
   (h) its backward as kiln trains it (the forward's logsumexp, delta, dq, [dk, dv]) vs
       torch's backward of its forward (eager only: torch.compile cannot trace autograd.grad).
---profile prints the GPU time of each of kiln's kernels per workload.
+--profile prints the GPU time of each of kiln's kernels per workload, and the GPU's busy
+and idle time a call.
 Ratios > 1 mean kiln is faster. Writes bench/results/gpu-<kind>-<date>.json.
 """
 import argparse
