@@ -44,21 +44,25 @@ uint64_t guardScope() {
   return scope;
 }
 
+// kiln's dtypes and torch's, one pair each: scalarTypeOf and dtypeOf read it both ways.
+constexpr std::pair<DType, c10::ScalarType> kTorchDTypes[] = {
+    {DType::Float32, c10::ScalarType::Float},
+    {DType::Float64, c10::ScalarType::Double},
+    {DType::Float16, c10::ScalarType::Half},
+    {DType::BFloat16, c10::ScalarType::BFloat16},
+    {DType::Int8, c10::ScalarType::Char},
+    {DType::Int16, c10::ScalarType::Short},
+    {DType::Int32, c10::ScalarType::Int},
+    {DType::Int64, c10::ScalarType::Long},
+    {DType::UInt8, c10::ScalarType::Byte},
+    {DType::Bool, c10::ScalarType::Bool},
+    {DType::Complex64, c10::ScalarType::ComplexFloat},
+    {DType::Complex128, c10::ScalarType::ComplexDouble},
+};
+
 int16_t scalarTypeOf(DType t) {
-  switch (t) {
-  case DType::Float32: return static_cast<int16_t>(c10::ScalarType::Float);
-  case DType::Float64: return static_cast<int16_t>(c10::ScalarType::Double);
-  case DType::Float16: return static_cast<int16_t>(c10::ScalarType::Half);
-  case DType::BFloat16: return static_cast<int16_t>(c10::ScalarType::BFloat16);
-  case DType::Int8: return static_cast<int16_t>(c10::ScalarType::Char);
-  case DType::Int16: return static_cast<int16_t>(c10::ScalarType::Short);
-  case DType::Int32: return static_cast<int16_t>(c10::ScalarType::Int);
-  case DType::Int64: return static_cast<int16_t>(c10::ScalarType::Long);
-  case DType::UInt8: return static_cast<int16_t>(c10::ScalarType::Byte);
-  case DType::Bool: return static_cast<int16_t>(c10::ScalarType::Bool);
-  case DType::Complex64: return static_cast<int16_t>(c10::ScalarType::ComplexFloat);
-  case DType::Complex128: return static_cast<int16_t>(c10::ScalarType::ComplexDouble);
-  }
+  for (const auto& [dtype, scalarType] : kTorchDTypes)
+    if (dtype == t) return static_cast<int16_t>(scalarType);
   return -1;
 }
 
@@ -186,21 +190,9 @@ PyObject* modulesOf(PyObject* o) {
 }
 
 std::optional<DType> dtypeOf(c10::ScalarType t) {
-  switch (t) {
-  case c10::ScalarType::Float: return DType::Float32;
-  case c10::ScalarType::Double: return DType::Float64;
-  case c10::ScalarType::Half: return DType::Float16;
-  case c10::ScalarType::BFloat16: return DType::BFloat16;
-  case c10::ScalarType::Char: return DType::Int8;
-  case c10::ScalarType::Short: return DType::Int16;
-  case c10::ScalarType::Int: return DType::Int32;
-  case c10::ScalarType::Long: return DType::Int64;
-  case c10::ScalarType::Byte: return DType::UInt8;
-  case c10::ScalarType::Bool: return DType::Bool;
-  case c10::ScalarType::ComplexFloat: return DType::Complex64;
-  case c10::ScalarType::ComplexDouble: return DType::Complex128;
-  default: return std::nullopt;
-  }
+  for (const auto& [dtype, scalarType] : kTorchDTypes)
+    if (scalarType == t) return dtype;
+  return std::nullopt;
 }
 
 c10::ScalarType autocastDtype(bool cuda) {
