@@ -153,8 +153,8 @@ struct Lower : ::testing::Test {
   // cubin: syntax, types and launch bounds are checked without a GPU.
   void expectCompilesForCuda() {
     if (!haveNvrtc()) return;
-    Program program = lower(graph, lowerOptions(parseTarget("cuda")));
-    CudaSource source = emitCuda(program, schedule(program));
+    auto [program, plan] = lowerAndSchedule(graph, parseTarget("cuda"));
+    CudaSource source = emitCuda(program, plan);
     try {
       EXPECT_FALSE(compileCuda(source.code, "sm_90").empty() && !source.kernels.empty());
     } catch (const Error& e) {
@@ -1201,6 +1201,77 @@ TEST_F(Lower, ABiasGradOfSymbolicRowsIsTheEpilogueToo) {
   std::string text = explain(schedule(cuda), cuda);
   EXPECT_NE(text.find("= mm(dy, x) with epilogue bias_grad, and buf"), std::string::npos) << text;
   EXPECT_EQ(occurrences(text, "kernel "), 0u) << text;
+}
+
+// A bias grad whose dy kiln computes (a GELU's backward) is a column sum of
+// dy's kernel on CUDA: its threads walk the rows down a few columns each,
+// adding up chunks of rows, whose partial sums a small kernel adds up; the
+// weight grad's product is plain. Where the sum cannot join dy's kernel (dy
+// of a softmax: a row kernel; rows of a symbolic count, split with a bound)
+// the product's epilogue sums it, as for a dy the graph takes.
+TEST_F(Lower, ABiasGradOfAComputedDyIsAColumnSumOfDysKernel) {
+  auto rows = [&](ValueId v, sym::Expr width) {
+    return graph.call("reshape", {v}, {{"size", ir::Shape{table.integer(-1), width}}});
+  };
+  auto linearGrads = [&](ValueId dy, ValueId x) {
+    sym::Expr out = graph.meta(dy).sizes.back(), in = graph.meta(x).sizes.back();
+    return std::vector<ValueId>{graph.call("mm", {transpose(rows(dy, out), 0, 1), rows(x, in)}),
+                                graph.call("sum", {dy}, {{"dim", std::vector<int64_t>{0, 1}}})};
+  };
+  ValueId x = input("x", DType::BFloat16, ints({4, 256, 24}));
+  ValueId dy = graph.call("gelu_backward", {input("g", DType::BFloat16, ints({4, 256, 32})),
+                                            input("a", DType::BFloat16, ints({4, 256, 32}))});
+  graph.setOutputs(linearGrads(dy, x));
+  auto [cuda, plan] = lowerAndSchedule(graph, parseTarget("cuda"));
+  std::string text = explain(plan, cuda);
+  EXPECT_EQ(text.find("epilogue"), std::string::npos) << text;
+  // 4 x 2 chunks of 128 rows (lowering's split), then their partial sums added.
+  EXPECT_NE(text.find("kernel 0 over [4, 256, 32]: buf"), std::string::npos) << text;
+  EXPECT_NE(text.find("(sum of [128] down the columns)\nextern"), std::string::npos) << text;
+  EXPECT_NE(text.find("(sum of [4, 2])\n"), std::string::npos) << text;
+  EXPECT_EQ(occurrences(text, "kernel "), 2u) << text;
+  ASSERT_FALSE(plan.kernels.empty());
+  EXPECT_TRUE(plan.kernels[0].columns);
+  EXPECT_FALSE(lower(graph, lowerOptions(parseTarget("cuda"))).kernelBiasGrads.empty());
+  // The CPU sums in a split kernel of its own; the CPU's values, and the CUDA text to cubin.
+  Program cpu = lower(graph, lowerOptions(parseTarget("cpu")));
+  std::string cpuText = explain(schedule(cpu), cpu);
+  EXPECT_EQ(cpuText.find("down the columns"), std::string::npos) << cpuText;
+  expectSameValues({random(DType::BFloat16, {4, 256, 24}), random(DType::BFloat16, {4, 256, 32}),
+                    random(DType::BFloat16, {4, 256, 32})},
+                   5e-2);
+
+  graph = ir::Graph(table);
+  x = input("x", DType::BFloat16, ints({4, 256, 24}));
+  dy = graph.call("softmax", {input("s", DType::BFloat16, ints({4, 256, 32}))},
+                  {{"dim", int64_t{-1}}});
+  graph.setOutputs(linearGrads(dy, x));
+  auto [rowDy, rowPlan] = lowerAndSchedule(graph, parseTarget("cuda"));
+  text = explain(rowPlan, rowDy);
+  EXPECT_NE(text.find("with epilogue bias_grad"), std::string::npos) << text;
+  EXPECT_EQ(text.find("down the columns"), std::string::npos) << text;
+
+  graph = ir::Graph(table);
+  sym::Expr batch = table.createBacked(4, {1, sym::kInf});
+  x = input("x", DType::BFloat16, {batch, table.integer(256), table.integer(24)});
+  dy = graph.call("gelu_backward",
+                  {input("g", DType::BFloat16, {batch, table.integer(256), table.integer(32)}),
+                   input("a", DType::BFloat16, {batch, table.integer(256), table.integer(32)})});
+  graph.setOutputs(linearGrads(dy, x));
+  auto [symbolic, symbolicPlan] = lowerAndSchedule(graph, parseTarget("cuda"));
+  text = explain(symbolicPlan, symbolic);
+  EXPECT_NE(text.find("with epilogue bias_grad"), std::string::npos) << text;
+}
+
+// A column sum over no rows is no split reduction on CUDA (there are no rows
+// to cut into chunks: the split once divided by the zero dim, killing the
+// codegen worker): its outputs are zeros.
+TEST_F(Lower, AColumnSumOverNoRowsIsNotSplit) {
+  ValueId x = input("x", DType::BFloat16, ints({0, 40}));
+  graph.setOutputs({graph.call("sum", {x}, {{"dim", std::vector<int64_t>{0}}})});
+  Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
+  EXPECT_EQ(countKind(cuda, BufferKind::Computed), 1u) << print(cuda);
+  expectSameValues({random(DType::BFloat16, {0, 40})}, 0);
 }
 
 // Two softmaxes of one scaled row in one kernel: the first one's rows (the

@@ -634,24 +634,45 @@ def test_a_cpu_tensor_with_dims_beside_cuda_ones_runs_eagerly(stack):
     assert any("n is a CPU tensor with dims" in r for r in fast.fallback_reasons), fast.fallback_reasons
 
 
-def _linear_layer(dtype="bfloat16", approximate="none"):
+def _linear_layer(dtype="bfloat16", approximate="none", activation="gelu"):
+    """A linear layer of [4, 256, 96] rows, its activation's float sum the graph's loss; or,
+    without an activation, the layer's output itself (its backward takes dy)."""
     g = ir.Graph()
     x = g.placeholder("x", dtype, [4, 256, 96], device="cuda:0", requires_grad=True)
     w = g.placeholder("w", dtype, [80, 96], device="cuda:0", requires_grad=True)
     b = g.placeholder("b", dtype, [80], device="cuda:0", requires_grad=True)
-    y = g.call("gelu", g.call("linear", x, w, b), approximate=approximate)
+    y = g.call("linear", x, w, b)
+    if activation == "none":
+        g.set_outputs([y])
+        return g
+    y = g.call(activation, y, approximate=approximate) if activation == "gelu" else g.call(activation, y, dim=-1)
     g.set_outputs([g.call("sum", g.call("to_dtype", y, "float32"))])
     return g
 
 
-def test_a_linear_layers_bias_grad_is_its_weight_grads_epilogue(stack):
+@pytest.mark.parametrize("activation", ["none", "softmax"])
+def test_a_linear_layers_bias_grad_is_its_weight_grads_epilogue(stack, activation):
     # The bias grad sums the rows the weight grad's product dy^T @ x reads: cuBLASLt's
-    # epilogue writes it, where a column sum of its own would read dy again.
+    # epilogue writes it, where a column sum of its own would read dy again: for a dy the
+    # backward takes, and for a dy whose kernel a column sum cannot join (softmax's
+    # backward: a row kernel).
+    for dtype in ("bfloat16", "float16"):
+        backward = stack.partition(_linear_layer(dtype, activation=activation), [True] * 3)["backward"]
+        bwd = ir.compile(backward, stack, "cuda").explain
+        assert re.search(r"extern buf\d+ = mm\([^)]*\) with epilogue bias_grad, and buf\d+\n", bwd), bwd
+        assert "sum of [32]" not in bwd and "down the columns" not in bwd, bwd
+
+
+def test_a_linear_layers_bias_grad_through_a_gelu_is_a_column_sum_of_its_kernel(stack):
+    # dy is the GELU backward's: the kernel writing it sums its columns over chunks of 128
+    # rows as it goes (4 x 2 partial sums a column), then a small kernel adds those; the
+    # weight grad's product is plain. No second read of dy.
     for dtype in ("bfloat16", "float16"):
         backward = stack.partition(_linear_layer(dtype), [True] * 3)["backward"]
         bwd = ir.compile(backward, stack, "cuda").explain
-        assert re.search(r"extern buf\d+ = mm\([^)]*\) with epilogue bias_grad, and buf\d+\n", bwd), bwd
-        assert "sum of" not in bwd, bwd
+        assert "epilogue" not in bwd, bwd
+        assert re.search(r"kernel \d+ over \[4, 256, 80\]: .*\(sum of \[128\] down the columns\)\n", bwd), bwd
+        assert re.search(r"kernel \d+ over \[80\]: buf\d+ \(sum of \[4, 2\]\)\n", bwd), bwd
 
 
 @needs_gpu
@@ -664,6 +685,35 @@ def test_bias_grads_from_the_weight_grads_epilogue_match_eager(stack, dtype, row
     torch.manual_seed(0)
 
     def fn(x, w, b):
+        return F.linear(x, w, b)
+
+    x = torch.randn(*rows, features[0], device="cuda", dtype=dtype, requires_grad=True)
+    w = (torch.randn(features[1], features[0], device="cuda") * 0.1).to(dtype).requires_grad_()
+    b = torch.randn(features[1], device="cuda", dtype=dtype, requires_grad=True)
+    dy = torch.randn(*rows, features[1], device="cuda", dtype=dtype)
+    twins = [t.detach().clone().requires_grad_() for t in (x, w, b)]
+    fast = kiln.compile(fn, stack=stack)
+    fast(x, w, b).backward(dy)
+    assert not fast.fallback_reasons, fast.fallback_reasons
+    # fn's code is every case's: its entries are all theirs (as Dynamo's), this case's last.
+    runner = fast.cache.entries[-1].value
+    assert "with epilogue bias_grad" in runner.explain, runner.explain
+    fn(*twins).backward(dy)
+    _expect_grads_close((x, w, b), twins)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("rows,features", [((4, 256), (96, 80)), ((300,), (24, 20)), ((1, 2048), (16, 24)),
+                                           ((0,), (48, 40))],
+                         ids=["vectors", "a-column-a-thread", "one-chunk-dim", "no-rows"])
+def test_bias_grads_summed_in_the_gelu_backwards_kernel_match_eager(stack, dtype, rows, features):
+    # The bias grad is a column sum of the kernel writing dy (GELU's backward): 16-byte
+    # vectors of columns where a row holds whole ones (80 bf16), a column a thread where
+    # not (20); rows of one dim of 2048 (a leading 1); no rows: zeros.
+    torch.manual_seed(0)
+
+    def fn(x, w, b):
         return F.gelu(F.linear(x, w, b)).float().square().sum()
 
     x = torch.randn(*rows, features[0], device="cuda", dtype=dtype, requires_grad=True)
@@ -673,11 +723,16 @@ def test_bias_grads_from_the_weight_grads_epilogue_match_eager(stack, dtype, row
     fast = kiln.compile(fn, stack=stack)
     fast(x, w, b).backward()
     assert not fast.fallback_reasons, fast.fallback_reasons
-    # fn's code is every case's: its entries are all theirs (as Dynamo's), this case's last.
     runner = fast.cache.entries[-1].value
-    assert "with epilogue bias_grad" in runner.explain, runner.explain
+    assert "down the columns" in runner.explain, runner.explain
+    assert "epilogue bias_grad" not in runner.explain, runner.explain
     fn(*twins).backward()
-    for mine, theirs in zip((x, w, b), twins):
+    _expect_grads_close((x, w, b), twins)
+
+
+def _expect_grads_close(compiled, eager):
+    """Each compiled leaf's grad against its eager twin's, relative to eager's largest (or 1)."""
+    for mine, theirs in zip(compiled, eager):
         scale = max(theirs.grad.float().abs().amax().item() if theirs.grad.numel() else 0.0, 1.0)
         torch.testing.assert_close(mine.grad.float() / scale, theirs.grad.float() / scale, rtol=0, atol=2e-2)
 

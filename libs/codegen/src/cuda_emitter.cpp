@@ -55,6 +55,25 @@ template <class T, bool Max> KILN_FN kiln_arg<T> kiln_arg_combine(kiln_arg<T> a,
   return a.at < b.at ? a : b;
 }
 
+/* A register array of N elements from memory, or to it: one access of word W
+   where `aligned`, else element by element (a columns kernel's accesses). */
+template <class W, int N, class T> KILN_FN void kiln_load_vector(T* out, const T* p, bool aligned) {
+  if (aligned) {
+    *reinterpret_cast<W*>(out) = *reinterpret_cast<const W*>(p);
+  } else {
+#pragma unroll
+    for (int u = 0; u < N; ++u) out[u] = p[u];
+  }
+}
+template <class W, int N, class T> KILN_FN void kiln_store_vector(const T* in, T* p, bool aligned) {
+  if (aligned) {
+    *reinterpret_cast<W*>(p) = *reinterpret_cast<const W*>(in);
+  } else {
+#pragma unroll
+    for (int u = 0; u < N; ++u) p[u] = in[u];
+  }
+}
+
 /* The group's combined value, in every thread of the group. G threads per
    group: G <= 32 lanes of one warp, or the whole block (a multiple of 32,
    `shared` holding one slot per warp). */
@@ -90,6 +109,9 @@ std::optional<int64_t> staticRowWork(const Program& program, const Kernel& kerne
   return most;
 }
 
+// A columns kernel's block: 8 row lanes of 32 column vectors (fewer vectors, more lanes).
+constexpr int kColumnThreads = 256;
+
 int64_t powerOfTwoAtLeast(int64_t n) {
   int64_t p = 1;
   while (p < n) p *= 2;
@@ -106,6 +128,44 @@ public:
         elementsOnly_(elementsOnly) {}
 
   std::string write(const std::string& name, runtime::Launch& launch) {
+    std::string text = kernel_.columns ? columnsBody(launch) : body(launch);
+    std::ostringstream out;
+    // A block of 1024 threads (a long row's) asks for two a multiprocessor: 32
+    // registers a thread. Past them one block fits, half the threads hide the
+    // loads' latency: GPT-2's logits grad took 36 compiled relocatable (its
+    // groups are linked), 775 us against 602 at 32 (H100, 2026-11-27).
+    out << "extern \"C\" __global__ void __launch_bounds__(" << threads_
+        << (threads_ == 1024 ? ", 2" : "") << ") " << name << "(";
+    std::vector<std::string> params;
+    const std::set<BufferId>& written = writtenRoots();
+    for (BufferId id : buffers_) {
+      const Buffer& b = program_.buffers[id];
+      bool writes = isWritten(id);
+      // Read-only memory no buffer of this kernel writes may take the read-only cache path.
+      std::string qualifier = writes ? "" : "const ";
+      std::string restrict =
+          !writes && !written.count(root(id)) && !mayAlias_.count(id) ? " __restrict__" : "";
+      params.push_back(qualifier + storageType(b.layout.dtype) + "*" + restrict + " " +
+                       pointer(id));
+      launch.buffers.push_back(id);
+    }
+    for (sym::Expr s : used_) {
+      if (declared_.count(s)) continue;
+      params.push_back("const int64_t " + sym::toString(s));
+      launch.symbols.push_back(static_cast<uint32_t>(slot(s)));
+    }
+    params.push_back("int* kiln_status");
+    for (size_t k = 0; k < params.size(); ++k) out << (k ? ", " : "") << params[k];
+    out << ") {\n";
+    for (const std::string& s : shared_) out << "  " << s;
+    out << "  int kiln_error = 0;\n" << text;
+    out << "  if (kiln_error) *kiln_status = kiln_error;\n}\n";
+    return out.str();
+  }
+
+private:
+  // The statements of a flat, row or scatter kernel, its launch's shape in `launch`.
+  std::string body(runtime::Launch& launch) {
     bool rows = false, scatters = false;
     for (BufferId id : kernel_.buffers) {
       const Loops& l = program_.buffers[id].loops;
@@ -221,42 +281,233 @@ public:
     // 16 waves 95.8. Its f32 twin runs fastest uncapped (180.0 us, 8 waves 185.6).
     if (!rows && lanes_ == 8) launch.waves = 8;
     launch.mayFail = text.find("&kiln_error") != std::string::npos;
-
-    std::ostringstream out;
-    // A block of 1024 threads (a long row's) asks for two a multiprocessor: 32
-    // registers a thread. Past them one block fits, half the threads hide the
-    // loads' latency: GPT-2's logits grad took 36 compiled relocatable (its
-    // groups are linked), 775 us against 602 at 32 (H100, 2026-11-27).
-    out << "extern \"C\" __global__ void __launch_bounds__(" << threads_
-        << (threads_ == 1024 ? ", 2" : "") << ") " << name << "(";
-    std::vector<std::string> params;
-    const std::set<BufferId>& written = writtenRoots();
-    for (BufferId id : buffers_) {
-      const Buffer& b = program_.buffers[id];
-      bool writes = isWritten(id);
-      // Read-only memory no buffer of this kernel writes may take the read-only cache path.
-      std::string qualifier = writes ? "" : "const ";
-      std::string restrict =
-          !writes && !written.count(root(id)) && !mayAlias_.count(id) ? " __restrict__" : "";
-      params.push_back(qualifier + storageType(b.layout.dtype) + "*" + restrict + " " +
-                       pointer(id));
-      launch.buffers.push_back(id);
-    }
-    for (sym::Expr s : used_) {
-      if (declared_.count(s)) continue;
-      params.push_back("const int64_t " + sym::toString(s));
-      launch.symbols.push_back(static_cast<uint32_t>(slot(s)));
-    }
-    params.push_back("int* kiln_status");
-    for (size_t k = 0; k < params.size(); ++k) out << (k ? ", " : "") << params[k];
-    out << ") {\n";
-    for (const std::string& s : shared_) out << "  " << s;
-    out << "  int kiln_error = 0;\n" << text;
-    out << "  if (kiln_error) *kiln_status = kiln_error;\n}\n";
-    return out.str();
+    return text;
   }
 
-private:
+  // A columns kernel (Kernel::columns): a block of kColumnThreads threads over
+  // one chunk of the rows (the sums' columnCover) and `perBlock` column
+  // vectors of `lanes_` columns; its threads' row lanes (threadIdx.x /
+  // perBlock) walk the chunk's rows in turn, each computing the flat buffers'
+  // items of its vector (vectorMember) and adding them to its own sums, which
+  // the block then adds up in row-lane order (deterministic) and its first
+  // row lane stores. A vector needs whole vectors in a row (else a column a
+  // thread) and is read or written by 16 bytes where aligned (checked once a
+  // launch), element by element where not. The MLP's GELU backward with db1
+  // (8192x16384 bf16, H100): 406 us, against 365 + 151 as a flat kernel and
+  // cuBLASLt's bias-grad epilogue (lowering's kColumnsKernelSplit).
+  std::string columnsBody(runtime::Launch& launch) {
+    std::vector<size_t> sums;
+    for (size_t m = 0; m < kernel_.buffers.size(); ++m)
+      if (program_.buffers[kernel_.buffers[m]].loops.reduce != ReduceOp::None) sums.push_back(m);
+    std::optional<ColumnCover> cover =
+        columnCover(kernel_.outer, program_.buffers[kernel_.buffers[sums.front()]].loops);
+    if (!cover) throw Error(ErrorCode::Internal, "codegen: a columns kernel without column sums");
+    size_t rank = kernel_.outer.size();
+    sym::Expr items = zero() + 1, chunks = zero() + 1, rest = zero() + 1;
+    for (sym::Expr r : kernel_.outer) items = items * r;
+    for (sym::Expr r : cover->chunkRanges) chunks = chunks * r;
+    for (sym::Expr r : cover->restRanges) rest = rest * r;
+    if (items.asInteger() && *items.asInteger() < (int64_t{1} << 30)) ix_ = "int";
+    sym::SymbolTable& table = items.table();
+    auto known = table.lookup("kiln_item");
+    item_ = known ? *known : table.declare("kiln_item", std::nullopt, sym::Range::size());
+    declared_.insert(item_);
+    threads_ = kColumnThreads;
+    std::optional<VectorPlan> plan = planVectors();
+    if (!plan || !plan->rowAligned) { // items one by one: a column a thread
+      lanes_ = 1;
+      buffers_.clear();
+      plan = planVectors(1);
+    }
+    if (!plan)
+      plan = VectorPlan{std::vector<std::vector<VectorLoad>>(kernel_.buffers.size()),
+                        std::vector<std::optional<sym::Expr>>(kernel_.buffers.size()),
+                        {},
+                        true};
+    sym::Expr columns = kernel_.outer.back();
+    sym::Expr vectors = sym::floorDiv(columns + (lanes_ - 1), lanes_);
+    int perBlock = 32; // column vectors a block
+    if (auto n = vectors.asInteger())
+      perBlock = static_cast<int>(std::min<int64_t>(32, powerOfTwoAtLeast(*n)));
+    int rowLanes = threads_ / perBlock;
+    sym::Expr blocksPerChunk = sym::floorDiv(vectors + (perBlock - 1), perBlock);
+    std::string lanes = std::to_string(lanes_), indent = "  ", text;
+    if (!plan->accesses.empty() && lanes_ > 1)
+      text += alignmentChecks(*plan, indent);
+    else
+      text += indent + "const bool kiln_aligned = true;\n";
+    text +=
+        indent + "const int kiln_column_vector = threadIdx.x % " + std::to_string(perBlock) + ";\n";
+    text += indent + "const int kiln_row_lane = threadIdx.x / " + std::to_string(perBlock) + ";\n";
+    text += indent + "const " + ix_ + " kiln_chunk = (" + ix_ + ")blockIdx.x / (" +
+            index(blocksPerChunk) + ");\n";
+    text += indent + "const " + ix_ + " kiln_col = ((" + ix_ + ")blockIdx.x % (" +
+            index(blocksPerChunk) + ") * " + std::to_string(perBlock) +
+            " + kiln_column_vector) * " + lanes + ";\n";
+    // Each sum's chunk variables, and its partial sums (a lane each).
+    std::vector<ReduceText> reduce;
+    for (size_t m : sums) {
+      const Buffer& b = program_.buffers[kernel_.buffers[m]];
+      reduce.push_back(reduceText(b.loops));
+      ColumnCover own = *columnCover(kernel_.outer, b.loops);
+      text += unflattenVars("kiln_chunk", own.chunkVars, own.chunkRanges, indent);
+      for (size_t k = 0; k < b.loops.vars.size(); ++k)
+        if (b.loops.ranges[k].asInteger() == 1) declare(b.loops.vars[k], "0", text, indent);
+      for (size_t k = 0; k < b.loops.reductionVars.size(); ++k)
+        if (b.loops.reductionRanges[k].asInteger() == 1)
+          declare(b.loops.reductionVars[k], "0", text, indent);
+      text += indent + reduce.back().type + " kiln_acc" + std::to_string(kernel_.buffers[m]) + "[" +
+              lanes + "];\n";
+      text += indent + "#pragma unroll\n" + indent + "for (int kiln_u = 0; kiln_u < " + lanes +
+              "; ++kiln_u) kiln_acc" + std::to_string(kernel_.buffers[m]) +
+              "[kiln_u] = " + reduce.back().init + ";\n";
+    }
+    text += indent + "if (kiln_col < " + index(columns) + ") {\n";
+    std::string loop = indent + "  ", inner = loop + "  ";
+    // Two rows' loads in flight a thread: 431 -> 406 us for the MLP's GELU backward with
+    // db1 (H100, 2026-11-28); four, no faster.
+    text += loop + "#pragma unroll 2\n";
+    text += loop + "for (" + ix_ + " kiln_j = kiln_row_lane; kiln_j < " + index(rest) +
+            "; kiln_j += " + std::to_string(rowLanes) + ") {\n";
+    for (size_t m : sums) {
+      ColumnCover own = *columnCover(kernel_.outer, program_.buffers[kernel_.buffers[m]].loops);
+      text += unflattenVars("kiln_j", own.restVars, own.restRanges, inner);
+    }
+    sym::Expr at = zero();
+    for (size_t k = 0; k + 1 < rank; ++k) {
+      text += inner + "const " + ix_ + " kiln_p" + std::to_string(k) + " = " +
+              index(cover->rows[k]) + ";\n";
+      at = (at + cover->rows[k]) * kernel_.outer[k + 1];
+    }
+    text += inner + "const " + ix_ + " kiln_p" + std::to_string(rank - 1) + " = kiln_col;\n";
+    text += inner + "const " + ix_ + " kiln_at = " + index(at) + " + kiln_col;\n";
+    for (size_t m = 0; m < kernel_.buffers.size(); ++m)
+      if (program_.buffers[kernel_.buffers[m]].loops.reduce == ReduceOp::None)
+        text += vectorMember(*plan, m, "kiln_at", inner, lanes_ > 1, true);
+    for (int u = 0; u < lanes_; ++u) { // the sums of the vector's items
+      text += inner + "{\n";
+      std::string lane = inner + "  ";
+      for (size_t m = 0; m < kernel_.buffers.size(); ++m)
+        if (program_.buffers[kernel_.buffers[m]].loops.reduce == ReduceOp::None)
+          hold(kernel_.buffers[m], "kiln_s" + std::to_string(m) + "[" + std::to_string(u) + "]");
+      for (size_t s = 0; s < sums.size(); ++s) {
+        BufferId id = kernel_.buffers[sums[s]];
+        const Loops& l = program_.buffers[id].loops;
+        ColumnCover own = *columnCover(kernel_.outer, l);
+        std::string lines;
+        declareIndex(own.column, "kiln_col + " + std::to_string(u), lines, lane);
+        Block block(lane);
+        std::string value = convert(l.body->dtype, l.accumulator, emit(l.body, block, false));
+        std::string acc = "kiln_acc" + std::to_string(id) + "[" + std::to_string(u) + "]";
+        text += lines + block.lines + lane + "{ const " + reduce[s].type + " a = " + acc +
+                ", b = " + value + "; " + acc + " = static_cast<" + reduce[s].type + ">(" +
+                reduce[s].combine + "); }\n";
+      }
+      text += inner + "}\n";
+    }
+    text += loop + "}\n" + indent + "}\n";
+    // The block's row lanes' sums, added in order by its first row lane, which stores them.
+    for (size_t s = 0; s < sums.size(); ++s) {
+      BufferId id = kernel_.buffers[sums[s]];
+      std::string acc = "kiln_acc" + std::to_string(id), slots = acc + "_rows";
+      std::string width = std::to_string(perBlock * lanes_);
+      shared_.push_back("__shared__ " + reduce[s].type + " " + slots + "[" +
+                        std::to_string(rowLanes) + "][" + width + "];\n");
+      text += indent + "#pragma unroll\n" + indent + "for (int kiln_u = 0; kiln_u < " + lanes +
+              "; ++kiln_u) " + slots + "[kiln_row_lane][kiln_column_vector * " + lanes +
+              " + kiln_u] = " + acc + "[kiln_u];\n";
+    }
+    text += indent + "__syncthreads();\n";
+    text += indent + "if (kiln_row_lane == 0 && kiln_col < " + index(columns) + ") {\n";
+    std::string lane = indent + "  ";
+    for (size_t s = 0; s < sums.size(); ++s) {
+      BufferId id = kernel_.buffers[sums[s]];
+      const Buffer& b = program_.buffers[id];
+      ColumnCover own = *columnCover(kernel_.outer, b.loops);
+      std::string acc = "kiln_acc" + std::to_string(id), slots = acc + "_rows";
+      buffers_.insert(id);
+      for (int u = 0; u < lanes_; ++u) {
+        std::string lines, position = "kiln_column_vector * " + lanes + " + " + std::to_string(u);
+        declareIndex(own.column, "kiln_col + " + std::to_string(u), lines, lane + "  ");
+        text += lane + "{\n" + lines + lane + "  " + reduce[s].type + " a = " + slots + "[0][" +
+                position + "];\n";
+        text += lane + "  for (int kiln_r = 1; kiln_r < " + std::to_string(rowLanes) +
+                "; ++kiln_r) { const " + reduce[s].type + " b = " + slots + "[kiln_r][" + position +
+                "]; a = static_cast<" + reduce[s].type + ">(" + reduce[s].combine + "); }\n";
+        text += lane + "  " + pointer(id) + "[" + index(storeIndex(b)) +
+                "] = " + stored(b.layout.dtype, b.loops.accumulator, "a") + ";\n" + lane + "}\n";
+      }
+    }
+    text += indent + "}\n";
+    for (size_t m = 0; m < kernel_.buffers.size(); ++m)
+      if (!isLocal(kernel_.buffers[m])) buffers_.insert(kernel_.buffers[m]);
+    launch.items = chunks * blocksPerChunk;
+    launch.itemsPerBlock = 1;
+    launch.threads = static_cast<uint32_t>(threads_);
+    launch.mayFail = text.find("&kiln_error") != std::string::npos;
+    return text;
+  }
+
+  // Variables `vars` over `ranges` (row-major) from the flat position `flat` (C++).
+  std::string unflattenVars(const std::string& flat, const std::vector<sym::Expr>& vars,
+                            const Shape& ranges, const std::string& indent) {
+    if (vars.empty()) return "";
+    std::string rest = "kiln_rest" + std::to_string(nextRest_++);
+    std::string lines = indent + ix_ + " " + rest + " = " + flat + ";\n";
+    for (size_t k = vars.size(); k-- > 0;) {
+      declareIndex(vars[k], k == 0 ? rest : rest + " % " + index(ranges[k]), lines, indent);
+      if (k > 0) lines += indent + rest + " /= " + index(ranges[k]) + ";\n";
+    }
+    return lines;
+  }
+
+  // An index variable of the loop index type (32-bit where the kernel's counts allow).
+  void declareIndex(sym::Expr var, const std::string& value, std::string& lines,
+                    const std::string& indent) {
+    declared_.insert(var);
+    lines += indent + "const " + ix_ + " " + sym::toString(var) + " = " + value + ";\n";
+  }
+
+  // A reduction's accumulator type, its identity and its combining expression of a and b.
+  struct ReduceText {
+    std::string type, init, combine;
+  };
+  static ReduceText reduceText(const Loops& l) {
+    ReduceText r{valueType(l.accumulator), "", ""};
+    bool floating = ir::isFloating(l.accumulator);
+    bool boolean = l.accumulator == DType::Bool;
+    switch (l.reduce) {
+    case ReduceOp::Sum:
+      r.init = "0";
+      r.combine = boolean ? "a || b" : "a + b";
+      break;
+    case ReduceOp::Prod:
+      r.init = "1";
+      r.combine = boolean ? "a && b" : "a * b";
+      break;
+    case ReduceOp::Max:
+      r.init = floating ? "-std::numeric_limits<" + r.type + ">::infinity()"
+                        : "std::numeric_limits<" + r.type + ">::lowest()";
+      r.combine = "kiln_maximum(a, b)";
+      break;
+    case ReduceOp::Min:
+      r.init = floating ? "std::numeric_limits<" + r.type + ">::infinity()"
+                        : "std::numeric_limits<" + r.type + ">::max()";
+      r.combine = "kiln_minimum(a, b)";
+      break;
+    case ReduceOp::Any:
+      r.init = "false";
+      r.combine = "a || b";
+      break;
+    case ReduceOp::All:
+      r.init = "true";
+      r.combine = "a && b";
+      break;
+    default: break;
+    }
+    return r;
+  }
+
   BufferId root(BufferId id) const {
     while (program_.buffers[id].aliasOf) id = *program_.buffers[id].aliasOf;
     return id;
@@ -398,141 +649,187 @@ private:
     for (const Scalar& a : s->args) vectorLoads(a, units, perRow, find, out);
   }
 
+  // A kernel's 16-byte accesses (a flat kernel's, a columns kernel's): per
+  // member, the loads whose elements follow the items (base + kiln_item) or,
+  // where a vector lies within a row, the row's position (a broadcast
+  // operand: base + the last outer index); and its store where it follows
+  // the items.
+  struct VectorAccess {
+    BufferId buffer;
+    sym::Expr base;
+  };
+  struct VectorPlan {
+    std::vector<std::vector<VectorLoad>> loads;   // per member
+    std::vector<std::optional<sym::Expr>> stores; // per member
+    std::vector<VectorAccess> accesses;
+    bool rowAligned = false; // a vector's items share a row
+  };
+
+  // The plan over the kernel's pointwise members, `lanes_` set to 16 bytes of
+  // the widest element they move; null (lanes_ 1) when none moves by vectors.
+  std::optional<VectorPlan> planVectors(int lanes = 0) {
+    VectorPlan plan;
+    size_t widest = 0;
+    auto contiguous = [&](sym::Expr i, const sym::Substitution& u) { return contiguousBase(i, u); };
+    for (BufferId id : kernel_.buffers) {
+      const Buffer& b = program_.buffers[id];
+      plan.loads.emplace_back();
+      plan.stores.emplace_back();
+      if (b.loops.reduce != ReduceOp::None) continue; // a columns kernel's sums
+      sym::Substitution units = mapOuter(b.loops);
+      vectorLoads(b.loops.body, units, false, contiguous, plan.loads.back());
+      for (const VectorLoad& v : plan.loads.back()) {
+        plan.accesses.push_back({v.node->buffer, v.base});
+        widest = std::max(widest, elementSize(program_.buffers[v.node->buffer].layout.dtype));
+      }
+      if (!isLocal(id)) plan.stores.back() = contiguousBase(storeIndex(b), units);
+      if (plan.stores.back()) {
+        plan.accesses.push_back({id, *plan.stores.back()});
+        widest = std::max(widest, elementSize(b.layout.dtype));
+      }
+    }
+    if (plan.accesses.empty() || widest > 8) return std::nullopt;
+    lanes_ = lanes ? lanes : static_cast<int>(16 / widest);
+    auto lastRange = kernel_.outer.back().asInteger();
+    plan.rowAligned = lastRange && *lastRange % lanes_ == 0;
+    if (plan.rowAligned) { // a vector lies within a row: broadcast operands load as vectors too
+      auto perRow = [&](sym::Expr i, const sym::Substitution& u) -> std::optional<sym::Expr> {
+        if (contiguousBase(i, u)) return std::nullopt; // already a vector of items
+        return rowBase(i, u);
+      };
+      for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
+        const Loops& l = program_.buffers[kernel_.buffers[m]].loops;
+        if (l.reduce != ReduceOp::None) continue;
+        std::vector<VectorLoad> found;
+        vectorLoads(l.body, mapOuter(l), true, perRow, found);
+        for (const VectorLoad& v : found) {
+          if (elementSize(program_.buffers[v.node->buffer].layout.dtype) > widest) continue;
+          plan.accesses.push_back({v.node->buffer, v.base});
+          plan.loads[m].push_back(v);
+        }
+      }
+    }
+    for (const VectorAccess& a : plan.accesses) buffers_.insert(a.buffer);
+    return plan;
+  }
+
+  // Whether every 16-byte access of the plan is aligned (C++ statements setting kiln_aligned).
+  std::string alignmentChecks(const VectorPlan& plan, const std::string& indent) {
+    std::string text =
+        indent + "bool kiln_aligned = true; // every 16-byte access of the vector path\n";
+    for (const VectorAccess& a : plan.accesses)
+      text += indent + "kiln_aligned = kiln_aligned && " +
+              alignedAt(a.buffer, a.base, vectorBytes(a.buffer)) + ";\n";
+    return text;
+  }
+
+  size_t vectorBytes(BufferId id) const {
+    return elementSize(program_.buffers[id].layout.dtype) * static_cast<size_t>(lanes_);
+  }
+
+  // Member m's `lanes_` items from item `at` (C++): its vector loads into
+  // register arrays, each item's value, and its store. The items' outer
+  // indices are kiln_p0.. (the last one + the item's lane) where the plan's
+  // vectors lie within a row, else unflattened from the item. `checked`: the
+  // accesses move 16 bytes only where kiln_aligned says so, else element by
+  // element (a columns kernel); else they always do (a flat kernel's vector
+  // loop runs only where they are aligned). Each item's value is kept in the
+  // array kiln_s<m> where a later member holds it (local), where it is stored
+  // as a vector, or where `keep` asks (a columns kernel's sums read it).
+  std::string vectorMember(const VectorPlan& plan, size_t m, const std::string& at,
+                           const std::string& inner, bool checked, bool keep) {
+    BufferId id = kernel_.buffers[m];
+    const Buffer& b = program_.buffers[id];
+    const Loops& l = b.loops;
+    std::string lanes = std::to_string(lanes_), text;
+    auto access = [&](BufferId buffer, const std::string& array, const std::string& address,
+                      bool load) {
+      std::string word = wordOf(vectorBytes(buffer));
+      if (checked)
+        return inner + (load ? "kiln_load_vector<" : "kiln_store_vector<") + word + ", " + lanes +
+               ">(" + array + ", " + address + ", kiln_aligned);\n";
+      return inner + (load ? "*reinterpret_cast<" + word + "*>(" + array +
+                                 ") = *reinterpret_cast<const " + word + "*>(" + address + ");\n"
+                           : "*reinterpret_cast<" + word + "*>(" + address +
+                                 ") = *reinterpret_cast<" + word + "*>(" + array + ");\n");
+    };
+    std::vector<std::string> arrays; // each load's array: one per (buffer, base)
+    std::map<std::pair<BufferId, std::string>, std::string> loaded;
+    std::string rowAt = "kiln_p" + std::to_string(kernel_.outer.size() - 1);
+    for (size_t k = 0; k < plan.loads[m].size(); ++k) { // after the stores of the buffers before
+      auto [node, base, perRow] = plan.loads[m][k];
+      BufferId from = node->buffer;
+      auto [it, fresh] =
+          loaded.emplace(std::make_pair(from, sym::toString(base) + (perRow ? " per row" : "")),
+                         "kiln_l" + std::to_string(m) + "_" + std::to_string(k));
+      arrays.push_back(it->second);
+      if (!fresh) continue;
+      text += inner + storageType(program_.buffers[from].layout.dtype) + " " + it->second + "[" +
+              lanes + "];\n";
+      text += access(from, it->second,
+                     pointer(from) + " + (" + index(base) + ") + " + (perRow ? rowAt : at), true);
+    }
+    std::string out = "kiln_s" + std::to_string(m);
+    const std::optional<sym::Expr>& store = plan.stores[m];
+    bool held = isLocal(id) || keep || store; // in `out`
+    if (held) text += inner + storageType(b.layout.dtype) + " " + out + "[" + lanes + "];\n";
+    for (int u = 0; u < lanes_; ++u) {
+      text += inner + "{\n";
+      std::string lane = inner + "  ";
+      for (size_t p = 0; p < m; ++p)
+        if (isLocal(kernel_.buffers[p]))
+          hold(kernel_.buffers[p], "kiln_s" + std::to_string(p) + "[" + std::to_string(u) + "]");
+      text += lane + "const " + ix_ + " kiln_item = " + at + " + " + std::to_string(u) + ";\n";
+      if (plan.rowAligned) { // the vector's items share a row: its outer indices, the last one + u
+        for (size_t k = 0; k < kernel_.outer.size(); ++k)
+          text += lane + "const " + ix_ + " kiln_o" + std::to_string(k) + " = kiln_p" +
+                  std::to_string(k) +
+                  (k + 1 == kernel_.outer.size() ? " + " + std::to_string(u) : std::string()) +
+                  ";\n";
+      } else {
+        text += unflatten("kiln_item", lane);
+      }
+      for (size_t k = 0; k < plan.loads[m].size(); ++k) {
+        const ScalarNode* node = plan.loads[m][k].node;
+        std::string element = arrays[k] + "[" + std::to_string(u) + "]";
+        replaced_[node] = fromStorage(program_.buffers[node->buffer].layout.dtype, element);
+      }
+      std::string lines;
+      bindOuter(l, withoutUnitDims(l), lines, lane);
+      Block block(lane);
+      std::string value = storedBody(b, block);
+      text += lines + block.lines;
+      std::string slot = out + "[" + std::to_string(u) + "]";
+      if (held) text += lane + slot + " = " + value + ";\n";
+      if (!store && !isLocal(id))
+        text += lane + pointer(id) + "[" + index(storeIndex(b)) + "] = " + (held ? slot : value) +
+                ";\n";
+      for (const VectorLoad& v : plan.loads[m]) replaced_.erase(v.node);
+      text += inner + "}\n";
+    }
+    if (store) text += access(id, out, pointer(id) + " + (" + index(*store) + ") + " + at, false);
+    return text;
+  }
+
   // A flat kernel's 128-bit path: each thread takes `lanes_` consecutive items,
   // loading and storing the elements that follow the items (base + kiln_item)
   // as one 16-byte access when every such access is aligned (checked at run
   // time, once per launch: an unaligned view takes the scalar loop), the
   // rest element by element; the scalar loop finishes the last items.
   std::string vectorized(sym::Expr items, std::string& scalarStart) {
-    struct Access {
-      BufferId buffer;
-      sym::Expr base;
-    };
-    std::vector<std::vector<VectorLoad>> loads;
-    std::vector<std::optional<sym::Expr>> stores;
-    std::vector<Access> accesses;
-    size_t widest = 0;
-    auto contiguous = [&](sym::Expr i, const sym::Substitution& u) { return contiguousBase(i, u); };
-    for (BufferId id : kernel_.buffers) {
-      const Buffer& b = program_.buffers[id];
-      sym::Substitution units = mapOuter(b.loops);
-      loads.emplace_back();
-      vectorLoads(b.loops.body, units, false, contiguous, loads.back());
-      for (const VectorLoad& v : loads.back()) {
-        accesses.push_back({v.node->buffer, v.base});
-        widest = std::max(widest, elementSize(program_.buffers[v.node->buffer].layout.dtype));
-      }
-      stores.push_back(isLocal(id) ? std::nullopt : contiguousBase(storeIndex(b), units));
-      if (stores.back()) {
-        accesses.push_back({id, *stores.back()});
-        widest = std::max(widest, elementSize(b.layout.dtype));
-      }
-    }
-    if (accesses.empty() || widest > 8) return "";
-    lanes_ = static_cast<int>(16 / widest);
-    auto lastRange = kernel_.outer.back().asInteger();
-    bool rowAligned = lastRange && *lastRange % lanes_ == 0;
-    if (rowAligned) { // a vector lies within a row: broadcast operands load as vectors too
-      auto perRow = [&](sym::Expr i, const sym::Substitution& u) -> std::optional<sym::Expr> {
-        if (contiguousBase(i, u)) return std::nullopt; // already a vector of items
-        return rowBase(i, u);
-      };
-      for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
-        std::vector<VectorLoad> found;
-        vectorLoads(program_.buffers[kernel_.buffers[m]].loops.body,
-                    mapOuter(program_.buffers[kernel_.buffers[m]].loops), true, perRow, found);
-        for (const VectorLoad& v : found) {
-          if (elementSize(program_.buffers[v.node->buffer].layout.dtype) > widest) continue;
-          accesses.push_back({v.node->buffer, v.base});
-          loads[m].push_back(v);
-        }
-      }
-    }
-    auto width = [&](BufferId id) {
-      return elementSize(program_.buffers[id].layout.dtype) * static_cast<size_t>(lanes_);
-    };
+    std::optional<VectorPlan> plan = planVectors();
+    if (!plan) return "";
     std::string lanes = std::to_string(lanes_);
-    std::string indent = "  ", text;
-    text += indent + "bool kiln_aligned = true; // every 16-byte access of the vector path\n";
-    for (const Access& a : accesses) {
-      buffers_.insert(a.buffer);
-      text += indent + "kiln_aligned = kiln_aligned && " +
-              alignedAt(a.buffer, a.base, width(a.buffer)) + ";\n";
-    }
+    std::string indent = "  ", text = alignmentChecks(*plan, indent);
     text += indent + "const " + ix_ + " kiln_vitems = kiln_aligned ? (" + index(items) + ") / " +
             lanes + " : 0;\n";
     text += indent + "for (" + ix_ + " kiln_v = (" + ix_ + ")blockIdx.x * " +
             std::to_string(threads_) + " + threadIdx.x; kiln_v < kiln_vitems; kiln_v += (" + ix_ +
             ")gridDim.x * " + std::to_string(threads_) + ") {\n";
     std::string inner = indent + "  ";
-    if (rowAligned) {
-      text += unflatten("kiln_v * " + lanes, inner, "kiln_p");
-    }
-    for (size_t m = 0; m < kernel_.buffers.size(); ++m) {
-      BufferId id = kernel_.buffers[m];
-      const Buffer& b = program_.buffers[id];
-      const Loops& l = b.loops;
-      std::string at = "kiln_v * " + lanes;
-      std::vector<std::string> arrays; // each load's array: one per (buffer, base)
-      std::map<std::pair<BufferId, std::string>, std::string> loaded;
-      std::string rowAt = "kiln_p" + std::to_string(kernel_.outer.size() - 1);
-      for (size_t k = 0; k < loads[m].size(); ++k) { // after the stores of the buffers before
-        auto [node, base, perRow] = loads[m][k];
-        BufferId from = node->buffer;
-        auto [it, fresh] =
-            loaded.emplace(std::make_pair(from, sym::toString(base) + (perRow ? " per row" : "")),
-                           "kiln_l" + std::to_string(m) + "_" + std::to_string(k));
-        arrays.push_back(it->second);
-        if (!fresh) continue;
-        text += inner + storageType(program_.buffers[from].layout.dtype) + " " + it->second + "[" +
-                lanes + "];\n";
-        text += inner + "*reinterpret_cast<" + wordOf(width(from)) + "*>(" + it->second +
-                ") = *reinterpret_cast<const " + wordOf(width(from)) + "*>(" + pointer(from) +
-                " + (" + index(base) + ") + " + (perRow ? rowAt : at) + ");\n";
-      }
-      std::string out = "kiln_s" + std::to_string(m);
-      bool held = isLocal(id); // in `out` for the later buffers, never stored
-      if (stores[m] || held)
-        text += inner + storageType(b.layout.dtype) + " " + out + "[" + lanes + "];\n";
-      for (int u = 0; u < lanes_; ++u) {
-        text += inner + "{\n";
-        std::string lane = inner + "  ";
-        for (size_t p = 0; p < m; ++p)
-          if (isLocal(kernel_.buffers[p]))
-            hold(kernel_.buffers[p], "kiln_s" + std::to_string(p) + "[" + std::to_string(u) + "]");
-        text += lane + "const " + ix_ + " kiln_item = " + at + " + " + std::to_string(u) + ";\n";
-        if (rowAligned) { // the vector's items share a row: its outer indices, the last one + u
-          for (size_t k = 0; k < kernel_.outer.size(); ++k)
-            text += lane + "const " + ix_ + " kiln_o" + std::to_string(k) + " = kiln_p" +
-                    std::to_string(k) +
-                    (k + 1 == kernel_.outer.size() ? " + " + std::to_string(u) : std::string()) +
-                    ";\n";
-        } else {
-          text += unflatten("kiln_item", lane);
-        }
-        for (size_t k = 0; k < loads[m].size(); ++k) {
-          const ScalarNode* node = loads[m][k].node;
-          std::string element = arrays[k] + "[" + std::to_string(u) + "]";
-          DType t = program_.buffers[node->buffer].layout.dtype;
-          replaced_[node] = fromStorage(t, element);
-        }
-        std::string lines;
-        bindOuter(l, withoutUnitDims(l), lines, lane);
-        Block block(lane);
-        std::string value = storedBody(b, block);
-        text += lines + block.lines;
-        if (stores[m] || held)
-          text += lane + out + "[" + std::to_string(u) + "] = " + value + ";\n";
-        else
-          text += lane + pointer(id) + "[" + index(storeIndex(b)) + "] = " + value + ";\n";
-        for (const VectorLoad& v : loads[m]) replaced_.erase(v.node);
-        text += inner + "}\n";
-      }
-      if (stores[m])
-        text += inner + "*reinterpret_cast<" + wordOf(width(id)) + "*>(" + pointer(id) + " + (" +
-                index(*stores[m]) + ") + " + at + ") = *reinterpret_cast<" + wordOf(width(id)) +
-                "*>(" + out + ");\n";
-    }
+    if (plan->rowAligned) text += unflatten("kiln_v * " + lanes, inner, "kiln_p");
+    for (size_t m = 0; m < kernel_.buffers.size(); ++m)
+      text += vectorMember(*plan, m, "kiln_v * " + lanes, inner, false, false);
     text += indent + "}\n";
     for (BufferId id : kernel_.buffers) registers_.erase(id); // the scalar loop holds its own
     scalarStart = "kiln_vitems * " + lanes + " + ";
@@ -1066,38 +1363,8 @@ private:
     const Loops& l = b.loops;
     std::string acc = "kiln_acc" + std::to_string(id), type = valueType(l.accumulator), lines;
     bool arg = l.reduce == ReduceOp::ArgMax || l.reduce == ReduceOp::ArgMin;
-    bool floating = ir::isFloating(l.accumulator);
-    bool boolean = l.accumulator == DType::Bool;
-    std::string init, combine; // combine(a, b) over values of `type`
-    switch (l.reduce) {
-    case ReduceOp::Sum:
-      init = "0";
-      combine = boolean ? "a || b" : "a + b";
-      break;
-    case ReduceOp::Prod:
-      init = "1";
-      combine = boolean ? "a && b" : "a * b";
-      break;
-    case ReduceOp::Max:
-      init = floating ? "-std::numeric_limits<" + type + ">::infinity()"
-                      : "std::numeric_limits<" + type + ">::lowest()";
-      combine = "kiln_maximum(a, b)";
-      break;
-    case ReduceOp::Min:
-      init = floating ? "std::numeric_limits<" + type + ">::infinity()"
-                      : "std::numeric_limits<" + type + ">::max()";
-      combine = "kiln_minimum(a, b)";
-      break;
-    case ReduceOp::Any:
-      init = "false";
-      combine = "a || b";
-      break;
-    case ReduceOp::All:
-      init = "true";
-      combine = "a && b";
-      break;
-    default: break;
-    }
+    ReduceText text = reduceText(l);
+    const std::string &init = text.init, &combine = text.combine;
     std::string slotType = arg ? "kiln_arg<" + type + ">" : type;
     std::string fn = arg ? "kiln_arg_combine<" + type + ", " +
                                (l.reduce == ReduceOp::ArgMax ? "true" : "false") + ">"
@@ -1151,6 +1418,7 @@ private:
   std::map<BufferId, std::string> rowKeeps_; // a reduction -> its register array of values
   std::set<std::string> cacheDeclared_;
   int nextArray_ = 0;
+  int nextRest_ = 0;                              // unflattenVars' temporaries
   bool inRowLoop_ = false;                        // emitting inside a row's inner loop
   std::unordered_map<sym::Expr, size_t> innerOf_; // an inner index variable -> its position
   std::map<std::string, std::string> cached_;     // (buffer, canonical index) -> register array

@@ -145,47 +145,62 @@ std::vector<BufferId> fusionOrder(const Program& program) {
 
 class Fuser {
 public:
-  explicit Fuser(const Program& program) : program_(program) {}
+  Fuser(const Program& program, const ScheduleOptions& options)
+      : program_(program), options_(options) {}
 
   Schedule run() {
-    for (BufferId id : fusionOrder(program_)) {
+    order_ = fusionOrder(program_);
+    for (current_ = 0; current_ < order_.size(); ++current_) {
+      BufferId id = order_[current_];
       const Buffer& b = program_.buffers[id];
-      if (b.kind == BufferKind::Input || b.kind == BufferKind::ExternResult) continue;
-      if (b.kind == BufferKind::Extern) {
-        flush();
-        schedule_.steps.push_back({Step::CallExtern, 0, id});
+      if (b.kind == BufferKind::Input || b.kind == BufferKind::ExternResult || pulled_.count(id))
         continue;
-      }
-      if (b.aliasOf) { // a mutation: a kernel of its own, in order
-        flush();
-        open_ = start(id);
-        flush();
-        continue;
-      }
-      if (open_ && tryJoin(*open_, id)) continue;
-      // Work the open kernel does not feed may join the kernel before it
-      // (split reductions' partials side by side: layer_norm's two weight grads).
-      if (open_ && held_ && !readsFrom(*open_, b) && tryJoin(*held_, id)) continue;
-      if (held_) emit(*held_);
-      held_ = std::move(open_);
-      open_ = start(id);
+      place(id);
+      // Its step comes now: a column sum pulled into a kernel after this may read it.
+      placed_.insert(id);
+      placed_.insert(b.call.results.begin(), b.call.results.end());
     }
     flush();
     return std::move(schedule_);
   }
 
 private:
+  void place(BufferId id) {
+    const Buffer& b = program_.buffers[id];
+    if (b.kind == BufferKind::Extern) {
+      flush();
+      schedule_.steps.push_back({Step::CallExtern, 0, id});
+      return;
+    }
+    if (b.aliasOf) { // a mutation: a kernel of its own, in order
+      flush();
+      open_ = start(id);
+      flush();
+      return;
+    }
+    if (open_ && tryJoin(*open_, id)) return;
+    if (open_ && tryJoinColumns(*open_, id)) return;
+    // Work the open kernel does not feed may join the kernel before it
+    // (split reductions' partials side by side: layer_norm's two weight grads).
+    if (open_ && held_ && !readsFrom(*open_, b) && tryJoin(*held_, id)) return;
+    if (held_) emit(*held_);
+    if (open_) pullColumnSums(*open_);
+    held_ = std::move(open_);
+    open_ = start(id);
+  }
+
   // A kernel being formed: its outer ranges and members so far.
   struct Group {
     Shape outer;
     bool reductions = false;
+    bool columns = false; // Kernel::columns
     std::vector<Member> members;
   };
 
   Group start(BufferId id) {
     const Buffer& b = program_.buffers[id];
     LoopShape shape = b.loops.scatter ? scatterOuter(b.loops) : withoutUnitDims(b.loops);
-    Group g{shape.ranges, isReduction(b), {}};
+    Group g{shape.ranges, isReduction(b), false, {}};
     g.members.push_back(member(id, g.outer.size()));
     return g;
   }
@@ -207,6 +222,7 @@ private:
   void emit(const Group& g) {
     Kernel k;
     k.outer = g.outer;
+    k.columns = g.columns;
     for (const Member& m : g.members) k.buffers.push_back(m.id);
     schedule_.steps.push_back({Step::RunKernel, schedule_.kernels.size(), 0});
     schedule_.kernels.push_back(std::move(k));
@@ -214,6 +230,7 @@ private:
 
   void flush() {
     if (held_) emit(*held_);
+    if (open_) pullColumnSums(*open_);
     if (open_) emit(*open_);
     held_.reset();
     open_.reset();
@@ -252,6 +269,7 @@ private:
 
   bool tryJoin(Group& g, BufferId id) {
     const Buffer& b = program_.buffers[id];
+    if (g.columns) return false; // its loop runs down columns
     LoopShape shape = withoutUnitDims(b.loops);
     std::optional<Shape> outer = outerWith(g, b, shape);
     if (!outer) return false;
@@ -297,6 +315,79 @@ private:
     return true;
   }
 
+  // A column sum joins a flat kernel of rank 2 or more (or one of column sums
+  // already) when it walks the kernel's elements (columnCover) as the first
+  // sum does, and reads those of its buffers at the element their loop
+  // stores at the same position, everything else it reads being computed
+  // before the kernel.
+  bool tryJoinColumns(Group& g, BufferId id) {
+    const Buffer& b = program_.buffers[id];
+    if (!options_.columnPartials || g.outer.size() < 2 || (g.reductions && !g.columns) ||
+        b.kind != BufferKind::Computed || b.aliasOf || !isReduction(b) ||
+        b.loops.reduce == ReduceOp::ArgMax || b.loops.reduce == ReduceOp::ArgMin)
+      return false;
+    std::optional<ColumnCover> cover = columnCover(g.outer, b.loops);
+    if (!cover) return false;
+    for (const Member& m : g.members) {
+      const Buffer& mb = program_.buffers[m.id];
+      if (isReduction(mb)) { // a sum already in: the same walk
+        std::optional<ColumnCover> first = columnCover(g.outer, mb.loops);
+        if (first->chunkRanges != cover->chunkRanges || first->restRanges != cover->restRanges)
+          return false;
+      } else if (!isPointwise(mb) || m.shape.ranges != g.outer) {
+        return false;
+      }
+    }
+    VarMap self; // the sum's size-1 dims are 0
+    for (size_t k = 0; k < b.loops.vars.size(); ++k)
+      if (b.loops.ranges[k].asInteger() == 1) self.emplace(b.loops.vars[k], zero());
+    for (size_t k = 0; k < b.loops.reductionVars.size(); ++k)
+      if (b.loops.reductionRanges[k].asInteger() == 1)
+        self.emplace(b.loops.reductionVars[k], zero());
+    bool ok = true, readsMember = false;
+    forEachLoad(b.loops, [&](const ScalarNode& load) {
+      auto producer = std::find_if(g.members.begin(), g.members.end(),
+                                   [&](const Member& m) { return m.id == load.buffer; });
+      if (producer == g.members.end()) {
+        ok = ok && (program_.buffers[load.buffer].kind == BufferKind::Input ||
+                    placed_.count(load.buffer) > 0);
+        return;
+      }
+      const Buffer& p = program_.buffers[producer->id];
+      if (isReduction(p) || !load.indirect.empty()) {
+        ok = false;
+        return;
+      }
+      readsMember = true;
+      VarMap theirs;
+      for (size_t k = 0; k < p.loops.vars.size(); ++k)
+        if (p.loops.ranges[k].asInteger() == 1) theirs.emplace(p.loops.vars[k], zero());
+      for (size_t k = 0; k + 1 < producer->shape.vars.size(); ++k)
+        theirs.emplace(producer->shape.vars[k], cover->rows[k]);
+      theirs.emplace(producer->shape.vars.back(), cover->column);
+      ok = ok && sym::substitute(load.index, self) == sym::substitute(storeIndex(p), theirs);
+    });
+    if (!ok || !readsMember) return false;
+    g.columns = g.reductions = true;
+    g.members.push_back(member(id, g.outer.size()));
+    return true;
+  }
+
+  // The column sums later in the order that join `g`, now that its run of
+  // buffers is over (tryJoinColumns), up to the next mutation: a bias grad
+  // comes after the weight grad's product, which reads the kernel's result.
+  void pullColumnSums(Group& g) {
+    if (!options_.columnPartials || (g.reductions && !g.columns)) return;
+    for (size_t j = current_; j < order_.size(); ++j) {
+      BufferId id = order_[j];
+      const Buffer& b = program_.buffers[id];
+      if (b.aliasOf) return;
+      if (j == current_ || pulled_.count(id) || !isReduction(b) || !reducesColumns(b.loops))
+        continue;
+      if (tryJoinColumns(g, id)) pulled_.insert(id);
+    }
+  }
+
   static bool sameLoopAsAMember(const Shape& outer, const std::vector<Member>& members,
                                 const LoopShape& shape) {
     for (const Member& m : members) {
@@ -325,6 +416,11 @@ private:
   }
 
   const Program& program_;
+  ScheduleOptions options_;
+  std::vector<BufferId> order_; // fusionOrder's
+  size_t current_ = 0;          // the position in order_ being placed
+  std::set<BufferId> placed_;   // buffers whose step is placed (a column sum may read them)
+  std::set<BufferId> pulled_;   // column sums that joined a kernel before their turn
   Schedule schedule_;
   std::optional<Group> open_; // the kernel buffers join
   std::optional<Group> held_; // the kernel just before it, not yet emitted
@@ -360,8 +456,41 @@ LoopShape withoutUnitDims(const Loops& loops) {
   return out;
 }
 
-Schedule schedule(const Program& program) {
-  Schedule s = Fuser(program).run();
+std::optional<ColumnCover> columnCover(const Shape& outer, const Loops& sum) {
+  if (outer.size() < 2 || sum.reduce == ReduceOp::None || sum.scatter) return std::nullopt;
+  LoopShape out = withoutUnitDims(sum);
+  if (out.ranges.empty() || out.ranges.back() != outer.back()) return std::nullopt;
+  ColumnCover c;
+  c.column = out.vars.back();
+  c.chunkVars.assign(out.vars.begin(), out.vars.end() - 1);
+  c.chunkRanges.assign(out.ranges.begin(), out.ranges.end() - 1);
+  for (size_t k = 0; k < sum.reductionRanges.size(); ++k)
+    if (sum.reductionRanges[k].asInteger() != 1) {
+      c.restVars.push_back(sum.reductionVars[k]);
+      c.restRanges.push_back(sum.reductionRanges[k]);
+    }
+  // Row dims taken whole by the chunks, one maybe cut (chunk * its rest + rest), then the rest's.
+  size_t chunk = 0, rest = 0;
+  for (size_t d = 0; d + 1 < outer.size(); ++d) {
+    if (chunk < c.chunkRanges.size() && outer[d] == c.chunkRanges[chunk]) {
+      c.rows.push_back(c.chunkVars[chunk++]);
+    } else if (chunk + 1 == c.chunkRanges.size() && rest < c.restRanges.size() &&
+               outer[d] == c.chunkRanges[chunk] * c.restRanges[rest]) {
+      c.rows.push_back(c.chunkVars[chunk++] * c.restRanges[rest] + c.restVars[rest]);
+      ++rest;
+    } else if (chunk == c.chunkRanges.size() && rest < c.restRanges.size() &&
+               outer[d] == c.restRanges[rest]) {
+      c.rows.push_back(c.restVars[rest++]);
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (chunk != c.chunkRanges.size() || rest != c.restRanges.size()) return std::nullopt;
+  return c;
+}
+
+Schedule schedule(const Program& program, const ScheduleOptions& options) {
+  Schedule s = Fuser(program, options).run();
   // Where each buffer is read: its kernel (or -1: an extern call, another
   // kernel or an output, which need it in memory).
   std::vector<int64_t> readBy(program.buffers.size(), -2); // -2: not read yet
@@ -390,6 +519,7 @@ Schedule schedule(const Program& program) {
 bool isFlat(const Program& program, const Kernel& kernel) {
   for (BufferId id : kernel.buffers) {
     const Buffer& b = program.buffers[id];
+    if (kernel.columns && b.loops.reduce != ReduceOp::None) continue;
     if (b.loops.reduce != ReduceOp::None || b.loops.scatter || b.aliasOf ||
         withoutUnitDims(b.loops).ranges.size() != kernel.outer.size())
       return false;
@@ -443,7 +573,8 @@ std::string explain(const Schedule& schedule, const Program& program) {
       else if (b.loops.scatter)
         out << "scatter";
       else if (b.loops.reduce != ReduceOp::None)
-        out << reduceOpName(b.loops.reduce) << " of " << shapeText(b.loops.reductionRanges);
+        out << reduceOpName(b.loops.reduce) << " of " << shapeText(b.loops.reductionRanges)
+            << (k.columns ? " down the columns" : "");
       else
         out << "pointwise " << shapeText(inner);
       out << ")";

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kiln/codegen/lower.h"
+#include "kiln/codegen/schedule.h"
 #include "kiln/ir/graph.h"
 #include "kiln/runtime/artifact.h"
 
@@ -34,6 +35,19 @@ Target parseTarget(const std::string& target);
 
 // What `target` runs as library calls (lower.h).
 LowerOptions lowerOptions(const Target& target);
+
+// How `target`'s kernels are scheduled (schedule.h).
+ScheduleOptions scheduleOptions(const Target& target);
+
+// A graph lowered for a target and its schedule. A bias grad lowered as a
+// column sum (LowerOptions::biasGradsInKernels) that did not join its dy's
+// kernel is lowered again as its product's epilogue, which beat a sum's
+// kernel of its own at GPT-2's sizes (bench/README, stop 27).
+struct Scheduled {
+  Program program;
+  Schedule schedule;
+};
+Scheduled lowerAndSchedule(const ir::Graph& graph, const Target& target);
 
 // The content key of a graph compiled for `target`: a 128-bit hash of the
 // graph's structure (placeholder names excluded), the target, the compiler's

@@ -172,6 +172,10 @@ sym::Expr storeIndex(const Buffer& buffer);
 struct Program {
   std::vector<Buffer> buffers;
   std::vector<Output> outputs;
+  // Bias grads lowered as column sums where a product's epilogue could
+  // compute them (LowerOptions::biasGradsInKernels): each sum's node in the
+  // lowered graph, and the buffer that reads dy (a split sum's partials).
+  std::vector<std::pair<ir::ValueId, BufferId>> kernelBiasGrads;
 };
 
 // The text form, one buffer per line group:

@@ -40,8 +40,17 @@ struct LowerOptions {
   // dims zero-padded to multiples of 8 (ir::padProducts); 0: none (the CPU).
   int64_t padProductsFrom = 0;
   // A product's bias add becomes addmm, the bias in the library's epilogue
-  // (biasedProducts; CUDA: cuBLASLt).
+  // (biasedProducts; CUDA: cuBLASLt), a bias grad the epilogue of its weight
+  // grad's product (productSummingRows), a tanh GELU or a ReLU of a product
+  // the product's epilogue.
   bool biasEpilogues = false;
+  // But a bias grad whose dy kiln computes (a pointwise buffer, or a body) is
+  // a column sum, which the scheduler joins to dy's kernel
+  // (ScheduleOptions::columnPartials: no second read of dy)...
+  bool biasGradsInKernels = false;
+  // ...except these (sum nodes of the lowered graph: Program::kernelBiasGrads),
+  // where it could not (compile.h's lowerAndSchedule).
+  std::set<ir::ValueId> biasGradEpilogues;
   // scatter_add of f32, f64, i32, i64 adds every element atomically, all
   // loops in parallel: float sums then depend on the order threads meet (as
   // torch's CUDA index_add_ and Inductor's scatters). Off: the scatter dim's

@@ -35,8 +35,16 @@
 // mutation (alias buffer) is a kernel of its own; a scatter's kernel runs over
 // its ranges but the ordered one (scatterOuter), which each outer index runs
 // in order.
+//
+// With ScheduleOptions::columnPartials (CUDA), a column sum of a flat
+// kernel's buffers over chunks of its rows (a split bias grad's partials:
+// columnCover) joins that kernel, moving up to just after the last buffer it
+// reads; the kernel's threads then walk its rows down a few columns each,
+// adding as they go (Kernel::columns), and only pointwise buffers over the
+// same ranges, reading no sum, join it after that.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +59,9 @@ struct Kernel {
   // (from the register holding the value) and no output is: never stored,
   // never allocated (dead buffer elimination).
   std::vector<BufferId> local;
+  // The kernel's reductions are column sums (columnCover) of its pointwise
+  // buffers, which are flat over `outer`.
+  bool columns = false;
 };
 
 struct Step {
@@ -64,11 +75,33 @@ struct Schedule {
   std::vector<Step> steps;
 };
 
-Schedule schedule(const Program& program);
+struct ScheduleOptions {
+  // Column sums join the flat kernel of what they sum (a target whose
+  // emitter walks a kernel down its columns: CUDA).
+  bool columnPartials = false;
+};
 
-// Whether every buffer of the kernel is pointwise (no scatter, no mutation)
-// over exactly the outer ranges: one element of each per outer index.
+Schedule schedule(const Program& program, const ScheduleOptions& options = {});
+
+// Whether every buffer of the kernel (but a columns kernel's sums) is
+// pointwise (no scatter, no mutation) over exactly the outer ranges: one
+// element of each per outer index.
 bool isFlat(const Program& program, const Kernel& kernel);
+
+// How a column sum walks a flat kernel over `outer` (rows, then columns):
+// its output dims but the last are chunks of the rows, its last the columns
+// (the last outer range), its reduction dims the rows within a chunk, so
+// that chunk c's rest position r is the kernel's row c * (rows a chunk) + r
+// (lowering's split: LowerOptions::splitReductions). `rows` gives the kernel's
+// outer indices but the last over the sum's variables; size-1 dims are left
+// out (their variables are 0). Null when the sum's loops are not of that form.
+struct ColumnCover {
+  std::vector<sym::Expr> chunkVars, restVars;
+  Shape chunkRanges, restRanges;
+  sym::Expr column;
+  std::vector<sym::Expr> rows;
+};
+std::optional<ColumnCover> columnCover(const Shape& outer, const Loops& sum);
 
 // The `explain` view of a schedule: one block per step, naming each kernel's
 // buffers and what they compute.
