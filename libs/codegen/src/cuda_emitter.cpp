@@ -118,6 +118,26 @@ int64_t powerOfTwoAtLeast(int64_t n) {
   return p;
 }
 
+// Whether a row kernel's 16-byte path needs its element-by-element twin: where
+// some access may be unaligned in a way the runtime cannot mend. It mends an
+// input whose memory is not (a view at an odd storage offset): the launch reads
+// an aligned copy of it. Memory the run allocates is aligned (the Allocator's
+// 64 bytes; an input's memory is adopted only when it is 16-byte aligned). So
+// a static-shape kernel has no twin unless it writes into another buffer's
+// memory (a mutation) or an access starts at an offset not a multiple of the
+// vector; symbolic steps between rows, or a symbolic offset, need one. A twin
+// costs NVRTC time on every cold compile for a path a run rarely takes (a
+// third of GPT-2's kernel compile time before this rule).
+bool needsTwin(const Program& program, const std::vector<runtime::AlignedAccess>& aligned) {
+  for (const runtime::AlignedAccess& a : aligned) {
+    if (a.buffer < 0) return true; // a symbolic step between rows
+    std::optional<int64_t> offset = a.offset.asInteger();
+    if (!offset || (*offset * static_cast<int64_t>(a.elementBytes)) % a.bytes != 0) return true;
+    if (program.buffers[static_cast<size_t>(a.buffer)].aliasOf) return true;
+  }
+  return false;
+}
+
 class CudaKernelWriter : KernelText {
 public:
   // `mayAlias`: inputs whose memory a buffer this kernel writes may be (KernelSet::inPlace).
@@ -228,7 +248,7 @@ private:
       declared_.insert(item_);
     }
     std::string scalarStart; // where the flat loop starts: after the vectorized part
-    if (!rows && !scatters && rank > 0) body << vectorized(items, scalarStart);
+    if (!rows && !scatters && rank > 0) body << vectorized(items, scalarStart, launch);
     if (rows && group_ > 1) perThread_ = persistentRow();
     if (rows && group_ > 1 && !elementsOnly_) launch.aligned = rowVectorPath();
     if (perThread_ > 0) planRowReuse();
@@ -247,6 +267,7 @@ private:
     // ~10% faster (dev VM, 2026-11-27: softmax 4096x4096's 86 -> 82 ms at best).
     std::optional<int64_t> rowCount = rows ? items.asInteger() : std::nullopt;
     bool once = rowCount && (*rowCount + perBlock - 1) / perBlock <= INT32_MAX;
+    if (scalarStart == kNoScalarLoop) return finish(body.str(), items, perBlock, rows, launch);
     std::ostringstream loop;
     loop << indent << (once ? "if (" : "for (") << ix_ << " " << item << " = " << first << "; "
          << item << " < " << index(items);
@@ -270,7 +291,12 @@ private:
     loop << indent << "}\n";
     body << loop.str();
 
-    std::string text = body.str();
+    return finish(body.str(), items, perBlock, rows, launch);
+  }
+
+  // The launch of a flat, row or scatter kernel of these statements.
+  std::string finish(std::string text, sym::Expr items, int perBlock, bool rows,
+                     runtime::Launch& launch) {
     launch.items = items;
     launch.itemsPerBlock = static_cast<uint32_t>(perBlock * lanes_);
     launch.threads = static_cast<uint32_t>(threads_);
@@ -291,8 +317,9 @@ private:
   // items of its vector (vectorMember) and adding them to its own sums, which
   // the block then adds up in row-lane order (deterministic) and its first
   // row lane stores. A vector needs whole vectors in a row (else a column a
-  // thread) and is read or written by 16 bytes where aligned (checked once a
-  // launch), element by element where not. The MLP's GELU backward with db1
+  // thread) and is read or written by 16 bytes: taken as aligned where the
+  // runtime sees to it (trustedAlignment), else where a check once a launch
+  // finds it aligned, element by element where not. The MLP's GELU backward with db1
   // (8192x16384 bf16, H100): 406 us, against 365 + 151 as a flat kernel and
   // cuBLASLt's bias-grad epilogue (lowering's kColumnsKernelSplit).
   std::string columnsBody(runtime::Launch& launch) {
@@ -332,10 +359,8 @@ private:
     int rowLanes = threads_ / perBlock;
     sym::Expr blocksPerChunk = sym::floorDiv(vectors + (perBlock - 1), perBlock);
     std::string lanes = std::to_string(lanes_), indent = "  ", text;
-    if (!plan->accesses.empty() && lanes_ > 1)
-      text += alignmentChecks(*plan, indent);
-    else
-      text += indent + "const bool kiln_aligned = true;\n";
+    bool checked = lanes_ > 1 && !plan->accesses.empty() && !trustedAlignment(*plan, launch);
+    if (checked) text += alignmentChecks(*plan, indent);
     text +=
         indent + "const int kiln_column_vector = threadIdx.x % " + std::to_string(perBlock) + ";\n";
     text += indent + "const int kiln_row_lane = threadIdx.x / " + std::to_string(perBlock) + ";\n";
@@ -383,7 +408,7 @@ private:
     text += inner + "const " + ix_ + " kiln_at = " + index(at) + " + kiln_col;\n";
     for (size_t m = 0; m < kernel_.buffers.size(); ++m)
       if (program_.buffers[kernel_.buffers[m]].loops.reduce == ReduceOp::None)
-        text += vectorMember(*plan, m, "kiln_at", inner, lanes_ > 1, true);
+        text += vectorMember(*plan, m, "kiln_at", inner, checked, true);
     for (int u = 0; u < lanes_; ++u) { // the sums of the vector's items
       text += inner + "{\n";
       std::string lane = inner + "  ";
@@ -813,16 +838,24 @@ private:
 
   // A flat kernel's 128-bit path: each thread takes `lanes_` consecutive items,
   // loading and storing the elements that follow the items (base + kiln_item)
-  // as one 16-byte access when every such access is aligned (checked at run
-  // time, once per launch: an unaligned view takes the scalar loop), the
-  // rest element by element; the scalar loop finishes the last items.
-  std::string vectorized(sym::Expr items, std::string& scalarStart) {
+  // as one 16-byte access, the rest element by element. Where every such
+  // access is aligned in any run (trustedAlignment) and the vectors cover
+  // every item, that is the whole kernel (`scalarStart` kNoScalarLoop);
+  // otherwise it runs where a check at run time (once per launch) finds them
+  // aligned, and the scalar loop finishes the items (all of them, where not).
+  std::string vectorized(sym::Expr items, std::string& scalarStart, runtime::Launch& launch) {
     std::optional<VectorPlan> plan = planVectors();
     if (!plan) return "";
-    std::string lanes = std::to_string(lanes_);
-    std::string indent = "  ", text = alignmentChecks(*plan, indent);
-    text += indent + "const " + ix_ + " kiln_vitems = kiln_aligned ? (" + index(items) + ") / " +
-            lanes + " : 0;\n";
+    std::string lanes = std::to_string(lanes_), indent = "  ", text;
+    auto count = items.asInteger();
+    bool whole = count && *count % lanes_ == 0 && trustedAlignment(*plan, launch);
+    if (whole) {
+      text = indent + "const " + ix_ + " kiln_vitems = " + std::to_string(*count / lanes_) + ";\n";
+    } else {
+      text = alignmentChecks(*plan, indent);
+      text += indent + "const " + ix_ + " kiln_vitems = kiln_aligned ? (" + index(items) + ") / " +
+              lanes + " : 0;\n";
+    }
     text += indent + "for (" + ix_ + " kiln_v = (" + ix_ + ")blockIdx.x * " +
             std::to_string(threads_) + " + threadIdx.x; kiln_v < kiln_vitems; kiln_v += (" + ix_ +
             ")gridDim.x * " + std::to_string(threads_) + ") {\n";
@@ -832,9 +865,30 @@ private:
       text += vectorMember(*plan, m, "kiln_v * " + lanes, inner, false, false);
     text += indent + "}\n";
     for (BufferId id : kernel_.buffers) registers_.erase(id); // the scalar loop holds its own
-    scalarStart = "kiln_vitems * " + lanes + " + ";
+    scalarStart = whole ? kNoScalarLoop : "kiln_vitems * " + lanes + " + ";
     return text;
   }
+
+  // Whether the plan's 16-byte accesses are aligned in every run: their
+  // offsets static multiples of the vector, no write into another buffer's
+  // memory (needsTwin). The runtime then checks them per launch (Launch::aligned)
+  // and gives a misaligned input an aligned copy; the kernel takes them as aligned.
+  bool trustedAlignment(const VectorPlan& plan, runtime::Launch& launch) {
+    std::vector<runtime::AlignedAccess> accesses;
+    for (const VectorAccess& a : plan.accesses) {
+      uint32_t element =
+          static_cast<uint32_t>(elementSize(program_.buffers[a.buffer].layout.dtype));
+      runtime::AlignedAccess access{static_cast<int32_t>(a.buffer), a.base, element,
+                                    static_cast<uint32_t>(vectorBytes(a.buffer))};
+      if (std::find(accesses.begin(), accesses.end(), access) == accesses.end())
+        accesses.push_back(access);
+    }
+    if (accesses.empty() || needsTwin(program_, accesses)) return false;
+    launch.aligned = std::move(accesses);
+    return true;
+  }
+
+  static constexpr const char* kNoScalarLoop = "none";
 
   // The unsigned type of `bytes` bytes (a vector access's word).
   static std::string wordOf(size_t bytes) {
@@ -1430,26 +1484,6 @@ private:
   std::vector<std::string> shared_;
   bool elementsOnly_ = false; // a row kernel's twin without the 16-byte path
 };
-
-// Whether a row kernel's 16-byte path needs its element-by-element twin: where
-// some access may be unaligned in a way the runtime cannot mend. It mends an
-// input whose memory is not (a view at an odd storage offset): the launch reads
-// an aligned copy of it. Memory the run allocates is aligned (the Allocator's
-// 64 bytes; an input's memory is adopted only when it is 16-byte aligned). So
-// a static-shape kernel has no twin unless it writes into another buffer's
-// memory (a mutation) or an access starts at an offset not a multiple of the
-// vector; symbolic steps between rows, or a symbolic offset, need one. A twin
-// costs NVRTC time on every cold compile for a path a run rarely takes (a
-// third of GPT-2's kernel compile time before this rule).
-bool needsTwin(const Program& program, const std::vector<runtime::AlignedAccess>& aligned) {
-  for (const runtime::AlignedAccess& a : aligned) {
-    if (a.buffer < 0) return true; // a symbolic step between rows
-    std::optional<int64_t> offset = a.offset.asInteger();
-    if (!offset || (*offset * static_cast<int64_t>(a.elementBytes)) % a.bytes != 0) return true;
-    if (program.buffers[static_cast<size_t>(a.buffer)].aliasOf) return true;
-  }
-  return false;
-}
 
 } // namespace
 

@@ -12,7 +12,10 @@
 //     warps), so every thread of the group holds the result for the buffers
 //     after it;
 //   - a scatter's kernel is flat over its outer loops, each thread running the
-//     ordered dim in order (deterministic sums, as on the CPU).
+//     ordered dim in order (deterministic sums, as on the CPU);
+//   - a columns kernel (Kernel::columns) runs a block per chunk of rows and a
+//     few columns, its threads walking the chunk's rows down their columns,
+//     computing the flat buffers and adding them to the column sums.
 // Kernel n is `extern "C" __global__ kiln_kernel_<n>` taking, in order, a
 // pointer to element 0 of each buffer it touches, the int64 symbols it reads,
 // and an `int*` status word (1 division by zero, 2 index out of range).
