@@ -1263,6 +1263,36 @@ TEST_F(Lower, ABiasGradOfAComputedDyIsAColumnSumOfDysKernel) {
   EXPECT_NE(text.find("with epilogue bias_grad"), std::string::npos) << text;
 }
 
+// Any column sum of a stored pointwise buffer joins that buffer's flat kernel
+// on CUDA, taken from later in the order (past an extern call), but not past
+// a mutation, which might write what it reads.
+TEST_F(Lower, AColumnSumJoinsItsOperandsFlatKernelUpToAMutation) {
+  ValueId x = input("x", DType::Float32, ints({256, 64}));
+  ValueId w = input("w", DType::Float32, ints({64, 64}));
+  ValueId y = graph.call("exp", {x});
+  ValueId product = graph.call("mm", {y, w}); // y is stored for it
+  graph.setOutputs({product, graph.call("sum", {y}, {{"dim", std::vector<int64_t>{0}}})});
+  auto [cuda, plan] = lowerAndSchedule(graph, parseTarget("cuda"));
+  std::string text = explain(plan, cuda);
+  EXPECT_NE(text.find("kernel 0 over [256, 64]: buf2 (pointwise []), buf4 (sum of [128] down the "
+                      "columns)\nextern buf3 = mm(buf2, w)\nkernel 1 over [64]: buf5 (sum of [2])"),
+            std::string::npos)
+      << text;
+  expectSameValues({random(DType::Float32, {256, 64}), random(DType::Float32, {64, 64})}, 1e-4);
+
+  graph = ir::Graph(table);
+  x = input("x", DType::Float32, ints({256, 64}));
+  w = input("w", DType::Float32, ints({64, 64}));
+  y = graph.call("exp", {x});
+  product = graph.call("mm", {y, w});
+  ValueId written = graph.call("add_", {w}, {{"other", 1.0}});
+  graph.setOutputs({product, written, graph.call("sum", {y}, {{"dim", std::vector<int64_t>{0}}})});
+  auto [mutating, mutatingPlan] = lowerAndSchedule(graph, parseTarget("cuda"));
+  text = explain(mutatingPlan, mutating);
+  EXPECT_EQ(text.find("down the columns"), std::string::npos) << text;
+  EXPECT_NE(text.find("(sum of [128])"), std::string::npos) << text;
+}
+
 // A column sum over no rows is no split reduction on CUDA (there are no rows
 // to cut into chunks: the split once divided by the zero dim, killing the
 // codegen worker): its outputs are zeros.

@@ -256,8 +256,10 @@ private:
         options_.biasGradEpilogues.count(sum))
       return false;
     const Lowered& dy = values_.at(product.inputs[0]);
-    if (!dy.buffer) return true;
-    const Buffer& b = program_.buffers[*dy.buffer];
+    return !dy.buffer || isPointwise(program_.buffers[*dy.buffer]);
+  }
+
+  static bool isPointwise(const Buffer& b) {
     return b.kind == BufferKind::Computed && !b.aliasOf && !b.loops.scatter &&
            b.loops.reduce == ReduceOp::None;
   }
@@ -1183,10 +1185,10 @@ private:
     b.layout.storageOffset = table_.integer(0);
     if (op == "mean") b.layout.dtype = l.accumulator;
     size_t before = program_.buffers.size();
-    if (options_.splitReductions && kernelBiasGrads_.count(nodeId))
-      splitReduction(b.loops, kColumnsKernelSplit);
-    else if (options_.splitReductions)
-      splitReduction(b.loops, kColumnSumSplit);
+    if (options_.splitReductions)
+      splitReduction(b.loops, in.buffer && isPointwise(program_.buffers[*in.buffer])
+                                  ? kColumnsKernelSplit
+                                  : kColumnSumSplit);
     BufferId id = addBuffer(std::move(b));
     if (kernelBiasGrads_.count(nodeId)) // what reads dy: the partials, where split
       program_.kernelBiasGrads.push_back({nodeId, id > before ? BufferId(before) : id});
@@ -1321,9 +1323,11 @@ private:
   };
   // A column sum's kernel of its own: a thread per partial sum.
   static constexpr ColumnSplit kColumnSumSplit{int64_t{1} << 17, 32};
-  // A bias grad summed in dy's kernel (biasGradInKernels): its threads take 8
-  // columns each (16 bytes of bf16) and 8 threads share a chunk's rows, so
-  // more chunks fill the GPU; 128 rows a chunk or more keep the partials' own
+  // A sum of a stored pointwise buffer, which the scheduler joins to that
+  // buffer's kernel where it is flat (a columns kernel: a bias grad that
+  // biasGradInKernels left to dy's kernel): its threads take 8 columns each
+  // (16 bytes of bf16) and 8 threads share a chunk's rows, so more chunks
+  // fill the GPU; 128 rows a chunk or more keep the partials' own
   // sum small. Measured on an H100 (bench/gpu's MLP training, GELU's backward
   // of 8192x16384 bf16 with db1): 8 chunks 520 us, 16 chunks 441, 64 chunks
   // 431 (with the row loop unrolled twice 406, 128 chunks alike), where the
