@@ -1291,6 +1291,19 @@ TEST_F(Lower, AColumnSumJoinsItsOperandsFlatKernelUpToAMutation) {
   text = explain(mutatingPlan, mutating);
   EXPECT_EQ(text.find("down the columns"), std::string::npos) << text;
   EXPECT_NE(text.find("(sum of [128])"), std::string::npos) << text;
+
+  // Bools of bytes counted in i64: 16 columns a vector would hold 128 bytes of
+  // sums a thread (and 32 KiB of shared memory a sum), so a column a thread.
+  graph = ir::Graph(table);
+  x = input("x", DType::UInt8, ints({256, 64}));
+  ValueId positive = graph.call("gt", {x}, {{"other", int64_t{0}}});
+  graph.setOutputs({positive, graph.call("sum", {positive}, {{"dim", std::vector<int64_t>{0}}})});
+  auto [counts, countsPlan] = lowerAndSchedule(graph, parseTarget("cuda"));
+  text = explain(countsPlan, counts);
+  EXPECT_NE(text.find("down the columns"), std::string::npos) << text;
+  std::string code = emitCuda(counts, countsPlan).code;
+  EXPECT_NE(code.find("int64_t kiln_acc2[1];"), std::string::npos) << code;
+  expectSameValues({random(DType::UInt8, {256, 64})}, 0); // and the CUDA text to cubin
 }
 
 // A column sum over no rows is no split reduction on CUDA (there are no rows

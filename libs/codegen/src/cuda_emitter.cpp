@@ -340,10 +340,15 @@ private:
     item_ = known ? *known : table.declare("kiln_item", std::nullopt, sym::Range::size());
     declared_.insert(item_);
     threads_ = kColumnThreads;
+    // Vectors lie within a row, and hold at most 32 bytes of each sum's accumulators (its
+    // row lanes' sums in shared memory: 8 KiB a sum); else items one by one, a column a thread.
     std::optional<VectorPlan> plan = planVectors();
-    if (!plan || !plan->rowAligned) { // items one by one: a column a thread
+    size_t widestSum = 0;
+    for (size_t m : sums)
+      widestSum =
+          std::max(widestSum, elementSize(program_.buffers[kernel_.buffers[m]].loops.accumulator));
+    if (!plan || !plan->rowAligned || static_cast<size_t>(lanes_) * widestSum > 32) {
       lanes_ = 1;
-      buffers_.clear();
       plan = planVectors(1);
     }
     if (!plan)
@@ -734,7 +739,6 @@ private:
         }
       }
     }
-    for (const VectorAccess& a : plan.accesses) buffers_.insert(a.buffer);
     return plan;
   }
 
@@ -742,9 +746,11 @@ private:
   std::string alignmentChecks(const VectorPlan& plan, const std::string& indent) {
     std::string text =
         indent + "bool kiln_aligned = true; // every 16-byte access of the vector path\n";
-    for (const VectorAccess& a : plan.accesses)
+    for (const VectorAccess& a : plan.accesses) {
+      buffers_.insert(a.buffer);
       text += indent + "kiln_aligned = kiln_aligned && " +
               alignedAt(a.buffer, a.base, vectorBytes(a.buffer)) + ";\n";
+    }
     return text;
   }
 
@@ -769,6 +775,7 @@ private:
     std::string lanes = std::to_string(lanes_), text;
     auto access = [&](BufferId buffer, const std::string& array, const std::string& address,
                       bool load) {
+      buffers_.insert(buffer);
       std::string word = wordOf(vectorBytes(buffer));
       if (checked)
         return inner + (load ? "kiln_load_vector<" : "kiln_store_vector<") + word + ", " + lanes +
