@@ -1391,6 +1391,22 @@ TEST_F(Lower, AProductsOwnOperandJoinsTheNextKernelOverItsRanges) {
   EXPECT_EQ(text.find("kernel 0 over [16, 64]: buf"), 0u) << text; // dh, then gelu(h)
   EXPECT_NE(text.find("(pointwise []), buf"), std::string::npos) << text;
   EXPECT_LT(text.find("= mm(dy, buf"), text.find("kernel 1 over [32, 64]")) << text;
+
+  // On CUDA, with the weight grad's bias grad of a computed dy after the product (a
+  // column sum of dy's kernel, not the call's epilogue), the operand still moves.
+  graph = ir::Graph(table);
+  h = input("h", DType::BFloat16, ints({16, 64}));
+  dy = scaled(input("g", DType::BFloat16, ints({16, 32})), 2);
+  da = input("da", DType::BFloat16, ints({16, 64}));
+  w = input("w", DType::BFloat16, ints({64, 8}));
+  dw = graph.call("mm", {transpose(dy, 0, 1), graph.call("gelu", {h})});
+  ValueId db = graph.call("sum", {dy}, {{"dim", std::vector<int64_t>{0}}});
+  dh = graph.call("mul", {da, graph.call("sigmoid", {h})});
+  graph.setOutputs({dw, db, graph.call("mm", {dh, w})});
+  auto [cuda, plan] = lowerAndSchedule(graph, parseTarget("cuda"));
+  text = explain(plan, cuda);
+  EXPECT_NE(text.find("down the columns"), std::string::npos) << text;
+  EXPECT_EQ(occurrences(text, "over [16, 64]: buf"), 1u) << text; // dh and gelu(h)
 }
 
 // A row too long for registers (looped) whose extent is no multiple of a

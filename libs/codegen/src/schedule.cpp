@@ -77,10 +77,11 @@ bool isFreeScalar(const Buffer& b) {
 // pointwise buffers over the same ranges, which it then joins: GPT-2's gelu
 // recomputed for fc2's weight grad reads the pre-activation that the gelu
 // backward a few buffers later reads too (one kernel, where it had its own).
-// Only what reads the call's results may come between the call and the run,
-// nothing moves past a mutation, nor further than a few buffers (the
+// Only what reads the call's results (and, with columnPartials, column sums
+// of earlier work) may come between the call and the run, nothing moves past
+// a mutation, nor further than a few buffers (the
 // operand's sources and the call's other inputs live that much longer).
-std::vector<BufferId> fusionOrder(const Program& program) {
+std::vector<BufferId> fusionOrder(const Program& program, const ScheduleOptions& options) {
   constexpr size_t kLookahead = 16;
   size_t n = program.buffers.size();
   std::vector<std::set<BufferId>> reads(n);
@@ -123,6 +124,11 @@ std::vector<BufferId> fusionOrder(const Program& program) {
         runEnd = j;
         continue;
       }
+      // A column sum of what came before stays before the operand: the scheduler
+      // pulls it into its operand's kernel (a bias grad after its weight grad's product).
+      if (!dependent && !runEnd && options.columnPartials && isReduction(program.buffers[b]) &&
+          reducesColumns(program.buffers[b].loops))
+        continue;
       if (runEnd || !dependent) break; // the run ends; or other work comes first
       moving.insert(b);
     }
@@ -149,7 +155,7 @@ public:
       : program_(program), options_(options) {}
 
   Schedule run() {
-    order_ = fusionOrder(program_);
+    order_ = fusionOrder(program_, options_);
     for (current_ = 0; current_ < order_.size(); ++current_) {
       BufferId id = order_[current_];
       const Buffer& b = program_.buffers[id];
