@@ -38,10 +38,11 @@
 //
 // With ScheduleOptions::columnPartials (CUDA), a column sum of a flat
 // kernel's buffers over chunks of its rows (a split bias grad's partials:
-// columnCover) joins that kernel, moving up to just after the last buffer it
-// reads; the kernel's threads then walk its rows down a few columns each,
-// adding as they go (Kernel::columns), and only pointwise buffers over the
-// same ranges, reading no sum, join it after that.
+// columnCover) joins that kernel, as it comes or, when the kernel closes,
+// from later in the order up to the next mutation (a bias grad comes after
+// the weight grad's product, which reads the kernel's result); the kernel's
+// threads then walk its rows down a few columns each, adding as they go
+// (Kernel::columns), and nothing but such sums joins it after that.
 #pragma once
 
 #include <optional>
