@@ -1304,6 +1304,19 @@ TEST_F(Lower, AColumnSumJoinsItsOperandsFlatKernelUpToAMutation) {
   std::string code = emitCuda(counts, countsPlan).code;
   EXPECT_NE(code.find("int64_t kiln_acc2[1];"), std::string::npos) << code;
   expectSameValues({random(DType::UInt8, {256, 64})}, 0); // and the CUDA text to cubin
+
+  // Columns of a symbolic count: a column a thread, the blocks a chunk counted at run time.
+  graph = ir::Graph(table);
+  x = input("x", DType::BFloat16, {table.integer(1024), s0});
+  y = graph.call("exp", {x});
+  graph.setOutputs({y, graph.call("sum", {y}, {{"dim", std::vector<int64_t>{0}}})});
+  auto [symbolic, symbolicPlan] = lowerAndSchedule(graph, parseTarget("cuda"));
+  text = explain(symbolicPlan, symbolic);
+  EXPECT_NE(text.find("kernel 0 over [1024, s0]: buf1 (pointwise []), buf2 (sum of [128] down the "
+                      "columns)"),
+            std::string::npos)
+      << text;
+  expectSameValues({random(DType::BFloat16, {1024, 5})}, 5e-2);
 }
 
 // A column sum over no rows is no split reduction on CUDA (there are no rows
