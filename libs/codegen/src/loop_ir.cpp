@@ -158,6 +158,11 @@ std::vector<std::optional<int64_t>> loadSteps(const Scalar& body, sym::Expr var)
   return steps;
 }
 
+bool isPointwise(const Buffer& b) {
+  return b.kind == BufferKind::Computed && !b.aliasOf && !b.loops.scatter &&
+         b.loops.reduce == ReduceOp::None;
+}
+
 bool reducesColumns(const Loops& l) {
   auto last = [](const std::vector<sym::Expr>& vars, const Shape& ranges) -> sym::Expr {
     for (size_t k = vars.size(); k-- > 0;)

@@ -259,11 +259,6 @@ private:
     return !dy.buffer || isPointwise(program_.buffers[*dy.buffer]);
   }
 
-  static bool isPointwise(const Buffer& b) {
-    return b.kind == BufferKind::Computed && !b.aliasOf && !b.loops.scatter &&
-           b.loops.reduce == ReduceOp::None;
-  }
-
   // A tanh GELU of a biased product (geluProduct): the product's call
   // computes it in cuBLASLt's epilogue as its further result, its own being
   // the pre-activation the backward reads (GPT-2's fc1: no kernel reading the

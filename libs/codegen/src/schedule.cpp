@@ -51,10 +51,6 @@ struct Member {
   Shape innerRanges;
 };
 
-bool isPointwise(const Buffer& b) {
-  return b.kind == BufferKind::Computed && !b.aliasOf && !b.loops.scatter && !isReduction(b);
-}
-
 // Whether a scalar's value is known before the program runs: it loads
 // nothing and reads no symbol (one a runtime step binds may not be yet).
 bool isConstant(const Scalar& s) {

@@ -158,6 +158,9 @@ std::optional<int64_t> hintedNumel(const Shape& sizes);
 // where the step is not a constant): how a loop over `var` walks its inputs.
 std::vector<std::optional<int64_t>> loadSteps(const Scalar& body, sym::Expr var);
 
+// A computed buffer of one element per index: no reduction, scatter or mutation.
+bool isPointwise(const Buffer& buffer);
+
 // A reduction across the rows of what it reads (a column sum: bias and
 // layer_norm weight grads): some loads move along its last output dim and
 // none of those by one element along its last reduction dim, so a thread per
