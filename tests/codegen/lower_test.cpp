@@ -1473,20 +1473,31 @@ TEST_F(Lower, APaddedRowLoadsByVectorsUpToThePad) {
   expectCompilesForCuda();
 }
 
-// Exact GELU's `1 + erf(x)` is one call on the GPU (kiln_erf_plus_one: one polynomial, no
-// erff branches — bf16 GELU is bound by instructions there); the CPU keeps libm's erf.
-TEST_F(Lower, ExactGeluOnTheGpuComputesOnePlusErfInOneCall) {
+// Exact GELU's normal cdf, forward and backward, is one call on the GPU (kiln_normal_cdf:
+// one polynomial, no erff branches, the 1/sqrt(2) and the halving folded in — bf16 GELU is
+// bound by instructions there), and a user's `1 + erf(x)` another (kiln_erf_plus_one); the
+// CPU keeps libm's erf.
+TEST_F(Lower, ExactGeluOnTheGpuComputesTheNormalCdfInOneCall) {
   ValueId x = input("x", DType::BFloat16, ints({64, 256}));
-  graph.setOutputs({graph.call("gelu", {x})});
+  ValueId dy = input("dy", DType::BFloat16, ints({64, 256}));
+  ValueId y = input("y", DType::Float32, ints({64, 256}));
+  graph.setOutputs({graph.call("gelu", {x}), graph.call("gelu_backward", {dy, x}),
+                    graph.call("add", {graph.call("erf", {y})}, {{"other", 1.0}})});
   Program cuda = lower(graph, lowerOptions(parseTarget("cuda")));
   std::string code = emitCuda(cuda, schedule(cuda)).code;
   std::string kernels = code.substr(code.find("extern \"C\""));
-  EXPECT_GT(occurrences(kernels, "kiln_erf_plus_one("), 0u) << kernels;
+  size_t sums = occurrences(kernels, "kiln_erf_plus_one("); // one an item of the vector
+  EXPECT_GT(sums, 0u) << kernels;
+  EXPECT_EQ(occurrences(kernels, "kiln_normal_cdf("), 2 * sums) << kernels;
   EXPECT_EQ(occurrences(kernels, "std::erf("), 0u) << kernels;
   Program cpu = lower(graph, lowerOptions(parseTarget("cpu")));
   std::string cpuCode = emitCpu(cpu, schedule(cpu)).code;
-  EXPECT_EQ(occurrences(cpuCode.substr(cpuCode.find("kiln_kernel_0")), "kiln_erf_plus_one("), 0u);
-  expectSameValues({random(DType::BFloat16, {64, 256})}, 1e-2); // and compiles to cubin
+  cpuCode = cpuCode.substr(cpuCode.find("kiln_kernel_0"));
+  EXPECT_EQ(occurrences(cpuCode, "kiln_normal_cdf("), 0u);
+  EXPECT_EQ(occurrences(cpuCode, "kiln_erf_plus_one("), 0u);
+  expectSameValues({random(DType::BFloat16, {64, 256}), random(DType::BFloat16, {64, 256}),
+                    random(DType::Float32, {64, 256})},
+                   1e-2); // and compiles to cubin
 }
 
 // The host's copy of what the GPU's kernels compute for 1 + erf(x) (exp2f standing in for
@@ -1516,6 +1527,31 @@ TEST(ErfPlusOne, IsWithinAnUlpOfTheSumEverywhere) {
     worstRelative = std::max(worstRelative, error / exact);
   }
   EXPECT_LT(worstAbsolute, 7e-8);
+  EXPECT_LT(worstRelative, 2e-2);
+}
+
+// The same for the normal cdf (1 + erf(x / sqrt(2))) / 2: within 7.5e-8 of libm's (half
+// the sum's bound, an ulp of values in [0.5, 1)), 0 or 1 past the fit, and relatively close
+// in the lower tail down to x = -3.5 sqrt(2).
+TEST(NormalCdf, IsWithinAnUlpOfTheCdfEverywhere) {
+  auto exact = [](double x) { return 0.5 * std::erfc(-x * M_SQRT1_2); };
+  double worst = 0;
+  for (double x = -11; x <= 11; x += 1.0 / 4096) {
+    float f = static_cast<float>(x);
+    worst = std::max(worst, std::fabs(normalCdf(f) - exact(f)));
+  }
+  EXPECT_LT(worst, 7.5e-8);
+  for (float tiny : {0.0f, -0.0f, 1e-30f, -1e-30f}) EXPECT_NEAR(normalCdf(tiny), 0.5, 7.5e-8);
+  EXPECT_EQ(normalCdf(INFINITY), 1.0f);
+  EXPECT_EQ(normalCdf(-INFINITY), 0.0f);
+  EXPECT_EQ(normalCdf(-6.0f), 0.0f);
+  EXPECT_EQ(normalCdf(6.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(normalCdf(NAN)));
+  double worstRelative = 0;
+  for (double x = -3.5 * M_SQRT2; x < 0; x += 1.0 / 4096) {
+    float f = static_cast<float>(x);
+    worstRelative = std::max(worstRelative, std::fabs(normalCdf(f) - exact(f)) / exact(f));
+  }
   EXPECT_LT(worstRelative, 2e-2);
 }
 

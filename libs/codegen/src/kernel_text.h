@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -96,9 +97,10 @@ protected:
   }
   // Whether the kernels' threads may add to one element at once (kiln_atomic_add).
   virtual bool atomicScatters() const { return false; }
-  // Whether f32's `1 + erf(x)` is kiln_erf_plus_one(x) (erf_plus_one_fn.h): on the GPU,
-  // where exact GELU is bound by erff's instructions; the CPU keeps libm's erf.
-  virtual bool erfPlusOne() const { return false; }
+  // Whether f32's `1 + erf(x)` is kiln_erf_plus_one(x) and `(1 + erf(x * M_SQRT1_2)) * 0.5`
+  // kiln_normal_cdf(x) (erf_plus_one_fn.h): on the GPU, where exact GELU is bound by erff's
+  // instructions; the CPU keeps libm's erf.
+  virtual bool erfPolynomials() const { return false; }
 
   static std::string pointer(BufferId id) { return "kiln_b" + std::to_string(id); }
 
@@ -246,7 +248,9 @@ protected:
     }
     case ScalarKind::Unary: return unaryExpr(n, arg(0));
     case ScalarKind::Binary:
-      if (const Scalar* x = erfPlusOne() ? erfPlusOneOperand(n) : nullptr)
+      if (const Scalar* x = erfPolynomials() ? normalCdfOperand(n) : nullptr)
+        return "kiln_normal_cdf(" + emit(*x, block, lazy) + ")";
+      if (const Scalar* x = erfPolynomials() ? erfPlusOneOperand(n) : nullptr)
         return "kiln_erf_plus_one(" + emit(*x, block, lazy) + ")";
       return binaryExpr(n, arg(0), arg(1));
     case ScalarKind::Philox:
@@ -330,20 +334,41 @@ protected:
     throw Error(ErrorCode::Unsupported, "codegen: no C++ for unary op '" + op + "'");
   }
 
-  // x, where `n` is f32's 1 + erf(x) or erf(x) + 1 (exact GELU's cdf and its backward's).
-  static const Scalar* erfPlusOneOperand(const ScalarNode& n) {
-    if (n.op != "add" || n.dtype != DType::Float32) return nullptr;
-    for (size_t k = 0; k < 2; ++k) {
-      const Scalar& erf = n.args[k];
-      const ScalarNode* one = n.args[1 - k].get();
-      while (one->kind == ScalarKind::Cast && ir::isFloating(one->args[0]->dtype))
-        one = one->args[0].get(); // a scalar attribute's f64 constant, cast to f32
-      if (erf->kind == ScalarKind::Unary && erf->op == "erf" && erf->dtype == DType::Float32 &&
-          erf->args[0]->dtype == DType::Float32 && one->kind == ScalarKind::Constant &&
-          ir::isFloating(one->dtype) && one->number == 1.0)
-        return &erf->args[0];
+  // The value of a floating constant, cast or not (a scalar attribute's f64, cast to f32).
+  static std::optional<double> floatingConstant(const ScalarNode* n) {
+    while (n->kind == ScalarKind::Cast && ir::isFloating(n->args[0]->dtype)) n = n->args[0].get();
+    if (n->kind != ScalarKind::Constant || !ir::isFloating(n->dtype)) return std::nullopt;
+    return n->number;
+  }
+
+  // The operand of f32's binary `op` whose other operand is the constant k in f32 (either
+  // order).
+  static const Scalar* withConstant(const ScalarNode& n, const char* op, double k) {
+    if (n.kind != ScalarKind::Binary || n.op != op || n.dtype != DType::Float32) return nullptr;
+    for (size_t i = 0; i < 2; ++i) {
+      std::optional<double> c = floatingConstant(n.args[1 - i].get());
+      if (c && static_cast<float>(*c) == static_cast<float>(k) &&
+          n.args[i]->dtype == DType::Float32)
+        return &n.args[i];
     }
     return nullptr;
+  }
+
+  // x, where `n` is f32's 1 + erf(x) or erf(x) + 1 (exact GELU's cdf and its backward's).
+  static const Scalar* erfPlusOneOperand(const ScalarNode& n) {
+    const Scalar* erf = withConstant(n, "add", 1.0);
+    if (!erf || (*erf)->kind != ScalarKind::Unary || (*erf)->op != "erf" ||
+        (*erf)->args[0]->dtype != DType::Float32)
+      return nullptr;
+    return &(*erf)->args[0];
+  }
+
+  // x, where `n` is f32's (1 + erf(x * M_SQRT1_2)) * 0.5, the normal cdf (exact GELU's
+  // decomposition, forward and backward), in any operand order.
+  static const Scalar* normalCdfOperand(const ScalarNode& n) {
+    const Scalar* sum = withConstant(n, "mul", 0.5);
+    const Scalar* scaled = sum ? erfPlusOneOperand(**sum) : nullptr;
+    return scaled ? withConstant(**scaled, "mul", M_SQRT1_2) : nullptr;
   }
 
   std::string binaryExpr(const ScalarNode& n, const std::string& a, const std::string& b) {

@@ -19,6 +19,10 @@ float erfPlusOne(float x) {
   return kiln_erf_plus_one(x);
 }
 
+float normalCdf(float x) {
+  return kiln_normal_cdf(x);
+}
+
 } // namespace kiln::codegen
 
 namespace kiln::codegen::detail {

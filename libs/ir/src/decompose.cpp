@@ -45,8 +45,9 @@ ValueId geluOf(Graph& g, const Node& node, ValueId x) {
   } else {
     inner = g.call("erf", {scalarOp(g, "mul", x, M_SQRT1_2)});
   }
-  ValueId half = scalarOp(g, "mul", x, 0.5);
-  return g.call("mul", {half, scalarOp(g, "add", inner, 1.0)});
+  // x * ((1 + inner) * 0.5), not torch's (x * 0.5) * (1 + inner): the same value (a halving
+  // is exact), with the normal cdf whole, as the backward has it (CUDA computes it in one).
+  return g.call("mul", {x, scalarOp(g, "mul", scalarOp(g, "add", inner, 1.0), 0.5)});
 }
 
 // A composite of f16/bf16 computed in f32 and rounded once, as torch's

@@ -56,8 +56,10 @@ CudaSource emitCuda(const Program& program, const Schedule& schedule);
 // The helpers every emitted CUDA file starts with (CudaSource::code holds them).
 const std::string& cudaPrelude();
 
-// 1 + erf(x) as CUDA kernels compute it (exact GELU's cdf; src/erf_plus_one_fn.h), run on
-// the host: its accuracy against libm is tested here.
+// 1 + erf(x) and the normal cdf (1 + erf(x / sqrt(2))) / 2 as CUDA kernels compute them
+// (exact GELU; src/erf_plus_one_fn.h), run on the host: their accuracy against libm is
+// tested there.
 float erfPlusOne(float x);
+float normalCdf(float x);
 
 } // namespace kiln::codegen
