@@ -816,7 +816,8 @@ private:
     const std::optional<sym::Expr>& store = plan.stores[m];
     bool held = isLocal(id) || keep || store; // in `out`
     if (held)
-      text += inner + "__align__(16) " + storageType(b.layout.dtype) + " " + out + "[" + lanes + "];\n";
+      text +=
+          inner + "__align__(16) " + storageType(b.layout.dtype) + " " + out + "[" + lanes + "];\n";
     for (int u = 0; u < lanes_; ++u) {
       text += inner + "{\n";
       std::string lane = inner + "  ";
