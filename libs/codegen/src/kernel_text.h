@@ -334,9 +334,12 @@ protected:
     throw Error(ErrorCode::Unsupported, "codegen: no C++ for unary op '" + op + "'");
   }
 
-  // The value of a floating constant, cast or not (a scalar attribute's f64, cast to f32).
+  // The value of a floating constant, cast or not (a scalar attribute's f64, cast to f32);
+  // not through a half type, whose rounding would change it.
   static std::optional<double> floatingConstant(const ScalarNode* n) {
-    while (n->kind == ScalarKind::Cast && ir::isFloating(n->args[0]->dtype)) n = n->args[0].get();
+    auto wide = [](DType t) { return t == DType::Float32 || t == DType::Float64; };
+    while (n->kind == ScalarKind::Cast && wide(n->dtype) && wide(n->args[0]->dtype))
+      n = n->args[0].get();
     if (n->kind != ScalarKind::Constant || !ir::isFloating(n->dtype)) return std::nullopt;
     return n->number;
   }
@@ -354,7 +357,8 @@ protected:
     return nullptr;
   }
 
-  // x, where `n` is f32's 1 + erf(x) or erf(x) + 1 (exact GELU's cdf and its backward's).
+  // x, where `n` is f32's 1 + erf(x) or erf(x) + 1 (a user's; exact GELU's is the normal
+  // cdf below).
   static const Scalar* erfPlusOneOperand(const ScalarNode& n) {
     const Scalar* erf = withConstant(n, "add", 1.0);
     if (!erf || (*erf)->kind != ScalarKind::Unary || (*erf)->op != "erf" ||
