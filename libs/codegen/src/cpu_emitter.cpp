@@ -162,22 +162,7 @@ private:
     std::string acc = "kiln_acc" + std::to_string(id), type = valueType(l.accumulator), lines;
     bool arg = l.reduce == ReduceOp::ArgMax || l.reduce == ReduceOp::ArgMin;
     bool floating = ir::isFloating(l.accumulator);
-    std::string init;
-    switch (l.reduce) {
-    case ReduceOp::Sum: init = "0"; break;
-    case ReduceOp::Prod: init = "1"; break;
-    case ReduceOp::Max:
-      init = floating ? "-std::numeric_limits<" + type + ">::infinity()"
-                      : "std::numeric_limits<" + type + ">::lowest()";
-      break;
-    case ReduceOp::Min:
-      init = floating ? "std::numeric_limits<" + type + ">::infinity()"
-                      : "std::numeric_limits<" + type + ">::max()";
-      break;
-    case ReduceOp::Any: init = "false"; break;
-    case ReduceOp::All: init = "true"; break;
-    default: init = "0";
-    }
+    std::string init = reductionIdentity(l);
     if (auto scratch = scratch_.find(id); scratch != scratch_.end())
       lines += indent + scratch->second + ".resize(" + numelText(l.reductionRanges) + ");\n";
     lines += indent + type + " " + acc + " = " + init + ";\n";

@@ -514,36 +514,15 @@ private:
     std::string type, init, combine;
   };
   static ReduceText reduceText(const Loops& l) {
-    ReduceText r{valueType(l.accumulator), "", ""};
-    bool floating = ir::isFloating(l.accumulator);
+    ReduceText r{valueType(l.accumulator), reductionIdentity(l), ""};
     bool boolean = l.accumulator == DType::Bool;
     switch (l.reduce) {
-    case ReduceOp::Sum:
-      r.init = "0";
-      r.combine = boolean ? "a || b" : "a + b";
-      break;
-    case ReduceOp::Prod:
-      r.init = "1";
-      r.combine = boolean ? "a && b" : "a * b";
-      break;
-    case ReduceOp::Max:
-      r.init = floating ? "-std::numeric_limits<" + r.type + ">::infinity()"
-                        : "std::numeric_limits<" + r.type + ">::lowest()";
-      r.combine = "kiln_maximum(a, b)";
-      break;
-    case ReduceOp::Min:
-      r.init = floating ? "std::numeric_limits<" + r.type + ">::infinity()"
-                        : "std::numeric_limits<" + r.type + ">::max()";
-      r.combine = "kiln_minimum(a, b)";
-      break;
-    case ReduceOp::Any:
-      r.init = "false";
-      r.combine = "a || b";
-      break;
-    case ReduceOp::All:
-      r.init = "true";
-      r.combine = "a && b";
-      break;
+    case ReduceOp::Sum: r.combine = boolean ? "a || b" : "a + b"; break;
+    case ReduceOp::Prod: r.combine = boolean ? "a && b" : "a * b"; break;
+    case ReduceOp::Max: r.combine = "kiln_maximum(a, b)"; break;
+    case ReduceOp::Min: r.combine = "kiln_minimum(a, b)"; break;
+    case ReduceOp::Any: r.combine = "a || b"; break;
+    case ReduceOp::All: r.combine = "a && b"; break;
     default: break;
     }
     return r;
@@ -632,9 +611,7 @@ private:
 
   // The outer dims of a buffer's index variables (for rewriteIndex), and its size-1 ones as 0.
   sym::Substitution mapOuter(const Loops& l) {
-    sym::Substitution units;
-    for (size_t k = 0; k < l.vars.size(); ++k)
-      if (l.ranges[k].asInteger() == 1) units[l.vars[k]] = zero();
+    sym::Substitution units = unitsToZero(l);
     LoopShape shape = withoutUnitDims(l);
     for (size_t k = 0; k < kernel_.outer.size() && k < shape.vars.size(); ++k)
       outerOf_[shape.vars[k]] = k;

@@ -104,6 +104,25 @@ protected:
 
   static std::string pointer(BufferId id) { return "kiln_b" + std::to_string(id); }
 
+  // A reduction's identity in C++: its accumulator's first value (0 for an arg reduction,
+  // whose position decides).
+  static std::string reductionIdentity(const Loops& l) {
+    std::string type = valueType(l.accumulator);
+    bool floating = ir::isFloating(l.accumulator);
+    switch (l.reduce) {
+    case ReduceOp::Prod: return "1";
+    case ReduceOp::Max:
+      return floating ? "-std::numeric_limits<" + type + ">::infinity()"
+                      : "std::numeric_limits<" + type + ">::lowest()";
+    case ReduceOp::Min:
+      return floating ? "std::numeric_limits<" + type + ">::infinity()"
+                      : "std::numeric_limits<" + type + ">::max()";
+    case ReduceOp::Any: return "false";
+    case ReduceOp::All: return "true";
+    default: return "0";
+    }
+  }
+
   size_t slot(sym::Expr s) {
     for (size_t k = 0; k < symbols_.size(); ++k)
       if (symbols_[k] == s) return k;
@@ -426,13 +445,6 @@ protected:
                            const std::string& keep) {
     return "(" + x + " != " + x + " ? " + x + " : (" + bound + " != " + bound + " ? " + bound +
            " : (" + x + " " + keep + " " + bound + " ? " + x + " : " + bound + ")))";
-  }
-
-  std::unordered_map<sym::Expr, sym::Expr> unitsToZero(const Loops& l) {
-    std::unordered_map<sym::Expr, sym::Expr> map;
-    for (size_t k = 0; k < l.vars.size(); ++k)
-      if (l.ranges[k].asInteger() == 1) map.emplace(l.vars[k], zero());
-    return map;
   }
 
   // Every subtree of `tree` equal to `wanted` (tree's size-1 vars read as 0): layer_norm's

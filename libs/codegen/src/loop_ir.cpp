@@ -7,6 +7,7 @@
 #include "kiln/common/error.h"
 #include "kiln/sym/eval.h"
 #include "kiln/sym/print.h"
+#include "kiln/sym/symbol_table.h"
 
 namespace kiln::codegen {
 namespace {
@@ -161,6 +162,16 @@ std::vector<std::optional<int64_t>> loadSteps(const Scalar& body, sym::Expr var)
 bool isPointwise(const Buffer& b) {
   return b.kind == BufferKind::Computed && !b.aliasOf && !b.loops.scatter &&
          b.loops.reduce == ReduceOp::None;
+}
+
+sym::Substitution unitsToZero(const Loops& l, bool reductionVars) {
+  sym::Substitution map;
+  for (size_t k = 0; k < l.vars.size(); ++k)
+    if (l.ranges[k].asInteger() == 1) map.emplace(l.vars[k], l.vars[k].table().integer(0));
+  for (size_t k = 0; reductionVars && k < l.reductionVars.size(); ++k)
+    if (l.reductionRanges[k].asInteger() == 1)
+      map.emplace(l.reductionVars[k], l.reductionVars[k].table().integer(0));
+  return map;
 }
 
 bool reducesColumns(const Loops& l) {

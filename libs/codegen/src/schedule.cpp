@@ -259,11 +259,8 @@ private:
   // and its inner vars to `innerTarget`'s when their ranges agree.
   VarMap mapping(const Member& m, size_t outerRank, const std::vector<sym::Expr>& innerTarget,
                  const Shape& innerTargetRanges) {
-    VarMap map;
+    VarMap map = unitsToZero(program_.buffers[m.id].loops);
     for (size_t k = 0; k < outerRank; ++k) map.emplace(m.shape.vars[k], canonical(k));
-    const Buffer& b = program_.buffers[m.id];
-    for (size_t k = 0; k < b.loops.vars.size(); ++k) // unit dims are 0
-      if (b.loops.ranges[k].asInteger() == 1) map.emplace(b.loops.vars[k], zero());
     if (m.innerRanges == innerTargetRanges)
       for (size_t k = 0; k < m.inner.size(); ++k) map.emplace(m.inner[k], innerTarget[k]);
     return map;
@@ -340,12 +337,7 @@ private:
         return false;
       }
     }
-    VarMap self; // the sum's size-1 dims are 0
-    for (size_t k = 0; k < b.loops.vars.size(); ++k)
-      if (b.loops.ranges[k].asInteger() == 1) self.emplace(b.loops.vars[k], zero());
-    for (size_t k = 0; k < b.loops.reductionVars.size(); ++k)
-      if (b.loops.reductionRanges[k].asInteger() == 1)
-        self.emplace(b.loops.reductionVars[k], zero());
+    VarMap self = unitsToZero(b.loops, true);
     bool ok = true, readsMember = false;
     forEachLoad(b.loops, [&](const ScalarNode& load) {
       auto producer = std::find_if(g.members.begin(), g.members.end(),
@@ -361,9 +353,7 @@ private:
         return;
       }
       readsMember = true;
-      VarMap theirs;
-      for (size_t k = 0; k < p.loops.vars.size(); ++k)
-        if (p.loops.ranges[k].asInteger() == 1) theirs.emplace(p.loops.vars[k], zero());
+      VarMap theirs = unitsToZero(p.loops);
       for (size_t k = 0; k + 1 < producer->shape.vars.size(); ++k)
         theirs.emplace(producer->shape.vars[k], cover->rows[k]);
       theirs.emplace(producer->shape.vars.back(), cover->column);

@@ -24,6 +24,7 @@
 
 #include "kiln/ir/dtype.h"
 #include "kiln/ir/graph.h"
+#include "kiln/sym/eval.h"
 #include "kiln/sym/expr.h"
 
 namespace kiln::codegen {
@@ -160,6 +161,9 @@ std::vector<std::optional<int64_t>> loadSteps(const Scalar& body, sym::Expr var)
 
 // A computed buffer of one element per index: no reduction, scatter or mutation.
 bool isPointwise(const Buffer& buffer);
+
+// The loops' size-1 vars as 0 (outer ones; reduction ones too where asked).
+sym::Substitution unitsToZero(const Loops& loops, bool reductionVars = false);
 
 // A reduction across the rows of what it reads (a column sum: bias and
 // layer_norm weight grads): some loads move along its last output dim and
