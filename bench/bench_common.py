@@ -81,13 +81,24 @@ def median_seconds(fn, rounds: int) -> float:
     return statistics.median(times)
 
 
-def interleaved(a, b, rounds: int, blocks: int = 5) -> tuple:
-    """Medians of `a` and `b` timed in alternating blocks, so load from elsewhere falls on both."""
-    ta, tb = [], []
+def interleaved(*fns, rounds: int, blocks: int = 5) -> tuple:
+    """Medians of each of `fns` timed in alternating blocks, so load from elsewhere falls on all."""
+    times = [[] for _ in fns]
     for _ in range(blocks):
-        ta.append(median_seconds(a, rounds))
-        tb.append(median_seconds(b, rounds))
-    return statistics.median(ta), statistics.median(tb)
+        for fn, t in zip(fns, times):
+            t.append(median_seconds(fn, rounds))
+    return tuple(statistics.median(t) for t in times)
+
+
+def torch_compiled(fn, mode=None):
+    """torch.compile of `fn` (Inductor: Triton on CUDA, C++/OpenMP on the CPU) with Inductor's
+    caches off, so its first call is a cold compile."""
+    import torch
+    import torch._inductor.config as inductor
+
+    inductor.force_disable_caches = True
+    torch._dynamo.reset()
+    return torch.compile(fn, mode=mode)
 
 
 def write_report(name: str, kind: str, out: str | None, config: dict, results: dict, target: dict | None = None):

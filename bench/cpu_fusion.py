@@ -1,13 +1,15 @@
-"""bench/cpu_fusion: kiln's compiled CPU kernels against torch eager, in one run.
+"""bench/cpu_fusion: kiln's compiled CPU kernels against torch eager and torch.compile, in one run.
 
-    PYTHONPATH=build/python KILN_BIN_DIR=build/bin /usr/bin/python3 bench/cpu_fusion.py
+    PYTHONPATH=build/python KILN_BIN_DIR=build/bin .venv/bin/python bench/cpu_fusion.py
 
 Starts a private stack (its own run dir and artifact cache), compiles four graphs through the
 codegen service — a pointwise chain, softmax over the last dim, residual + layer_norm, a
-two-layer MLP — and times each compiled call against the same computation in torch eager on
-the same tensors (median of interleaved rounds). Also times compiling: cold (an empty cache,
-the C++ compiler runs) and warm (a cache hit through the stack). Prints the ratios and writes
-bench/results/cpu_fusion-<kind>-<date>.json. Ratios > 1 mean kiln is faster.
+two-layer MLP — and times each compiled call against the same computation in torch eager and
+under torch.compile (Inductor's C++/OpenMP CPU backend) on the same tensors (median of
+interleaved rounds). Also times compiling: kiln cold (an empty cache, the C++ compiler runs)
+and warm (a cache hit through the stack), and torch.compile's cold compile (its caches off).
+Prints the ratios and writes bench/results/cpu_fusion-<kind>-<date>.json. Ratios > 1 mean kiln
+is faster.
 """
 import argparse
 import os
@@ -15,7 +17,7 @@ import time
 
 import torch
 
-from bench_common import interleaved, private_stack, write_report
+from bench_common import interleaved, private_stack, torch_compiled, write_report
 
 
 def graphs(batch: int):
@@ -96,24 +98,33 @@ def main():
             expected = eager(*inputs)
             (got,) = compiled(*inputs)
             torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
-            for _ in range(3):  # warm up both
+            inductor = torch_compiled(eager)
+            start = time.perf_counter()
+            torch.testing.assert_close(inductor(*inputs), expected, rtol=1e-4, atol=1e-4)
+            tc_cold = time.perf_counter() - start
+            for _ in range(3):  # warm up all three
                 compiled(*inputs)
                 eager(*inputs)
-            k, e = interleaved(lambda: compiled(*inputs), lambda: eager(*inputs), args.rounds)
+                inductor(*inputs)
+            k, e, t = interleaved(lambda: compiled(*inputs), lambda: eager(*inputs), lambda: inductor(*inputs),
+                                  rounds=args.rounds)
             results[name] = {
                 "kiln_ms": round(k * 1e3, 4),
                 "eager_ms": round(e * 1e3, 4),
+                "torch_compile_ms": round(t * 1e3, 4),
                 "speedup_vs_eager": round(e / k, 3),
+                "speedup_vs_torch_compile": round(t / k, 3),
                 "compile_cold_s": round(cold, 3),
                 "compile_warm_ms": round(warm * 1e3, 2),
+                "torch_compile_cold_s": round(tc_cold, 3),
                 "kernels": compiled.explain.count("kernel "),
                 "extern_calls": compiled.explain.count("extern "),
             }
             r = results[name]
-            print(f"{name:22s} kiln {r['kiln_ms']:9.3f} ms  eager {r['eager_ms']:9.3f} ms  "
-                  f"x{r['speedup_vs_eager']:.2f}  compile cold {r['compile_cold_s']:.2f} s "
-                  f"warm {r['compile_warm_ms']:.1f} ms  ({r['kernels']} kernels, "
-                  f"{r['extern_calls']} extern)")
+            print(f"{name:20s} kiln {r['kiln_ms']:8.3f} ms  eager {r['eager_ms']:8.3f} ms (x{r['speedup_vs_eager']:.2f})"
+                  f"  torch.compile {r['torch_compile_ms']:8.3f} ms (x{r['speedup_vs_torch_compile']:.2f})"
+                  f"  cold kiln {r['compile_cold_s']:.2f} s / torch.compile {r['torch_compile_cold_s']:.2f} s"
+                  f"  warm {r['compile_warm_ms']:.1f} ms  ({r['kernels']} kernels, {r['extern_calls']} extern)")
     write_report("cpu_fusion", args.kind, args.out,
                  {"batch": args.batch, "rounds": args.rounds, "dtype": "float32", "torch": torch.__version__,
                   "torch_threads": torch.get_num_threads()},

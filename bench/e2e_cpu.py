@@ -1,14 +1,16 @@
-"""bench/e2e_cpu: kiln.compile end to end on the CPU, against eager in the same run.
+"""bench/e2e_cpu: kiln.compile end to end on the CPU, against eager and torch.compile in the same run.
 
-    PYTHONPATH=build/python KILN_BIN_DIR=build/bin /usr/bin/python3 bench/e2e_cpu.py
+    PYTHONPATH=build/python KILN_BIN_DIR=build/bin .venv/bin/python bench/e2e_cpu.py
 
 Starts a private stack (its own run dir and artifact cache) and measures:
 - per-call overhead: a compiled trivial function (`x + 1` on a 1-element tensor) against
   the same eager call — the guard fast path, the artifact launch and the output wrapping;
 - the compile latency of a nanoGPT-style transformer block (LayerNorm, causal attention
   written out, GELU MLP): the first call (trace + codegen, an empty cache) and the first
-  call of a second compiled wrapper of the same code (trace again, codegen cache hit);
-- that block's steady-state call time against eager.
+  call of a second compiled wrapper of the same code (trace again, codegen cache hit),
+  beside torch.compile's first call (Inductor's C++/OpenMP CPU backend, its caches off);
+- that block's steady-state call time against eager and torch.compile.
+The trivial call is timed under torch.compile too.
 Prints the numbers and writes bench/results/e2e_cpu-<kind>-<date>.json.
 """
 import argparse
@@ -21,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bench_common import interleaved, private_stack, write_report
+from bench_common import interleaved, private_stack, torch_compiled, write_report
 
 
 class Attention(nn.Module):
@@ -72,13 +74,15 @@ def main():
         def trivial(x):
             return x + 1
         fast = kiln.compile(trivial, stack=stack)
+        inductor = torch_compiled(trivial)
         x = torch.randn(1)
         torch.testing.assert_close(fast(x), trivial(x))
-        k, e = interleaved(lambda: fast(x), lambda: trivial(x), args.rounds)
+        torch.testing.assert_close(inductor(x), trivial(x))
+        k, e, t = interleaved(lambda: fast(x), lambda: trivial(x), lambda: inductor(x), rounds=args.rounds)
         results["trivial_call"] = {"kiln_us": round(k * 1e6, 2), "eager_us": round(e * 1e6, 2),
-                                   "overhead_us": round((k - e) * 1e6, 2)}
+                                   "torch_compile_us": round(t * 1e6, 2), "overhead_us": round((k - e) * 1e6, 2)}
         print(f"trivial call           kiln {k * 1e6:8.1f} us  eager {e * 1e6:8.1f} us  "
-              f"overhead {(k - e) * 1e6:7.1f} us")
+              f"torch.compile {t * 1e6:8.1f} us  kiln's overhead {(k - e) * 1e6:7.1f} us")
 
         # The transformer block: compile latency, then steady state.
         torch.manual_seed(0)
@@ -96,14 +100,22 @@ def main():
             expected = block(xb)
             torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
             fallbacks = compiled._compiled_forward.fallback_reasons
-            kb, eb = interleaved(lambda: compiled(xb), lambda: block(xb), max(args.rounds // 20, 5))
+            inductor = torch_compiled(block)
+            start = time.perf_counter()
+            torch.testing.assert_close(inductor(xb), expected, rtol=1e-4, atol=1e-4)
+            tc_cold = time.perf_counter() - start
+            kb, eb, tb = interleaved(lambda: compiled(xb), lambda: block(xb), lambda: inductor(xb),
+                                     rounds=max(args.rounds // 20, 5))
         results["transformer_block"] = {
             "shape": list(xb.shape), "compile_cold_s": round(cold, 3), "compile_warm_s": round(warm, 3),
-            "kiln_ms": round(kb * 1e3, 3), "eager_ms": round(eb * 1e3, 3), "speedup_vs_eager": round(eb / kb, 3),
+            "torch_compile_cold_s": round(tc_cold, 3),
+            "kiln_ms": round(kb * 1e3, 3), "eager_ms": round(eb * 1e3, 3), "torch_compile_ms": round(tb * 1e3, 3),
+            "speedup_vs_eager": round(eb / kb, 3), "speedup_vs_torch_compile": round(tb / kb, 3),
             "fell_back": fallbacks,
         }
-        print(f"transformer block      compile cold {cold:6.2f} s  warm {warm:6.2f} s  "
-              f"kiln {kb * 1e3:8.3f} ms  eager {eb * 1e3:8.3f} ms  x{eb / kb:.2f}"
+        print(f"transformer block      compile cold {cold:6.2f} s  warm {warm:6.2f} s  torch.compile cold "
+              f"{tc_cold:6.2f} s\n                       kiln {kb * 1e3:8.3f} ms  eager {eb * 1e3:8.3f} ms (x{eb / kb:.2f})"
+              f"  torch.compile {tb * 1e3:8.3f} ms (x{tb / kb:.2f})"
               + (f"  (fell back: {fallbacks})" if fallbacks else ""))
     write_report("e2e_cpu", args.kind, args.out,
                  {"rounds": args.rounds, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),

@@ -33,7 +33,7 @@ import time
 
 import torch
 
-from bench_common import private_stack, quiet_cpu, write_report
+from bench_common import private_stack, quiet_cpu, torch_compiled, write_report
 
 F = torch.nn.functional
 
@@ -229,15 +229,6 @@ def kernel_table(fn, calls: int = 10) -> str:
         span = (max(end for _, end in spans) - spans[0][0]) / calls
         table += f"\n    GPU busy {busy:.1f} us of {span:.1f} a call (idle {span - busy:.1f})"
     return table
-
-
-def torch_compiled(fn, mode=None):
-    """torch.compile of `fn` with Inductor's caches off, so its first call is a cold compile."""
-    import torch._inductor.config as inductor
-
-    inductor.force_disable_caches = True
-    torch._dynamo.reset()
-    return torch.compile(fn, mode=mode)
 
 
 def device_allocs_per_step(step, steps: int = 5) -> float:

@@ -18,7 +18,7 @@ import time
 import torch
 import torch.nn as nn
 
-from bench_common import private_stack, write_report
+from bench_common import private_stack, torch_compiled, write_report
 
 F = nn.functional
 
@@ -289,16 +289,10 @@ def main():
     with private_stack() as stack:
         import kiln
 
-        def torch_compile(model, mode=None):
-            import torch._inductor.config as inductor
-            inductor.force_disable_caches = True
-            torch._dynamo.reset()
-            return torch.compile(model, mode=mode)
-
         # reduce-overhead: both compilers replay CUDA graphs (torch's cudagraph trees, kiln._cudagraph)
-        contenders = {"eager": lambda m: m, "torch_compile": torch_compile,
+        contenders = {"eager": lambda m: m, "torch_compile": torch_compiled,
                       "kiln": lambda m: kiln.compile(m, stack=stack, options=kiln_options),
-                      "torch_compile_reduce_overhead": lambda m: torch_compile(m, "reduce-overhead"),
+                      "torch_compile_reduce_overhead": lambda m: torch_compiled(m, "reduce-overhead"),
                       "kiln_reduce_overhead": lambda m: kiln.compile(m, stack=stack, options=kiln_options,
                                                                       mode="reduce-overhead")}
         for name in only:

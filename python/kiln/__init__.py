@@ -6,6 +6,24 @@
     print(kiln.explain(fast))    # guards, graphs, kernels, fallbacks
     prog = kiln.export(model, (x,), dynamic_shapes={"x": {0: kiln.Dim("batch")}})  # a .kiln program
 """
+
+def _check_torch() -> None:
+    """_kiln links the C++ libraries of the torch it was built against: under another torch
+    it would mix two torch builds in one process. Refused at import, naming both."""
+    import os
+    import torch
+    from kiln import _build_info as built
+
+    libdir = os.path.join(os.path.dirname(torch.__file__), "lib")
+    if torch.__version__ != built.TORCH_VERSION or os.path.realpath(libdir) != os.path.realpath(built.TORCH_LIBDIR):
+        raise ImportError(
+            f"kiln was built against torch {built.TORCH_VERSION} ({built.TORCH_LIBDIR}, for {built.PYTHON}); "
+            f"this interpreter imports torch {torch.__version__} ({libdir}). Run kiln under the "
+            f"interpreter it was built for, or rebuild it for this one (scripts/build)")
+
+
+_check_torch()
+
 from kiln._kiln import KilnError, ShmStore, Stack
 from kiln._shm import shm_empty, shm_free, shm_get, shm_put
 from kiln._stack import connect, status

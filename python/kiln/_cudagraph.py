@@ -22,7 +22,7 @@ A kernel's error (an index out of range) is reported after a replay as after a r
 artifact's ReplayStatus). What runs uncaptured, with its reason: an artifact with
 data-dependent sizes (the host reads them), a handed-out output that views a copied input
 (eager's result would view the caller's tensor), a layout past the limit of graphs per
-artifact, a torch without storage reference counts when outputs are aliased.
+artifact.
 """
 from __future__ import annotations
 
@@ -52,9 +52,6 @@ class Replayed:
         self.reasons: list[str] = [uncaptured] if uncaptured else []
         if uncaptured is None and compiled.data_dependent:
             self.reasons.append("it has data-dependent sizes: the host reads them while it runs")
-        aliased = cloned is not None
-        if uncaptured is None and aliased and not hasattr(torch._C, "_storage_Use_Count"):
-            self.reasons.append("this torch cannot tell whether a replay's outputs are still in use")
         self._uncaptured = bool(self.reasons)
         self._graphs: dict = {}            # layout -> _Captured, or None where capture failed
         self._warm: OrderedDict = OrderedDict()  # layouts run once

@@ -127,7 +127,7 @@ def _tensor(t: torch.Tensor) -> dict:
 # Built-in modules kiln lowers itself (the rest are inlined through their forward).
 _BUILTIN_MODULES = {getattr(torch.nn, n) for n in (
     "Linear", "LayerNorm", "Embedding", "Dropout", "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid",
-    "Softmax", "Sequential", "Identity", "RMSNorm", "MultiheadAttention") if hasattr(torch.nn, n)}
+    "Softmax", "Sequential", "Identity", "RMSNorm", "MultiheadAttention")}
 
 _KNOWN_MODULES = {"torch": torch, "torch.nn.functional": torch.nn.functional, "math": math, "builtins": builtins,
                   "torch.utils.checkpoint": torch.utils.checkpoint}
@@ -340,13 +340,8 @@ def global_state() -> dict:
 
 
 def _autocast(device: str) -> dict:
-    """Autocast's state for a device type (torch 2.x asks by device type; 1.13 has a function each)."""
-    if hasattr(torch, "get_autocast_dtype"):
-        enabled, dtype = torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
-    elif device == "cpu":
-        enabled, dtype = torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
-    else:
-        enabled, dtype = torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+    """Autocast's state for a device type."""
+    enabled, dtype = torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
     return {"device": device, "enabled": enabled, "dtype": dtype_name(dtype)}
 
 

@@ -120,9 +120,8 @@ class TrainingRunner:
 
 def _graph_released() -> bool:
     """Whether the running backward frees the graph after it (no retain_graph): its saved
-    values are read once. False where this torch cannot say (1.13)."""
-    keep = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
-    return keep is not None and not keep()
+    values are read once."""
+    return not torch._C._autograd._get_current_graph_task_keep_graph()
 
 
 class _KilnFunction(torch.autograd.Function):

@@ -286,7 +286,7 @@ class Compiled:
         empty = 0 in sizes  # an empty view may start just past the end (x[7:] of 5 rows)
         for t in inputs:  # a view of an input: `offset` is its address
             start = t.data_ptr() - t.storage_offset() * t.element_size()
-            storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+            storage = t.untyped_storage()
             end = start + max(storage.nbytes(), 1)
             if t.dtype == dtype and start <= offset and (offset < end or (empty and offset <= end)):
                 return t.as_strided(sizes, strides, (offset - start) // t.element_size())
@@ -415,8 +415,8 @@ class _KeptThenTensors:
 
 
 def storage_address(t: torch.Tensor) -> int:
-    """The address of the memory `t` is a view of (torch 1.13 has no untyped_storage)."""
-    return (t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()).data_ptr()
+    """The address of the memory `t` is a view of."""
+    return t.untyped_storage().data_ptr()
 
 
 @functools.lru_cache(maxsize=None)

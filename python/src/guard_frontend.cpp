@@ -27,11 +27,6 @@ using guards::Input;
 using guards::StepKind;
 using FastKind = LoadedProgram::FastKind;
 
-// torch 2.4 reads autocast state by device type; 1.13 (Debian) has one function per device.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-#define KILN_AUTOCAST_BY_DEVICE 1
-#endif
-
 uint64_t guardScope() {
   static const uint64_t scope = [] {
     std::random_device random;
@@ -196,11 +191,7 @@ std::optional<DType> dtypeOf(c10::ScalarType t) {
 }
 
 c10::ScalarType autocastDtype(bool cuda) {
-#ifdef KILN_AUTOCAST_BY_DEVICE
   return at::autocast::get_autocast_dtype(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
-#else
-  return cuda ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
-#endif
 }
 
 std::optional<ir::Device> deviceOf(const c10::Device& d) {
@@ -213,12 +204,8 @@ guards::Autocast autocastOf(ir::DeviceType device) {
   guards::Autocast a;
   a.device = device;
   const bool cuda = device == ir::DeviceType::Cuda;
-#ifdef KILN_AUTOCAST_BY_DEVICE
   a.enabled =
       at::autocast::is_autocast_enabled(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
-#else
-  a.enabled = cuda ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
-#endif
   a.dtype = dtypeOf(autocastDtype(cuda)).value_or(DType::Float32);
   return a;
 }
@@ -414,7 +401,7 @@ void GlobalBits::read(uint32_t groups) {
     if (groups & kGrad) bits |= t.autograd->get_grad_mode() ? kGradBit : 0;
     if (groups & kAutocastOn) {
       // Autocast is on for a device while its dispatch key is not excluded (how
-      // both torch 1.13's is_enabled() and 2.x's is_autocast_enabled(device) read it).
+      // torch's is_autocast_enabled(device) reads it).
       const c10::impl::LocalDispatchKeySet keys(*t.keys);
       bits |= keys.excluded_.has(c10::DispatchKey::AutocastCPU) ? 0 : kCpuOnBit;
       bits |= keys.excluded_.has(c10::DispatchKey::AutocastCUDA) ? 0 : kCudaOnBit;

@@ -127,7 +127,7 @@ ir::AttrValue attrOf(const GraphState& graph, ir::ArgKind kind, py::handle h) {
     if (allInts) return ints;
     return shapeOf(graph, h);
   }
-  if (std::string(py::str(h.get_type().attr("__name__"))) == "dtype") return parseDType(h);
+  if (std::string(py::str(py::type::handle_of(h).attr("__name__"))) == "dtype") return parseDType(h);
   invalid(fmt::format("cannot pass {} to the graph", std::string(py::repr(h))));
 }
 
@@ -559,7 +559,7 @@ RunInput readRunInput(py::handle item, size_t k) {
   } catch (const py::error_already_set&) {
     badInput(k, fmt::format("expected a tensor or a (dtype, sizes, strides, address, device) "
                             "tuple, got {}",
-                            std::string(py::str(item.get_type().attr("__name__")))));
+                            std::string(py::str(py::type::handle_of(item).attr("__name__")))));
   }
   if (t.strides.size() != t.sizes.size()) badInput(k, "as many strides as sizes expected");
   return in;

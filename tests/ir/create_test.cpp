@@ -1,4 +1,4 @@
-// Creation, matmul/linear and indexing ops; expectations from torch 1.13.
+// Creation, matmul/linear and indexing ops; expectations from torch.
 #include <gtest/gtest.h>
 
 #include "helpers.h"

@@ -1,4 +1,4 @@
-// Expectations checked against torch 1.13 (torch.promote_types, torch.result_type).
+// Expectations checked against torch (torch.promote_types, torch.result_type).
 #include "kiln/ir/dtype.h"
 
 #include <gtest/gtest.h>

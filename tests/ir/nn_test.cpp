@@ -1,4 +1,4 @@
-// Normalisations, losses, dropout, attention and scatter_add; shapes from torch 1.13.
+// Normalisations, losses, dropout, attention and scatter_add; shapes from torch.
 #include <gtest/gtest.h>
 
 #include "helpers.h"

@@ -1,4 +1,4 @@
-// slice, select, narrow, flatten, contiguous, clone; expectations from torch 1.13.
+// slice, select, narrow, flatten, contiguous, clone; expectations from torch.
 #include <gtest/gtest.h>
 
 #include "helpers.h"

@@ -1,5 +1,5 @@
 // Multi-output views (split, split_with_sizes, chunk, unbind) and getitem
-// through every layer: inference (checked against torch 1.13 on concrete
+// through every layer: inference (checked against torch on concrete
 // sizes), printer, wire, passes and the reference interpreter.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Result strides of pointwise ops, clone, to_dtype and *_like follow the inputs'
-// layout as torch's TensorIterator does; expectations from torch 1.13.
+// layout as torch's TensorIterator does; expectations from torch.
 #include <gtest/gtest.h>
 
 #include "helpers.h"

@@ -1,4 +1,4 @@
-// Strides checked against torch 1.13 on concrete sizes.
+// Strides checked against torch on concrete sizes.
 #include <gtest/gtest.h>
 
 #include "helpers.h"
@@ -114,7 +114,7 @@ TEST_F(View, CatSkipsLegacyEmptyInputsAndStaysChannelsLast) {
             ints(table, {120, 1, 30, 6}));
   EXPECT_EQ(graph.meta(graph.call("cat", {cl, x}, {{"dim", int64_t{1}}})).strides,
             ints(table, {120, 20, 5, 1}));
-  // stack: torch 1.13 views a cat along dim split in two
+  // stack: torch views a cat along dim split in two
   EXPECT_EQ(graph.meta(graph.call("stack", {cl, cl}, {{"dim", int64_t{1}}})).strides,
             ints(table, {120, 3, 1, 30, 6}));
 }

@@ -427,6 +427,25 @@ def test_is_autocast_enabled_reads_the_traced_state(stack):
         torch.testing.assert_close(fast(x), f(x))
 
 
+def test_cpu_autocast_casts_what_torchs_cpu_lists_cast(stack):
+    # torch's CPU autocast: attention runs in the lower precision, prod and cross_entropy
+    # in f32; the rest (softmax, exp) keeps its input's dtype.
+    def f(q, h, target):
+        a = F.scaled_dot_product_attention(q, q, q)
+        return a, h.prod(0), F.cross_entropy(h, target), torch.softmax(h, -1).exp()
+
+    fast = kiln.compile(f, fullgraph=True, stack=stack)
+    torch.manual_seed(0)
+    q, h = torch.randn(1, 2, 4, 8), (torch.rand(4, 5) + 0.5).to(torch.bfloat16)
+    target = torch.tensor([0, 1, 2, 3])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, want = fast(q, h, target), f(q, h, target)
+    assert [t.dtype for t in got] == [t.dtype for t in want] == [torch.bfloat16, torch.float32,
+                                                                 torch.float32, torch.bfloat16]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
+
+
 def test_autocast_around_the_call_is_traced_and_guarded(stack):
     def f(x, w):
         return F.relu(x @ w) * 2

@@ -578,7 +578,7 @@ private:
     std::vector<const ir::Value*> ins;
     for (ValueId in : functional.inputs) ins.push_back(&graph_->value(in));
     functional.value = ir::inferCall(functional.target, ins, functional.attrs, table_);
-    // As torch 1.13 (and the interpreter): sum, mean and prod into a wider
+    // As torch (and the interpreter): sum, mean and prod into a wider
     // floating out accumulate in out's dtype.
     const ir::TensorMeta& out = graph_->value(written).tensor();
     ir::TensorMeta r = functional.value.tensor();

@@ -183,15 +183,6 @@ ValueId variance(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   return node.target == "std" ? g.call("sqrt", {var}) : var;
 }
 
-double defaultEps(DType t) { // torch.finfo(t).eps, rms_norm's default
-  switch (t) {
-  case DType::Float16: return 0.0009765625;
-  case DType::BFloat16: return 0.0078125;
-  case DType::Float64: return 2.220446049250313e-16;
-  default: return 1.1920928955078125e-07;
-  }
-}
-
 // layer_norm: (x - mean) * rsqrt(var + eps) * weight + bias over the trailing dims;
 // rms_norm: x * rsqrt(mean(x^2) + eps) * weight.
 ValueId normOf(Graph& g, const Node& node, const std::vector<ValueId>& in, ValueId x) {
@@ -209,7 +200,8 @@ ValueId normOf(Graph& g, const Node& node, const std::vector<ValueId>& in, Value
   for (size_t i = m.dim() - k; i < m.dim(); ++i) dims.push_back(static_cast<int64_t>(i));
   std::vector<Attr> along = {{"dim", dims}, {"keepdim", true}};
   bool layer = node.target == "layer_norm";
-  double eps = attrOr<double>(node, "eps", layer ? 1e-5 : defaultEps(g.meta(in[0]).dtype));
+  // rms_norm's default eps, as torch's: that of the dtype it computes in (f32 for halves)
+  double eps = attrOr<double>(node, "eps", layer ? 1e-5 : epsilon(opmath(g.meta(in[0]).dtype)));
   ValueId centred = layer ? g.call("sub", {x, g.call("mean", {x}, along)}) : x;
   ValueId power = g.call("mean", {g.call("mul", {centred, centred})}, along);
   ValueId y = g.call("mul", {centred, g.call("rsqrt", {scalarOp(g, "add", power, eps)})});
@@ -298,12 +290,16 @@ ValueId crossEntropy(Graph& g, const Node& node, const std::vector<ValueId>& in)
   return g.call("div", {total, g.call("sum", {counted})});
 }
 
-// Attention's scores times its scale: the `scale` attribute, else 1 / sqrt(E).
+// Attention's scores times its scale: the `scale` attribute, else 1 / sqrt(E). As torch
+// (which scales q and k before their product), scores over an empty embedding are 0
+// whatever the scale.
 ValueId scaled(Graph& g, const Node& node, ValueId scores, sym::Expr embed) {
+  std::optional<int64_t> e = embed.asInteger();
+  if (e == 0) return scores;
   if (const AttrValue* scale = node.attr("scale")) return scalarOp(g, "mul", scores, *scale);
-  if (auto e = embed.asInteger())
-    return scalarOp(g, "mul", scores, 1 / std::sqrt(static_cast<double>(*e)));
-  ValueId width = g.call("full_like", {scores}, {{"fill_value", embed}});
+  if (e) return scalarOp(g, "mul", scores, 1 / std::sqrt(static_cast<double>(*e)));
+  // max(E, 1): an empty embedding's scores stay 0
+  ValueId width = g.call("full_like", {scores}, {{"fill_value", sym::max(embed, 1)}});
   return g.call("mul", {scores, g.call("rsqrt", {width})});
 }
 

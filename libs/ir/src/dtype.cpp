@@ -1,5 +1,7 @@
 #include "kiln/ir/dtype.h"
 
+#include <cmath>
+
 #include "kiln/common/error.h"
 
 namespace kiln::ir {
@@ -65,6 +67,15 @@ bool isIntegral(DType t, bool includeBool) {
 
 DType opmath(DType t) {
   return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t;
+}
+
+double epsilon(DType t) {
+  switch (t) {
+  case DType::Float64: return std::ldexp(1.0, -52);
+  case DType::Float16: return std::ldexp(1.0, -10);
+  case DType::BFloat16: return std::ldexp(1.0, -7);
+  default: return std::ldexp(1.0, -23);
+  }
 }
 
 DType promoteTypes(DType a, DType b) {

@@ -634,8 +634,8 @@ void copyInto(const HostTensor& src, const HostTensor& dst) {
 }
 
 // An out= form: the functional op's result (computed apart, so that `out` may
-// alias an input), cast into out's bytes. The value is `out` itself. As torch
-// 1.13, sum, mean and prod into a wider floating `out` accumulate in out's
+// alias an input), cast into out's bytes. The value is `out` itself. As torch,
+// sum, mean and prod into a wider floating `out` accumulate in out's
 // dtype; pointwise ops compute in their own result dtype, then cast.
 HostTensor runOutForm(const Graph& graph, const Node& node, const OpInfo& op,
                       const std::vector<HostTensor>& values, const sym::Binding& binding) {

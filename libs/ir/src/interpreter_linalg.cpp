@@ -92,22 +92,13 @@ void copyElement(const HostTensor& from, const std::vector<int64_t>& at, const H
     storeElementI(out, idx, loadElementI(from, at));
 }
 
-// The machine epsilon of a floating dtype (rms_norm's default eps).
-double epsilonOf(DType t) {
-  switch (t) {
-  case DType::Float64: return std::ldexp(1.0, -52);
-  case DType::Float16: return std::ldexp(1.0, -10);
-  case DType::BFloat16: return std::ldexp(1.0, -7);
-  default: return std::ldexp(1.0, -23);
-  }
-}
 
 // layer_norm and rms_norm over the last `k` dims.
 void normalize(const std::string& op, const HostTensor& x, size_t k, const HostTensor* weight,
                const HostTensor* bias, double eps, const HostTensor& out) {
   std::vector<int64_t> outer(out.sizes.begin(), out.sizes.end() - k);
   std::vector<int64_t> inner(out.sizes.end() - k, out.sizes.end());
-  if (std::isnan(eps)) eps = epsilonOf(out.dtype);
+  if (std::isnan(eps)) eps = epsilon(opmath(out.dtype)); // rms_norm's default, as torch's
   eachIndex(outer, [&](const std::vector<int64_t>& o) {
     std::vector<std::vector<int64_t>> where;
     std::vector<double> v;
@@ -176,7 +167,7 @@ void attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
         qi[n - 1] = ki[n - 1] = e;
         dot += loadElementF(q, qi) * loadElementF(k, ki);
       }
-      w[s] = dot * scale;
+      w[s] = embed ? dot * scale : 0; // as torch: scores over no embedding are 0
       if (causal && s > l) w[s] = -INFINITY;
       if (mask && mask->dtype == DType::Bool && !loadElementI(*mask, mi)) w[s] = -INFINITY;
       if (mask && mask->dtype != DType::Bool) w[s] += loadElementF(*mask, mi);
@@ -234,7 +225,7 @@ void attentionPiece(const std::string& op, const HostTensor& q, const HostTensor
     for (int64_t l = 0; l < rowsL; ++l) {
       double max = -INFINITY, sum = 0;
       for (int64_t s = 0; s < rowsS; ++s) {
-        p[l][s] = causal && s > l ? -INFINITY : dot(q, l, k, s, embed) * scale;
+        p[l][s] = causal && s > l ? -INFINITY : embed ? dot(q, l, k, s, embed) * scale : 0;
         if (mask && mask->dtype == DType::Bool && !loadElementI(*mask, at(l, s)))
           p[l][s] = -INFINITY;
         if (mask && mask->dtype != DType::Bool) p[l][s] += loadElementF(*mask, at(l, s));

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "infer.h"
 #include "kiln/sym/print.h"
@@ -106,7 +107,7 @@ Value inferLike(const OpCall& call) {
 }
 
 // arange(start, end, step): ceil((end - start) / step) elements; an error when
-// that is negative, as in torch. Integers may be symbolic (a positive or negative constant step);
+// the bounds disagree with the step's sign, as in torch. Integers may be symbolic (a positive or negative constant step);
 // floats must all be constants.
 Value inferArange(const OpCall& call) {
   Number end = number(call, "end");
@@ -133,16 +134,18 @@ Value inferArange(const OpCall& call) {
     double e = real(end, "end"), s = real(start, "start"), d = real(step, "step");
     if (!std::isfinite(e) || !std::isfinite(s) || !std::isfinite(d))
       call.fail("step", "needs finite bounds and step");
-    // As torch: the checks on the bounds as the dtype's accumulator holds them (an integral
-    // dtype truncates), the length from doubles (for i64, from the truncated bounds).
+    // As torch: the checks on the bounds as given, then as the dtype's accumulator holds
+    // them (an integral dtype truncates); the length from doubles (for i64, from the
+    // truncated bounds).
     bool truncate = isIntegral(dtype, false);
     double xe = truncate ? std::trunc(e) : e, xs = truncate ? std::trunc(s) : s;
     double xd = truncate ? std::trunc(d) : d;
-    if (xd == 0) call.fail("step", "must be non-zero");
-    if (!((xd > 0 && xe >= xs) || (xd < 0 && xe <= xs)))
-      call.fail("end", "bounds are inconsistent with the step's sign");
+    for (auto [to, from, by] : {std::tuple{e, s, d}, std::tuple{xe, xs, xd}}) {
+      if (by == 0) call.fail("step", "must be non-zero");
+      if (!((by > 0 && to >= from) || (by < 0 && to <= from)))
+        call.fail("end", "bounds are inconsistent with the step's sign");
+    }
     double n = dtype == DType::Int64 ? std::ceil((xe - xs) / xd) : std::ceil((e - s) / d);
-    if (n < 0) call.fail("end", "gives a negative length"); // torch: "invalid size"
     length = call.table().integer(static_cast<int64_t>(n));
   }
   return fresh(call, dtype, {length}, deviceArg(call), gradArg(call, dtype));

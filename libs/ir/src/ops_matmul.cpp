@@ -140,6 +140,9 @@ Value inferIndexSelect(const OpCall& call) {
   if (self.dim()) {
     auto d = static_cast<size_t>(wrapDim(call, "dim", call.intArg("dim"), self.dim()));
     sizes[d] = index.dim() ? index.sizes[0] : call.table().integer(1);
+  } else if (index.dim()) { // as torch: a 0-d self takes one index
+    require(call, "index", sym::eq(index.sizes[0], 1),
+            "of a 0-d self must have one value, got " + sym::toString(index.sizes[0]));
   }
   return fresh(call, self.dtype, sizes, commonDevice(call, {"self", "index"}), self.requiresGrad);
 }
@@ -147,14 +150,13 @@ Value inferIndexSelect(const OpCall& call) {
 } // namespace
 
 // gather's and scatter_add's index (torch's gather_shape_check and
-// scatter_shape_check): i64, as many dims as self, and unless it is empty,
+// scatter_shape_check): i64 or i32, as many dims as self, and unless it is empty,
 // index.size(d) <= self.size(d) for d != dim and, when `src` is given,
 // index.size(d) <= src.size(d) for every d (a 0-d tensor counts as size 1).
 void checkScatterIndex(const OpCall& call, std::string_view src) {
   const TensorMeta& self = call.tensor("self");
   const TensorMeta& index = call.tensor("index");
-  if (index.dtype != DType::Int64)
-    call.fail("index", "expected dtype i64, got " + std::string(name(index.dtype)));
+  requireIndex(call, "index");
   size_t d = static_cast<size_t>(wrapDim(call, "dim", call.intArg("dim"), self.dim()));
   for (std::string_view arg : {std::string_view("index"), src})
     if (!arg.empty() &&

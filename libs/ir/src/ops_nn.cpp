@@ -45,10 +45,7 @@ Value inferNorm(const OpCall& call) {
       requireEqual(call, arg, p.sizes[i], normalized[i],
                    "size at dim " + std::to_string(i) + " differs");
   }
-  // layer_norm's kernel writes a contiguous result; rms_norm is pointwise ops
-  // over the input (PyTorch 2's composite), whose layout it keeps.
-  if (call.op().name == "rms_norm")
-    return freshLike(call, {"input"}, in.dtype, in.sizes, in.device, grad);
+  // Both kernels write a contiguous result, as torch's.
   return fresh(call, in.dtype, in.sizes, in.device, grad);
 }
 

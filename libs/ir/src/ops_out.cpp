@@ -15,7 +15,7 @@
 namespace kiln::ir::detail {
 namespace {
 
-// Which dtypes of `out` an op accepts for its result's dtype, as torch 1.13 checks.
+// Which dtypes of `out` an op accepts for its result's dtype, as torch checks.
 enum class OutDType {
   Cast,    // any that torch.can_cast takes (TensorIterator ops, cat, sum, mean)
   Exact,   // only the result's (neg, where, clamp, amax, argmax, mm, softmax, ...)

@@ -62,7 +62,7 @@ template <Unary rule> Value inferUnary(const OpCall& call) {
 // How a binary op's result dtype follows the promoted dtype of its operands.
 enum class Binary {
   Promote,  // add mul maximum minimum
-  NoBool,   // pow fmod remainder: bool operands are refused
+  NoBool,   // pow fmod remainder: bool operands are refused (but pow of a bool tensor by a bool)
   Subtract, // sub: any bool operand is refused
   Divide,   // true division gives a float for integral operands; floor and trunc refuse bool
   Compare,  // bool result
@@ -84,7 +84,10 @@ template <Binary rule> Value inferBinary(const OpCall& call) {
   switch (rule) {
   case Binary::Promote: break;
   case Binary::NoBool:
-    if (promoted == DType::Bool) call.fail("other", "not supported for two bool operands");
+    // As torch: a bool tensor to a bool number's power is itself (true) or ones (false);
+    // two bool tensors, and fmod or remainder of bools, are refused.
+    if (promoted == DType::Bool && !(call.op().name == "pow" && !call.input("other")))
+      call.fail("other", "not supported for two bool operands");
     if (call.op().name == "pow" && isIntegral(call.tensor("self").dtype, true) &&
         !call.input("other") && std::holds_alternative<int64_t>(call.attr("other")) &&
         std::get<int64_t>(call.attr("other")) < 0)

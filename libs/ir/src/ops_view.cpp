@@ -298,8 +298,12 @@ Value inferNarrow(const OpCall& call) {
   size_t d = static_cast<size_t>(wrapDim(call, "dim", call.intArg("dim"), self.dim()));
   sym::Expr size = self.sizes[d];
   int64_t startArg = call.intArg("start");
-  // A negative start counts from the end, as torch wraps a dim: a size of 0 counts as 1.
-  sym::Expr start = startArg < 0 ? sym::max(size, 1) + startArg : call.table().integer(startArg);
+  // As torch: start in [-size, size], a negative one counting from the end.
+  sym::Expr given = call.table().integer(startArg);
+  require(call, "start", sym::logicalAnd(sym::ge(given, -size), sym::le(given, size)),
+          "start " + std::to_string(startArg) + " out of range [-" + sym::toString(size) + ", " +
+              sym::toString(size) + "]");
+  sym::Expr start = startArg < 0 ? size + startArg : given;
   sym::Expr length = call.symInt("length");
   require(call, "length",
           sym::logicalAnd(sym::logicalAnd(sym::ge(start, 0), sym::ge(length, 0)),
@@ -388,7 +392,7 @@ Shape channelsLastStrides(const Shape& sizes, sym::SymbolTable& table) {
 
 // cat: along dim, sizes add up; the other dims must be provably equal. 1-d inputs of size 0 are
 // skipped, as torch's legacy rule (their dtype still counts). The result is channels-last when
-// every input is (torch's cat_compute_output_memory_format). stack: as torch 1.13 computes it,
+// every input is (torch's cat_compute_output_memory_format). stack: as torch computes it,
 // cat along dim then a view splitting it (at the last dim: cat of the inputs unsqueezed there).
 // Operand dtypes are promoted.
 Value inferCat(const OpCall& call) {

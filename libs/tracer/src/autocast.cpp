@@ -17,16 +17,21 @@ enum class Policy {
 };
 
 Policy policyOf(const std::string& op, DeviceType device) {
-  static const std::set<std::string> lower = {"mm", "bmm", "matmul", "addmm", "linear"};
-  if (device == DeviceType::Cpu) // the list Debian's torch 1.13 and torch 2.x share for the CPU
-    return lower.count(op) ? Policy::LowerPrecision : Policy::None;
-  static const std::set<std::string> cudaLower = {"mm",     "bmm",    "matmul",
-                                                  "addmm",  "linear", "scaled_dot_product_attention"};
+  static const std::set<std::string> lower = {"mm",     "bmm",    "matmul",
+                                              "addmm",  "linear", "scaled_dot_product_attention"};
+  if (device == DeviceType::Cpu) {
+    // torch's CPU lists, for kiln's ops. cross_entropy: torch's CPU log_softmax keeps a half
+    // input's dtype and its nll_loss computes in f32; kiln computes both in f32 (the same
+    // dtype, a result closer to exact).
+    static const std::set<std::string> cpuFloat32 = {"prod", "cross_entropy"};
+    if (lower.count(op)) return Policy::LowerPrecision;
+    return cpuFloat32.count(op) ? Policy::Float32 : Policy::None;
+  }
   // cross_entropy is log_softmax (f32 result) then nll_loss (f32) in torch.
   static const std::set<std::string> float32 = {"exp", "expm1", "log", "log1p", "reciprocal", "rsqrt",
                                                 "tan", "pow", "layer_norm", "cross_entropy"};
   static const std::set<std::string> float32Result = {"sum", "prod", "softmax", "log_softmax"};
-  if (cudaLower.count(op)) return Policy::LowerPrecision;
+  if (lower.count(op)) return Policy::LowerPrecision;
   if (float32.count(op)) return Policy::Float32;
   if (float32Result.count(op)) return Policy::Float32Result;
   return Policy::None;

@@ -1,15 +1,15 @@
 """Conformance of the matmul and nn ops: mm bmm addmm matmul linear, softmax log_softmax,
 layer_norm rms_norm, embedding index_select gather scatter_add, cross_entropy, dropout and
-scaled_dot_product_attention, against torch 1.13 on CPU (against their composition in torch ops
-where 1.13 lacks the op: rms_norm, scaled_dot_product_attention; by its properties for dropout,
-whose random stream cannot match torch's)."""
+scaled_dot_product_attention, against torch on CPU (rms_norm and scaled_dot_product_attention
+also against their composition in torch ops, computed in float32 for half inputs; dropout by its
+properties, as its random stream cannot match torch's)."""
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import (assert_meta_matches, assert_values_match, cases, check,
+from harness import (assert_meta_matches, assert_values_match, cases, check, check_compiled,
                      maybe_check_compiled, reference)
 from kiln import KilnError, ir
 
@@ -251,7 +251,7 @@ def test_addmm_errors(case):
         self, a, b = self.bool(), a.bool(), b.bool()
         match = "'self': dtype bool"
     else:
-        # torch documents integer beta and alpha for integral inputs (1.13 truncates a float
+        # torch documents integer beta and alpha for integral inputs (and truncates a float
         # silently); kiln refuses a float, as for add's alpha.
         raises("'alpha': must not be a floating point number", "addmm", self.long(), a.long(),
                b.long(), alpha=0.5)
@@ -440,15 +440,16 @@ def test_layer_norm_errors(case):
 
 
 def rms_norm_reference(x, normalized_shape, weight=None, eps=None):
-    """PyTorch 2's rms_norm: x * rsqrt(mean(x^2) + eps) * weight, computed in float32 for half
-    inputs, with eps = finfo(dtype).eps when None."""
-    eps = torch.finfo(x.dtype).eps if eps is None else eps
+    """rms_norm's composition: x * rsqrt(mean(x^2) + eps) * weight, computed in float32 for half
+    inputs, with eps = finfo(float32).eps when None (finfo(float64).eps for float64), as torch's
+    kernels choose it."""
+    eps = torch.finfo(torch.float64 if x.dtype == torch.float64 else torch.float32).eps if eps is None else eps
     dims = tuple(range(x.dim() - len(normalized_shape), x.dim()))
     up = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
     y = up * torch.rsqrt(up.pow(2).mean(dims, keepdim=True) + eps)
     if weight is not None:
         y = y * (weight.float() if up is not x else weight)
-    return y.to(x.dtype)
+    return y.to(x.dtype).contiguous()  # torch's kernels write a contiguous result
 
 
 RMS_NORM_CASES = [
@@ -470,6 +471,7 @@ def test_rms_norm(shape, normalized, weight, eps, layout, scale):
     x = make(shape, layout=layout) * scale
     w = make(normalized, layout=layout) if weight else None
     check("rms_norm", rms_norm_reference, x, normalized, w, eps=eps, **tol(torch.float32))
+    check("rms_norm", F.rms_norm, x, normalized, w, eps=eps, **tol(torch.float32))
 
 
 @pytest.mark.parametrize("dtype", cases("rms_norm", FLOATS), ids=dtype_id)
@@ -477,6 +479,7 @@ def test_rms_norm(shape, normalized, weight, eps, layout, scale):
 def test_rms_norm_dtypes(dtype, scale):
     x, w = (make((2, 3, 4)) * scale).to(dtype), make((4,), dtype)
     check("rms_norm", rms_norm_reference, x, [4], w, **tol(dtype))
+    check("rms_norm", F.rms_norm, x, [4], w, **tol(dtype))
 
 
 @pytest.mark.parametrize("case", cases("rms_norm", ["shape", "weight", "int_input"]))
@@ -529,7 +532,7 @@ def test_embedding_errors(case):
     ((3, 4), -1, (2,), "transposed"),
     ((2, 3, 4), 1, (), "step"),
     ((3, 4), 1, (0,), "offset"),
-    ((), 0, (2,), "contiguous"),
+    ((), 0, (1,), "contiguous"),
     ((), -1, (), "contiguous"),
     ((0, 4), 1, (3,), "contiguous"),
 ])
@@ -545,11 +548,12 @@ def test_index_select_int32(idx):
 
 
 @pytest.mark.parametrize("case", cases("index_select", ["dim", "index_2d", "float_index",
-                                                        "out_of_range"]))
+                                                        "out_of_range", "0d_self_two_values"]))
 def test_index_select_errors(case):
     x = make((3, 4))
     args = {"dim": (x, 2, index((2,), 3)), "index_2d": (x, 0, index((2, 2), 3)),
-            "float_index": (x, 0, make((2,))), "out_of_range": (x, 0, torch.tensor([0, 3]))}[case]
+            "float_index": (x, 0, make((2,))), "out_of_range": (x, 0, torch.tensor([0, 3])),
+            "0d_self_two_values": (make(()), 0, index((2,), 1))}[case]
     with pytest.raises((RuntimeError, IndexError)):
         torch.index_select(*args)
     raises({"dim": "dim", "out_of_range": "out of range"}.get(case, "index"), "index_select",
@@ -580,13 +584,19 @@ def test_gather(dtype, shape, dim, idx_shape, layout):
     check("gather", torch.gather, x, dim, index(idx_shape, size, layout))
 
 
-@pytest.mark.parametrize("case", cases("gather", ["index_size", "rank", "int32", "dim",
+@pytest.mark.parametrize("idx", cases("gather", [torch.int32]), ids=dtype_id)
+def test_gather_int32(idx):
+    args = (make((3, 4)), 1, index((3, 2), 4, dtype=idx))
+    check_compiled("gather", check("gather", torch.gather, *args), *args)  # and compiled
+
+
+@pytest.mark.parametrize("case", cases("gather", ["index_size", "rank", "int16", "dim",
                                                   "out_of_range", "out_of_range_0d"]))
 def test_gather_errors(case):
     x = make((3, 4))
     args = {"index_size": (x, 1, index((4, 2), 4)),  # index.size(0) > self.size(0)
             "rank": (x, 1, index((3,), 4)),
-            "int32": (x, 1, index((3, 2), 4, dtype=torch.int32)),
+            "int16": (x, 1, index((3, 2), 4, dtype=torch.int16)),
             "dim": (x, 2, index((3, 2), 3)),
             "out_of_range": (x, 1, torch.tensor([[4]])),
             "out_of_range_0d": (torch.tensor(1.0), 0, torch.tensor([1]))}[case]
@@ -619,6 +629,12 @@ def test_scatter_add(dtype, shape, dim, idx_shape, src_shape, layout):
     src = make(src_shape, torch.int64, layout, 0, 3).to(dtype)
     size = x.shape[dim] if x.dim() else 1
     check("scatter_add", torch.scatter_add, x, dim, index(idx_shape, size, layout), src)
+
+
+@pytest.mark.parametrize("idx", cases("scatter_add", [torch.int32]), ids=dtype_id)
+def test_scatter_add_int32(idx):
+    args = (make((3, 4)), 1, index((3, 2), 4, dtype=idx), make((3, 2)))
+    check_compiled("scatter_add", check("scatter_add", torch.scatter_add, *args), *args)  # and compiled
 
 
 @pytest.mark.parametrize("case", cases("scatter_add", ["index_vs_self", "index_vs_src",
@@ -886,7 +902,7 @@ def test_dropout_errors(case):
 # --- scaled_dot_product_attention -------------------------------------------------------------
 
 def sdpa_reference(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
-    """PyTorch 2's math composition: softmax(q @ k^T * scale + mask) @ v, in float32 for half
+    """torch's math composition: softmax(q @ k^T * scale + mask) @ v, in float32 for half
     inputs; a bool mask keeps where True, is_causal keeps the lower triangle."""
     assert dropout_p == 0.0
     dtype = q.dtype
@@ -905,7 +921,9 @@ def sdpa_reference(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
             bias = bias.masked_fill(~attn_mask, float("-inf"))
         else:
             bias = bias + attn_mask
-    weights = torch.softmax(q @ k.transpose(-2, -1) * scale + bias, dim=-1)
+    # torch scales q and k before their product: scores over an empty embedding are 0
+    scores = q @ k.transpose(-2, -1) * scale if q.size(-1) else torch.zeros(L, S, dtype=q.dtype)
+    weights = torch.softmax(scores + bias, dim=-1)
     return (weights @ v).to(dtype)
 
 
@@ -948,6 +966,8 @@ def test_attention(shapes, layout):
         kwargs["scale"] = shapes[5]
     check("scaled_dot_product_attention", sdpa_reference, q, k, v, **kwargs,
           **tol(torch.float32))
+    check("scaled_dot_product_attention", F.scaled_dot_product_attention, q, k, v, **kwargs,
+          **tol(torch.float32))
 
 
 @pytest.mark.parametrize("dtype", cases("scaled_dot_product_attention", FLOATS), ids=dtype_id)
@@ -957,6 +977,7 @@ def test_attention_dtypes(dtype, mask):
     q, k, v, m = sdpa_inputs(shapes, dtype, "step")
     kwargs = {} if m is None else {"attn_mask": m}
     check("scaled_dot_product_attention", sdpa_reference, q, k, v, **kwargs, **tol(dtype))
+    check("scaled_dot_product_attention", F.scaled_dot_product_attention, q, k, v, **kwargs, **tol(dtype))
 
 
 def _dropout_factors(shape, seed, offset, p):

@@ -25,6 +25,9 @@ bool isIntegral(DType t, bool includeBool); // the int types, and bool if asked
 // The dtype torch computes f16/bf16 arithmetic in (its opmath): f32; others their own.
 DType opmath(DType t);
 
+// The machine epsilon of a floating dtype (torch.finfo(t).eps).
+double epsilon(DType t);
+
 // The promoted type of two tensor dtypes (torch.promote_types): the higher
 // category wins (bool < integral < floating < complex), then the wider type;
 // u8 with i8 gives i16, f16 with bf16 gives f32.
@@ -37,7 +40,7 @@ bool canCast(DType from, DType to);
 // How an operand of a binary op takes part in promotion (torch.result_type):
 // tensors with at least one dimension decide the type; 0-d tensors and then
 // Python scalars only count when they are of a higher category. Checked against
-// torch 1.13 for every pair of dtypes and operand kinds; the one difference:
+// torch for every pair of dtypes and operand kinds; the one difference:
 // f16 meeting a complex 0-d tensor or scalar gives c64 (torch: complex32, which
 // kiln does not have).
 enum class Operand { Tensor, ZeroDim, Scalar };
