@@ -80,7 +80,7 @@ def test_attention_saves_its_rows_logsumexp_from_the_forward():
     fw = ir.run(p.forward, *leaves)
     y, saved = fw[:p.forward_outputs], fw[p.forward_outputs:]
     grads = ir.run(p.backward, *saved, tangent)
-    q, k, v = leaves  # torch's sdpa, spelled out (Debian's torch has none)
+    q, k, v = leaves  # torch's sdpa, spelled out
     scores = (q @ k.transpose(-2, -1)) * 0.3
     scores = scores.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
     expected = torch.softmax(scores, dim=-1) @ v

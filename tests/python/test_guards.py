@@ -269,21 +269,21 @@ def test_global_state():
         torch.use_deterministic_algorithms(False)
     with torch.autocast("cpu"):
         assert failure(s, ()) == "autocast(cpu) == off failed: got on bfloat16"
-    torch.set_autocast_gpu_dtype(torch.bfloat16)  # (torch 1.13's CPU autocast has only bfloat16)
+    torch.set_autocast_dtype("cuda", torch.bfloat16)
     try:
         assert failure(s, ()) is None  # autocast is off: its dtype is not guarded
     finally:
-        torch.set_autocast_gpu_dtype(torch.float16)
+        torch.set_autocast_dtype("cuda", torch.float16)
     on = kg.GuardSet()
     on.guard_globals(autocast=[("cuda", True, torch.float16)])
-    torch.set_autocast_enabled(True)  # cuda's (only a thread-local: no GPU needed)
+    torch.set_autocast_enabled("cuda", True)  # only a thread-local: no GPU needed
     try:
         assert failure(on, ()) is None
-        torch.set_autocast_gpu_dtype(torch.bfloat16)
+        torch.set_autocast_dtype("cuda", torch.bfloat16)
         assert failure(on, ()) == "autocast(cuda) == on float16 failed: got on bfloat16"
     finally:
-        torch.set_autocast_enabled(False)
-        torch.set_autocast_gpu_dtype(torch.float16)
+        torch.set_autocast_enabled("cuda", False)
+        torch.set_autocast_dtype("cuda", torch.float16)
     only_grad = kg.GuardSet()
     only_grad.guard_globals(grad_enabled=False)
     with torch.no_grad():
@@ -567,11 +567,11 @@ def test_lookup_reads_the_global_state_once_for_every_entry():
     assert cache.lookup((1,)).value == "scale 2"
     with torch.no_grad():
         assert cache.lookup((1,)).value == "no_grad"
-    torch.set_autocast_enabled(True)  # cuda's (only a thread-local: no GPU needed)
+    torch.set_autocast_enabled("cuda", True)  # only a thread-local: no GPU needed
     try:
         assert cache.lookup((1,)).value == "autocast"
     finally:
-        torch.set_autocast_enabled(False)
+        torch.set_autocast_enabled("cuda", False)
     _SCALE = 3
     try:
         assert cache.lookup((1,)).value == "plain"

@@ -852,7 +852,7 @@ def test_batch_and_group_norm_train_and_evaluate_as_eager(stack, make, shape):
 
 
 def _sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
-    """torch 2's F.scaled_dot_product_attention as its math path (torch 1.13 has none)."""
+    """F.scaled_dot_product_attention as its math path."""
     scores = query @ key.transpose(-2, -1) * (scale or query.size(-1) ** -0.5)
     if is_causal:
         scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))

@@ -4,7 +4,7 @@
 
 compares the interpreter's result with torch's (values with per-dtype tolerances, NaNs equal;
 dtype exactly) and the inferred meta with torch's output (dtype, sizes, and strides of the dims
-of size > 1, where a layout is decided). Where torch 1.13 has no CPU kernel for a half-precision
+of size > 1, where a layout is decided). Where torch has no CPU kernel for a half-precision
 dtype, the reference is torch's result on float32 copies rounded to that dtype, which is what
 opmath computation on a GPU gives.
 """
@@ -66,7 +66,7 @@ def _half_dtype(args) -> torch.dtype | None:
 
 
 def reference(fn: Callable, *args, **kwargs):
-    """torch's result, through float32 where torch 1.13 lacks the half-precision CPU kernel."""
+    """torch's result, through float32 where torch lacks the half-precision CPU kernel."""
     try:
         return fn(*args, **kwargs)
     except RuntimeError as e:

@@ -1,4 +1,4 @@
-"""Conformance of the pointwise ops against torch 1.13 on CPU: unary, binary (tensor-tensor,
+"""Conformance of the pointwise ops against torch on CPU: unary, binary (tensor-tensor,
 tensor-0-d and tensor-Python-scalar operands, type promotion), where, clamp, to_dtype and every
 in-place form `op_`.
 
@@ -66,7 +66,7 @@ def expect_refusal(op, *args, **kwargs):
     return info.value.message
 
 
-_NO_HALF_KERNEL: set = set()  # (fn, dtype): torch 1.13 has no CPU kernel (harness.reference)
+_NO_HALF_KERNEL: set = set()  # (fn, dtype): torch has no CPU kernel (harness.reference)
 
 
 def _via_float32(fn, half):
@@ -435,7 +435,7 @@ WHERE_CASES = [
 def test_where(case):
     cond_shape, self_spec, self_dtype, other_spec, other_dtype = case
     cond = make(cond_shape, b8, seed=1, layout="t" if len(cond_shape) > 1 else "contig")
-    if self_dtype == u8:  # torch 1.13 still takes a u8 condition (deprecated)
+    if self_dtype == u8:  # torch still takes a u8 condition (deprecated)
         cond = cond.to(u8)
 
     def operand(spec, dtype, seed):

@@ -164,7 +164,7 @@ def test_out_keeps_its_own_layout(case):
 
 @pytest.mark.parametrize("case", cases("sum_out", ["wider"]))
 def test_sums_into_a_wider_out_accumulate_in_its_dtype(case):
-    # torch 1.13: sum/mean/prod accumulate in a wider out's dtype (exp and other
+    # torch: sum/mean/prod accumulate in a wider out's dtype (exp and other
     # pointwise ops compute in their own dtype, then cast).
     x = torch.randn(1000)
     out = torch.empty((), dtype=torch.float64)
