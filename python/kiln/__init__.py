@@ -7,6 +7,25 @@
     prog = kiln.export(model, (x,), dynamic_shapes={"x": {0: kiln.Dim("batch")}})  # a .kiln program
 """
 
+def _openblas_core() -> None:
+    """OpenBLAS (kiln's CPU matrix products) picks its kernels by the CPU's model, and takes a
+    model it does not know (Debian 12's 0.3.21: newer Xeons, the generic model of virtual
+    machines) for a Prescott: SSE3 kernels, 3-8x slower. Unless OPENBLAS_CORETYPE is set, it
+    names the kernels the CPU's features take; read when _kiln loads OpenBLAS, so set first."""
+    import os
+    if "OPENBLAS_CORETYPE" in os.environ:
+        return
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(next((line for line in f if line.startswith("flags")), "").split())
+    except OSError:
+        return
+    if {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+    elif {"avx2", "fma"} <= flags:
+        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+
+
 def _check_torch() -> None:
     """_kiln links the C++ libraries of the torch it was built against: under another torch
     it would mix two torch builds in one process. Refused at import, naming both."""
@@ -23,6 +42,7 @@ def _check_torch() -> None:
 
 
 _check_torch()
+_openblas_core()
 
 from kiln._kiln import KilnError, ShmStore, Stack
 from kiln._shm import shm_empty, shm_free, shm_get, shm_put

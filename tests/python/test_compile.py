@@ -116,3 +116,22 @@ def test_in_place_ops_write_the_callers_tensor(stack):
     doubled, tripled = compiled(t)
     assert torch.equal(t, original + 1)    # the caller's tensor was written
     assert torch.equal(doubled, original * 2) and torch.equal(tripled, (original + 1) * 3)
+
+
+def test_cpu_products_run_openblas_on_torchs_openmp_pool_with_this_cpus_kernels():
+    """kiln's CPU matrix products: OpenBLAS's OpenMP build (one thread pool with torch and
+    kiln's kernels, not a second one spinning beside it), with the kernels of this CPU's
+    features, not the Prescott ones OpenBLAS takes a CPU model it does not know for."""
+    import ctypes
+    import os
+
+    blas = next((line.split()[-1] for line in open(f"/proc/{os.getpid()}/maps") if "libopenblas" in line), None)
+    if blas is None:
+        pytest.skip("this build has no OpenBLAS (CPU products run as plain loops)")
+    lib = ctypes.CDLL(blas)
+    assert lib.openblas_get_parallel() == 2, f"{blas} is not OpenBLAS's OpenMP build"
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    core = lib.openblas_get_corename().decode()
+    flags = set(next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "").split())
+    if {"avx2", "fma"} <= flags:
+        assert core.lower() != "prescott", f"OpenBLAS runs {core} kernels on a CPU with AVX2"
