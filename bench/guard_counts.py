@@ -1,7 +1,7 @@
 """bench/guard_counts: shape guards per compiled entry before and after the shapes
 service's `simplify`, over the tracer's program corpus (tests/python/programs), in one run.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/guard_counts.py
+    PYTHONPATH=build/python .venv/bin/python bench/guard_counts.py
 
 Every program runs as the corpus test runs it (kiln.compile, then repeat, float64 and
 other-size calls: the size-`n` programs get a dynamic entry). Each time kiln.compile

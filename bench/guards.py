@@ -1,6 +1,6 @@
 """bench/guards: the per-call cost of the guard fast path, next to a bare Python call, in one run.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/guards.py
+    PYTHONPATH=build/python .venv/bin/python bench/guards.py
 
 Three workloads, each a function with one compiled entry whose guards pass: (a) one tensor
 argument, (b) four tensors and two ints, (c) an nn.Module-like object holding 200 parameter

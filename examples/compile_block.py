@@ -1,7 +1,7 @@
 """The README's main job: a nanoGPT-style transformer block compiled by the running
 stack with kiln.compile, checked against eager, and what kiln made of it.
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/compile_block.py
+    PYTHONPATH=build/python .venv/bin/python examples/compile_block.py
 """
 import math
 import time

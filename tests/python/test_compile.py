@@ -135,3 +135,18 @@ def test_cpu_products_run_openblas_on_torchs_openmp_pool_with_this_cpus_kernels(
     flags = set(next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "").split())
     if {"avx2", "fma"} <= flags:
         assert core.lower() != "prescott", f"OpenBLAS runs {core} kernels on a CPU with AVX2"
+
+
+def test_import_refuses_a_torch_other_than_the_builds():
+    """_kiln links the C++ libraries of the torch it was built against: under another torch,
+    `import kiln` raises ImportError naming both (here a build record of torch 1.13)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, types\n"
+            "built = types.ModuleType('kiln._build_info')\n"
+            "built.TORCH_VERSION, built.TORCH_LIBDIR, built.PYTHON = '1.13.1', '/usr/lib', '/usr/bin/python3'\n"
+            "sys.modules['kiln._build_info'] = built\n"
+            "try:\n    import kiln\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert "built against torch 1.13.1" in out and f"imports torch {torch.__version__}" in out, out
