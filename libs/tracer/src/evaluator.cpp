@@ -689,6 +689,18 @@ private:
     return out;
   }
 
+  // Refuses a call of builtin `name` with fewer than `least` or more than `most` positional
+  // arguments, or a keyword other than `keywords`: a handler reads every argument it takes,
+  // never a result that leaves one out.
+  static void takes(const std::string& name, const std::vector<Var>& args, const Kwargs& kwargs, size_t least,
+                    size_t most, std::initializer_list<const char*> keywords = {}) {
+    if (args.size() < least || args.size() > most)
+      unsupported(name + "() with " + std::to_string(args.size()) + " positional arguments");
+    for (const auto& [key, value] : kwargs)
+      if (std::none_of(keywords.begin(), keywords.end(), [&](const char* k) { return key == k; }))
+        unsupported(name + "() with the keyword " + key);
+  }
+
   Var callBuiltin(const std::string& name, std::vector<Var> args, const Kwargs& kwargs, size_t depth) {
     if (name == "torch.autocast" || name == "torch.amp.autocast") {
       // autocast(device_type, dtype=None, enabled=True, cache_enabled=None)
@@ -727,6 +739,7 @@ private:
     if (name == "torch.nn.functional.group_norm") return groupNorm(*this, args, kwargs);
     if (auto r = callTorch(*this, name, args, kwargs)) return *r;
     if (name == "builtins.len") {
+      takes(name, args, kwargs, 1, 1);
       const Var& v = args.at(0);
       if (v->kind == Kind::Tensor) {
         if (meta(v).dim() == 0) unsupported("len() of a 0-d tensor");
@@ -736,6 +749,7 @@ private:
       return integer(table.integer(static_cast<int64_t>(iterate(v).size())));
     }
     if (name == "builtins.range") {
+      takes(name, args, kwargs, 1, 3);
       Var r = make(Kind::Range);
       Var start = integer(table.integer(0)), step = integer(table.integer(1)), stop;
       if (args.size() == 1) stop = args[0];
@@ -746,17 +760,24 @@ private:
       return r;
     }
     if (name == "builtins.enumerate") {
+      takes(name, args, kwargs, 1, 2, {"start"});
+      if (args.size() > 1 && kwarg(kwargs, "start")) unsupported("enumerate() given start twice");
       std::vector<Var> items = iterate(args.at(0)), out;
-      int64_t start = args.size() > 1 ? concrete(args[1]) : 0;
+      std::optional<Var> from = args.size() > 1 ? std::optional<Var>(args[1]) : kwarg(kwargs, "start");
+      int64_t start = from ? concrete(*from) : 0;
       for (size_t k = 0; k < items.size(); ++k)
         out.push_back(sequence(Kind::Tuple, {integer(table.integer(start + static_cast<int64_t>(k))), items[k]}));
       return iterator(out);
     }
     if (name == "builtins.zip") {
+      takes(name, args, kwargs, 0, SIZE_MAX, {"strict"});
+      std::optional<Var> strict = kwarg(kwargs, "strict");
       std::vector<std::vector<Var>> lists;
       size_t n = SIZE_MAX;
       for (const Var& a : args) {
         lists.push_back(iterate(a));
+        if (strict && truth(*strict) && n != SIZE_MAX && lists.back().size() != n)
+          unsupported("zip(strict=True) of iterables of different lengths (raises)");
         n = std::min(n, lists.back().size());
       }
       std::vector<Var> out;
@@ -767,10 +788,21 @@ private:
       }
       return iterator(out);
     }
-    if (name == "builtins.tuple" || name == "builtins.list")
+    if (name == "builtins.tuple" || name == "builtins.list") {
+      takes(name, args, kwargs, 0, 1);
       return sequence(name == "builtins.tuple" ? Kind::Tuple : Kind::List, args.empty() ? std::vector<Var>{} : iterate(args[0]));
-    if (name == "builtins.isinstance") return boolean(isInstance(args.at(0), args.at(1)));
+    }
+    if (name == "builtins.isinstance") {
+      takes(name, args, kwargs, 2, 2);
+      return boolean(isInstance(args.at(0), args.at(1)));
+    }
     if (name == "builtins.min" || name == "builtins.max") {
+      takes(name, args, kwargs, 1, SIZE_MAX, {"key", "default"});
+      if (std::optional<Var> key = kwarg(kwargs, "key"); key && (*key)->kind != Kind::None)
+        unsupported(name + "() with a key function");
+      std::optional<Var> fallback = kwarg(kwargs, "default");
+      if (fallback && args.size() > 1) unsupported(name + "() of several arguments with a default");
+      if (fallback && iterate(args[0]).empty()) return *fallback;
       std::vector<Var> items = args.size() == 1 ? iterate(args[0]) : args;
       if (items.empty()) unsupported(name + "() of nothing");
       Var best = items[0];
@@ -780,6 +812,9 @@ private:
       }
       return best;
     }
+    if (name == "builtins.abs" || name == "builtins.float" || name == "builtins.int" || name == "builtins.bool" ||
+        name == "builtins.str")
+      takes(name, args, kwargs, 1, 1); // int(x, base) and str(b, encoding) are refused
     if (name == "builtins.abs" && args.size() == 1) {
       if (args[0]->kind == Kind::Tensor) return callOp("abs", args, {});
       if (args[0]->kind == Kind::Float && args[0]->traced) return *floatMath("abs", args[0]);
@@ -787,17 +822,22 @@ private:
       Var neg = compare("<", args[0], integer(table.integer(0)));
       return truth(neg) ? arith("-", integer(table.integer(0)), args[0]) : args[0];
     }
-    if (name == "builtins.sum") {
+    if (name == "builtins.sum") { // sum(iterable, /, start=0)
+      takes(name, args, kwargs, 1, 2, {"start"});
+      if (args.size() > 1 && kwarg(kwargs, "start")) unsupported("sum() given start twice");
       std::vector<Var> items = iterate(args.at(0));
-      Var total = args.size() > 1 ? args[1] : integer(table.integer(0));
+      std::optional<Var> start = args.size() > 1 ? std::optional<Var>(args[1]) : kwarg(kwargs, "start");
+      Var total = start ? *start : integer(table.integer(0));
       for (const Var& v : items) total = arith("+", total, v);
       return total;
     }
     if (name == "builtins.getattr") {
+      takes(name, args, kwargs, 2, 3);
       if (args.size() < 2 || args[1]->kind != Kind::Str) unsupported("getattr() with a name that is not a constant");
       return attribute(args[0], args[1]->name);
     }
     if (name == "builtins.hasattr") {
+      takes(name, args, kwargs, 2, 2);
       if (args.size() != 2 || args[1]->kind != Kind::Str) unsupported("hasattr() with a name that is not a constant");
       // An attribute that is there is guarded by reading it; one that is not would need
       // a guard of its absence. TODO(issue 6): a "has no attribute" guard.
@@ -823,7 +863,10 @@ private:
     if (name == "builtins.int" && args.size() == 1 && args[0]->kind == Kind::Int) return args[0];
     if (name == "builtins.bool" && args.size() == 1) return boolean(truth(args[0]));
     if (name == "builtins.str" && args.size() == 1) return string(text(args[0]));
-    if (name.rfind("math.", 0) == 0) return math(name.substr(5), args);
+    if (name.rfind("math.", 0) == 0) {
+      takes(name, args, kwargs, 0, SIZE_MAX); // math's functions take no keywords
+      return math(name.substr(5), args);
+    }
     (void)depth;
     unsupported("calling " + name);
   }

@@ -20,6 +20,12 @@ namespace kiln::tracer {
 
 void unsupported(const std::string& reason) { throw Unsupported{reason}; }
 
+std::optional<Var> kwarg(const Kwargs& kwargs, const std::string& name) {
+  for (const auto& [n, v] : kwargs)
+    if (n == name) return v;
+  return std::nullopt;
+}
+
 namespace {
 
 // Runtime asserts one op call may defer before the trace gives up on it.
@@ -309,12 +315,6 @@ Var sizesOf(std::vector<Var>& args, size_t from) {
   return sequence(Kind::Tuple, std::move(items));
 }
 
-std::optional<Var> kwarg(const Kwargs& kwargs, const std::string& name) {
-  for (const auto& [n, v] : kwargs)
-    if (n == name) return v;
-  return std::nullopt;
-}
-
 Kwargs without(const Kwargs& kwargs, std::initializer_list<const char*> names) {
   Kwargs out;
   for (const auto& [n, v] : kwargs)
@@ -335,6 +335,117 @@ std::optional<DType> dtypeMethod(const std::string& m) {
 Var toDType(TraceState& s, const Var& t, DType dtype) {
   if (s.meta(t).dtype == dtype) return t;
   return s.op("to_dtype", {t->value}, {{"dtype", dtype}});
+}
+
+// Refuses a device other than the tensor's: a graph runs on one device.
+void requireSameDevice(TraceState& s, const Var& t, ir::Device to, const std::string& what) {
+  ir::Device at = s.meta(t).device;
+  if (to.type != at.type || (to.index >= 0 && at.index >= 0 && to.index != at.index))
+    unsupported(what + " moves a tensor from " + deviceText(at) + " to " + deviceText(to));
+}
+
+// A device given as a torch.device or its name ('cpu', 'cuda', 'cuda:1'); nullopt for another kind.
+std::optional<ir::Device> deviceArg(const Var& v) {
+  if (v->kind == Kind::Device) return v->device;
+  if (v->kind != Kind::Str) return std::nullopt;
+  std::string name = v->name;
+  int16_t index = -1;
+  if (auto colon = name.find(':'); colon != std::string::npos) {
+    int given = -1;
+    try {
+      given = std::stoi(name.substr(colon + 1));
+    } catch (const std::exception&) {
+    }
+    if (given < 0 || given > INT16_MAX) unsupported("the device '" + v->name + "'");
+    index = static_cast<int16_t>(given);
+    name = name.substr(0, colon);
+  }
+  if (name == "cpu") return ir::Device{ir::DeviceType::Cpu, index};
+  if (name == "cuda") return ir::Device{ir::DeviceType::Cuda, index};
+  unsupported("the device '" + v->name + "'");
+}
+
+// Tensor.to(dtype | device | other, [dtype], non_blocking, copy=, memory_format=), as torch
+// binds it: each argument is read or refused (copy=True, a memory format, a move between
+// devices, an unknown keyword); to() of nothing new is the tensor itself.
+Var tensorTo(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs) {
+  const Var& self = args[0];
+  std::optional<DType> dtype;
+  auto setDType = [&](DType d) {
+    if (dtype && *dtype != d) unsupported("Tensor.to() given two dtypes");
+    dtype = d;
+  };
+  if (args.size() > 3) unsupported("Tensor.to() with " + std::to_string(args.size() - 1) + " positional arguments");
+  for (size_t k = 1; k < args.size(); ++k) {
+    const Var& a = args[k];
+    if (a->kind == Kind::DType) {
+      setDType(a->dtype);
+    } else if (a->kind == Kind::Tensor && k == 1) { // to(other): other's dtype and device
+      requireSameDevice(s, self, s.meta(a).device, "Tensor.to(other)");
+      setDType(s.meta(a).dtype);
+    } else if (auto device = deviceArg(a); device && k == 1) {
+      requireSameDevice(s, self, *device, "Tensor.to()");
+    } else if (a->kind == Kind::Bool && k == 2) { // to(dtype or device, non_blocking): no copy to wait for
+      continue;
+    } else {
+      unsupported("Tensor.to() with a " + kindName(a->kind) + " at position " + std::to_string(k));
+    }
+  }
+  for (const auto& [key, value] : kwargs) {
+    if (key == "dtype" && value->kind == Kind::DType) {
+      setDType(value->dtype);
+    } else if (key == "dtype" && value->kind == Kind::None) {
+      continue;
+    } else if (key == "device" && value->kind != Kind::None) {
+      std::optional<ir::Device> device = deviceArg(value);
+      if (!device) unsupported("Tensor.to(device=) of a " + kindName(value->kind));
+      requireSameDevice(s, self, *device, "Tensor.to()");
+    } else if (key == "device" || key == "non_blocking") { // no copy between devices: nothing to wait for
+      continue;
+    } else if (key == "copy") {
+      if (value->kind != Kind::Bool || s.concrete(value) != 0) unsupported("Tensor.to(copy=True)");
+    } else {
+      unsupported("Tensor.to() with the keyword " + key);
+    }
+  }
+  return dtype ? toDType(s, self, *dtype) : self;
+}
+
+// torch's tensor type names ('torch.FloatTensor', 'torch.cuda.HalfTensor') by dtype.
+const std::map<DType, std::string>& tensorTypeNames() {
+  static const std::map<DType, std::string> names = {
+      {DType::Float32, "FloatTensor"}, {DType::Float64, "DoubleTensor"}, {DType::Float16, "HalfTensor"},
+      {DType::BFloat16, "BFloat16Tensor"}, {DType::UInt8, "ByteTensor"}, {DType::Int8, "CharTensor"},
+      {DType::Int16, "ShortTensor"}, {DType::Int32, "IntTensor"}, {DType::Int64, "LongTensor"},
+      {DType::Bool, "BoolTensor"}};
+  return names;
+}
+
+// Tensor.type(): the type name; Tensor.type(dtype or name, non_blocking=): a cast, refused
+// where the name is another device's.
+Var tensorType(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs) {
+  const ir::TensorMeta m = s.meta(args[0]);
+  for (const auto& [key, value] : kwargs)
+    if (key != "non_blocking" && key != "dtype") unsupported("Tensor.type() with the keyword " + key);
+  std::optional<Var> to = args.size() > 1 ? std::optional<Var>(args[1]) : kwarg(kwargs, "dtype");
+  if (args.size() > 2 || (args.size() > 1 && kwarg(kwargs, "dtype")))
+    unsupported("Tensor.type() with more than a type");
+  bool cuda = m.device.type == ir::DeviceType::Cuda;
+  if (!to || (*to)->kind == Kind::None) {
+    auto it = tensorTypeNames().find(m.dtype);
+    if (it == tensorTypeNames().end()) unsupported("Tensor.type() of a " + std::string(ir::name(m.dtype)) + " tensor");
+    return string(std::string(cuda ? "torch.cuda." : "torch.") + it->second);
+  }
+  if ((*to)->kind == Kind::DType) return toDType(s, args[0], (*to)->dtype);
+  if ((*to)->kind != Kind::Str) unsupported("Tensor.type() of a " + kindName((*to)->kind));
+  for (const auto& [dtype, type] : tensorTypeNames()) {
+    if ((*to)->name == "torch." + type || (*to)->name == "torch.cuda." + type) {
+      if (((*to)->name.rfind("torch.cuda.", 0) == 0) != cuda)
+        unsupported("Tensor.type('" + (*to)->name + "') moves the tensor");
+      return toDType(s, args[0], dtype);
+    }
+  }
+  unsupported("Tensor.type('" + (*to)->name + "')");
 }
 
 // max/min: of all elements, along a dim (values and indices), or elementwise of two tensors.
@@ -383,17 +494,10 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
   if (m == "square" && args.size() == 1 && kwargs.empty()) // x * x keeps x's dtype, as torch's
     return s.op("mul", {args[0]->value, args[0]->value}, {});
   if (m == "max" || m == "min") return extreme(s, m == "max", args, kwargs);
-  if (auto dtype = dtypeMethod(m); dtype && method && args.size() == 1) return toDType(s, args[0], *dtype);
-  if ((m == "to" || m == "type") && method) {
-    for (size_t k = 1; k < args.size(); ++k) {
-      if (args[k]->kind == Kind::DType) return toDType(s, args[0], args[k]->dtype);
-      if (args[k]->kind == Kind::Device && args[k]->device.type != s.meta(args[0]).device.type)
-        unsupported("moving a tensor between devices");
-      if (args[k]->kind == Kind::Str && args[k]->name != "cpu") unsupported("to('" + args[k]->name + "')");
-    }
-    if (auto d = kwarg(kwargs, "dtype")) return toDType(s, args[0], (*d)->dtype);
-    return args[0];
-  }
+  if (auto dtype = dtypeMethod(m); dtype && method && args.size() == 1 && kwargs.empty())
+    return toDType(s, args[0], *dtype);
+  if (m == "to" && method) return tensorTo(s, args, kwargs);
+  if (m == "type" && method) return tensorType(s, args, kwargs);
   if ((m == "masked_fill" || m == "masked_fill_") && method && args.size() == 3) {
     // where(mask, value, x), written into x for masked_fill_ (the where's out= form).
     refuseCastingWrite(s, s.meta(args[0]).dtype, args[2], "masked_fill");

@@ -33,6 +33,9 @@ struct NeedObjects {
 
 using Kwargs = std::vector<std::pair<std::string, Var>>;
 
+// The keyword argument `name`, if given.
+std::optional<Var> kwarg(const Kwargs& kwargs, const std::string& name);
+
 class TraceState {
 public:
   TraceState() : graph(table) {}

@@ -193,3 +193,40 @@ def side_effect_list_attr(x, state):
     state.log.append(x.mean())
     state.log += [x.max()]
     return x
+
+
+# Every argument a builtin takes is read, or the call is refused: never a result that
+# leaves one out.
+@program(inputs=lambda: r(4, 4))
+def sum_with_a_start_keyword(x):
+    return sum([x, x * 2], start=x + 1), sum([x], x)
+
+
+@program(inputs=lambda: r(4, 4))
+def enumerate_with_a_start_keyword(x):
+    return [x * i for i, _ in enumerate([x, x], start=3)]
+
+
+@program(inputs=lambda: r(4, 4))
+def zip_strict_of_equal_lengths(x):
+    return [a * b for a, b in zip([x, x + 1], [2, 3], strict=True)]
+
+
+@program(inputs=lambda: r(4, 4))
+def min_and_max_with_defaults(x):
+    return x * max([], default=2) + min([1, 4], default=7)
+
+
+@program(inputs=lambda: r(4, 4), falls_back="with a key function")
+def max_with_a_key(x):
+    return x * max([1, -5, 3], key=abs)
+
+
+@program(inputs=lambda: r(4, 4), falls_back="int() with 2 positional arguments")
+def int_with_a_base(x):
+    return x * int("11", 2)
+
+
+@program(inputs=lambda: r(4, 4), falls_back="len() with the keyword")
+def len_with_a_keyword(x):
+    return x * len([1], extra=1)

@@ -59,3 +59,26 @@ def softmax_dtype(x):
 @program(inputs=lambda: r(4, 8))
 def comparison_to_float(x):
     return (x > 0).float() * x
+
+
+# Tensor.to and Tensor.type read each argument they take (or refuse the call).
+@program(inputs=lambda: (r(4, 8), r(4, 8).half()), rtol=1e-3, atol=1e-3)
+def type_of_another_tensors_type_name(x, h):
+    return x.type(h.type()), h.type(), x.type(torch.float64)
+
+
+@program(inputs=lambda: (r(4, 8), r(2, 2).double()))
+def to_another_tensors_dtype(x, other):
+    return x.to(other), x.to("cpu", torch.float16, non_blocking=True), x.to(device="cpu", dtype=torch.int32)
+
+
+@program(inputs=lambda: r(4, 8), falls_back="Tensor.to(copy=True)")
+def to_with_a_copy(x):
+    y = x.to(torch.float32, copy=True)
+    y.add_(1)
+    return x, y
+
+
+@program(inputs=lambda: r(4, 8), falls_back="Tensor.to() with the keyword memory_format")
+def to_with_a_memory_format(x):
+    return x.to(torch.float64, memory_format=torch.contiguous_format)
