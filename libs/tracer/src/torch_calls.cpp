@@ -474,6 +474,8 @@ void refuseCastingWrite(TraceState& s, DType dtype, const Var& value, const std:
 }
 
 // Tensor methods and torch functions that are not a plain op of the same name.
+// TODO(issue 45): each handler here binds its arguments as tensorTo does (or refuses what
+// it does not read), checked by a test that walks every mapped callable.
 std::optional<Var> special(TraceState& s, const std::string& name, const std::string& m, std::vector<Var>& args,
                            const Kwargs& kwargs) {
   bool method = name.rfind("Tensor.", 0) == 0;
