@@ -1502,6 +1502,10 @@ private:
         } else {
           unsupported("assigning to an item of a " + kindName(obj->kind));
         }
+      } else if (opname == "STORE_SLICE") { // 3.12: obj[start:stop] = value
+        Var stop = f.pop(), start = f.pop(), obj = f.pop(), value = f.pop();
+        if (obj->kind != Kind::Tensor) unsupported("assigning to a slice of a " + kindName(obj->kind));
+        tensorSetItem(*this, obj, sequence(Kind::Slice, {start, stop, none()}), value);
       } else if (opname == "BUILD_SLICE") {
         Var step = arg == 3 ? f.pop() : none();
         Var stop = f.pop(), start = f.pop();
