@@ -19,11 +19,15 @@ import torch
 import torch.utils.checkpoint
 
 from kiln import _kiln
+from kiln._kiln import KilnError
 from kiln.ir import Graph, dtype_name
 
 PYTHON_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 MAX_ROUNDS = 64   # needObjects rounds before giving up
 MAX_DEPTH = 8     # nesting of containers described whole
+# Nesting of descriptions inside one (functions in closures, bound methods' selves): each
+# level is about three of the message's, and the tracer reads at most 64.
+MAX_NESTING = 12
 
 
 class Unsupported(Exception):
@@ -157,8 +161,22 @@ def _primitive_attr(v) -> bool:
 
 def describe(obj, path: list, depth: int = 0, extra: list | None = None) -> dict:
     """`obj` at `path`; a module's submodules (whole tree) go to `extra`, described at once
-    since a trace of a module reads most of them (one round instead of one per submodule)."""
+    since a trace of a module reads most of them (one round instead of one per submodule).
+    What cannot be described (nested past MAX_NESTING: a function whose closure holds
+    itself; an object whose attributes raise when read) is described as unsupported, with
+    the reason: the tracer refuses it where it reads it."""
     d = {"path": path, "type": _type_ref(type(obj)), "id": id(obj)}
+    if depth > MAX_NESTING:
+        d["unsupported"] = f"nested more than {MAX_NESTING} deep"
+        return d
+    try:
+        return _described(obj, path, depth, extra, d)
+    except Exception as e:  # reading arbitrary objects runs their code
+        return {**{k: d[k] for k in ("path", "type", "id")},
+                "unsupported": f"kiln could not describe it ({type(e).__name__}: {e})"}
+
+
+def _described(obj, path: list, depth: int, extra: list | None, d: dict) -> dict:
     if obj is None:
         d["none"] = None
     elif isinstance(obj, bool):
@@ -175,7 +193,10 @@ def describe(obj, path: list, depth: int = 0, extra: list | None = None) -> dict
     elif isinstance(obj, torch.Tensor):
         d["tensor"] = _tensor(obj)
     elif isinstance(obj, torch.dtype):
-        d["dtype"] = dtype_name(obj)
+        try:
+            d["dtype"] = dtype_name(obj)
+        except TypeError:
+            d["unsupported"] = f"the dtype {obj}"
     elif isinstance(obj, torch.device):
         d["device"] = _device(obj)
     elif isinstance(obj, types.ModuleType):
@@ -191,21 +212,21 @@ def describe(obj, path: list, depth: int = 0, extra: list | None = None) -> dict
                                         depth + 1)}
                      for k, v in obj.items()]
     elif isinstance(obj, types.FunctionType):
-        d["function"] = _function(obj, path)
+        d["function"] = _function(obj, path, depth=depth)
     elif isinstance(obj, types.MethodType) and isinstance(obj.__func__, types.FunctionType):
         # A bound method is a new object at each attribute read: its function is what stays
         # (the tracer guards `path.__func__` by this id).
         d["id"] = id(obj.__func__)
-        f = _function(obj.__func__, path + [{"attr": None, "name": "__func__"}])
+        f = _function(obj.__func__, path + [{"attr": None, "name": "__func__"}], depth=depth + 1)
         f["isBound"] = True
         f["bound"] = describe(obj.__self__, path + [{"attr": None, "name": "__self__"}], depth + 1)
         d["function"] = f
     elif isinstance(obj, torch.nn.Module):
         d["module"] = _module(obj, path)
-        if extra is not None and depth < 64:
+        if extra is not None and len(path) < 64:  # each child a description of its own (depth 0)
             for name, child in obj._modules.items():
                 if child is not None:
-                    extra.append(describe(child, path + [{"attr": None, "name": name}], depth + 1, extra))
+                    extra.append(describe(child, path + [{"attr": None, "name": name}], 0, extra))
     elif isinstance(obj, type):
         d["typeObject"] = _type_ref(obj)
     else:
@@ -213,7 +234,7 @@ def describe(obj, path: list, depth: int = 0, extra: list | None = None) -> dict
     return d
 
 
-def _function(fn: types.FunctionType, path: list, root: bool = False) -> dict:
+def _function(fn: types.FunctionType, path: list, root: bool = False, depth: int = 0) -> dict:
     defaults = fn.__defaults__ or ()
     kwdefaults = fn.__kwdefaults__ or {}
     cells = fn.__closure__ or ()
@@ -229,13 +250,14 @@ def _function(fn: types.FunctionType, path: list, root: bool = False) -> dict:
     closure = []
     for k, cell in enumerate(cells):
         try:
-            closure.append(describe(cell.cell_contents, cell_path(k)))
+            closure.append(describe(cell.cell_contents, cell_path(k), depth + 1))
         except ValueError:  # an empty cell
             closure.append({"path": cell_path(k), "unsupported": "an empty cell"})
     return {
         "code": describe_code(fn.__code__),
-        "defaults": [describe(v, default_path(k)) for k, v in enumerate(defaults)],
-        "kwDefaults": [{"name": n, "value": describe(v, kwdefault_path(n))} for n, v in kwdefaults.items()],
+        "defaults": [describe(v, default_path(k), depth + 1) for k, v in enumerate(defaults)],
+        "kwDefaults": [{"name": n, "value": describe(v, kwdefault_path(n), depth + 1)}
+                       for n, v in kwdefaults.items()],
         "closure": closure,
         "module": fn.__module__ or "",
     }
@@ -363,7 +385,20 @@ def normalize(fn, args: tuple):
 def trace(fn, args: tuple, kwargs: dict, frame: dict | None = None, fullgraph: bool = False,
           scope: int = 0, stack=None, record=None) -> Traced:
     """Traces `fn(*args, **kwargs)`: through `stack`'s tracer service when given, else
-    in-process. `record(request_bytes)` sees the request that got the final answer."""
+    in-process. `record(request_bytes)` sees the request that got the final answer.
+    Raises Unsupported for what cannot be traced, KilnError where the stack fails, and
+    nothing else: any other exception on the way is kiln's own failure, refused with its
+    reason (the call then runs eagerly, where an error of the user's own code is theirs)."""
+    try:
+        return _trace(fn, args, kwargs, frame, fullgraph, scope, stack, record)
+    except (Unsupported, KilnError):
+        raise
+    except Exception as e:
+        raise Unsupported(f"kiln failed to trace the call ({type(e).__name__}: {e})") from e
+
+
+def _trace(fn, args: tuple, kwargs: dict, frame: dict | None, fullgraph: bool, scope: int, stack,
+           record) -> Traced:
     fn, args = normalize(fn, args)
     code = fn.__code__
     names = code.co_varnames

@@ -211,3 +211,87 @@ def test_channel_dropout_and_in_place_dropout_in_training_fall_back_with_a_reaso
                       (lambda x: F.dropout(x, 0.5, training=True, inplace=True), "inplace=True")):
         with pytest.raises(_trace.Unsupported, match=reason):
             _trace.trace(g, (torch.randn(2, 3, 4, 4),), {}, stack=stack)
+
+
+def _objects_of(modules):
+    """Every attribute of each module, and the attributes of those that are modules,
+    torch.backends' objects (torch.backends.cuda.matmul) or torch.Tensor."""
+    import types
+    for m in modules:
+        for name in dir(m):
+            try:
+                obj = getattr(m, name)
+            except Exception:
+                continue
+            yield f"{m.__name__}.{name}", obj
+            if isinstance(obj, types.ModuleType) or obj is torch.Tensor or \
+                    type(obj).__module__.startswith("torch.backends"):
+                for inner in dir(obj):
+                    try:
+                        yield f"{m.__name__}.{name}.{inner}", getattr(obj, inner)
+                    except Exception:
+                        continue
+
+
+def test_describing_objects_of_every_kind_never_raises():
+    """What the SDK sends the tracer about an object: a description, or `unsupported` with
+    a reason, never an exception (objects whose attributes raise, functions whose closure
+    holds themselves, dtypes kiln has no name for)."""
+    import builtins
+    import collections
+    import functools
+    import types
+    import warnings
+
+    import numpy
+    import torch.backends
+
+    modules = [builtins, collections, functools, numpy, torch, torch.nn, torch.backends]
+    modules += [getattr(torch.backends, n) for n in dir(torch.backends)
+                if isinstance(getattr(torch.backends, n, None), types.ModuleType)]
+    described = 0
+    with warnings.catch_warnings():  # reading deprecated attributes warns
+        warnings.simplefilter("ignore")
+        for where, obj in _objects_of(modules):
+            d = _trace.describe(obj, [{"global": None, "name": "x"}], 0, [])
+            assert "path" in d and "type" in d, where
+            described += 1
+    assert described > 10000
+
+    def outer():
+        def itself(n):
+            return n if n <= 0 else itself(n - 1)
+        return itself
+    d = _trace.describe(outer(), [{"global": None, "name": "itself"}], 0, [])
+    assert "function" in d
+    assert _trace.describe(torch.uint16, [{"global": None, "name": "u"}])["unsupported"] == "the dtype torch.uint16"
+
+
+def test_kilns_own_failures_are_refusals_never_the_users_exceptions(stack):
+    """Reading torch.backends' flags (whose module objects raise for attributes they lack)
+    compiles; a function whose closure holds itself is refused with a reason (its
+    description nests without end). Both run as eager does, and the stack never fails."""
+    import warnings
+
+    def reads_a_backend_flag(x):
+        return x + 1 if torch.backends.cuda.matmul.allow_tf32 else x * 2
+
+    def make():
+        def countdown(n):
+            return n if n <= 0 else countdown(n - 1)
+        return countdown
+    countdown = make()
+
+    def calls_a_recursive_closure(x):
+        return x * countdown(2)
+
+    for fn in (reads_a_backend_flag, calls_a_recursive_closure):
+        fast = kiln.compile(fn, stack=stack)
+        x = torch.randn(3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # "the stack failed": a message too deep
+            torch.testing.assert_close(fast(x), fn(x))
+        if fn is reads_a_backend_flag:
+            assert not fast.fallback_reasons, fast.fallback_reasons
+        else:  # TODO(issue 45): a description that names an enclosing one, so recursive closures trace
+            assert len(fast.fallback_reasons) == 1 and "nested more than" in fast.fallback_reasons[0]
