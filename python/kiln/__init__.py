@@ -10,7 +10,7 @@
 def _openblas_core() -> None:
     """OpenBLAS (kiln's CPU matrix products) picks its kernels by the CPU's model, and takes a
     model it does not know (Debian 12's 0.3.21: newer Xeons, the generic model of virtual
-    machines) for a Prescott: SSE3 kernels, 3-8x slower. Unless OPENBLAS_CORETYPE is set, it
+    machines) for a Prescott: SSE3 kernels. Unless OPENBLAS_CORETYPE is set, it
     names the kernels the CPU's features take; read when _kiln loads OpenBLAS, so set first."""
     import os
     if "OPENBLAS_CORETYPE" in os.environ:

@@ -705,8 +705,6 @@ MHA_CASES = {
 @pytest.mark.parametrize("case", MHA_CASES)
 def test_multihead_attention_trains_as_eager(stack, case):
     batch_first, kdim, q_sizes, k_sizes, keywords = MHA_CASES[case]
-    if "is_causal" in keywords and "is_causal" not in inspect.signature(nn.MultiheadAttention.forward).parameters:
-        pytest.skip("this torch's nn.MultiheadAttention takes no is_causal")
     model, reference = _twins(lambda: nn.MultiheadAttention(16, 4, batch_first=batch_first, kdim=kdim, vdim=kdim))
     fast = kiln.compile(model, stack=stack)
     q = torch.randn(*q_sizes, 16)

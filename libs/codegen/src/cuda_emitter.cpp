@@ -158,9 +158,8 @@ public:
     std::string text = kernel_.columns ? columnsBody(launch) : body(launch);
     std::ostringstream out;
     // A block of 1024 threads (a long row's) asks for two a multiprocessor: 32
-    // registers a thread. Past them one block fits, half the threads hide the
-    // loads' latency: GPT-2's logits grad took 36 compiled relocatable (its
-    // groups are linked), 775 us against 602 at 32 (H100, 2026-11-27).
+    // registers a thread. Past them one block fits, and half the threads are too
+    // few to hide the loads' latency.
     out << "extern \"C\" __global__ void __launch_bounds__(" << threads_
         << (threads_ == 1024 ? ", 2" : "") << ") " << name << "(";
     std::vector<std::string> params;
@@ -215,14 +214,9 @@ private:
         threads_ = 128;
       } else {
         // A block per row past 512 elements: at most 8 elements a thread, and (up to 512
-        // threads) at most two 16-byte vectors of the stored row a thread. Measured on an H100
-        // (exp/, 2026-11-27), where the row's code is unrolled per element: softmax over
-        // 32768x1024 f32 ran 94.4 us a warp per row (32 elements a thread), 92.2 us with
-        // 128 threads a row (the copy 92.0), its NVRTC time halved; over 4096x4096 f32
-        // 48.2 us with 256 threads and with 512 alike, NVRTC 166 -> 104 ms. layer_norm of
-        // 16384x4096 bf16 (exp/ln_variants, 2026-11-28, one process): 132.6 us with 256
-        // threads (16 elements a thread, 40 registers: 6 blocks, 75% of an SM's threads),
-        // 131.7 with 512 (8 a thread, 32 registers: all of them), torch.compile 134.9.
+        // threads) at most two 16-byte vectors of the stored row a thread. The row's code is
+        // unrolled per element, so fewer elements a thread also means less for NVRTC to
+        // compile, and 8 a thread keeps registers low enough for a full SM (bench/README).
         int64_t threads = 256;
         if (work) {
           int64_t vectors = static_cast<int64_t>(storedRowElement()) * *work / 32;

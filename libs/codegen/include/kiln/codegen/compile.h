@@ -41,8 +41,8 @@ ScheduleOptions scheduleOptions(const Target& target);
 
 // A graph lowered for a target and its schedule. A bias grad lowered as a
 // column sum (LowerOptions::biasGradsInKernels) that did not join its dy's
-// kernel is lowered again as its product's epilogue, which beat a sum's
-// kernel of its own at GPT-2's sizes (bench/README, stop 27).
+// kernel is lowered again as its product's epilogue, which is faster than a
+// sum's kernel of its own.
 struct Scheduled {
   Program program;
   Schedule schedule;
