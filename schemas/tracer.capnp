@@ -49,6 +49,14 @@ struct Code {
   consts @12 :List(Constant);
   instructions @13 :List(Instruction);
   pythonVersion @14 :Text;      # "3.11", "3.12": opcodes and oparg meanings differ
+  handlers @15 :List(Handler);  # co_exceptiontable, as instruction indices
+}
+
+# One entry of the exception table: instructions [start, end) go to `target` when they raise.
+struct Handler {
+  start @0 :UInt32;
+  end @1 :UInt32;
+  target @2 :UInt32;
 }
 
 # What the SDK says of one Python object the trace reads. Containers of
@@ -131,6 +139,27 @@ struct TraceResult {
   inputs @4 :List(InputBinding);    # where each graph input comes from
   requiresGrad @5 :Bool;            # an op ran under grad mode on an input that requires grad:
                                     # autograd would record this call
+  graphBreak @6 :GraphBreak;        # set (`isSet`) when the trace stopped at a graph break: the
+                                    # graph is the code before it, `outputs` is None
+}
+
+# Where a trace stopped short of what it cannot trace: the instructions [start, instruction]
+# run eagerly (a call with its KW_NAMES/PRECALL), over the frame's state just before `start`,
+# rebuilt from the graph's outputs; then the rest of the code resumes (docs/tracer.md).
+struct GraphBreak {
+  isSet @0 :Bool;
+  start @1 :UInt32;                 # the first instruction run eagerly
+  instruction @2 :UInt32;           # the refused instruction (the last run eagerly)
+  stack @3 :List(OutputSpec);       # the value stack, bottom first
+  locals @4 :List(NamedSpec);       # the bound locals the rest of the code may read
+  reason @5 :Text;                  # why the tracer refused the instruction
+  filename @6 :Text;
+  line @7 :Int32;
+}
+
+struct NamedSpec {
+  name @0 :Text;
+  value @1 :OutputSpec;
 }
 
 # The returned value's structure: leaves are graph outputs or constants.
@@ -143,7 +172,21 @@ struct OutputSpec {
     dict @4 :List(OutputItem);
     symInt @5 :UInt32;              # a graph output holding an int (0-d i64): returned as a Python int
     number @6 :UInt32;              # a graph output holding a float (0-d f64): returned as a Python float
+    path @7 :List(Guards.GuardStep);  # the object of the call at this path, itself
+    null @8 :Void;                  # the NULL of the call protocol (a value stack's slot)
+    iterator @9 :List(OutputSpec);  # an iterator over these items (what a loop has left)
+    builtin @10 :Text;              # a callable kiln knows by name ("torch.relu", "builtins.print")
+    method @11 :BoundMethod;        # getattr(self, name)
+    dtype @12 :Common.DType;
+    device @13 :Common.Device;
+    slice @14 :List(OutputSpec);    # slice(start, stop, step)
+    size @15 :List(OutputSpec);     # a torch.Size
   }
+}
+
+struct BoundMethod {
+  self @0 :OutputSpec;
+  name @1 :Text;
 }
 
 struct OutputItem {

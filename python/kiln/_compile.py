@@ -20,6 +20,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import types
@@ -29,7 +30,7 @@ from typing import Any, Callable
 
 import torch
 
-from kiln import _trace, _train, ir
+from kiln import _resume, _trace, _train, ir
 from kiln._kiln import KilnError
 from kiln._trace import Unsupported
 
@@ -109,7 +110,29 @@ class _Runner:
         results = self.compiled(*self.read_inputs(fn, args, kwargs))
         if self.traced.side_effects:
             _trace.replay(self.traced, results, fn, args, kwargs)
-        return _trace.rebuild(self.outputs, results)
+        return _trace.rebuild(self.outputs, results, (fn, args, kwargs))
+
+
+class _Broken:
+    """An entry whose trace stopped at a graph break: the graph of the code before it
+    (`runner`; None when that code computes no tensor), then the rest (kiln._resume)."""
+
+    def __init__(self, runner, traced: _trace.Traced, continuation: _resume.Continuation):
+        self.runner = runner
+        self.traced = traced
+        self.continuation = continuation
+        brk = traced.graph_break
+        self.description = (f"{brk['filename']}:{brk['line']} at {continuation.instruction.opname}: "
+                            f"{brk['reason']}")
+
+    def __call__(self, fn, args, kwargs):
+        if self.runner is not None:
+            values = self.runner(fn, args, kwargs)
+        else:
+            if self.traced.side_effects:
+                _trace.replay(self.traced, [], fn, args, kwargs)
+            values = _trace.rebuild(self.traced.outputs, [], (fn, args, kwargs))
+        return self.continuation(values)
 
 
 class CompiledFunction:
@@ -130,6 +153,9 @@ class CompiledFunction:
         self._warned = False
         self._unstable_warned = False
         self.fallback_reasons: list[str] = []
+        self.graph_breaks: list[str] = []  # each distinct break of this frame, "file:line at OP: why"
+        self._continuations: dict = {}  # glue and resume functions of this frame's breaks (kiln._resume)
+        self._resume_of: CompiledFunction | None = None  # the frame this one resumes after a break
 
     def __get__(self, obj, objtype=None):
         return self if obj is None else types.MethodType(self, obj)
@@ -168,7 +194,7 @@ class CompiledFunction:
             return None
         if miss.entry is not None and miss.entry.value is not None:
             return miss.entry
-        frame = miss.frame
+        frame = miss.frame if miss.frame is not None else cache.frame
         if self._dynamic is False:
             frame = guards.FrameState()
         try:
@@ -187,9 +213,7 @@ class CompiledFunction:
         if miss.entry is not None:  # found elsewhere (the guards service): now runnable here too
             miss.entry.value = runner
             return miss.entry
-        training = isinstance(runner, _train.TrainingRunner)
-        artifacts = [runner.forward.key, runner.backward.key] if training else [runner.compiled.key]
-        entry = cache.insert(guard_set, runner, artifacts=artifacts, graphs=[traced.graph.structural_hash()])
+        entry = cache.insert(guard_set, runner, artifacts=_artifacts(runner), graphs=[traced.graph.structural_hash()])
         return self._checked(cache, entry, args, kwargs)
 
     def _checked(self, cache, entry, args, kwargs):
@@ -219,7 +243,34 @@ class CompiledFunction:
     def _runner(self, traced, args, kwargs):
         """What runs a traced call: its graph compiled, or, when autograd would record the call
         (the tracer saw grad mode and inputs or parameters that require grad), the training
-        runner (kiln._train), or an _Eager entry saying why kiln cannot train it."""
+        runner (kiln._train), or an _Eager entry saying why kiln cannot train it. A trace
+        that stopped at a graph break runs that graph, then the rest of the frame."""
+        if traced.graph_break is None:
+            return self._graph_runner(traced, args, kwargs)
+        fn, _ = _trace.normalize(self._fn, args)
+        try:
+            continuation = _resume.Continuation(fn, traced.graph_break, self._compile_resume, self._continuations)
+        except Unsupported as e:
+            if self._fullgraph:
+                raise
+            return _Eager(str(e))
+        runner = self._graph_runner(traced, args, kwargs) if traced.graph.outputs else None
+        if isinstance(runner, _Eager):
+            return runner
+        broken = _Broken(runner, traced, continuation)
+        if broken.description not in self.graph_breaks:
+            self.graph_breaks.append(broken.description)
+            _log_break(self._fn, broken.description)
+        return broken
+
+    def _compile_resume(self, fn):
+        """A resume function of this frame (kiln._resume), compiled with this frame's settings."""
+        resumed = CompiledFunction(fn, dynamic=self._dynamic, fullgraph=self._fullgraph, mode=self._mode,
+                                   options=self._options, stack=self._stack)
+        resumed._resume_of = self
+        return resumed
+
+    def _graph_runner(self, traced, args, kwargs):
         target = ir.target_for(traced.graph)
         if self._options["emulate_precision_casts"]:
             target += "+emulate-precision-casts"
@@ -276,6 +327,27 @@ class CompiledFunction:
             self._warned = True
             warnings.warn(f"kiln: {getattr(self._fn, '__qualname__', self._fn)} runs eagerly: the stack failed "
                           f"({error})", RuntimeWarning, stacklevel=3)
+
+
+def _artifacts(runner) -> list:
+    """The codegen artifacts an entry runs."""
+    if isinstance(runner, _Broken):
+        return [] if runner.runner is None else _artifacts(runner.runner)
+    if isinstance(runner, _train.TrainingRunner):
+        return [runner.forward.key, runner.backward.key]
+    return [runner.compiled.key]
+
+
+_logged_breaks: set = set()
+
+
+def _log_break(fn, description: str) -> None:
+    """KILN_LOG=graph_breaks: each distinct graph break, once per process."""
+    from kiln import guards
+    key = (getattr(fn, "__qualname__", str(fn)), description)
+    if guards._log_enabled("graph_breaks") and key not in _logged_breaks:
+        _logged_breaks.add(key)
+        print(f"kiln: graph break in {key[0]}: {description}", file=sys.stderr)
 
 
 def _host_input(traced) -> str | None:
@@ -397,6 +469,31 @@ def explain(fn, *args, **kwargs) -> str:
             lines += ["    " + line for line in str(value.graph).splitlines()]
             lines.append(f"entry {entry.id} kernels:")
             lines += ["    " + line for line in value.compiled.explain.splitlines()]
+        elif isinstance(value, _Broken):
+            lines.append(f"entry {entry.id} graph break at {value.description}")
+            if value.runner is not None:
+                lines.append(f"entry {entry.id} graph before the break:")
+                lines += ["    " + line for line in str(value.traced.graph).splitlines()]
     if compiled.fallback_reasons:
         lines.append("fell back to eager: " + "; ".join(compiled.fallback_reasons))
+    for key, made in compiled._continuations.items():
+        if isinstance(made, CompiledFunction):
+            lines.append(f"resumed after a graph break: {made.__qualname__}")
+            lines += ["    " + line for line in explain(made).splitlines()]
+    if compiled._resume_of is None:
+        graphs, breaks = _tally(compiled)
+        lines.append(f"graphs: {graphs}, breaks: {breaks}")
     return "\n".join(lines)
+
+
+def _tally(compiled: CompiledFunction) -> tuple[int, int]:
+    """The graphs a compiled frame and the frames resumed after its breaks compiled, and
+    its distinct graph breaks."""
+    graphs = sum(1 for e in compiled.cache.entries if isinstance(e.value, (_Runner, _train.TrainingRunner)) or
+                 (isinstance(e.value, _Broken) and e.value.runner is not None)) if compiled.cache else 0
+    breaks = len(compiled.graph_breaks)
+    for made in compiled._continuations.values():
+        if isinstance(made, CompiledFunction):
+            g, b = _tally(made)
+            graphs, breaks = graphs + g, breaks + b
+    return graphs, breaks

@@ -20,7 +20,7 @@ import torch.utils.checkpoint
 
 from kiln import _kiln
 from kiln._kiln import KilnError
-from kiln.ir import Graph, dtype_name
+from kiln.ir import Graph, dtype_name, torch_dtype
 
 PYTHON_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 MAX_ROUNDS = 64   # needObjects rounds before giving up
@@ -28,6 +28,16 @@ MAX_DEPTH = 8     # nesting of containers described whole
 # Nesting of descriptions inside one (functions in closures, bound methods' selves): each
 # level is about three of the message's, and the tracer reads at most 64.
 MAX_NESTING = 12
+
+
+class _Null:
+    """The NULL of CPython's call protocol, in a graph break's rebuilt value stack."""
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+NULL = _Null()
 
 
 class Unsupported(Exception):
@@ -76,7 +86,10 @@ def describe_code(code: types.CodeType) -> dict:
         name = i.argval if isinstance(i.argval, str) else i.argrepr
         listed.append({"opname": i.opname, "arg": -1 if i.arg is None else i.arg, "target": target,
                        "name": name, "line": line})
+    handlers = [{"start": index[start * 2], "end": index.get(end * 2, len(listed)), "target": index[target * 2]}
+                for start, end, target, _ in _exception_entries(code)]
     return {
+        "handlers": handlers,
         "name": code.co_name, "qualname": getattr(code, "co_qualname", code.co_name),
         "filename": code.co_filename, "firstLine": code.co_firstlineno,
         "argCount": code.co_argcount, "posOnlyArgCount": code.co_posonlyargcount,
@@ -86,6 +99,28 @@ def describe_code(code: types.CodeType) -> dict:
         "consts": [_constant(c) for c in code.co_consts], "instructions": listed,
         "pythonVersion": PYTHON_VERSION,
     }
+
+
+def _exception_entries(code: types.CodeType) -> list:
+    """co_exceptiontable's entries: (start, end, target, depth and lasti), in code units
+    (Objects/exception_handling_notes.txt: big-endian 6-bit varints, an entry's first
+    byte marked with bit 7)."""
+    data, pos, entries = code.co_exceptiontable, 0, []
+
+    def varint():
+        nonlocal pos
+        b = data[pos]
+        pos += 1
+        value = b & 63
+        while b & 64:
+            b = data[pos]
+            pos += 1
+            value = (value << 6) | (b & 63)
+        return value
+    while pos < len(data):
+        start, length, target, depth_lasti = varint(), varint(), varint(), varint()
+        entries.append((start, start + length, target, depth_lasti))
+    return entries
 
 
 def code_hash(code: types.CodeType) -> str:
@@ -348,6 +383,11 @@ class Traced:
         # the graph's placeholder node ids, in input order
         self.placeholders = [k for k in range(len(self.graph)) if self.graph.node(k)["kind"] == "placeholder"]
         self.outputs = traced["outputs"]
+        # A graph break: the graph is the code before it; its outputs rebuild the frame's
+        # value stack and live locals there, in that order (kiln._resume runs the rest).
+        self.graph_break = traced["graphBreak"] if traced["graphBreak"]["isSet"] else None
+        if self.graph_break is not None:
+            self.outputs = {"tuple": self.graph_break["stack"] + [v["value"] for v in self.graph_break["locals"]]}
         self.side_effects = traced["sideEffects"]
         self.requires_grad = traced["requiresGrad"]  # autograd would record the call
 
@@ -624,23 +664,55 @@ def _step(step: dict):
     return None
 
 
-def rebuild(spec: dict, results: list):
-    """The returned Python value from the graph's outputs, as the output spec says."""
+def rebuild(spec: dict, results: list, call: tuple | None = None):
+    """The returned Python value from the graph's outputs, as the output spec says;
+    `call` (fn, args, kwargs) finds the call's own objects a graph break's state holds."""
     if "graphOutput" in spec:
         return results[spec["graphOutput"]]
     if "constant" in spec:
         return _from_constant(spec["constant"])
     if "tuple" in spec:
-        return tuple(rebuild(s, results) for s in spec["tuple"])
+        return tuple(rebuild(s, results, call) for s in spec["tuple"])
     if "list" in spec:
-        return [rebuild(s, results) for s in spec["list"]]
+        return [rebuild(s, results, call) for s in spec["list"]]
     if "dict" in spec:
-        return {_from_constant(i["key"]): rebuild(i["value"], results) for i in spec["dict"]}
+        return {_from_constant(i["key"]): rebuild(i["value"], results, call) for i in spec["dict"]}
     if "symInt" in spec:
         return int(results[spec["symInt"]])
     if "number" in spec:
         return float(results[spec["number"]])
+    if "path" in spec:
+        return resolve(spec["path"], *call)
+    if "null" in spec:
+        return NULL
+    if "iterator" in spec:
+        return iter([rebuild(s, results, call) for s in spec["iterator"]])
+    if "builtin" in spec:
+        return _known_callable(spec["builtin"])
+    if "method" in spec:
+        return getattr(rebuild(spec["method"]["self"], results, call), spec["method"]["name"])
+    if "dtype" in spec:
+        return torch_dtype(spec["dtype"])
+    if "device" in spec:
+        d = spec["device"]
+        return torch.device(d["type"]) if d["index"] < 0 else torch.device(d["type"], d["index"])
+    if "size" in spec:
+        return torch.Size(rebuild(s, results, call) for s in spec["size"])
+    if "slice" in spec:
+        return slice(*(rebuild(s, results, call) for s in spec["slice"]))
     raise ValueError(f"unknown output spec {spec}")
+
+
+def _known_callable(name: str):
+    """A callable the tracer knows by qualified name (_builtin_name's names)."""
+    if name == "torch.Tensor":
+        return torch.Tensor
+    if name.startswith("torch.Tensor."):
+        return getattr(torch.Tensor, name[len("torch.Tensor."):])
+    for prefix in sorted(_KNOWN_MODULES, key=len, reverse=True):
+        if name.startswith(prefix + "."):
+            return getattr(_KNOWN_MODULES[prefix], name[len(prefix) + 1:])
+    raise ValueError(f"no callable named {name}")
 
 
 def _from_constant(c: dict):

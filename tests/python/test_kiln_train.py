@@ -772,7 +772,7 @@ def test_transformer_encoder_layers_train_compiled(stack):
     x = torch.randn(3, 6, 16)
     causal = torch.triu(torch.full((6, 6), float("-inf")), 1)
     # torch 2.x's TransformerEncoder compares a mask given without an is_causal hint with the
-    # causal mask: a branch on the mask's values, which runs eagerly (TODO(issue 6): a graph break)
+    # causal mask: a branch on the mask's values, a graph break
     hinted = "is_causal" in inspect.signature(nn.TransformerEncoder.forward).parameters
     masks = {"mask": causal, "is_causal": True} if hinted else {"mask": causal}
     torch.testing.assert_close(fast(x, **masks), reference(x, **masks), rtol=1e-4, atol=1e-5)
@@ -782,7 +782,7 @@ def test_transformer_encoder_layers_train_compiled(stack):
     _assert_same_grads(model, reference)
     if hinted:
         torch.testing.assert_close(fast(x, mask=causal), reference(x, mask=causal), rtol=1e-4, atol=1e-5)
-        reasons = fast._compiled_forward.fallback_reasons
+        reasons = fast._compiled_forward.graph_breaks
         assert any("a branch on a tensor's value" in r for r in reasons), reasons
     # with dropout, each step draws new masks: it trains through them, compiled
     noisy = make(0.1)
@@ -958,4 +958,4 @@ def test_an_embeddings_padding_row_gets_no_grad_as_eager(stack):
     assert not w.grad[9].any()
     g = kiln.compile(lambda idx, w: F.embedding(idx, w, max_norm=1.0).sum(), stack=stack)
     g(idx, w).backward()
-    assert any("max_norm" in r for r in g.fallback_reasons), g.fallback_reasons
+    assert any("max_norm" in r for r in g.graph_breaks), g.graph_breaks

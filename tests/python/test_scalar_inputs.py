@@ -144,7 +144,7 @@ def test_item_of_a_float_tensor_stays_in_the_graph(stack):
     assert entries(fast) == 1  # the value is data: no guard on it
 
 
-def test_a_branch_on_an_item_float_falls_back(stack):
+def test_a_branch_on_an_item_float_breaks_the_graph(stack):
     def f(x):
         if x.sum().item() > 0:
             return x * 2
@@ -153,7 +153,7 @@ def test_a_branch_on_an_item_float_falls_back(stack):
     fast = kiln.compile(f, stack=stack)
     x = torch.randn(4)
     torch.testing.assert_close(fast(x), f(x))
-    assert any("computed from tensor data" in r for r in fast.fallback_reasons)
+    assert any("computed from tensor data" in r for r in fast.graph_breaks), fast.graph_breaks
 
 
 def test_training_with_a_dynamic_learning_rate_scale(stack):
@@ -242,3 +242,14 @@ def test_item_after_the_graph_writes_the_input_reads_the_new_value(stack):
         mine, theirs = torch.tensor(v), torch.tensor(v)
         torch.testing.assert_close(fast(x, mine), f(x, theirs))
         assert mine.item() == theirs.item() == v + 1
+
+
+def test_a_dynamic_int_before_a_tensor_binds_each_input(stack):
+    def f(n, x):  # the int's placeholder comes first: tensors are bound by placeholder, ints included
+        return x * n
+
+    fast = kiln.compile(f, stack=stack)
+    x = torch.randn(5)
+    for n in (5, 6, 7):
+        torch.testing.assert_close(fast(n, x), f(n, x))
+    assert any("s0" in str(e.value.graph) for e in fast.cache.entries)  # the int turned dynamic

@@ -57,9 +57,11 @@ def test_unsupported_names_the_line(stack):
             return x
         return -x
     with pytest.raises(_trace.Unsupported) as e:
-        _trace.trace(g, (torch.randn(3),), {}, stack=stack)
+        _trace.trace(g, (torch.randn(3),), {}, fullgraph=True, stack=stack)
     assert "branch on a tensor's value" in e.value.reason
     assert e.value.line == g.__code__.co_firstlineno + 1
+    brk = _trace.trace(g, (torch.randn(3),), {}, stack=stack).graph_break  # not fullgraph: a graph break
+    assert "branch on a tensor's value" in brk["reason"] and brk["line"] == g.__code__.co_firstlineno + 1
 
 
 def test_a_malformed_request_is_a_typed_error_and_the_service_lives(stack):
@@ -210,7 +212,7 @@ def test_channel_dropout_and_in_place_dropout_in_training_fall_back_with_a_reaso
     for g, reason in ((lambda x: F.dropout2d(x, 0.5, training=True), "dropout2d in training mode"),
                       (lambda x: F.dropout(x, 0.5, training=True, inplace=True), "inplace=True")):
         with pytest.raises(_trace.Unsupported, match=reason):
-            _trace.trace(g, (torch.randn(2, 3, 4, 4),), {}, stack=stack)
+            _trace.trace(g, (torch.randn(2, 3, 4, 4),), {}, fullgraph=True, stack=stack)
 
 
 def _objects_of(modules):

@@ -448,6 +448,7 @@ private:
 
   Lowered lowerPlaceholder(const ir::Node& node, ValueId id) {
     Lowered v;
+    uint32_t placeholder = inputCount_++; // the run's inputs are every placeholder, symbolic ints too
     if (node.value.isSymInt()) {
       v.kind = Lowered::SymInt;
       v.symInt = node.value.symInt();
@@ -458,7 +459,7 @@ private:
     b.name = node.target;
     b.layout = node.value.tensor();
     b.layout.storageOffset = table_.integer(0);
-    b.placeholder = inputCount_++;
+    b.placeholder = placeholder;
     (void)id;
     v.meta = node.value.tensor();
     v.base = v.meta.storageOffset;

@@ -17,6 +17,7 @@
 #include "kiln/sym/print.h"
 #include "kiln/sym/range.h"
 #include "kiln/tracer/tracer.h"
+#include "liveness.h"
 #include "modules.h"
 #include "tracer_state.h"
 
@@ -109,9 +110,45 @@ Path readPath(capnp::List<schema::GuardStep>::Reader in) {
   return p;
 }
 
+// Where a trace refused at its root frame breaks instead (docs/tracer.md, "Graph
+// breaks"): instructions [start, instruction] run eagerly, at their `arrival`-th
+// execution (a loop reaches them again).
+struct BreakAt {
+  size_t start = 0;
+  size_t instruction = 0;
+  uint32_t arrival = 0;
+  std::string reason, file;
+  int line = 0;
+};
+
+// Thrown at the root frame's arrival at the break: its state just before it.
+struct Stopped {
+  std::vector<Var> stack;
+  std::map<std::string, Var> locals;
+  bool generator = false;
+};
+
+// Instructions a break cannot run apart from their frame: they read or write its
+// locals, cells, exception state or generator state, or jump (a conditional jump's
+// break is the SDK's: it decides the branch).
+bool runsApart(const std::string& op) {
+  static const std::set<std::string> bound = {
+      "STORE_FAST", "DELETE_FAST", "LOAD_FAST_AND_CLEAR", "LOAD_CLOSURE", "MAKE_CELL", "COPY_FREE_VARS",
+      "RETURN_GENERATOR", "YIELD_VALUE", "SEND", "GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR",
+      "BEFORE_ASYNC_WITH", "PUSH_EXC_INFO", "POP_EXCEPT", "RERAISE", "CHECK_EXC_MATCH", "CHECK_EG_MATCH",
+      "WITH_EXCEPT_START", "CLEANUP_THROW", "LOAD_LOCALS", "LOAD_NAME", "STORE_NAME", "DELETE_NAME",
+      "IMPORT_STAR", "SETUP_ANNOTATIONS", "FOR_ITER", "RESUME"};
+  return !bound.count(op);
+}
+
+bool isConditionalJump(const std::string& op) {
+  return op.rfind("POP_JUMP", 0) == 0 || op == "JUMP_IF_TRUE_OR_POP" || op == "JUMP_IF_FALSE_OR_POP";
+}
+
 class Evaluator : public TraceState {
 public:
-  explicit Evaluator(schema::TraceRequest::Reader request) : request_(request) {
+  explicit Evaluator(schema::TraceRequest::Reader request, std::optional<BreakAt> stopAt = std::nullopt)
+      : request_(request), stopAt_(std::move(stopAt)) {
     frame = guards::fromWire(request.getFrame());
     guards.globals = guards::fromWire(request.getState());
     if (guards.globals.gradEnabled) gradEnabled = *guards.globals.gradEnabled;
@@ -125,7 +162,11 @@ public:
     std::sort(guards.call.keywords.begin(), guards.call.keywords.end());
   }
 
-  void run(schema::TraceReply::Builder reply) {
+  // Traces the request into `reply`; or, where the trace was refused at an instruction of
+  // the root frame and may break there, writes nothing and returns that break point
+  // (the caller traces again with it: the state before it is then untouched by the
+  // refused instruction's partial work).
+  std::optional<BreakAt> run(schema::TraceReply::Builder reply) {
     try {
       std::vector<Var> args;
       for (auto a : request_.getArgs()) args.push_back(realize(readPath(a.getPath())));
@@ -145,21 +186,81 @@ public:
         auto steps = out.init(k, static_cast<unsigned>(need.paths[k].size()));
         for (unsigned j = 0; j < steps.size(); ++j) guards::toWire(need.paths[k][j], steps[j]);
       }
+    } catch (const Stopped& stopped) {
+      try {
+        writeBreak(stopped, reply);
+      } catch (const Unsupported& u) {
+        return refuse(u.reason, reply);
+      }
     } catch (const Unsupported& u) {
-      auto out = reply.initUnsupported();
-      out.setReason(u.reason);
-      out.setFilename(file_);
-      out.setLine(line_);
+      return refuse(u.reason, reply);
     } catch (const Error& e) {
       if (e.code() == ErrorCode::Malformed) throw;
-      auto out = reply.initUnsupported();
-      out.setReason(e.message());
-      out.setFilename(file_);
-      out.setLine(line_);
+      return refuse(e.message(), reply);
     }
+    return std::nullopt;
   }
 
 private:
+  // ---- graph breaks ----------------------------------------------------------
+
+  std::optional<BreakAt> refuse(const std::string& reason, schema::TraceReply::Builder reply) {
+    if (!request_.getFullgraph() && !stopAt_ && rootPc_) {
+      auto instructions = request_.getCode().getInstructions();
+      BreakAt at{*rootPc_, *rootPc_, arrivals_[*rootPc_], reason, file_, line_};
+      // A call runs with the KW_NAMES and PRECALL before it (3.11), EXTENDED_ARGs included.
+      auto opname = [&](size_t k) { return std::string(instructions[static_cast<unsigned>(k)].getOpname().cStr()); };
+      while (at.start > 0 && (opname(at.start - 1) == "KW_NAMES" || opname(at.start - 1) == "PRECALL" ||
+                              opname(at.start - 1) == "EXTENDED_ARG"))
+        --at.start;
+      return at;
+    }
+    auto out = reply.initUnsupported();
+    out.setReason(stopAt_ ? stopAt_->reason + "; no graph break there: " + reason : reason);
+    out.setFilename(stopAt_ ? stopAt_->file : file_);
+    out.setLine(stopAt_ ? stopAt_->line : line_);
+    return std::nullopt;
+  }
+
+  // The root frame at the break: the graph up to it, whose outputs rebuild the value
+  // stack and the live locals (TraceResult.graphBreak).
+  void writeBreak(const Stopped& stopped, schema::TraceReply::Builder reply) {
+    const BreakAt& at = *stopAt_;
+    schema::Code::Reader code = request_.getCode();
+    std::string op = code.getInstructions()[static_cast<unsigned>(at.instruction)].getOpname().cStr();
+    if (stopped.generator) unsupported("a graph break in a generator");
+    if (!gradStack_.empty()) unsupported("a graph break inside a torch.no_grad()/enable_grad() block");
+    if (!autocastStack_.empty()) unsupported("a graph break inside a torch.autocast block");
+    for (auto h : code.getHandlers())
+      if (at.start >= h.getStart() && at.start < h.getEnd()) unsupported("a graph break inside a try or with block");
+    // TODO(issue 44): pass a frame's cells (closures over its locals) to the code that resumes.
+    if (code.getCellvars().size() > 0) unsupported("a graph break in a function whose locals closures capture");
+    if (!runsApart(op)) unsupported("a graph break at " + op);
+    std::set<std::string> live = liveLocals(code, at.start);
+    std::vector<ir::ValueId> outputs;
+    auto traced = reply.initTraced();
+    auto out = traced.initGraphBreak();
+    out.setIsSet(true);
+    out.setStart(static_cast<uint32_t>(at.start));
+    out.setInstruction(static_cast<uint32_t>(at.instruction));
+    out.setReason(at.reason);
+    out.setFilename(at.file);
+    out.setLine(at.line);
+    auto stack = out.initStack(static_cast<unsigned>(stopped.stack.size()));
+    for (unsigned k = 0; k < stack.size(); ++k) spec(stopped.stack[k], stack[k], outputs, true);
+    std::vector<std::pair<std::string, Var>> locals;
+    for (auto name : code.getVarnames())
+      if (auto it = stopped.locals.find(name.cStr()); it != stopped.locals.end() && live.count(it->first))
+        locals.emplace_back(it->first, it->second);
+    auto named = out.initLocals(static_cast<unsigned>(locals.size()));
+    for (unsigned k = 0; k < named.size(); ++k) {
+      named[k].setName(locals[k].first);
+      spec(locals[k].second, named[k].initValue(), outputs, true);
+    }
+    traced.initOutputs().initConstant().setNone();
+    writeGraph(outputs, traced);
+  }
+
   // ---- objects of the call -------------------------------------------------
 
   void describe(schema::ObjectDesc::Reader d) { described_[pathText(readPath(d.getPath()))] = d; }
@@ -1005,6 +1106,15 @@ private:
 
   Var iterator(std::vector<Var> items) { return sequence(Kind::Iterator, std::move(items)); }
 
+  // The list or dict a builder instruction adds to: one the traced code is building. One
+  // of the call (a resume function's stack after a graph break) would need the additions
+  // replayed on it.
+  Var builtHere(const Var& v, Kind kind) {
+    if (v->kind != kind) unsupported("adding to a " + kindName(v->kind) + " as to a " + kindName(kind));
+    if (v->path) unsupported("adding to a " + kindName(kind) + " of the call as it is built");
+    return v;
+  }
+
   std::vector<Var> iterate(const Var& v) {
     switch (v->kind) {
     case Kind::Tuple:
@@ -1233,7 +1343,9 @@ private:
         std::vector<Var> items;
         for (int64_t k = bound(index->items[0], 0); k < bound(index->items[1], n); k += step)
           items.push_back(obj->items[static_cast<size_t>(k)]);
-        return sequence(obj->kind, items);
+        Var part = sequence(obj->kind, items);
+        if (isSize(obj)) part->type = obj->type; // a torch.Size's slice is one
+        return part;
       }
       int64_t k = concrete(index), n = static_cast<int64_t>(obj->items.size());
       if (k < 0) k += n;
@@ -1314,6 +1426,12 @@ private:
     while (true) {
       if (++steps_ > kMaxInstructions) unsupported("more than " + std::to_string(kMaxInstructions) + " instructions");
       if (f.pc >= instructions.size()) throw Error(ErrorCode::Malformed, "tracer: ran past the last instruction");
+      if (depth == 0) {
+        if (arrivals_.size() < instructions.size()) arrivals_.resize(instructions.size());
+        uint32_t arrival = ++arrivals_[f.pc];
+        rootPc_ = f.pc;
+        if (stopAt_ && stopAt_->start == f.pc && stopAt_->arrival == arrival) throw Stopped{f.stack, f.locals, f.generator};
+      }
       auto in = instructions[static_cast<unsigned>(f.pc)];
       std::string opname = in.getOpname().cStr();
       std::string name = in.getName().cStr();
@@ -1544,6 +1662,7 @@ private:
         f.stack.push_back(v->kind == Kind::Iterator ? v : iterator(iterate(v)));
       } else if (opname == "FOR_ITER") {
         Var it = f.top();
+        if (it->kind != Kind::Iterator) unsupported("iterating a " + kindName(it->kind) + " passed in");
         if (it->next < it->items.size()) {
           f.stack.push_back(it->items[it->next++]);
         } else {
@@ -1556,10 +1675,11 @@ private:
         f.stack.push_back(sequence(opname == "BUILD_TUPLE" ? Kind::Tuple : Kind::List, f.popN(static_cast<size_t>(arg))));
       } else if (opname == "LIST_APPEND") {
         Var v = f.pop();
-        f.top(static_cast<size_t>(arg) - 1)->items.push_back(v);
+        builtHere(f.top(static_cast<size_t>(arg) - 1), Kind::List)->items.push_back(v);
       } else if (opname == "LIST_EXTEND") {
         Var v = f.pop();
-        for (const Var& item : iterate(v)) f.top(static_cast<size_t>(arg) - 1)->items.push_back(item);
+        Var list = builtHere(f.top(static_cast<size_t>(arg) - 1), Kind::List);
+        for (const Var& item : iterate(v)) list->items.push_back(item);
       } else if (opname == "LIST_TO_TUPLE") {
         f.stack.push_back(sequence(Kind::Tuple, f.pop()->items));
       } else if (opname == "BUILD_MAP") {
@@ -1576,11 +1696,12 @@ private:
         f.stack.push_back(d);
       } else if (opname == "DICT_UPDATE" || opname == "DICT_MERGE") {
         Var src = f.pop();
-        Var dst = f.top(static_cast<size_t>(arg) - 1);
+        if (src->kind != Kind::Dict) unsupported(opname + " of a " + kindName(src->kind));
+        Var dst = builtHere(f.top(static_cast<size_t>(arg) - 1), Kind::Dict);
         for (size_t k = 0; k < src->keys.size(); ++k) dst->keys.push_back(src->keys[k]), dst->items.push_back(src->items[k]);
       } else if (opname == "MAP_ADD") {
         Var value = f.pop(), key = f.pop();
-        Var d = f.top(static_cast<size_t>(arg) - 1);
+        Var d = builtHere(f.top(static_cast<size_t>(arg) - 1), Kind::Dict);
         d->keys.push_back(key);
         d->items.push_back(value);
       } else if (opname == "UNPACK_SEQUENCE") {
@@ -1646,69 +1767,109 @@ private:
 
   void write(const Var& result, schema::TraceResult::Builder out) {
     std::vector<ir::ValueId> outputs;
-    std::function<void(const Var&, schema::OutputSpec::Builder)> spec = [&](const Var& v, schema::OutputSpec::Builder o) {
-      switch (v->kind) {
-      case Kind::Tensor: {
-        auto it = std::find(outputs.begin(), outputs.end(), v->value);
-        if (it == outputs.end()) it = outputs.insert(outputs.end(), v->value);
-        o.setGraphOutput(static_cast<uint32_t>(it - outputs.begin()));
-        return;
-      }
-      case Kind::None: o.initConstant().setNone(); return;
-      case Kind::Bool: o.initConstant().setBool(truth(v)); return;
-      case Kind::Int: {
-        if (auto c = v->symbolic.asInteger()) {
-          o.initConstant().setInt(*c);
-          return;
-        }
-        // A symbol of the inputs, read back as a graph output; any other
-        // expression of the graph's symbols computed by sym_int.
-        ir::ValueId id;
-        if (auto source = symbolSources_.find(v->symbolic); source != symbolSources_.end()) {
-          auto [input, dim] = source->second;
-          id = dim < 0 ? input : graph.call("sym_size", {input}, {{"dim", dim}});
-        } else {
-          id = graph.call("sym_int", {}, {{"value", v->symbolic}});
-        }
-        auto it = std::find(outputs.begin(), outputs.end(), id);
-        if (it == outputs.end()) it = outputs.insert(outputs.end(), id);
-        o.setSymInt(static_cast<uint32_t>(it - outputs.begin()));
-        return;
-      }
-      case Kind::Float: {
-        if (!v->traced) {
-          o.initConstant().setFloat(v->number);
-          return;
-        }
-        auto it = std::find(outputs.begin(), outputs.end(), v->value);
-        if (it == outputs.end()) it = outputs.insert(outputs.end(), v->value);
-        o.setNumber(static_cast<uint32_t>(it - outputs.begin()));
-        return;
-      }
-      case Kind::Str: o.initConstant().setStr(v->name); return;
-      case Kind::Tuple:
-      case Kind::List: {
-        auto items = v->kind == Kind::Tuple ? o.initTuple(static_cast<unsigned>(v->items.size()))
-                                            : o.initList(static_cast<unsigned>(v->items.size()));
-        for (unsigned k = 0; k < items.size(); ++k) spec(v->items[k], items[k]);
-        return;
-      }
-      case Kind::Dict: {
-        auto items = o.initDict(static_cast<unsigned>(v->items.size()));
-        for (unsigned k = 0; k < items.size(); ++k) {
-          const Var& key = v->keys[k];
-          auto c = items[k].initKey();
-          if (key->kind == Kind::Str) c.setStr(key->name);
-          else if (key->kind == Kind::Int && key->symbolic.asInteger()) c.setInt(*key->symbolic.asInteger());
-          else unsupported("returning a dict with a " + kindName(key->kind) + " key");
-          spec(v->items[k], items[k].initValue());
-        }
-        return;
-      }
-      default: unsupported("returning a " + kindName(v->kind));
-      }
+    spec(result, out.initOutputs(), outputs, false);
+    writeGraph(outputs, out);
+  }
+
+  // How the SDK rebuilds `v` from the graph's outputs (added to `outputs` as needed).
+  // `resumable`: a graph break's state, where objects of the call pass as themselves
+  // (found again by their paths), and the value stack's NULLs, iterators, bound
+  // methods and slices are rebuilt too.
+  void spec(const Var& v, schema::OutputSpec::Builder o, std::vector<ir::ValueId>& outputs, bool resumable) {
+    auto output = [&](ir::ValueId id) {
+      auto it = std::find(outputs.begin(), outputs.end(), id);
+      if (it == outputs.end()) it = outputs.insert(outputs.end(), id);
+      return static_cast<uint32_t>(it - outputs.begin());
     };
-    spec(result, out.initOutputs());
+    auto items = [&](const std::vector<Var>& vars, capnp::List<schema::OutputSpec>::Builder list) {
+      for (unsigned k = 0; k < list.size(); ++k) spec(vars[k], list[k], outputs, resumable);
+    };
+    bool primitive = v->kind == Kind::None || v->kind == Kind::Bool || v->kind == Kind::Int ||
+                     v->kind == Kind::Float || v->kind == Kind::Str;
+    if (resumable && v->path && !primitive) {
+      auto steps = o.initPath(static_cast<unsigned>(v->path->size()));
+      for (unsigned j = 0; j < steps.size(); ++j) guards::toWire((*v->path)[j], steps[j]);
+      return;
+    }
+    switch (v->kind) {
+    case Kind::Tensor: o.setGraphOutput(output(v->value)); return;
+    case Kind::None: o.initConstant().setNone(); return;
+    case Kind::Bool: o.initConstant().setBool(truth(v)); return;
+    case Kind::Int: {
+      if (auto c = v->symbolic.asInteger()) {
+        o.initConstant().setInt(*c);
+        return;
+      }
+      // A symbol of the inputs, read back as a graph output; any other
+      // expression of the graph's symbols computed by sym_int.
+      ir::ValueId id;
+      if (auto source = symbolSources_.find(v->symbolic); source != symbolSources_.end()) {
+        auto [input, dim] = source->second;
+        id = dim < 0 ? input : graph.call("sym_size", {input}, {{"dim", dim}});
+      } else {
+        id = graph.call("sym_int", {}, {{"value", v->symbolic}});
+      }
+      o.setSymInt(output(id));
+      return;
+    }
+    case Kind::Float:
+      if (v->traced) o.setNumber(output(v->value));
+      else o.initConstant().setFloat(v->number);
+      return;
+    case Kind::Str: o.initConstant().setStr(v->name); return;
+    case Kind::Ellipsis:
+      if (!resumable) break;
+      o.initConstant().setEllipsis();
+      return;
+    case Kind::Tuple:
+      if (isSize(v)) items(v->items, o.initSize(static_cast<unsigned>(v->items.size())));
+      else items(v->items, o.initTuple(static_cast<unsigned>(v->items.size())));
+      return;
+    case Kind::List: items(v->items, o.initList(static_cast<unsigned>(v->items.size()))); return;
+    case Kind::Dict: {
+      auto entries = o.initDict(static_cast<unsigned>(v->items.size()));
+      for (unsigned k = 0; k < entries.size(); ++k) {
+        const Var& key = v->keys[k];
+        auto c = entries[k].initKey();
+        if (key->kind == Kind::Str) c.setStr(key->name);
+        else if (key->kind == Kind::Int && key->symbolic.asInteger()) c.setInt(*key->symbolic.asInteger());
+        else unsupported("returning a dict with a " + kindName(key->kind) + " key");
+        spec(v->items[k], entries[k].initValue(), outputs, resumable);
+      }
+      return;
+    }
+    default: break;
+    }
+    if (!resumable) unsupported("returning a " + kindName(v->kind));
+    switch (v->kind) {
+    case Kind::Null: o.setNull(); return;
+    case Kind::Iterator: {
+      std::vector<Var> rest(v->items.begin() + static_cast<std::ptrdiff_t>(v->next), v->items.end());
+      items(rest, o.initIterator(static_cast<unsigned>(rest.size())));
+      return;
+    }
+    case Kind::Builtin: o.setBuiltin(v->name); return;
+    case Kind::Method:
+      if (!v->self || v->name.empty()) break;
+      spec(v->self, o.initMethod().initSelf(), outputs, resumable);
+      o.getMethod().setName(v->name);
+      return;
+    case Kind::DType: o.setDtype(static_cast<schema::DType>(v->dtype)); return;
+    case Kind::Device: {
+      auto d = o.initDevice();
+      d.setType(static_cast<schema::DeviceType>(v->device.type));
+      d.setIndex(v->device.index);
+      return;
+    }
+    case Kind::Slice: items(v->items, o.initSlice(3)); return;
+    default: break;
+    }
+    unsupported("a graph break with a " + kindName(v->kind) + " made in the traced code live");
+  }
+
+  // The graph (its outputs `outputs`), the side effects to replay after it, guards and inputs.
+  void writeGraph(const std::vector<ir::ValueId>& graphOutputs, schema::TraceResult::Builder out) {
+    std::vector<ir::ValueId> outputs = graphOutputs;
     auto effects = out.initSideEffects(static_cast<unsigned>(effects_.size()));
     for (unsigned k = 0; k < effects.size(); ++k) {
       const Effect& e = effects_[k];
@@ -1719,14 +1880,15 @@ private:
         auto s = effects[k].initSetAttr();
         writePath(s.initPath(static_cast<unsigned>(e.path.size())));
         s.setName(e.name);
-        spec(e.value, s.initValue());
+        spec(e.value, s.initValue(), outputs, false);
       } else {
         auto a = effects[k].initListAppend();
         writePath(a.initListPath(static_cast<unsigned>(e.path.size())));
-        spec(e.value, a.initItem());
+        spec(e.value, a.initItem(), outputs, false);
       }
     }
-    if (outputs.empty()) unsupported("a function that computes no tensor");
+    bool broke = out.getGraphBreak().getIsSet();
+    if (outputs.empty() && !broke) unsupported("a function that computes no tensor");
     // Ops under no_grad read tensors that require grad through `detach`; a write into one there
     // (an optimizer's update) would need the write kept out of the backward too.
     if (requiresGrad && noGradOverGrad)
@@ -1782,13 +1944,16 @@ private:
   std::vector<bool> gradStack_;
   std::vector<AutocastState> autocastStack_;
   std::string rootModule_;
+  std::optional<BreakAt> stopAt_;    // the second trace of a graph break: where to stop
+  std::optional<size_t> rootPc_;     // the root frame's instruction being evaluated
+  std::vector<uint32_t> arrivals_;   // per root-frame instruction: times evaluated so far
 };
 
 } // namespace
 
 void trace(schema::TraceRequest::Reader request, schema::TraceReply::Builder reply) {
-  Evaluator evaluator(request);
-  evaluator.run(reply);
+  std::optional<BreakAt> at = Evaluator(request).run(reply);
+  if (at) Evaluator(request, std::move(at)).run(reply);
 }
 
 std::string trace(std::string_view request) {

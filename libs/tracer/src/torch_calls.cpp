@@ -637,7 +637,9 @@ std::optional<Var> tensorAttribute(TraceState& s, const Var& t, const std::strin
   if (name == "shape") {
     std::vector<Var> items;
     for (sym::Expr e : meta.sizes) items.push_back(integer(e));
-    return sequence(Kind::Tuple, items);
+    Var size = sequence(Kind::Tuple, items);
+    size->type = sizeType();
+    return size;
   }
   if (name == "dtype") {
     Var v = make(Kind::DType);

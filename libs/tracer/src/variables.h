@@ -127,6 +127,10 @@ inline Var method(Var self, std::string name) {
   return v;
 }
 
+// A tensor's shape is a torch.Size: a Tuple of this type.
+inline guards::TypeRef sizeType() { return {"torch", "Size"}; }
+inline bool isSize(const Var& v) { return v->kind == Kind::Tuple && v->type.module == "torch" && v->type.qualname == "Size"; }
+
 std::string kindName(Kind kind);
 
 } // namespace kiln::tracer

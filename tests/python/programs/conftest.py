@@ -1,6 +1,6 @@
 """The program corpus's tally (see corpus.py):
 
-    programs: N compiled+correct, F fell back, W wrong
+    programs: N compiled+correct, F fell back, W wrong, B graph breaks
 """
 import corpus
 
@@ -12,6 +12,6 @@ def pytest_terminal_summary(terminalreporter):
     write = terminalreporter.write_line
     write("")
     write(f"programs: {_outcomes['compiled']} compiled+correct, {_outcomes['fell back']} fell back, "
-          f"{_outcomes['wrong']} wrong")
+          f"{_outcomes['wrong']} wrong, {_outcomes['breaks']} graph breaks")
     for line in _unexpected:
         write(line)

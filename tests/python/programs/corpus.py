@@ -4,9 +4,11 @@ Each `p_*.py` file registers programs with `@program(inputs=...)`; `inputs` make
 fresh example arguments (a tuple, or a (args, kwargs) pair via `call(...)`). A
 program either compiles and matches eager, or falls back with the tracer's
 reason — which is only right where the program says `falls_back="<part of the
-reason>"`. The run ends with
+reason>"`. A program compiled around graph breaks (kiln._resume) says
+`breaks="<part of a break's reason>"`; one that breaks without saying so fails.
+The run ends with
 
-    programs: N compiled+correct, F fell back, W wrong
+    programs: N compiled+correct, F fell back, W wrong, B graph breaks
 
 Compiled here means `kiln.compile` through the session's stack (see `run` for
 the calls each program gets: repeat, float64, other sizes). A program's
@@ -43,6 +45,7 @@ class Program:
     falls_back: str | None
     rtol: float
     atol: float
+    breaks: str | None = None
 
 
 def inference(module: torch.nn.Module) -> torch.nn.Module:
@@ -56,10 +59,11 @@ def call(*args, **kwargs):
     return ("__call__", args, kwargs)
 
 
-def program(*, inputs: Callable, falls_back: str | None = None, rtol: float = 1e-5, atol: float = 1e-5):
+def program(*, inputs: Callable, falls_back: str | None = None, breaks: str | None = None, rtol: float = 1e-5,
+            atol: float = 1e-5):
     def register(fn):
         module = inspect.getmodule(fn).__name__.split(".")[-1]
-        PROGRAMS.append(Program(f"{module}.{fn.__name__}", fn, inputs, falls_back, rtol, atol))
+        PROGRAMS.append(Program(f"{module}.{fn.__name__}", fn, inputs, falls_back, rtol, atol, breaks))
         return fn
     return register
 
@@ -80,6 +84,28 @@ def _clone(value):
 class Outcome:
     kind: str        # "compiled", "fell back", "wrong"
     detail: str = ""
+    breaks: list = dataclasses.field(default_factory=list)  # the graph breaks it compiled around
+
+
+def frames(fast) -> list:
+    """A compiled function and the functions resumed after its graph breaks, all levels."""
+    out = [fast]
+    for made in fast._continuations.values():
+        if hasattr(made, "_continuations"):
+            out += frames(made)
+    return out
+
+
+def graph_breaks(fast) -> list:
+    return [b for f in frames(fast) for b in f.graph_breaks]
+
+
+def fallbacks(fast) -> list:
+    return [r for f in frames(fast) for r in f.fallback_reasons]
+
+
+def tree_entries(fast) -> int:
+    return sum(len(f.cache.entries) for f in frames(fast) if f.cache is not None)
 
 
 def _eager(p: Program, args, kwargs):
@@ -138,11 +164,11 @@ def run(p: Program, stack) -> Outcome:
         return Outcome("wrong", why)
     if fast.fallback_reasons:
         return Outcome("fell back", fast.fallback_reasons[0])
-    entries = len(fast.cache.entries)
+    entries, all_entries = len(fast.cache.entries), tree_entries(fast)
     args, kwargs = arguments(p)
     if (why := _check_call(p, fast, args, kwargs)) is not None:
         return Outcome("wrong", f"repeat call: {why}")
-    if len(fast.cache.entries) != entries:
+    if len(fast.cache.entries) != entries or tree_entries(fast) != all_entries:
         return Outcome("wrong", f"a repeat call compiled again: {fast.cache.last_reasons}")
     if _has_float32((args, kwargs)):
         args, kwargs = _to_float64(arguments(p))
@@ -161,7 +187,7 @@ def run(p: Program, stack) -> Outcome:
             if len(fast.cache.entries) != expected_entries:
                 return Outcome("wrong", f"size {n}: {len(fast.cache.entries) - entries} new entries, expected 1 "
                                         f"(automatic dynamic): {fast.cache.last_reasons}")
-    return Outcome("compiled")
+    return Outcome("compiled", breaks=graph_breaks(fast))
 
 
 def _capture(p: Program):
@@ -212,7 +238,10 @@ def load_all():
         importlib.import_module(path.stem)
 
 
-def record(name: str, kind: str, detail: str, expected_fallback: bool):
-    OUTCOMES[kind] += 1
-    if kind == "wrong" or (kind == "fell back" and not expected_fallback):
-        UNEXPECTED.append(f"  {kind}: {name}: {detail}")
+def record(name: str, outcome: Outcome, p: Program):
+    OUTCOMES[outcome.kind] += 1
+    OUTCOMES["breaks"] += len(outcome.breaks)
+    if outcome.kind == "wrong" or (outcome.kind == "fell back" and p.falls_back is None):
+        UNEXPECTED.append(f"  {outcome.kind}: {name}: {outcome.detail}")
+    if outcome.breaks and p.breaks is None:
+        UNEXPECTED.append(f"  graph break: {name}: {outcome.breaks[0]}")

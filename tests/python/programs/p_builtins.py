@@ -39,7 +39,7 @@ def getattr_const(x):
     return x * getattr(cfg, "scale")
 
 
-@program(inputs=lambda: r(4, 4), falls_back="missing")
+@program(inputs=lambda: r(4, 4), breaks="missing")
 def hasattr_branch(x):
     if hasattr(cfg, "missing"):
         return x
@@ -106,7 +106,7 @@ def device_checks(x):
     return x
 
 
-@program(inputs=lambda: r(4, 4), falls_back="calling a type")
+@program(inputs=lambda: r(4, 4), breaks="calling a type")
 def isinstance_module(x):
     m = nn.ReLU()
     return x if isinstance(m, nn.Linear) else x * 3
@@ -217,16 +217,16 @@ def min_and_max_with_defaults(x):
     return x * max([], default=2) + min([1, 4], default=7)
 
 
-@program(inputs=lambda: r(4, 4), falls_back="with a key function")
+@program(inputs=lambda: r(4, 4), breaks="with a key function")
 def max_with_a_key(x):
     return x * max([1, -5, 3], key=abs)
 
 
-@program(inputs=lambda: r(4, 4), falls_back="int() with 2 positional arguments")
+@program(inputs=lambda: r(4, 4), breaks="int() with 2 positional arguments")
 def int_with_a_base(x):
     return x * int("11", 2)
 
 
-@program(inputs=lambda: r(4, 4), falls_back="len() with the keyword")
+@program(inputs=lambda: r(4, 4), breaks="len() with the keyword")
 def len_with_a_keyword(x):
     return x * len([1], extra=1)

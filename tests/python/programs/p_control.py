@@ -153,7 +153,7 @@ def assert_static(x):
     return x + 1
 
 
-@program(inputs=lambda: r(4, 4), falls_back="assertion")
+@program(inputs=lambda: r(4, 4), breaks="assertion")
 def assert_fails(x):
     assert x.dim() == 3, "3-d only"
     return x

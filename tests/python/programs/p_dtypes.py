@@ -72,13 +72,13 @@ def to_another_tensors_dtype(x, other):
     return x.to(other), x.to("cpu", torch.float16, non_blocking=True), x.to(device="cpu", dtype=torch.int32)
 
 
-@program(inputs=lambda: r(4, 8), falls_back="Tensor.to(copy=True)")
+@program(inputs=lambda: r(4, 8), breaks="Tensor.to(copy=True)")
 def to_with_a_copy(x):
     y = x.to(torch.float32, copy=True)
     y.add_(1)
     return x, y
 
 
-@program(inputs=lambda: r(4, 8), falls_back="Tensor.to() with the keyword memory_format")
+@program(inputs=lambda: r(4, 8), breaks="Tensor.to() with the keyword memory_format")
 def to_with_a_memory_format(x):
     return x.to(torch.float64, memory_format=torch.contiguous_format)

@@ -146,7 +146,7 @@ def index_by_a_2d_tensor_after_a_slice(x, idx, last):
     return x[:, idx] * 2, x[..., last]
 
 
-@program(inputs=lambda: (r(4, 6), torch.tensor([0, 2])), falls_back="ints beside a tensor")
+@program(inputs=lambda: (r(4, 6), torch.tensor([0, 2])), breaks="ints beside a tensor")
 def index_by_an_int_and_a_tensor(x, idx):
     return x[1, idx]
 
@@ -173,7 +173,7 @@ def setitem_writes_into_an_input(x, v):
     return x.sum()
 
 
-@program(inputs=lambda: (r(4, 3), torch.tensor([0, 2])), falls_back="through a tensor index")
+@program(inputs=lambda: (r(4, 3), torch.tensor([0, 2])), breaks="through a tensor index")
 def setitem_through_an_int_tensor(x, idx):
     x[idx] = 0.0
     return x

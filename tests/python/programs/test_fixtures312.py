@@ -24,6 +24,10 @@ def test_312_request(path):
     request = path.read_bytes()
     assert _kiln.capnp_decode("TraceRequest", request)["code"]["pythonVersion"] == "3.12"
     reply = _kiln.capnp_decode("TraceReply", _kiln.trace(request))
+    brk = reply.get("traced", {}).get("graphBreak", {})
+    if brk.get("isSet"):  # the code after the break is traced as its own frame: not in this request
+        assert p.breaks is not None and p.breaks in brk["reason"], brk
+        return
     if p.falls_back is not None:
         if "traced" in reply and reply["traced"]["requiresGrad"]:
             assert "grad" in p.falls_back  # traced, and kiln.compile runs it eagerly (autograd)

@@ -1,0 +1,376 @@
+"""Graph breaks: the rest of a frame after an instruction the tracer refused.
+
+A trace that stops at a graph break (docs/tracer.md) gives the graph of the code before
+it and, from that graph's outputs, the frame's value stack and live locals there. The
+refused instructions then run eagerly in a *glue* function: the frame's code with a
+prologue that pushes the stack, those instructions, and an epilogue returning what they
+left on the stack. A conditional jump is decided here, a return returns. The rest runs
+in a *resume* function, compiled by kiln as a frame of its own (its own cache and
+guards; it may break again): the frame's code whole, behind a prologue that pushes the
+stack from its arguments and jumps to where the frame was. Its arguments are the stack
+slots (`__kiln_s0`, ...) and the live locals, by their names.
+
+Both are made from the frame's bytecode (CPython 3.11 and 3.12): local and cell opargs
+renumbered for the arguments put first, the exception table shifted past the prologue.
+"""
+from __future__ import annotations
+
+import dis
+import sys
+import types
+
+from kiln._trace import NULL, Unsupported, _exception_entries
+
+_OP = dis.opmap
+_EXTENDED_ARG = _OP["EXTENDED_ARG"]
+_LOCAL_OPS = set(dis.haslocal) | set(dis.hasfree)
+_VARARGS, _VARKEYWORDS = 0x04, 0x08
+_CONDITIONAL = ("POP_JUMP", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP")
+
+
+def _caches(op: int) -> int:
+    return dis._inline_cache_entries[op]
+
+
+def instructions(code: types.CodeType) -> list:
+    """The code's instructions as the tracer numbers them (dis's listing, no CACHEs)."""
+    return list(dis.get_instructions(code))
+
+
+def _encode(op: int, arg: int = 0) -> list:
+    """One instruction as code units (op, arg byte): EXTENDED_ARG prefixes, CACHEs after."""
+    units, shift = [], max(0, (arg.bit_length() - 1) // 8) * 8
+    while shift > 0:
+        units.append((_EXTENDED_ARG, (arg >> shift) & 0xFF))
+        shift -= 8
+    units.append((op, arg & 0xFF))
+    return units + [(0, 0)] * _caches(op)
+
+
+def _units(code: types.CodeType) -> list:
+    b = code.co_code
+    return [(b[i], b[i + 1]) for i in range(0, len(b), 2)]
+
+
+def _renumbered(units: list, mapping: dict) -> list:
+    """`units` with each local/cell oparg mapped; an oparg that no longer fits its
+    EXTENDED_ARG prefixes is refused."""
+    out, i, prefix = list(units), 0, None
+    while i < len(units):
+        op, _ = units[i]
+        if op == _EXTENDED_ARG:
+            prefix = i if prefix is None else prefix
+            i += 1
+            continue
+        if op in _LOCAL_OPS:
+            start = i if prefix is None else prefix
+            old = 0
+            for k in range(start, i + 1):
+                old = (old << 8) | units[k][1]
+            new = mapping[old]
+            if new >= 1 << (8 * (i - start + 1)):
+                raise Unsupported("a graph break in a function with more than 255 locals")
+            for k in range(i, start - 1, -1):
+                out[k] = (units[k][0], new & 0xFF)
+                new >>= 8
+        prefix = None
+        i += 1 + _caches(op)
+    return out
+
+
+# ---- the exception and location tables (Objects/exception_handling_notes.txt, locations.md) ----
+
+def _exception_table(entries: list) -> bytes:
+    def varint(value: int, first: bool) -> list:
+        chunks = [value & 63]
+        value >>= 6
+        while value:
+            chunks.append(value & 63)
+            value >>= 6
+        chunks.reverse()
+        out = [c | 64 for c in chunks[:-1]] + [chunks[-1]]
+        if first:
+            out[0] |= 128
+        return out
+    data = []
+    for start, end, target, depth_lasti in entries:
+        data += varint(start, True) + varint(end - start, False) + varint(target, False) + varint(depth_lasti, False)
+    return bytes(data)
+
+
+def _covering(code: types.CodeType, offset: int) -> bool:
+    unit = offset // 2
+    return any(start <= unit < end for start, end, _, _ in _exception_entries(code))
+
+
+def _location_entries(units: int, line_delta: int | None) -> bytes:
+    """Location-table entries covering `units` code units: no location (None), or one
+    line (`line_delta` from the line before) without columns."""
+    out = []
+    first = True
+    while units > 0:
+        n = min(units, 8)
+        if line_delta is None:
+            out.append(0x80 | (15 << 3) | (n - 1))
+        else:
+            out.append(0x80 | (13 << 3) | (n - 1))
+            delta = line_delta if first else 0
+            value = (abs(delta) << 1) | (delta < 0)
+            while value >= 64:
+                out.append(64 | (value & 63))
+                value >>= 6
+            out.append(value)
+        first = False
+        units -= n
+    return bytes(out)
+
+
+# ---- the frame's state as arguments ---------------------------------------------------------
+
+# Iterators a stack slot passes as the tuple of what they have left (a loop's, at a break
+# inside it): the resume function's trace then unrolls the rest of the loop. Others (a
+# generator's) pass as they are.
+_ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0))))
+_MAX_ITEMS = 1000
+
+
+def slot_kinds(stack: list) -> tuple:
+    """Per value-stack slot: "null", "iter" (a builtin iterator, passed as its items) or "value"."""
+    return tuple("null" if v is NULL else
+                 "iter" if type(v) in _ITERATORS and v.__length_hint__() <= _MAX_ITEMS else "value"
+                 for v in stack)
+
+
+class Layout:
+    """A frame's value stack and live locals as a new code's arguments: the stack's slots
+    that are not NULL (`__kiln_s<k>`), then the passed locals, then the other varnames.
+    `mapping` renumbers the frame's local and cell indices for that order."""
+
+    def __init__(self, code: types.CodeType, kinds: tuple, passed: tuple):
+        if code.co_cellvars:
+            raise Unsupported("a graph break in a function whose locals closures capture")
+        self.kinds, self.passed = kinds, passed
+        # A resume function's own slots are dead locals of it: a break in it names its slots anew.
+        level = 0
+        while any(n.startswith(f"__kiln{level or ''}_s") for n in code.co_varnames):
+            level += 1
+        slot = lambda k: f"__kiln{level or ''}_s{k}"  # noqa: E731
+        slots = tuple(slot(k) for k, kind in enumerate(kinds) if kind != "null")
+        self.varnames = slots + passed + tuple(n for n in code.co_varnames if n not in passed)
+        index = {n: k for k, n in enumerate(self.varnames)}
+        self.mapping = {k: index[n] for k, n in enumerate(code.co_varnames)}
+        nvars = len(code.co_varnames)
+        for j in range(len(code.co_freevars)):
+            self.mapping[nvars + j] = len(self.varnames) + j
+        self.argcount = len(slots) + len(passed)
+        self.slot_index = {k: index[slot(k)] for k, kind in enumerate(kinds) if kind != "null"}
+
+    def prologue(self, code: types.CodeType) -> list:
+        """COPY_FREE_VARS, RESUME, then the stack pushed (PUSH_NULL for its NULLs, GET_ITER
+        over an iterator's items) and its argument slots cleared (the stack holds them now)."""
+        units = []
+        if code.co_freevars:
+            units += _encode(_OP["COPY_FREE_VARS"], len(code.co_freevars))
+        units += _encode(_OP["RESUME"], 0)
+        for k, kind in enumerate(self.kinds):
+            if kind == "null":
+                units += _encode(_OP["PUSH_NULL"])
+                continue
+            units += _encode(_OP["LOAD_FAST"], self.slot_index[k])
+            if kind == "iter":
+                units += _encode(_OP["GET_ITER"])
+        for k in self.slot_index.values():
+            units += _encode(_OP["DELETE_FAST"], k)
+        return units
+
+    def arguments(self, stack: list, locals_: list) -> list:
+        return [tuple(v) if kind == "iter" else v for v, kind in zip(stack, self.kinds) if kind != "null"] + \
+            list(locals_)
+
+    def code(self, code: types.CodeType, units: list, *, qualname: str, exceptions: bytes,
+             locations: bytes) -> types.CodeType:
+        flags = code.co_flags & ~(_VARARGS | _VARKEYWORDS)
+        return code.replace(
+            co_code=bytes(b for unit in units for b in unit), co_varnames=self.varnames,
+            co_argcount=self.argcount, co_posonlyargcount=0, co_kwonlyargcount=0,
+            co_nlocals=len(self.varnames), co_flags=flags, co_qualname=qualname,
+            co_stacksize=code.co_stacksize + len(self.kinds) + 2, co_exceptiontable=exceptions,
+            co_linetable=locations)
+
+
+def _function(code: types.CodeType, fn: types.FunctionType) -> types.FunctionType:
+    return types.FunctionType(code, fn.__globals__, code.co_name, None, fn.__closure__)
+
+
+def resume_function(fn: types.FunctionType, layout: Layout, target: int, line: int) -> types.FunctionType:
+    """fn's code resumed before instruction `target`, from `layout`'s arguments."""
+    code = fn.__code__
+    listed = instructions(code)
+    prologue = layout.prologue(code)
+    # The jump over the code before `target`: its EXTENDED_ARGs change its own length.
+    jump = []
+    for _ in range(4):
+        after = len(prologue) + len(jump)
+        jump = _encode(_OP["JUMP_FORWARD"], len(prologue) + len(jump) + listed[target].offset // 2 - after)
+        if len(prologue) + len(jump) == after:
+            break
+    head = prologue + jump
+    units = head + _renumbered(_units(code), layout.mapping)
+    exceptions = _exception_table([(s + len(head), e + len(head), t + len(head), d)
+                                   for s, e, t, d in _exception_entries(code)])
+    locations = _location_entries(len(head), None) + code.co_linetable
+    qualname = f"{code.co_qualname}.<resumed at line {line}>"
+    return _function(layout.code(code, units, qualname=qualname, exceptions=exceptions, locations=locations), fn)
+
+
+def glue_function(fn: types.FunctionType, layout: Layout, start: int, end: int, produced: int,
+                  line: int) -> types.FunctionType:
+    """Instructions [start, end] of fn's code run over `layout`'s stack (the slots they may
+    touch), returning the `produced` slots then on the stack's top, as a tuple."""
+    code = fn.__code__
+    listed = instructions(code)
+    first = listed[start].offset // 2
+    last = listed[end].offset // 2 + 1 + _caches(listed[end].opcode)
+    body = _renumbered(_units(code)[first:last], layout.mapping)
+    units = layout.prologue(code) + body + _encode(_OP["BUILD_TUPLE"], produced) + _encode(_OP["RETURN_VALUE"])
+    locations = _location_entries(len(units), line - code.co_firstlineno)
+    qualname = f"{code.co_qualname}.<graph break at line {line}>"
+    return _function(layout.code(code, units, qualname=qualname, exceptions=b"", locations=locations), fn)
+
+
+def stack_depths(code: types.CodeType) -> dict:
+    """The value stack's depth before each instruction (by offset), as CPython's compiler
+    computes it: from the entry and each exception handler, through every successor."""
+    listed = instructions(code)
+    at = {i.offset: k for k, i in enumerate(listed)}
+    depth, work = {0: 0}, [0]
+    for _, _, target, depth_lasti in _exception_entries(code):
+        offset = target * 2
+        depth[offset] = (depth_lasti >> 1) + (depth_lasti & 1) + 1  # lasti, then the exception
+        work.append(offset)
+    ends = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE", "JUMP_FORWARD", "JUMP_BACKWARD",
+            "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT"}
+    while work:
+        offset = work.pop()
+        k = at.get(offset)
+        if k is None:
+            continue
+        ins = listed[k]
+        arg = ins.arg if ins.opcode >= dis.HAVE_ARGUMENT else None
+        successors = []
+        if ins.opname not in ends and k + 1 < len(listed):
+            successors.append((listed[k + 1].offset, dis.stack_effect(ins.opcode, arg, jump=False)))
+        if ins.opcode in _JUMPS:
+            successors.append((ins.argval, dis.stack_effect(ins.opcode, arg, jump=True)))
+        for target, effect in successors:
+            if target not in depth:
+                depth[target] = depth[offset] + effect
+                work.append(target)
+    return depth
+
+
+_JUMPS = set(dis.hasjrel) | set(dis.hasjabs)
+
+
+# ---- a break, continued ------------------------------------------------------------------------
+
+def _is_call(opname: str) -> bool:
+    return opname in ("CALL", "CALL_FUNCTION_EX")
+
+
+def _untouched(stack_nulls: tuple, listed: list, end: int) -> int:
+    """How many of the stack's bottom slots the refused instruction leaves alone: below
+    its call's NULL and callable (a call's operands), or below the topmost NULL and the
+    callable above it (other instructions never reach a pending call's slots)."""
+    ins = listed[end]
+    depth = len(stack_nulls)
+    if ins.opname == "CALL":
+        return depth - (ins.arg + 2)
+    if ins.opname == "CALL_FUNCTION_EX":
+        return depth - 3 - (ins.arg & 1)
+    nulls = [k for k, null in enumerate(stack_nulls) if null]
+    return min(depth, nulls[-1] + 2) if nulls else 0
+
+
+class Continuation:
+    """What runs after one graph break of a compiled frame: the refused instructions (glue),
+    then the resume function, compiled by `compile_resume(fn)`; both made once per stack
+    layout and set of passed locals."""
+
+    def __init__(self, fn: types.FunctionType, brk: dict, compile_resume, made: dict):
+        self.fn = fn
+        self.brk = brk
+        self.compile_resume = compile_resume
+        self.listed = instructions(fn.__code__)
+        self.index = {i.offset: k for k, i in enumerate(self.listed)}
+        self.instruction = self.listed[brk["instruction"]]
+        self.names = tuple(item["name"] for item in brk["locals"])
+        self.where = f"{brk['filename']}:{brk['line']}"
+        if _covering(fn.__code__, self.listed[brk["start"]].offset):
+            raise Unsupported(f"{brk['reason']}; no graph break there: inside a try or with block",
+                              brk["filename"], brk["line"])
+        # Code run over a stack of another depth than CPython's would crash the interpreter:
+        # the tracer's stack is checked against the compiler's depths at both ends of the break.
+        self.depths = stack_depths(fn.__code__)
+        if self.depths.get(self.listed[brk["start"]].offset) != len(brk["stack"]):
+            raise Unsupported(f"{brk['reason']}; no graph break there: kiln's value stack has "
+                              f"{len(brk['stack'])} items where CPython's has "
+                              f"{self.depths.get(self.listed[brk['start']].offset)}", brk["filename"], brk["line"])
+        # Glue and resume functions by what they are made of: shared by the frame's entries
+        # (a recompile of the frame finds the resume functions it compiled before).
+        self.made = made
+
+    def __call__(self, values: tuple):
+        brk, ins = self.brk, self.instruction
+        n = len(brk["stack"])
+        stack, locals_ = list(values[:n]), values[n:]
+        opname = ins.opname
+        if opname == "RETURN_VALUE":
+            return stack[-1]
+        if opname.startswith(_CONDITIONAL):
+            value = stack[-1]
+            if "NONE" in opname:
+                taken = (value is None) != ("NOT_NONE" in opname)
+            else:
+                taken = bool(value) == ("IF_TRUE" in opname)
+            target = self.index[ins.argval] if taken else brk["instruction"] + 1
+            if not (taken and opname.startswith("JUMP_IF")):
+                stack.pop()
+        else:
+            kinds = slot_kinds(stack)
+            keep = _untouched(tuple(kind == "null" for kind in kinds), self.listed, brk["instruction"])
+            glue = self._glue(kinds[keep:])
+            stack = stack[:keep] + list(glue(*glue.layout.arguments(stack[keep:], locals_)))
+            target = brk["instruction"] + 1
+        if self.depths.get(self.listed[target].offset) != len(stack):
+            raise RuntimeError(f"kiln: the value stack after the graph break at {self.where} has {len(stack)} items "
+                               f"where CPython's has {self.depths.get(self.listed[target].offset)}")
+        resume = self._resume(slot_kinds(stack), target)
+        return resume(*resume.layout.arguments(stack, locals_))
+
+    def _glue(self, kinds: tuple):
+        key = ("glue", self.brk["start"], self.brk["instruction"], kinds, self.names)
+        if key not in self.made:
+            code = self.fn.__code__
+            layout = Layout(code, kinds, self.names)
+            effect = sum(dis.stack_effect(i.opcode, i.arg) if i.opcode >= dis.HAVE_ARGUMENT
+                         else dis.stack_effect(i.opcode)
+                         for i in self.listed[self.brk["start"]:self.brk["instruction"] + 1])
+            glue = glue_function(self.fn, layout, self.brk["start"], self.brk["instruction"],
+                                 len(kinds) + effect, self.brk["line"])
+            glue.layout = layout
+            self.made[key] = glue
+        return self.made[key]
+
+    def _resume(self, kinds: tuple, target: int):
+        key = ("resume", target, kinds, self.names)
+        if key not in self.made:
+            layout = Layout(self.fn.__code__, kinds, self.names)
+            line = self.brk["line"]
+            compiled = self.compile_resume(resume_function(self.fn, layout, target, line))
+            compiled.layout = layout
+            self.made[key] = compiled
+        return self.made[key]
+
+
+SUPPORTED = sys.version_info[:2] in ((3, 11), (3, 12))

@@ -1,0 +1,236 @@
+"""Graph breaks (kiln._resume, docs/tracer.md): what the tracer refuses runs eagerly at
+that point, the code before it is one graph and the code after it a frame of its own."""
+import dis
+import io
+import contextlib
+
+import pytest
+import torch
+
+import kiln
+from kiln import _resume
+
+
+def frames(fast):
+    out = [fast]
+    for made in fast._continuations.values():
+        if isinstance(made, kiln._compile.CompiledFunction):
+            out += frames(made)
+    return out
+
+
+def test_prints_run_once_per_call_in_order_around_the_graphs(stack):
+    def f(x, y):
+        a = x * 2 + y
+        print("a is", a.shape)
+        b = a.relu() * 3
+        print("b", b.dtype)
+        return b + 1
+
+    fast = kiln.compile(f, stack=stack)
+    x, y = torch.randn(4), torch.randn(4)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        torch.testing.assert_close(fast(x, y), f(x, y))
+        fast(x, y)
+    assert out.getvalue() == "a is torch.Size([4])\nb torch.float32\n" * 3  # kiln's two calls, eager's one
+    assert len(fast.graph_breaks) == 1 and "calling builtins.print" in fast.graph_breaks[0]
+    assert kiln._compile._tally(fast) == (3, 2)  # graphs before, between and after the breaks
+    assert "graphs: 3, breaks: 2" in kiln.explain(fast)
+
+
+def test_a_branch_on_a_tensor_takes_either_side(stack):
+    def f(x):
+        y = x.sin()
+        if y.sum() > 0:
+            return y * 2
+        return y - 1
+
+    fast = kiln.compile(f, stack=stack)
+    for x in (torch.ones(5), -torch.ones(5), torch.ones(5)):
+        torch.testing.assert_close(fast(x), f(x))
+    assert "a branch on a tensor's value" in fast.graph_breaks[0]
+    assert len(frames(fast)) == 3  # the frame and one resume function per side
+    assert all(not f.fallback_reasons for f in frames(fast))
+
+
+def test_a_branch_on_item_of_a_tensor(stack):
+    def f(x):
+        n = int(x.sum().item())
+        if n > 3:
+            return x * n
+        return x
+
+    fast = kiln.compile(f, stack=stack)
+    for x in (torch.ones(5), torch.zeros(5)):
+        torch.testing.assert_close(fast(x), f(x))
+    assert fast.graph_breaks
+
+
+def test_fullgraph_raises_at_the_first_break(stack):
+    def f(x):
+        print("no")
+        return x + 1
+
+    with pytest.raises(kiln.Unsupported, match="calling builtins.print"):
+        kiln.compile(f, fullgraph=True, stack=stack)(torch.ones(2))
+
+
+def test_a_break_inside_a_loop_resumes_with_the_loop_left(stack):
+    def f(x, n):
+        t = x + 1
+        for i in range(n):
+            t = t * 2
+            if i == 1:
+                print("mid", i)
+        return t
+
+    fast = kiln.compile(f, stack=stack)
+    x = torch.randn(3)
+    with contextlib.redirect_stdout(io.StringIO()):
+        for _ in range(2):
+            torch.testing.assert_close(fast(x, 4), f(x, 4))
+    resumed = [f for f in frames(fast)[1:]]
+    assert resumed and all(not f.fallback_reasons for f in resumed)  # the loop's rest is traced too
+
+
+def test_live_lists_dicts_and_ints_cross_the_break(stack):
+    def f(x, k):
+        xs = [x, x * 2]
+        d = {"a": x + 1, "n": k}
+        m = k * 3
+        print(len(xs))
+        return xs[1] + d["a"] * d["n"] + m
+
+    fast = kiln.compile(f, stack=stack)
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.testing.assert_close(fast(torch.ones(3), 2), f(torch.ones(3), 2))
+
+
+def test_a_break_in_a_called_function_breaks_at_the_call(stack):
+    def inner(x):
+        print("inner")
+        return x * 2
+
+    def f(x):
+        y = x + 1
+        z = inner(y)
+        return z - 1
+
+    fast = kiln.compile(f, stack=stack)
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.testing.assert_close(fast(torch.ones(3)), f(torch.ones(3)))
+    assert fast.graph_breaks and ":" in fast.graph_breaks[0]
+    assert "at CALL" in fast.graph_breaks[0]  # the call of inner, in f
+
+
+def test_a_module_forward_breaks_and_trains_across_the_break(stack):
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 8)
+            self.b = torch.nn.Linear(8, 2)
+
+        def forward(self, x):
+            h = self.a(x).relu()
+            if h.mean() > 10:  # never: a break all the same
+                h = h * 0
+            return self.b(h)
+
+    torch.manual_seed(0)
+    model = M()
+    ref = M()
+    ref.load_state_dict(model.state_dict())
+    fast = kiln.compile(model, stack=stack)
+    x = torch.randn(3, 4)
+    fast(x).square().sum().backward()
+    ref(x).square().sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    assert fast._compiled_forward.graph_breaks
+
+
+def test_no_grad_around_the_compiled_frame_holds_on_both_sides(stack):
+    def f(x):
+        y = x * 2
+        print("between")
+        return y + x
+
+    fast = kiln.compile(f, stack=stack)
+    x = torch.ones(3, requires_grad=True)
+    with contextlib.redirect_stdout(io.StringIO()):
+        with torch.no_grad():
+            out = fast(x)
+        assert not out.requires_grad
+        out = fast(x)
+    assert out.requires_grad
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((3,), 3.0))
+
+
+def test_a_break_inside_no_grad_runs_the_frame_eagerly_with_a_reason(stack):
+    def f(x):
+        with torch.no_grad():
+            print("inside")
+            y = x * 2
+        return y + x
+
+    fast = kiln.compile(f, stack=stack)
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.testing.assert_close(fast(torch.ones(3)), f(torch.ones(3)))
+    assert any("no graph break there" in r for r in fast.fallback_reasons), fast.fallback_reasons
+
+
+def test_a_resume_function_recompiles_for_new_shapes(stack):
+    def f(x):
+        y = x.cos()
+        print("shape", y.shape)
+        return y * x
+
+    fast = kiln.compile(f, stack=stack)
+    with contextlib.redirect_stdout(io.StringIO()):
+        for n in (3, 5, 7, 9):
+            x = torch.randn(n)
+            torch.testing.assert_close(fast(x), f(x))
+    resumed = frames(fast)[1]
+    assert len(resumed.cache.entries) == 2  # static, then dynamic
+    assert len(fast.cache.entries) == 2
+
+
+def test_a_raise_after_the_break_reaches_the_caller(stack):
+    def f(x):
+        y = x + 1
+        if y.sum() > 100:
+            raise ValueError("too big")
+        return y
+
+    fast = kiln.compile(f, stack=stack)
+    torch.testing.assert_close(fast(torch.ones(2)), f(torch.ones(2)))
+    with pytest.raises(ValueError, match="too big"):
+        fast(torch.full((2,), 100.0))
+
+
+def test_the_resume_code_is_well_formed_python():
+    def f(x, flag):
+        total = x
+        for k in range(3):
+            total = total + k
+        print("t")
+        try:
+            total = total * 2
+        except RuntimeError:
+            total = total - 1
+        return total, flag
+
+    code = f.__code__
+    listed = _resume.instructions(code)
+    target = next(k for k, i in enumerate(listed) if i.opname == "POP_TOP" and listed[k - 1].opname == "CALL")
+    assert _resume.stack_depths(code)[listed[target].offset] == 1  # print's result
+    layout = _resume.Layout(code, ("value",), ("flag", "total"))
+    resumed = _resume.resume_function(f, layout, target, 0)
+    assert resumed.__code__.co_varnames[:3] == ("__kiln_s0", "flag", "total")
+    out = resumed(None, True, torch.ones(2))
+    torch.testing.assert_close(out[0], torch.full((2,), 2.0))
+    assert out[1] is True
+    list(dis.get_instructions(resumed.__code__))  # dis reads it
+    assert list(resumed.__code__.co_lines())
