@@ -25,6 +25,7 @@ import tempfile
 import threading
 import types
 import warnings
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
@@ -249,7 +250,8 @@ class CompiledFunction:
             return self._graph_runner(traced, args, kwargs)
         fn, _ = _trace.normalize(self._fn, args)
         try:
-            continuation = _resume.Continuation(fn, traced.graph_break, self._compile_resume, self._continuations)
+            continuation = _resume.Continuation(fn, traced.graph_break, self._compile_resume, self._continuations,
+                                                self._compile_callee)
         except Unsupported as e:
             if self._fullgraph:
                 raise
@@ -269,6 +271,31 @@ class CompiledFunction:
                                    options=self._options, stack=self._stack)
         resumed._resume_of = self
         return resumed
+
+    def _compile_callee(self, callee):
+        """`callee` compiled as a frame of its own with this frame's settings (one cache per
+        function, shared by every frame that calls it), where it is a user's Python function,
+        bound method or module without hooks; None for anything else (builtins, torch's,
+        kiln's and the standard library's code, code kiln.disable marks)."""
+        settings = (self._dynamic, self._mode, tuple(sorted(self._options.items())), id(self._stack))
+        if isinstance(callee, types.MethodType):
+            compiled = self._compile_callee(callee.__func__)
+            return None if compiled is None else types.MethodType(compiled, callee.__self__)
+        if isinstance(callee, torch.nn.Module):
+            forward = type(callee).forward
+            if _has_hooks(callee) or not isinstance(forward, types.FunctionType):
+                return None
+            compiled = self._compile_callee(forward)
+            return None if compiled is None else types.MethodType(compiled, callee)
+        if not isinstance(callee, types.FunctionType) or not _user_code(callee):
+            return None
+        per_function = _callees.setdefault(callee, {})
+        if settings not in per_function:
+            per_function[settings] = CompiledFunction(callee, dynamic=self._dynamic, mode=self._mode,
+                                                      options=self._options, stack=self._stack)
+        compiled = per_function[settings]
+        self._continuations.setdefault(("callee", compiled.__qualname__, id(compiled)), compiled)
+        return compiled
 
     def _graph_runner(self, traced, args, kwargs):
         target = ir.target_for(traced.graph)
@@ -327,6 +354,31 @@ class CompiledFunction:
             self._warned = True
             warnings.warn(f"kiln: {getattr(self._fn, '__qualname__', self._fn)} runs eagerly: the stack failed "
                           f"({error})", RuntimeWarning, stacklevel=3)
+
+
+# The functions graph breaks called, compiled as frames of their own: per function, per settings.
+_callees: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_SKIPPED = ("torch", "kiln", "transformers.utils.import_utils")
+
+
+def _user_code(fn: types.FunctionType) -> bool:
+    """Whether kiln compiles `fn` where a graph break calls it: not torch's, kiln's or the
+    standard library's, nor marked by kiln.disable."""
+    module = getattr(fn, "__module__", None) or ""
+    top = module.split(".")[0]
+    if top in sys.stdlib_module_names or module.startswith(_SKIPPED) or top in ("torch", "kiln", "builtins"):
+        return False
+    return not getattr(fn, "_kiln_disabled", False) and not (fn.__code__.co_flags & 0x2A0)  # no generators
+
+
+def _has_hooks(module: torch.nn.Module) -> bool:
+    """Whether calling the module runs hooks beside its forward (its own or global ones)."""
+    from torch.nn.modules import module as m
+    own = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks,
+           getattr(module, "_backward_pre_hooks", {}))
+    shared = (m._global_forward_hooks, m._global_forward_pre_hooks, m._global_backward_hooks,
+              getattr(m, "_global_backward_pre_hooks", {}))
+    return any(own) or any(shared)
 
 
 def _artifacts(runner) -> list:
@@ -478,7 +530,8 @@ def explain(fn, *args, **kwargs) -> str:
         lines.append("fell back to eager: " + "; ".join(compiled.fallback_reasons))
     for key, made in compiled._continuations.items():
         if isinstance(made, CompiledFunction):
-            lines.append(f"resumed after a graph break: {made.__qualname__}")
+            what = "resumed after a graph break" if key[0] == "resume" else "called at a graph break"
+            lines.append(f"{what}: {made.__qualname__}")
             lines += ["    " + line for line in explain(made).splitlines()]
     if compiled._resume_of is None:
         graphs, breaks = _tally(compiled)

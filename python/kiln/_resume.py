@@ -297,8 +297,9 @@ class Continuation:
     then the resume function, compiled by `compile_resume(fn)`; both made once per stack
     layout and set of passed locals."""
 
-    def __init__(self, fn: types.FunctionType, brk: dict, compile_resume, made: dict):
+    def __init__(self, fn: types.FunctionType, brk: dict, compile_resume, made: dict, compile_callee=None):
         self.fn = fn
+        self.compile_callee = compile_callee
         self.brk = brk
         self.compile_resume = compile_resume
         self.listed = instructions(fn.__code__)
@@ -337,6 +338,8 @@ class Continuation:
             if not (taken and opname.startswith("JUMP_IF")):
                 stack.pop()
         else:
+            if self.compile_callee is not None and opname in ("CALL", "CALL_FUNCTION_EX"):
+                self._offer_callee(stack, ins)
             kinds = slot_kinds(stack)
             keep = _untouched(tuple(kind == "null" for kind in kinds), self.listed, brk["instruction"])
             glue = self._glue(kinds[keep:])
@@ -347,6 +350,17 @@ class Continuation:
                                f"where CPython's has {self.depths.get(self.listed[target].offset)}")
         resume = self._resume(slot_kinds(stack), target)
         return resume(*resume.layout.arguments(stack, locals_))
+
+    def _offer_callee(self, stack: list, ins) -> None:
+        """A Python function (or module) the refused call calls becomes a frame of its own,
+        compiled by `compile_callee`: a break inside a called function costs that call's
+        break, not the rest of the callee."""
+        at = -(ins.arg + 1) if ins.opname == "CALL" else -(2 + (ins.arg & 1))
+        if ins.opname == "CALL" and stack[at - 1] is not NULL:
+            return  # [method, self, args]: the tracer's stacks hold the NULL form
+        offered = self.compile_callee(stack[at])
+        if offered is not None:
+            stack[at] = offered
 
     def _glue(self, kinds: tuple):
         key = ("glue", self.brk["start"], self.brk["instruction"], kinds, self.names)

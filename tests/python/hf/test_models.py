@@ -54,17 +54,32 @@ def tokens(seed: int) -> torch.Tensor:
     return torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(seed))
 
 
+def frames(fast) -> list:
+    """A compiled function and the functions resumed after its graph breaks, all levels."""
+    out = [fast]
+    for made in fast._continuations.values():
+        if hasattr(made, "_continuations"):
+            out += frames(made)
+    return out
+
+
 def tally(name: str, compiled: kiln.compile) -> str:
-    """What kiln made of the compiled module's forward: 'compiled (N entries)' or
-    'fell back (reasons)'; recorded for the run's summary."""
-    # TODO(issue 44): the graph breaks of each entry, by reason, once the tracer breaks graphs.
+    """What kiln made of the compiled module's forward: 'compiled (N graphs, B graph breaks:
+    where and why)' or 'fell back (reasons)', a resumed frame's fallback included; recorded
+    for the run's summary."""
     forward = compiled._compiled_forward
-    entries = forward.cache.entries if forward.cache is not None else []
-    eager = [e for e in entries if type(e.value).__name__ == "_Eager"]
-    if forward.fallback_reasons or eager:
-        outcome = f"fell back ({'; '.join(forward.fallback_reasons)})"
+    everything = frames(forward)
+    fallbacks = [r for f in everything for r in f.fallback_reasons]
+    eager = [e for f in everything if f.cache is not None for e in f.cache.entries
+             if type(e.value).__name__ == "_Eager"]
+    graphs, breaks = kiln._compile._tally(forward)
+    if fallbacks or eager:
+        outcome = f"fell back ({'; '.join(fallbacks)})"
     else:
-        outcome = f"compiled ({len(entries)} entr{'y' if len(entries) == 1 else 'ies'})"
+        outcome = f"compiled ({graphs} graph{'s' * (graphs != 1)}, {breaks} graph break{'s' * (breaks != 1)})"
+    where = [b for f in everything for b in f.graph_breaks]
+    if where:
+        outcome += "; breaks: " + " | ".join(b.rsplit("/", 1)[-1] for b in where)
     if name not in COMPILES and outcome.startswith("compiled"):
         outcome += ": not yet in COMPILES, add it"
     OUTCOMES[name] = outcome

@@ -1,0 +1,293 @@
+"""Programs with graph breaks: what the tracer refuses runs eagerly at that point, the code
+around it compiles (kiln._resume). Each is compared with eager, grads where it trains."""
+import io
+import contextlib
+import logging
+import warnings
+
+import torch
+import torch.nn as nn
+
+from corpus import call, inference, program
+
+QUIET = io.StringIO()
+LOG = logging.getLogger("kiln.corpus.breaks")
+
+
+def r(*shape):
+    return torch.randn(*shape)
+
+
+def say(*parts):
+    with contextlib.redirect_stdout(QUIET):
+        print(*parts)
+
+
+@program(inputs=lambda n=4: r(n, 8), breaks="calling builtins.print")
+def print_in_the_middle(x):
+    y = x.relu() * 2
+    print("y", y.shape, file=QUIET)
+    return y.sum(dim=1) + 1
+
+
+@program(inputs=lambda: r(4, 8), breaks="a branch on a tensor's value")
+def branch_on_a_sum(x):
+    y = x.sin()
+    if y.sum() > 0:
+        return y * 2
+    return y - 1
+
+
+@program(inputs=lambda: r(4, 8), breaks="a branch on a tensor's value")
+def branch_on_a_max_with_a_fallthrough(x):
+    y = x * 3
+    if y.max() > 100:
+        y = y / 100
+    return y.exp().mean(dim=0)
+
+
+@program(inputs=lambda: r(3, 5), breaks="a branch on a tensor's value")
+def branch_on_all(x):
+    z = x.abs()
+    if (z >= 0).all():
+        z = z + 1
+    else:
+        z = z - 1
+    return z.log()
+
+
+@program(inputs=lambda: r(6), breaks="where Python needs a number")
+def branch_on_an_item(x):
+    s = x.sum().item()
+    if s > 0:
+        return x * s
+    return x - s
+
+
+@program(inputs=lambda: r(6), breaks="where Python needs a number")
+def item_in_an_int(x):
+    n = int(x.abs().sum().item()) % 4 + 1
+    return x.repeat(n)
+
+
+@program(inputs=lambda: r(4, 4), breaks="calling builtins.print")
+def two_prints(x):
+    a = x @ x
+    print("a", file=QUIET)
+    b = a.tanh()
+    print("b", file=QUIET)
+    return b + a
+
+
+@program(inputs=lambda: r(4, 4), breaks="calling builtins.print")
+def print_of_a_computed_value(x):
+    m = x.mean()
+    print("mean is", m, file=QUIET)
+    return x - m
+
+
+@program(inputs=lambda: r(2, 3))  # traced through: the logger is off for debug
+def logging_call(x):
+    y = x * 2
+    LOG.debug("y %s", y.shape)
+    return y + 1
+
+
+@program(inputs=lambda: r(2, 3), breaks="")
+def warnings_warn(x):
+    y = x + 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        z = y * 2
+    return z
+
+
+def helper_that_prints(t):
+    say("helper", t.shape)
+    return t * 2
+
+
+@program(inputs=lambda: r(3, 4), breaks="")
+def break_inside_a_called_function(x):
+    y = x + 1
+    z = helper_that_prints(y)
+    return z.relu()
+
+
+def outer_helper(t):
+    return helper_that_prints(t + 1) - 1
+
+
+@program(inputs=lambda: r(3, 4), breaks="")
+def break_two_calls_deep(x):
+    return outer_helper(x * 2).sum(dim=0)
+
+
+@program(inputs=lambda: (r(5), 3), breaks="calling builtins.print")
+def break_inside_a_loop(x, n):
+    t = x + 1
+    for i in range(n):
+        t = t * 2
+        if i == 1:
+            print("mid", i, file=QUIET)
+    return t
+
+
+@program(inputs=lambda: r(4), breaks="a branch on a tensor's value")
+def branch_on_a_tensor_in_a_loop(x):
+    t = x
+    for _ in range(3):
+        if t.sum() > 0:
+            t = t - 1
+        else:
+            t = t + 2
+    return t
+
+
+@program(inputs=lambda: (r(3), 2), breaks="calling builtins.print")
+def ints_and_lists_live_across(x, k):
+    xs = [x, x * 2]
+    m = k * 3
+    print(len(xs), file=QUIET)
+    return xs[1] + xs[0] * m
+
+
+@program(inputs=lambda: r(3), breaks="calling builtins.print")
+def dicts_live_across(x):
+    d = {"a": x + 1, "b": x.cos()}
+    print(sorted(d), file=QUIET)
+    return d["a"] * d["b"]
+
+
+@program(inputs=lambda: r(3), breaks="calling builtins.print")
+def a_tuple_on_the_stack_at_the_break(x):
+    return (x + 1, print("in a tuple", file=QUIET), x * 2)
+
+
+@program(inputs=lambda: r(3), breaks="calling builtins.print")
+def a_pending_call_below_the_break(x):
+    return torch.add(x * 2, torch.tensor(float(print("arg", file=QUIET) is None)))
+
+
+@program(inputs=lambda: call(r(3), scale=2.0), breaks="calling builtins.print")
+def keywords_across(x, *, scale):
+    y = x * scale
+    print("scale", scale, file=QUIET)
+    return y + scale
+
+
+class Weights(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 3))
+
+
+@program(inputs=lambda: (Weights(),), breaks="calling builtins.print", atol=1e-5)
+def training_across_a_print(m):
+    h = (m.w * 2).sin()
+    print("between", file=QUIET)
+    return (h * m.w).sum()
+
+
+@program(inputs=lambda: (Weights(),), breaks="a branch on a tensor's value")
+def training_across_a_branch(m):
+    h = m.w.exp()
+    if h.sum() > 1:
+        h = h * 2
+    return h.mean()
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 16)
+        self.b = nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.a(x).relu()
+        if h.mean() > 100:  # never taken: a break all the same
+            h = h * 0
+        return self.b(h)
+
+
+@program(inputs=lambda n=3: (inference(Net()), r(n, 8)), breaks="a branch on a tensor's value")
+def module_with_a_data_dependent_branch(m, x):
+    return m(x)
+
+
+@program(inputs=lambda: (Net(), r(3, 8)), breaks="a branch on a tensor's value")
+def training_a_module_with_a_branch(m, x):
+    return m(x).square().sum()
+
+
+class Logs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        say("forward", y.shape)
+        return y.relu()
+
+
+@program(inputs=lambda: (inference(Logs()), r(2, 4)), breaks="")
+def break_inside_a_module_forward(m, x):
+    return m(x) + 1
+
+
+@program(inputs=lambda: r(4, 4), breaks="calling builtins.print")
+def no_grad_around_a_break_in_the_caller(x):
+    with torch.no_grad():
+        y = x * 2
+    print("after no_grad", file=QUIET)
+    return y + x
+
+
+@program(inputs=lambda: r(4, 4), falls_back="inside a torch.no_grad()")
+def break_inside_no_grad(x):
+    with torch.no_grad():
+        print("inside", file=QUIET)
+        y = x * 2
+    return y + x
+
+
+@program(inputs=lambda: r(4, 4), falls_back="inside a try or with block")
+def break_inside_try(x):
+    try:
+        print("inside try", file=QUIET)
+        y = x * 2
+    except RuntimeError:
+        y = x
+    return y
+
+
+GLOBAL_SCALE = [1.0]
+
+
+@program(inputs=lambda: r(3), breaks="calling builtins.print")
+def global_list_read_across(x):
+    y = x * GLOBAL_SCALE[0]
+    print("scale", GLOBAL_SCALE[0], file=QUIET)
+    return y + GLOBAL_SCALE[0]
+
+
+@program(inputs=lambda: r(3), breaks="calling builtins.print")
+def return_right_after_the_break(x):
+    y = x + 1
+    return print("done", file=QUIET) or y
+
+
+@program(inputs=lambda: r(4), breaks="a branch on a tensor's value")
+def early_return_on_data(x):
+    if x.min() > 10:
+        return x
+    y = x * 2
+    return y.cumsum(0)
+
+
+@program(inputs=lambda: r(2, 3), breaks="calling builtins.print")
+def shape_crosses_as_a_size(x):
+    s = x.shape
+    print(s, file=QUIET)
+    return x.reshape(s[1], s[0]) * 1.0
