@@ -49,7 +49,7 @@ from kiln._shm import shm_empty, shm_free, shm_get, shm_put
 from kiln._stack import connect, status
 from kiln import guards, ir
 from kiln.ir import check_errors
-from kiln._compile import Unsupported, compile, explain
+from kiln._compile import Unsupported, compile, disable, explain
 from kiln._export import ConstraintViolation, Dim, ExportedProgram, export, load_program
 
 __all__ = [
@@ -63,6 +63,7 @@ __all__ = [
     "check_errors",
     "compile",
     "connect",
+    "disable",
     "explain",
     "export",
     "guards",

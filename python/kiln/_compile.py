@@ -40,7 +40,7 @@ from kiln._trace import Unsupported
 # default mode.
 MODES = (None, "default", "reduce-overhead")
 
-__all__ = ["compile", "explain", "Unsupported", "CompiledFunction", "CompiledModule", "default_stack"]
+__all__ = ["compile", "disable", "explain", "Unsupported", "CompiledFunction", "CompiledModule", "default_stack"]
 
 _lock = threading.Lock()
 _stack = None
@@ -167,6 +167,8 @@ class CompiledFunction:
         return self._cache
 
     def __call__(self, *args, **kwargs):
+        if getattr(_disabled, "depth", 0):
+            return self._fn(*args, **kwargs)
         try:
             cache = self._cache if self._cache is not None else self._make_cache()
             entry = cache.lookup(args, kwargs)
@@ -485,6 +487,37 @@ def compile(fn_or_module=None, *, dynamic: bool | None = None, fullgraph: bool =
     if not callable(fn_or_module):
         raise TypeError(f"kiln.compile: expected a function or an nn.Module, got {type(fn_or_module).__name__}")
     return CompiledFunction(fn_or_module, **settings)
+
+
+_disabled = threading.local()  # kiln.disable() regions open on this thread
+
+
+class _Disable:
+    """`with kiln.disable():`: compiled functions called in the block run eagerly."""
+
+    def __enter__(self):
+        _disabled.depth = getattr(_disabled, "depth", 0) + 1
+        return self
+
+    def __exit__(self, *exc):
+        _disabled.depth -= 1
+        return False
+
+
+def disable(fn=None):
+    """Code kiln never compiles: `@kiln.disable` marks a function (a graph break that calls it
+    calls it as it is), `with kiln.disable():` runs every compiled function called in the
+    block eagerly."""
+    if fn is None:
+        return _Disable()
+    if not callable(fn):
+        raise TypeError(f"kiln.disable: expected a function, got {type(fn).__name__}")
+    target = getattr(fn, "__func__", fn)
+    try:
+        target._kiln_disabled = True
+    except (AttributeError, TypeError):
+        raise TypeError(f"kiln.disable: cannot mark {fn!r}") from None
+    return fn
 
 
 def explain(fn, *args, **kwargs) -> str:

@@ -234,3 +234,20 @@ def test_the_resume_code_is_well_formed_python():
     assert out[1] is True
     list(dis.get_instructions(resumed.__code__))  # dis reads it
     assert list(resumed.__code__.co_lines())
+
+
+def test_kiln_disable_marks_code_never_compiled(stack):
+    @kiln.disable
+    def helper(t):
+        print("helper", file=io.StringIO())
+        return t * 2
+
+    def f(x):
+        return helper(x + 1) - 1
+
+    fast = kiln.compile(f, stack=stack)
+    torch.testing.assert_close(fast(torch.ones(3)), f(torch.ones(3)))
+    assert not any(k[0] == "callee" for k in fast._continuations)  # called as it is
+    with kiln.disable():
+        torch.testing.assert_close(fast(torch.zeros(3)), f(torch.zeros(3)))
+    assert len(fast.cache.entries) == 1  # the disabled call compiled nothing
