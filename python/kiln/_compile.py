@@ -572,6 +572,16 @@ def explain(fn, *args, **kwargs) -> str:
     return "\n".join(lines)
 
 
+def frames(compiled: CompiledFunction) -> list:
+    """A compiled function and the frames kiln compiled around its graph breaks (resumed
+    after them, called at them), all levels."""
+    out = [compiled]
+    for made in compiled._continuations.values():
+        if isinstance(made, CompiledFunction):
+            out += frames(made)
+    return out
+
+
 def _tally(compiled: CompiledFunction) -> tuple[int, int]:
     """The graphs a compiled frame and the frames resumed after its breaks compiled, and
     its distinct graph breaks."""

@@ -9,14 +9,7 @@ import torch
 
 import kiln
 from kiln import _resume
-
-
-def frames(fast):
-    out = [fast]
-    for made in fast._continuations.values():
-        if isinstance(made, kiln._compile.CompiledFunction):
-            out += frames(made)
-    return out
+from kiln._compile import frames
 
 
 def test_prints_run_once_per_call_in_order_around_the_graphs(stack):

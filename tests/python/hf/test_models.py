@@ -54,21 +54,12 @@ def tokens(seed: int) -> torch.Tensor:
     return torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(seed))
 
 
-def frames(fast) -> list:
-    """A compiled function and the functions resumed after its graph breaks, all levels."""
-    out = [fast]
-    for made in fast._continuations.values():
-        if hasattr(made, "_continuations"):
-            out += frames(made)
-    return out
-
-
 def tally(name: str, compiled: kiln.compile) -> str:
     """What kiln made of the compiled module's forward: 'compiled (N graphs, B graph breaks:
     where and why)' or 'fell back (reasons)', a resumed frame's fallback included; recorded
     for the run's summary."""
     forward = compiled._compiled_forward
-    everything = frames(forward)
+    everything = kiln._compile.frames(forward)
     fallbacks = [r for f in everything for r in f.fallback_reasons]
     eager = [e for f in everything if f.cache is not None for e in f.cache.entries
              if type(e.value).__name__ == "_Eager"]

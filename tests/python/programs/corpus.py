@@ -88,12 +88,8 @@ class Outcome:
 
 
 def frames(fast) -> list:
-    """A compiled function and the functions resumed after its graph breaks, all levels."""
-    out = [fast]
-    for made in fast._continuations.values():
-        if hasattr(made, "_continuations"):
-            out += frames(made)
-    return out
+    from kiln._compile import frames as compiled_frames
+    return compiled_frames(fast)
 
 
 def graph_breaks(fast) -> list:
