@@ -360,15 +360,14 @@ class CompiledFunction:
 
 # The functions graph breaks called, compiled as frames of their own: per function, per settings.
 _callees: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_SKIPPED = ("torch", "kiln", "transformers.utils.import_utils")
+_SKIPPED = {"torch", "kiln"}
 
 
 def _user_code(fn: types.FunctionType) -> bool:
     """Whether kiln compiles `fn` where a graph break calls it: not torch's, kiln's or the
     standard library's, nor marked by kiln.disable."""
-    module = getattr(fn, "__module__", None) or ""
-    top = module.split(".")[0]
-    if top in sys.stdlib_module_names or module.startswith(_SKIPPED) or top in ("torch", "kiln", "builtins"):
+    top = (getattr(fn, "__module__", None) or "").split(".")[0]
+    if top in _SKIPPED or top in sys.stdlib_module_names:
         return False
     return not getattr(fn, "_kiln_disabled", False) and not (fn.__code__.co_flags & 0x2A0)  # no generators
 

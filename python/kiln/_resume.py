@@ -22,10 +22,9 @@ time beyond the unbroken call (bench/README, e2e_cpu), the issue asks 15.
 from __future__ import annotations
 
 import dis
-import sys
 import types
 
-from kiln._trace import NULL, Unsupported, _exception_entries
+from kiln._trace import _JUMPS, NULL, Unsupported, _exception_entries
 
 _OP = dis.opmap
 _EXTENDED_ARG = _OP["EXTENDED_ARG"]
@@ -275,9 +274,6 @@ def stack_depths(code: types.CodeType) -> dict:
     return depth
 
 
-_JUMPS = set(dis.hasjrel) | set(dis.hasjabs)
-
-
 # ---- a break, continued ------------------------------------------------------------------------
 
 def _is_call(opname: str) -> bool:
@@ -392,5 +388,3 @@ class Continuation:
             self.made[key] = compiled
         return self.made[key]
 
-
-SUPPORTED = sys.version_info[:2] in ((3, 11), (3, 12))

@@ -264,8 +264,8 @@ private:
                                : scalarStart + "(" + ix_ + ")blockIdx.x * " +
                                      std::to_string(threads_) + " + threadIdx.x";
     // Rows of a known count: the runtime launches a block per perBlock of them (waves 0),
-    // so each thread's row comes once. Without the loop NVRTC optimises a row kernel
-    // ~10% faster (dev VM, 2026-11-27: softmax 4096x4096's 86 -> 82 ms at best).
+    // so each thread's row comes once: without the loop NVRTC optimises a row kernel
+    // better (bench/README, gpu: "CUDA emitter choices").
     std::optional<int64_t> rowCount = rows ? items.asInteger() : std::nullopt;
     bool once = rowCount && (*rowCount + perBlock - 1) / perBlock <= INT32_MAX;
     if (scalarStart == kNoScalarLoop) return finish(body.str(), items, perBlock, rows, launch);
@@ -302,10 +302,8 @@ private:
     launch.itemsPerBlock = static_cast<uint32_t>(perBlock * lanes_);
     launch.threads = static_cast<uint32_t>(threads_);
     // Flat kernels of 16-bit elements (8 a vector: twice f32's work a thread)
-    // run at most 8 waves of blocks, each thread looping. Measured on an H100
-    // (2026-11-27), bf16 gelu(x*a+b)*sigmoid(x) over 8192^2: an item a thread
-    // (31 waves) 100.3 us, 92% of the copy; 4 waves 97.0; 8 waves 94.3 (98%);
-    // 16 waves 95.8. Its f32 twin runs fastest uncapped (180.0 us, 8 waves 185.6).
+    // run at most 8 waves of blocks, each thread looping: the fastest cap measured;
+    // f32 runs fastest uncapped (bench/README, gpu: "CUDA emitter choices").
     if (!rows && lanes_ == 8) launch.waves = 8;
     launch.mayFail = text.find("&kiln_error") != std::string::npos;
     return text;
@@ -403,8 +401,8 @@ private:
     }
     text += indent + "if (kiln_col < " + index(columns) + ") {\n";
     std::string loop = indent + "  ", inner = loop + "  ";
-    // Two rows' loads in flight a thread: 431 -> 406 us for the MLP's GELU backward with
-    // db1 (H100, 2026-11-28); four, no faster.
+    // Two rows' loads in flight a thread (four are no faster: bench/README, gpu:
+    // "CUDA emitter choices").
     text += loop + "#pragma unroll 2\n";
     text += loop + "for (" + ix_ + " kiln_j = kiln_row_lane; kiln_j < " + index(rest) +
             "; kiln_j += " + std::to_string(rowLanes) + ") {\n";
@@ -1150,10 +1148,9 @@ private:
   }
 
   // Elements per thread when the row's extent is static and small enough to
-  // keep in registers; else 0. Measured on an H100 (exp/, 2026-11-24): with
-  // 16-byte loads a block per row keeps its elements too (softmax of 4096x4096
-  // 0.78x -> 1.5x torch.compile; re-reading from L1 was the faster form only
-  // for element-by-element loads).
+  // keep in registers; else 0. With 16-byte loads a block per row keeps its
+  // elements too: re-reading them from L1 is faster only for element-by-element
+  // loads (bench/README, gpu: "CUDA emitter choices").
   int persistentRow() const {
     std::optional<int64_t> w = commonRowExtent();
     if (!w) return 0;

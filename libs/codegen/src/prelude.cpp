@@ -168,8 +168,8 @@ template <class T> KILN_FN T kiln_minimum(T a, T b) {
 }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 /* f32 maximum and minimum on the GPU: one instruction that propagates NaN, as torch's
-   (a zero's sign aside: -0 < +0). NVRTC optimises a row of compare-and-selects slowly:
-   a softmax row kernel's compile took ~20% longer (dev VM, 2026-11-27). */
+   (a zero's sign aside: -0 < +0). NVRTC optimises a row of compare-and-selects slowly
+   (bench/README, gpu: "CUDA emitter choices"). */
 KILN_FN float kiln_maximum(float a, float b) { float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
 KILN_FN float kiln_minimum(float a, float b) { float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
 #endif
