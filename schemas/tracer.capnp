@@ -85,6 +85,8 @@ struct ObjectDesc {
     device @18 :Common.Device;
     object @19 :List(Text);         # another object: its instance attribute names
     unsupported @20 :Text;          # what it is, for the message
+    cell @21 :ObjectDesc;           # a cell (a graph break passes a frame's cells): its contents
+    emptyCell @22 :Void;
   }
 }
 
@@ -155,6 +157,14 @@ struct GraphBreak {
   reason @5 :Text;                  # why the tracer refused the instruction
   filename @6 :Text;
   line @7 :Int32;
+  cells @8 :List(CellSpec);         # the frame's cells (co_cellvars), in order
+}
+
+struct CellSpec {
+  name @0 :Text;
+  isSet @1 :Bool;                   # else an empty cell
+  value @2 :OutputSpec;             # its contents; with `isCell`, the cell itself (the call's)
+  isCell @3 :Bool;
 }
 
 struct NamedSpec {
@@ -181,6 +191,20 @@ struct OutputSpec {
     device @13 :Common.Device;
     slice @14 :List(OutputSpec);    # slice(start, stop, step)
     size @15 :List(OutputSpec);     # a torch.Size
+    exitOf @16 :Manager;            # the __exit__ of a torch.no_grad()/enable_grad()/autocast
+                                    # the frame entered: entered again, its __exit__ passed
+  }
+}
+
+# A grad-mode or autocast context manager, as torch.no_grad()/enable_grad()/autocast(...) make it.
+struct Manager {
+  union {
+    gradEnabled @0 :Bool;           # torch.enable_grad() (true) or torch.no_grad() (false)
+    autocast :group {               # torch.autocast(deviceType, dtype, enabled)
+      deviceType @1 :Text;
+      dtype @2 :Common.DType;
+      enabled @3 :Bool;
+    }
   }
 }
 

@@ -103,9 +103,14 @@ def _exception_table(entries: list) -> bytes:
     return bytes(data)
 
 
-def _covering(code: types.CodeType, offset: int) -> bool:
+def _handler(code: types.CodeType, offset: int) -> tuple | None:
+    """The exception-table entry covering the instruction at `offset` (the table is flat: at
+    most one): (handler offset, stack depth there, whether it pushes lasti), or None."""
     unit = offset // 2
-    return any(start <= unit < end for start, end, _, _ in _exception_entries(code))
+    for start, end, target, depth_lasti in _exception_entries(code):
+        if start <= unit < end:
+            return target * 2, depth_lasti >> 1, bool(depth_lasti & 1)
+    return None
 
 
 def _location_entries(units: int, line_delta: int | None) -> bytes:
@@ -147,13 +152,12 @@ def slot_kinds(stack: list) -> tuple:
 
 
 class Layout:
-    """A frame's value stack and live locals as a new code's arguments: the stack's slots
-    that are not NULL (`__kiln_s<k>`), then the passed locals, then the other varnames.
-    `mapping` renumbers the frame's local and cell indices for that order."""
+    """A frame's value stack, live locals and cells as a new code's arguments: the stack's
+    slots that are not NULL (`__kiln_s<k>`), the passed locals, the cells (each passed as
+    the cell object: no MAKE_CELL runs), then the other varnames. `mapping` renumbers the
+    frame's local, cell and free-variable indices for that order."""
 
     def __init__(self, code: types.CodeType, kinds: tuple, passed: tuple):
-        if code.co_cellvars:
-            raise Unsupported("a graph break in a function whose locals closures capture")
         self.kinds, self.passed = kinds, passed
         # A resume function's own slots are dead locals of it: a break in it names its slots anew.
         level = 0
@@ -161,14 +165,24 @@ class Layout:
             level += 1
         slot = lambda k: f"__kiln{level or ''}_s{k}"  # noqa: E731
         slots = tuple(slot(k) for k, kind in enumerate(kinds) if kind != "null")
-        self.varnames = slots + passed + tuple(n for n in code.co_varnames if n not in passed)
-        index = {n: k for k, n in enumerate(self.varnames)}
-        self.mapping = {k: index[n] for k, n in enumerate(code.co_varnames)}
-        nvars = len(code.co_varnames)
-        for j in range(len(code.co_freevars)):
-            self.mapping[nvars + j] = len(self.varnames) + j
-        self.argcount = len(slots) + len(passed)
+        cells = tuple(code.co_cellvars)
+        arguments = slots + passed + cells
+        # Zero-argument super() reads the first argument from the frame's first slot: it stays first.
+        first = code.co_varnames[0] if code.co_argcount and "__class__" in code.co_freevars else None
+        if first is not None and first in arguments:
+            arguments = (first,) + tuple(n for n in arguments if n != first)
+        self.order = [arguments.index(n) for n in slots + passed + cells]  # arguments() order -> position
+        self.varnames = arguments + tuple(n for n in code.co_varnames if n not in arguments)
+        self.argcount = len(arguments)
+        self.flags = code.co_flags & ~(_VARARGS | _VARKEYWORDS)
+        laid_out = self._replace(code)
+        index = {n: k for k, n in enumerate(_localsplus(laid_out))}
+        self.mapping = {k: index[n] for k, n in enumerate(_localsplus(code))}
         self.slot_index = {k: index[slot(k)] for k, kind in enumerate(kinds) if kind != "null"}
+
+    def _replace(self, code: types.CodeType, **changes) -> types.CodeType:
+        return code.replace(co_varnames=self.varnames, co_argcount=self.argcount, co_posonlyargcount=0,
+                            co_kwonlyargcount=0, co_nlocals=len(self.varnames), co_flags=self.flags, **changes)
 
     def prologue(self, code: types.CodeType) -> list:
         """COPY_FREE_VARS, RESUME, then the stack pushed (PUSH_NULL for its NULLs, GET_ITER
@@ -188,19 +202,26 @@ class Layout:
             units += _encode(_OP["DELETE_FAST"], k)
         return units
 
-    def arguments(self, stack: list, locals_: list) -> list:
-        return [tuple(v) if kind == "iter" else v for v, kind in zip(stack, self.kinds) if kind != "null"] + \
-            list(locals_)
+    def arguments(self, stack: list, locals_: list, cells: list) -> list:
+        given = [tuple(v) if kind == "iter" else v for v, kind in zip(stack, self.kinds) if kind != "null"] + \
+            list(locals_) + list(cells)
+        out = [None] * len(given)
+        for value, position in zip(given, self.order):
+            out[position] = value
+        return out
 
     def code(self, code: types.CodeType, units: list, *, qualname: str, exceptions: bytes,
              locations: bytes) -> types.CodeType:
-        flags = code.co_flags & ~(_VARARGS | _VARKEYWORDS)
-        return code.replace(
-            co_code=bytes(b for unit in units for b in unit), co_varnames=self.varnames,
-            co_argcount=self.argcount, co_posonlyargcount=0, co_kwonlyargcount=0,
-            co_nlocals=len(self.varnames), co_flags=flags, co_qualname=qualname,
-            co_stacksize=code.co_stacksize + len(self.kinds) + 2, co_exceptiontable=exceptions,
-            co_linetable=locations)
+        return self._replace(code, co_code=bytes(b for unit in units for b in unit), co_qualname=qualname,
+                             co_stacksize=code.co_stacksize + len(self.kinds) + 2, co_exceptiontable=exceptions,
+                             co_linetable=locations)
+
+
+def _localsplus(code: types.CodeType) -> list:
+    """The names of the frame's local slots by index (varnames, the cells that are not
+    arguments, free variables), as local and cell opargs number them."""
+    count = len(code.co_varnames) + len(set(code.co_cellvars) - set(code.co_varnames)) + len(code.co_freevars)
+    return [code._varname_from_oparg(k) for k in range(count)]
 
 
 def _function(code: types.CodeType, fn: types.FunctionType) -> types.FunctionType:
@@ -225,7 +246,9 @@ def resume_function(fn: types.FunctionType, layout: Layout, target: int, line: i
                                    for s, e, t, d in _exception_entries(code)])
     locations = _location_entries(len(head), None) + code.co_linetable
     qualname = f"{code.co_qualname}.<resumed at line {line}>"
-    return _function(layout.code(code, units, qualname=qualname, exceptions=exceptions, locations=locations), fn)
+    resumed = _function(layout.code(code, units, qualname=qualname, exceptions=exceptions, locations=locations), fn)
+    resumed.head = len(head)  # code units before the frame's own code
+    return resumed
 
 
 def glue_function(fn: types.FunctionType, layout: Layout, start: int, end: int, produced: int,
@@ -309,9 +332,9 @@ class Continuation:
         self.instruction = self.listed[brk["instruction"]]
         self.names = tuple(item["name"] for item in brk["locals"])
         self.where = f"{brk['filename']}:{brk['line']}"
-        if _covering(fn.__code__, self.listed[brk["start"]].offset):
-            raise Unsupported(f"{brk['reason']}; no graph break there: inside a try or with block",
-                              brk["filename"], brk["line"])
+        # Inside a try or with block, what the eager part raises goes to the block's handler,
+        # where the rest resumes (the handler's stack: its depth, lasti, the exception).
+        self.handler = _handler(fn.__code__, self.listed[brk["start"]].offset)
         # Code run over a stack of another depth than CPython's would crash the interpreter:
         # the tracer's stack is checked against the compiler's depths at both ends of the break.
         self.depths = stack_depths(fn.__code__)
@@ -325,33 +348,48 @@ class Continuation:
 
     def __call__(self, values: tuple):
         brk, ins = self.brk, self.instruction
-        n = len(brk["stack"])
-        stack, locals_ = list(values[:n]), values[n:]
+        n, m = len(brk["stack"]), len(brk["locals"])
+        stack, locals_ = list(values[:n]), values[n:n + m]
+        # The frame's cells, one object each for the glue and the resume function (a closure
+        # the glue makes and the rest of the code share them).
+        cells = [v if c["isCell"] else types.CellType(v) if c["isSet"] else types.CellType()
+                 for c, v in zip(brk["cells"], values[n + m:])]
         opname = ins.opname
         if opname == "RETURN_VALUE":
             return stack[-1]
-        if opname.startswith(_CONDITIONAL):
-            value = stack[-1]
-            if "NONE" in opname:
-                taken = (value is None) != ("NOT_NONE" in opname)
+        raised = None
+        try:
+            if opname.startswith(_CONDITIONAL):
+                value = stack[-1]
+                if "NONE" in opname:
+                    taken = (value is None) != ("NOT_NONE" in opname)
+                else:
+                    taken = bool(value) == ("IF_TRUE" in opname)
+                target = self.index[ins.argval] if taken else brk["instruction"] + 1
+                if not (taken and opname.startswith("JUMP_IF")):
+                    stack.pop()
             else:
-                taken = bool(value) == ("IF_TRUE" in opname)
-            target = self.index[ins.argval] if taken else brk["instruction"] + 1
-            if not (taken and opname.startswith("JUMP_IF")):
-                stack.pop()
-        else:
-            if self.compile_callee is not None and opname in ("CALL", "CALL_FUNCTION_EX"):
-                self._offer_callee(stack, ins)
-            kinds = slot_kinds(stack)
-            keep = _untouched(tuple(kind == "null" for kind in kinds), self.listed, brk["instruction"])
-            glue = self._glue(kinds[keep:])
-            stack = stack[:keep] + list(glue(*glue.layout.arguments(stack[keep:], locals_)))
-            target = brk["instruction"] + 1
+                if self.compile_callee is not None and opname in ("CALL", "CALL_FUNCTION_EX"):
+                    self._offer_callee(stack, ins)
+                kinds = slot_kinds(stack)
+                keep = _untouched(tuple(kind == "null" for kind in kinds), self.listed, brk["instruction"])
+                glue = self._glue(kinds[keep:])
+                stack = stack[:keep] + list(glue(*glue.layout.arguments(stack[keep:], locals_, cells)))
+                target = brk["instruction"] + 1
+        except BaseException as e:  # the frame's own handler takes it, as it would have
+            if self.handler is None:
+                raise
+            handler, depth, lasti = self.handler
+            raised, target = e, self.index[handler]
+            stack = stack[:depth] + ([0] if lasti else []) + [e]
         if self.depths.get(self.listed[target].offset) != len(stack):
             raise RuntimeError(f"kiln: the value stack after the graph break at {self.where} has {len(stack)} items "
                                f"where CPython's has {self.depths.get(self.listed[target].offset)}")
         resume = self._resume(slot_kinds(stack), target)
-        return resume(*resume.layout.arguments(stack, locals_))
+        if raised is not None and self.handler[2]:
+            # lasti: where the handler's RERAISE says the exception came from, for tracebacks
+            stack[-2] = resume.head + ins.offset // 2
+        return resume(*resume.layout.arguments(stack, locals_, cells))
 
     def _offer_callee(self, stack: list, ins) -> None:
         """A Python function (or module) the refused call calls becomes a frame of its own,
@@ -383,8 +421,10 @@ class Continuation:
         if key not in self.made:
             layout = Layout(self.fn.__code__, kinds, self.names)
             line = self.brk["line"]
-            compiled = self.compile_resume(resume_function(self.fn, layout, target, line))
+            resumed = resume_function(self.fn, layout, target, line)
+            compiled = self.compile_resume(resumed)
             compiled.layout = layout
+            compiled.head = resumed.head
             self.made[key] = compiled
         return self.made[key]
 

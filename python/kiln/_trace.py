@@ -264,6 +264,13 @@ def _described(obj, path: list, depth: int, extra: list | None, d: dict) -> dict
                     extra.append(describe(child, path + [{"attr": None, "name": name}], 0, extra))
     elif isinstance(obj, type):
         d["typeObject"] = _type_ref(obj)
+    elif isinstance(obj, types.CellType):
+        try:
+            contents = obj.cell_contents
+        except ValueError:
+            d["emptyCell"] = None
+        else:
+            d["cell"] = describe(contents, path + [{"attr": None, "name": "cell_contents"}], depth + 1)
     else:
         d["object"] = sorted(getattr(obj, "__dict__", {}).keys())
     return d
@@ -384,10 +391,12 @@ class Traced:
         self.placeholders = [k for k in range(len(self.graph)) if self.graph.node(k)["kind"] == "placeholder"]
         self.outputs = traced["outputs"]
         # A graph break: the graph is the code before it; its outputs rebuild the frame's
-        # value stack and live locals there, in that order (kiln._resume runs the rest).
+        # value stack, live locals and cells' contents there, in that order (kiln._resume
+        # runs the rest).
         self.graph_break = traced["graphBreak"] if traced["graphBreak"]["isSet"] else None
         if self.graph_break is not None:
-            self.outputs = {"tuple": self.graph_break["stack"] + [v["value"] for v in self.graph_break["locals"]]}
+            self.outputs = {"tuple": self.graph_break["stack"] + [v["value"] for v in self.graph_break["locals"]] +
+                            [c["value"] for c in self.graph_break["cells"]]}
         self.side_effects = traced["sideEffects"]
         self.requires_grad = traced["requiresGrad"]  # autograd would record the call
 
@@ -696,11 +705,25 @@ def rebuild(spec: dict, results: list, call: tuple | None = None):
     if "device" in spec:
         d = spec["device"]
         return torch.device(d["type"]) if d["index"] < 0 else torch.device(d["type"], d["index"])
+    if "exitOf" in spec:
+        return _entered(spec["exitOf"]).__exit__
     if "size" in spec:
         return torch.Size(rebuild(s, results, call) for s in spec["size"])
     if "slice" in spec:
         return slice(*(rebuild(s, results, call) for s in spec["slice"]))
     raise ValueError(f"unknown output spec {spec}")
+
+
+def _entered(manager: dict):
+    """A grad-mode or autocast context manager the traced frame entered, entered here: the
+    code after a graph break inside its block runs under it and calls its __exit__."""
+    if "gradEnabled" in manager:
+        made = torch.enable_grad() if manager["gradEnabled"] else torch.no_grad()
+    else:
+        a = manager["autocast"]
+        made = torch.autocast(a["deviceType"], dtype=torch_dtype(a["dtype"]), enabled=a["enabled"])
+    made.__enter__()
+    return made
 
 
 def _known_callable(name: str):

@@ -160,17 +160,50 @@ def test_no_grad_around_the_compiled_frame_holds_on_both_sides(stack):
     torch.testing.assert_close(x.grad, torch.full((3,), 3.0))
 
 
-def test_a_break_inside_no_grad_runs_the_frame_eagerly_with_a_reason(stack):
+def test_a_break_inside_no_grad_runs_under_no_grad_and_restores_grad_mode(stack):
     def f(x):
         with torch.no_grad():
-            print("inside")
             y = x * 2
-        return y + x
+            print("inside", torch.is_grad_enabled())
+            z = y * x
+        return z + x
 
     fast = kiln.compile(f, stack=stack)
-    with contextlib.redirect_stdout(io.StringIO()):
-        torch.testing.assert_close(fast(torch.ones(3)), f(torch.ones(3)))
-    assert any("no graph break there" in r for r in fast.fallback_reasons), fast.fallback_reasons
+    x = torch.ones(3, requires_grad=True)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        got, want = fast(x), f(x)
+    assert out.getvalue() == "inside False\n" * 2
+    assert torch.is_grad_enabled()  # the region's exit ran, after the break
+    torch.testing.assert_close(got, want)
+    got.sum().backward()
+    torch.testing.assert_close(x.grad, torch.ones(3))  # only `+ x` is recorded, as eagerly
+    assert not fast.fallback_reasons and fast.graph_breaks
+
+
+def test_an_exception_of_the_eager_part_reaches_the_frames_handler(stack):
+    def check(t):
+        print("check", file=io.StringIO())
+        if (t < 0).any():
+            raise ValueError("negative")
+        return t
+
+    def f(x):
+        cleanup = []
+        try:
+            y = check(x) * 2
+        except ValueError as e:
+            y = x.abs() + len(str(e))
+        finally:
+            cleanup.append(1)
+        return y, len(cleanup)
+
+    fast = kiln.compile(f, stack=stack)
+    for x in (torch.ones(3), -torch.ones(3), torch.ones(3)):
+        got, want = fast(x), f(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1] == 1
+    assert not fast.fallback_reasons
 
 
 def test_a_resume_function_recompiles_for_new_shapes(stack):
@@ -221,7 +254,7 @@ def test_the_resume_code_is_well_formed_python():
     layout = _resume.Layout(code, ("value",), ("flag", "total"))
     resumed = _resume.resume_function(f, layout, target, 0)
     assert resumed.__code__.co_varnames[:3] == ("__kiln_s0", "flag", "total")
-    out = resumed(None, True, torch.ones(2))
+    out = resumed(None, True, torch.ones(2))  # no cells
     torch.testing.assert_close(out[0], torch.full((2,), 2.0))
     assert out[1] is True
     list(dis.get_instructions(resumed.__code__))  # dis reads it
@@ -243,3 +276,50 @@ def test_kiln_disable_marks_code_never_compiled(stack):
     with kiln.disable():
         torch.testing.assert_close(fast(torch.zeros(3)), f(torch.zeros(3)))
     assert len(fast.cache.entries) == 1  # the disabled call compiled nothing
+
+
+def test_a_frames_cells_cross_the_break_shared_with_its_closures(stack):
+    def f(x, k):
+        scale = k * 2
+        y = (lambda t: t * scale)(x)  # a closure over scale: a cell of f
+        print("between", file=io.StringIO())
+        scale = scale + 1  # the closures after the break see the cell's new value
+        return (lambda t: t * scale)(y) + scale
+
+    fast = kiln.compile(f, stack=stack)
+    for k in (1, 2):
+        torch.testing.assert_close(fast(torch.ones(3), k), f(torch.ones(3), k))
+    assert fast.graph_breaks and not any(fr.fallback_reasons for fr in frames(fast))
+
+
+def test_writing_a_closure_cell_of_the_call_is_seen_by_the_next_call(stack):
+    def counter():
+        n = 0
+
+        def step(x):
+            nonlocal n
+            n += 1
+            return x + n
+        return step
+
+    step, reference = counter(), counter()
+    fast = kiln.compile(step, stack=stack)
+    for _ in range(3):
+        torch.testing.assert_close(fast(torch.zeros(2)), reference(torch.zeros(2)))
+
+
+def test_zero_argument_super_works_after_a_break(stack):
+    class Base(torch.nn.Module):
+        def scale(self, t):
+            return t * 2
+
+    class Child(Base):
+        def scale(self, t):
+            u = t + 1
+            print("child", file=io.StringIO())
+            return super().scale(u)  # reads `self` from the frame's first slot
+
+    child = Child()
+    fast = kiln.compile(Child.scale, stack=stack)
+    torch.testing.assert_close(fast(child, torch.ones(2)), child.scale(torch.ones(2)))
+    assert fast.graph_breaks

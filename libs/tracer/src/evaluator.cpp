@@ -125,6 +125,7 @@ struct BreakAt {
 struct Stopped {
   std::vector<Var> stack;
   std::map<std::string, Var> locals;
+  std::map<std::string, Var> cells;
   bool generator = false;
 };
 
@@ -229,12 +230,6 @@ private:
     schema::Code::Reader code = request_.getCode();
     std::string op = code.getInstructions()[static_cast<unsigned>(at.instruction)].getOpname().cStr();
     if (stopped.generator) unsupported("a graph break in a generator");
-    if (!gradStack_.empty()) unsupported("a graph break inside a torch.no_grad()/enable_grad() block");
-    if (!autocastStack_.empty()) unsupported("a graph break inside a torch.autocast block");
-    for (auto h : code.getHandlers())
-      if (at.start >= h.getStart() && at.start < h.getEnd()) unsupported("a graph break inside a try or with block");
-    // TODO(issue 44): pass a frame's cells (closures over its locals) to the code that resumes.
-    if (code.getCellvars().size() > 0) unsupported("a graph break in a function whose locals closures capture");
     if (!runsApart(op)) unsupported("a graph break at " + op);
     std::set<std::string> live = liveLocals(code, at.start);
     std::vector<ir::ValueId> outputs;
@@ -256,6 +251,25 @@ private:
     for (unsigned k = 0; k < named.size(); ++k) {
       named[k].setName(locals[k].first);
       spec(locals[k].second, named[k].initValue(), outputs, true);
+    }
+    auto cells = out.initCells(code.getCellvars().size());
+    for (unsigned k = 0; k < cells.size(); ++k) {
+      std::string name = code.getCellvars()[k].cStr();
+      cells[k].setName(name);
+      Var cell;
+      if (auto it = stopped.cells.find(name); it != stopped.cells.end()) cell = it->second;
+      else if (auto passed = stopped.locals.find(name); passed != stopped.locals.end() && passed->second->kind == Kind::Cell)
+        cell = passed->second; // passed in (a resume function's), not read yet
+      if (cell && cell->path) { // the call's own cell object: the same one goes on
+        cells[k].setIsCell(true);
+        cells[k].setIsSet(true);
+        spec(cell, cells[k].initValue(), outputs, true);
+        continue;
+      }
+      bool set = cell && !cell->items.empty();
+      cells[k].setIsSet(set);
+      if (set) spec(cell->items[0], cells[k].initValue(), outputs, true);
+      else cells[k].initValue().initConstant().setNone();
     }
     traced.initOutputs().initConstant().setNone();
     writeGraph(outputs, traced);
@@ -433,6 +447,16 @@ private:
       v->type = type;
       return v;
     }
+    case schema::ObjectDesc::CELL: { // its contents are read through it: a write is refused (the call's cell)
+      typeGuard();
+      Var cell = make(Kind::Cell);
+      describe(d.getCell());
+      cell->items.push_back(realize(readPath(d.getCell().getPath())));
+      return cell;
+    }
+    case schema::ObjectDesc::EMPTY_CELL:
+      typeGuard();
+      return make(Kind::Cell);
     case schema::ObjectDesc::UNSUPPORTED: unsupported(pathText(path) + " is " + std::string(d.getUnsupported().cStr()));
     }
     unsupported(pathText(path) + ": an object kiln cannot describe");
@@ -547,6 +571,7 @@ private:
     for (auto c : f.getClosure()) {
       describe(c);
       Var cell = make(Kind::Cell);
+      cell->shared = true;
       cell->items.push_back(realize(readPath(c.getPath())));
       info.closure.push_back(cell);
     }
@@ -1102,6 +1127,16 @@ private:
     unsupported("attribute '" + name + "' of a " + kindName(obj->kind));
   }
 
+  // A cell variable whose slot holds a cell object passed in (a resume function's: no
+  // MAKE_CELL ran, the slot is the frame's cell itself) is that cell.
+  void adoptCell(Frame& f, const std::string& name) {
+    if (f.cells.count(name)) return;
+    if (auto it = f.locals.find(name); it != f.locals.end() && it->second->kind == Kind::Cell) {
+      f.cells[name] = it->second;
+      f.locals.erase(it);
+    }
+  }
+
   // ---- values --------------------------------------------------------------
 
   Var iterator(std::vector<Var> items) { return sequence(Kind::Iterator, std::move(items)); }
@@ -1430,7 +1465,7 @@ private:
         if (arrivals_.size() < instructions.size()) arrivals_.resize(instructions.size());
         uint32_t arrival = ++arrivals_[f.pc];
         rootPc_ = f.pc;
-        if (stopAt_ && stopAt_->start == f.pc && stopAt_->arrival == arrival) throw Stopped{f.stack, f.locals, f.generator};
+        if (stopAt_ && stopAt_->start == f.pc && stopAt_->arrival == arrival) throw Stopped{f.stack, f.locals, f.cells, f.generator};
       }
       auto in = instructions[static_cast<unsigned>(f.pc)];
       std::string opname = in.getOpname().cStr();
@@ -1482,19 +1517,23 @@ private:
         if (arg & 1) f.stack.push_back(make(Kind::Null)); // 3.11 and 3.12 push it first
         f.stack.push_back(global(f, name));
       } else if (opname == "LOAD_DEREF" || opname == "LOAD_CLASSDEREF") {
+        adoptCell(f, name);
         auto it = f.cells.find(name);
         if (it == f.cells.end() || it->second->items.empty()) unsupported("free variable '" + name + "' read before it was set");
         f.stack.push_back(it->second->items[0]);
       } else if (opname == "STORE_DEREF") {
         Var v = f.pop();
+        adoptCell(f, name);
         auto it = f.cells.find(name);
         if (it == f.cells.end()) {
           Var cell = make(Kind::Cell);
           it = f.cells.emplace(name, cell).first;
         }
-        if (it->second->path) unsupported("writing a cell of the call"); // TODO(issue 6): replay as a side effect
+        // TODO(issue 44): replay it as a side effect instead of a graph break.
+        if (it->second->path || it->second->shared) unsupported("writing a cell of the call");
         it->second->items = {v};
       } else if (opname == "LOAD_CLOSURE") {
+        adoptCell(f, name);
         auto it = f.cells.find(name);
         if (it == f.cells.end()) it = f.cells.emplace(name, make(Kind::Cell)).first;
         f.stack.push_back(it->second);
@@ -1850,6 +1889,17 @@ private:
     }
     case Kind::Builtin: o.setBuiltin(v->name); return;
     case Kind::Method:
+      if (v->self && v->name == "__exit__" && v->self->kind == Kind::GradMode) {
+        o.initExitOf().setGradEnabled(v->self->boolean);
+        return;
+      }
+      if (v->self && v->name == "__exit__" && v->self->kind == Kind::Autocast) {
+        auto a = o.initExitOf().initAutocast();
+        a.setDeviceType(v->self->name);
+        a.setDtype(static_cast<schema::DType>(v->self->dtype));
+        a.setEnabled(v->self->boolean);
+        return;
+      }
       if (!v->self || v->name.empty()) break;
       spec(v->self, o.initMethod().initSelf(), outputs, resumable);
       o.getMethod().setName(v->name);

@@ -76,6 +76,9 @@ std::set<std::string> liveLocals(schema::Code::Reader code, size_t at) {
   std::set<std::string> result;
   for (size_t k = 0; k < names.size(); ++k)
     if (live[at][k]) result.insert(names[k]);
+  // Zero-argument super() reads the first argument from the frame's first slot.
+  for (auto free : code.getFreevars())
+    if (std::string(free.cStr()) == "__class__" && code.getArgCount() > 0 && !names.empty()) result.insert(names[0]);
   return result;
 }
 

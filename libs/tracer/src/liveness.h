@@ -13,7 +13,8 @@ namespace kiln::tracer {
 // list): read (or deleted) on some path from there before being stored. Paths
 // go through jumps and, from every instruction an exception-table entry covers,
 // to its handler. Code that can read its locals by name (`locals()`, `vars()`,
-// `eval`, `exec`, `dir`) keeps every local live.
+// `eval`, `exec`, `dir`) keeps every local live; code that calls zero-argument super()
+// (a `__class__` free variable) keeps its first argument.
 std::set<std::string> liveLocals(schema::Code::Reader code, size_t at);
 
 } // namespace kiln::tracer

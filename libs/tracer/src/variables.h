@@ -74,6 +74,7 @@ struct VarNode {
   std::optional<schema::ObjectDesc::Reader> desc;
   bool isList = false; // a List made by the traced code (a side effect when mutated, otherwise)
   bool traced = false; // a Float the graph computes (see floats.cpp)
+  bool shared = false; // a Cell of the call (a closure's): a write to it is the caller's to see
 };
 
 inline Var make(Kind kind) {

@@ -244,7 +244,7 @@ def no_grad_around_a_break_in_the_caller(x):
     return y + x
 
 
-@program(inputs=lambda: r(4, 4), falls_back="inside a torch.no_grad()")
+@program(inputs=lambda: r(4, 4), breaks="calling builtins.print")
 def break_inside_no_grad(x):
     with torch.no_grad():
         print("inside", file=QUIET)
@@ -252,7 +252,7 @@ def break_inside_no_grad(x):
     return y + x
 
 
-@program(inputs=lambda: r(4, 4), falls_back="inside a try or with block")
+@program(inputs=lambda: r(4, 4), breaks="calling builtins.print")
 def break_inside_try(x):
     try:
         print("inside try", file=QUIET)
@@ -260,6 +260,52 @@ def break_inside_try(x):
     except RuntimeError:
         y = x
     return y
+
+
+def raises_on_negative(t):
+    say("checking")
+    if (t < 0).any():
+        raise ValueError("negative")
+    return t
+
+
+@program(inputs=lambda: r(4, 4), breaks="")
+def a_break_whose_call_raises_into_the_frames_handler(x):
+    try:
+        y = raises_on_negative(x) * 2
+    except ValueError:
+        y = x.abs()
+    return y + 1
+
+
+@program(inputs=lambda: r(4, 4), breaks="calling builtins.print")
+def break_inside_try_finally(x):
+    out = []
+    try:
+        y = x * 2
+        print("in try", file=QUIET)
+        out.append(y)
+    finally:
+        out.append(x + 1)
+    return out[0] + out[1]
+
+
+@program(inputs=lambda: r(4, 4), breaks="calling builtins.print")
+def break_inside_autocast_off(x):
+    with torch.autocast("cpu", enabled=False):
+        y = x @ x
+        print("autocast", file=QUIET)
+        z = y @ x
+    return z
+
+
+@program(inputs=lambda: (Weights(),), breaks="calling builtins.print")
+def no_grad_region_with_a_break_in_training(m):
+    with torch.no_grad():
+        frozen = m.w * 3
+        print("frozen", file=QUIET)
+        frozen = frozen + 1
+    return (m.w * frozen).sum()
 
 
 GLOBAL_SCALE = [1.0]
