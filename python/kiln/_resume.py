@@ -13,11 +13,11 @@ slots (`__kiln_s0`, ...) and the live locals, by their names.
 Both are made from the frame's bytecode (CPython 3.11 and 3.12): local and cell opargs
 renumbered for the arguments put first, the exception table shifted past the prologue.
 
-TODO(issue 44): breaks inside `with` blocks (no_grad, autocast) and `try` blocks, and in
-frames with cellvars, are refused (the frame runs eagerly); frames Python calls from a
-glue or an eager fallback are not offered to kiln (no PEP 523 hook yet: only the refused
-call's callee is compiled, `Continuation._offer_callee`); a break costs ~32 µs of host
-time beyond the unbroken call (bench/README, e2e_cpu), the issue asks 15.
+TODO(issue 44): a function made in the traced code and live at the break is not rebuilt
+(the frame runs eagerly); frames Python calls from a glue or an eager fallback are not
+offered to kiln (no PEP 523 hook yet: only the refused call's callee is compiled,
+`Continuation._offer_callee`); a break costs ~32 µs of host time beyond the unbroken call
+(bench/README, e2e_cpu), the issue asks 15.
 """
 from __future__ import annotations
 
