@@ -88,6 +88,7 @@ struct ObjectDesc {
     cell @21 :ObjectDesc;           # a cell (a graph break passes a frame's cells): its contents
     emptyCell @22 :Void;
   }
+  mro @23 :List(Guards.TypeRef);    # a module's or object's type's __mro__ (isinstance reads it)
 }
 
 struct DictItem {
@@ -193,6 +194,26 @@ struct OutputSpec {
     size @15 :List(OutputSpec);     # a torch.Size
     exitOf @16 :Manager;            # the __exit__ of a torch.no_grad()/enable_grad()/autocast
                                     # the frame entered: entered again, its __exit__ passed
+    function @17 :MadeFunction;     # a function the traced code made (MAKE_FUNCTION)
+  }
+}
+
+# A function made by the frame's code: its code object (a constant of the frame's code, found
+# by qualname and first line), defaults and closure cells.
+struct MadeFunction {
+  qualname @0 :Text;
+  firstLine @1 :Int32;
+  defaults @2 :List(OutputSpec);
+  kwDefaults @3 :List(NamedSpec);
+  closure @4 :List(ClosureCell);
+}
+
+struct ClosureCell {
+  union {
+    frameCell @0 :Text;             # the frame's cell of this name (GraphBreak.cells)
+    freeCell @1 :UInt32;            # the frame's function's closure cell at this index
+    contents @2 :OutputSpec;        # a cell of its own holding this
+    empty @3 :Void;                 # an empty cell of its own
   }
 }
 

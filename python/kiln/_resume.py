@@ -24,7 +24,7 @@ from __future__ import annotations
 import dis
 import types
 
-from kiln._trace import _JUMPS, NULL, Unsupported, _exception_entries
+from kiln._trace import _JUMPS, NULL, MadeFunction, Unsupported, _exception_entries
 
 _OP = dis.opmap
 _EXTENDED_ARG = _OP["EXTENDED_ARG"]
@@ -101,6 +101,30 @@ def _exception_table(entries: list) -> bytes:
     for start, end, target, depth_lasti in entries:
         data += varint(start, True) + varint(end - start, False) + varint(target, False) + varint(depth_lasti, False)
     return bytes(data)
+
+
+def _made_functions(spec):
+    """The MadeFunction specs anywhere in a break's (or a spec's) dicts and lists."""
+    if isinstance(spec, dict):
+        if "function" in spec and isinstance(spec["function"], dict) and "qualname" in spec["function"]:
+            yield spec["function"]
+        for v in spec.values():
+            yield from _made_functions(v)
+    elif isinstance(spec, list):
+        for v in spec:
+            yield from _made_functions(v)
+
+
+def _nested_code(code: types.CodeType, qualname: str, first_line: int) -> types.CodeType | None:
+    """The code object among `code`'s constants (at any depth) of this qualname and first line."""
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            if c.co_qualname == qualname and c.co_firstlineno == first_line:
+                return c
+            found = _nested_code(c, qualname, first_line)
+            if found is not None:
+                return found
+    return None
 
 
 def _handler(code: types.CodeType, offset: int) -> tuple | None:
@@ -335,6 +359,15 @@ class Continuation:
         # Inside a try or with block, what the eager part raises goes to the block's handler,
         # where the rest resumes (the handler's stack: its depth, lasti, the exception).
         self.handler = _handler(fn.__code__, self.listed[brk["start"]].offset)
+        # The code objects of the functions the traced code made that the state holds.
+        self.codes = {}
+        for made in _made_functions(brk):
+            key = (made["qualname"], made["firstLine"])
+            code = _nested_code(fn.__code__, *key)
+            if code is None:
+                raise Unsupported(f"{brk['reason']}; no graph break there: {made['qualname']} is not the "
+                                  "frame's own code", brk["filename"], brk["line"])
+            self.codes[key] = code
         # Code run over a stack of another depth than CPython's would crash the interpreter:
         # the tracer's stack is checked against the compiler's depths at both ends of the break.
         self.depths = stack_depths(fn.__code__)
@@ -354,6 +387,13 @@ class Continuation:
         # the glue makes and the rest of the code share them).
         cells = [v if c["isCell"] else types.CellType(v) if c["isSet"] else types.CellType()
                  for c, v in zip(brk["cells"], values[n + m:])]
+        if self.codes:
+            named = {c["name"]: cell for c, cell in zip(brk["cells"], cells)}
+            stack = [self._function(v, named) for v in stack]
+            locals_ = [self._function(v, named) for v in locals_]
+            for cell, c in zip(cells, brk["cells"]):
+                if c["isSet"] and not c["isCell"]:
+                    cell.cell_contents = self._function(cell.cell_contents, named)
         opname = ins.opname
         if opname == "RETURN_VALUE":
             return stack[-1]
@@ -390,6 +430,27 @@ class Continuation:
             # lasti: where the handler's RERAISE says the exception came from, for tracebacks
             stack[-2] = resume.head + ins.offset // 2
         return resume(*resume.layout.arguments(stack, locals_, cells))
+
+    def _function(self, value, cells: dict):
+        """`value` with the functions made in the traced code it holds made for real (in
+        tuples and lists too), their closures over this call's cells."""
+        if isinstance(value, MadeFunction):
+            f = value.spec
+            closure = tuple(cells[c["frameCell"]] if "frameCell" in c else
+                            self.fn.__closure__[c["freeCell"]] if "freeCell" in c else
+                            types.CellType() if "empty" in c else
+                            types.CellType(self._function(contents, cells))
+                            for c, contents in zip(f["closure"], value.contents))
+            code = self.codes[(f["qualname"], f["firstLine"])]
+            made = types.FunctionType(code, self.fn.__globals__, code.co_name,
+                                      tuple(self._function(d, cells) for d in value.defaults) or None, closure or None)
+            if value.kwdefaults:
+                made.__kwdefaults__ = {k: self._function(v, cells) for k, v in value.kwdefaults.items()}
+            return made
+        if type(value) in (list, tuple):
+            items = [self._function(v, cells) for v in value]
+            return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
+        return value
 
     def _offer_callee(self, stack: list, ins) -> None:
         """A Python function (or module) the refused call calls becomes a frame of its own,

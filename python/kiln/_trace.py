@@ -258,6 +258,7 @@ def _described(obj, path: list, depth: int, extra: list | None, d: dict) -> dict
         d["function"] = f
     elif isinstance(obj, torch.nn.Module):
         d["module"] = _module(obj, path)
+        d["mro"] = [_type_ref(t) for t in type(obj).__mro__]
         if extra is not None and len(path) < 64:  # each child a description of its own (depth 0)
             for name, child in obj._modules.items():
                 if child is not None:
@@ -273,6 +274,7 @@ def _described(obj, path: list, depth: int, extra: list | None, d: dict) -> dict
             d["cell"] = describe(contents, path + [{"attr": None, "name": "cell_contents"}], depth + 1)
     else:
         d["object"] = sorted(getattr(obj, "__dict__", {}).keys())
+        d["mro"] = [_type_ref(t) for t in type(obj).__mro__]
     return d
 
 
@@ -705,6 +707,11 @@ def rebuild(spec: dict, results: list, call: tuple | None = None):
     if "device" in spec:
         d = spec["device"]
         return torch.device(d["type"]) if d["index"] < 0 else torch.device(d["type"], d["index"])
+    if "function" in spec:
+        f = spec["function"]
+        return MadeFunction(f, [rebuild(d, results, call) for d in f["defaults"]],
+                            {k["name"]: rebuild(k["value"], results, call) for k in f["kwDefaults"]},
+                            [rebuild(c["contents"], results, call) if "contents" in c else None for c in f["closure"]])
     if "exitOf" in spec:
         return _entered(spec["exitOf"]).__exit__
     if "size" in spec:
@@ -712,6 +719,14 @@ def rebuild(spec: dict, results: list, call: tuple | None = None):
     if "slice" in spec:
         return slice(*(rebuild(s, results, call) for s in spec["slice"]))
     raise ValueError(f"unknown output spec {spec}")
+
+
+class MadeFunction:
+    """A function the traced code made, rebuilt once the frame's cells exist
+    (kiln._resume): its spec, defaults, keyword defaults and its own cells' contents."""
+
+    def __init__(self, spec: dict, defaults: list, kwdefaults: dict, contents: list):
+        self.spec, self.defaults, self.kwdefaults, self.contents = spec, defaults, kwdefaults, contents
 
 
 def _entered(manager: dict):

@@ -323,3 +323,19 @@ def test_zero_argument_super_works_after_a_break(stack):
     fast = kiln.compile(Child.scale, stack=stack)
     torch.testing.assert_close(fast(child, torch.ones(2)), child.scale(torch.ones(2)))
     assert fast.graph_breaks
+
+
+def test_functions_made_in_the_traced_code_cross_the_break(stack):
+    def f(x, k):
+        scale = k * 2
+        scaled = lambda t, bias=1.0: t * scale + bias  # noqa: E731 - a closure over a cell of f
+        adders = [lambda t, j=j: t + j for j in range(2)]
+        y = scaled(x)
+        print("between", file=io.StringIO())
+        scale = scale + 1  # the closure sees the cell's new value
+        return scaled(y) + adders[1](y)
+
+    fast = kiln.compile(f, stack=stack)
+    for k in (1, 2):
+        torch.testing.assert_close(fast(torch.ones(3), k), f(torch.ones(3), k))
+    assert fast.graph_breaks and not any(fr.fallback_reasons for fr in frames(fast))

@@ -179,6 +179,7 @@ public:
       if (callee.isFunction()) fillFunction(*info, callee.getFunction(), readPath(callee.getPath()));
       info->path.reset(); // the called function itself: its globals are the G[...] roots
       rootModule_ = info->module;
+      root_ = info;
       Var result = inline_(*info, std::move(args), kwargs, 0);
       write(result, reply.initTraced());
     } catch (const NeedObjects& need) {
@@ -232,6 +233,7 @@ private:
     if (stopped.generator) unsupported("a graph break in a generator");
     if (!runsApart(op)) unsupported("a graph break at " + op);
     std::set<std::string> live = liveLocals(code, at.start);
+    breakCells_ = &stopped.cells;
     std::vector<ir::ValueId> outputs;
     auto traced = reply.initTraced();
     auto out = traced.initGraphBreak();
@@ -415,6 +417,7 @@ private:
       Var v = make(Kind::NnModule);
       v->desc = d;
       v->type = type;
+      for (auto t : d.getMro()) v->mro.push_back(guards::fromWire(t));
       return v;
     }
     case schema::ObjectDesc::PY_MODULE: {
@@ -445,6 +448,7 @@ private:
       Var v = make(Kind::Object);
       v->desc = d;
       v->type = type;
+      for (auto t : d.getMro()) v->mro.push_back(guards::fromWire(t));
       return v;
     }
     case schema::ObjectDesc::CELL: { // its contents are read through it: a write is refused (the call's cell)
@@ -1065,7 +1069,8 @@ private:
     }
     if (types->kind == Kind::Builtin) {
       const std::string& n = types->name;
-      if (n == "builtins.int") return v->kind == Kind::Int;
+      if (n == "builtins.object") return true;
+      if (n == "builtins.int") return v->kind == Kind::Int || v->kind == Kind::Bool; // bool is an int
       if (n == "builtins.float") return v->kind == Kind::Float;
       if (n == "builtins.bool") return v->kind == Kind::Bool;
       if (n == "builtins.str") return v->kind == Kind::Str;
@@ -1074,8 +1079,11 @@ private:
       if (n == "builtins.dict") return v->kind == Kind::Dict;
       if (n == "torch.Tensor") return v->kind == Kind::Tensor;
     }
-    if (types->kind == Kind::TypeObject && (v->kind == Kind::NnModule || v->kind == Kind::Object))
-      return v->type == types->type; // TODO(issue 6): subclasses (the SDK would send the MRO)
+    if (types->kind == Kind::TypeObject && (v->kind == Kind::NnModule || v->kind == Kind::Object)) {
+      // Its type's __mro__, as the SDK described it (the type is guarded, so is its MRO).
+      if (v->mro.empty()) unsupported("isinstance() of an object described without its type's MRO");
+      return std::find(v->mro.begin(), v->mro.end(), types->type) != v->mro.end();
+    }
     unsupported("isinstance() with a " + kindName(types->kind));
   }
 
@@ -1912,9 +1920,41 @@ private:
       return;
     }
     case Kind::Slice: items(v->items, o.initSlice(3)); return;
+    case Kind::Function: madeFunction(v, o.initFunction(), outputs); return;
     default: break;
     }
     unsupported("a graph break with a " + kindName(v->kind) + " made in the traced code live");
+  }
+
+  // A function the traced code made, rebuilt by the SDK from the frame's code constants:
+  // its closure cells are the frame's, the traced function's, or cells of their own.
+  void madeFunction(const Var& v, schema::MadeFunction::Builder o, std::vector<ir::ValueId>& outputs) {
+    const FunctionInfo& fn = *v->function;
+    o.setQualname(fn.code.getQualname());
+    o.setFirstLine(fn.code.getFirstLine());
+    auto defaults = o.initDefaults(static_cast<unsigned>(fn.defaults.size()));
+    for (unsigned k = 0; k < defaults.size(); ++k) spec(fn.defaults[k], defaults[k], outputs, true);
+    auto kwDefaults = o.initKwDefaults(static_cast<unsigned>(fn.kwDefaults.size()));
+    for (unsigned k = 0; k < kwDefaults.size(); ++k) {
+      kwDefaults[k].setName(fn.kwDefaults[k].first);
+      spec(fn.kwDefaults[k].second, kwDefaults[k].initValue(), outputs, true);
+    }
+    auto closure = o.initClosure(static_cast<unsigned>(fn.closure.size()));
+    for (unsigned k = 0; k < closure.size(); ++k) {
+      const Var& cell = fn.closure[k];
+      std::optional<std::string> frameCell;
+      if (breakCells_)
+        for (const auto& [name, c] : *breakCells_)
+          if (c == cell) frameCell = name;
+      std::optional<uint32_t> freeCell;
+      for (size_t j = 0; root_ && j < root_->closure.size(); ++j)
+        if (root_->closure[j] == cell) freeCell = static_cast<uint32_t>(j);
+      if (frameCell) closure[k].setFrameCell(*frameCell);
+      else if (freeCell) closure[k].setFreeCell(*freeCell);
+      else if (cell->shared || cell->path) unsupported("a graph break with a function closing over a cell of another frame");
+      else if (cell->items.empty()) closure[k].setEmpty();
+      else spec(cell->items[0], closure[k].initContents(), outputs, true);
+    }
   }
 
   // The graph (its outputs `outputs`), the side effects to replay after it, guards and inputs.
@@ -1994,6 +2034,8 @@ private:
   std::vector<bool> gradStack_;
   std::vector<AutocastState> autocastStack_;
   std::string rootModule_;
+  std::shared_ptr<FunctionInfo> root_;            // the traced function
+  const std::map<std::string, Var>* breakCells_ = nullptr; // the root frame's cells, at a break
   std::optional<BreakAt> stopAt_;    // the second trace of a graph break: where to stop
   std::optional<size_t> rootPc_;     // the root frame's instruction being evaluated
   std::vector<uint32_t> arrivals_;   // per root-frame instruction: times evaluated so far

@@ -70,6 +70,7 @@ struct VarNode {
   DType dtype = DType::Float32;
   ir::Device device;
   guards::TypeRef type;
+  std::vector<guards::TypeRef> mro; // a module's or object's type's __mro__, as described
   std::optional<Path> path; // where it came from in the call, for its guards
   std::optional<schema::ObjectDesc::Reader> desc;
   bool isList = false; // a List made by the traced code (a side effect when mutated, otherwise)

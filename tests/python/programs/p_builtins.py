@@ -4,7 +4,7 @@ import math
 import torch
 import torch.nn as nn
 
-from corpus import program
+from corpus import inference, program
 
 r = torch.randn
 
@@ -230,3 +230,19 @@ def int_with_a_base(x):
 @program(inputs=lambda: r(4, 4), breaks="len() with the keyword")
 def len_with_a_keyword(x):
     return x * len([1], extra=1)
+
+
+class _Scaled(nn.Linear):  # a subclass: isinstance(m, nn.Linear) and isinstance(m, nn.Module) hold
+    pass
+
+
+@program(inputs=lambda: (inference(_Scaled(4, 4)), r(2, 4)))
+def isinstance_of_a_base_class(m, x):
+    if isinstance(m, nn.Linear) and isinstance(m, nn.Module) and not isinstance(m, nn.ReLU):
+        return m(x) * 2
+    return x
+
+
+@program(inputs=lambda: (r(2, 4), True))
+def isinstance_of_a_bool_as_an_int(x, flag):
+    return x * 2 if isinstance(flag, int) else x
