@@ -144,7 +144,7 @@ def requires_grad_attr(x):
     return x * 2 if not x.requires_grad else x
 
 
-@program(inputs=lambda: r(4, 4), falls_back="made in the traced code")
+@program(inputs=lambda: r(4, 4), breaks="made in the traced code")
 def sets_an_attribute_of_a_new_object(x):
     c = Cfg.__new__(Cfg) if False else None
     s = State() if False else None
