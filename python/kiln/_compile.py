@@ -102,7 +102,6 @@ class _Runner:
 
     def __init__(self, traced: _trace.Traced, compiled: ir.Compiled):
         self.read_inputs = _trace.inputs_reader(traced)
-        self.outputs = traced.outputs
         self.compiled = compiled
         self.graph = traced.graph
         self.traced = traced
@@ -111,7 +110,7 @@ class _Runner:
         results = self.compiled(*self.read_inputs(fn, args, kwargs))
         if self.traced.side_effects:
             _trace.replay(self.traced, results, fn, args, kwargs)
-        return _trace.rebuild(self.outputs, results, (fn, args, kwargs))
+        return self.traced.rebuild(results, (fn, args, kwargs))
 
 
 class _Broken:
@@ -132,7 +131,7 @@ class _Broken:
         else:
             if self.traced.side_effects:
                 _trace.replay(self.traced, [], fn, args, kwargs)
-            values = _trace.rebuild(self.traced.outputs, [], (fn, args, kwargs))
+            values = self.traced.rebuild([], (fn, args, kwargs))
         return self.continuation(values)
 
 

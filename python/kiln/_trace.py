@@ -399,6 +399,7 @@ class Traced:
         if self.graph_break is not None:
             self.outputs = {"tuple": self.graph_break["stack"] + [v["value"] for v in self.graph_break["locals"]] +
                             [c["value"] for c in self.graph_break["cells"]]}
+        self.rebuild = rebuilder(self.outputs)  # (results, call) -> the value (or a break's state)
         self.side_effects = traced["sideEffects"]
         self.requires_grad = traced["requiresGrad"]  # autograd would record the call
 
@@ -637,6 +638,12 @@ def _accessor(path: list):
     elif "kwarg" in first:
         name = first["name"]
         root = lambda fn, args, kwargs: kwargs[name]  # noqa: E731
+    elif "global" in first:
+        name = first["name"]
+
+        def root(fn, args, kwargs):
+            g = fn.__globals__
+            return g[name] if name in g else getattr(builtins, name)
     else:
         root = lambda fn, args, kwargs: resolve([first], fn, args, kwargs)  # noqa: E731
     steps = [_step(step) for step in path[1:]]
@@ -678,46 +685,67 @@ def _step(step: dict):
 def rebuild(spec: dict, results: list, call: tuple | None = None):
     """The returned Python value from the graph's outputs, as the output spec says;
     `call` (fn, args, kwargs) finds the call's own objects a graph break's state holds."""
+    return rebuilder(spec)(results, call)
+
+
+def rebuilder(spec: dict):
+    """`rebuild` of this spec made once: a function (results, call) -> the value, each part's
+    kind decided and each path's steps resolved ahead (an entry rebuilds at every call)."""
+    many = lambda specs: [rebuilder(s) for s in specs]  # noqa: E731
     if "graphOutput" in spec:
-        return results[spec["graphOutput"]]
+        k = spec["graphOutput"]
+        return lambda results, call: results[k]
     if "constant" in spec:
-        return _from_constant(spec["constant"])
-    if "tuple" in spec:
-        return tuple(rebuild(s, results, call) for s in spec["tuple"])
-    if "list" in spec:
-        return [rebuild(s, results, call) for s in spec["list"]]
+        value = _from_constant(spec["constant"])
+        return lambda results, call: value
+    if "tuple" in spec or "list" in spec or "size" in spec:
+        parts = many(spec.get("tuple", spec.get("list", spec.get("size"))))
+        make = tuple if "tuple" in spec else list if "list" in spec else torch.Size
+        return lambda results, call: make([p(results, call) for p in parts])
     if "dict" in spec:
-        return {_from_constant(i["key"]): rebuild(i["value"], results, call) for i in spec["dict"]}
+        items = [(_from_constant(i["key"]), rebuilder(i["value"])) for i in spec["dict"]]
+        return lambda results, call: {k: v(results, call) for k, v in items}
     if "symInt" in spec:
-        return int(results[spec["symInt"]])
+        k = spec["symInt"]
+        return lambda results, call: int(results[k])
     if "number" in spec:
-        return float(results[spec["number"]])
+        k = spec["number"]
+        return lambda results, call: float(results[k])
     if "path" in spec:
-        return resolve(spec["path"], *call)
+        get = _accessor(spec["path"])
+        return lambda results, call: get(*call)
     if "null" in spec:
-        return NULL
+        return lambda results, call: NULL
     if "iterator" in spec:
-        return iter([rebuild(s, results, call) for s in spec["iterator"]])
+        parts = many(spec["iterator"])
+        return lambda results, call: iter([p(results, call) for p in parts])
     if "builtin" in spec:
-        return _known_callable(spec["builtin"])
+        value = _known_callable(spec["builtin"])
+        return lambda results, call: value
     if "method" in spec:
-        return getattr(rebuild(spec["method"]["self"], results, call), spec["method"]["name"])
+        owner, name = rebuilder(spec["method"]["self"]), spec["method"]["name"]
+        return lambda results, call: getattr(owner(results, call), name)
     if "dtype" in spec:
-        return torch_dtype(spec["dtype"])
+        value = torch_dtype(spec["dtype"])
+        return lambda results, call: value
     if "device" in spec:
         d = spec["device"]
-        return torch.device(d["type"]) if d["index"] < 0 else torch.device(d["type"], d["index"])
+        value = torch.device(d["type"]) if d["index"] < 0 else torch.device(d["type"], d["index"])
+        return lambda results, call: value
     if "function" in spec:
         f = spec["function"]
-        return MadeFunction(f, [rebuild(d, results, call) for d in f["defaults"]],
-                            {k["name"]: rebuild(k["value"], results, call) for k in f["kwDefaults"]},
-                            [rebuild(c["contents"], results, call) if "contents" in c else None for c in f["closure"]])
+        defaults = many(f["defaults"])
+        kwdefaults = [(k["name"], rebuilder(k["value"])) for k in f["kwDefaults"]]
+        contents = [rebuilder(c["contents"]) if "contents" in c else None for c in f["closure"]]
+        return lambda results, call: MadeFunction(
+            f, [d(results, call) for d in defaults], {n: v(results, call) for n, v in kwdefaults},
+            [c(results, call) if c is not None else None for c in contents])
     if "exitOf" in spec:
-        return _entered(spec["exitOf"]).__exit__
-    if "size" in spec:
-        return torch.Size(rebuild(s, results, call) for s in spec["size"])
+        manager = spec["exitOf"]
+        return lambda results, call: _entered(manager).__exit__
     if "slice" in spec:
-        return slice(*(rebuild(s, results, call) for s in spec["slice"]))
+        parts = many(spec["slice"])
+        return lambda results, call: slice(*(p(results, call) for p in parts))
     raise ValueError(f"unknown output spec {spec}")
 
 

@@ -102,7 +102,7 @@ class TrainingRunner:
                 inputs[i].copy_(results[self.user_outputs + k])
         if self.traced.side_effects:
             _trace.replay(self.traced, outputs, fn, args, kwargs)
-        return _trace.rebuild(self.traced.outputs, outputs, (fn, args, kwargs))
+        return self.traced.rebuild(outputs, (fn, args, kwargs))
 
     @property
     def explain(self) -> str:
