@@ -11,6 +11,12 @@ Starts a private stack (its own run dir and artifact cache) and measures:
   beside torch.compile's first call (Inductor's C++/OpenMP CPU backend, its caches off);
 - that block's steady-state call time against eager and torch.compile.
 The trivial call is timed under torch.compile too.
+- a graph break's host cost: the same three ops on 16 elements with and without a call
+  the tracer refuses between them (`id(x)`: the code before compiles, the call runs
+  eagerly, the rest resumes compiled), beside eager and torch.compile (its own break);
+  the break's cost is kiln's extra time less the refused call's eager cost;
+- a function kiln runs eagerly whole (a break it cannot take: a range made in the traced
+  code live at a branch on data) against the eager call: what the fallback costs.
 Prints the numbers and writes bench/results/e2e_cpu-<kind>-<date>.json.
 """
 import argparse
@@ -83,6 +89,42 @@ def main():
                                    "torch_compile_us": round(t * 1e6, 2), "overhead_us": round((k - e) * 1e6, 2)}
         print(f"trivial call           kiln {k * 1e6:8.1f} us  eager {e * 1e6:8.1f} us  "
               f"torch.compile {t * 1e6:8.1f} us  kiln's overhead {(k - e) * 1e6:7.1f} us")
+
+        # A graph break's cost, and a whole-function fallback's.
+        def unbroken(x):
+            y = x + 1
+            return (y * 2) - 1
+
+        def broken(x):
+            y = x + 1
+            id(x)  # a call the tracer refuses: a graph break
+            return (y * 2) - 1
+
+        def falls_back(x):
+            steps = range(2)  # made in the traced code and live at the branch: no break there
+            if x.sum() > 100:
+                return x * len(steps)
+            return x + 1
+
+        xs = torch.randn(16)
+        whole, split, eager_only = (kiln.compile(f, stack=stack) for f in (unbroken, broken, falls_back))
+        broken_tc = torch_compiled(broken)
+        for fast_f, f in ((whole, unbroken), (split, broken), (eager_only, falls_back), (broken_tc, broken)):
+            torch.testing.assert_close(fast_f(xs), f(xs))
+        assert split.graph_breaks and not split.fallback_reasons, kiln.explain(split)
+        assert eager_only.fallback_reasons, kiln.explain(eager_only)
+        kw, ks, eu, eb, tb, kf, ef = interleaved(
+            lambda: whole(xs), lambda: split(xs), lambda: unbroken(xs), lambda: broken(xs), lambda: broken_tc(xs),
+            lambda: eager_only(xs), lambda: falls_back(xs), rounds=args.rounds)
+        cost = (ks - kw) - (eb - eu)
+        results["graph_break"] = {
+            "kiln_unbroken_us": round(kw * 1e6, 2), "kiln_broken_us": round(ks * 1e6, 2),
+            "eager_unbroken_us": round(eu * 1e6, 2), "eager_broken_us": round(eb * 1e6, 2),
+            "torch_compile_broken_us": round(tb * 1e6, 2), "break_cost_us": round(cost * 1e6, 2),
+            "kiln_fallback_us": round(kf * 1e6, 2), "eager_of_fallback_us": round(ef * 1e6, 2)}
+        print(f"graph break            kiln {ks * 1e6:8.1f} us (unbroken {kw * 1e6:.1f})  eager {eb * 1e6:8.1f} us "
+              f"(unbroken {eu * 1e6:.1f})  torch.compile {tb * 1e6:8.1f} us  a break costs {cost * 1e6:7.1f} us\n"
+              f"whole fallback         kiln {kf * 1e6:8.1f} us  eager {ef * 1e6:8.1f} us")
 
         # The transformer block: compile latency, then steady state.
         torch.manual_seed(0)
