@@ -364,9 +364,11 @@ _SKIPPED = {"torch", "kiln"}
 
 def _user_code(fn: types.FunctionType) -> bool:
     """Whether kiln compiles `fn` where a graph break calls it: not torch's, kiln's or the
-    standard library's, nor marked by kiln.disable."""
+    standard library's, nor marked by kiln.disable; nor a nested function (a lambda, a
+    closure), a new object at each call of the code that makes it (a cache of its own each time).
+    TODO(issue 44): one cache per code object, nested functions included (guards on their cells)."""
     top = (getattr(fn, "__module__", None) or "").split(".")[0]
-    if top in _SKIPPED or top in sys.stdlib_module_names:
+    if top in _SKIPPED or top in sys.stdlib_module_names or "<locals>" in fn.__qualname__:
         return False
     return not getattr(fn, "_kiln_disabled", False) and not (fn.__code__.co_flags & 0x2A0)  # no generators
 

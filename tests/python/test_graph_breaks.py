@@ -101,21 +101,26 @@ def test_live_lists_dicts_and_ints_cross_the_break(stack):
         torch.testing.assert_close(fast(torch.ones(3), 2), f(torch.ones(3), 2))
 
 
-def test_a_break_in_a_called_function_breaks_at_the_call(stack):
-    def inner(x):
-        print("inner")
-        return x * 2
+def inner_that_prints(x):
+    print("inner", file=io.StringIO())
+    y = x * 2
+    return y.relu()
 
+
+def test_a_break_in_a_called_function_breaks_at_the_call_and_compiles_the_callee(stack):
     def f(x):
         y = x + 1
-        z = inner(y)
+        z = inner_that_prints(y)
         return z - 1
 
     fast = kiln.compile(f, stack=stack)
-    with contextlib.redirect_stdout(io.StringIO()):
+    for _ in range(2):
         torch.testing.assert_close(fast(torch.ones(3)), f(torch.ones(3)))
-    assert fast.graph_breaks and ":" in fast.graph_breaks[0]
-    assert "at CALL" in fast.graph_breaks[0]  # the call of inner, in f
+    assert "at CALL" in fast.graph_breaks[0]  # the call of inner_that_prints, in f
+    callees = [m for k, m in fast._continuations.items() if k[0] == "callee"]
+    assert [c.__qualname__ for c in callees] == ["inner_that_prints"]
+    assert callees[0].graph_breaks  # its own break, the code around it compiled
+    assert len(callees[0].cache.entries) == 1  # one cache per function: the second call hits
 
 
 def test_a_module_forward_breaks_and_trains_across_the_break(stack):
@@ -261,14 +266,15 @@ def test_the_resume_code_is_well_formed_python():
     assert list(resumed.__code__.co_lines())
 
 
-def test_kiln_disable_marks_code_never_compiled(stack):
-    @kiln.disable
-    def helper(t):
-        print("helper", file=io.StringIO())
-        return t * 2
+@kiln.disable
+def disabled_helper(t):
+    print("helper", file=io.StringIO())
+    return t * 2
 
+
+def test_kiln_disable_marks_code_never_compiled(stack):
     def f(x):
-        return helper(x + 1) - 1
+        return disabled_helper(x + 1) - 1
 
     fast = kiln.compile(f, stack=stack)
     torch.testing.assert_close(fast(torch.ones(3)), f(torch.ones(3)))

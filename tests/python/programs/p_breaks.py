@@ -337,3 +337,231 @@ def shape_crosses_as_a_size(x):
     s = x.shape
     print(s, file=QUIET)
     return x.reshape(s[1], s[0]) * 1.0
+
+
+COUNTER = {"calls": 0}
+
+
+@program(inputs=lambda: r(3), breaks="")
+def a_global_written_at_the_break(x):
+    global LAST_SUM
+    y = x * 2
+    LAST_SUM = 1.0  # noqa: F841 - a global write: Python's to run, once, in order
+    print("wrote", file=QUIET)
+    return y + 1
+
+
+@program(inputs=lambda n=4: r(n), breaks="a branch on a tensor's value")
+def while_loop_on_data(x):
+    steps = 0
+    while x.abs().max() > 1 and steps < 10:
+        x = x / 2
+        steps += 1
+    return x * steps
+
+
+@program(inputs=lambda: r(5), breaks="a branch on a tensor's value")
+def nan_check_early_exit(x):
+    y = x.log()  # NaN where x < 0
+    if torch.isnan(y).any():
+        return torch.nan_to_num(y, nan=0.0)
+    return y
+
+
+@program(inputs=lambda: r(4, 4), breaks="a branch on a tensor's value")
+def clamp_in_a_helper_with_a_branch(x):
+    def helper(t):
+        if t.mean() > 0:
+            return t.clamp(min=0)
+        return t.clamp(max=0)
+    return helper(x * 2) + 1
+
+
+@program(inputs=lambda: r(4, 4), breaks="")
+def list_comprehension_with_a_print(x):
+    rows = [say_and_return(row) for row in x]
+    return torch.stack(rows).sum(dim=0)
+
+
+def say_and_return(t):
+    say("row")
+    return t * 2
+
+
+@program(inputs=lambda: r(3, 3), breaks="calling builtins.print")
+def star_args_across(x, *rest):
+    parts = (x, x.t())
+    print(len(parts), file=QUIET)
+    return torch.add(*parts)
+
+
+@program(inputs=lambda: call(r(3), alpha=0.5, beta=2.0), breaks="calling builtins.print")
+def kwargs_dict_across(x, **options):
+    y = x * options["alpha"]
+    print(sorted(options), file=QUIET)
+    return y + options["beta"]
+
+
+@program(inputs=lambda: r(6), breaks="calling builtins.print")
+def unpacked_results_across(x):
+    a, b = x.chunk(2)
+    print("chunks", file=QUIET)
+    c, d = a.sort()
+    return c + b, d
+
+
+@program(inputs=lambda: r(4), breaks="calling builtins.print")
+def nested_containers_across(x):
+    state = {"hist": [x, x * 2], "meta": (1, "a")}
+    print("state", file=QUIET)
+    return state["hist"][1] * state["meta"][0] + len(state["meta"][1])
+
+
+@program(inputs=lambda: r(4), breaks="calling builtins.print")
+def three_breaks_in_a_row(x):
+    a = x + 1
+    print(1, file=QUIET)
+    b = a * 2
+    print(2, file=QUIET)
+    c = b - 3
+    print(3, file=QUIET)
+    return c.relu()
+
+
+@program(inputs=lambda: r(4), breaks="a branch on a tensor's value")
+def nested_branches_on_data(x):
+    if x.sum() > 0:
+        if x.max() > 1:
+            return x * 3
+        return x * 2
+    if x.min() < -1:
+        return x - 3
+    return x - 2
+
+
+@program(inputs=lambda: r(4), breaks="where Python needs a number")
+def item_in_a_format_string(x):
+    m = x.mean()
+    label = f"{m.item():.3f}"
+    return x - m, len(label)
+
+
+class Gate(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.proj(x)
+        return h if h.norm() > 0 else x
+
+
+class Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gates = nn.ModuleList([Gate(), Gate()])
+
+    def forward(self, x):
+        for g in self.gates:
+            x = g(x).tanh()
+        return x
+
+
+@program(inputs=lambda: (inference(Stack()), r(2, 4)), breaks="a branch on a tensor's value")
+def modules_in_a_loop_each_breaking(m, x):
+    return m(x)
+
+
+@program(inputs=lambda: (Stack(), r(2, 4)), breaks="a branch on a tensor's value")
+def training_modules_in_a_loop_each_breaking(m, x):
+    return m(x).square().mean()
+
+
+@program(inputs=lambda: r(3, 4), breaks="calling builtins.print")
+def no_grad_block_spanning_a_print(x):
+    with torch.no_grad():
+        a = x * 2
+        print("in no_grad", file=QUIET)
+        b = a + x
+    return b
+
+
+@program(inputs=lambda: r(3, 4), breaks="calling builtins.print")
+def enable_grad_inside_no_grad_with_a_print(x):
+    with torch.no_grad():
+        with torch.enable_grad():
+            a = x * 2
+            print("enabled", file=QUIET)
+        b = a + 1
+    return b
+
+
+def checked(t):
+    if (t > 5).any():
+        raise ValueError("too big")
+    return t
+
+
+@program(inputs=lambda: r(4), breaks="")
+def except_around_a_call_that_breaks(x):
+    try:
+        y = checked(x * 10)
+    except ValueError:
+        y = x.clamp(max=0.5)
+    return y * 2
+
+
+@program(inputs=lambda: r(4), breaks="")
+def finally_after_a_break(x):
+    log = []
+    try:
+        y = x * 2
+        say("body")
+    finally:
+        log.append("finally")
+    return y, len(log)
+
+
+@program(inputs=lambda: r(4), breaks="calling builtins.print")
+def a_slice_on_the_stack_at_the_break(x):
+    return x[1:print("s", file=QUIET) or 3]
+
+
+@program(inputs=lambda: r(2, 3), breaks="calling builtins.print")
+def dtype_and_device_across(x):
+    dt, dev = x.dtype, x.device
+    print(dt, dev, file=QUIET)
+    return torch.ones(2, 3, dtype=dt, device=dev) + x
+
+
+@program(inputs=lambda: r(4, 4), breaks="calling builtins.print")
+def bound_method_pending_at_the_break(x):
+    return x.add(print("arg", file=QUIET) or 1)
+
+
+@program(inputs=lambda: r(5), breaks="a branch on a tensor's value")
+def any_and_all_flags(x):
+    pos = x > 0
+    if pos.all():
+        return x
+    if pos.any():
+        return x * pos
+    return -x
+
+
+@program(inputs=lambda: r(4), breaks="calling builtins.print")
+def closure_read_after_the_break(x):
+    k = 3
+    scale = lambda t: t * k  # noqa: E731 - a closure over a cell of this frame, live across
+    y = scale(x)
+    print("k", k, file=QUIET)
+    k = 4
+    return scale(y)
+
+
+@program(inputs=lambda: r(4), breaks="a branch on a tensor's value")
+def branch_on_a_tensor_compared_with_a_tensor(x):
+    y = x * 2
+    if (y > x).sum() >= 2:
+        return y
+    return x
