@@ -119,6 +119,7 @@ struct ModuleDesc {
   modules @4 :List(Text);           # submodule names, in order (ask for their paths)
   attributes @5 :List(NamedObject); # instance attributes of primitive kinds
   forward @6 :FunctionDesc;         # a user module's forward (unbound; `self` is the module)
+  hooks @7 :Bool;                   # calling it runs hooks (its own or global ones) beside forward
 }
 
 struct TraceRequest {
@@ -195,6 +196,8 @@ struct OutputSpec {
     exitOf @16 :Manager;            # the __exit__ of a torch.no_grad()/enable_grad()/autocast
                                     # the frame entered: entered again, its __exit__ passed
     function @17 :MadeFunction;     # a function the traced code made (MAKE_FUNCTION)
+    sameAs @18 :UInt32;             # the object an earlier part of a break's state rebuilt
+                                    # (its index in stack, locals, cells order): one object
   }
 }
 

@@ -105,9 +105,12 @@ class _Runner:
         self.compiled = compiled
         self.graph = traced.graph
         self.traced = traced
+        self.detached = _detached_outputs(traced.graph)
 
     def __call__(self, fn, args, kwargs):
         results = self.compiled(*self.read_inputs(fn, args, kwargs))
+        for k in self.detached:  # a view of an input that requires grad, made through `detach`
+            results[k] = results[k].detach()
         if self.traced.side_effects:
             _trace.replay(self.traced, results, fn, args, kwargs)
         return self.traced.rebuild(results, (fn, args, kwargs))
@@ -284,7 +287,7 @@ class CompiledFunction:
             return None if compiled is None else types.MethodType(compiled, callee.__self__)
         if isinstance(callee, torch.nn.Module):
             forward = type(callee).forward
-            if _has_hooks(callee) or not isinstance(forward, types.FunctionType):
+            if _trace.has_hooks(callee) or not isinstance(forward, types.FunctionType):
                 return None
             compiled = self._compile_callee(forward)
             return None if compiled is None else types.MethodType(compiled, callee)
@@ -373,14 +376,18 @@ def _user_code(fn: types.FunctionType) -> bool:
     return not getattr(fn, "_kiln_disabled", False) and not (fn.__code__.co_flags & 0x2A0)  # no generators
 
 
-def _has_hooks(module: torch.nn.Module) -> bool:
-    """Whether calling the module runs hooks beside its forward (its own or global ones)."""
-    from torch.nn.modules import module as m
-    own = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks,
-           getattr(module, "_backward_pre_hooks", {}))
-    shared = (m._global_forward_hooks, m._global_forward_pre_hooks, m._global_backward_hooks,
-              getattr(m, "_global_backward_pre_hooks", {}))
-    return any(own) or any(shared)
+def _detached_outputs(graph) -> list:
+    """The outputs whose chain of first inputs passes through `detach`: an artifact hands out
+    a view of an input as a view of that input (autograd's, where the input requires grad);
+    these must not be."""
+    out = []
+    for k, value in enumerate(graph.outputs):
+        node = graph.node(value.id)
+        while node["kind"] == "call" and node["target"] != "detach" and node["inputs"]:
+            node = graph.node(node["inputs"][0])
+        if node["kind"] == "call" and node["target"] == "detach":
+            out.append(k)
+    return out
 
 
 def _artifacts(runner) -> list:
@@ -457,7 +464,19 @@ class CompiledModule(torch.nn.Module):
         self._compiled_forward = CompiledFunction(type(module).forward, **options)
 
     def forward(self, *args, **kwargs):
+        if _trace.has_hooks(self._orig_mod):  # hooks run around its forward: called as it is
+            # TODO(issue 44): compile its forward between the hooks, as torch.compile does.
+            return self._orig_mod(*args, **kwargs)
         return self._compiled_forward(self._orig_mod, *args, **kwargs)
+
+    @property
+    def graph_breaks(self) -> list:
+        """The graph breaks of the module's forward (CompiledFunction.graph_breaks)."""
+        return self._compiled_forward.graph_breaks
+
+    @property
+    def fallback_reasons(self) -> list:
+        return self._compiled_forward.fallback_reasons
 
     def __getattr__(self, name: str):
         try:

@@ -161,18 +161,21 @@ def _location_entries(units: int, line_delta: int | None) -> bytes:
 
 # ---- the frame's state as arguments ---------------------------------------------------------
 
-# Iterators a stack slot passes as the tuple of what they have left (a loop's, at a break
-# inside it): the resume function's trace then unrolls the rest of the loop. Others (a
-# generator's) pass as they are.
+# Iterators the traced code made (a loop's, at a break inside it; `iter(...)` in a local)
+# pass to the resume function as the tuple of what they have left: its trace then unrolls
+# the rest of the loop. The frame holds them alone, so the resume function's own iterator
+# over that tuple stands for them. Others (the call's, a generator) pass as they are.
 _ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0))))
 _MAX_ITEMS = 1000
 
 
-def slot_kinds(stack: list) -> tuple:
-    """Per value-stack slot: "null", "iter" (a builtin iterator, passed as its items) or "value"."""
+def slot_kinds(values: list, private: tuple = ()) -> tuple:
+    """Per value: "null", "iter" (an iterator of the frame's own, `private`, passed as its
+    items) or "value"."""
+    private = private or (False,) * len(values)
     return tuple("null" if v is NULL else
-                 "iter" if type(v) in _ITERATORS and v.__length_hint__() <= _MAX_ITEMS else "value"
-                 for v in stack)
+                 "iter" if own and type(v) in _ITERATORS and v.__length_hint__() <= _MAX_ITEMS else "value"
+                 for v, own in zip(values, private))
 
 
 class Layout:
@@ -181,8 +184,9 @@ class Layout:
     the cell object: no MAKE_CELL runs), then the other varnames. `mapping` renumbers the
     frame's local, cell and free-variable indices for that order."""
 
-    def __init__(self, code: types.CodeType, kinds: tuple, passed: tuple):
+    def __init__(self, code: types.CodeType, kinds: tuple, passed: tuple, local_kinds: tuple = ()):
         self.kinds, self.passed = kinds, passed
+        self.local_kinds = local_kinds or ("value",) * len(passed)  # "iter": passed as its items
         # A resume function's own slots are dead locals of it: a break in it names its slots anew.
         level = 0
         while any(n.startswith(f"__kiln{level or ''}_s") for n in code.co_varnames):
@@ -224,11 +228,15 @@ class Layout:
                 units += _encode(_OP["GET_ITER"])
         for k in self.slot_index.values():
             units += _encode(_OP["DELETE_FAST"], k)
+        for name, kind in zip(self.passed, self.local_kinds):
+            if kind == "iter":  # an iterator local, passed as what it has left
+                at = self.varnames.index(name)
+                units += _encode(_OP["LOAD_FAST"], at) + _encode(_OP["GET_ITER"]) + _encode(_OP["STORE_FAST"], at)
         return units
 
     def arguments(self, stack: list, locals_: list, cells: list) -> list:
         given = [tuple(v) if kind == "iter" else v for v, kind in zip(stack, self.kinds) if kind != "null"] + \
-            list(locals_) + list(cells)
+            [tuple(v) if kind == "iter" else v for v, kind in zip(locals_, self.local_kinds)] + list(cells)
         out = [None] * len(given)
         for value, position in zip(given, self.order):
             out[position] = value
@@ -359,6 +367,8 @@ class Continuation:
         # Inside a try or with block, what the eager part raises goes to the block's handler,
         # where the rest resumes (the handler's stack: its depth, lasti, the exception).
         self.handler = _handler(fn.__code__, self.listed[brk["start"]].offset)
+        self.private_stack = tuple("iterator" in spec for spec in brk["stack"])
+        self.private_locals = tuple("iterator" in item["value"] for item in brk["locals"])
         # The code objects of the functions the traced code made that the state holds.
         self.codes = {}
         for made in _made_functions(brk):
@@ -397,6 +407,10 @@ class Continuation:
         opname = ins.opname
         if opname == "RETURN_VALUE":
             return stack[-1]
+        # The eager part gets every iterator as it is (it may advance one); the resume function
+        # gets the frame's own as what they have left.
+        own = [self.private_stack[k] if k < len(self.private_stack) else False for k in range(len(stack))]
+        values_only = ("value",) * len(locals_)
         raised = None
         try:
             if opname.startswith(_CONDITIONAL):
@@ -408,13 +422,19 @@ class Continuation:
                 target = self.index[ins.argval] if taken else brk["instruction"] + 1
                 if not (taken and opname.startswith("JUMP_IF")):
                     stack.pop()
+                    own.pop()
             else:
                 if self.compile_callee is not None and opname in ("CALL", "CALL_FUNCTION_EX"):
                     self._offer_callee(stack, ins)
                 kinds = slot_kinds(stack)
                 keep = _untouched(tuple(kind == "null" for kind in kinds), self.listed, brk["instruction"])
-                glue = self._glue(kinds[keep:])
-                stack = stack[:keep] + list(glue(*glue.layout.arguments(stack[keep:], locals_, cells)))
+                glue = self._glue(kinds[keep:], values_only)
+                given = glue.layout.arguments(stack[keep:], locals_, cells)
+                top = glue(*given)
+                # An iterator the eager part made (GET_ITER over a list) is the frame's own; one
+                # it was given (iter() of an iterator is itself) is not.
+                made = [type(v) in _ITERATORS and not any(v is g for g in given) for v in top]
+                stack, own = stack[:keep] + list(top), own[:keep] + made
                 target = brk["instruction"] + 1
         except BaseException as e:  # the frame's own handler takes it, as it would have
             if self.handler is None:
@@ -422,10 +442,11 @@ class Continuation:
             handler, depth, lasti = self.handler
             raised, target = e, self.index[handler]
             stack = stack[:depth] + ([0] if lasti else []) + [e]
+            own = own[:depth] + [False] * (len(stack) - depth)
         if self.depths.get(self.listed[target].offset) != len(stack):
             raise RuntimeError(f"kiln: the value stack after the graph break at {self.where} has {len(stack)} items "
                                f"where CPython's has {self.depths.get(self.listed[target].offset)}")
-        resume = self._resume(slot_kinds(stack), target)
+        resume = self._resume(slot_kinds(stack, tuple(own)), slot_kinds(locals_, self.private_locals), target)
         if raised is not None and self.handler[2]:
             # lasti: where the handler's RERAISE says the exception came from, for tracebacks
             stack[-2] = resume.head + ins.offset // 2
@@ -463,11 +484,11 @@ class Continuation:
         if offered is not None:
             stack[at] = offered
 
-    def _glue(self, kinds: tuple):
-        key = ("glue", self.brk["start"], self.brk["instruction"], kinds, self.names)
+    def _glue(self, kinds: tuple, local_kinds: tuple):
+        key = ("glue", self.brk["start"], self.brk["instruction"], kinds, self.names, local_kinds)
         if key not in self.made:
             code = self.fn.__code__
-            layout = Layout(code, kinds, self.names)
+            layout = Layout(code, kinds, self.names, local_kinds)
             effect = sum(dis.stack_effect(i.opcode, i.arg) if i.opcode >= dis.HAVE_ARGUMENT
                          else dis.stack_effect(i.opcode)
                          for i in self.listed[self.brk["start"]:self.brk["instruction"] + 1])
@@ -477,10 +498,10 @@ class Continuation:
             self.made[key] = glue
         return self.made[key]
 
-    def _resume(self, kinds: tuple, target: int):
-        key = ("resume", target, kinds, self.names)
+    def _resume(self, kinds: tuple, local_kinds: tuple, target: int):
+        key = ("resume", target, kinds, self.names, local_kinds)
         if key not in self.made:
-            layout = Layout(self.fn.__code__, kinds, self.names)
+            layout = Layout(self.fn.__code__, kinds, self.names, local_kinds)
             line = self.brk["line"]
             resumed = resume_function(self.fn, layout, target, line)
             compiled = self.compile_resume(resumed)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import dis
+import functools
 import hashlib
 import math
 import sys
@@ -272,10 +273,23 @@ def _described(obj, path: list, depth: int, extra: list | None, d: dict) -> dict
             d["emptyCell"] = None
         else:
             d["cell"] = describe(contents, path + [{"attr": None, "name": "cell_contents"}], depth + 1)
+    elif not _findable(type(obj)):
+        # Its type guard could not find the type again (builtins' list_iterator, mappingproxy):
+        # every call would miss. Refused where the trace reads it instead.
+        d["unsupported"] = f"a {type(obj).__qualname__}, whose type kiln cannot find by name"
     else:
         d["object"] = sorted(getattr(obj, "__dict__", {}).keys())
         d["mro"] = [_type_ref(t) for t in type(obj).__mro__]
     return d
+
+
+@functools.lru_cache(maxsize=None)
+def _findable(t: type) -> bool:
+    """Whether `t` is found again by its module and qualified name (as type guards look it up)."""
+    found = sys.modules.get(t.__module__)
+    for part in t.__qualname__.split("."):
+        found = getattr(found, part, None)
+    return found is t
 
 
 def _function(fn: types.FunctionType, path: list, root: bool = False, depth: int = 0) -> dict:
@@ -313,6 +327,7 @@ def _module(m: torch.nn.Module, path: list) -> dict:
     desc = {
         "kind": f"torch.nn.{type(m).__name__}" if builtin_kind else "",
         "training": m.training,
+        "hooks": has_hooks(m),
         "parameters": [{"name": n, "value": describe(p, attr(n))} for n, p in m._parameters.items()],
         "buffers": [{"name": n, "value": describe(b, attr(n))} for n, b in m._buffers.items()],
         "modules": list(m._modules.keys()),
@@ -325,6 +340,16 @@ def _module(m: torch.nn.Module, path: list) -> dict:
             desc["forward"] = _function(forward, path + [{"attr": None, "name": "forward"},
                                                           {"attr": None, "name": "__func__"}])
     return desc
+
+
+def has_hooks(module: torch.nn.Module) -> bool:
+    """Whether calling the module runs hooks beside its forward (its own or global ones)."""
+    from torch.nn.modules import module as m
+    own = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks,
+           getattr(module, "_backward_pre_hooks", {}))
+    shared = (m._global_forward_hooks, m._global_forward_pre_hooks, m._global_backward_hooks,
+              getattr(m, "_global_backward_pre_hooks", {}))
+    return any(own) or any(shared)
 
 
 # ---- paths --------------------------------------------------------------------
@@ -399,7 +424,17 @@ class Traced:
         if self.graph_break is not None:
             self.outputs = {"tuple": self.graph_break["stack"] + [v["value"] for v in self.graph_break["locals"]] +
                             [c["value"] for c in self.graph_break["cells"]]}
-        self.rebuild = rebuilder(self.outputs)  # (results, call) -> the value (or a break's state)
+            state = rebuilder(self.outputs)
+            same = [(k, spec["sameAs"]) for k, spec in enumerate(self.outputs["tuple"]) if "sameAs" in spec]
+
+            def rebuild_state(results, call):  # one object where the state holds one twice
+                values = list(state(results, call))
+                for k, first in same:
+                    values[k] = values[first]
+                return tuple(values)
+            self.rebuild = rebuild_state
+        if self.graph_break is None:
+            self.rebuild = rebuilder(self.outputs)  # (results, call) -> the value
         self.side_effects = traced["sideEffects"]
         self.requires_grad = traced["requiresGrad"]  # autograd would record the call
 
@@ -743,6 +778,8 @@ def rebuilder(spec: dict):
     if "exitOf" in spec:
         manager = spec["exitOf"]
         return lambda results, call: _entered(manager).__exit__
+    if "sameAs" in spec:  # filled in by the break's state (Traced)
+        return lambda results, call: None
     if "slice" in spec:
         parts = many(spec["slice"])
         return lambda results, call: slice(*(p(results, call) for p in parts))

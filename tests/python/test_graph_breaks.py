@@ -345,3 +345,55 @@ def test_functions_made_in_the_traced_code_cross_the_break(stack):
     for k in (1, 2):
         torch.testing.assert_close(fast(torch.ones(3), k), f(torch.ones(3), k))
     assert fast.graph_breaks and not any(fr.fallback_reasons for fr in frames(fast))
+
+
+def test_format_specs_and_floats_are_pythons_to_format(stack):
+    def f(x, s):
+        print(f"[{x.shape[0]:04d}] [{s.item():.2f}] [{s.item()}] [{x.shape[0]:>3}] {str(2.0)}")
+        return x + 1
+
+    fast = kiln.compile(f, stack=stack)
+    got, want = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(got):
+        fast(torch.ones(3), torch.tensor(2.0))
+    with contextlib.redirect_stdout(want):
+        f(torch.ones(3), torch.tensor(2.0))
+    assert got.getvalue() == want.getvalue() == "[0003] [2.00] [2.0] [  3] 2.0\n"
+
+
+def test_detach_after_a_break_does_not_require_grad(stack):
+    w = torch.randn(3, requires_grad=True)
+
+    def f(x):
+        loss = (x * w).sum()
+        print("loss", file=io.StringIO())
+        return loss.detach(), loss
+
+    got, kept = kiln.compile(f, stack=stack)(torch.ones(3))
+    assert not got.requires_grad and kept.requires_grad
+
+
+def test_an_iterator_in_a_local_crosses_the_break(stack):
+    def f(x):
+        it = iter((1, 2, 3, 4))
+        x = x + next(it)
+        print("break", file=io.StringIO())
+        return x + next(it)
+
+    fast = kiln.compile(f, stack=stack)
+    for _ in range(2):
+        torch.testing.assert_close(fast(torch.zeros(2)), f(torch.zeros(2)))
+
+
+def test_a_submodules_hooks_run_and_a_new_hook_is_seen(stack):
+    seen = []
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    fast = kiln.compile(m, stack=stack)
+    x = torch.randn(2, 4)
+    fast(x)
+    m[1].register_forward_hook(lambda mod, i, o: seen.append("sub"))
+    torch.testing.assert_close(fast(x), m(x))
+    assert seen == ["sub", "sub"]  # kiln's call and eager's
+    m.register_forward_hook(lambda mod, i, o: seen.append("top"))
+    fast(x)
+    assert seen[-2:] == ["sub", "top"]

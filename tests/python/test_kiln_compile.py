@@ -464,3 +464,14 @@ def test_autocast_around_the_call_is_traced_and_guarded(stack):
         torch.testing.assert_close(out, f(x, w), rtol=2e-2, atol=2e-2)
     assert fast(x, w).dtype == torch.float32
     assert entries(fast) == 2, kiln.explain(fast)
+
+
+def test_attention_of_a_fully_masked_row_is_zero_as_torchs(stack):
+    q, k, v = torch.randn(3, 1, 2, 3, 4).unbind(0)
+    masks = {"bool": torch.tensor([[False] * 3, [True, True, False], [True] * 3]),
+             "float": torch.tensor([[float("-inf")] * 3, [0.0, 0.0, float("-inf")], [0.0] * 3])}
+    fn = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa: E731
+    for name, m in masks.items():
+        got = kiln.compile(fn, stack=stack)(q, k, v, m)
+        torch.testing.assert_close(got, fn(q, k, v, m), msg=name)
+        assert not got.isnan().any(), name

@@ -1,5 +1,7 @@
 #include "kiln/common/version.h"
 
+#include "kiln_build_id.h" // KILN_BUILD_ID: the commit and the sources' hash
+
 namespace kiln {
 
 std::string_view version() {

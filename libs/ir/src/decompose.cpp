@@ -331,15 +331,25 @@ ValueId dropped(Graph& g, const Node& node, ValueId weights) {
 
 // scaled_dot_product_attention: softmax(q @ k^T * scale + mask) @ v, where a
 // bool mask (and is_causal's lower triangle) sets the scores it drops to -inf.
+// With a mask, a row whose every score is -inf attends to nothing (weights 0,
+// torch's safe softmax), where a plain softmax would give NaN.
 ValueId attention(Graph& g, const Node& node, const std::vector<ValueId>& in) {
   const TensorMeta q = g.meta(in[0]); // a copy: calls grow the graph
   int64_t n = static_cast<int64_t>(q.dim());
   ValueId kt = g.call("transpose", {in[1]}, {{"dim0", n - 2}, {"dim1", n - 1}});
   ValueId scores = scaled(g, node, g.call("matmul", {in[0], kt}), q.sizes[n - 1]);
-  if (attrOr<bool>(node, "is_causal", false))
-    scores = causallyMasked(g, scores, q.sizes[n - 2], g.meta(in[1]).sizes[n - 2], q.device);
-  if (std::optional<ValueId> mask = attentionMask(node)) scores = withMask(g, scores, *mask);
+  bool masked = attrOr<bool>(node, "is_causal", false);
+  if (masked) scores = causallyMasked(g, scores, q.sizes[n - 2], g.meta(in[1]).sizes[n - 2], q.device);
+  if (std::optional<ValueId> mask = attentionMask(node)) {
+    scores = withMask(g, scores, *mask);
+    masked = true;
+  }
   ValueId weights = g.call("softmax", {scores}, {{"dim", int64_t{-1}}});
+  if (masked) {
+    ValueId max = g.call("amax", {scores}, {{"dim", std::vector<int64_t>{-1}}, {"keepdim", true}});
+    ValueId attends = g.call("ne", {max}, {{"other", -INFINITY}});
+    weights = g.call("where", {attends, weights}, {{"other", 0.0}});
+  }
   return g.call("matmul", {dropped(g, node, weights), in[2]});
 }
 

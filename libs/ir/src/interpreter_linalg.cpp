@@ -174,6 +174,8 @@ void attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
       max = std::max(max, w[s]);
     }
     for (double& x : w) sum += (x = std::exp(x - max));
+    // A row whose every score is masked attends to nothing: 0, as torch's safe softmax.
+    if (max == -INFINITY) std::fill(w.begin(), w.end(), 0.0), sum = 1;
     for (int64_t e = 0; e < out.sizes[n - 1]; ++e) {
       std::vector<int64_t> vi = idx, oi = idx;
       oi[n - 1] = vi[n - 1] = e;

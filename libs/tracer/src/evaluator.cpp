@@ -243,16 +243,42 @@ private:
     out.setReason(at.reason);
     out.setFilename(at.file);
     out.setLine(at.line);
-    auto stack = out.initStack(static_cast<unsigned>(stopped.stack.size()));
-    for (unsigned k = 0; k < stack.size(); ++k) spec(stopped.stack[k], stack[k], outputs, true);
     std::vector<std::pair<std::string, Var>> locals;
     for (auto name : code.getVarnames())
       if (auto it = stopped.locals.find(name.cStr()); it != stopped.locals.end() && live.count(it->first))
         locals.emplace_back(it->first, it->second);
+    // A mutable object the state holds twice (a list on the stack and in a local) is one
+    // object again: later places refer to the first; one inside another part is refused.
+    std::vector<Var> top = stopped.stack;
+    for (const auto& [name, v] : locals) top.push_back(v);
+    std::map<const VarNode*, uint32_t> first;
+    std::map<const VarNode*, int> count;
+    std::function<void(const Var&)> countIn = [&](const Var& v) {
+      ++count[v.get()];
+      if (!v->path) for (const Var& item : v->items) countIn(item);
+    };
+    for (const Var& v : top) countIn(v);
+    auto mutableMade = [](const Var& v) {
+      return !v->path && (v->kind == Kind::List || v->kind == Kind::Dict || v->kind == Kind::Iterator);
+    };
+    for (size_t k = 0; k < top.size(); ++k) {
+      int atTop = 0;
+      for (const Var& t : top) atTop += t == top[k];
+      if (mutableMade(top[k]) && count[top[k].get()] > atTop)
+        unsupported("a graph break with a " + kindName(top[k]->kind) + " both in the frame's state and inside it");
+      first.emplace(top[k].get(), static_cast<uint32_t>(k));
+    }
+    auto place = [&](const Var& v, schema::OutputSpec::Builder o, uint32_t at) {
+      auto seen = first.find(v.get());
+      if (mutableMade(v) && seen != first.end() && seen->second < at) o.setSameAs(seen->second);
+      else spec(v, o, outputs, true);
+    };
+    auto stack = out.initStack(static_cast<unsigned>(stopped.stack.size()));
+    for (unsigned k = 0; k < stack.size(); ++k) place(stopped.stack[k], stack[k], k);
     auto named = out.initLocals(static_cast<unsigned>(locals.size()));
     for (unsigned k = 0; k < named.size(); ++k) {
       named[k].setName(locals[k].first);
-      spec(locals[k].second, named[k].initValue(), outputs, true);
+      place(locals[k].second, named[k].initValue(), static_cast<uint32_t>(stack.size() + k));
     }
     auto cells = out.initCells(code.getCellvars().size());
     for (unsigned k = 0; k < cells.size(); ++k) {
@@ -741,6 +767,11 @@ private:
 
   Var callModule(const Var& module, std::vector<Var> args, const Kwargs& kwargs, size_t depth) {
     auto desc = module->desc->getModule();
+    // Its hooks run beside forward when called: Python's to run. Their absence is guarded
+    // (a hook added later traces again); global hooks are refused where they are described.
+    if (desc.getHooks()) unsupported("calling a module with hooks");
+    for (const char* hooks : {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"})
+      guards.check(node(extend(*module->path, guards::attr(hooks))), guards::lengthIs(0));
     std::string kind = desc.getKind().cStr();
     if (kind.empty()) {
       if (!desc.hasForward()) unsupported("a module without forward");
@@ -1224,11 +1255,7 @@ private:
     switch (v->kind) {
     case Kind::Str: return v->name;
     case Kind::Int: return std::to_string(concrete(v));
-    case Kind::Float: {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%.17g", number(v));
-      return buf;
-    }
+    // A float's text is Python's shortest round-trip repr (2.0, 0.1, 1e+16): refused, not guessed.
     case Kind::Bool: return truth(v) ? "True" : "False";
     case Kind::None: return "None";
     default: unsupported("formatting a " + kindName(v->kind));
@@ -1764,7 +1791,11 @@ private:
         f.stack.push_back(sequence(Kind::List, rest));
         for (size_t k = before; k-- > 0;) f.stack.push_back(items[k]);
       } else if (opname == "FORMAT_VALUE") {
-        if (arg & 0x04) f.pop(); // a format spec: kiln formats plainly
+        // Plain str() of ints, strings, bools and None; a format spec, or repr()/ascii() of a
+        // string, is Python's to apply (a graph break).
+        if (arg & 0x04) unsupported("an f-string format spec");
+        int64_t conversion = arg & 0x03;
+        if (conversion >= 2 && f.top()->kind == Kind::Str) unsupported("repr() of a string in an f-string");
         f.stack.push_back(string(text(f.pop())));
       } else if (opname == "BUILD_STRING") {
         std::string s;

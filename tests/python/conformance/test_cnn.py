@@ -903,7 +903,8 @@ def test_dropout_errors(case):
 
 def sdpa_reference(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
     """torch's math composition: softmax(q @ k^T * scale + mask) @ v, in float32 for half
-    inputs; a bool mask keeps where True, is_causal keeps the lower triangle."""
+    inputs; a bool mask keeps where True, is_causal keeps the lower triangle; a row it masks
+    whole is 0."""
     assert dropout_p == 0.0
     dtype = q.dtype
     if dtype in (torch.float16, torch.bfloat16):
@@ -924,6 +925,8 @@ def sdpa_reference(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     # torch scales q and k before their product: scores over an empty embedding are 0
     scores = q @ k.transpose(-2, -1) * scale if q.size(-1) else torch.zeros(L, S, dtype=q.dtype)
     weights = torch.softmax(scores + bias, dim=-1)
+    # torch 2.x's safe softmax: a row whose every score is masked attends to nothing (0)
+    weights = weights.masked_fill(bias.amax(-1, keepdim=True) == float("-inf"), 0.0)
     return (weights @ v).to(dtype)
 
 
@@ -1015,7 +1018,7 @@ def test_attention_with_dropout(case):
 
 
 @pytest.mark.op("scaled_dot_product_attention")
-def test_attention_fully_masked_row_is_nan():
+def test_attention_fully_masked_row_is_zero():
     q, k, v = make((3, 4)), make((2, 4)), make((2, 4))
     mask = torch.tensor([[True, True], [False, False], [True, False]])
     check("scaled_dot_product_attention", sdpa_reference, q, k, v, attn_mask=mask)
