@@ -198,6 +198,7 @@ struct OutputSpec {
     function @17 :MadeFunction;     # a function the traced code made (MAKE_FUNCTION)
     sameAs @18 :UInt32;             # the object an earlier part of a break's state rebuilt
                                     # (its index in stack, locals, cells order): one object
+    returnType @19 :ReturnType;     # a torch.return_types named tuple (max's (values, indices))
   }
 }
 
@@ -230,6 +231,11 @@ struct Manager {
       enabled @3 :Bool;
     }
   }
+}
+
+struct ReturnType {
+  name @0 :Text;                    # torch.return_types.<name>
+  items @1 :List(OutputSpec);
 }
 
 struct BoundMethod {

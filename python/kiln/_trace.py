@@ -778,6 +778,10 @@ def rebuilder(spec: dict):
     if "exitOf" in spec:
         manager = spec["exitOf"]
         return lambda results, call: _entered(manager).__exit__
+    if "returnType" in spec:
+        make = getattr(torch.return_types, spec["returnType"]["name"])
+        parts = many(spec["returnType"]["items"])
+        return lambda results, call: make([p(results, call) for p in parts])
     if "sameAs" in spec:  # filled in by the break's state (Traced)
         return lambda results, call: None
     if "slice" in spec:

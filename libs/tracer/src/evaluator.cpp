@@ -1163,6 +1163,8 @@ private:
       break;
     default: break;
     }
+    if (isReturnType(obj) && obj->items.size() == 2 && (name == "values" || name == "indices"))
+      return obj->items[name == "values" ? 0 : 1];
     unsupported("attribute '" + name + "' of a " + kindName(obj->kind));
   }
 
@@ -1900,7 +1902,11 @@ private:
       o.initConstant().setEllipsis();
       return;
     case Kind::Tuple:
-      if (isSize(v)) items(v->items, o.initSize(static_cast<unsigned>(v->items.size())));
+      if (isReturnType(v)) {
+        auto r = o.initReturnType();
+        r.setName(v->type.qualname);
+        items(v->items, r.initItems(static_cast<unsigned>(v->items.size())));
+      } else if (isSize(v)) items(v->items, o.initSize(static_cast<unsigned>(v->items.size())));
       else items(v->items, o.initTuple(static_cast<unsigned>(v->items.size())));
       return;
     case Kind::List: items(v->items, o.initList(static_cast<unsigned>(v->items.size()))); return;

@@ -460,7 +460,9 @@ Var extreme(TraceState& s, bool max, std::vector<Var> args, const Kwargs& kwargs
   int64_t d = s.concrete(*dim);
   Var values = s.op(max ? "amax" : "amin", {self->value}, {{"dim", std::vector<int64_t>{d}}, {"keepdim", keepdim}});
   Var indices = s.op(max ? "argmax" : "argmin", {self->value}, {{"dim", d}, {"keepdim", keepdim}});
-  return sequence(Kind::Tuple, {values, indices});
+  Var result = sequence(Kind::Tuple, {values, indices});
+  result->type = {"torch.return_types", max ? "max" : "min"}; // (values, indices), named
+  return result;
 }
 
 // A number written into a tensor of `dtype` (masked_fill, setitem): torch casts it to

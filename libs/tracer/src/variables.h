@@ -133,6 +133,9 @@ inline Var method(Var self, std::string name) {
 inline guards::TypeRef sizeType() { return {"torch", "Size"}; }
 inline bool isSize(const Var& v) { return v->kind == Kind::Tuple && v->type.module == "torch" && v->type.qualname == "Size"; }
 
+// torch.return_types' named tuples (max and min along a dim): (values, indices).
+inline bool isReturnType(const Var& v) { return v->kind == Kind::Tuple && v->type.module == "torch.return_types"; }
+
 std::string kindName(Kind kind);
 
 } // namespace kiln::tracer

@@ -246,3 +246,14 @@ def isinstance_of_a_base_class(m, x):
 @program(inputs=lambda: (r(2, 4), True))
 def isinstance_of_a_bool_as_an_int(x, flag):
     return x * 2 if isinstance(flag, int) else x
+
+
+@program(inputs=lambda: r(3, 4))
+def max_values_and_indices_by_name(x):
+    top = x.max(-1)
+    return top.values * 2 + top.indices
+
+
+@program(inputs=lambda: r(3, 4))
+def min_returns_its_named_tuple(x):
+    return x.min(0)
