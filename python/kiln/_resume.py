@@ -22,6 +22,7 @@ offered to kiln (no PEP 523 hook yet: only the refused call's callee is compiled
 from __future__ import annotations
 
 import dis
+import sys
 import types
 
 from kiln._trace import _JUMPS, NULL, MadeFunction, Unsupported, _exception_entries
@@ -291,11 +292,31 @@ def glue_function(fn: types.FunctionType, layout: Layout, start: int, end: int, 
     listed = instructions(code)
     first = listed[start].offset // 2
     last = listed[end].offset // 2 + 1 + _caches(listed[end].opcode)
-    body = _renumbered(_units(code)[first:last], layout.mapping)
+    plain = without_null(listed[end])
+    if plain is None:
+        body = _renumbered(_units(code)[first:last], layout.mapping)
+    else:  # the refused load in its form without the NULL (the caller puts it back)
+        prefix = end
+        while prefix > start and listed[prefix - 1].opname == "EXTENDED_ARG":
+            prefix -= 1
+        body = _renumbered(_units(code)[first:listed[prefix].offset // 2], layout.mapping) + _encode(*plain)
+        produced -= 1
     units = layout.prologue(code) + body + _encode(_OP["BUILD_TUPLE"], produced) + _encode(_OP["RETURN_VALUE"])
     locations = _location_entries(len(units), line - code.co_firstlineno)
     qualname = f"{code.co_qualname}.<graph break at line {line}>"
     return _function(layout.code(code, units, qualname=qualname, exceptions=b"", locations=locations), fn)
+
+
+def without_null(ins) -> tuple | None:
+    """(opcode, oparg) of a load that may push the call protocol's NULL (a tuple cannot hold
+    it) in the form that pushes only its value: LOAD_GLOBAL's and 3.12 LOAD_ATTR's and
+    LOAD_SUPER_ATTR's low bit cleared, 3.11's LOAD_METHOD as LOAD_ATTR. None for others."""
+    method_bit = ("LOAD_GLOBAL", "LOAD_ATTR", "LOAD_SUPER_ATTR") if sys.version_info >= (3, 12) else ("LOAD_GLOBAL",)
+    if ins.opname in method_bit and ins.arg & 1:
+        return ins.opcode, ins.arg & ~1
+    if ins.opname == "LOAD_METHOD":
+        return _OP["LOAD_ATTR"], ins.arg
+    return None
 
 
 def stack_depths(code: types.CodeType) -> dict:
@@ -430,7 +451,9 @@ class Continuation:
                 keep = _untouched(tuple(kind == "null" for kind in kinds), self.listed, brk["instruction"])
                 glue = self._glue(kinds[keep:], values_only)
                 given = glue.layout.arguments(stack[keep:], locals_, cells)
-                top = glue(*given)
+                top = list(glue(*given))
+                if without_null(ins) is not None:  # its value with the NULL the plain form left out
+                    top.insert(len(top) - 1, NULL)
                 # An iterator the eager part made (GET_ITER over a list) is the frame's own; one
                 # it was given (iter() of an iterator is itself) is not.
                 made = [type(v) in _ITERATORS and not any(v is g for g in given) for v in top]
