@@ -428,6 +428,8 @@ class Continuation:
         opname = ins.opname
         if opname == "RETURN_VALUE":
             return stack[-1]
+        if opname == "RETURN_CONST":  # 3.12: a return the tracer refused (a function of no tensor)
+            return ins.argval
         # The eager part gets every iterator as it is (it may advance one); the resume function
         # gets the frame's own as what they have left.
         own = [self.private_stack[k] if k < len(self.private_stack) else False for k in range(len(stack))]

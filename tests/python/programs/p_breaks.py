@@ -12,6 +12,7 @@ from corpus import call, inference, program
 
 QUIET = io.StringIO()
 LOG = logging.getLogger("kiln.corpus.breaks")
+LOG.isEnabledFor(logging.DEBUG)  # the logger's level cache, filled as any earlier call would
 
 
 def r(*shape):
