@@ -356,10 +356,16 @@ def _is_call(opname: str) -> bool:
     return opname in ("CALL", "CALL_FUNCTION_EX")
 
 
+# Instructions that reach below their operands: how many slots from the top they touch.
+_REACH = {"LIST_APPEND": 1, "SET_ADD": 1, "LIST_EXTEND": 1, "SET_UPDATE": 1, "DICT_UPDATE": 1, "DICT_MERGE": 1,
+          "MAP_ADD": 2, "COPY": 0, "SWAP": 0}
+
+
 def _untouched(stack_nulls: tuple, listed: list, end: int) -> int:
     """How many of the stack's bottom slots the refused instruction leaves alone: below
     its call's NULL and callable (a call's operands), or below the topmost NULL and the
-    callable above it (other instructions never reach a pending call's slots)."""
+    callable above it, and below what a builder reaches (LIST_APPEND's list, COPY's slot);
+    a NULL the rest leaves would be passed back in a tuple, which cannot hold one."""
     ins = listed[end]
     depth = len(stack_nulls)
     if ins.opname == "CALL":
@@ -367,7 +373,12 @@ def _untouched(stack_nulls: tuple, listed: list, end: int) -> int:
     if ins.opname == "CALL_FUNCTION_EX":
         return depth - 3 - (ins.arg & 1)
     nulls = [k for k, null in enumerate(stack_nulls) if null]
-    return min(depth, nulls[-1] + 2) if nulls else 0
+    keep = min(depth, nulls[-1] + 2) if nulls else 0
+    if ins.opname in _REACH:
+        keep = min(keep, depth - (ins.arg + _REACH[ins.opname]))
+    if any(stack_nulls[keep:]):
+        raise RuntimeError(f"kiln: a graph break's eager part at {ins.opname} would return a NULL")
+    return keep
 
 
 class Continuation:
