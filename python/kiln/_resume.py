@@ -356,27 +356,47 @@ def _is_call(opname: str) -> bool:
     return opname in ("CALL", "CALL_FUNCTION_EX")
 
 
-# Instructions that reach below their operands: how many slots from the top they touch.
-_REACH = {"LIST_APPEND": 1, "SET_ADD": 1, "LIST_EXTEND": 1, "SET_UPDATE": 1, "DICT_UPDATE": 1, "DICT_MERGE": 1,
-          "MAP_ADD": 2, "COPY": 0, "SWAP": 0}
+# How many value-stack slots an instruction reads from the top (pops, or peeks below).
+_FIXED = {"LOAD_ATTR": 1, "LOAD_METHOD": 1, "BINARY_SUBSCR": 2, "BINARY_OP": 2, "COMPARE_OP": 2,
+          "CONTAINS_OP": 2, "IS_OP": 2, "UNARY_NEGATIVE": 1, "UNARY_NOT": 1, "UNARY_INVERT": 1,
+          "UNARY_POSITIVE": 1, "STORE_ATTR": 2, "DELETE_ATTR": 1, "STORE_SUBSCR": 3, "DELETE_SUBSCR": 2,
+          "GET_ITER": 1, "UNPACK_SEQUENCE": 1, "UNPACK_EX": 1, "STORE_GLOBAL": 1, "BINARY_SLICE": 3,
+          "STORE_SLICE": 4, "BEFORE_WITH": 1, "GET_LEN": 1, "CALL_INTRINSIC_1": 1, "LOAD_SUPER_ATTR": 3,
+          "IMPORT_NAME": 2, "IMPORT_FROM": 1, "LOAD_GLOBAL": 0, "LOAD_CONST": 0, "LOAD_FAST": 0,
+          "LOAD_FAST_CHECK": 0, "LOAD_DEREF": 0, "LOAD_CLASSDEREF": 0, "LOAD_ASSERTION_ERROR": 0,
+          "LOAD_BUILD_CLASS": 0, "STORE_DEREF": 1, "DELETE_DEREF": 0, "DELETE_GLOBAL": 0, "NOP": 0,
+          "RETURN_VALUE": 1, "KW_NAMES": 0, "PRECALL": 0, "EXTENDED_ARG": 0, "CHECK_EXC_MATCH": 2}
+_BY_ARG = {"BUILD_TUPLE": 0, "BUILD_LIST": 0, "BUILD_SET": 0, "BUILD_STRING": 0, "BUILD_SLICE": 0,
+           "RAISE_VARARGS": 0, "COPY": 0, "SWAP": 0, "BUILD_CONST_KEY_MAP": 1, "LIST_APPEND": 1,
+           "SET_ADD": 1, "LIST_EXTEND": 1, "SET_UPDATE": 1, "DICT_UPDATE": 1, "DICT_MERGE": 1, "MAP_ADD": 2}
+
+
+def reads(ins) -> int | None:
+    """How many slots from the stack's top `ins` reads; None for one kiln does not know."""
+    if ins.opname in _FIXED:
+        return _FIXED[ins.opname]
+    if ins.opname in _BY_ARG:
+        return ins.arg + _BY_ARG[ins.opname]
+    if ins.opname == "BUILD_MAP":
+        return 2 * ins.arg
+    if ins.opname == "FORMAT_VALUE":
+        return 2 if ins.arg & 0x04 else 1
+    if ins.opname == "MAKE_FUNCTION":
+        return 1 + bin(ins.arg & 0x0F).count("1") + (1 if sys.version_info < (3, 11) else 0)
+    if ins.opname == "CALL":
+        return ins.arg + 2
+    if ins.opname == "CALL_FUNCTION_EX":
+        return 3 + (ins.arg & 1)
+    return None
 
 
 def _untouched(stack_nulls: tuple, listed: list, end: int) -> int:
-    """How many of the stack's bottom slots the refused instruction leaves alone: below
-    its call's NULL and callable (a call's operands), or below the topmost NULL and the
-    callable above it, and below what a builder reaches (LIST_APPEND's list, COPY's slot);
-    a NULL the rest leaves would be passed back in a tuple, which cannot hold one."""
+    """How many of the stack's bottom slots the refused instruction leaves alone: those
+    below what it reads. A NULL the rest leaves would be handed back in a tuple, which
+    cannot hold one (only a call consumes its NULL)."""
     ins = listed[end]
-    depth = len(stack_nulls)
-    if ins.opname == "CALL":
-        return depth - (ins.arg + 2)
-    if ins.opname == "CALL_FUNCTION_EX":
-        return depth - 3 - (ins.arg & 1)
-    nulls = [k for k, null in enumerate(stack_nulls) if null]
-    keep = min(depth, nulls[-1] + 2) if nulls else 0
-    if ins.opname in _REACH:
-        keep = min(keep, depth - (ins.arg + _REACH[ins.opname]))
-    if any(stack_nulls[keep:]):
+    keep = len(stack_nulls) - reads(ins)
+    if ins.opname not in ("CALL", "CALL_FUNCTION_EX") and any(stack_nulls[keep:]):
         raise RuntimeError(f"kiln: a graph break's eager part at {ins.opname} would return a NULL")
     return keep
 
@@ -399,6 +419,10 @@ class Continuation:
         # Inside a try or with block, what the eager part raises goes to the block's handler,
         # where the rest resumes (the handler's stack: its depth, lasti, the exception).
         self.handler = _handler(fn.__code__, self.listed[brk["start"]].offset)
+        op = self.instruction.opname
+        if not op.startswith(_CONDITIONAL) and op not in ("RETURN_VALUE", "RETURN_CONST") and reads(self.instruction) is None:
+            raise Unsupported(f"{brk['reason']}; no graph break there: kiln does not know what {op} reads",
+                              brk["filename"], brk["line"])
         self.private_stack = tuple("iterator" in spec for spec in brk["stack"])
         self.private_locals = tuple("iterator" in item["value"] for item in brk["locals"])
         # The code objects of the functions the traced code made that the state holds.

@@ -408,3 +408,19 @@ def test_a_break_at_a_method_load_puts_the_null_back(stack):
     for _ in range(2):
         torch.testing.assert_close(fast(torch.ones(2), (1, 2, 2)), f(torch.ones(2), (1, 2, 2)))
     assert any("count" in b for b in fast.graph_breaks), fast.graph_breaks
+
+
+def test_a_refused_attribute_of_a_callable_expression_above_its_null(stack):
+    import warnings
+
+    def f(x):
+        if x.sum() > 0:
+            warnings.warn("positive")  # [NULL, warnings] then LOAD_ATTR warn, refused
+        return x.cumsum(0)
+
+    fast = kiln.compile(f, stack=stack)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for x in (torch.ones(3), -torch.ones(3), torch.ones(3)):
+            torch.testing.assert_close(fast(x), f(x))
+    assert [str(w.message) for w in caught] == ["positive"] * 4
