@@ -16,7 +16,9 @@ The trivial call is timed under torch.compile too.
   eagerly, the rest resumes compiled), beside eager and torch.compile (its own break);
   the break's cost is kiln's extra time less the refused call's eager cost;
 - a function kiln runs eagerly whole (a break it cannot take: a range made in the traced
-  code live at a branch on data) against the eager call: what the fallback costs.
+  code live at a branch on data) against the eager call: what the fallback costs;
+- the frame hook's cost: such a fallback calling 40 Python functions kiln does not compile
+  (20 of the standard library's, 20 of the user's that compute no tensor), per frame.
 Prints the numbers and writes bench/results/e2e_cpu-<kind>-<date>.json.
 """
 import argparse
@@ -125,6 +127,29 @@ def main():
         print(f"graph break            kiln {ks * 1e6:8.1f} us (unbroken {kw * 1e6:.1f})  eager {eb * 1e6:8.1f} us "
               f"(unbroken {eu * 1e6:.1f})  torch.compile {tb * 1e6:8.1f} us  a break costs {cost * 1e6:7.1f} us\n"
               f"whole fallback         kiln {kf * 1e6:8.1f} us  eager {ef * 1e6:8.1f} us")
+
+        # The frame hook on frames it skips (the standard library's) or cannot compile.
+        def no_tensor(v):
+            return v
+
+        def falls_back_calling(x):
+            steps = range(2)
+            if x.sum() > 100:
+                return x * len(steps)
+            for _ in range(20):
+                no_tensor(x)
+                os.path.join("a", "b")
+            return x + 1
+
+        hooked = kiln.compile(falls_back_calling, stack=stack)
+        torch.testing.assert_close(hooked(xs), falls_back_calling(xs))
+        assert hooked.fallback_reasons, kiln.explain(hooked)
+        kh, eh = interleaved(lambda: hooked(xs), lambda: falls_back_calling(xs), rounds=args.rounds)
+        per_frame = ((kh - eh) - (kf - ef)) / 40
+        results["frame_hook"] = {"kiln_us": round(kh * 1e6, 2), "eager_us": round(eh * 1e6, 2), "frames": 40,
+                                 "per_frame_us": round(per_frame * 1e6, 3)}
+        print(f"frame hook (40 frames) kiln {kh * 1e6:8.1f} us  eager {eh * 1e6:8.1f} us  "
+              f"{per_frame * 1e9:7.0f} ns a frame beyond the fallback's own cost")
 
         # The transformer block: compile latency, then steady state.
         torch.manual_seed(0)

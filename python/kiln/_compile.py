@@ -32,6 +32,7 @@ from typing import Any, Callable
 import torch
 
 from kiln import _resume, _trace, _train, ir
+from kiln import _kiln
 from kiln._kiln import KilnError
 from kiln._trace import Unsupported
 
@@ -159,6 +160,8 @@ class CompiledFunction:
         self.graph_breaks: list[str] = []  # each distinct break of this frame, "file:line at OP: why"
         self._continuations: dict = {}  # glue and resume functions of this frame's breaks (kiln._resume)
         self._resume_of: CompiledFunction | None = None  # the frame this one resumes after a break
+        # The code whose first frame a fallback runs (not offered to kiln again).
+        self._code = getattr(getattr(fn, "__func__", fn), "__code__", None)
 
     def __get__(self, obj, objtype=None):
         return self if obj is None else types.MethodType(self, obj)
@@ -171,6 +174,19 @@ class CompiledFunction:
     def __call__(self, *args, **kwargs):
         if getattr(_disabled, "depth", 0):
             return self._fn(*args, **kwargs)
+        if _kiln.offering() is not None:  # called from code kiln runs eagerly: kiln's machinery is never offered
+            return _kiln.call_offering(None, None, self._run, (args, kwargs), None)
+        return self._run(args, kwargs)
+
+    def _run(self, args, kwargs):
+        entry = self._entry(args, kwargs)
+        if entry is None:
+            return self._run_eager(args, kwargs)
+        return entry.value(self._fn, args, kwargs)
+
+    def _entry(self, args, kwargs):
+        """The cache entry that runs this call compiled (traced and compiled on a miss), or None
+        where the call runs eagerly."""
         try:
             cache = self._cache if self._cache is not None else self._make_cache()
             entry = cache.lookup(args, kwargs)
@@ -180,10 +196,46 @@ class CompiledFunction:
                 entry.value = self._load(cache, args, kwargs)
         except KilnError as e:
             self._warn(e)
-            return self._fn(*args, **kwargs)
+            return None
         if entry is None or isinstance(entry.value, _Eager):
-            return self._fn(*args, **kwargs)
-        return entry.value(self._fn, args, kwargs)
+            return None
+        return entry
+
+    def _run_eager(self, args, kwargs):
+        """The function run as it is, each frame it calls offered to kiln (the frame hook)."""
+        return _kiln.call_offering(self._offer, self._code, self._fn, args, kwargs)
+
+    def _run_as(self, fn, args, kwargs):
+        """`fn`, Python code that calls this function, run eagerly with this function's frames
+        (and all others it calls) offered to kiln."""
+        if getattr(_disabled, "depth", 0):
+            return fn(*args, **kwargs)
+        return _kiln.call_offering(self._offer, None, fn, args, kwargs, self._code)
+
+    def _offer(self, fn, args, kwargs):
+        """The frame hook's callback while this function runs Python eagerly, for a frame of
+        `fn` about to run (kiln._kiln.call_offering): `(result,)` where kiln ran the call
+        compiled; None to run it as it is; False for code never compiled (torch's, kiln's,
+        the standard library's); ... for code kiln.disable marks, with all it calls."""
+        if getattr(fn, "_kiln_disabled", False):
+            return ...
+        if getattr(_disabled, "depth", 0):
+            return None
+        if fn is self._fn:
+            callee = self
+        elif not _user_code(fn) or not _holds_tensor((args, kwargs)):
+            return False  # the first call of a code decides: nothing for kiln there
+        else:
+            callee = self._callee(fn)
+        entry = callee._entry(args, kwargs)
+        if entry is not None and not (isinstance(entry.value, _Broken) and entry.value.runner is None):
+            return (entry.value(callee._fn, args, kwargs),)
+        # A frame kiln runs as it is still costs a guard check at each call, a break before any
+        # graph the break's cost: code with no graph for any call so far is not offered again.
+        entries = callee.cache.entries if callee.cache is not None else []
+        compiled = (e for e in entries if not isinstance(e.value, _Eager) and
+                    not (isinstance(e.value, _Broken) and e.value.runner is None))
+        return None if any(True for _ in compiled) or callee is self else False
 
     def _make_cache(self):
         from kiln import guards
@@ -252,10 +304,13 @@ class CompiledFunction:
         that stopped at a graph break runs that graph, then the rest of the frame."""
         if traced.graph_break is None:
             return self._graph_runner(traced, args, kwargs)
+        brk = traced.graph_break
+        if not traced.graph.outputs and brk["reason"].startswith("a function that computes no tensor"):
+            return _Eager(brk["reason"])  # nothing to compile: as it is, it costs what eager costs
         fn, _ = _trace.normalize(self._fn, args)
         try:
             continuation = _resume.Continuation(fn, traced.graph_break, self._compile_resume, self._continuations,
-                                                self._compile_callee)
+                                                self._offer)
         except Unsupported as e:
             if self._fullgraph:
                 raise
@@ -276,26 +331,14 @@ class CompiledFunction:
         resumed._resume_of = self
         return resumed
 
-    def _compile_callee(self, callee):
-        """`callee` compiled as a frame of its own with this frame's settings (one cache per
-        function, shared by every frame that calls it), where it is a user's Python function,
-        bound method or module without hooks; None for anything else (builtins, torch's,
-        kiln's and the standard library's code, code kiln.disable marks)."""
+    def _callee(self, fn: types.FunctionType) -> "CompiledFunction":
+        """`fn`, a user's function this frame's eager part calls, compiled as a frame of its own
+        with this frame's settings: one cache per function and settings, shared by every
+        frame that calls it."""
         settings = (self._dynamic, self._mode, tuple(sorted(self._options.items())), id(self._stack))
-        if isinstance(callee, types.MethodType):
-            compiled = self._compile_callee(callee.__func__)
-            return None if compiled is None else types.MethodType(compiled, callee.__self__)
-        if isinstance(callee, torch.nn.Module):
-            forward = type(callee).forward
-            if _trace.has_hooks(callee) or not isinstance(forward, types.FunctionType):
-                return None
-            compiled = self._compile_callee(forward)
-            return None if compiled is None else types.MethodType(compiled, callee)
-        if not isinstance(callee, types.FunctionType) or not _user_code(callee):
-            return None
-        per_function = _callees.setdefault(callee, {})
+        per_function = _callees.setdefault(fn, {})
         if settings not in per_function:
-            per_function[settings] = CompiledFunction(callee, dynamic=self._dynamic, mode=self._mode,
+            per_function[settings] = CompiledFunction(fn, dynamic=self._dynamic, mode=self._mode,
                                                       options=self._options, stack=self._stack)
         compiled = per_function[settings]
         self._continuations.setdefault(("callee", compiled.__qualname__, id(compiled)), compiled)
@@ -360,13 +403,14 @@ class CompiledFunction:
                           f"({error})", RuntimeWarning, stacklevel=3)
 
 
-# The functions graph breaks called, compiled as frames of their own: per function, per settings.
+# The functions compiled functions' eager parts called, compiled as frames of their own: per
+# function, per settings.
 _callees: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _SKIPPED = {"torch", "kiln"}
 
 
 def _user_code(fn: types.FunctionType) -> bool:
-    """Whether kiln compiles `fn` where a graph break calls it: not torch's, kiln's or the
+    """Whether kiln compiles `fn` where an eager part calls it: not torch's, kiln's or the
     standard library's, nor marked by kiln.disable; nor a nested function (a lambda, a
     closure), a new object at each call of the code that makes it (a cache of its own each time).
     TODO(issue 44): one cache per code object, nested functions included (guards on their cells)."""
@@ -374,6 +418,26 @@ def _user_code(fn: types.FunctionType) -> bool:
     if top in _SKIPPED or top in sys.stdlib_module_names or "<locals>" in fn.__qualname__:
         return False
     return not getattr(fn, "_kiln_disabled", False) and not (fn.__code__.co_flags & 0x2A0)  # no generators
+
+
+def _holds_tensor(value, depth: int = 3) -> bool:
+    """Whether a call's arguments hold a tensor or a module: in containers and objects'
+    attributes, `depth` levels down, a few dozen items each (a frame without one has
+    nothing for kiln to compile)."""
+    if isinstance(value, (torch.Tensor, torch.nn.Module)):
+        return True
+    if depth == 0 or isinstance(value, (str, bytes, int, float, bool, type(None), type, types.FunctionType)):
+        return False
+    if isinstance(value, dict):
+        items = value.values()
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        items = value
+    else:
+        items = getattr(value, "__dict__", None)
+        if not isinstance(items, dict):
+            return False
+        items = items.values()
+    return any(_holds_tensor(v, depth - 1) for v, _ in zip(items, range(32)))
 
 
 def _detached_outputs(graph) -> list:
@@ -464,9 +528,8 @@ class CompiledModule(torch.nn.Module):
         self._compiled_forward = CompiledFunction(type(module).forward, **options)
 
     def forward(self, *args, **kwargs):
-        if _trace.has_hooks(self._orig_mod):  # hooks run around its forward: called as it is
-            # TODO(issue 44): compile its forward between the hooks, as torch.compile does.
-            return self._orig_mod(*args, **kwargs)
+        if _trace.has_hooks(self._orig_mod):  # its hooks run eagerly around its forward, compiled
+            return self._compiled_forward._run_as(self._orig_mod, args, kwargs)
         return self._compiled_forward(self._orig_mod, *args, **kwargs)
 
     @property
@@ -524,9 +587,9 @@ class _Disable:
 
 
 def disable(fn=None):
-    """Code kiln never compiles: `@kiln.disable` marks a function (a graph break that calls it
-    calls it as it is), `with kiln.disable():` runs every compiled function called in the
-    block eagerly."""
+    """Code kiln never compiles: `@kiln.disable` marks a function (where kiln runs Python
+    eagerly, it and all it calls run as they are), `with kiln.disable():` runs every
+    compiled function called in the block eagerly."""
     if fn is None:
         return _Disable()
     if not callable(fn):
@@ -552,12 +615,25 @@ def explain(fn, *args, **kwargs) -> str:
         if guards.cache_for(getattr(fn, "__wrapped__", fn)) is not None:  # a FunctionCache of its own
             return guards.explain(fn, *args, **kwargs)
         return f"{getattr(fn, '__qualname__', fn)!s}: not compiled by kiln"
-    cache = compiled.cache
-    if cache is None:
+    if compiled.cache is None:
         return f"{getattr(compiled, '__qualname__', compiled)!s}: not called yet"
     if isinstance(fn, CompiledModule) and (args or kwargs):
         args = (fn._orig_mod, *args)
-    lines = [cache.explain(args, kwargs) if args or kwargs else cache.explain()]
+    lines = _explain_frame(compiled, args, kwargs)
+    for made in frames(compiled)[1:]:
+        what = "resumed after a graph break" if made._resume_of is not None else "called where kiln ran Python"
+        lines.append(f"{what}: {made.__qualname__}")
+        lines += ["    " + line for line in _explain_frame(made, (), {})]
+    graphs, breaks = _tally(compiled)
+    lines.append(f"graphs: {graphs}, breaks: {breaks}")
+    return "\n".join(lines)
+
+
+def _explain_frame(compiled: CompiledFunction, args, kwargs) -> list:
+    cache = compiled.cache
+    if cache is None:
+        return ["not called yet"]
+    lines = cache.explain(args, kwargs).splitlines() if args or kwargs else cache.explain().splitlines()
     for entry in cache.entries:
         value = entry.value
         if isinstance(value, _Eager):
@@ -580,35 +656,34 @@ def explain(fn, *args, **kwargs) -> str:
                 lines += ["    " + line for line in str(value.traced.graph).splitlines()]
     if compiled.fallback_reasons:
         lines.append("fell back to eager: " + "; ".join(compiled.fallback_reasons))
-    for key, made in compiled._continuations.items():
-        if isinstance(made, CompiledFunction):
-            what = "resumed after a graph break" if key[0] == "resume" else "called at a graph break"
-            lines.append(f"{what}: {made.__qualname__}")
-            lines += ["    " + line for line in explain(made).splitlines()]
-    if compiled._resume_of is None:
-        graphs, breaks = _tally(compiled)
-        lines.append(f"graphs: {graphs}, breaks: {breaks}")
-    return "\n".join(lines)
+    return lines
 
 
 def frames(compiled: CompiledFunction) -> list:
     """A compiled function and the frames kiln compiled around its graph breaks (resumed
-    after them, called at them), all levels."""
-    out = [compiled]
-    for made in compiled._continuations.values():
-        if isinstance(made, CompiledFunction):
-            out += frames(made)
+    after them) and where it ran Python eagerly (called there), all levels, each once."""
+    out, seen = [], set()
+
+    def visit(frame):
+        if id(frame) in seen:
+            return
+        seen.add(id(frame))
+        out.append(frame)
+        for made in list(frame._continuations.values()):
+            if isinstance(made, CompiledFunction):
+                visit(made)
+
+    visit(compiled)
     return out
 
 
 def _tally(compiled: CompiledFunction) -> tuple[int, int]:
-    """The graphs a compiled frame and the frames resumed after its breaks compiled, and
-    its distinct graph breaks."""
-    graphs = sum(1 for e in compiled.cache.entries if isinstance(e.value, (_Runner, _train.TrainingRunner)) or
-                 (isinstance(e.value, _Broken) and e.value.runner is not None)) if compiled.cache else 0
-    breaks = len(compiled.graph_breaks)
-    for made in compiled._continuations.values():
-        if isinstance(made, CompiledFunction):
-            g, b = _tally(made)
-            graphs, breaks = graphs + g, breaks + b
+    """The graphs the frames of a compiled function (kiln._compile.frames) compiled, and their
+    distinct graph breaks."""
+    graphs = breaks = 0
+    for frame in frames(compiled):
+        if frame.cache is not None:
+            graphs += sum(1 for e in frame.cache.entries if isinstance(e.value, (_Runner, _train.TrainingRunner)) or
+                          (isinstance(e.value, _Broken) and e.value.runner is not None))
+        breaks += len(frame.graph_breaks)
     return graphs, breaks

@@ -13,11 +13,11 @@ slots (`__kiln_s0`, ...) and the live locals, by their names.
 Both are made from the frame's bytecode (CPython 3.11 and 3.12): local and cell opargs
 renumbered for the arguments put first, the exception table shifted past the prologue.
 
-TODO(issue 44): a function made in the traced code and live at the break is not rebuilt
-(the frame runs eagerly); frames Python calls from a glue or an eager fallback are not
-offered to kiln (no PEP 523 hook yet: only the refused call's callee is compiled,
-`Continuation._offer_callee`); a break costs ~32 µs of host time beyond the unbroken call
-(bench/README, e2e_cpu), the issue asks 15.
+Each Python frame the glue calls is offered to kiln (the frame hook, python/src/frame_hook.c)
+and may run compiled: a break inside a function the frame called costs that call.
+
+TODO(issue 44): a break costs ~32 µs of host time beyond the unbroken call (bench/README,
+e2e_cpu), the issue asks 15.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import dis
 import sys
 import types
 
+from kiln import _kiln
 from kiln._trace import _JUMPS, NULL, MadeFunction, Unsupported, _exception_entries
 
 _OP = dis.opmap
@@ -406,15 +407,19 @@ class Continuation:
     then the resume function, compiled by `compile_resume(fn)`; both made once per stack
     layout and set of passed locals."""
 
-    def __init__(self, fn: types.FunctionType, brk: dict, compile_resume, made: dict, compile_callee=None):
+    def __init__(self, fn: types.FunctionType, brk: dict, compile_resume, made: dict, offer):
         self.fn = fn
-        self.compile_callee = compile_callee
+        self.offer = offer  # the frame hook's callback while the glue runs (kiln._kiln.call_offering)
         self.brk = brk
         self.compile_resume = compile_resume
         self.listed = instructions(fn.__code__)
         self.index = {i.offset: k for k, i in enumerate(self.listed)}
         self.instruction = self.listed[brk["instruction"]]
         self.names = tuple(item["name"] for item in brk["locals"])
+        if set(self.names) & set(fn.__code__.co_cellvars):  # a cell's value is passed as its cell
+            raise Unsupported(f"{brk['reason']}; no graph break there: the cells "
+                              f"{sorted(set(self.names) & set(fn.__code__.co_cellvars))} are live as locals too",
+                              brk["filename"], brk["line"])
         self.where = f"{brk['filename']}:{brk['line']}"
         # Inside a try or with block, what the eager part raises goes to the block's handler,
         # where the rest resumes (the handler's stack: its depth, lasti, the exception).
@@ -482,13 +487,13 @@ class Continuation:
                     stack.pop()
                     own.pop()
             else:
-                if self.compile_callee is not None and opname in ("CALL", "CALL_FUNCTION_EX"):
-                    self._offer_callee(stack, ins)
                 kinds = slot_kinds(stack)
                 keep = _untouched(tuple(kind == "null" for kind in kinds), self.listed, brk["instruction"])
                 glue = self._glue(kinds[keep:], values_only)
                 given = glue.layout.arguments(stack[keep:], locals_, cells)
-                top = list(glue(*given))
+                # What the glue calls is offered to kiln: a break inside a called function
+                # costs that call's break, the callee a frame of its own.
+                top = list(_kiln.call_offering(self.offer, glue.__code__, glue, tuple(given), None))
                 if without_null(ins) is not None:  # its value with the NULL the plain form left out
                     top.insert(len(top) - 1, NULL)
                 # An iterator the eager part made (GET_ITER over a list) is the frame's own; one
@@ -532,17 +537,6 @@ class Continuation:
             items = [self._function(v, cells) for v in value]
             return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
         return value
-
-    def _offer_callee(self, stack: list, ins) -> None:
-        """A Python function (or module) the refused call calls becomes a frame of its own,
-        compiled by `compile_callee`: a break inside a called function costs that call's
-        break, not the rest of the callee."""
-        at = -(ins.arg + 1) if ins.opname == "CALL" else -(2 + (ins.arg & 1))
-        if ins.opname == "CALL" and stack[at - 1] is not NULL:
-            return  # [method, self, args]: the tracer's stacks hold the NULL form
-        offered = self.compile_callee(stack[at])
-        if offered is not None:
-            stack[at] = offered
 
     def _glue(self, kinds: tuple, local_kinds: tuple):
         key = ("glue", self.brk["start"], self.brk["instruction"], kinds, self.names, local_kinds)

@@ -28,6 +28,7 @@
 #include "kiln/shapes/wire.h"
 #include "kiln/shm/store.h"
 #include "capnp_dict.h"
+#include "frame_hook.h"
 #include "guard_bindings.h"
 #include "ir_bindings.h"
 #include "program_bindings.h"
@@ -597,4 +598,5 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::bindCapnp(m);
   kiln::python::bindGuards(m);
   kiln::python::bindProgram(m);
+  if (kiln_frame_hook_init(m.ptr()) < 0) throw py::error_already_set();
 }

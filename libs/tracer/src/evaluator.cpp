@@ -317,6 +317,19 @@ private:
 
   uint32_t node(const Path& path) { return guards.path(path); }
 
+  // Whether two objects of the call, read through different paths (dataclasses' `f._field_type
+  // is _FIELD`), are one object: each path guarded to be the object it is now.
+  bool sameObjectOfTheCall(const Var& a, const Var& b) {
+    for (const Var& v : {a, b})
+      if (lookup(*v->path).isFunction() && lookup(*v->path).getFunction().getIsBound())
+        unsupported("`is` of a bound method (a new object at each read)");
+    for (const Var& v : {a, b}) {
+      uint64_t id = lookup(*v->path).getId();
+      guards.check(node(*v->path), guards::identityIs({id, request_.getScope(), "the object at " + pathText(*v->path)}));
+    }
+    return lookup(*a->path).getId() == lookup(*b->path).getId();
+  }
+
   // The variable for the object at `path`, made (and guarded) once.
   Var realize(const Path& path) {
     std::string key = pathText(path);
@@ -1713,6 +1726,7 @@ private:
         bool same;
         if (a->kind == Kind::None || b->kind == Kind::None) same = a->kind == b->kind;
         else if (a->kind == Kind::Bool && b->kind == Kind::Bool) same = a->boolean == b->boolean;
+        else if (a != b && a->path && b->path && has(*a->path) && has(*b->path)) same = sameObjectOfTheCall(a, b);
         else same = a == b;
         f.stack.push_back(boolean(arg ? !same : same));
       } else if (opname == "CONTAINS_OP") {

@@ -76,9 +76,13 @@ std::set<std::string> liveLocals(schema::Code::Reader code, size_t at) {
   std::set<std::string> result;
   for (size_t k = 0; k < names.size(); ++k)
     if (live[at][k]) result.insert(names[k]);
-  // Zero-argument super() reads the first argument from the frame's first slot.
+  // Zero-argument super() reads the first argument from the frame's first slot; an argument
+  // that is a cell is passed as its cell, not as a local.
+  bool firstIsCell = false;
+  for (auto cell : code.getCellvars()) firstIsCell = firstIsCell || (!names.empty() && names[0] == cell.cStr());
   for (auto free : code.getFreevars())
-    if (std::string(free.cStr()) == "__class__" && code.getArgCount() > 0 && !names.empty()) result.insert(names[0]);
+    if (std::string(free.cStr()) == "__class__" && code.getArgCount() > 0 && !names.empty() && !firstIsCell)
+      result.insert(names[0]);
   return result;
 }
 

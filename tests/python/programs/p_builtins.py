@@ -1,4 +1,5 @@
 """Python builtins, math on constants, getattr/hasattr, strings."""
+import dataclasses
 import math
 
 import torch
@@ -17,6 +18,13 @@ class Cfg:
 
 
 cfg = Cfg()
+cfg_alias = cfg
+
+
+@dataclasses.dataclass
+class Pair:
+    a: torch.Tensor
+    b: float = 2.0
 
 
 @program(inputs=lambda: r(4, 4))
@@ -257,3 +265,13 @@ def max_values_and_indices_by_name(x):
 @program(inputs=lambda: r(3, 4))
 def min_returns_its_named_tuple(x):
     return x.min(0)
+
+
+@program(inputs=lambda: (r(4), Pair(r(4))))
+def dataclass_fields(x, p):  # fields() keeps those whose `_field_type is _FIELD`
+    return x * len(dataclasses.fields(p)) + p.a
+
+
+@program(inputs=lambda: r(4))
+def is_through_two_paths(x):
+    return x + 1 if cfg_alias is cfg else x - 1
