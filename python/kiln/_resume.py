@@ -196,6 +196,7 @@ class Layout:
         slot = lambda k: f"__kiln{level or ''}_s{k}"  # noqa: E731
         slots = tuple(slot(k) for k, kind in enumerate(kinds) if kind != "null")
         cells = tuple(code.co_cellvars)
+        self.code_cells = cells
         arguments = slots + passed + cells
         # Zero-argument super() reads the first argument from the frame's first slot: it stays first.
         first = code.co_varnames[0] if code.co_argcount and "__class__" in code.co_freevars else None
@@ -391,6 +392,18 @@ def reads(ins) -> int | None:
     return None
 
 
+def _taking(layout: Layout, n: int, m: int, keep: int = 0) -> list:
+    """Where `layout`'s arguments come from in a pool of the stack's `n` slots, the `m` live
+    locals and the cells, for a stack whose slots below `keep` are not passed (only values
+    and NULLs: no iterators)."""
+    given = ([k for k, kind in zip(range(keep, n), layout.kinds) if kind != "null"] +
+             list(range(n, n + m)) + list(range(n + m, n + m + len(layout.code_cells))))
+    out = [0] * len(given)
+    for source, position in zip(given, layout.order):
+        out[position] = source
+    return out
+
+
 def _untouched(stack_nulls: tuple, listed: list, end: int) -> int:
     """How many of the stack's bottom slots the refused instruction leaves alone: those
     below what it reads. A NULL the rest leaves would be handed back in a tuple, which
@@ -416,6 +429,8 @@ class Continuation:
         self.index = {i.offset: k for k, i in enumerate(self.listed)}
         self.instruction = self.listed[brk["instruction"]]
         self.names = tuple(item["name"] for item in brk["locals"])
+        self.n, self.m = len(brk["stack"]), len(brk["locals"])
+        self.plan = None  # set by the first call whose layouts do not depend on its values
         if set(self.names) & set(fn.__code__.co_cellvars):  # a cell's value is passed as its cell
             raise Unsupported(f"{brk['reason']}; no graph break there: the cells "
                               f"{sorted(set(self.names) & set(fn.__code__.co_cellvars))} are live as locals too",
@@ -428,6 +443,12 @@ class Continuation:
         if not op.startswith(_CONDITIONAL) and op not in ("RETURN_VALUE", "RETURN_CONST") and reads(self.instruction) is None:
             raise Unsupported(f"{brk['reason']}; no graph break there: kiln does not know what {op} reads",
                               brk["filename"], brk["line"])
+        # The glue runs through the POP_TOPs after the refused instruction (a call made for its
+        # effect): its result is dropped there, not passed to (and guarded by) the resume function.
+        self.end = brk["instruction"]
+        if not op.startswith(_CONDITIONAL) and without_null(self.instruction) is None:
+            while self.end + 1 < len(self.listed) and self.listed[self.end + 1].opname == "POP_TOP":
+                self.end += 1
         self.private_stack = tuple("iterator" in spec for spec in brk["stack"])
         self.private_locals = tuple("iterator" in item["value"] for item in brk["locals"])
         # The code objects of the functions the traced code made that the state holds.
@@ -451,13 +472,24 @@ class Continuation:
         self.made = made
 
     def __call__(self, values: tuple):
+        plan = self.plan
+        if plan is not None:  # the layouts of the last call, where nothing in them can change
+            keep, glue, glue_take, put_null, resume, resume_take = plan
+            pool = (*values[:self.n + self.m], *self._cells(values))
+            top = _kiln.call_offering(self.offer, glue.__code__, glue, tuple([pool[k] for k in glue_take]), None)
+            if put_null:
+                top = (*top[:-1], NULL, top[-1])
+            if not any(type(v) in _ITERATORS for v in top):
+                pool = (*values[:keep], *top, *pool[self.n:])
+                return resume._run(tuple([pool[k] for k in resume_take]), {})  # kiln's machinery: not offered
+            stack = [*values[:keep], *top]
+            own = [False] * keep + [type(v) in _ITERATORS and not any(v is g for g in pool) for v in top]
+            return self._resume_at(stack, own, list(values[self.n:self.n + self.m]), list(pool[self.n + self.m:]),
+                                   self.end + 1, None)[1]
         brk, ins = self.brk, self.instruction
-        n, m = len(brk["stack"]), len(brk["locals"])
+        n, m = self.n, self.m
         stack, locals_ = list(values[:n]), values[n:n + m]
-        # The frame's cells, one object each for the glue and the resume function (a closure
-        # the glue makes and the rest of the code share them).
-        cells = [v if c["isCell"] else types.CellType(v) if c["isSet"] else types.CellType()
-                 for c, v in zip(brk["cells"], values[n + m:])]
+        cells = self._cells(values)
         if self.codes:
             named = {c["name"]: cell for c, cell in zip(brk["cells"], cells)}
             stack = [self._function(v, named) for v in stack]
@@ -475,6 +507,7 @@ class Continuation:
         own = [self.private_stack[k] if k < len(self.private_stack) else False for k in range(len(stack))]
         values_only = ("value",) * len(locals_)
         raised = None
+        glue = None
         try:
             if opname.startswith(_CONDITIONAL):
                 value = stack[-1]
@@ -494,13 +527,14 @@ class Continuation:
                 # What the glue calls is offered to kiln: a break inside a called function
                 # costs that call's break, the callee a frame of its own.
                 top = list(_kiln.call_offering(self.offer, glue.__code__, glue, tuple(given), None))
-                if without_null(ins) is not None:  # its value with the NULL the plain form left out
+                put_null = without_null(ins) is not None
+                if put_null:  # its value with the NULL the plain form left out
                     top.insert(len(top) - 1, NULL)
                 # An iterator the eager part made (GET_ITER over a list) is the frame's own; one
                 # it was given (iter() of an iterator is itself) is not.
                 made = [type(v) in _ITERATORS and not any(v is g for g in given) for v in top]
                 stack, own = stack[:keep] + list(top), own[:keep] + made
-                target = brk["instruction"] + 1
+                target = self.end + 1
         except BaseException as e:  # the frame's own handler takes it, as it would have
             if self.handler is None:
                 raise
@@ -508,14 +542,33 @@ class Continuation:
             raised, target = e, self.index[handler]
             stack = stack[:depth] + ([0] if lasti else []) + [e]
             own = own[:depth] + [False] * (len(stack) - depth)
+        resume = self._resume_at(stack, own, locals_, cells, target, raised)
+        if glue is not None and raised is None and not self.codes and not any(own) and \
+                not any(self.private_locals) and self.handler is None:
+            # Nothing of this call's layouts depends on its values: later calls take them as they are.
+            self.plan = (keep, glue, _taking(glue.layout, n, m, keep), put_null, resume[0],
+                         _taking(resume[0].layout, len(stack), m))
+        return resume[1]
+
+    def _cells(self, values: tuple) -> list:
+        """The frame's cells, one object each for the glue and the resume function (a closure
+        the glue makes and the rest of the code share them)."""
+        if not self.brk["cells"]:
+            return []
+        return [v if c["isCell"] else types.CellType(v) if c["isSet"] else types.CellType()
+                for c, v in zip(self.brk["cells"], values[self.n + self.m:])]
+
+    def _resume_at(self, stack: list, own: list, locals_, cells: list, target: int, raised):
+        """The rest of the frame from instruction `target` over that state: (the resume
+        function, what it returned)."""
         if self.depths.get(self.listed[target].offset) != len(stack):
             raise RuntimeError(f"kiln: the value stack after the graph break at {self.where} has {len(stack)} items "
                                f"where CPython's has {self.depths.get(self.listed[target].offset)}")
         resume = self._resume(slot_kinds(stack, tuple(own)), slot_kinds(locals_, self.private_locals), target)
         if raised is not None and self.handler[2]:
             # lasti: where the handler's RERAISE says the exception came from, for tracebacks
-            stack[-2] = resume.head + ins.offset // 2
-        return resume(*resume.layout.arguments(stack, locals_, cells))
+            stack[-2] = resume.head + self.instruction.offset // 2
+        return resume, resume(*resume.layout.arguments(stack, locals_, cells))
 
     def _function(self, value, cells: dict):
         """`value` with the functions made in the traced code it holds made for real (in
@@ -539,15 +592,14 @@ class Continuation:
         return value
 
     def _glue(self, kinds: tuple, local_kinds: tuple):
-        key = ("glue", self.brk["start"], self.brk["instruction"], kinds, self.names, local_kinds)
+        key = ("glue", self.brk["start"], self.end, kinds, self.names, local_kinds)
         if key not in self.made:
             code = self.fn.__code__
             layout = Layout(code, kinds, self.names, local_kinds)
             effect = sum(dis.stack_effect(i.opcode, i.arg) if i.opcode >= dis.HAVE_ARGUMENT
                          else dis.stack_effect(i.opcode)
-                         for i in self.listed[self.brk["start"]:self.brk["instruction"] + 1])
-            glue = glue_function(self.fn, layout, self.brk["start"], self.brk["instruction"],
-                                 len(kinds) + effect, self.brk["line"])
+                         for i in self.listed[self.brk["start"]:self.end + 1])
+            glue = glue_function(self.fn, layout, self.brk["start"], self.end, len(kinds) + effect, self.brk["line"])
             glue.layout = layout
             self.made[key] = glue
         return self.made[key]

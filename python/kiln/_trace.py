@@ -432,7 +432,7 @@ class Traced:
                 for k, first in same:
                     values[k] = values[first]
                 return tuple(values)
-            self.rebuild = rebuild_state
+            self.rebuild = rebuild_state if same else state
         if self.graph_break is None:
             self.rebuild = rebuilder(self.outputs)  # (results, call) -> the value
         self.side_effects = traced["sideEffects"]

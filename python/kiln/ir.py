@@ -185,6 +185,7 @@ class Compiled:
         self.source = self._artifact.source    # the generated C++ (or CUDA C++)
         self.key = self._artifact.key          # its content key in the artifact cache
         self.target = self._artifact.target    # "cpu" or "cuda:sm_NN"
+        self._cuda = self.target.startswith("cuda")
         self.symbolic_ints = self._artifact.symbolic_ints  # per input: a symbolic int, else a tensor
         self.data_dependent = self._artifact.data_dependent  # a run reads sizes from data (waits for the GPU)
 
@@ -233,15 +234,16 @@ class Compiled:
         """The artifact's inputs of `tensors` (the run reads their dtype, sizes, strides,
         address and device), the device the run is on (None: none on CUDA), and the tensors
         as passed."""
-        if self.target.startswith("cuda"):
-            tensors = self._cuda_inputs(tensors)
+        if not self._cuda:  # the device matters to a CUDA run only
+            return list(tensors), None, tensors
+        tensors = self._cuda_inputs(tensors)
         device = next((t.get_device() for t in tensors if getattr(t, "is_cuda", False)), None)
         return list(tensors), device, tensors
 
     def _execute(self, inputs, device, capture: bool, donated=None):
         """The artifact's raw outputs of a run on `inputs` (see kiln._kiln.ir.Artifact.run)."""
         status = None
-        if self.target.startswith("cuda"):
+        if self._cuda:
             available = _cuda_available()
             if device is None:  # no CUDA input: torch's current device (inputs are checked in C++)
                 device = torch.cuda.current_device() if available else 0
