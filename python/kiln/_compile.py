@@ -155,6 +155,7 @@ class CompiledFunction:
         self._stack = stack
         self._cache = None
         self._warned = False
+        self._failed: str | None = None  # kiln's own failure on a call: every call runs eagerly
         self._unstable_warned = False
         self.fallback_reasons: list[str] = []
         self.graph_breaks: list[str] = []  # each distinct break of this frame, "file:line at OP: why"
@@ -187,6 +188,8 @@ class CompiledFunction:
     def _entry(self, args, kwargs):
         """The cache entry that runs this call compiled (traced and compiled on a miss), or None
         where the call runs eagerly."""
+        if self._failed is not None:
+            return None
         try:
             cache = self._cache if self._cache is not None else self._make_cache()
             entry = cache.lookup(args, kwargs)
@@ -196,6 +199,15 @@ class CompiledFunction:
                 entry.value = self._load(cache, args, kwargs)
         except KilnError as e:
             self._warn(e)
+            return None
+        except Unsupported:
+            raise  # fullgraph=True
+        except Exception as e:  # kiln's own failure: never the user's; the function runs eagerly from now on
+            self._failed = f"kiln failed ({type(e).__name__}: {e})"
+            if self._failed not in self.fallback_reasons:
+                self.fallback_reasons.append(self._failed)
+            warnings.warn(f"kiln: {getattr(self._fn, '__qualname__', self._fn)} runs eagerly: {self._failed}",
+                          RuntimeWarning, stacklevel=3)
             return None
         if entry is None or isinstance(entry.value, _Eager):
             return None
@@ -479,7 +491,7 @@ def _host_input(traced) -> str | None:
     """The path of a graph input that is a CPU tensor of one or more dims, if any."""
     for k, i in enumerate(traced.placeholders):
         meta = traced.graph.value(i).meta
-        if isinstance(meta, dict) and meta.get("device", "cpu") == "cpu" and meta["sizes"]:
+        if isinstance(meta, dict) and meta.get("device", "cpu") == "cpu" and meta.get("sizes"):
             return _trace.path_text(traced.inputs[k])
     return None
 

@@ -475,3 +475,20 @@ def test_attention_of_a_fully_masked_row_is_zero_as_torchs(stack):
         got = kiln.compile(fn, stack=stack)(q, k, v, m)
         torch.testing.assert_close(got, fn(q, k, v, m), msg=name)
         assert not got.isnan().any(), name
+
+
+def test_a_failure_of_kilns_own_code_runs_the_function_eagerly_with_a_warning(stack, monkeypatch):
+    def f(x):
+        return x.sin() + 1
+
+    def broken_runner(self, traced, args, kwargs):
+        raise KeyError("sizes")  # as a missing key in kiln's own metadata would
+
+    monkeypatch.setattr(kiln._compile.CompiledFunction, "_runner", broken_runner)
+    fast = kiln.compile(f, stack=stack)
+    with pytest.warns(RuntimeWarning, match="runs eagerly: kiln failed .KeyError"):
+        torch.testing.assert_close(fast(torch.ones(3)), f(torch.ones(3)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        torch.testing.assert_close(fast(torch.zeros(3)), f(torch.zeros(3)))
+    assert "kiln failed (KeyError" in fast.fallback_reasons[0]
