@@ -25,6 +25,7 @@ struct GuardStep {
     default @11 :UInt32;    # the called function's default i (__defaults__[i])
     kwDefault @12 :Void;    # its keyword-only default `name` (__kwdefaults__[name])
     value @13 :Void;        # a 0-d CPU tensor's .item(): an int or a float
+    hasAttr @14 :Void;      # hasattr(., name): a bool (guards an attribute's absence)
   }
   name @10 :Text;
 }

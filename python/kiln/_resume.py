@@ -16,12 +16,14 @@ renumbered for the arguments put first, the exception table shifted past the pro
 Each Python frame the glue calls is offered to kiln (the frame hook, python/src/frame_hook.c)
 and may run compiled: a break inside a function the frame called costs that call.
 
-TODO(issue 44): a break costs ~32 µs of host time beyond the unbroken call (bench/README,
-e2e_cpu), the issue asks 15.
+A break costs ~15 µs of host time beyond the unbroken call (bench/README, e2e_cpu): a
+second compiled call and the glue frame; the layouts of a call whose layouts cannot depend
+on its values are kept (`Continuation.plan`).
 """
 from __future__ import annotations
 
 import dis
+import operator
 import sys
 import types
 
@@ -392,16 +394,18 @@ def reads(ins) -> int | None:
     return None
 
 
-def _taking(layout: Layout, n: int, m: int, keep: int = 0) -> list:
-    """Where `layout`'s arguments come from in a pool of the stack's `n` slots, the `m` live
-    locals and the cells, for a stack whose slots below `keep` are not passed (only values
-    and NULLs: no iterators)."""
+def _taking(layout: Layout, n: int, m: int, keep: int = 0):
+    """A function of a pool of the stack's `n` slots, the `m` live locals and the cells (a
+    tuple) to `layout`'s arguments, for a stack whose slots below `keep` are not passed
+    (only values and NULLs: no iterators)."""
     given = ([k for k, kind in zip(range(keep, n), layout.kinds) if kind != "null"] +
              list(range(n, n + m)) + list(range(n + m, n + m + len(layout.code_cells))))
     out = [0] * len(given)
     for source, position in zip(given, layout.order):
         out[position] = source
-    return out
+    if len(out) == 1:
+        return lambda pool: (pool[out[0]],)
+    return operator.itemgetter(*out) if out else lambda pool: ()
 
 
 def _untouched(stack_nulls: tuple, listed: list, end: int) -> int:
@@ -475,13 +479,13 @@ class Continuation:
         plan = self.plan
         if plan is not None:  # the layouts of the last call, where nothing in them can change
             keep, glue, glue_take, put_null, resume, resume_take = plan
-            pool = (*values[:self.n + self.m], *self._cells(values))
-            top = _kiln.call_offering(self.offer, glue.__code__, glue, tuple([pool[k] for k in glue_take]), None)
+            pool = (*values[:self.n + self.m], *self._cells(values)) if self.brk["cells"] else values
+            top = _kiln.call_offering(self.offer, glue.__code__, glue, glue_take(pool), None)
             if put_null:
                 top = (*top[:-1], NULL, top[-1])
-            if not any(type(v) in _ITERATORS for v in top):
+            if not top or not any(type(v) in _ITERATORS for v in top):
                 pool = (*values[:keep], *top, *pool[self.n:])
-                return resume._run(tuple([pool[k] for k in resume_take]), {})  # kiln's machinery: not offered
+                return resume._run(resume_take(pool), {})  # kiln's machinery: not offered
             stack = [*values[:keep], *top]
             own = [False] * keep + [type(v) in _ITERATORS and not any(v is g for g in pool) for v in top]
             return self._resume_at(stack, own, list(values[self.n:self.n + self.m]), list(pool[self.n + self.m:]),

@@ -239,7 +239,7 @@ def _described(obj, path: list, depth: int, extra: list | None, d: dict) -> dict
         d["pyModule"] = obj.__name__
     elif (name := _builtin_name(obj)) is not None:
         d["builtin"] = name
-    elif isinstance(obj, (list, tuple)) and type(obj) in (list, tuple) and depth < MAX_DEPTH:
+    elif isinstance(obj, (list, tuple)) and type(obj) in (list, tuple, torch.Size) and depth < MAX_DEPTH:
         items = [describe(x, path + [{"index": k}], depth + 1) for k, x in enumerate(obj)]
         d["list" if isinstance(obj, list) else "tuple"] = items
     elif type(obj) is dict and depth < MAX_DEPTH and all(isinstance(k, (str, int)) for k in obj):
@@ -386,6 +386,8 @@ def resolve(path: list, fn, args, kwargs):
                     obj = getattr(obj, name)
             else:
                 obj = getattr(obj, name)
+        elif kind == "hasAttr":
+            obj = hasattr(obj, name)
         elif kind in ("index", "intKey"):
             obj = obj[value]
         elif kind == "key":

@@ -440,6 +440,7 @@ LoadedProgram::LoadedProgram(guards::Program program) : program_(std::move(progr
       case StepKind::Global:
       case StepKind::KwDefault:
       case StepKind::Attr:
+      case StepKind::HasAttr:
       case StepKind::Key: aux.name = keep(objectOf(Constant{node.step.name})); break;
       case StepKind::IntKey: aux.name = keep(objectOf(Constant{node.step.index})); break;
       case StepKind::Index:
@@ -668,6 +669,19 @@ bool PyFrontend::loadAt(uint32_t node, const guards::Step& step, const LoadedPro
     return defaults && PyDict_Check(defaults) && (out.obj = lookup(defaults, aux.name)) != nullptr;
   }
   case StepKind::Attr: return p && loadAttr(p, aux.name, out);
+  case StepKind::HasAttr: {
+    if (!p) return false;
+    PyObject* value = PyObject_GetAttr(p, aux.name);
+    if (value != nullptr) {
+      Py_DECREF(value);
+      out.obj = Py_True;
+      return true;
+    }
+    bool absent = PyErr_ExceptionMatches(PyExc_AttributeError);
+    PyErr_Clear(); // a lookup that raises another error: not decided here
+    out.obj = Py_False;
+    return absent;
+  }
   case StepKind::Index: return p && loadItem(p, step.index, aux.name, out);
   case StepKind::Key:
   case StepKind::IntKey: {

@@ -49,7 +49,7 @@ py::dict stepDict(const guards::Step& step) {
   using guards::StepKind;
   static const char* const names[] = {"arg", "kwarg",  "global", "closure", "attr",    "index",
                                       "key", "intKey", "size",   "stride",  "default", "kwDefault",
-                                      "value"};
+                                      "value", "hasAttr"};
   py::dict d;
   const char* kind = names[static_cast<int>(step.kind)];
   switch (step.kind) {
@@ -58,6 +58,7 @@ py::dict stepDict(const guards::Step& step) {
   case StepKind::Attr:
   case StepKind::Key:
   case StepKind::KwDefault:
+  case StepKind::HasAttr:
   case StepKind::Value: d[kind] = py::none(); break;
   default: d[kind] = step.index; break;
   }

@@ -492,3 +492,25 @@ def test_a_failure_of_kilns_own_code_runs_the_function_eagerly_with_a_warning(st
         warnings.simplefilter("error")  # said once
         torch.testing.assert_close(fast(torch.zeros(3)), f(torch.zeros(3)))
     assert "kiln failed (KeyError" in fast.fallback_reasons[0]
+
+
+class Options:  # at module level: a type the guards find by name
+    pass
+
+
+def test_an_attributes_absence_is_guarded(stack):
+    options = Options()
+
+    def f(x):
+        scale = getattr(options, "scale", 3.0)
+        return x * scale if hasattr(options, "flag") else x + scale
+
+    fast = kiln.compile(f, stack=stack)
+    x = torch.ones(3)
+    torch.testing.assert_close(fast(x), f(x))
+    torch.testing.assert_close(fast(x), f(x))
+    assert len(fast.cache.entries) == 1 and not fast.fallback_reasons
+    assert "hasattr(C['options'], 'flag') == False" in kiln.explain(fast)
+    options.flag, options.scale = True, 5.0
+    torch.testing.assert_close(fast(x), f(x))  # the absence guards fail: traced again
+    assert len(fast.cache.entries) == 2

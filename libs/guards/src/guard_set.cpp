@@ -27,6 +27,7 @@ Step intKey(int64_t key) { return {StepKind::IntKey, key, {}}; }
 Step size(uint32_t dim) { return {StepKind::Size, dim, {}}; }
 Step stride(uint32_t dim) { return {StepKind::Stride, dim, {}}; }
 Step value() { return {StepKind::Value, 0, {}}; }
+Step hasAttr(std::string name) { return {StepKind::HasAttr, 0, std::move(name)}; }
 Step defaultArg(uint32_t index) { return {StepKind::Default, index, {}}; }
 Step kwDefault(std::string name) { return {StepKind::KwDefault, 0, std::move(name)}; }
 
@@ -217,6 +218,7 @@ std::string GuardSet::source(uint32_t node) const {
   case StepKind::Size: return base + ".size()[" + std::to_string(s.index) + "]";
   case StepKind::Stride: return base + ".stride()[" + std::to_string(s.index) + "]";
   case StepKind::Value: return base + ".item()";
+  case StepKind::HasAttr: return "hasattr(" + base + ", " + quoted(s.name) + ")";
   }
   return base;
 }

@@ -220,6 +220,7 @@ bool InputFrontend::load(const Step& step, Value parent, Value& out) {
     else return false; // not a described 0-d CPU tensor
     return true;
   }
+  case StepKind::HasAttr: return false; // a description lists some attributes, not all: an absence is not there
   }
   return false;
 }

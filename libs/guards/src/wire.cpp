@@ -97,6 +97,7 @@ void writeStep(const Step& s, schema::GuardStep::Builder out) {
   case StepKind::Size: out.setSize(static_cast<uint32_t>(s.index)); return;
   case StepKind::Stride: out.setStride(static_cast<uint32_t>(s.index)); return;
   case StepKind::Value: out.setValue(); return;
+  case StepKind::HasAttr: out.setHasAttr(); return;
   case StepKind::Default: out.setDefault(static_cast<uint32_t>(s.index)); return;
   case StepKind::KwDefault: out.setKwDefault(); return;
   }
@@ -116,6 +117,7 @@ Step readStep(schema::GuardStep::Reader in) {
   case schema::GuardStep::SIZE: return size(in.getSize());
   case schema::GuardStep::STRIDE: return stride(in.getStride());
   case schema::GuardStep::VALUE: return value();
+  case schema::GuardStep::HAS_ATTR: return hasAttr(name);
   case schema::GuardStep::DEFAULT: return defaultArg(in.getDefault());
   case schema::GuardStep::KW_DEFAULT: return kwDefault(name);
   }

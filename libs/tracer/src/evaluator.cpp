@@ -737,6 +737,8 @@ private:
         if (sameConstant(self->keys[k], args[0])) return self->items[k];
       return args.size() > 1 ? args[1] : none();
     }
+    if (self->kind == Kind::Dict && (name == "pop" || name == "setdefault" || name == "update" || name == "copy"))
+      return dictMethod(self, name, args, kwargs);
     if (self->kind == Kind::Autocast && name == "__enter__") {
       autocastStack_.push_back(autocast);
       autocast.of(self->name == "cuda" ? ir::DeviceType::Cuda : ir::DeviceType::Cpu) =
@@ -776,6 +778,57 @@ private:
     }
     if (self->kind == Kind::Str && name == "format") unsupported("str.format");
     unsupported(kindName(self->kind) + "." + name + "()");
+  }
+
+  // pop, setdefault, update and copy of a dict the traced code made (a `**kwargs` among
+  // them); the call's own dicts are Python's to change (a graph break).
+  Var dictMethod(const Var& self, const std::string& name, const std::vector<Var>& args, const Kwargs& kwargs) {
+    if (name == "copy") {
+      takes("dict.copy", args, kwargs, 0, 0);
+      Var out = make(Kind::Dict);
+      out->keys = self->keys;
+      out->items = self->items;
+      return out;
+    }
+    if (self->path) unsupported("dict." + name + "() of a dict of the call");
+    auto find = [&](const Var& key) -> std::optional<size_t> {
+      toConstant(key); // a key kiln compares: str, int, bool, None
+      for (size_t k = 0; k < self->keys.size(); ++k)
+        if (self->keys[k]->kind == key->kind && sameConstant(self->keys[k], key)) return k;
+      return std::nullopt;
+    };
+    auto set = [&](const Var& key, const Var& value) {
+      if (auto at = find(key)) self->items[*at] = value;
+      else self->keys.push_back(key), self->items.push_back(value);
+    };
+    if (name == "pop") {
+      takes("dict.pop", args, kwargs, 1, 2);
+      auto at = find(args[0]);
+      if (!at) {
+        if (args.size() < 2) unsupported("dict.pop() of a missing key (KeyError)");
+        return args[1];
+      }
+      Var value = self->items[*at];
+      self->keys.erase(self->keys.begin() + static_cast<std::ptrdiff_t>(*at));
+      self->items.erase(self->items.begin() + static_cast<std::ptrdiff_t>(*at));
+      return value;
+    }
+    if (name == "setdefault") {
+      takes("dict.setdefault", args, kwargs, 1, 2);
+      if (auto at = find(args[0])) return self->items[*at];
+      Var value = args.size() > 1 ? args[1] : none();
+      set(args[0], value);
+      return value;
+    }
+    // update(other=(), **kw)
+    if (args.size() > 1) unsupported("dict.update() with more than one positional argument");
+    if (!args.empty()) {
+      const Var& other = args[0];
+      if (other->kind != Kind::Dict) unsupported("dict.update() from a " + kindName(other->kind));
+      for (size_t k = 0; k < other->keys.size(); ++k) set(other->keys[k], other->items[k]);
+    }
+    for (const auto& [key, value] : kwargs) set(string(key), value);
+    return none();
   }
 
   Var callModule(const Var& module, std::vector<Var> args, const Kwargs& kwargs, size_t depth) {
@@ -1008,14 +1061,14 @@ private:
     if (name == "builtins.getattr") {
       takes(name, args, kwargs, 2, 3);
       if (args.size() < 2 || args[1]->kind != Kind::Str) unsupported("getattr() with a name that is not a constant");
+      if (args.size() == 3 && absent(args[0], args[1]->name)) return args[2];
       return attribute(args[0], args[1]->name);
     }
     if (name == "builtins.hasattr") {
       takes(name, args, kwargs, 2, 2);
       if (args.size() != 2 || args[1]->kind != Kind::Str) unsupported("hasattr() with a name that is not a constant");
-      // An attribute that is there is guarded by reading it; one that is not would need
-      // a guard of its absence. TODO(issue 6): a "has no attribute" guard.
-      attribute(args[0], args[1]->name);
+      if (absent(args[0], args[1]->name)) return boolean(false);
+      attribute(args[0], args[1]->name); // one that is there is guarded by reading it
       return boolean(true);
     }
     if (name == "builtins.float" && args.size() == 1 && args[0]->kind == Kind::Str) {
@@ -1132,6 +1185,17 @@ private:
   }
 
   // ---- attributes ----------------------------------------------------------
+
+  // Whether an object of the call (an object or a module) lacks attribute `name` (reading it
+  // raises AttributeError), guarded so: hasattr(obj, name) stays False.
+  bool absent(const Var& obj, const std::string& name) {
+    if ((obj->kind != Kind::Object && obj->kind != Kind::NnModule) || !obj->path) return false;
+    if (obj->kind == Kind::NnModule && (name == "training" || name == "forward" || name == "__call__")) return false;
+    auto d = lookup(extend(*obj->path, guards::attr(name)));
+    if (!d.isUnsupported() || std::string(d.getUnsupported().cStr()).rfind("missing (AttributeError", 0) != 0) return false;
+    guards.check(node(extend(*obj->path, guards::hasAttr(name))), guards::equals(guards::Constant{false}));
+    return true;
+  }
 
   Var attribute(const Var& obj, const std::string& name) {
     switch (obj->kind) {

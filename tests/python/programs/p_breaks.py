@@ -566,3 +566,10 @@ def branch_on_a_tensor_compared_with_a_tensor(x):
     if (y > x).sum() >= 2:
         return y
     return x
+
+
+@program(inputs=lambda: r(2, 3, 8), breaks="calling builtins.print")
+def a_size_crosses_the_break(x):  # HF's attention: input_shape = x.shape[:-1] ... reshape(*input_shape, -1)
+    input_shape = x.shape[:-1]
+    print("shape", file=QUIET)
+    return x.reshape(*input_shape, -1, 2).sum(-1)

@@ -5,7 +5,7 @@ import math
 import torch
 import torch.nn as nn
 
-from corpus import inference, program
+from corpus import call, inference, program
 
 r = torch.randn
 
@@ -47,8 +47,8 @@ def getattr_const(x):
     return x * getattr(cfg, "scale")
 
 
-@program(inputs=lambda: r(4, 4), breaks="missing")
-def hasattr_branch(x):
+@program(inputs=lambda: r(4, 4))
+def hasattr_branch(x):  # False, its absence guarded
     if hasattr(cfg, "missing"):
         return x
     return x + 1
@@ -275,3 +275,44 @@ def dataclass_fields(x, p):  # fields() keeps those whose `_field_type is _FIELD
 @program(inputs=lambda: r(4))
 def is_through_two_paths(x):
     return x + 1 if cfg_alias is cfg else x - 1
+
+
+class Attn(nn.Module):  # HF's sdpa_attention: hasattr(module, "num_key_value_groups") and ...
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        if hasattr(self, "num_key_value_groups") and self.num_key_value_groups > 1:
+            x = x.repeat(1, self.num_key_value_groups)
+        return self.proj(x)
+
+
+attn = Attn()
+
+
+@program(inputs=lambda: r(2, 4))
+def hasattr_of_a_module_without_it(x):
+    return attn(x)
+
+
+@program(inputs=lambda: r(2, 4))
+def getattr_with_a_default(x):  # HF's masking_utils: getattr(config, "is_causal", True)
+    if not getattr(cfg, "is_causal", True):
+        return x
+    return x * getattr(cfg, "scale", 1.0) + getattr(cfg, "offset", 0.5)
+
+
+def _forward(x, scale=1.0, **kwargs):
+    return x * scale + len(kwargs)
+
+
+@program(inputs=lambda: call(r(4), return_dict=False, scale=2.0, output_attentions=None))
+def kwargs_popped_then_passed_on(x, **kwargs):  # HF's output wrappers: kwargs.pop("return_dict", ...)
+    return_dict = kwargs.pop("return_dict", True)
+    kwargs.pop("output_attentions", None)
+    kwargs.setdefault("scale", 3.0)
+    extra = kwargs.copy()
+    extra.update(bias=1)
+    out = _forward(x, **kwargs)
+    return out if return_dict else (out, len(extra))

@@ -23,12 +23,12 @@
 
 namespace kiln::guards {
 
-enum class StepKind : uint8_t { Arg, Kwarg, Global, Closure, Attr, Index, Key, IntKey, Size, Stride, Default, KwDefault, Value };
+enum class StepKind : uint8_t { Arg, Kwarg, Global, Closure, Attr, Index, Key, IntKey, Size, Stride, Default, KwDefault, Value, HasAttr };
 
 struct Step {
   StepKind kind = StepKind::Arg;
   int64_t index = 0; // Arg, Closure, Index, IntKey, Size, Stride, Default
-  std::string name;  // Arg (its parameter), Kwarg, Global, Closure (its variable), Attr, Key, KwDefault
+  std::string name;  // Arg (its parameter), Kwarg, Global, Closure (its variable), Attr, Key, KwDefault, HasAttr
 
   bool isRoot() const;
   friend bool operator<(const Step& a, const Step& b) {
@@ -52,6 +52,7 @@ Step stride(uint32_t dim);
 Step defaultArg(uint32_t index); // the called function's __defaults__[index]
 Step kwDefault(std::string name); // its __kwdefaults__[name]
 Step value();                     // a 0-d CPU tensor's .item() (an int or a float)
+Step hasAttr(std::string name);   // hasattr(., name): a bool
 
 struct TypeRef {
   std::string module, qualname;
