@@ -273,6 +273,10 @@ def _described(obj, path: list, depth: int, extra: list | None, d: dict) -> dict
             d["emptyCell"] = None
         else:
             d["cell"] = describe(contents, path + [{"attr": None, "name": "cell_contents"}], depth + 1)
+    elif isinstance(obj, types.CodeType):  # its fields read as attributes; its type found as types.CodeType
+        d["type"] = {"module": "types", "qualname": "CodeType"}
+        d["object"] = []
+        d["mro"] = [d["type"], _type_ref(object)]
     elif not _findable(type(obj)):
         # Its type guard could not find the type again (builtins' list_iterator, mappingproxy):
         # every call would miss. Refused where the trace reads it instead.

@@ -1230,6 +1230,8 @@ private:
     case Kind::Autocast: return method(obj, name);
     case Kind::Function:
       if (name == "__name__") return string(obj->function->code.getName().cStr());
+      // Introspection of a function of the call (`fn.__code__.co_varnames`): read, guarded.
+      if (obj->path && name != "__call__" && name != "__get__") return realize(extend(*obj->path, guards::attr(name)));
       break;
     case Kind::DType:
       if (name == "is_floating_point") return boolean(ir::isFloating(obj->dtype));

@@ -316,3 +316,24 @@ def kwargs_popped_then_passed_on(x, **kwargs):  # HF's output wrappers: kwargs.p
     extra.update(bias=1)
     out = _forward(x, **kwargs)
     return out if return_dict else (out, len(extra))
+
+
+def _decorated(x, scale=2.0, shift=0.0):
+    return x * scale + shift
+
+
+def _with_defaults_from(func):  # HF's generic.py: arguments found by func.__code__.co_varnames
+    def wrapper(x, **kwargs):
+        for name in ("scale", "shift", "missing"):
+            if name in func.__code__.co_varnames and name not in kwargs:
+                kwargs[name] = 1.5
+        return func(x, **kwargs)
+    return wrapper
+
+
+_wrapped = _with_defaults_from(_decorated)
+
+
+@program(inputs=lambda: r(4))
+def code_introspection_in_a_decorator(x):
+    return _wrapped(x, shift=0.5)
