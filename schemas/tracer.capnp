@@ -101,7 +101,7 @@ struct FunctionDesc {
   defaults @1 :List(ObjectDesc);
   kwDefaults @2 :List(NamedObject);
   closure @3 :List(ObjectDesc);     # cell contents, in co_freevars order
-  module @4 :Text;                  # __module__: whose globals it reads
+  module @4 :Text;                  # the module whose globals it reads (not __module__, which wraps copies)
   bound @5 :ObjectDesc;             # a bound method's self (its `none` member when unbound)
   isBound @6 :Bool;
 }

@@ -321,8 +321,18 @@ def _function(fn: types.FunctionType, path: list, root: bool = False, depth: int
         "kwDefaults": [{"name": n, "value": describe(v, kwdefault_path(n), depth + 1)}
                        for n, v in kwdefaults.items()],
         "closure": closure,
-        "module": fn.__module__ or "",
+        "module": _globals_name(fn),
     }
+
+
+def _globals_name(fn: types.FunctionType) -> str:
+    """The module whose globals `fn` reads, by name: not `__module__`, which functools.wraps
+    copies from the wrapped function (a decorator's wrapper reads its own module's names).
+    Globals that are no module's are named by their identity (each their own)."""
+    g = fn.__globals__
+    name = g.get("__name__", "")
+    module = sys.modules.get(name) if isinstance(name, str) else None
+    return name if module is not None and getattr(module, "__dict__", None) is g else f"<globals at {id(g):#x}>"
 
 
 def _module(m: torch.nn.Module, path: list) -> dict:

@@ -137,7 +137,7 @@ def torch_fn_in_list(x):
     return out
 
 
-from other_module import activated, scaled  # noqa: E402
+from other_module import activated, offset_by_scale, scaled  # noqa: E402
 
 
 @program(inputs=lambda: r(4, 4))
@@ -148,6 +148,12 @@ def call_other_module(x):
 @program(inputs=lambda: r(4, 4))
 def call_other_module_torch(x):
     return activated(x) - SCALE
+
+
+@program(inputs=lambda: r(4, 4))
+@offset_by_scale
+def decorated_in_another_module(x):  # the wrapper (other_module's globals, this __module__)
+    return x * SCALE  # this module's SCALE, 0.5; the wrapper adds other_module's, 10
 
 
 @program(inputs=lambda: r(4, 4))
