@@ -120,6 +120,7 @@ struct ModuleDesc {
   attributes @5 :List(NamedObject); # instance attributes of primitive kinds
   forward @6 :FunctionDesc;         # a user module's forward (unbound; `self` is the module)
   hooks @7 :Bool;                   # calling it runs hooks (its own or global ones) beside forward
+  ownCall @8 :Bool;                 # its class overrides Module.__call__: calling it runs that
 }
 
 struct TraceRequest {

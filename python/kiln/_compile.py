@@ -540,7 +540,8 @@ class CompiledModule(torch.nn.Module):
         self._compiled_forward = CompiledFunction(type(module).forward, **options)
 
     def forward(self, *args, **kwargs):
-        if _trace.has_hooks(self._orig_mod):  # its hooks run eagerly around its forward, compiled
+        if _trace.has_hooks(self._orig_mod) or _trace.own_call(self._orig_mod):
+            # its hooks (or its class's own __call__) run eagerly around its forward, compiled
             return self._compiled_forward._run_as(self._orig_mod, args, kwargs)
         return self._compiled_forward(self._orig_mod, *args, **kwargs)
 

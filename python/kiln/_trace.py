@@ -335,6 +335,11 @@ def _globals_name(fn: types.FunctionType) -> str:
     return name if module is not None and getattr(module, "__dict__", None) is g else f"<globals at {id(g):#x}>"
 
 
+def own_call(m: torch.nn.Module) -> bool:
+    """Whether calling `m` runs its class's own __call__ rather than Module's (forward)."""
+    return type(m).__call__ is not torch.nn.Module.__call__
+
+
 def _module(m: torch.nn.Module, path: list) -> dict:
     builtin_kind = type(m) in _BUILTIN_MODULES
     attr = lambda n: path + [{"attr": None, "name": n}]
@@ -342,6 +347,7 @@ def _module(m: torch.nn.Module, path: list) -> dict:
         "kind": f"torch.nn.{type(m).__name__}" if builtin_kind else "",
         "training": m.training,
         "hooks": has_hooks(m),
+        "ownCall": own_call(m),
         "parameters": [{"name": n, "value": describe(p, attr(n))} for n, p in m._parameters.items()],
         "buffers": [{"name": n, "value": describe(b, attr(n))} for n, b in m._buffers.items()],
         "modules": list(m._modules.keys()),

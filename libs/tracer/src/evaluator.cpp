@@ -836,6 +836,8 @@ private:
     // Its hooks run beside forward when called: Python's to run. Their absence is guarded
     // (a hook added later traces again); global hooks are refused where they are described.
     if (desc.getHooks()) unsupported("calling a module with hooks");
+    // TODO(issue 45): inline the class's __call__ (and super().__call__ in it) instead.
+    if (desc.getOwnCall()) unsupported("calling a module whose class overrides __call__");
     for (const char* hooks : {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"})
       guards.check(node(extend(*module->path, guards::attr(hooks))), guards::lengthIs(0));
     std::string kind = desc.getKind().cStr();

@@ -573,3 +573,25 @@ def a_size_crosses_the_break(x):  # HF's attention: input_shape = x.shape[:-1] .
     input_shape = x.shape[:-1]
     print("shape", file=QUIET)
     return x.reshape(*input_shape, -1, 2).sum(-1)
+
+
+class _DoubledLinear(torch.nn.Linear):  # HF's GradientCheckpointingLayer overrides __call__ so
+    def __call__(self, *args, **kwargs):
+        return super().__call__(*args, **kwargs) * 2
+
+
+class _WithOwnCall(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = _DoubledLinear(4, 4)
+
+    def forward(self, x):
+        return self.inner(x) + 1
+
+
+_with_own_call = _WithOwnCall()
+
+
+@program(inputs=lambda: r(2, 4), breaks="overrides __call__")
+def a_submodule_whose_class_overrides_call(x):
+    return _with_own_call(x)
