@@ -145,8 +145,16 @@ def function_key(fn) -> dict:
 
 # ---- objects ------------------------------------------------------------------
 
+# Builtin types whose own names find nothing (builtins.builtin_function_or_method), by the
+# names the `types` module gives them: a type guard finds them there.
+_TYPE_ALIASES = {getattr(types, n): {"module": "types", "qualname": n}
+                 for n in ("BuiltinFunctionType", "MethodWrapperType", "WrapperDescriptorType",
+                           "MethodDescriptorType", "CodeType")}
+
+
 def _type_ref(t: type) -> dict:
-    return {"module": t.__module__, "qualname": t.__qualname__}
+    alias = _TYPE_ALIASES.get(t)
+    return dict(alias) if alias is not None else {"module": t.__module__, "qualname": t.__qualname__}
 
 
 def _device(d: torch.device) -> dict:
@@ -273,10 +281,6 @@ def _described(obj, path: list, depth: int, extra: list | None, d: dict) -> dict
             d["emptyCell"] = None
         else:
             d["cell"] = describe(contents, path + [{"attr": None, "name": "cell_contents"}], depth + 1)
-    elif isinstance(obj, types.CodeType):  # its fields read as attributes; its type found as types.CodeType
-        d["type"] = {"module": "types", "qualname": "CodeType"}
-        d["object"] = []
-        d["mro"] = [d["type"], _type_ref(object)]
     elif not _findable(type(obj)):
         # Its type guard could not find the type again (builtins' list_iterator, mappingproxy):
         # every call would miss. Refused where the trace reads it instead.
@@ -290,6 +294,8 @@ def _described(obj, path: list, depth: int, extra: list | None, d: dict) -> dict
 @functools.lru_cache(maxsize=None)
 def _findable(t: type) -> bool:
     """Whether `t` is found again by its module and qualified name (as type guards look it up)."""
+    if t in _TYPE_ALIASES:
+        return True
     found = sys.modules.get(t.__module__)
     for part in t.__qualname__.split("."):
         found = getattr(found, part, None)
