@@ -235,19 +235,19 @@ class CompiledFunction:
             return None
         if fn is self._fn:
             callee = self
+        elif fn in _callees:  # decided on the code's first call
+            callee = self._callee(fn)
         elif not _user_code(fn) or not _holds_tensor((args, kwargs)):
             return False  # the first call of a code decides: nothing for kiln there
         else:
             callee = self._callee(fn)
         entry = callee._entry(args, kwargs)
-        if entry is not None and not (isinstance(entry.value, _Broken) and entry.value.runner is None):
+        if entry is not None and _has_graph(entry.value):
             return (entry.value(callee._fn, args, kwargs),)
         # A frame kiln runs as it is still costs a guard check at each call, a break before any
         # graph the break's cost: code with no graph for any call so far is not offered again.
         entries = callee.cache.entries if callee.cache is not None else []
-        compiled = (e for e in entries if not isinstance(e.value, _Eager) and
-                    not (isinstance(e.value, _Broken) and e.value.runner is None))
-        return None if any(True for _ in compiled) or callee is self else False
+        return None if callee is self or any(_has_graph(e.value) for e in entries) else False
 
     def _make_cache(self):
         from kiln import guards
@@ -430,6 +430,11 @@ def _user_code(fn: types.FunctionType) -> bool:
     if top in _SKIPPED or top in sys.stdlib_module_names or "<locals>" in fn.__qualname__:
         return False
     return not getattr(fn, "_kiln_disabled", False) and not (fn.__code__.co_flags & 0x2A0)  # no generators
+
+
+def _has_graph(value) -> bool:
+    """Whether a cache entry's runner runs a compiled graph (not eagerly, not a break before any)."""
+    return not isinstance(value, _Eager) and not (isinstance(value, _Broken) and value.runner is None)
 
 
 def _holds_tensor(value, depth: int = 3) -> bool:
