@@ -26,6 +26,8 @@ struct GuardStep {
     kwDefault @12 :Void;    # its keyword-only default `name` (__kwdefaults__[name])
     value @13 :Void;        # a 0-d CPU tensor's .item(): an int or a float
     hasAttr @14 :Void;      # hasattr(., name): a bool (guards an attribute's absence)
+    module @15 :Void;       # the imported Python module `name` (sys.modules[name]): a root
+    classAttr @16 :UInt32;  # of a class: `name` as the first class of __mro__[i:] whose __dict__ has it holds it
   }
   name @10 :Text;
 }

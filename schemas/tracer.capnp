@@ -88,7 +88,10 @@ struct ObjectDesc {
     cell @21 :ObjectDesc;           # a cell (a graph break passes a frame's cells): its contents
     emptyCell @22 :Void;
   }
-  mro @23 :List(Guards.TypeRef);    # a module's or object's type's __mro__ (isinstance reads it)
+  mro @23 :List(Guards.TypeRef);    # a module's or object's type's __mro__ (isinstance reads it); a class's own
+  plainClass @24 :Bool;             # a class whose metaclass keeps type's str(), isinstance() and ==
+  instanceDict @25 :Bool;           # a class whose instances have a __dict__
+  instantiable @26 :Bool;           # a class whose metaclass keeps type's __call__, with no abstract methods
 }
 
 struct DictItem {
@@ -200,7 +203,19 @@ struct OutputSpec {
     sameAs @18 :UInt32;             # the object an earlier part of a break's state rebuilt
                                     # (its index in stack, locals, cells order): one object
     returnType @19 :ReturnType;     # a torch.return_types named tuple (max's (values, indices))
+    object @20 :MadeObject;         # an instance the traced code made
+    madeRef @21 :UInt32;            # the MadeObject of this id, rebuilt earlier in the same value
   }
+}
+
+# An instance of a class the traced code made, rebuilt without running the class's code: made
+# by the layout's __new__, its items set through its base's __setitem__, its __dict__ filled.
+struct MadeObject {
+  cls @0 :List(Guards.GuardStep);   # its class, found by path
+  layout @1 :Text;                  # "object" (object.__new__), "dict" or "OrderedDict" (their __new__)
+  attributes @2 :List(NamedSpec);   # its __dict__
+  items @3 :List(OutputItem);       # a dict layout's items
+  id @4 :UInt32;                    # what a later madeRef names it by
 }
 
 # A function made by the frame's code: its code object (a constant of the frame's code, found

@@ -9,11 +9,15 @@ returns a `Traced` (graph, guard set, input paths, output structure) or raises
 from __future__ import annotations
 
 import builtins
+import collections
 import dis
 import functools
 import hashlib
+import inspect
+import itertools
 import math
 import sys
+import threading
 import types
 
 import torch
@@ -24,7 +28,7 @@ from kiln._kiln import KilnError
 from kiln.ir import Graph, dtype_name, torch_dtype
 
 PYTHON_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
-MAX_ROUNDS = 64   # needObjects rounds before giving up
+MAX_ROUNDS = 1024  # needObjects rounds before giving up
 MAX_DEPTH = 8     # nesting of containers described whole
 # Nesting of descriptions inside one (functions in closures, bound methods' selves): each
 # level is about three of the message's, and the tracer reads at most 64.
@@ -152,6 +156,11 @@ _TYPE_ALIASES = {getattr(types, n): {"module": "types", "qualname": n}
                            "MethodDescriptorType", "CodeType")}
 
 
+# A metaclass that keeps these of `type` makes a class whose str(), isinstance() and == are
+# type's (the tracer decides them from the class's name and MRO).
+_PLAIN_CLASS_METHODS = ("__repr__", "__str__", "__instancecheck__", "__eq__", "__hash__")
+
+
 def _type_ref(t: type) -> dict:
     alias = _TYPE_ALIASES.get(t)
     return dict(alias) if alias is not None else {"module": t.__module__, "qualname": t.__qualname__}
@@ -178,11 +187,53 @@ _BUILTIN_MODULES = {getattr(torch.nn, n) for n in (
     "Softmax", "Sequential", "Identity", "RMSNorm", "MultiheadAttention")}
 
 _KNOWN_MODULES = {"torch": torch, "torch.nn.functional": torch.nn.functional, "math": math, "builtins": builtins,
-                  "torch.utils.checkpoint": torch.utils.checkpoint}
+                  "torch.utils.checkpoint": torch.utils.checkpoint, "itertools": itertools}
+
+
+@functools.lru_cache(maxsize=None)
+def _answered_when_tracing() -> dict:
+    """Callables whose answer under kiln the tracer knows (is_compiling() is True, as under
+    torch.compile; no TorchScript tracing runs), by the names the tracer answers them by."""
+    named = {"torch.compiler.is_compiling": torch.compiler.is_compiling,
+             "torch.compiler.is_dynamo_compiling": getattr(torch.compiler, "is_dynamo_compiling", None),
+             "torch.compiler.is_exporting": getattr(torch.compiler, "is_exporting", None),
+             "torch.jit.is_tracing": torch.jit.is_tracing,
+             "torch.jit.is_scripting": torch.jit.is_scripting,
+             "torch._C._get_tracing_state": torch._C._get_tracing_state,
+             "torch.is_grad_enabled": torch.is_grad_enabled,
+             "torch.get_default_dtype": torch.get_default_dtype,
+             "inspect.signature": inspect.signature}
+    return {fn: name for name, fn in named.items() if fn is not None}
+
+
+@functools.lru_cache(maxsize=None)
+def _builtin_methods() -> dict:
+    """The methods of object, dict and OrderedDict (their own, as their __dict__ holds them),
+    which the tracer runs for instances the traced code makes, by name
+    ("builtins.dict.__setitem__")."""
+    kinds = (types.WrapperDescriptorType, types.MethodDescriptorType, types.BuiltinMethodType,
+             types.ClassMethodDescriptorType)
+    return {raw: f"{cls.__module__}.{cls.__qualname__}.{name}"
+            for cls in (object, dict, collections.OrderedDict)
+            for name, raw in vars(cls).items() if isinstance(raw, kinds)}
+
+
+@functools.lru_cache(maxsize=None)
+def _named_callables() -> dict:
+    """Every callable kiln names beside module members, by its name."""
+    named = {name: fn for fn, name in _answered_when_tracing().items()}
+    named.update({name: raw for raw, name in _builtin_methods().items()})
+    return named
 
 
 def _builtin_name(obj):
     """The qualified name of a callable kiln knows, or None."""
+    try:
+        known = _answered_when_tracing().get(obj) or _builtin_methods().get(obj)
+    except TypeError:  # unhashable
+        known = None
+    if known is not None:
+        return known
     name = getattr(obj, "__name__", None)
     if isinstance(obj, types.FunctionType) and isinstance(name, str) and name.startswith("_") \
             and obj.__module__ == "torch.nn.functional":
@@ -244,7 +295,12 @@ def _described(obj, path: list, depth: int, extra: list | None, d: dict) -> dict
     elif isinstance(obj, torch.device):
         d["device"] = _device(obj)
     elif isinstance(obj, types.ModuleType):
-        d["pyModule"] = obj.__name__
+        if type(obj) is types.ModuleType or _findable(type(obj)):
+            d["pyModule"] = obj.__name__
+        else:  # a module object of a class its guard could not find (torch._VF's)
+            d["unsupported"] = f"the module {obj.__name__}, a {type(obj).__qualname__} kiln cannot find by name"
+    elif obj is sys.modules:
+        d["unsupported"] = "sys.modules (kiln reads imported modules by name)"
     elif (name := _builtin_name(obj)) is not None:
         d["builtin"] = name
     elif isinstance(obj, (list, tuple)) and type(obj) in (list, tuple, torch.Size) and depth < MAX_DEPTH:
@@ -274,6 +330,11 @@ def _described(obj, path: list, depth: int, extra: list | None, d: dict) -> dict
                     extra.append(describe(child, path + [{"attr": None, "name": name}], 0, extra))
     elif isinstance(obj, type):
         d["typeObject"] = _type_ref(obj)
+        d["mro"] = [_type_ref(t) for t in obj.__mro__]
+        meta = type(obj)
+        d["plainClass"] = all(getattr(meta, n) is getattr(type, n) for n in _PLAIN_CLASS_METHODS)
+        d["instanceDict"] = obj.__dictoffset__ != 0
+        d["instantiable"] = meta.__call__ is type.__call__ and not getattr(obj, "__abstractmethods__", None)
     elif isinstance(obj, types.CellType):
         try:
             contents = obj.cell_contents
@@ -412,6 +473,10 @@ def resolve(path: list, fn, args, kwargs):
                     obj = getattr(obj, name)
             else:
                 obj = getattr(obj, name)
+        elif kind == "module":
+            obj = sys.modules[name]
+        elif kind == "classAttr":
+            obj = class_attribute(obj, value, name)
         elif kind == "hasAttr":
             obj = hasattr(obj, name)
         elif kind in ("index", "intKey"):
@@ -573,6 +638,10 @@ def path_text(path: list) -> str:
         name = step.get("name", "")
         if "arg" in step or "kwarg" in step or "global" in step or "closure" in step:
             text = name
+        elif "module" in step:
+            text = f"sys.modules[{name!r}]"
+        elif "classAttr" in step:
+            text += f".__mro__[{step['classAttr']}:].{name}"
         elif "attr" in step:
             text += f".{name}"
         elif "key" in step:
@@ -723,6 +792,16 @@ def _accessor(path: list):
     return get
 
 
+def class_attribute(cls: type, start: int, name: str):
+    """`name` as the first class of cls.__mro__[start:] whose own __dict__ has it holds it: a
+    function, staticmethod, classmethod, property or value, unbound (the tracer binds it)."""
+    for klass in cls.__mro__[start:]:
+        own = vars(klass)
+        if name in own:
+            return own[name]
+    raise AttributeError(f"type object {cls.__qualname__!r} has no attribute {name!r}")
+
+
 def _step(step: dict):
     """One step of a path past its root as a function of the object before it (resolve's
     rules), or None for a root step."""
@@ -742,6 +821,8 @@ def _step(step: dict):
         return lambda obj: obj[value]
     if kind == "key":
         return lambda obj: resolve([{"arg": 0}, step], None, (obj,), {})
+    if kind == "classAttr":
+        return lambda obj: class_attribute(obj, value, name)
     return None
 
 
@@ -751,10 +832,57 @@ def rebuild(spec: dict, results: list, call: tuple | None = None):
     return rebuilder(spec)(results, call)
 
 
+_made = threading.local()  # the objects one rebuild made so far, by MadeObject id
+
+
 def rebuilder(spec: dict):
     """`rebuild` of this spec made once: a function (results, call) -> the value, each part's
     kind decided and each path's steps resolved ahead (an entry rebuilds at every call)."""
-    many = lambda specs: [rebuilder(s) for s in specs]  # noqa: E731
+    part = _rebuilder(spec)
+    if not _makes_objects(spec):
+        return part
+
+    def with_objects(results, call):  # one object for each MadeObject id, within this value
+        outer = getattr(_made, "objects", None)
+        _made.objects = {}
+        try:
+            return part(results, call)
+        finally:
+            _made.objects = outer
+    return with_objects
+
+
+def _makes_objects(spec) -> bool:
+    if isinstance(spec, dict):
+        return "object" in spec or any(_makes_objects(v) for v in spec.values())
+    return isinstance(spec, list) and any(_makes_objects(v) for v in spec)
+
+
+_NEW = {"object": object.__new__, "dict": dict.__new__, "OrderedDict": dict.__new__}
+
+
+def _made_object(o: dict):
+    """The rebuilder of an instance the traced code made (MadeObject)."""
+    get_cls = _accessor(o["cls"])
+    new, setitem = _NEW[o["layout"]], collections.OrderedDict.__setitem__ if o["layout"] == "OrderedDict" \
+        else dict.__setitem__
+    attributes = [(a["name"], _rebuilder(a["value"])) for a in o["attributes"]]
+    items = [(_from_constant(i["key"]), _rebuilder(i["value"])) for i in o["items"]]
+    ident = o["id"]
+
+    def made(results, call):  # its parts in the tracer's order: a later part may name an earlier one
+        obj = new(get_cls(*call))
+        _made.objects[ident] = obj
+        own = {name: value(results, call) for name, value in attributes}
+        for key, value in items:
+            setitem(obj, key, value(results, call))
+        object.__getattribute__(obj, "__dict__").update(own)
+        return obj
+    return made
+
+
+def _rebuilder(spec: dict):
+    many = lambda specs: [_rebuilder(s) for s in specs]  # noqa: E731
     if "graphOutput" in spec:
         k = spec["graphOutput"]
         return lambda results, call: results[k]
@@ -766,7 +894,7 @@ def rebuilder(spec: dict):
         make = tuple if "tuple" in spec else list if "list" in spec else torch.Size
         return lambda results, call: make([p(results, call) for p in parts])
     if "dict" in spec:
-        items = [(_from_constant(i["key"]), rebuilder(i["value"])) for i in spec["dict"]]
+        items = [(_from_constant(i["key"]), _rebuilder(i["value"])) for i in spec["dict"]]
         return lambda results, call: {k: v(results, call) for k, v in items}
     if "symInt" in spec:
         k = spec["symInt"]
@@ -786,7 +914,7 @@ def rebuilder(spec: dict):
         value = _known_callable(spec["builtin"])
         return lambda results, call: value
     if "method" in spec:
-        owner, name = rebuilder(spec["method"]["self"]), spec["method"]["name"]
+        owner, name = _rebuilder(spec["method"]["self"]), spec["method"]["name"]
         return lambda results, call: getattr(owner(results, call), name)
     if "dtype" in spec:
         value = torch_dtype(spec["dtype"])
@@ -798,8 +926,8 @@ def rebuilder(spec: dict):
     if "function" in spec:
         f = spec["function"]
         defaults = many(f["defaults"])
-        kwdefaults = [(k["name"], rebuilder(k["value"])) for k in f["kwDefaults"]]
-        contents = [rebuilder(c["contents"]) if "contents" in c else None for c in f["closure"]]
+        kwdefaults = [(k["name"], _rebuilder(k["value"])) for k in f["kwDefaults"]]
+        contents = [_rebuilder(c["contents"]) if "contents" in c else None for c in f["closure"]]
         return lambda results, call: MadeFunction(
             f, [d(results, call) for d in defaults], {n: v(results, call) for n, v in kwdefaults},
             [c(results, call) if c is not None else None for c in contents])
@@ -815,6 +943,11 @@ def rebuilder(spec: dict):
     if "slice" in spec:
         parts = many(spec["slice"])
         return lambda results, call: slice(*(p(results, call) for p in parts))
+    if "object" in spec:
+        return _made_object(spec["object"])
+    if "madeRef" in spec:
+        ident = spec["madeRef"]
+        return lambda results, call: _made.objects[ident]
     raise ValueError(f"unknown output spec {spec}")
 
 
@@ -842,6 +975,8 @@ def _known_callable(name: str):
     """A callable the tracer knows by qualified name (_builtin_name's names)."""
     if name == "torch.Tensor":
         return torch.Tensor
+    if name in _named_callables():
+        return _named_callables()[name]
     if name.startswith("torch.Tensor."):
         return getattr(torch.Tensor, name[len("torch.Tensor."):])
     for prefix in sorted(_KNOWN_MODULES, key=len, reverse=True):
@@ -865,7 +1000,7 @@ def replay(traced: Traced, results: list, fn, args, kwargs) -> None:
     for effect in traced.side_effects:
         if "setAttr" in effect:
             e = effect["setAttr"]
-            setattr(resolve(e["path"], fn, args, kwargs), e["name"], rebuild(e["value"], results))
+            setattr(resolve(e["path"], fn, args, kwargs), e["name"], rebuild(e["value"], results, (fn, args, kwargs)))
         else:
             e = effect["listAppend"]
-            resolve(e["listPath"], fn, args, kwargs).append(rebuild(e["item"], results))
+            resolve(e["listPath"], fn, args, kwargs).append(rebuild(e["item"], results, (fn, args, kwargs)))

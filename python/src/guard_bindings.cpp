@@ -95,7 +95,7 @@ Constant constantOf(py::handle h) {
 
 // A step: ("arg", 0, "x"), ("kwarg", "y"), ("global", "g"), ("closure", 0, "c"),
 // ("attr", "w"), ("index", 3), ("key", "k"), ("int_key", 3), ("size", 0), ("stride", 1),
-// ("default", 0), ("kw_default", "k"), ("has_attr", "w").
+// ("default", 0), ("kw_default", "k"), ("has_attr", "w"), ("module", "math"), ("class_attr", 0, "forward").
 Step stepFrom(py::handle h) {
   if (!py::isinstance<py::tuple>(h) || py::len(h) < 2)
     invalid("a step is a tuple such as ('attr', 'weight')");
@@ -115,6 +115,8 @@ Step stepFrom(py::handle h) {
   if (kind == "default") return defaultArg(t[1].cast<uint32_t>());
   if (kind == "kw_default") return kwDefault(name(1));
   if (kind == "has_attr") return hasAttr(name(1));
+  if (kind == "module") return pyModule(name(1));
+  if (kind == "class_attr") return classAttr(t[1].cast<uint32_t>(), name(2));
   invalid("unknown step kind '" + kind + "'");
 }
 

@@ -166,6 +166,16 @@ inline PyObject* lookup(PyObject* dict, PyObject* key) {
   return v;
 }
 
+// A class's own __dict__ (a new reference; 3.12 keeps static builtin types' elsewhere).
+PyObject* typeDict(PyTypeObject* t) {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyType_GetDict(t);
+#else
+  Py_XINCREF(t->tp_dict);
+  return t->tp_dict;
+#endif
+}
+
 // The object's instance __dict__, borrowed, or null.
 PyObject* instanceDict(PyObject* o) {
   PyObject** slot = _PyObject_GetDictPtr(o);
@@ -441,6 +451,8 @@ LoadedProgram::LoadedProgram(guards::Program program) : program_(std::move(progr
       case StepKind::KwDefault:
       case StepKind::Attr:
       case StepKind::HasAttr:
+      case StepKind::Module:
+      case StepKind::ClassAttr:
       case StepKind::Key: aux.name = keep(objectOf(Constant{node.step.name})); break;
       case StepKind::IntKey: aux.name = keep(objectOf(Constant{node.step.index})); break;
       case StepKind::Index:
@@ -669,6 +681,20 @@ bool PyFrontend::loadAt(uint32_t node, const guards::Step& step, const LoadedPro
     return defaults && PyDict_Check(defaults) && (out.obj = lookup(defaults, aux.name)) != nullptr;
   }
   case StepKind::Attr: return p && loadAttr(p, aux.name, out);
+  case StepKind::Module: return (out.obj = lookup(PyImport_GetModuleDict(), aux.name)) != nullptr;
+  case StepKind::ClassAttr: { // what the first class of __mro__[i:] whose dict has it holds (borrowed: the class keeps it)
+    if (!p || !PyType_Check(p)) return false;
+    PyObject* mro = reinterpret_cast<PyTypeObject*>(p)->tp_mro;
+    if (!mro || !PyTuple_Check(mro)) return false;
+    for (Py_ssize_t k = step.index; k < PyTuple_GET_SIZE(mro); ++k) {
+      PyObject* dict = typeDict(reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, k)));
+      PyObject* found = dict ? PyDict_GetItemWithError(dict, aux.name) : nullptr;
+      Py_XDECREF(dict);
+      if (found) return (out.obj = found), true;
+      if (PyErr_Occurred()) return PyErr_Clear(), false;
+    }
+    return false;
+  }
   case StepKind::HasAttr: {
     if (!p) return false;
     PyObject* value = PyObject_GetAttr(p, aux.name);

@@ -49,7 +49,7 @@ py::dict stepDict(const guards::Step& step) {
   using guards::StepKind;
   static const char* const names[] = {"arg", "kwarg",  "global", "closure", "attr",    "index",
                                       "key", "intKey", "size",   "stride",  "default", "kwDefault",
-                                      "value", "hasAttr"};
+                                      "value", "hasAttr", "module", "classAttr"};
   py::dict d;
   const char* kind = names[static_cast<int>(step.kind)];
   switch (step.kind) {
@@ -59,6 +59,7 @@ py::dict stepDict(const guards::Step& step) {
   case StepKind::Key:
   case StepKind::KwDefault:
   case StepKind::HasAttr:
+  case StepKind::Module:
   case StepKind::Value: d[kind] = py::none(); break;
   default: d[kind] = step.index; break;
   }

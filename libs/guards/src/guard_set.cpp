@@ -13,7 +13,7 @@ namespace kiln::guards {
 
 bool Step::isRoot() const {
   return kind == StepKind::Arg || kind == StepKind::Kwarg || kind == StepKind::Global ||
-         kind == StepKind::Closure || kind == StepKind::Default || kind == StepKind::KwDefault;
+         kind == StepKind::Closure || kind == StepKind::Default || kind == StepKind::KwDefault || kind == StepKind::Module;
 }
 
 Step arg(uint32_t index, std::string name) { return {StepKind::Arg, index, std::move(name)}; }
@@ -28,6 +28,8 @@ Step size(uint32_t dim) { return {StepKind::Size, dim, {}}; }
 Step stride(uint32_t dim) { return {StepKind::Stride, dim, {}}; }
 Step value() { return {StepKind::Value, 0, {}}; }
 Step hasAttr(std::string name) { return {StepKind::HasAttr, 0, std::move(name)}; }
+Step pyModule(std::string name) { return {StepKind::Module, 0, std::move(name)}; }
+Step classAttr(uint32_t from, std::string name) { return {StepKind::ClassAttr, from, std::move(name)}; }
 Step defaultArg(uint32_t index) { return {StepKind::Default, index, {}}; }
 Step kwDefault(std::string name) { return {StepKind::KwDefault, 0, std::move(name)}; }
 
@@ -219,6 +221,8 @@ std::string GuardSet::source(uint32_t node) const {
   case StepKind::Stride: return base + ".stride()[" + std::to_string(s.index) + "]";
   case StepKind::Value: return base + ".item()";
   case StepKind::HasAttr: return "hasattr(" + base + ", " + quoted(s.name) + ")";
+  case StepKind::Module: return "sys.modules[" + quoted(s.name) + "]";
+  case StepKind::ClassAttr: return "static(" + base + ".__mro__[" + std::to_string(s.index) + ":], " + quoted(s.name) + ")";
   }
   return base;
 }

@@ -221,6 +221,8 @@ bool InputFrontend::load(const Step& step, Value parent, Value& out) {
     return true;
   }
   case StepKind::HasAttr: return false; // a description lists some attributes, not all: an absence is not there
+  case StepKind::Module: return false;  // the process's modules are not part of a described call
+  case StepKind::ClassAttr: return false; // nor are classes' dicts
   }
   return false;
 }

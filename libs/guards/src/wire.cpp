@@ -98,6 +98,8 @@ void writeStep(const Step& s, schema::GuardStep::Builder out) {
   case StepKind::Stride: out.setStride(static_cast<uint32_t>(s.index)); return;
   case StepKind::Value: out.setValue(); return;
   case StepKind::HasAttr: out.setHasAttr(); return;
+  case StepKind::Module: out.setModule(); return;
+  case StepKind::ClassAttr: out.setClassAttr(static_cast<uint32_t>(s.index)); return;
   case StepKind::Default: out.setDefault(static_cast<uint32_t>(s.index)); return;
   case StepKind::KwDefault: out.setKwDefault(); return;
   }
@@ -118,6 +120,8 @@ Step readStep(schema::GuardStep::Reader in) {
   case schema::GuardStep::STRIDE: return stride(in.getStride());
   case schema::GuardStep::VALUE: return value();
   case schema::GuardStep::HAS_ATTR: return hasAttr(name);
+  case schema::GuardStep::MODULE: return pyModule(name);
+  case schema::GuardStep::CLASS_ATTR: return classAttr(in.getClassAttr(), name);
   case schema::GuardStep::DEFAULT: return defaultArg(in.getDefault());
   case schema::GuardStep::KW_DEFAULT: return kwDefault(name);
   }

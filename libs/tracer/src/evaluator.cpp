@@ -23,6 +23,15 @@
 
 namespace kiln::tracer {
 
+// The builtin types kiln's values may have, by the names the SDK gives them.
+const std::set<std::string>& builtinTypes() {
+  static const std::set<std::string> names = {"builtins.int",  "builtins.float", "builtins.bool",  "builtins.str",
+                                              "builtins.tuple", "builtins.list", "builtins.dict",  "builtins.set",
+                                              "builtins.object", "builtins.type", "builtins.frozenset", "builtins.slice",
+                                              "builtins.range"};
+  return names;
+}
+
 std::string kindName(Kind kind) {
   switch (kind) {
   case Kind::None: return "None";
@@ -51,6 +60,8 @@ std::string kindName(Kind kind) {
   case Kind::TypeObject: return "type";
   case Kind::GradMode: return "grad mode";
   case Kind::Autocast: return "autocast";
+  case Kind::Set: return "set";
+  case Kind::Super: return "super";
   }
   return "?";
 }
@@ -255,11 +266,16 @@ private:
     std::map<const VarNode*, int> count;
     std::function<void(const Var&)> countIn = [&](const Var& v) {
       ++count[v.get()];
-      if (!v->path) for (const Var& item : v->items) countIn(item);
+      if (v->path) return;
+      for (const Var& item : v->items) countIn(item);
+      if (v->kind == Kind::Method && v->self) countIn(v->self); // `xs.sort` holds xs
+      if (v->kind == Kind::Object) // made here: what its __dict__ and items hold
+        for (const Var& part : {v->attrs, v->storage})
+          if (part) for (const Var& item : part->items) countIn(item);
     };
     for (const Var& v : top) countIn(v);
     auto mutableMade = [](const Var& v) {
-      return !v->path && (v->kind == Kind::List || v->kind == Kind::Dict || v->kind == Kind::Iterator);
+      return !v->path && (v->kind == Kind::List || v->kind == Kind::Dict || v->kind == Kind::Iterator || v->kind == Kind::Object);
     };
     for (size_t k = 0; k < top.size(); ++k) {
       int atTop = 0;
@@ -334,10 +350,30 @@ private:
   Var realize(const Path& path) {
     std::string key = pathText(path);
     if (auto it = realized_.find(key); it != realized_.end()) return it->second;
-    Var v = fromDescription(lookup(path), path);
+    auto d = lookup(path);
+    Var v = fromDescription(d, path);
     v->path = path;
     realized_[key] = v;
+    if (d.isList() || d.isDict() || d.isObject() || d.isModule()) {
+      // One mutable object reached through two paths is two variables: a change through one
+      // the other would not see.
+      auto [first, fresh] = mutablePaths_.emplace(d.getId(), key);
+      if (!fresh && first->second != key && changed_.count(d.getId()))
+        unsupported("an object of the call changed through " + first->second + " and read through " + key);
+    }
     return v;
+  }
+
+  // Before a change to an object of the call (replayed by the SDK): refused where the trace
+  // reached it through another path too, whose variable would not see it.
+  void changing(const Var& v) {
+    auto d = lookup(*v->path);
+    std::string key = pathText(*v->path);
+    for (const auto& [text, other] : realized_)
+      if (other != v && other->path && text != key && has(*other->path) && lookup(*other->path).getId() == d.getId() &&
+          (other->kind == Kind::List || other->kind == Kind::Dict || other->kind == Kind::Object || other->kind == Kind::NnModule))
+        unsupported("changing an object of the call reached through " + key + " and " + text);
+    changed_.insert(d.getId());
   }
 
   Var fromDescription(schema::ObjectDesc::Reader d, const Path& path) {
@@ -440,7 +476,12 @@ private:
       fillFunction(*v->function, d.getFunction(), path);
       if (d.getFunction().getIsBound()) {
         describe(d.getFunction().getBound());
-        Var self = realize(readPath(d.getFunction().getBound().getPath()));
+        // `obj.method`'s self is obj: the variable read through obj's path, not another one
+        // at `obj.method.__self__` (changes through one must be seen through the other).
+        Path parent(path.begin(), path.end() - (path.empty() ? 0 : 1));
+        bool ofParent = !path.empty() && path.back().kind == guards::StepKind::Attr && has(parent) &&
+                        lookup(parent).getId() == d.getFunction().getBound().getId();
+        Var self = ofParent ? realize(parent) : realize(readPath(d.getFunction().getBound().getPath()));
         Var bound = make(Kind::Method);
         bound->self = self;
         bound->function = v->function;
@@ -470,6 +511,8 @@ private:
     case schema::ObjectDesc::TYPE_OBJECT: {
       Var v = make(Kind::TypeObject);
       v->type = guards::fromWire(d.getTypeObject());
+      for (auto t : d.getMro()) v->mro.push_back(guards::fromWire(t));
+      v->boolean = d.getPlainClass();
       return v;
     }
     case schema::ObjectDesc::DTYPE: {
@@ -701,29 +744,37 @@ private:
       return callMethod(callee->self, callee->name, std::move(args), kwargs, depth);
     case Kind::Builtin: return callBuiltin(callee->name, std::move(args), kwargs, depth);
     case Kind::NnModule: return callModule(callee, std::move(args), kwargs, depth);
+    case Kind::TypeObject: return instantiate(callee, std::move(args), kwargs, depth + 1);
     case Kind::GradMode: unsupported("calling a grad-mode object");
     default: unsupported("calling a " + kindName(callee->kind));
     }
   }
 
   Var callMethod(const Var& self, const std::string& name, std::vector<Var> args, const Kwargs& kwargs, size_t depth) {
+    if (self->kind == Kind::Object && !self->path && name.find('.') != std::string::npos)
+      return madeBuiltinMethod(self, name, std::move(args), kwargs);
+    if (self->kind == Kind::NnModule && name == "__module_call__") return callModule(self, std::move(args), kwargs, depth, true);
     if (self->kind == Kind::Tensor) {
       args.insert(args.begin(), self);
       if (auto r = callTorch(*this, "Tensor." + name, args, kwargs)) return *r;
       unsupported("Tensor." + name);
     }
     if (self->kind == Kind::List && name == "append" && args.size() == 1) {
-      if (self->path) effects_.push_back({false, *self->path, "", args[0]}); // replayed by the SDK
+      if (self->path) changing(self), effects_.push_back({false, *self->path, "", args[0]}); // replayed by the SDK
       self->items.push_back(args[0]);
       return none();
     }
     if (self->kind == Kind::List && name == "extend" && args.size() == 1) {
       for (const Var& v : iterate(args[0])) {
-        if (self->path) effects_.push_back({false, *self->path, "", v});
+        if (self->path) changing(self), effects_.push_back({false, *self->path, "", v});
         self->items.push_back(v);
       }
       return none();
     }
+    if ((self->kind == Kind::List || self->kind == Kind::Tuple) && (name == "index" || name == "count"))
+      return sequenceSearch(self, name, args, kwargs);
+    if (self->kind == Kind::List && (name == "insert" || name == "pop" || name == "reverse" || name == "clear" || name == "remove"))
+      return listMethod(self, name, args, kwargs);
     if (self->kind == Kind::Dict && (name == "items" || name == "keys" || name == "values") && args.empty()) {
       std::vector<Var> out;
       for (size_t k = 0; k < self->items.size(); ++k) {
@@ -776,8 +827,164 @@ private:
       }
       return sequence(Kind::List, out);
     }
-    if (self->kind == Kind::Str && name == "format") unsupported("str.format");
+    if (self->kind == Kind::Str) return strMethod(self->name, name, args, kwargs);
     unsupported(kindName(self->kind) + "." + name + "()");
+  }
+
+  // Methods of a str constant: startswith endswith replace lower upper strip lstrip rstrip split
+  // join isdigit (format and the rest refused).
+  Var strMethod(const std::string& s, const std::string& name, const std::vector<Var>& args, const Kwargs& kwargs) {
+    auto text = [&](const Var& v) {
+      if (v->kind != Kind::Str) unsupported("str." + name + "() of a " + kindName(v->kind));
+      return v->name;
+    };
+    if (name == "startswith" || name == "endswith") {
+      takes("str." + name, args, kwargs, 1, 1); // start/end positions refused
+      std::vector<Var> options = args[0]->kind == Kind::Tuple ? args[0]->items : std::vector<Var>{args[0]};
+      for (const Var& o : options) {
+        std::string x = text(o);
+        bool hit = x.size() <= s.size() && (name == "startswith" ? s.compare(0, x.size(), x) == 0
+                                                                   : s.compare(s.size() - x.size(), x.size(), x) == 0);
+        if (hit) return boolean(true);
+      }
+      return boolean(false);
+    }
+    if (name == "replace") {
+      takes("str.replace", args, kwargs, 2, 2); // count refused
+      std::string from = text(args[0]), to = text(args[1]), out;
+      if (from.empty()) unsupported("str.replace of an empty string");
+      for (size_t at = 0;;) {
+        size_t hit = s.find(from, at);
+        if (hit == std::string::npos) return string(out + s.substr(at));
+        out += s.substr(at, hit - at) + to;
+        at = hit + from.size();
+      }
+    }
+    auto ascii = [&] {
+      for (unsigned char c : s)
+        if (c >= 0x80) unsupported("str." + name + "() of non-ASCII text");
+    };
+    if (name == "lower" || name == "upper" || name == "isdigit") {
+      takes("str." + name, args, kwargs, 0, 0);
+      ascii();
+      std::string out = s;
+      if (name == "isdigit") return boolean(!s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); }));
+      for (char& c : out) c = static_cast<char>(name == "lower" ? std::tolower(c) : std::toupper(c));
+      return string(out);
+    }
+    if (name == "strip" || name == "lstrip" || name == "rstrip") {
+      takes("str." + name, args, kwargs, 0, 1);
+      ascii();
+      std::string chars = args.empty() || args[0]->kind == Kind::None ? std::string(" \t\n\r\x0b\x0c") : text(args[0]);
+      size_t begin = name == "rstrip" ? 0 : s.find_first_not_of(chars);
+      if (begin == std::string::npos) return string("");
+      size_t end = name == "lstrip" ? s.size() : s.find_last_not_of(chars) + 1;
+      return string(s.substr(begin, end - begin));
+    }
+    if (name == "split") {
+      takes("str.split", args, kwargs, 0, 2, {"sep", "maxsplit"});
+      std::optional<Var> sep = args.empty() ? kwarg(kwargs, "sep") : std::optional<Var>(args[0]);
+      std::optional<Var> most = args.size() > 1 ? std::optional<Var>(args[1]) : kwarg(kwargs, "maxsplit");
+      int64_t limit = most ? concrete(*most) : -1;
+      if (!sep || (*sep)->kind == Kind::None) unsupported("str.split() on whitespace");
+      std::string by = text(*sep);
+      if (by.empty()) unsupported("str.split() by an empty separator (ValueError)");
+      std::vector<Var> parts;
+      size_t at = 0;
+      for (size_t hit; (limit < 0 || static_cast<int64_t>(parts.size()) < limit) && (hit = s.find(by, at)) != std::string::npos;
+           at = hit + by.size())
+        parts.push_back(string(s.substr(at, hit - at)));
+      parts.push_back(string(s.substr(at)));
+      return sequence(Kind::List, parts);
+    }
+    if (name == "join") {
+      takes("str.join", args, kwargs, 1, 1);
+      std::string out;
+      std::vector<Var> items = iterate(args[0]);
+      for (size_t k = 0; k < items.size(); ++k) out += (k ? s : "") + text(items[k]);
+      return string(out);
+    }
+    unsupported("str." + name + "()");
+  }
+
+  // Whether `a == b` for two items of a sequence, decided (a tensor's == is elementwise: refused).
+  bool itemEquals(const Var& a, const Var& b) {
+    if (a->kind == Kind::Tensor || b->kind == Kind::Tensor) unsupported("searching a sequence for a tensor");
+    if (a == b) return true;
+    return truth(compare("==", a, b));
+  }
+
+  // `item in container` for a sequence, set or dict (its keys): Python's identity-then-== test.
+  bool contains(const Var& container, const Var& item) {
+    if (container->kind == Kind::Str) {
+      if (item->kind != Kind::Str) unsupported("`in <str>` of a " + kindName(item->kind) + " (TypeError)");
+      return container->name.find(item->name) != std::string::npos;
+    }
+    std::vector<Var> items = iterate(container);
+    for (const Var& v : items)
+      if (v == item) return true;
+    for (const Var& v : items)
+      if (itemEquals(v, item)) return true;
+    return false;
+  }
+
+  // list.index(x[, start[, stop]]) and count(x) of a list or tuple.
+  Var sequenceSearch(const Var& self, const std::string& name, const std::vector<Var>& args, const Kwargs& kwargs) {
+    takes(kindName(self->kind) + "." + name, args, kwargs, 1, name == "index" ? 3 : 1);
+    std::vector<Var> items = iterate(self);
+    int64_t n = static_cast<int64_t>(items.size());
+    auto bound = [&](size_t at, int64_t fallback) {
+      if (args.size() <= at) return fallback;
+      int64_t x = concrete(args[at]);
+      if (x < 0) x += n;
+      return std::max<int64_t>(0, std::min(x, n));
+    };
+    int64_t count = 0;
+    for (int64_t k = bound(1, 0); k < bound(2, n); ++k) {
+      if (!itemEquals(items[static_cast<size_t>(k)], args[0])) continue;
+      if (name == "index") return integer(table.integer(k));
+      ++count;
+    }
+    if (name == "index") unsupported(kindName(self->kind) + ".index() of an item not there (ValueError)");
+    return integer(table.integer(count));
+  }
+
+  // insert, pop, reverse, clear and remove of a list the traced code made; the call's own
+  // lists are Python's to change (a graph break).
+  Var listMethod(const Var& self, const std::string& name, const std::vector<Var>& args, const Kwargs& kwargs) {
+    if (self->path) unsupported("list." + name + "() of a list of the call");
+    auto& items = self->items;
+    int64_t n = static_cast<int64_t>(items.size());
+    if (name == "reverse" || name == "clear") {
+      takes("list." + name, args, kwargs, 0, 0);
+      if (name == "reverse") std::reverse(items.begin(), items.end());
+      else items.clear();
+      return none();
+    }
+    if (name == "insert") {
+      takes("list.insert", args, kwargs, 2, 2);
+      int64_t k = concrete(args[0]);
+      if (k < 0) k += n;
+      k = std::max<int64_t>(0, std::min(k, n));
+      items.insert(items.begin() + k, args[1]);
+      return none();
+    }
+    if (name == "remove") {
+      takes("list.remove", args, kwargs, 1, 1);
+      for (size_t k = 0; k < items.size(); ++k)
+        if (itemEquals(items[k], args[0])) {
+          items.erase(items.begin() + static_cast<std::ptrdiff_t>(k));
+          return none();
+        }
+      unsupported("list.remove() of an item not there (ValueError)");
+    }
+    takes("list.pop", args, kwargs, 0, 1); // pop([index])
+    int64_t k = args.empty() ? n - 1 : concrete(args[0]);
+    if (k < 0) k += n;
+    if (k < 0 || k >= n) unsupported("list.pop() out of range (IndexError)");
+    Var v = items[static_cast<size_t>(k)];
+    items.erase(items.begin() + k);
+    return v;
   }
 
   // pop, setdefault, update and copy of a dict the traced code made (a `**kwargs` among
@@ -831,13 +1038,19 @@ private:
     return none();
   }
 
-  Var callModule(const Var& module, std::vector<Var> args, const Kwargs& kwargs, size_t depth) {
+  // `module(*args)`: its class's own __call__ inlined where it overrides nn.Module's (its
+  // super().__call__ comes back here as `moduleCall`), else forward.
+  Var callModule(const Var& module, std::vector<Var> args, const Kwargs& kwargs, size_t depth, bool moduleCall = false) {
     auto desc = module->desc->getModule();
+    if (desc.getOwnCall() && !moduleCall) {
+      Var type = typeOf(module);
+      std::optional<Var> call = type->kind == Kind::TypeObject ? classAttribute(type, 0, "__call__") : std::nullopt;
+      if (!call || (*call)->kind != Kind::Function) unsupported("calling a module whose class overrides __call__");
+      return callVar(bindClassAttribute(*call, module, type, depth), std::move(args), kwargs, depth);
+    }
     // Its hooks run beside forward when called: Python's to run. Their absence is guarded
     // (a hook added later traces again); global hooks are refused where they are described.
     if (desc.getHooks()) unsupported("calling a module with hooks");
-    // TODO(issue 45): inline the class's __call__ (and super().__call__ in it) instead.
-    if (desc.getOwnCall()) unsupported("calling a module whose class overrides __call__");
     for (const char* hooks : {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"})
       guards.check(node(extend(*module->path, guards::attr(hooks))), guards::lengthIs(0));
     std::string kind = desc.getKind().cStr();
@@ -962,6 +1175,13 @@ private:
       bool cpu = device && device->name == "cpu";
       return boolean((cpu ? autocast.cpu : autocast.cuda).has_value());
     }
+    if (auto answer = answeredWhenTracing(name)) {
+      takes(name, args, kwargs, 0, 0);
+      return *answer;
+    }
+    if (name == "torch.tensor") return tensorOfConstants(args, kwargs);
+    if (name == "inspect.signature") return signature(args, kwargs);
+    if (name == "torch.nn.functional.pad") return constantPad(args, kwargs);
     if (name == "torch.utils.checkpoint.checkpoint") return checkpoint(std::move(args), kwargs, depth);
     if (name == "torch.nn.functional.multi_head_attention_forward") return multiHeadAttentionForward(*this, args, kwargs);
     if (name == "torch.nn.functional.batch_norm") return batchNorm(*this, args, kwargs);
@@ -975,6 +1195,7 @@ private:
         return integer(meta(v).sizes[0]);
       }
       if (v->kind == Kind::NnModule) return integer(table.integer(static_cast<int64_t>(children(v).size())));
+      if (v->kind == Kind::Object && !v->path) return *dunder(v, "__len__", {}, depth);
       return integer(table.integer(static_cast<int64_t>(iterate(v).size())));
     }
     if (name == "builtins.range") {
@@ -1016,6 +1237,115 @@ private:
         out.push_back(sequence(Kind::Tuple, t));
       }
       return iterator(out);
+    }
+    if (name == "builtins.set" || name == "builtins.frozenset") {
+      takes(name, args, kwargs, 0, 1);
+      Var s = make(Kind::Set);
+      if (name == "builtins.frozenset") s->type = {"builtins", "frozenset"};
+      for (const Var& v : args.empty() ? std::vector<Var>{} : iterate(args[0])) setAdd(s, v);
+      return s;
+    }
+    if (name == "builtins.slice") { // slice(stop) or slice(start, stop[, step])
+      takes(name, args, kwargs, 1, 3);
+      if (args.size() == 1) return sequence(Kind::Slice, {none(), args[0], none()});
+      return sequence(Kind::Slice, {args[0], args[1], args.size() == 3 ? args[2] : none()});
+    }
+    if (name == "itertools.chain") {
+      takes(name, args, kwargs, 0, SIZE_MAX);
+      std::vector<Var> out;
+      for (const Var& a : args)
+        for (const Var& v : iterate(a)) out.push_back(v);
+      return iterator(out);
+    }
+    if (name == "itertools.product") {
+      takes(name, args, kwargs, 0, SIZE_MAX); // repeat= refused
+      std::vector<std::vector<Var>> pools;
+      for (const Var& a : args) pools.push_back(iterate(a));
+      std::vector<std::vector<Var>> rows = {{}};
+      for (const auto& pool : pools) {
+        std::vector<std::vector<Var>> next;
+        for (const auto& row : rows)
+          for (const Var& v : pool) {
+            next.push_back(row);
+            next.back().push_back(v);
+          }
+        rows = std::move(next);
+        if (rows.size() > 100000) unsupported("itertools.product of more than 100000 rows");
+      }
+      std::vector<Var> out;
+      for (auto& row : rows) out.push_back(sequence(Kind::Tuple, row));
+      return iterator(out);
+    }
+    if (name == "builtins.any" || name == "builtins.all") {
+      takes(name, args, kwargs, 1, 1);
+      bool any = name == "builtins.any";
+      for (const Var& v : iterate(args[0]))
+        if (truth(v) == any) return boolean(any);
+      return boolean(!any);
+    }
+    if (name == "builtins.reversed") {
+      takes(name, args, kwargs, 1, 1);
+      if (args[0]->kind != Kind::List && args[0]->kind != Kind::Tuple && args[0]->kind != Kind::Range)
+        unsupported("reversed() of a " + kindName(args[0]->kind));
+      std::vector<Var> items = iterate(args[0]);
+      return iterator(std::vector<Var>(items.rbegin(), items.rend()));
+    }
+    if (name == "builtins.iter") {
+      takes(name, args, kwargs, 1, 1); // iter(callable, sentinel) refused
+      return args[0]->kind == Kind::Iterator ? args[0] : iterator(iterate(args[0]));
+    }
+    if (name == "builtins.next") {
+      takes(name, args, kwargs, 1, 2);
+      const Var& it = args[0];
+      if (it->kind != Kind::Iterator) unsupported("next() of a " + kindName(it->kind));
+      if (it->next < it->items.size()) return it->items[it->next++];
+      if (args.size() == 2) return args[1];
+      unsupported("next() of an exhausted iterator (StopIteration)");
+    }
+    if (name == "builtins.callable") {
+      takes(name, args, kwargs, 1, 1);
+      switch (args[0]->kind) {
+      case Kind::Function: case Kind::Method: case Kind::Builtin: case Kind::TypeObject: case Kind::NnModule: return boolean(true);
+      case Kind::None: case Kind::Bool: case Kind::Int: case Kind::Float: case Kind::Str: case Kind::Tuple: case Kind::List:
+      case Kind::Dict: case Kind::Set: case Kind::Tensor: case Kind::DType: case Kind::Device: return boolean(false);
+      default: return boolean(!absent(args[0], "__call__"));
+      }
+    }
+    if (name == "builtins.map" || name == "builtins.filter") {
+      takes(name, args, kwargs, 2, name == "builtins.filter" ? 2 : SIZE_MAX);
+      std::vector<std::vector<Var>> lists;
+      for (size_t k = 1; k < args.size(); ++k) lists.push_back(iterate(args[k]));
+      size_t n = SIZE_MAX;
+      for (const auto& l : lists) n = std::min(n, l.size());
+      std::vector<Var> out;
+      for (size_t k = 0; k < n; ++k) {
+        std::vector<Var> call;
+        for (const auto& l : lists) call.push_back(l[k]);
+        if (name == "builtins.filter") {
+          bool keep = args[0]->kind == Kind::None ? truth(call[0]) : truth(callVar(args[0], call, {}, depth));
+          if (keep) out.push_back(call[0]);
+        } else {
+          out.push_back(callVar(args[0], call, {}, depth));
+        }
+      }
+      return iterator(out);
+    }
+    if (name == "builtins.sorted") {
+      takes(name, args, kwargs, 1, 1, {"key", "reverse"});
+      std::optional<Var> key = kwarg(kwargs, "key");
+      std::optional<Var> reverse = kwarg(kwargs, "reverse");
+      std::vector<Var> items = iterate(args[0]);
+      std::vector<std::pair<Var, Var>> keyed;
+      for (const Var& v : items) keyed.emplace_back(key && (*key)->kind != Kind::None ? callVar(*key, {v}, {}, depth) : v, v);
+      // A stable sort by `<` of the keys (decided, guarded where symbolic), as Python's; reversed,
+      // each comparison is, so equal items keep their order.
+      bool backwards = reverse && truth(*reverse);
+      std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
+        return truth(backwards ? compare("<", b.first, a.first) : compare("<", a.first, b.first));
+      });
+      std::vector<Var> out;
+      for (const auto& [k, v] : keyed) out.push_back(v);
+      return sequence(Kind::List, out);
     }
     if (name == "builtins.tuple" || name == "builtins.list") {
       takes(name, args, kwargs, 0, 1);
@@ -1060,6 +1390,14 @@ private:
       for (const Var& v : items) total = arith("+", total, v);
       return total;
     }
+    if (name == "builtins.super") {
+      takes(name, args, kwargs, 2, 2); // super() without arguments is the frame's (doCall)
+      return makeSuper(args[0], args[1]);
+    }
+    if (name == "builtins.type") {
+      takes(name, args, kwargs, 1, 1); // type(name, bases, dict) makes a class: refused
+      return typeOf(args[0]);
+    }
     if (name == "builtins.getattr") {
       takes(name, args, kwargs, 2, 3);
       if (args.size() < 2 || args[1]->kind != Kind::Str) unsupported("getattr() with a name that is not a constant");
@@ -1090,6 +1428,16 @@ private:
     if (name == "builtins.int" && args.size() == 1 && args[0]->kind == Kind::Float)
       return integer(table.integer(static_cast<int64_t>(number(args[0]))));
     if (name == "builtins.int" && args.size() == 1 && args[0]->kind == Kind::Int) return args[0];
+    if (name == "builtins.int" && args.size() == 1 && args[0]->kind == Kind::Str) { // decimal digits, a sign, spaces
+      const std::string& t = args[0]->name;
+      size_t begin = t.find_first_not_of(" \t\n"), end = t.find_last_not_of(" \t\n");
+      std::string digits = begin == std::string::npos ? "" : t.substr(begin, end - begin + 1);
+      size_t from = !digits.empty() && (digits[0] == '-' || digits[0] == '+') ? 1 : 0;
+      if (digits.size() <= from || digits.size() > 18 ||
+          !std::all_of(digits.begin() + static_cast<std::ptrdiff_t>(from), digits.end(), [](unsigned char c) { return std::isdigit(c); }))
+        unsupported("int() of '" + t + "'");
+      return integer(table.integer(std::stoll(digits)));
+    }
     if (name == "builtins.bool" && args.size() == 1) return boolean(truth(args[0]));
     if (name == "builtins.str" && args.size() == 1) return string(text(args[0]));
     if (name.rfind("math.", 0) == 0) {
@@ -1098,6 +1446,158 @@ private:
     }
     (void)depth;
     unsupported("calling " + name);
+  }
+
+  // inspect.signature(fn) of a Python function or bound method, for its `parameters`: their
+  // names in order (a bound method's first left out). A function that says otherwise
+  // (__wrapped__, __signature__) is refused, the absence guarded. The Parameter objects
+  // themselves are opaque: anything but their identity and truth is refused.
+  Var signature(const std::vector<Var>& args, const Kwargs& kwargs) {
+    takes("inspect.signature", args, kwargs, 1, 1);
+    const Var& fn = args[0];
+    if ((fn->kind != Kind::Function && fn->kind != Kind::Method) || !fn->function)
+      unsupported("inspect.signature of a " + kindName(fn->kind));
+    const FunctionInfo& info = *fn->function;
+    if (info.path)
+      for (const char* attr : {"__wrapped__", "__signature__"}) {
+        if (!isMissing(lookup(extend(*info.path, guards::attr(attr))))) unsupported(std::string("inspect.signature of a function with ") + attr);
+        guards.check(node(extend(*info.path, guards::hasAttr(attr))), guards::equals(guards::Constant{false}));
+      }
+    auto code = info.code;
+    auto names = code.getVarnames();
+    size_t positional = code.getArgCount(), kwOnly = code.getKwOnlyArgCount();
+    bool varargs = code.getFlags() & 0x04, varkw = code.getFlags() & 0x08;
+    std::vector<size_t> order;
+    for (size_t k = 0; k < positional; ++k) order.push_back(k);
+    if (varargs) order.push_back(positional + kwOnly);
+    for (size_t k = positional; k < positional + kwOnly; ++k) order.push_back(k);
+    if (varkw) order.push_back(positional + kwOnly + (varargs ? 1 : 0));
+    if (fn->kind == Kind::Method && !order.empty() && order.front() == 0 && positional > 0) order.erase(order.begin());
+    Var parameters = make(Kind::Dict);
+    parameters->type = {"inspect", "Signature.parameters"};
+    for (size_t k : order) {
+      if (k >= names.size()) throw Error(ErrorCode::Malformed, "tracer: too few varnames");
+      parameters->keys.push_back(string(names[static_cast<unsigned>(k)].cStr()));
+      parameters->items.push_back(make(Kind::Null)); // an opaque inspect.Parameter
+    }
+    Var sig = sequence(Kind::Tuple, {parameters});
+    sig->type = {"inspect", "Signature"};
+    return sig;
+  }
+
+  // F.pad(x, pad, mode="constant", value=None): each padded dim (from the last, a (before,
+  // after) pair each) the input between two `full`s of the value, joined; other modes and
+  // negative pads (a crop) refused.
+  Var constantPad(const std::vector<Var>& args, const Kwargs& kwargs) {
+    takes("torch.nn.functional.pad", args, kwargs, 2, 4, {"pad", "mode", "value"});
+    auto get = [&](size_t at, const char* key) -> std::optional<Var> {
+      if (args.size() > at) return args[at];
+      return kwarg(kwargs, key);
+    };
+    Var x = args[0];
+    if (x->kind != Kind::Tensor) unsupported("F.pad of a " + kindName(x->kind));
+    std::optional<Var> mode = get(2, "mode"), value = get(3, "value");
+    if (mode && !((*mode)->kind == Kind::Str && (*mode)->name == "constant")) unsupported("F.pad in a mode other than constant");
+    Var fill = value && (*value)->kind != Kind::None ? *value : integer(table.integer(0));
+    std::vector<Var> pad = iterate(*get(1, "pad"));
+    const ir::TensorMeta& m = meta(x);
+    if (pad.size() % 2 || pad.size() / 2 > m.dim()) unsupported("F.pad with " + std::to_string(pad.size()) + " pads of a " + std::to_string(m.dim()) + "-d tensor");
+    Var dtype = make(Kind::DType), device = make(Kind::Device);
+    dtype->dtype = m.dtype;
+    device->device = m.device;
+    Var out = x;
+    for (size_t k = 0; k < pad.size() / 2; ++k) {
+      int64_t dim = static_cast<int64_t>(m.dim() - 1 - k);
+      std::vector<Var> parts;
+      for (size_t side = 0; side < 2; ++side) {
+        int64_t n = concrete(pad[2 * k + side]);
+        if (n < 0) unsupported("F.pad with a negative pad");
+        if (n == 0) continue;
+        std::vector<Var> sizes;
+        for (sym::Expr s : meta(out).sizes) sizes.push_back(integer(s));
+        sizes[static_cast<size_t>(dim)] = integer(table.integer(n));
+        Var part = callOp("full", {sequence(Kind::Tuple, sizes), fill}, {{"dtype", dtype}, {"device", device}});
+        if (side == 0) parts.insert(parts.begin(), part);
+        else parts.push_back(part);
+      }
+      if (parts.empty()) continue;
+      size_t at = pad[2 * k]->kind == Kind::Int && concrete(pad[2 * k]) > 0 ? 1 : 0;
+      parts.insert(parts.begin() + static_cast<std::ptrdiff_t>(at), out);
+      out = callOp("cat", {sequence(Kind::List, parts)}, {{"dim", integer(table.integer(dim))}});
+    }
+    return out;
+  }
+
+  // torch.tensor(data, dtype=None, device=None, requires_grad=False) of numbers in nested lists
+  // and tuples: a `full` of each value (at most 64), joined and shaped; torch.tensor([]) an
+  // empty one. The dtype is torch's inference: bool, int64, or the default float dtype.
+  Var tensorOfConstants(const std::vector<Var>& args, const Kwargs& kwargs) {
+    takes("torch.tensor", args, kwargs, 1, 1, {"dtype", "device", "requires_grad", "pin_memory"});
+    if (auto grad = kwarg(kwargs, "requires_grad"); grad && truth(*grad)) unsupported("torch.tensor(requires_grad=True)");
+    if (auto pin = kwarg(kwargs, "pin_memory"); pin && truth(*pin)) unsupported("torch.tensor(pin_memory=True)");
+    std::vector<Var> shape, values;
+    std::vector<size_t> lengths;
+    bool anyFloat = false, allBool = true, ragged = false;
+    std::function<void(const Var&, size_t)> walk = [&](const Var& v, size_t dim) {
+      if (v->kind == Kind::List || v->kind == Kind::Tuple) {
+        if (lengths.size() == dim) lengths.push_back(v->items.size());
+        ragged = ragged || lengths[dim] != v->items.size();
+        for (const Var& item : v->items) walk(item, dim + 1);
+        return;
+      }
+      bool number = (v->kind == Kind::Int && v->symbolic.asInteger()) || (v->kind == Kind::Float && !v->traced) ||
+                    (v->kind == Kind::Bool && v->symbolic.isNull());
+      if (!number) unsupported("torch.tensor of a " + kindName(v->kind) + " (only constant numbers)");
+      ragged = ragged || dim != lengths.size();
+      anyFloat = anyFloat || v->kind == Kind::Float;
+      allBool = allBool && v->kind == Kind::Bool;
+      values.push_back(v);
+    };
+    walk(args[0], 0);
+    size_t count = 1;
+    for (size_t n : lengths) count *= n, shape.push_back(integer(table.integer(static_cast<int64_t>(n))));
+    if (ragged || count != values.size()) unsupported("torch.tensor of nested lists of different lengths (ValueError)");
+    if (values.size() > 64) unsupported("torch.tensor of more than 64 numbers");
+    Var dtype = make(Kind::DType);
+    if (auto given = kwarg(kwargs, "dtype"); given && (*given)->kind != Kind::None) {
+      if ((*given)->kind != Kind::DType) unsupported("torch.tensor with a dtype that is a " + kindName((*given)->kind));
+      dtype = *given;
+    } else if (!values.empty() && allBool) {
+      dtype->dtype = DType::Bool;
+    } else if (anyFloat || values.empty()) {
+      if (!guards.globals.defaultDtype) unsupported("torch.tensor of floats without the default dtype in the call's state");
+      dtype->dtype = *guards.globals.defaultDtype;
+    } else {
+      dtype->dtype = DType::Int64;
+    }
+    Kwargs made = {{"dtype", dtype}};
+    if (auto device = kwarg(kwargs, "device"); device && (*device)->kind != Kind::None) made.emplace_back("device", *device);
+    if (values.size() != 1 || !lengths.empty()) {
+      if (values.empty()) return callOp("full", {sequence(Kind::Tuple, shape), integer(table.integer(0))}, made);
+      std::vector<Var> parts;
+      for (const Var& v : values) parts.push_back(callOp("full", {sequence(Kind::Tuple, {integer(table.integer(1))}), v}, made));
+      Var flat = parts.size() == 1 ? parts[0] : callOp("cat", {sequence(Kind::List, parts)}, {});
+      return callOp("reshape", {flat, sequence(Kind::Tuple, shape)}, {});
+    }
+    return callOp("full", {sequence(Kind::Tuple, {}), values[0]}, made);
+  }
+
+  // Calls whose answer is known when tracing: kiln compiles (modeling code takes its
+  // compile-friendly paths, as under torch.compile), TorchScript is not tracing, and the grad
+  // mode and default dtype are those the trace runs under (the entry's global state guards them).
+  std::optional<Var> answeredWhenTracing(const std::string& name) {
+    if (name == "torch.compiler.is_compiling" || name == "torch.compiler.is_dynamo_compiling") return boolean(true);
+    if (name == "torch.compiler.is_exporting" || name == "torch.jit.is_tracing" || name == "torch.jit.is_scripting")
+      return boolean(false);
+    if (name == "torch._C._get_tracing_state") return none();
+    if (name == "torch.is_grad_enabled") return boolean(gradEnabled);
+    if (name == "torch.get_default_dtype") {
+      if (!guards.globals.defaultDtype) unsupported("torch.get_default_dtype() without the default dtype in the call's state");
+      Var v = make(Kind::DType);
+      v->dtype = *guards.globals.defaultDtype;
+      return v;
+    }
+    return std::nullopt;
   }
 
   // torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=..., **kwargs):
@@ -1160,6 +1660,37 @@ private:
     unsupported("math." + f);
   }
 
+  // type(v): an object of the call's class read through its path (guarded by the object's
+  // type guard); a value the trace made, its Python type.
+  Var typeOf(const Var& v) {
+    if (v->kind == Kind::Object && !v->path) return v->cls;
+    if (v->path && has(*v->path) && v->kind != Kind::Int && v->kind != Kind::Float && v->kind != Kind::Bool)
+      return realize(extend(*v->path, guards::attr("__class__")));
+    auto named = [](const std::string& module, const std::string& qualname) {
+      Var t = make(Kind::TypeObject);
+      t->type = {module, qualname};
+      t->mro = {t->type, {"builtins", "object"}};
+      t->boolean = true;
+      return t;
+    };
+    switch (v->kind) {
+    case Kind::None: return named("builtins", "NoneType");
+    case Kind::Bool: return builtin("builtins.bool");
+    case Kind::Int: return builtin("builtins.int");
+    case Kind::Float: return builtin("builtins.float");
+    case Kind::Str: return builtin("builtins.str");
+    case Kind::List: return builtin("builtins.list");
+    case Kind::Dict: return builtin("builtins.dict");
+    case Kind::Set: return builtin(v->type.qualname.empty() ? "builtins.set" : "builtins.frozenset");
+    case Kind::Tensor: return builtin("torch.Tensor"); // made by the trace: never a subclass
+    case Kind::Tuple:
+      if (v->type.qualname.empty()) return builtin("builtins.tuple");
+      break;
+    default: break;
+    }
+    unsupported("type() of a " + kindName(v->kind));
+  }
+
   bool isInstance(const Var& v, const Var& types) {
     if (types->kind == Kind::Tuple) {
       for (const Var& t : types->items)
@@ -1176,6 +1707,8 @@ private:
       if (n == "builtins.tuple") return v->kind == Kind::Tuple;
       if (n == "builtins.list") return v->kind == Kind::List;
       if (n == "builtins.dict") return v->kind == Kind::Dict;
+      if (n == "builtins.set") return v->kind == Kind::Set && v->type.qualname.empty();
+      if (n == "builtins.frozenset") return v->kind == Kind::Set && !v->type.qualname.empty();
       if (n == "torch.Tensor") return v->kind == Kind::Tensor;
     }
     if (types->kind == Kind::TypeObject && (v->kind == Kind::NnModule || v->kind == Kind::Object)) {
@@ -1183,25 +1716,284 @@ private:
       if (v->mro.empty()) unsupported("isinstance() of an object described without its type's MRO");
       return std::find(v->mro.begin(), v->mro.end(), types->type) != v->mro.end();
     }
+    if (types->kind == Kind::TypeObject && types->boolean && types->type.module != "builtins") {
+      // A class of its own (its metaclass keeps type's __instancecheck__: no virtual
+      // subclasses) holds none of kiln's values, unless it is a Tensor subclass, which a
+      // tensor of the call may be (an nn.Parameter): that tensor's class, read, decides.
+      const guards::TypeRef tensor{"torch", "Tensor"};
+      bool tensorClass = std::find(types->mro.begin(), types->mro.end(), tensor) != types->mro.end();
+      if (v->kind != Kind::Tensor && !v->type.qualname.empty()) unsupported("isinstance() of a " + v->type.text() + " with a class");
+      if (v->kind == Kind::Tensor && tensorClass && v->path) {
+        Var cls = typeOf(v);
+        return cls->kind == Kind::TypeObject && std::find(cls->mro.begin(), cls->mro.end(), types->type) != cls->mro.end();
+      }
+      return false;
+    }
     unsupported("isinstance() with a " + kindName(types->kind));
+  }
+
+  // ---- instances the traced code makes --------------------------------------
+
+  static bool isMissing(schema::ObjectDesc::Reader d) {
+    return d.isUnsupported() && std::string(d.getUnsupported().cStr()).rfind("missing (AttributeError", 0) == 0;
+  }
+
+  // A class's raw attribute `name`, as the first class of its MRO from `from` whose __dict__
+  // has it holds it (a function, staticmethod, classmethod, property or value); nullopt
+  // where none has it (guarded so).
+  std::optional<Var> classAttribute(const Var& cls, size_t from, const std::string& name) {
+    if (cls->kind != Kind::TypeObject || !cls->path) unsupported("an attribute of a class kiln reached without a path");
+    Path at = extend(*cls->path, guards::classAttr(static_cast<uint32_t>(from), name));
+    if (!isMissing(lookup(at))) return realize(at);
+    if (from != 0) unsupported("super()." + name + ", which no class after it has");
+    // Absent from the class's MRO; hasattr(cls, name) (which also sees the metaclass's) keeps its answer.
+    bool onMetaclass = !isMissing(lookup(extend(*cls->path, guards::attr(name))));
+    guards.check(node(extend(*cls->path, guards::hasAttr(name))), guards::equals(guards::Constant{onMetaclass}));
+    return std::nullopt;
+  }
+
+  static bool isDescriptor(const Var& raw, const char* type) {
+    return raw->kind == Kind::Object && raw->type.text() == type;
+  }
+
+  static bool isBuiltinMethod(const Var& raw, const std::string& name) { return raw->kind == Kind::Builtin && raw->name == name; }
+
+  // A raw class attribute read through an instance `self` of `cls`: a function bound to it, a
+  // staticmethod's function as it is, a classmethod's bound to the class, a property's getter
+  // run, a method of object/dict/OrderedDict kiln runs on the instance; a value as it is.
+  Var bindClassAttribute(const Var& raw, const Var& self, const Var& cls, size_t depth) {
+    if (raw->kind == Kind::Function) {
+      Var bound = make(Kind::Method);
+      bound->self = self;
+      bound->function = raw->function;
+      return bound;
+    }
+    if (raw->kind == Kind::Builtin && (raw->name.rfind("builtins.object.", 0) == 0 || raw->name.rfind("builtins.dict.", 0) == 0 ||
+                                       raw->name.rfind("collections.OrderedDict.", 0) == 0))
+      return method(self, raw->name);
+    if (raw->kind == Kind::Object && raw->path) {
+      if (isDescriptor(raw, "builtins.staticmethod")) return realize(extend(*raw->path, guards::attr("__func__")));
+      if (isDescriptor(raw, "builtins.classmethod")) {
+        Var fn = realize(extend(*raw->path, guards::attr("__func__")));
+        if (fn->kind != Kind::Function) unsupported("a classmethod of a " + kindName(fn->kind));
+        return bindClassAttribute(fn, cls, cls, depth);
+      }
+      if (isDescriptor(raw, "builtins.property")) {
+        Var getter = realize(extend(*raw->path, guards::attr("fget")));
+        if (getter->kind == Kind::None) unsupported("a property without a getter (AttributeError)");
+        return callVar(getter, {self}, {}, depth);
+      }
+      if (!absent(raw, "__get__")) unsupported("a class attribute that is a " + raw->type.text() + " (a descriptor)");
+    }
+    return raw; // a class variable: a number, a string, a class, an object without __get__
+  }
+
+  // `obj.name` of an instance the traced code made: a property first, then its __dict__, then
+  // the class's attribute, then the class's __getattr__.
+  Var madeAttribute(const Var& obj, const std::string& name, size_t depth) {
+    if (name == "__class__") return obj->cls;
+    if (name == "__dict__") return obj->attrs;
+    std::optional<Var> raw = classAttribute(obj->cls, 0, name);
+    if (!raw || !isDescriptor(*raw, "builtins.property"))
+      for (size_t k = 0; k < obj->attrs->keys.size(); ++k)
+        if (obj->attrs->keys[k]->name == name) return obj->attrs->items[k];
+    if (raw) return bindClassAttribute(*raw, obj, obj->cls, depth);
+    if (auto getattr = classAttribute(obj->cls, 0, "__getattr__"))
+      return callVar(bindClassAttribute(*getattr, obj, obj->cls, depth), {string(name)}, {}, depth);
+    unsupported("attribute '" + name + "' of a " + obj->type.text() + " (AttributeError)");
+  }
+
+  // object.__setattr__: into the instance's __dict__ (a property's setter is refused).
+  void objectSetAttribute(const Var& obj, const std::string& name, const Var& value) {
+    if (auto raw = classAttribute(obj->cls, 0, name); raw && isDescriptor(*raw, "builtins.property"))
+      unsupported("setting property '" + name + "' of a " + obj->type.text());
+    Var& own = obj->attrs;
+    for (size_t k = 0; k < own->keys.size(); ++k)
+      if (own->keys[k]->kind == Kind::Str && own->keys[k]->name == name) {
+        own->items[k] = value;
+        return;
+      }
+    own->keys.push_back(string(name));
+    own->items.push_back(value);
+  }
+
+  // `obj.name = value` for an instance the traced code made: its class's __setattr__.
+  void madeSetAttribute(const Var& obj, const std::string& name, const Var& value, size_t depth) {
+    std::optional<Var> setter = classAttribute(obj->cls, 0, "__setattr__");
+    if (!setter || isBuiltinMethod(*setter, "builtins.object.__setattr__")) return objectSetAttribute(obj, name, value);
+    callVar(bindClassAttribute(*setter, obj, obj->cls, depth), {string(name), value}, {}, depth);
+  }
+
+  // `cls(*args, **kwargs)` for a class of the call whose instances are plain objects, dicts
+  // or OrderedDicts with a __dict__: made by its layout's __new__, then its __init__ inlined.
+  Var instantiate(const Var& cls, std::vector<Var> args, const Kwargs& kwargs, size_t depth) {
+    if (!cls->path) unsupported("calling a class kiln reached without a path");
+    auto d = lookup(*cls->path);
+    std::string what = cls->type.text();
+    if (!d.getInstantiable()) unsupported("calling " + what + " (its metaclass's __call__, or abstract methods)");
+    if (!d.getInstanceDict()) unsupported("calling " + what + ", whose instances have no __dict__ (__slots__)");
+    if (cls->type.module.rfind("torch", 0) == 0) unsupported("making a " + what + " in the traced code");
+    for (const guards::TypeRef& t : cls->mro) {
+      bool builtinBase = t.module == "builtins" || t.module == "collections" || t.module.rfind("torch", 0) == 0 ||
+                         t.module == "enum" || t.module == "_collections";
+      if (builtinBase && !(t == guards::TypeRef{"builtins", "object"} || t == guards::TypeRef{"builtins", "dict"} ||
+                           t == guards::TypeRef{"collections", "OrderedDict"}))
+        unsupported("calling " + what + ", a subclass of " + t.text());
+    }
+    // TODO(issue 45): a @contextmanager's generator runs to its end when called here: its code
+    // after `yield` would run before the `with` block's.
+    if (std::find(cls->mro.begin(), cls->mro.end(), guards::TypeRef{"contextlib", "_GeneratorContextManagerBase"}) != cls->mro.end())
+      unsupported("a @contextlib.contextmanager's context manager");
+    Var made = make(Kind::Object);
+    made->attrs = make(Kind::Dict);
+    made->cls = cls;
+    made->type = cls->type;
+    made->mro = cls->mro;
+    std::optional<Var> create = classAttribute(cls, 0, "__new__");
+    if (create && isBuiltinMethod(*create, "builtins.object.__new__")) {
+      made->layout = "object";
+    } else if (create && isBuiltinMethod(*create, "builtins.dict.__new__")) {
+      bool ordered = std::find(cls->mro.begin(), cls->mro.end(), guards::TypeRef{"collections", "OrderedDict"}) != cls->mro.end();
+      made->layout = ordered ? "OrderedDict" : "dict";
+      made->storage = make(Kind::Dict);
+    } else {
+      unsupported("calling " + what + ", whose class has its own __new__");
+    }
+    std::optional<Var> get = classAttribute(cls, 0, "__getattribute__");
+    if (!get || !(isBuiltinMethod(*get, "builtins.object.__getattribute__") || isBuiltinMethod(*get, "builtins.dict.__getattribute__")))
+      unsupported("calling " + what + ", whose class has its own __getattribute__");
+    std::optional<Var> init = classAttribute(cls, 0, "__init__");
+    Var result = init ? callVar(bindClassAttribute(*init, made, cls, depth), std::move(args), kwargs, depth) : none();
+    if (result->kind != Kind::None) unsupported(what + ".__init__ returned a value (TypeError)");
+    return made;
+  }
+
+  // A method of object, dict or OrderedDict (by name: "builtins.dict.__setitem__") run on an
+  // instance the traced code made.
+  Var madeBuiltinMethod(const Var& obj, const std::string& name, std::vector<Var> args, const Kwargs& kwargs) {
+    if (name == "builtins.object.__init__") {
+      takes(name, args, kwargs, 0, 0);
+      return none();
+    }
+    if (name == "builtins.object.__setattr__") {
+      takes(name, args, kwargs, 2, 2);
+      if (args[0]->kind != Kind::Str) unsupported("object.__setattr__ with a name that is not a str");
+      objectSetAttribute(obj, args[0]->name, args[1]);
+      return none();
+    }
+    if (!obj->storage) unsupported(name + " of a " + obj->type.text());
+    std::string m = name.substr(name.rfind('.') + 1);
+    const Var& items = obj->storage;
+    if (m == "__setitem__") {
+      takes(name, args, kwargs, 2, 2);
+      toConstant(args[0]); // a key kiln compares: str, int, bool, None
+      for (size_t k = 0; k < items->keys.size(); ++k)
+        if (sameConstant(items->keys[k], args[0])) {
+          items->items[k] = args[1];
+          return none();
+        }
+      items->keys.push_back(args[0]);
+      items->items.push_back(args[1]);
+      return none();
+    }
+    if (m == "__getitem__") {
+      takes(name, args, kwargs, 1, 1);
+      return subscript(items, args[0]);
+    }
+    if (m == "__contains__") {
+      takes(name, args, kwargs, 1, 1);
+      return boolean(contains(items, args[0]));
+    }
+    if (m == "__len__") {
+      takes(name, args, kwargs, 0, 0);
+      return integer(table.integer(static_cast<int64_t>(items->keys.size())));
+    }
+    if (m == "__iter__") {
+      takes(name, args, kwargs, 0, 0);
+      return iterator(items->keys);
+    }
+    if (m == "__delitem__") {
+      takes(name, args, kwargs, 1, 1);
+      dictMethod(items, "pop", {args[0]}, {});
+      return none();
+    }
+    if (m == "__init__") return dictMethod(items, "update", args, kwargs);
+    if (m == "keys" || m == "values" || m == "items" || m == "get" || m == "pop" || m == "setdefault" || m == "update")
+      return callMethod(items, m, std::move(args), kwargs, 0);
+    unsupported(name + " of a " + obj->type.text());
+  }
+
+  // The special method `name` of an object (as Python finds it for a statement: on its class
+  // for one the trace made), bound.
+  Var specialMethod(const Var& obj, const std::string& name, size_t depth) {
+    if (obj->path) return attribute(obj, name);
+    std::optional<Var> raw = classAttribute(obj->cls, 0, name);
+    if (!raw) unsupported("a " + obj->type.text() + " without " + name);
+    return bindClassAttribute(*raw, obj, obj->cls, depth);
+  }
+
+  // super() in a method: its class (the __class__ cell) and its first argument.
+  Var zeroArgumentSuper(Frame& f) {
+    adoptCell(f, "__class__");
+    auto cell = f.cells.find("__class__");
+    if (cell == f.cells.end() || cell->second->items.empty()) unsupported("super() outside a method");
+    auto names = f.code.getVarnames();
+    if (f.code.getArgCount() == 0 || names.size() == 0) unsupported("super() in a method without arguments");
+    std::string first = names[0].cStr();
+    Var self;
+    if (auto it = f.locals.find(first); it != f.locals.end() && it->second->kind != Kind::Cell) self = it->second;
+    else if (auto c = f.cells.find(first); c != f.cells.end() && !c->second->items.empty()) self = c->second->items[0];
+    if (!self) unsupported("super() whose first argument was deleted");
+    return makeSuper(cell->second->items[0], self);
+  }
+
+  Var makeSuper(const Var& cls, const Var& self) {
+    if (cls->kind != Kind::TypeObject) unsupported("super() of a " + kindName(cls->kind));
+    Var s = make(Kind::Super);
+    s->cls = cls;
+    s->self = self;
+    return s;
+  }
+
+  // super().name: the attribute as the classes after `cls` in type(self)'s MRO hold it, bound
+  // to self. nn.Module's __call__ (a subclass overriding it calls it so) runs the module.
+  Var superAttribute(const Var& s, const std::string& name, size_t depth) {
+    Var type = s->self->kind == Kind::Object && !s->self->path ? s->self->cls : typeOf(s->self);
+    if (type->kind != Kind::TypeObject) unsupported("super() of a " + kindName(s->self->kind));
+    auto at = std::find(type->mro.begin(), type->mro.end(), s->cls->type);
+    if (at == type->mro.end()) unsupported("super(): " + s->cls->type.text() + " is not in the instance's MRO");
+    size_t from = static_cast<size_t>(at - type->mro.begin()) + 1;
+    Var raw = *classAttribute(type, from, name);
+    if (raw->kind == Kind::Function && s->self->kind == Kind::NnModule &&
+        std::string(raw->function->code.getQualname().cStr()) == "Module._wrapped_call_impl")
+      return method(s->self, "__module_call__");
+    return bindClassAttribute(raw, s->self, type, depth);
   }
 
   // ---- attributes ----------------------------------------------------------
 
-  // Whether an object of the call (an object or a module) lacks attribute `name` (reading it
-  // raises AttributeError), guarded so: hasattr(obj, name) stays False.
-  bool absent(const Var& obj, const std::string& name) {
-    if ((obj->kind != Kind::Object && obj->kind != Kind::NnModule) || !obj->path) return false;
+  // Whether an object lacks attribute `name` (reading it raises AttributeError), asked of the
+  // object of the call (an object, a module, a tensor) or, for a tensor the trace computed, of
+  // torch.Tensor; guarded either way: hasattr(obj, name) keeps its answer. nullopt: not known
+  // (a value kiln reads attributes of itself).
+  std::optional<bool> absence(const Var& obj, const std::string& name) {
+    if (obj->kind == Kind::None && name.rfind("__", 0) != 0) return true; // None has only dunder attributes
+    if (obj->kind != Kind::Object && obj->kind != Kind::NnModule && obj->kind != Kind::Tensor) return std::nullopt;
+    if (obj->kind != Kind::Tensor && !obj->path) return std::nullopt;
     if (obj->kind == Kind::NnModule && (name == "training" || name == "forward" || name == "__call__")) return false;
-    auto d = lookup(extend(*obj->path, guards::attr(name)));
-    if (!d.isUnsupported() || std::string(d.getUnsupported().cStr()).rfind("missing (AttributeError", 0) != 0) return false;
-    guards.check(node(extend(*obj->path, guards::hasAttr(name))), guards::equals(guards::Constant{false}));
-    return true;
+    Path base = obj->path ? *obj->path : Path{guards::pyModule("torch"), guards::attr("Tensor")};
+    auto d = lookup(extend(base, guards::attr(name)));
+    bool missing = d.isUnsupported() && std::string(d.getUnsupported().cStr()).rfind("missing (AttributeError", 0) == 0;
+    guards.check(node(extend(base, guards::hasAttr(name))), guards::equals(guards::Constant{!missing}));
+    return missing;
   }
+
+  bool absent(const Var& obj, const std::string& name) { return absence(obj, name).value_or(false); }
 
   Var attribute(const Var& obj, const std::string& name) {
     switch (obj->kind) {
     case Kind::Tensor:
+      if (name == "__class__") return typeOf(obj);
       if (auto a = tensorAttribute(*this, obj, name)) return *a;
       return method(obj, name);
     case Kind::PyModule: {
@@ -1223,15 +2015,19 @@ private:
       return realize(extend(*obj->path, guards::attr(name)));
     }
     case Kind::Object:
-      if (!obj->path) unsupported("an attribute of an object made in the traced code");
+      if (!obj->path) return madeAttribute(obj, name, depth_);
       return realize(extend(*obj->path, guards::attr(name)));
+    case Kind::Super: return superAttribute(obj, name, depth_);
+    case Kind::TypeObject: // a class's attribute, as getattr(cls, name) finds it (guarded as read)
+      if (obj->path) return realize(extend(*obj->path, guards::attr(name)));
+      break;
     case Kind::List:
     case Kind::Dict:
     case Kind::Str:
     case Kind::GradMode:
     case Kind::Autocast: return method(obj, name);
     case Kind::Function:
-      if (name == "__name__") return string(obj->function->code.getName().cStr());
+      if (name == "__name__" && !obj->path) return string(obj->function->code.getName().cStr());
       // Introspection of a function of the call (`fn.__code__.co_varnames`): read, guarded.
       if (obj->path && name != "__call__" && name != "__get__") return realize(extend(*obj->path, guards::attr(name)));
       break;
@@ -1244,6 +2040,7 @@ private:
       break;
     default: break;
     }
+    if (obj->kind == Kind::Tuple && obj->type == guards::TypeRef{"inspect", "Signature"} && name == "parameters") return obj->items[0];
     if (isReturnType(obj) && obj->items.size() == 2 && (name == "values" || name == "indices"))
       return obj->items[name == "values" ? 0 : 1];
     unsupported("attribute '" + name + "' of a " + kindName(obj->kind));
@@ -1276,6 +2073,7 @@ private:
     switch (v->kind) {
     case Kind::Tuple:
     case Kind::List:
+    case Kind::Set:
     case Kind::Iterator: return std::vector<Var>(v->items.begin() + static_cast<std::ptrdiff_t>(v->next), v->items.end());
     case Kind::Dict: return v->keys;
     case Kind::Range: {
@@ -1303,8 +2101,12 @@ private:
       return parts->items;
     }
     case Kind::NnModule: return children(v);
-    default: unsupported("iterating a " + kindName(v->kind));
+    case Kind::Object:
+      if (!v->path) return iterate(*dunder(v, "__iter__", {}, depth_));
+      break;
+    default: break;
     }
+    unsupported("iterating a " + kindName(v->kind));
   }
 
   bool sameConstant(const Var& a, const Var& b) {
@@ -1328,8 +2130,21 @@ private:
     case Kind::Str: return !v->name.empty();
     case Kind::Tuple:
     case Kind::List:
+    case Kind::Set:
     case Kind::Dict: return !v->items.empty();
     case Kind::Tensor: unsupported("a branch on a tensor's value"); // TODO(issue 6): a graph break
+    case Kind::Object:
+    case Kind::NnModule:
+      // True unless its class defines __bool__ or __len__ (both absences guarded); a
+      // ModuleList's, Sequential's or ModuleDict's length is its children's.
+      if (v->kind == Kind::Object && !v->path) { // made here
+        for (const char* name : {"__bool__", "__len__"})
+          if (classAttribute(v->cls, 0, name)) return truth(*dunder(v, name, {}, depth_));
+        return true;
+      }
+      if (!v->path || (absent(v, "__bool__") && absent(v, "__len__"))) return true;
+      if (v->kind == Kind::NnModule && isContainerModule(v)) return !children(v).empty();
+      unsupported("the truth of a " + v->type.text() + " (its class defines __bool__ or __len__)");
     default: return true;
     }
   }
@@ -1341,6 +2156,13 @@ private:
     // A float's text is Python's shortest round-trip repr (2.0, 0.1, 1e+16): refused, not guessed.
     case Kind::Bool: return truth(v) ? "True" : "False";
     case Kind::None: return "None";
+    case Kind::TypeObject: // str() of a plain class (see ObjectDesc.plainClass)
+      if (!v->boolean) unsupported("formatting a class whose metaclass has its own __str__");
+      return "<class '" + (v->type.module == "builtins" ? "" : v->type.module + ".") + v->type.qualname + "'>";
+    case Kind::Builtin:
+      if (v->name == "torch.Tensor") return "<class 'torch.Tensor'>";
+      if (builtinTypes().count(v->name)) return "<class '" + v->name.substr(9) + "'>";
+      unsupported("formatting " + v->name);
     default: unsupported("formatting a " + kindName(v->kind));
     }
   }
@@ -1382,17 +2204,61 @@ private:
       if (a->kind == Kind::Str && b->kind == Kind::Str) same = a->name == b->name;
       else if (a->kind == Kind::None || b->kind == Kind::None) same = a->kind == b->kind;
       else if (a->kind == Kind::DType && b->kind == Kind::DType) same = a->dtype == b->dtype;
+      else if (auto classes = sameClass(a, b)) same = *classes;
+      else if (isEnumMember(a) && isEnumMember(b) && a->type == b->type)
+        same = a == b || sameObjectOfTheCall(a, b); // one enum's members: equal only to themselves (aliases are one object)
       else if ((a->kind == Kind::Tuple || a->kind == Kind::List) && a->kind == b->kind) {
         same = a->items.size() == b->items.size();
         for (size_t k = 0; same && k < a->items.size(); ++k) same = truth(compare("==", a->items[k], b->items[k]));
+      } else if (a->kind != b->kind && isPlainValue(a) && isPlainValue(b)) {
+        same = false; // values of different builtin types (numbers were compared above)
       } else unsupported("comparing a " + kindName(a->kind) + " with a " + kindName(b->kind));
       return boolean(op == "==" ? same : !same);
+    }
+    if ((a->kind == Kind::Tuple || a->kind == Kind::List) && a->kind == b->kind) {
+      // Lexicographic: the first unequal items decide, else the lengths.
+      size_t n = std::min(a->items.size(), b->items.size());
+      for (size_t k = 0; k < n; ++k)
+        if (!truth(compare("==", a->items[k], b->items[k]))) return compare(op, a->items[k], b->items[k]);
+      return compare(op, integer(table.integer(static_cast<int64_t>(a->items.size()))),
+                     integer(table.integer(static_cast<int64_t>(b->items.size()))));
     }
     if ((a->kind == Kind::Str && b->kind == Kind::Str)) {
       int c = a->name.compare(b->name);
       return boolean(op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0);
     }
     unsupported("comparing a " + kindName(a->kind) + " " + op + " a " + kindName(b->kind));
+  }
+
+  // Whether two classes are one (`type(x) is int`, `self.__class__ != ModelOutput`): classes
+  // kiln knows by name, or described ones, compared by their module and qualified name (the
+  // name a type guard finds them by). Not classes: nullopt.
+  static std::optional<bool> sameClass(const Var& a, const Var& b) {
+    auto isClass = [](const Var& v) {
+      return v->kind == Kind::TypeObject || (v->kind == Kind::Builtin && (v->name == "torch.Tensor" || builtinTypes().count(v->name)));
+    };
+    if (!isClass(a) || !isClass(b)) return std::nullopt;
+    if (a->kind != b->kind) return false;
+    if (a->kind == Kind::Builtin) return a->name == b->name;
+    if (a == b) return true;
+    if (!a->boolean || !b->boolean) unsupported("comparing classes whose metaclass has its own ==");
+    if (a->type.qualname.find("<locals>") != std::string::npos) unsupported("comparing classes made in a function");
+    return a->type == b->type;
+  }
+
+  static bool isEnumMember(const Var& v) {
+    return v->kind == Kind::Object && v->path && std::find(v->mro.begin(), v->mro.end(), guards::TypeRef{"enum", "Enum"}) != v->mro.end();
+  }
+
+  // A value whose type's == kiln knows: never equal to a value of another of these types
+  // (numbers apart).
+  static bool isPlainValue(const Var& v) {
+    switch (v->kind) {
+    case Kind::None: case Kind::Bool: case Kind::Int: case Kind::Float: case Kind::Str: case Kind::List:
+    case Kind::Dict: case Kind::Set: case Kind::DType: case Kind::Device: case Kind::Range: case Kind::Slice: return true;
+    case Kind::Tuple: return v->type.qualname.empty() || isSize(v);
+    default: return false;
+    }
   }
 
   static bool isNumber(const Var& v) {
@@ -1480,6 +2346,30 @@ private:
     unsupported("float operator " + op);
   }
 
+  static bool isContainerModule(const Var& m) {
+    for (const char* name : {"ModuleList", "Sequential", "ModuleDict"})
+      if (std::find(m->mro.begin(), m->mro.end(), guards::TypeRef{"torch.nn.modules.container", name}) != m->mro.end())
+        return true;
+    return false;
+  }
+
+  // Adds `v` to set `s` unless an equal item is there: constants compare by value, other
+  // values (hashed by identity in Python: tensors, modules) by being the same variable.
+  void setAdd(const Var& s, const Var& v) {
+    if (v->kind == Kind::List || v->kind == Kind::Dict || v->kind == Kind::Set) unsupported("an unhashable " + kindName(v->kind) + " in a set");
+    if (v->kind == Kind::Tuple || v->kind == Kind::Float) unsupported("a " + kindName(v->kind) + " in a set");
+    bool constant = v->kind == Kind::None || v->kind == Kind::Str || v->kind == Kind::Bool || v->kind == Kind::Int;
+    if (v->kind == Kind::Int && !v->symbolic.asInteger()) unsupported("a symbolic int in a set");
+    for (const Var& item : s->items) {
+      bool itemConstant = item->kind == Kind::None || item->kind == Kind::Str || item->kind == Kind::Bool || item->kind == Kind::Int;
+      if (constant && itemConstant && (item->kind == v->kind || isNumber(item) == isNumber(v)) &&
+          ((isNumber(item) && isNumber(v)) ? number(item) == number(v) : sameConstant(item, v)))
+        return;
+      if (!constant && item == v) return;
+    }
+    s->items.push_back(v);
+  }
+
   Var subscript(const Var& obj, const Var& index) {
     if (obj->kind == Kind::Tensor) return tensorIndex(*this, obj, index);
     if (obj->kind == Kind::Tuple || obj->kind == Kind::List) {
@@ -1509,6 +2399,14 @@ private:
       for (size_t k = 0; k < obj->keys.size(); ++k)
         if (sameConstant(obj->keys[k], index)) return obj->items[k];
       unsupported("a missing dict key");
+    }
+    if (obj->kind == Kind::NnModule && index->kind == Kind::Slice) {
+      // A ModuleList's slice is a ModuleList of the same children: read as a list of them.
+      if (std::find(obj->mro.begin(), obj->mro.end(), guards::TypeRef{"torch.nn.modules.container", "ModuleList"}) == obj->mro.end())
+        unsupported("slicing a " + obj->type.text());
+      Var part = subscript(sequence(Kind::List, children(obj)), index);
+      part->type = {"torch.nn.modules.container", "ModuleList"};
+      return part;
     }
     if (obj->kind == Kind::NnModule) {
       std::vector<Var> kids = children(obj);
@@ -1555,6 +2453,42 @@ private:
     return realize(extend(extend(*f.fn->path, guards::attr("__globals__")), guards::key(name)));
   }
 
+  // `import name` (`from name import ...` when `from`), `level` dots deep: a module imported
+  // already, read from sys.modules and guarded there; importing one is Python's (refused).
+  Var importModule(Frame& f, const std::string& name, int64_t level, bool from) {
+    std::string absolute = name;
+    if (level > 0) {
+      std::string module = f.fn ? f.fn->module : rootModule_;
+      Var package = realize({guards::pyModule(module), guards::attr("__package__")});
+      if (package->kind != Kind::Str || package->name.empty()) unsupported("a relative import outside a package");
+      std::string base = package->name;
+      for (int64_t k = 1; k < level; ++k) {
+        size_t dot = base.rfind('.');
+        if (dot == std::string::npos) unsupported("a relative import beyond the top-level package");
+        base.resize(dot);
+      }
+      absolute = name.empty() ? base : base + "." + name;
+    }
+    Var module = realize({guards::pyModule(absolute)});
+    if (module->kind != Kind::PyModule) unsupported("importing " + absolute + ", which is not imported yet");
+    if (from) return module;
+    return realize({guards::pyModule(absolute.substr(0, absolute.find('.')))});
+  }
+
+  // `obj.name(*args)` for an operator on an object of the call whose class defines the special
+  // method (`obj[k]`: __getitem__, `k in obj`: __contains__): the method inlined. nullopt: not
+  // such an object.
+  std::optional<Var> dunder(const Var& obj, const std::string& name, std::vector<Var> args, size_t depth) {
+    if (obj->kind != Kind::Object) return std::nullopt;
+    if (!obj->path) { // made here: looked up on its class, as Python does for operators
+      std::optional<Var> raw = classAttribute(obj->cls, 0, name);
+      if (!raw) unsupported("a " + obj->type.text() + " without " + name);
+      return callVar(bindClassAttribute(*raw, obj, obj->cls, depth), std::move(args), {}, depth);
+    }
+    if (absent(obj, name)) unsupported("an object without " + name);
+    return callVar(attribute(obj, name), std::move(args), {}, depth);
+  }
+
   // The call protocol of 3.11/3.12: [NULL, callable] or [callable, self], then args.
   Var doCall(Frame& f, size_t argc, size_t depth) {
     std::vector<Var> args = f.popN(argc);
@@ -1570,6 +2504,8 @@ private:
     for (size_t k = 0; k < nk; ++k) kwargs.emplace_back(f.kwNames[k], args[args.size() - nk + k]);
     args.resize(args.size() - nk);
     f.kwNames.clear();
+    if (callee->kind == Kind::Builtin && callee->name == "builtins.super" && args.empty() && kwargs.empty())
+      return zeroArgumentSuper(f);
     return callVar(callee, std::move(args), kwargs, depth);
   }
 
@@ -1586,6 +2522,7 @@ private:
         if (stopAt_ && stopAt_->start == f.pc && stopAt_->arrival == arrival) throw Stopped{f.stack, f.locals, f.cells, f.generator};
       }
       auto in = instructions[static_cast<unsigned>(f.pc)];
+      depth_ = depth;
       std::string opname = in.getOpname().cStr();
       std::string name = in.getName().cStr();
       int64_t arg = in.getArg();
@@ -1665,12 +2602,23 @@ private:
           f.stack.push_back(make(Kind::Null));
         }
         f.stack.push_back(a);
+      } else if (opname == "LOAD_SUPER_ATTR") { // 3.12: super().name, or super(cls, self).name
+        Var self = f.pop(), cls = f.pop();
+        f.pop(); // the global `super`
+        Var s = makeSuper(cls, self);
+        if (arg & 1) f.stack.push_back(make(Kind::Null));
+        f.stack.push_back(superAttribute(s, name, depth));
       } else if (opname == "LOAD_METHOD") {
         Var obj = f.pop();
         f.stack.push_back(make(Kind::Null));
         f.stack.push_back(attribute(obj, name));
       } else if (opname == "STORE_ATTR") {
         Var obj = f.pop(), value = f.pop();
+        if (obj->kind == Kind::Object && !obj->path) {
+          madeSetAttribute(obj, name, value, depth);
+          f.pc = next;
+          continue;
+        }
         if (!obj->path || (obj->kind != Kind::NnModule && obj->kind != Kind::Object))
           unsupported("setting attribute '" + name + "' of a " + kindName(obj->kind) +
                       (obj->path ? "" : " made in the traced code"));
@@ -1682,6 +2630,7 @@ private:
               if (name == p.getName().cStr()) unsupported("assigning module tensor '" + name + "'");
         }
         // Later reads in this trace see the new value; the SDK sets it after the artifact ran.
+        changing(obj);
         realized_[pathText(extend(*obj->path, guards::attr(name)))] = value;
         effects_.push_back({true, *obj->path, name, value});
       } else if (opname == "PUSH_NULL") {
@@ -1747,7 +2696,7 @@ private:
           f.stack.push_back(callOp(it->second, {a, b}, {}));
         } else if (inplace && a->kind == Kind::List && op == "+") {
           for (const Var& v : iterate(b)) {
-            if (a->path) effects_.push_back({false, *a->path, "", v});
+            if (a->path) changing(a), effects_.push_back({false, *a->path, "", v});
             a->items.push_back(v);
           }
           f.stack.push_back(a);
@@ -1756,7 +2705,8 @@ private:
         }
       } else if (opname == "BINARY_SUBSCR") {
         Var index = f.pop(), obj = f.pop();
-        f.stack.push_back(subscript(obj, index));
+        if (auto r = dunder(obj, "__getitem__", {index}, depth)) f.stack.push_back(*r);
+        else f.stack.push_back(subscript(obj, index));
       } else if (opname == "BINARY_SLICE") {
         Var stop = f.pop(), start = f.pop(), obj = f.pop();
         f.stack.push_back(subscript(obj, sequence(Kind::Slice, {start, stop, none()})));
@@ -1772,6 +2722,8 @@ private:
           for (size_t k = 0; k < obj->keys.size(); ++k)
             if (sameConstant(obj->keys[k], index)) obj->items[k] = value, found = true;
           if (!found) obj->keys.push_back(index), obj->items.push_back(value);
+        } else if (obj->kind == Kind::Object && !obj->path) {
+          dunder(obj, "__setitem__", {index, value}, depth);
         } else if (obj->kind == Kind::Tensor) {
           tensorSetItem(*this, obj, index, value);
         } else {
@@ -1794,13 +2746,15 @@ private:
         bool same;
         if (a->kind == Kind::None || b->kind == Kind::None) same = a->kind == b->kind;
         else if (a->kind == Kind::Bool && b->kind == Kind::Bool) same = a->boolean == b->boolean;
+        else if (auto classes = sameClass(a, b)) same = *classes;
         else if (a != b && a->path && b->path && has(*a->path) && has(*b->path)) same = sameObjectOfTheCall(a, b);
         else same = a == b;
         f.stack.push_back(boolean(arg ? !same : same));
       } else if (opname == "CONTAINS_OP") {
         Var container = f.pop(), item = f.pop();
-        bool found = false;
-        for (const Var& v : iterate(container)) found = found || (v->kind == item->kind && sameConstant(v, item));
+        bool found;
+        if (auto r = dunder(container, "__contains__", {item}, depth)) found = truth(*r);
+        else found = contains(container, item);
         f.stack.push_back(boolean(arg ? !found : found));
       } else if (opname == "UNARY_NEGATIVE") {
         Var v = f.pop();
@@ -1838,6 +2792,17 @@ private:
         Var v = f.pop();
         Var list = builtHere(f.top(static_cast<size_t>(arg) - 1), Kind::List);
         for (const Var& item : iterate(v)) list->items.push_back(item);
+      } else if (opname == "BUILD_SET") {
+        Var s = make(Kind::Set);
+        for (const Var& v : f.popN(static_cast<size_t>(arg))) setAdd(s, v);
+        f.stack.push_back(s);
+      } else if (opname == "SET_ADD") {
+        Var v = f.pop();
+        setAdd(builtHere(f.top(static_cast<size_t>(arg) - 1), Kind::Set), v);
+      } else if (opname == "SET_UPDATE") {
+        Var v = f.pop();
+        Var s = builtHere(f.top(static_cast<size_t>(arg) - 1), Kind::Set);
+        for (const Var& item : iterate(v)) setAdd(s, item);
       } else if (opname == "LIST_TO_TUPLE") {
         f.stack.push_back(sequence(Kind::Tuple, f.pop()->items));
       } else if (opname == "BUILD_MAP") {
@@ -1902,10 +2867,23 @@ private:
         else f.pop();
       } else if (opname == "BEFORE_WITH") {
         Var manager = f.pop();
+        if (manager->kind == Kind::Object) { // a context manager of Python's: its methods inlined
+          Var exit = specialMethod(manager, "__exit__", depth);
+          Var enter = specialMethod(manager, "__enter__", depth);
+          f.stack.push_back(exit);
+          f.stack.push_back(callVar(enter, {}, {}, depth));
+          f.pc = next;
+          continue;
+        }
         if (manager->kind != Kind::GradMode && manager->kind != Kind::Autocast)
           unsupported("a `with` over a " + kindName(manager->kind));
         f.stack.push_back(method(manager, "__exit__"));
         f.stack.push_back(callMethod(manager, "__enter__", {}, {}, depth));
+      } else if (opname == "IMPORT_NAME") {
+        Var fromlist = f.pop(), level = f.pop();
+        f.stack.push_back(importModule(f, name, concrete(level), fromlist->kind != Kind::None));
+      } else if (opname == "IMPORT_FROM") {
+        f.stack.push_back(attribute(f.top(), name));
       } else if (opname == "LOAD_ASSERTION_ERROR") {
         unsupported("an assertion that fails while tracing");
       } else if (opname == "RAISE_VARARGS") {
@@ -1929,6 +2907,7 @@ private:
 
   void write(const Var& result, schema::TraceResult::Builder out) {
     std::vector<ir::ValueId> outputs;
+    ++specRoot_;
     spec(result, out.initOutputs(), outputs, false);
     writeGraph(outputs, out);
   }
@@ -1989,21 +2968,28 @@ private:
         r.setName(v->type.qualname);
         items(v->items, r.initItems(static_cast<unsigned>(v->items.size())));
       } else if (isSize(v)) items(v->items, o.initSize(static_cast<unsigned>(v->items.size())));
+      else if (!v->type.qualname.empty()) unsupported("a " + v->type.text() + " outside the traced code");
       else items(v->items, o.initTuple(static_cast<unsigned>(v->items.size())));
       return;
-    case Kind::List: items(v->items, o.initList(static_cast<unsigned>(v->items.size()))); return;
-    case Kind::Dict: {
-      auto entries = o.initDict(static_cast<unsigned>(v->items.size()));
-      for (unsigned k = 0; k < entries.size(); ++k) {
-        const Var& key = v->keys[k];
-        auto c = entries[k].initKey();
-        if (key->kind == Kind::Str) c.setStr(key->name);
-        else if (key->kind == Kind::Int && key->symbolic.asInteger()) c.setInt(*key->symbolic.asInteger());
-        else unsupported("returning a dict with a " + kindName(key->kind) + " key");
-        spec(v->items[k], entries[k].initValue(), outputs, resumable);
-      }
+    case Kind::List:
+      if (!v->type.qualname.empty()) unsupported("a " + v->type.text() + " outside the traced code");
+      items(v->items, o.initList(static_cast<unsigned>(v->items.size())));
+      return;
+    case Kind::Dict:
+      if (!v->type.qualname.empty()) unsupported("a " + v->type.text() + " outside the traced code");
+      dictItems(v, o.initDict(static_cast<unsigned>(v->items.size())), outputs, resumable);
+      return;
+    case Kind::DType: o.setDtype(static_cast<schema::DType>(v->dtype)); return;
+    case Kind::Device: {
+      auto d = o.initDevice();
+      d.setType(static_cast<schema::DeviceType>(v->device.type));
+      d.setIndex(v->device.index);
       return;
     }
+    case Kind::Object:
+      if (v->path) break;
+      madeObject(v, o, outputs, resumable);
+      return;
     default: break;
     }
     if (!resumable) unsupported("returning a " + kindName(v->kind));
@@ -2031,18 +3017,49 @@ private:
       spec(v->self, o.initMethod().initSelf(), outputs, resumable);
       o.getMethod().setName(v->name);
       return;
-    case Kind::DType: o.setDtype(static_cast<schema::DType>(v->dtype)); return;
-    case Kind::Device: {
-      auto d = o.initDevice();
-      d.setType(static_cast<schema::DeviceType>(v->device.type));
-      d.setIndex(v->device.index);
-      return;
-    }
     case Kind::Slice: items(v->items, o.initSlice(3)); return;
     case Kind::Function: madeFunction(v, o.initFunction(), outputs); return;
     default: break;
     }
     unsupported("a graph break with a " + kindName(v->kind) + " made in the traced code live");
+  }
+
+  // A dict's items: str and int keys, their values' specs.
+  void dictItems(const Var& dict, capnp::List<schema::OutputItem>::Builder entries, std::vector<ir::ValueId>& outputs,
+                 bool resumable) {
+    for (unsigned k = 0; k < entries.size(); ++k) {
+      const Var& key = dict->keys[k];
+      auto c = entries[k].initKey();
+      if (key->kind == Kind::Str) c.setStr(key->name);
+      else if (key->kind == Kind::Int && key->symbolic.asInteger()) c.setInt(*key->symbolic.asInteger());
+      else unsupported("returning a dict with a " + kindName(key->kind) + " key");
+      spec(dict->items[k], entries[k].initValue(), outputs, resumable);
+    }
+  }
+
+  // An instance the traced code made: its class's path, its __dict__ and its dict items; once
+  // per value (a later place names it by id).
+  void madeObject(const Var& v, schema::OutputSpec::Builder o, std::vector<ir::ValueId>& outputs, bool resumable) {
+    if (auto seen = made_.find(v.get()); seen != made_.end()) {
+      if (seen->second.first != specRoot_) unsupported("a " + v->type.text() + " made in the traced code both returned and stored");
+      o.setMadeRef(seen->second.second);
+      return;
+    }
+    uint32_t id = static_cast<uint32_t>(made_.size());
+    made_[v.get()] = {specRoot_, id};
+    auto m = o.initObject();
+    m.setId(id);
+    m.setLayout(v->layout);
+    auto steps = m.initCls(static_cast<unsigned>(v->cls->path->size()));
+    for (unsigned j = 0; j < steps.size(); ++j) guards::toWire((*v->cls->path)[j], steps[j]);
+    const Var& own = v->attrs;
+    auto attributes = m.initAttributes(static_cast<unsigned>(own->keys.size()));
+    for (unsigned k = 0; k < attributes.size(); ++k) {
+      if (own->keys[k]->kind != Kind::Str) unsupported("a __dict__ with a key that is not a str");
+      attributes[k].setName(own->keys[k]->name);
+      spec(own->items[k], attributes[k].initValue(), outputs, resumable);
+    }
+    if (v->storage) dictItems(v->storage, m.initItems(static_cast<unsigned>(v->storage->keys.size())), outputs, resumable);
   }
 
   // A function the traced code made, rebuilt by the SDK from the frame's code constants:
@@ -2089,10 +3106,12 @@ private:
         auto s = effects[k].initSetAttr();
         writePath(s.initPath(static_cast<unsigned>(e.path.size())));
         s.setName(e.name);
+        ++specRoot_;
         spec(e.value, s.initValue(), outputs, false);
       } else {
         auto a = effects[k].initListAppend();
         writePath(a.initListPath(static_cast<unsigned>(e.path.size())));
+        ++specRoot_;
         spec(e.value, a.initItem(), outputs, false);
       }
     }
@@ -2120,6 +3139,11 @@ private:
   schema::TraceRequest::Reader request_;
   std::map<std::string, schema::ObjectDesc::Reader> described_;
   std::map<std::string, Var> realized_;
+  uint32_t specRoot_ = 0; // which returned or stored value spec() writes
+  std::map<const VarNode*, std::pair<uint32_t, uint32_t>> made_; // made objects written: (root, id)
+  size_t depth_ = 0; // the frame depth executing (for calls made from attribute reads and operators)
+  std::map<uint64_t, std::string> mutablePaths_; // a mutable object of the call: the path it was first read through
+  std::set<uint64_t> changed_;                   // objects of the call the trace changed
   // Int: a symbolic-int placeholder; Float: a 0-d f64 one; Seed: randomStream's (no path).
   enum class InputKind { Tensor, Int, Float, Seed };
   struct Input {

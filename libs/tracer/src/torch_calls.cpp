@@ -489,6 +489,27 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
   if ((m == "zeros" || m == "ones" || m == "empty") && !method)
     return s.callOp(m, {sizesOf(args, 0)}, without(kwargs, {"out", "layout", "pin_memory"}));
   if (m == "full" && !method && args.size() == 2) return s.callOp("full", args, without(kwargs, {"layout", "pin_memory"}));
+  if ((m == "new_ones" || m == "new_zeros" || m == "new_full" || m == "new_empty") && method) {
+    // x.new_*(size, [fill,] dtype=x.dtype, device=x.device): a fresh tensor, x's dtype and
+    // device unless given (requires_grad=True refused).
+    for (const auto& [key, value] : kwargs)
+      if (key != "dtype" && key != "device" && key != "requires_grad" && key != "layout" && key != "pin_memory")
+        return std::nullopt;
+    if (auto grad = kwarg(kwargs, "requires_grad"); grad && !((*grad)->kind == Kind::Bool && (*grad)->symbolic.isNull() && !(*grad)->boolean))
+      return std::nullopt;
+    bool full = m == "new_full";
+    if (args.size() < (full ? 3u : 2u) || (full && args.size() != 3)) return std::nullopt;
+    Var fill = full ? args[2] : integer(s.table.integer(m == "new_ones" ? 1 : 0));
+    std::vector<Var> rest(args.begin(), args.end() - (full ? 1 : 0));
+    Var size = sizesOf(rest, 1);
+    const ir::TensorMeta& meta = s.meta(args[0]);
+    Var dtype = make(Kind::DType), device = make(Kind::Device);
+    dtype->dtype = meta.dtype;
+    device->device = meta.device;
+    if (auto d = kwarg(kwargs, "dtype"); d && (*d)->kind != Kind::None) dtype = *d;
+    if (auto d = kwarg(kwargs, "device"); d && (*d)->kind != Kind::None) device = *d;
+    return s.callOp("full", {size, fill}, {{"dtype", dtype}, {"device", device}});
+  }
   if (m == "t") {
     size_t rank = s.meta(args[0]).dim();
     if (rank < 2) return args[0];

@@ -34,13 +34,16 @@ enum class Kind : uint8_t {
   Builtin,  // a callable known by qualified name (`name`)
   PyModule, // a Python module (`name`)
   NnModule, // an nn.Module described at `path`
-  Object,   // another object described at `path`
+  Object,   // another object described at `path`; or, without one, an instance the traced code
+            // made: its class `cls`, its __dict__ `attrs`, a dict layout's items `storage`
   Method,   // `self`'s attribute `name`, bound
   DType,
   Device,
   TypeObject,
   GradMode, // torch.no_grad() / enable_grad() as a context manager: `boolean` = enabled
   Autocast, // torch.autocast(...) as a context manager: `name` its device type, `dtype`, `boolean` = enabled
+  Set,      // a set the traced code made: its distinct items, in insertion order
+  Super,    // super(): `cls` the class it starts after, `self` the instance
 };
 
 struct VarNode;
@@ -66,6 +69,10 @@ struct VarNode {
   std::vector<Var> keys;
   size_t next = 0;
   Var self;
+  Var cls;     // a made Object's class (a TypeObject of the call), Super's starting class
+  Var attrs;   // a made Object's __dict__ (a Dict of str keys)
+  Var storage; // a made Object's dict items (Dict), where its layout is dict or OrderedDict
+  std::string layout; // a made Object's: "object", "dict" or "OrderedDict"
   std::shared_ptr<FunctionInfo> function;
   DType dtype = DType::Float32;
   ir::Device device;

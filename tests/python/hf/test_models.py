@@ -21,9 +21,9 @@ import transformers
 
 import kiln
 
-# The models whose forward kiln must compile (no fallback): none yet, the tracer-coverage
-# and graph-break issues grow this set.
-COMPILES: set = set()
+# The models whose forward kiln must compile (no fallback); the tracer-coverage issue grows
+# this set. GPT-2 and Llama training also trace whole (fullgraph=True).
+COMPILES: set = {"gpt2 training", "llama training"}
 OUTCOMES: dict = {}  # the run's tally, printed by conftest.py
 
 VOCAB, SEQ, BATCH = 256, 16, 2
@@ -82,13 +82,16 @@ def check_compiles(name: str, outcome: str):
         assert outcome.startswith("compiled"), f"{name}: {outcome}"
 
 
+@pytest.mark.parametrize("fullgraph", [False, True], ids=["default", "fullgraph"])
 @pytest.mark.parametrize("make", [gpt2, llama], ids=["gpt2", "llama"])
-def test_training_matches_eager(stack, make):
-    """Two training steps' loss and grads (the second after an SGD step on both copies)."""
+def test_training_matches_eager(stack, make, fullgraph):
+    """Two training steps' loss and grads (the second after an SGD step on both copies); with
+    fullgraph=True, one graph for the whole forward (its ModelOutput and DynamicCache made in
+    the trace and rebuilt)."""
     torch.manual_seed(0)
     model = make().train()
     reference = copy.deepcopy(model)
-    compiled = kiln.compile(model, stack=stack)
+    compiled = kiln.compile(model, stack=stack, fullgraph=fullgraph)
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
     for step in range(2):
         ids = tokens(step)
@@ -107,7 +110,11 @@ def test_training_matches_eager(stack, make):
         for opt in optimizers:
             opt.step()
     name = f"{make.__name__} training"
-    check_compiles(name, tally(name, compiled))
+    outcome = tally(name, compiled)
+    check_compiles(name, outcome)
+    if fullgraph:
+        assert outcome.startswith("compiled (1 graph, 0 graph breaks)"), outcome
+        assert isinstance(got.past_key_values, transformers.DynamicCache)
 
 
 def test_bert_inference_matches_eager(stack):

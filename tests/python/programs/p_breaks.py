@@ -592,6 +592,6 @@ class _WithOwnCall(torch.nn.Module):
 _with_own_call = _WithOwnCall()
 
 
-@program(inputs=lambda: r(2, 4), breaks="overrides __call__")
+@program(inputs=lambda: r(2, 4))
 def a_submodule_whose_class_overrides_call(x):
     return _with_own_call(x)

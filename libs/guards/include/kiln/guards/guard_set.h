@@ -23,7 +23,7 @@
 
 namespace kiln::guards {
 
-enum class StepKind : uint8_t { Arg, Kwarg, Global, Closure, Attr, Index, Key, IntKey, Size, Stride, Default, KwDefault, Value, HasAttr };
+enum class StepKind : uint8_t { Arg, Kwarg, Global, Closure, Attr, Index, Key, IntKey, Size, Stride, Default, KwDefault, Value, HasAttr, Module, ClassAttr };
 
 struct Step {
   StepKind kind = StepKind::Arg;
@@ -53,6 +53,8 @@ Step defaultArg(uint32_t index); // the called function's __defaults__[index]
 Step kwDefault(std::string name); // its __kwdefaults__[name]
 Step value();                     // a 0-d CPU tensor's .item() (an int or a float)
 Step hasAttr(std::string name);   // hasattr(., name): a bool
+Step pyModule(std::string name);  // sys.modules[name]: an imported module, a path's root
+Step classAttr(uint32_t from, std::string name); // a class's raw attribute, looked up from __mro__[from]
 
 struct TypeRef {
   std::string module, qualname;
