@@ -198,6 +198,9 @@ def export(fn_or_module, args: tuple, kwargs: dict | None = None, *, dynamic_sha
         inputs.append({"name": text, "source": text, "path": [],
                        "constant": {"dtype": ir.dtype_name(data.dtype), "sizes": list(data.shape),
                                     "data": data.view(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b""}})
+    if _trace._makes_objects(traced.outputs):  # rebuilt from its class, which a program does not carry
+        raise _trace.Unsupported("kiln.export: the function returns an object its code made (a "
+                                 "ModelOutput, a cache): return tensors, or containers of them")
     symbols = [{"name": d["symbol"], "dim": d["dim"], "source": d["source"], "min": d["min"], "max": d["max"]}
                for d in dims]
     asserts = [{"condition": a["condition"], "message": a["message"]} for a in report["asserts"]]

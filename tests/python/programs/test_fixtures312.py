@@ -42,4 +42,4 @@ def test_312_request(path):
     expected = p.fn(*expected_args, **expected_kwargs)
     fn, call_args = _trace.normalize(p.fn, args)
     results = ir.run(traced.graph, *_trace.graph_inputs(traced, fn, call_args, kwargs))
-    corpus.compare(_trace.rebuild(traced.outputs, results), expected, p)
+    corpus.compare(_trace.rebuild(traced.outputs, results, (fn, call_args, kwargs)), expected, p)
