@@ -137,6 +137,8 @@ struct TraceRequest {
   state @7 :Guards.GlobalState;     # grad mode, default dtype, ...
   fullgraph @8 :Bool;
   scope @9 :UInt64;                 # the calling process's token (identity guards hold within it)
+  objectMessages @10 :List(Data);   # more of `objects`, each an ObjectDesc message of its own (the
+                                    # SDK encodes each once, however many rounds resend it)
 }
 
 struct TraceResult {

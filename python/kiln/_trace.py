@@ -597,7 +597,8 @@ def _trace(fn, args: tuple, kwargs: dict, frame: dict | None, fullgraph: bool, s
                  for k, a in enumerate(args)],
         "kwargs": [{"name": n, "value": describe(v, [{"kwarg": None, "name": n}], 0, objects)}
                    for n, v in kwargs.items()],
-        "objects": objects,
+        "objects": [],
+        "objectMessages": [],  # `objects`, each encoded once (a request is resent each round)
         "frame": frame or {},
         "state": global_state(),
         "fullgraph": fullgraph,
@@ -605,6 +606,8 @@ def _trace(fn, args: tuple, kwargs: dict, frame: dict | None, fullgraph: bool, s
     }
     seen = set()
     for _ in range(MAX_ROUNDS):
+        messages = request["objectMessages"]
+        messages.extend(_kiln.capnp_encode("ObjectDesc", d) for d in objects[len(messages):])
         encoded = _kiln.capnp_encode("TraceRequest", request)
         reply = _kiln.capnp_decode("TraceReply", stack.trace(encoded) if stack is not None else _kiln.trace(encoded))
         if record is not None and "needObjects" not in reply:
@@ -620,11 +623,30 @@ def _trace(fn, args: tuple, kwargs: dict, frame: dict | None, fullgraph: bool, s
                 raise Unsupported(f"the tracer asked twice for {path}")
             seen.add(key)
             try:
-                request["objects"].append(describe(resolve(path, fn, args, kwargs), path, 0, request["objects"]))
+                objects.append(describe(resolve(path, fn, args, kwargs), path, 0, objects))
             except (KeyError, IndexError, AttributeError, TypeError, ValueError) as e:
                 # The tracer decides what a missing object means where it read it.
-                request["objects"].append({"path": path, "unsupported": f"missing ({type(e).__name__}: {e})"})
+                objects.append({"path": path, "unsupported": f"missing ({type(e).__name__}: {e})"})
+            if len(path) > 2 and path[-2] == {"attr": None, "name": "__globals__"}:
+                _describe_globals(path[:-2], fn, args, kwargs, objects, seen)
     raise Unsupported(f"more than {MAX_ROUNDS} rounds of object descriptions")
+
+
+def _describe_globals(at: list, fn, args, kwargs, objects: list, seen: set) -> None:
+    """The globals the code of the function at `at` loads, described ahead: the tracer asks for
+    an inlined function's globals one round each otherwise. Best effort: what does not resolve
+    is left for the tracer to ask for."""
+    try:
+        inlined = resolve(at, fn, args, kwargs)
+        names = sorted(_global_names(inlined.__code__))
+        known = inlined.__globals__
+    except Exception:
+        return
+    for name in names:
+        path = at + [{"attr": None, "name": "__globals__"}, {"key": None, "name": name}]
+        if repr(path) not in seen and (name in known or hasattr(builtins, name)):
+            seen.add(repr(path))
+            objects.append(describe(known[name] if name in known else getattr(builtins, name), path, 0, objects))
 
 
 # ---- running what was traced --------------------------------------------------------

@@ -37,6 +37,7 @@ capnp::StructSchema schemaNamed(const std::string& name) {
       {"Graph", capnp::Schema::from<schema::Graph>()},
       {"Program", capnp::Schema::from<schema::Program>()},
       {"OutputSpec", capnp::Schema::from<schema::OutputSpec>()},
+      {"ObjectDesc", capnp::Schema::from<schema::ObjectDesc>()},
       {"TensorData", capnp::Schema::from<schema::TensorData>()},
       {"CheckConstraintsReply", capnp::Schema::from<schema::CheckConstraintsReply>()},
   };

@@ -169,6 +169,17 @@ public:
     for (auto a : request.getArgs()) describe(a);
     for (auto k : request.getKwargs()) describe(k.getValue());
     for (auto o : request.getObjects()) describe(o);
+    for (auto blob : request.getObjectMessages()) {
+      if (blob.size() % sizeof(capnp::word) != 0) throw Error(ErrorCode::Malformed, "tracer: an object message of part words");
+      kj::Array<capnp::word> words = kj::heapArray<capnp::word>(blob.size() / sizeof(capnp::word));
+      std::memcpy(words.begin(), blob.begin(), blob.size());
+      capnp::ReaderOptions options;
+      options.traversalLimitInWords = uint64_t{1} << 27;
+      options.nestingLimit = 256;
+      objectMessages_.push_back(std::make_unique<capnp::FlatArrayMessageReader>(words, options));
+      objectWords_.push_back(std::move(words));
+      describe(objectMessages_.back()->getRoot<schema::ObjectDesc>());
+    }
     guards.call.positional = request.getArgs().size();
     for (auto k : request.getKwargs()) guards.call.keywords.emplace_back(k.getName().cStr());
     std::sort(guards.call.keywords.begin(), guards.call.keywords.end());
@@ -3139,6 +3150,8 @@ private:
   schema::TraceRequest::Reader request_;
   std::map<std::string, schema::ObjectDesc::Reader> described_;
   std::map<std::string, Var> realized_;
+  std::vector<kj::Array<capnp::word>> objectWords_; // TraceRequest.objectMessages, decoded (described_ reads them)
+  std::vector<std::unique_ptr<capnp::FlatArrayMessageReader>> objectMessages_;
   uint32_t specRoot_ = 0; // which returned or stored value spec() writes
   std::map<const VarNode*, std::pair<uint32_t, uint32_t>> made_; // made objects written: (root, id)
   size_t depth_ = 0; // the frame depth executing (for calls made from attribute reads and operators)
