@@ -153,6 +153,28 @@ bool runsApart(const std::string& op) {
   return !bound.count(op);
 }
 
+// A message read from bytes in a word-aligned copy of them.
+struct CopiedMessage {
+  kj::Array<capnp::word> words;
+  capnp::FlatArrayMessageReader reader;
+
+  CopiedMessage(const void* data, size_t size, const char* what) : words(copy(data, size, what)), reader(words, options()) {}
+
+  static kj::Array<capnp::word> copy(const void* data, size_t size, const char* what) {
+    if (size % sizeof(capnp::word) != 0) throw Error(ErrorCode::Malformed, std::string(what) + ": not whole words");
+    kj::Array<capnp::word> words = kj::heapArray<capnp::word>(size / sizeof(capnp::word));
+    std::memcpy(words.begin(), data, size);
+    return words;
+  }
+
+  static capnp::ReaderOptions options() {
+    capnp::ReaderOptions o;
+    o.traversalLimitInWords = uint64_t{1} << 27;
+    o.nestingLimit = 256;
+    return o;
+  }
+};
+
 bool isConditionalJump(const std::string& op) {
   return op.rfind("POP_JUMP", 0) == 0 || op == "JUMP_IF_TRUE_OR_POP" || op == "JUMP_IF_FALSE_OR_POP";
 }
@@ -170,15 +192,8 @@ public:
     for (auto k : request.getKwargs()) describe(k.getValue());
     for (auto o : request.getObjects()) describe(o);
     for (auto blob : request.getObjectMessages()) {
-      if (blob.size() % sizeof(capnp::word) != 0) throw Error(ErrorCode::Malformed, "tracer: an object message of part words");
-      kj::Array<capnp::word> words = kj::heapArray<capnp::word>(blob.size() / sizeof(capnp::word));
-      std::memcpy(words.begin(), blob.begin(), blob.size());
-      capnp::ReaderOptions options;
-      options.traversalLimitInWords = uint64_t{1} << 27;
-      options.nestingLimit = 256;
-      objectMessages_.push_back(std::make_unique<capnp::FlatArrayMessageReader>(words, options));
-      objectWords_.push_back(std::move(words));
-      describe(objectMessages_.back()->getRoot<schema::ObjectDesc>());
+      objectMessages_.push_back(std::make_unique<CopiedMessage>(blob.begin(), blob.size(), "an object message"));
+      describe(objectMessages_.back()->reader.getRoot<schema::ObjectDesc>());
     }
     guards.call.positional = request.getArgs().size();
     for (auto k : request.getKwargs()) guards.call.keywords.emplace_back(k.getName().cStr());
@@ -3150,8 +3165,7 @@ private:
   schema::TraceRequest::Reader request_;
   std::map<std::string, schema::ObjectDesc::Reader> described_;
   std::map<std::string, Var> realized_;
-  std::vector<kj::Array<capnp::word>> objectWords_; // TraceRequest.objectMessages, decoded (described_ reads them)
-  std::vector<std::unique_ptr<capnp::FlatArrayMessageReader>> objectMessages_;
+  std::vector<std::unique_ptr<CopiedMessage>> objectMessages_; // TraceRequest.objectMessages (described_ reads them)
   uint32_t specRoot_ = 0; // which returned or stored value spec() writes
   std::map<const VarNode*, std::pair<uint32_t, uint32_t>> made_; // made objects written: (root, id)
   size_t depth_ = 0; // the frame depth executing (for calls made from attribute reads and operators)
@@ -3205,16 +3219,10 @@ void trace(schema::TraceRequest::Reader request, schema::TraceReply::Builder rep
 }
 
 std::string trace(std::string_view request) {
-  if (request.size() % sizeof(capnp::word) != 0) throw Error(ErrorCode::Malformed, "trace request: not whole words");
-  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(request.size() / sizeof(capnp::word));
-  std::memcpy(words.begin(), request.data(), request.size());
-  capnp::ReaderOptions options;
-  options.traversalLimitInWords = uint64_t{1} << 27;
-  options.nestingLimit = 256;
   capnp::MallocMessageBuilder reply;
   try {
-    capnp::FlatArrayMessageReader message(words, options);
-    trace(message.getRoot<schema::TraceRequest>(), reply.initRoot<schema::TraceReply>());
+    CopiedMessage message(request.data(), request.size(), "trace request");
+    trace(message.reader.getRoot<schema::TraceRequest>(), reply.initRoot<schema::TraceReply>());
     kj::Array<capnp::word> out = capnp::messageToFlatArray(reply);
     auto bytes = out.asBytes();
     return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
