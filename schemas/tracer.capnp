@@ -92,6 +92,7 @@ struct ObjectDesc {
   plainClass @24 :Bool;             # a class whose metaclass keeps type's str(), isinstance() and ==
   instanceDict @25 :Bool;           # a class whose instances have a __dict__
   instantiable @26 :Bool;           # a class whose metaclass keeps type's __call__, with no abstract methods
+  dataDescriptor @27 :Bool;         # an object whose type defines __set__ or __delete__
 }
 
 struct DictItem {

@@ -349,6 +349,7 @@ def _described(obj, path: list, depth: int, extra: list | None, d: dict) -> dict
     else:
         d["object"] = sorted(getattr(obj, "__dict__", {}).keys())
         d["mro"] = [_type_ref(t) for t in type(obj).__mro__]
+        d["dataDescriptor"] = hasattr(type(obj), "__set__") or hasattr(type(obj), "__delete__")
     return d
 
 

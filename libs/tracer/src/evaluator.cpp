@@ -1782,6 +1782,12 @@ private:
     return raw->kind == Kind::Object && raw->type.text() == type;
   }
 
+  // A class attribute that takes over reads and writes of the instance's attribute of its
+  // name (a property, a __slots__ member, any descriptor with __set__ or __delete__).
+  static bool isDataDescriptor(const Var& raw) {
+    return isDescriptor(raw, "builtins.property") || (raw->kind == Kind::Object && raw->desc && raw->desc->getDataDescriptor());
+  }
+
   static bool isBuiltinMethod(const Var& raw, const std::string& name) { return raw->kind == Kind::Builtin && raw->name == name; }
 
   // A raw class attribute read through an instance `self` of `cls`: a function bound to it, a
@@ -1820,7 +1826,9 @@ private:
     if (name == "__class__") return obj->cls;
     if (name == "__dict__") return obj->attrs;
     std::optional<Var> raw = classAttribute(obj->cls, 0, name);
-    if (!raw || !isDescriptor(*raw, "builtins.property"))
+    if (raw && isDataDescriptor(*raw) && !isDescriptor(*raw, "builtins.property"))
+      unsupported("attribute '" + name + "' of a " + obj->type.text() + ", a " + (*raw)->type.text());
+    if (!raw || !isDataDescriptor(*raw))
       for (size_t k = 0; k < obj->attrs->keys.size(); ++k)
         if (obj->attrs->keys[k]->name == name) return obj->attrs->items[k];
     if (raw) return bindClassAttribute(*raw, obj, obj->cls, depth);
@@ -1831,8 +1839,8 @@ private:
 
   // object.__setattr__: into the instance's __dict__ (a property's setter is refused).
   void objectSetAttribute(const Var& obj, const std::string& name, const Var& value) {
-    if (auto raw = classAttribute(obj->cls, 0, name); raw && isDescriptor(*raw, "builtins.property"))
-      unsupported("setting property '" + name + "' of a " + obj->type.text());
+    if (auto raw = classAttribute(obj->cls, 0, name); raw && isDataDescriptor(*raw))
+      unsupported("setting '" + name + "' of a " + obj->type.text() + ", a " + (*raw)->type.text());
     Var& own = obj->attrs;
     for (size_t k = 0; k < own->keys.size(); ++k)
       if (own->keys[k]->kind == Kind::Str && own->keys[k]->name == name) {

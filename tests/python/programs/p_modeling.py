@@ -1059,3 +1059,30 @@ class TinyDecoderModel(nn.Module):
 def training_a_tiny_decoder_end_to_end(model, input_ids, attention_mask):
     out = model(input_ids, attention_mask=attention_mask)
     return out.last_hidden_state.square().mean(), out.to_tuple()[0].shape[-1]
+
+
+class _Clamped:
+    """A data descriptor: the value kept within [0, 1]."""
+
+    def __set_name__(self, owner, name):
+        self.name = "_" + name
+
+    def __get__(self, obj, owner=None):
+        return self if obj is None else getattr(obj, self.name)
+
+    def __set__(self, obj, value):
+        setattr(obj, self.name, min(max(value, 0.0), 1.0))
+
+
+class _DropConfig:
+    rate = _Clamped()
+
+    def __init__(self, rate):
+        self.rate = rate
+
+
+@program(inputs=lambda: r(3), breaks="_Clamped")
+def data_descriptor_on_a_config_made_inside(x):
+    """The class's descriptor takes the write (kiln must not put it in the __dict__)."""
+    cfg = _DropConfig(1.7)
+    return x * cfg.rate
