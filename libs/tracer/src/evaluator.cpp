@@ -2017,7 +2017,7 @@ private:
     if (obj->kind == Kind::NnModule && (name == "training" || name == "forward" || name == "__call__")) return false;
     Path base = obj->path ? *obj->path : Path{guards::pyModule("torch"), guards::attr("Tensor")};
     auto d = lookup(extend(base, guards::attr(name)));
-    bool missing = d.isUnsupported() && std::string(d.getUnsupported().cStr()).rfind("missing (AttributeError", 0) == 0;
+    bool missing = isMissing(d);
     guards.check(node(extend(base, guards::hasAttr(name))), guards::equals(guards::Constant{!missing}));
     return missing;
   }
@@ -2392,10 +2392,11 @@ private:
   void setAdd(const Var& s, const Var& v) {
     if (v->kind == Kind::List || v->kind == Kind::Dict || v->kind == Kind::Set) unsupported("an unhashable " + kindName(v->kind) + " in a set");
     if (v->kind == Kind::Tuple || v->kind == Kind::Float) unsupported("a " + kindName(v->kind) + " in a set");
-    bool constant = v->kind == Kind::None || v->kind == Kind::Str || v->kind == Kind::Bool || v->kind == Kind::Int;
+    auto isConstant = [](const Var& x) { return x->kind == Kind::None || x->kind == Kind::Str || x->kind == Kind::Bool || x->kind == Kind::Int; };
+    bool constant = isConstant(v);
     if (v->kind == Kind::Int && !v->symbolic.asInteger()) unsupported("a symbolic int in a set");
     for (const Var& item : s->items) {
-      bool itemConstant = item->kind == Kind::None || item->kind == Kind::Str || item->kind == Kind::Bool || item->kind == Kind::Int;
+      bool itemConstant = isConstant(item);
       if (constant && itemConstant && (item->kind == v->kind || isNumber(item) == isNumber(v)) &&
           ((isNumber(item) && isNumber(v)) ? number(item) == number(v) : sameConstant(item, v)))
         return;
