@@ -87,12 +87,30 @@ struct ObjectDesc {
     unsupported @20 :Text;          # what it is, for the message
     cell @21 :ObjectDesc;           # a cell (a graph break passes a frame's cells): its contents
     emptyCell @22 :Void;
+    atenOp @28 :AtenOp;             # torch.ops.aten.<op> or torch.ops.aten.<op>.<overload>
   }
   mro @23 :List(Guards.TypeRef);    # a module's or object's type's __mro__ (isinstance reads it); a class's own
   plainClass @24 :Bool;             # a class whose metaclass keeps type's str(), isinstance() and ==
   instanceDict @25 :Bool;           # a class whose instances have a __dict__
   instantiable @26 :Bool;           # a class whose metaclass keeps type's __call__, with no abstract methods
   dataDescriptor @27 :Bool;         # an object whose type defines __set__ or __delete__
+}
+
+# An ATen op: it maps to the torch function or Tensor method of its name, an
+# overload's arguments bound by its schema first.
+struct AtenOp {
+  qualifiedName @0 :Text;           # "aten::add" (a packet) or "aten::add.Tensor" (an overload)
+  torchName @1 :Text;               # the torch form it maps to: "torch.add", "Tensor.view"
+  overload @2 :Bool;                # one overload, bound by `arguments`; else the packet, bound as its torch form
+  arguments @3 :List(AtenArgument); # the overload's schema, in order
+}
+
+struct AtenArgument {
+  name @0 :Text;
+  type @1 :Text;                    # as the schema prints it: "Tensor", "Optional[List[int]]", "number", "ScalarType"
+  kwargOnly @2 :Bool;
+  hasDefault @3 :Bool;
+  default @4 :Constant;             # when it has one (a list default comes as a tuple)
 }
 
 struct DictItem {

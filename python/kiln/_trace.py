@@ -301,6 +301,13 @@ def _described(obj, path: list, depth: int, extra: list | None, d: dict) -> dict
             d["unsupported"] = f"the module {obj.__name__}, a {type(obj).__qualname__} kiln cannot find by name"
     elif obj is sys.modules:
         d["unsupported"] = "sys.modules (kiln reads imported modules by name)"
+    elif isinstance(obj, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
+        _aten_op(obj, d)
+    elif isinstance(obj, functools.partial):
+        # Not read further: reading a partial's __dict__ makes one, and a partial with a
+        # __dict__ is no longer flattened into a partial made of it.
+        # TODO(issue 45): trace calls of partials (their func, args and keywords).
+        d["unsupported"] = "a functools.partial"
     elif (name := _builtin_name(obj)) is not None:
         d["builtin"] = name
     elif isinstance(obj, (list, tuple)) and type(obj) in (list, tuple, torch.Size) and depth < MAX_DEPTH:
@@ -351,6 +358,39 @@ def _described(obj, path: list, depth: int, extra: list | None, d: dict) -> dict
         d["mro"] = [_type_ref(t) for t in type(obj).__mro__]
         d["dataDescriptor"] = hasattr(type(obj), "__set__") or hasattr(type(obj), "__delete__")
     return d
+
+
+def _aten_op(op, d: dict) -> None:
+    """torch.ops.aten.<op>[.<overload>]: the torch function or Tensor method of its name it maps
+    to, and an overload's schema (ops of other namespaces, out= overloads and ops without a
+    torch form of their name are refused where read)."""
+    overload = isinstance(op, torch._ops.OpOverload)
+    qualified = op._name if overload else op._qualified_op_name
+    namespace, _, name = qualified.partition("::")
+    base = name.split(".")[0]
+    if namespace != "aten":
+        d["unsupported"] = f"the op torch.ops.{namespace}.{name} (kiln maps the aten namespace)"
+        return
+    if callable(getattr(torch, base, None)) and not base.startswith("_"):
+        torch_name = f"torch.{base}"
+    elif callable(getattr(torch.Tensor, base, None)) and not base.startswith("_"):
+        torch_name = f"Tensor.{base}"
+    else:
+        d["unsupported"] = f"torch.ops.aten.{name}, which has no torch function or Tensor method of its name"
+        return
+    arguments = []
+    if overload:
+        for k, a in enumerate(op._schema.arguments):
+            if k > 0 and a.alias_info is not None and a.alias_info.is_write:
+                d["unsupported"] = f"torch.ops.aten.{name}, which writes its argument '{a.name}'"
+                return
+            argument = {"name": a.name, "type": str(a.real_type), "kwargOnly": a.kwarg_only,
+                        "hasDefault": a.has_default_value()}
+            if a.has_default_value():
+                default = a.default_value
+                argument["default"] = _constant(tuple(default) if isinstance(default, list) else default)
+            arguments.append(argument)
+    d["atenOp"] = {"qualifiedName": qualified, "torchName": torch_name, "overload": overload, "arguments": arguments}
 
 
 @functools.lru_cache(maxsize=None)
@@ -1002,6 +1042,8 @@ def _known_callable(name: str):
         return _named_callables()[name]
     if name.startswith("torch.Tensor."):
         return getattr(torch.Tensor, name[len("torch.Tensor."):])
+    if name.startswith("torch.ops.aten."):
+        return functools.reduce(getattr, name.split(".")[3:], torch.ops.aten)
     for prefix in sorted(_KNOWN_MODULES, key=len, reverse=True):
         if name.startswith(prefix + "."):
             return getattr(_KNOWN_MODULES[prefix], name[len(prefix) + 1:])

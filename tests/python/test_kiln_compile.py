@@ -514,3 +514,45 @@ def test_an_attributes_absence_is_guarded(stack):
     options.flag, options.scale = True, 5.0
     torch.testing.assert_close(fast(x), f(x))  # the absence guards fail: traced again
     assert len(fast.cache.entries) == 2
+
+
+def test_a_torch_callable_passed_in_is_guarded_by_identity(stack):
+    """An activation passed as an argument (act=F.relu, then F.gelu) is that callable:
+    another one recompiles rather than reusing the first one's graph."""
+    def act_fn(x, act):
+        return act(x) * 2.0
+
+    fast = kiln.compile(act_fn, stack=stack)
+    x = torch.tensor([-1.0, 0.5, 2.0])
+    for act in (F.relu, F.gelu, torch.tanh, F.relu):
+        torch.testing.assert_close(fast(x, act), act_fn(x, act))
+    assert len(fast.cache.entries) == 3 and not fast.fallback_reasons
+
+
+def test_aten_overloads_bind_by_their_schema(stack):
+    """torch.ops.aten calls map to the graph ops of their torch forms: an overload's
+    arguments bound by its schema, a packet's as its torch form binds them; an out=
+    overload or an argument of the wrong type is a graph break, never a wrong result."""
+    aten = torch.ops.aten
+
+    def f(x, y):
+        h = aten.add.Tensor(x, y, alpha=2)
+        h = aten.sum.dim_IntList(aten.view.default(h, [6, 2]), [1], True)
+        values, indices = aten.max.dim(x, 1)
+        return aten.relu(h), aten.clamp.default(x, max=0.5), values, indices, aten.mm(x, y.t())
+
+    fast = kiln.compile(f, stack=stack)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    got, expected = fast(x, y), f(x, y)
+    assert type(got[2:4]) is type(expected[2:4])
+    torch.testing.assert_close(got, expected)
+    assert not kiln._compile.frames(fast)[0].graph_breaks and not fast.fallback_reasons
+
+    def refused(x):
+        return aten.add.Tensor(x, "two")
+
+    fast = kiln.compile(refused, stack=stack)
+    with pytest.raises(Exception) as eager_error:
+        refused(x)
+    with pytest.raises(type(eager_error.value)):
+        fast(x)

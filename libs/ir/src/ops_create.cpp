@@ -194,15 +194,15 @@ TensorMeta preserveLike(const OpCall& call, const TensorMeta& self, DType dtype,
 }
 
 void addCreationOps(std::vector<OpInfo>& ops) {
-  ArgSpec size{"size", ArgKind::SymIntList}, dtype{"dtype", ArgKind::DType, true};
+  ArgSpec size{"size", ArgKind::SymIntList}, dtype{"dtype", ArgKind::DType, true, {}, true};
   // As torch: the CPU unless asked; *_like: the input's device unless asked.
-  ArgSpec device{"device", ArgKind::String, false, std::string("cpu")};
-  ArgSpec grad{"requires_grad", ArgKind::Bool, false, false};
+  ArgSpec device{"device", ArgKind::String, false, std::string("cpu"), true};
+  ArgSpec grad{"requires_grad", ArgKind::Bool, false, false, true};
   ops.push_back({"full", {size, {"fill_value", ArgKind::Scalar}, dtype, device, grad}, inferFull});
   for (const char* n : {"zeros", "ones", "empty"})
     ops.push_back({n, {size, dtype, device, grad}, inferFilled});
   ArgSpec self{"self", ArgKind::Tensor};
-  ArgSpec likeDevice{"device", ArgKind::String, true};
+  ArgSpec likeDevice{"device", ArgKind::String, true, {}, true};
   ops.push_back(
       {"full_like", {self, {"fill_value", ArgKind::Scalar}, dtype, likeDevice, grad}, inferLike});
   for (const char* n : {"zeros_like", "ones_like", "empty_like"})

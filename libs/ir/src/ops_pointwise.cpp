@@ -217,7 +217,7 @@ void addPointwiseOps(std::vector<OpInfo>& ops) {
   auto binary = [&](std::initializer_list<const char*> names, InferFn fn) {
     for (const char* n : names) ops.push_back({n, {tensor("self"), scalar("other")}, fn});
   };
-  ArgSpec alpha{"alpha", ArgKind::Float, false, int64_t{1}}; // other is scaled by it
+  ArgSpec alpha{"alpha", ArgKind::Float, false, int64_t{1}, true}; // other is scaled by it
   ops.push_back({"add", {tensor("self"), scalar("other"), alpha}, inferBinary<Binary::Promote>});
   ops.push_back({"sub", {tensor("self"), scalar("other"), alpha}, inferBinary<Binary::Subtract>});
   binary({"mul"}, inferBinary<Binary::Promote>);

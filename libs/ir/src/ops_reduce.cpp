@@ -76,7 +76,7 @@ void addReductionOps(std::vector<OpInfo>& ops) {
     std::vector<ArgSpec> args = {{"self", ArgKind::Tensor},
                                  {"dim", dimKind, true},
                                  {"keepdim", ArgKind::Bool, false, false}};
-    if (withDType) args.push_back({"dtype", ArgKind::DType, true});
+    if (withDType) args.push_back({"dtype", ArgKind::DType, true, {}, true});
     ops.push_back({n, std::move(args), fn});
   };
   reduction("sum", ArgKind::IntList, true, inferReduce<Reduce::Accumulate>);

@@ -17,6 +17,7 @@
 #include "kiln/sym/print.h"
 #include "kiln/sym/range.h"
 #include "kiln/tracer/tracer.h"
+#include "aten.h"
 #include "liveness.h"
 #include "modules.h"
 #include "tracer_state.h"
@@ -474,6 +475,7 @@ private:
         vars.push_back(realize(readPath(item.getPath())));
       }
       Var v = sequence(d.isList() ? Kind::List : Kind::Tuple, std::move(vars));
+      if (type == sizeType()) v->type = type; // a torch.Size of the call stays one
       return v;
     }
     case schema::ObjectDesc::DICT: {
@@ -533,7 +535,9 @@ private:
       v->name = d.getPyModule().cStr();
       return v;
     }
-    case schema::ObjectDesc::BUILTIN: return builtin(d.getBuiltin().cStr()); // TODO(issue 6): guard shadowed builtins
+    case schema::ObjectDesc::BUILTIN: // that callable, not another one passed or bound there later (act=F.gelu)
+      guards.check(node(path), guards::identityIs({d.getId(), request_.getScope(), std::string(d.getBuiltin().cStr())}));
+      return builtin(d.getBuiltin().cStr());
     case schema::ObjectDesc::TYPE_OBJECT: {
       Var v = make(Kind::TypeObject);
       v->type = guards::fromWire(d.getTypeObject());
@@ -569,6 +573,15 @@ private:
     case schema::ObjectDesc::EMPTY_CELL:
       typeGuard();
       return make(Kind::Cell);
+    case schema::ObjectDesc::ATEN_OP: {
+      typeGuard(); // an overload's `_name` ("aten::add.Tensor"), a packet's `_qualified_op_name` ("aten::add")
+      auto op = d.getAtenOp();
+      guards.check(node(extend(path, guards::attr(op.getOverload() ? "_name" : "_qualified_op_name"))),
+                   guards::equals(guards::Constant{std::string(op.getQualifiedName().cStr())}));
+      Var v = builtin(atenName(op));
+      v->desc = d;
+      return v;
+    }
     case schema::ObjectDesc::UNSUPPORTED: unsupported(pathText(path) + " is " + std::string(d.getUnsupported().cStr()));
     }
     unsupported(pathText(path) + ": an object kiln cannot describe");
@@ -768,7 +781,11 @@ private:
         return inline_(*callee->function, std::move(args), kwargs, depth + 1);
       }
       return callMethod(callee->self, callee->name, std::move(args), kwargs, depth);
-    case Kind::Builtin: return callBuiltin(callee->name, std::move(args), kwargs, depth);
+    case Kind::Builtin:
+      if (callee->desc && callee->desc->isAtenOp())
+        return callAten(*this, callee->desc->getAtenOp(), std::move(args), kwargs,
+                        [&](schema::Constant::Reader c) { return constant(c); });
+      return callBuiltin(callee->name, std::move(args), kwargs, depth);
     case Kind::NnModule: return callModule(callee, std::move(args), kwargs, depth);
     case Kind::TypeObject: return instantiate(callee, std::move(args), kwargs, depth + 1);
     case Kind::GradMode: unsupported("calling a grad-mode object");
@@ -1024,16 +1041,8 @@ private:
       return out;
     }
     if (self->path) unsupported("dict." + name + "() of a dict of the call");
-    auto find = [&](const Var& key) -> std::optional<size_t> {
-      toConstant(key); // a key kiln compares: str, int, bool, None
-      for (size_t k = 0; k < self->keys.size(); ++k)
-        if (self->keys[k]->kind == key->kind && sameConstant(self->keys[k], key)) return k;
-      return std::nullopt;
-    };
-    auto set = [&](const Var& key, const Var& value) {
-      if (auto at = find(key)) self->items[*at] = value;
-      else self->keys.push_back(key), self->items.push_back(value);
-    };
+    auto find = [&](const Var& key) { return keyIndex(self, key); };
+    auto set = [&](const Var& key, const Var& value) { dictPut(self, key, value); };
     if (name == "pop") {
       takes("dict.pop", args, kwargs, 1, 2);
       auto at = find(args[0]);
@@ -1373,6 +1382,21 @@ private:
       for (const auto& [k, v] : keyed) out.push_back(v);
       return sequence(Kind::List, out);
     }
+    if (name == "builtins.dict") { // dict(), dict(mapping), dict(pairs), then the keywords
+      if (args.size() > 1) unsupported("dict() with " + std::to_string(args.size()) + " positional arguments");
+      Var d = make(Kind::Dict);
+      if (!args.empty() && args[0]->kind == Kind::Dict) {
+        for (size_t k = 0; k < args[0]->keys.size(); ++k) dictPut(d, args[0]->keys[k], args[0]->items[k]);
+      } else if (!args.empty()) {
+        for (const Var& pair : iterate(args[0])) {
+          std::vector<Var> kv = iterate(pair);
+          if (kv.size() != 2) unsupported("dict() of an item of " + std::to_string(kv.size()) + " values");
+          dictPut(d, kv[0], kv[1]);
+        }
+      }
+      for (const auto& [key, value] : kwargs) dictPut(d, string(key), value);
+      return d;
+    }
     if (name == "builtins.tuple" || name == "builtins.list") {
       takes(name, args, kwargs, 0, 1);
       return sequence(name == "builtins.tuple" ? Kind::Tuple : Kind::List, args.empty() ? std::vector<Var>{} : iterate(args[0]));
@@ -1503,8 +1527,21 @@ private:
     parameters->type = {"inspect", "Signature.parameters"};
     for (size_t k : order) {
       if (k >= names.size()) throw Error(ErrorCode::Malformed, "tracer: too few varnames");
-      parameters->keys.push_back(string(names[static_cast<unsigned>(k)].cStr()));
-      parameters->items.push_back(make(Kind::Null)); // an opaque inspect.Parameter
+      std::string name = names[static_cast<unsigned>(k)].cStr();
+      // An inspect.Parameter: its name and its default, inspect.Parameter.empty where it has
+      // none (what else it holds is refused where read).
+      Var empty = make(Kind::TypeObject);
+      empty->type = {"inspect", "_empty"};
+      empty->mro = {empty->type, {"builtins", "object"}};
+      empty->boolean = true; // a plain class
+      Var parameter = sequence(Kind::Tuple, {string(name), empty});
+      parameter->type = {"inspect", "Parameter"};
+      if (k < positional && k + info.defaults.size() >= positional)
+        parameter->items[1] = info.defaults[k + info.defaults.size() - positional];
+      for (const auto& [kwName, value] : info.kwDefaults)
+        if (k >= positional && kwName == name) parameter->items[1] = value;
+      parameters->keys.push_back(string(name));
+      parameters->items.push_back(parameter);
     }
     Var sig = sequence(Kind::Tuple, {parameters});
     sig->type = {"inspect", "Signature"};
@@ -1920,14 +1957,7 @@ private:
     const Var& items = obj->storage;
     if (m == "__setitem__") {
       takes(name, args, kwargs, 2, 2);
-      toConstant(args[0]); // a key kiln compares: str, int, bool, None
-      for (size_t k = 0; k < items->keys.size(); ++k)
-        if (sameConstant(items->keys[k], args[0])) {
-          items->items[k] = args[1];
-          return none();
-        }
-      items->keys.push_back(args[0]);
-      items->items.push_back(args[1]);
+      dictPut(items, args[0], args[1]);
       return none();
     }
     if (m == "__getitem__") {
@@ -2055,11 +2085,18 @@ private:
     case Kind::TypeObject: // a class's attribute, as getattr(cls, name) finds it (guarded as read)
       if (obj->path) return realize(extend(*obj->path, guards::attr(name)));
       break;
+    case Kind::Builtin: // an ATen packet's overload (torch.ops.aten.add.Tensor)
+      if (obj->path && obj->desc && obj->desc->isAtenOp() && !obj->desc->getAtenOp().getOverload())
+        return realize(extend(*obj->path, guards::attr(name)));
+      break;
     case Kind::List:
     case Kind::Dict:
     case Kind::Str:
     case Kind::GradMode:
     case Kind::Autocast: return method(obj, name);
+    case Kind::Tuple:
+      if (name == "index" || name == "count") return method(obj, name);
+      break;
     case Kind::Function:
       if (name == "__name__" && !obj->path) return string(obj->function->code.getName().cStr());
       // Introspection of a function of the call (`fn.__code__.co_varnames`): read, guarded.
@@ -2075,6 +2112,11 @@ private:
     default: break;
     }
     if (obj->kind == Kind::Tuple && obj->type == guards::TypeRef{"inspect", "Signature"} && name == "parameters") return obj->items[0];
+    if (obj->kind == Kind::Tuple && obj->type == guards::TypeRef{"inspect", "Parameter"}) {
+      if (name == "name") return obj->items[0];
+      if (name == "default") return obj->items[1];
+      unsupported("attribute '" + name + "' of an inspect.Parameter");
+    }
     if (isReturnType(obj) && obj->items.size() == 2 && (name == "values" || name == "indices"))
       return obj->items[name == "values" ? 0 : 1];
     unsupported("attribute '" + name + "' of a " + kindName(obj->kind));
@@ -2141,6 +2183,30 @@ private:
     default: break;
     }
     unsupported("iterating a " + kindName(v->kind));
+  }
+
+  // Where `key` is in dict `d`, as Python's dict finds it. Keys kiln compares are str, int,
+  // bool, float and None; ints, bools and floats mixed in one dict are refused (1 == True).
+  std::optional<size_t> keyIndex(const Var& d, const Var& key) {
+    toConstant(key);
+    auto numeric = [](Kind k) { return k == Kind::Int || k == Kind::Bool || k == Kind::Float; };
+    for (size_t k = 0; k < d->keys.size(); ++k) {
+      const Var& other = d->keys[k];
+      if (other->kind != key->kind && numeric(other->kind) && numeric(key->kind))
+        unsupported("a dict whose keys mix ints, bools and floats");
+      if (sameConstant(other, key)) return k;
+    }
+    return std::nullopt;
+  }
+
+  // d[key] = value: a key already there keeps its place and takes the value.
+  void dictPut(const Var& d, const Var& key, const Var& value) {
+    if (auto at = keyIndex(d, key)) {
+      d->items[*at] = value;
+      return;
+    }
+    d->keys.push_back(key);
+    d->items.push_back(value);
   }
 
   bool sameConstant(const Var& a, const Var& b) {
@@ -2321,15 +2387,20 @@ private:
       if (op == "%" && a->kind != Kind::Tensor) unsupported("a number % a tensor");
       return tensorBinary(*this, it->second, a, b);
     }
+    // A torch.Size with a tuple, either side, makes a torch.Size; other tuples make a plain one.
+    auto sized = [&](Var v) {
+      if (isSize(a) || isSize(b)) v->type = sizeType();
+      return v;
+    };
     if ((a->kind == Kind::Tuple || a->kind == Kind::List) && a->kind == b->kind && op == "+") {
       std::vector<Var> items = a->items;
       items.insert(items.end(), b->items.begin(), b->items.end());
-      return sequence(a->kind, items);
+      return sized(sequence(a->kind, items));
     }
     if ((a->kind == Kind::Tuple || a->kind == Kind::List) && b->kind == Kind::Int && op == "*") {
       std::vector<Var> items;
       for (int64_t k = 0; k < concrete(b); ++k) items.insert(items.end(), a->items.begin(), a->items.end());
-      return sequence(a->kind, items);
+      return sized(sequence(a->kind, items));
     }
     if (a->kind == Kind::Str && b->kind == Kind::Str && op == "+") return string(a->name + b->name);
     if (!isNumber(a) || !isNumber(b)) unsupported(kindName(a->kind) + " " + op + " " + kindName(b->kind));
@@ -2753,10 +2824,7 @@ private:
           if (k < 0 || k >= static_cast<int64_t>(obj->items.size())) unsupported("list assignment out of range");
           obj->items[static_cast<size_t>(k)] = value;
         } else if (obj->kind == Kind::Dict && !obj->path) {
-          bool found = false;
-          for (size_t k = 0; k < obj->keys.size(); ++k)
-            if (sameConstant(obj->keys[k], index)) obj->items[k] = value, found = true;
-          if (!found) obj->keys.push_back(index), obj->items.push_back(value);
+          dictPut(obj, index, value);
         } else if (obj->kind == Kind::Object && !obj->path) {
           dunder(obj, "__setitem__", {index, value}, depth);
         } else if (obj->kind == Kind::Tensor) {
@@ -2843,25 +2911,27 @@ private:
       } else if (opname == "BUILD_MAP") {
         std::vector<Var> kv = f.popN(2 * static_cast<size_t>(arg));
         Var d = make(Kind::Dict);
-        for (size_t k = 0; k < kv.size(); k += 2) d->keys.push_back(kv[k]), d->items.push_back(kv[k + 1]);
+        for (size_t k = 0; k < kv.size(); k += 2) dictPut(d, kv[k], kv[k + 1]);
         f.stack.push_back(d);
       } else if (opname == "BUILD_CONST_KEY_MAP") {
         Var keys = f.pop();
         std::vector<Var> values = f.popN(static_cast<size_t>(arg));
         Var d = make(Kind::Dict);
-        d->keys = keys->items;
-        d->items = values;
+        for (size_t k = 0; k < values.size(); ++k) dictPut(d, keys->items.at(k), values[k]);
         f.stack.push_back(d);
       } else if (opname == "DICT_UPDATE" || opname == "DICT_MERGE") {
         Var src = f.pop();
         if (src->kind != Kind::Dict) unsupported(opname + " of a " + kindName(src->kind));
         Var dst = builtHere(f.top(static_cast<size_t>(arg) - 1), Kind::Dict);
-        for (size_t k = 0; k < src->keys.size(); ++k) dst->keys.push_back(src->keys[k]), dst->items.push_back(src->items[k]);
+        for (size_t k = 0; k < src->keys.size(); ++k) {
+          // f(**a, **b) raises on a key both give; {**a, **b} keeps b's value in a's place.
+          if (opname == "DICT_MERGE" && keyIndex(dst, src->keys[k])) unsupported("a keyword argument given twice");
+          dictPut(dst, src->keys[k], src->items[k]);
+        }
       } else if (opname == "MAP_ADD") {
         Var value = f.pop(), key = f.pop();
         Var d = builtHere(f.top(static_cast<size_t>(arg) - 1), Kind::Dict);
-        d->keys.push_back(key);
-        d->items.push_back(value);
+        dictPut(d, key, value);
       } else if (opname == "UNPACK_SEQUENCE") {
         std::vector<Var> items = iterate(f.pop());
         if (items.size() != static_cast<size_t>(arg)) unsupported("unpacking " + std::to_string(items.size()) + " values into " + std::to_string(arg));

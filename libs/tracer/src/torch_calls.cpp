@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "kiln/common/error.h"
@@ -152,8 +153,9 @@ ir::AttrValue attrOf(TraceState& s, const std::string& op, const ir::ArgSpec& sp
   };
   if (v->kind == Kind::None) return std::monostate{};
   switch (spec.kind) {
+  // torch's argument parser takes no bool for an int and no int for a bool.
   case ir::ArgKind::Int:
-    if (v->kind == Kind::Int || v->kind == Kind::Bool) return s.concrete(v);
+    if (v->kind == Kind::Int) return s.concrete(v);
     return wrong("expected an int");
   case ir::ArgKind::Float:
     if (v->kind == Kind::Float) return s.number(v);
@@ -161,7 +163,6 @@ ir::AttrValue attrOf(TraceState& s, const std::string& op, const ir::ArgSpec& sp
     return wrong("expected a float");
   case ir::ArgKind::Bool:
     if (v->kind == Kind::Bool && v->symbolic.isNull()) return v->boolean;
-    if (v->kind == Kind::Int) return s.concrete(v) != 0;
     return wrong("expected a bool");
   case ir::ArgKind::DType:
     if (v->kind == Kind::DType) return v->dtype;
@@ -182,7 +183,10 @@ ir::AttrValue attrOf(TraceState& s, const std::string& op, const ir::ArgSpec& sp
     if (v->kind == Kind::Int) return std::vector<int64_t>{s.concrete(v)};
     if (v->kind != Kind::Tuple && v->kind != Kind::List) return wrong("expected ints");
     std::vector<int64_t> out;
-    for (const Var& item : v->items) out.push_back(s.concrete(item));
+    for (const Var& item : v->items) {
+      if (item->kind != Kind::Int) return wrong("expected ints");
+      out.push_back(s.concrete(item));
+    }
     return out;
   }
   case ir::ArgKind::SymIntList: {
@@ -232,7 +236,7 @@ Var TraceState::callOp(const std::string& name, std::vector<Var> args, const Kwa
   for (size_t k = 0; k < info->args.size(); ++k) {
     const ir::ArgSpec& spec = info->args[k];
     Var arg;
-    if (next < args.size()) {
+    if (next < args.size() && !spec.keywordOnly) {
       arg = args[next++];
     } else {
       for (const auto& [n, v] : kwargs)
@@ -448,16 +452,79 @@ Var tensorType(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs
   unsupported("Tensor.type('" + (*to)->name + "')");
 }
 
+// A call's arguments bound to parameters `names` as Python binds them: positional ones
+// first, then keywords; those from `keywordOnly` on by keyword only. An extra positional
+// argument, an unknown keyword or one given twice is refused: a handler never drops one.
+struct Params {
+  std::map<std::string, Var> given;
+  std::optional<Var> operator[](const std::string& name) const {
+    auto it = given.find(name);
+    return it == given.end() ? std::nullopt : std::optional<Var>(it->second);
+  }
+};
+
+Params bindParams(const std::string& what, const std::vector<Var>& args, const Kwargs& kwargs,
+                  const std::vector<std::string>& names, size_t keywordOnly = SIZE_MAX) {
+  Params p;
+  if (args.size() > std::min(names.size(), keywordOnly))
+    unsupported(what + "() with " + std::to_string(args.size()) + " positional arguments");
+  for (size_t k = 0; k < args.size(); ++k) p.given[names[k]] = args[k];
+  for (const auto& [key, value] : kwargs) {
+    if (std::find(names.begin(), names.end(), key) == names.end()) unsupported(what + "() with the keyword " + key);
+    if (!p.given.emplace(key, value).second) unsupported(what + "() given '" + key + "' twice");
+  }
+  return p;
+}
+
+// A bool argument (keepdim=): torch's parser takes no int for a bool.
+bool boolArg(const std::string& what, const std::optional<Var>& v, bool otherwise) {
+  if (!v) return otherwise;
+  if ((*v)->kind != Kind::Bool || !(*v)->symbolic.isNull()) unsupported(what + ": expected a bool, got a " + kindName((*v)->kind));
+  return (*v)->boolean;
+}
+
+// An int argument (dim=): torch's parser takes no bool for an int.
+int64_t intArg(TraceState& s, const std::string& what, const Var& v) {
+  if (v->kind != Kind::Int) unsupported(what + ": expected an int, got a " + kindName(v->kind));
+  return s.concrete(v);
+}
+
+// var/std in torch's three forms: (input, dim=None, *, correction=1, keepdim=False),
+// (input, dim, unbiased, keepdim=False) and (input, unbiased).
+Var spread(TraceState& s, const std::string& name, const std::string& op, const std::vector<Var>& args,
+           const Kwargs& kwargs) {
+  bool unbiasedOnly = args.size() > 1 && args[1]->kind == Kind::Bool;
+  Params p = unbiasedOnly ? bindParams(name, args, kwargs, {"self", "unbiased"})
+                          : bindParams(name, args, kwargs, {"self", "dim", "unbiased", "keepdim", "correction"}, 4);
+  if (p["unbiased"] && p["correction"]) unsupported(name + "() with both unbiased and correction");
+  Kwargs bound;
+  if (auto dim = p["dim"]; dim && (*dim)->kind != Kind::None) bound.emplace_back("dim", *dim);
+  bound.emplace_back("keepdim", boolean(boolArg(name + "'s keepdim", p["keepdim"], false)));
+  if (auto correction = p["correction"]; correction && (*correction)->kind != Kind::None)
+    bound.emplace_back("correction", *correction);
+  else
+    bound.emplace_back("correction", integer(s.table.integer(boolArg(name + "'s unbiased", p["unbiased"], true) ? 1 : 0)));
+  return s.callOp(op, {*p["self"]}, bound);
+}
+
 // max/min: of all elements, along a dim (values and indices), or elementwise of two tensors.
 Var extreme(TraceState& s, bool max, std::vector<Var> args, const Kwargs& kwargs) {
-  Var self = args.at(0);
-  std::optional<Var> dim = args.size() > 1 ? std::optional<Var>(args[1]) : kwarg(kwargs, "dim");
-  if (dim && (*dim)->kind == Kind::Tensor) return s.op(max ? "maximum" : "minimum", {self->value, (*dim)->value});
-  if (!dim) return s.op(max ? "amax" : "amin", {self->value});
-  bool keepdim = false;
-  if (args.size() > 2) keepdim = s.concrete(args[2]) != 0;
-  if (auto k = kwarg(kwargs, "keepdim")) keepdim = s.concrete(*k) != 0;
-  int64_t d = s.concrete(*dim);
+  std::string what = max ? "max" : "min";
+  bool elementwise = (args.size() > 1 && args[1]->kind == Kind::Tensor) || kwarg(kwargs, "other");
+  Params p = elementwise ? bindParams(what, args, kwargs, {"self", "other"})
+                         : bindParams(what, args, kwargs, {"self", "dim", "keepdim"});
+  Var self = *p["self"];
+  if (elementwise) {
+    if (self->kind != Kind::Tensor || (*p["other"])->kind != Kind::Tensor) unsupported(what + " of a tensor and a number");
+    return s.op(max ? "maximum" : "minimum", {self->value, (*p["other"])->value});
+  }
+  std::optional<Var> dim = p["dim"];
+  if (!dim) {
+    if (p["keepdim"]) unsupported(what + "(keepdim=) without a dim");
+    return s.op(max ? "amax" : "amin", {self->value});
+  }
+  bool keepdim = boolArg(what + "'s keepdim", p["keepdim"], false);
+  int64_t d = intArg(s, what + "'s dim", *dim);
   Var values = s.op(max ? "amax" : "amin", {self->value}, {{"dim", std::vector<int64_t>{d}}, {"keepdim", keepdim}});
   Var indices = s.op(max ? "argmax" : "argmin", {self->value}, {{"dim", d}, {"keepdim", keepdim}});
   Var result = sequence(Kind::Tuple, {values, indices});
@@ -485,7 +552,10 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
     if (!method) return std::nullopt;
     return s.callOp(m, {args[0], sizesOf(args, 1)}, without(kwargs, {"size"}));
   }
-  if (m == "permute" && method) return s.callOp("permute", {args[0], sizesOf(args, 1)}, {});
+  if (m == "permute" && method) {
+    if (!kwargs.empty()) return s.callOp("permute", args, kwargs); // permute(dims=...)
+    return s.callOp("permute", {args[0], sizesOf(args, 1)}, {});
+  }
   if ((m == "zeros" || m == "ones" || m == "empty") && !method)
     return s.callOp(m, {sizesOf(args, 0)}, without(kwargs, {"out", "layout", "pin_memory"}));
   if (m == "full" && !method && args.size() == 2) return s.callOp("full", args, without(kwargs, {"layout", "pin_memory"}));
@@ -511,19 +581,25 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
     return s.callOp("full", {size, fill}, {{"dtype", dtype}, {"device", device}});
   }
   if (m == "t") {
+    bindParams(name, args, kwargs, {"self"});
     size_t rank = s.meta(args[0]).dim();
     if (rank < 2) return args[0];
     return s.op("transpose", {args[0]->value}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}});
   }
-  if (m == "contiguous" && method) return s.callOp("contiguous", {args[0]}, {});
+  if (m == "contiguous" && method) {
+    bindParams(name, args, kwargs, {"self"}); // memory_format= refused: kiln keeps one layout
+    return s.callOp("contiguous", {args[0]}, {});
+  }
   if (m == "square" && args.size() == 1 && kwargs.empty()) // x * x keeps x's dtype, as torch's
     return s.op("mul", {args[0]->value, args[0]->value}, {});
   if (m == "max" || m == "min") return extreme(s, m == "max", args, kwargs);
+  if (m == "var" || m == "std") return spread(s, name, m, args, kwargs);
   if (auto dtype = dtypeMethod(m); dtype && method && args.size() == 1 && kwargs.empty())
     return toDType(s, args[0], *dtype);
   if (m == "to" && method) return tensorTo(s, args, kwargs);
   if (m == "type" && method) return tensorType(s, args, kwargs);
   if ((m == "masked_fill" || m == "masked_fill_") && method && args.size() == 3) {
+    bindParams(name, args, kwargs, {"self", "mask", "value"});
     // where(mask, value, x), written into x for masked_fill_ (the where's out= form).
     refuseCastingWrite(s, s.meta(args[0]).dtype, args[2], "masked_fill");
     if (m == "masked_fill_") return s.callOp("where_out", {args[1], args[2], args[0], args[0]}, {});
@@ -536,7 +612,8 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
     return s.unbackedOp("item", {args[0]->value});
   }
   if (m == "nonzero") {
-    if (auto tuple = kwarg(kwargs, "as_tuple"); tuple && s.concrete(*tuple)) unsupported("nonzero(as_tuple=True)");
+    Params p = bindParams(name, args, kwargs, {"self", "as_tuple"}, 1);
+    if (boolArg("nonzero's as_tuple", p["as_tuple"], false)) unsupported("nonzero(as_tuple=True)");
     return s.unbackedOp("nonzero", {args.at(0)->value});
   }
   if (m == "masked_select") {
@@ -544,7 +621,11 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
     if (!mask || (*mask)->kind != Kind::Tensor) unsupported("masked_select without a mask tensor");
     return s.unbackedOp("masked_select", {args.at(0)->value, (*mask)->value});
   }
-  if (m == "type_as" && method) return toDType(s, args[0], s.meta(args[1]).dtype);
+  if (m == "type_as" && method) {
+    Params p = bindParams(name, args, kwargs, {"self", "other"});
+    if (!p["other"] || (*p["other"])->kind != Kind::Tensor) unsupported("type_as of a non-tensor");
+    return toDType(s, args[0], s.meta(*p["other"]).dtype);
+  }
   // Questions about the traced value's type, answered from its meta (the entry is
   // guarded on the inputs' dtypes): nn.MultiheadAttention's forward asks them.
   if ((m == "is_floating_point" || m == "is_complex") && args.size() == 1 && kwargs.empty() &&
@@ -605,8 +686,8 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
     // x where (col - row) <= k (tril) or >= k (triu), over the last two dims.
     const ir::TensorMeta& meta = s.meta(args[0]);
     if (meta.dim() < 2) unsupported(m + " of a tensor of fewer than 2 dims");
-    std::optional<Var> diagonal = args.size() > 1 ? std::optional<Var>(args[1]) : kwarg(kwargs, "diagonal");
-    int64_t k = diagonal ? s.concrete(*diagonal) : 0;
+    std::optional<Var> diagonal = bindParams(name, args, kwargs, {"self", "diagonal"})["diagonal"];
+    int64_t k = diagonal ? intArg(s, m + "'s diagonal", *diagonal) : 0;
     sym::Expr rowsN = meta.sizes[meta.dim() - 2], colsN = meta.sizes[meta.dim() - 1];
     // The positions on x's device; the zeros of x's dtype (a bool mask stays bool, as torch's).
     std::string device = ir::toString(meta.device);

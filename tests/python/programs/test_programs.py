@@ -18,6 +18,8 @@ def test_program(p, stack):
         assert p.falls_back in outcome.detail, f"fell back for another reason: {outcome.detail}"
         return
     assert p.falls_back is None, f"compiled, but listed as falling back ({p.falls_back})"
+    if p.recompiles is not None:
+        assert outcome.recompiled, f"no longer recompiles per value ({p.recompiles}): drop the marker"
     if p.breaks is None:
         assert not outcome.breaks, f"compiled around graph breaks: {outcome.breaks}"
     else:

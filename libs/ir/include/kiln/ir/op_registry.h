@@ -68,6 +68,7 @@ struct ArgSpec {
   ArgKind kind;
   bool optional = false;       // may be absent (None)
   AttrValue defaultValue = {}; // monostate: no default
+  bool keywordOnly = false;    // in torch's Python signature, after the `*` (alpha, dtype=)
 };
 
 class OpCall;
