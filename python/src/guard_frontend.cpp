@@ -166,6 +166,12 @@ inline PyObject* lookup(PyObject* dict, PyObject* key) {
   return v;
 }
 
+// "__builtins__", interned once (immortal: kept for the process).
+PyObject* builtinsName() {
+  static PyObject* name = PyUnicode_InternFromString("__builtins__");
+  return name;
+}
+
 // A class's own __dict__ (a new reference; 3.12 keeps static builtin types' elsewhere).
 PyObject* typeDict(PyTypeObject* t) {
 #if PY_VERSION_HEX >= 0x030C0000
@@ -713,7 +719,12 @@ bool PyFrontend::loadAt(uint32_t node, const guards::Step& step, const LoadedPro
   case StepKind::IntKey: {
     if (!p) return false;
     PyObject* dict = PyDict_Check(p) ? p : isKeyedContainer(p) ? modulesOf(p) : nullptr;
-    return dict && (out.obj = lookup(dict, aux.name)) != nullptr;
+    if (!dict) return false;
+    if ((out.obj = lookup(dict, aux.name)) != nullptr) return true;
+    // A module's globals (fn.__globals__['float']): Python looks in its builtins next.
+    PyObject* builtins = step.kind == StepKind::Key ? lookup(dict, builtinsName()) : nullptr;
+    if (builtins && PyModule_Check(builtins)) builtins = PyModule_GetDict(builtins);
+    return builtins && PyDict_Check(builtins) && (out.obj = lookup(builtins, aux.name)) != nullptr;
   }
   case StepKind::Size:
   case StepKind::Stride: {

@@ -402,12 +402,12 @@ def test_a_submodules_hooks_run_and_a_new_hook_is_seen(stack):
 def test_a_break_at_a_method_load_puts_the_null_back(stack):
     def f(x, sizes):
         y = x + 1
-        return y * sizes.count(2)  # a tuple's method: LOAD_METHOD / LOAD_ATTR's method form, refused
+        return y * sizes.__len__()  # a tuple's method: LOAD_METHOD / LOAD_ATTR's method form, refused
 
     fast = kiln.compile(f, stack=stack)
     for _ in range(2):
         torch.testing.assert_close(fast(torch.ones(2), (1, 2, 2)), f(torch.ones(2), (1, 2, 2)))
-    assert any("count" in b for b in fast.graph_breaks), fast.graph_breaks
+    assert any("__len__" in b for b in fast.graph_breaks), fast.graph_breaks
 
 
 def test_a_refused_attribute_of_a_callable_expression_above_its_null(stack):
