@@ -18,6 +18,7 @@
 #include "kiln/sym/range.h"
 #include "kiln/tracer/tracer.h"
 #include "aten.h"
+#include "composite.h"
 #include "liveness.h"
 #include "modules.h"
 #include "tracer_state.h"
@@ -1215,6 +1216,7 @@ private:
       return *answer;
     }
     if (name == "torch.tensor") return tensorOfConstants(args, kwargs);
+    if (name == "torch.finfo" || name == "torch.iinfo") return typeInfoOf(*this, name, args, kwargs);
     if (name == "inspect.signature") return signature(args, kwargs);
     if (name == "torch.nn.functional.pad") return constantPad(args, kwargs);
     if (name == "torch.utils.checkpoint.checkpoint") return checkpoint(std::move(args), kwargs, depth);
@@ -2055,6 +2057,7 @@ private:
   bool absent(const Var& obj, const std::string& name) { return absence(obj, name).value_or(false); }
 
   Var attribute(const Var& obj, const std::string& name) {
+    if (auto field = typeInfoAttribute(obj, name)) return *field;
     switch (obj->kind) {
     case Kind::Tensor:
       if (name == "__class__") return typeOf(obj);
@@ -2832,6 +2835,22 @@ private:
         } else {
           unsupported("assigning to an item of a " + kindName(obj->kind));
         }
+      } else if (opname == "DELETE_SUBSCR") { // del obj[index] of a dict or list the trace made
+        Var index = f.pop(), obj = f.pop();
+        if (obj->path || (obj->kind != Kind::Dict && obj->kind != Kind::List))
+          unsupported("deleting an item of a " + std::string(obj->path ? "value of the call" : kindName(obj->kind)));
+        size_t at = 0;
+        if (obj->kind == Kind::Dict) {
+          auto found = keyIndex(obj, index);
+          if (!found) unsupported("deleting a missing dict key"); // KeyError: eager raises it
+          at = *found;
+          obj->keys.erase(obj->keys.begin() + static_cast<std::ptrdiff_t>(at));
+        } else {
+          int64_t k = concrete(index), n = static_cast<int64_t>(obj->items.size());
+          if (k < -n || k >= n) unsupported("deleting a list item out of range");
+          at = static_cast<size_t>(k < 0 ? k + n : k);
+        }
+        obj->items.erase(obj->items.begin() + static_cast<std::ptrdiff_t>(at));
       } else if (opname == "STORE_SLICE") { // 3.12: obj[start:stop] = value
         Var stop = f.pop(), start = f.pop(), obj = f.pop(), value = f.pop();
         if (obj->kind != Kind::Tensor) unsupported("assigning to a slice of a " + kindName(obj->kind));

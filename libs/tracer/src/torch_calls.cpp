@@ -4,6 +4,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "kiln/common/error.h"
 #include "kiln/ir/op_registry.h"
@@ -14,6 +15,7 @@
 #include "kiln/sym/wire.h"
 
 #include <capnp/message.h>
+#include "composite.h"
 #include "modules.h"
 #include "tracer_state.h"
 
@@ -25,6 +27,30 @@ std::optional<Var> kwarg(const Kwargs& kwargs, const std::string& name) {
   for (const auto& [n, v] : kwargs)
     if (n == name) return v;
   return std::nullopt;
+}
+
+Params bindParams(const std::string& what, const std::vector<Var>& args, const Kwargs& kwargs,
+                  const std::vector<std::string>& names, size_t keywordOnly) {
+  Params p;
+  if (args.size() > std::min(names.size(), keywordOnly))
+    unsupported(what + "() with " + std::to_string(args.size()) + " positional arguments");
+  for (size_t k = 0; k < args.size(); ++k) p.given[names[k]] = args[k];
+  for (const auto& [key, value] : kwargs) {
+    if (std::find(names.begin(), names.end(), key) == names.end()) unsupported(what + "() with the keyword " + key);
+    if (!p.given.emplace(key, value).second) unsupported(what + "() given '" + key + "' twice");
+  }
+  return p;
+}
+
+bool boolArg(const std::string& what, const std::optional<Var>& v, bool otherwise) {
+  if (!v) return otherwise;
+  if ((*v)->kind != Kind::Bool || !(*v)->symbolic.isNull()) unsupported(what + ": expected a bool, got a " + kindName((*v)->kind));
+  return (*v)->boolean;
+}
+
+int64_t intArg(TraceState& s, const std::string& what, const Var& v) {
+  if (v->kind != Kind::Int) unsupported(what + ": expected an int, got a " + kindName(v->kind));
+  return s.concrete(v);
 }
 
 namespace {
@@ -452,43 +478,6 @@ Var tensorType(TraceState& s, const std::vector<Var>& args, const Kwargs& kwargs
   unsupported("Tensor.type('" + (*to)->name + "')");
 }
 
-// A call's arguments bound to parameters `names` as Python binds them: positional ones
-// first, then keywords; those from `keywordOnly` on by keyword only. An extra positional
-// argument, an unknown keyword or one given twice is refused: a handler never drops one.
-struct Params {
-  std::map<std::string, Var> given;
-  std::optional<Var> operator[](const std::string& name) const {
-    auto it = given.find(name);
-    return it == given.end() ? std::nullopt : std::optional<Var>(it->second);
-  }
-};
-
-Params bindParams(const std::string& what, const std::vector<Var>& args, const Kwargs& kwargs,
-                  const std::vector<std::string>& names, size_t keywordOnly = SIZE_MAX) {
-  Params p;
-  if (args.size() > std::min(names.size(), keywordOnly))
-    unsupported(what + "() with " + std::to_string(args.size()) + " positional arguments");
-  for (size_t k = 0; k < args.size(); ++k) p.given[names[k]] = args[k];
-  for (const auto& [key, value] : kwargs) {
-    if (std::find(names.begin(), names.end(), key) == names.end()) unsupported(what + "() with the keyword " + key);
-    if (!p.given.emplace(key, value).second) unsupported(what + "() given '" + key + "' twice");
-  }
-  return p;
-}
-
-// A bool argument (keepdim=): torch's parser takes no int for a bool.
-bool boolArg(const std::string& what, const std::optional<Var>& v, bool otherwise) {
-  if (!v) return otherwise;
-  if ((*v)->kind != Kind::Bool || !(*v)->symbolic.isNull()) unsupported(what + ": expected a bool, got a " + kindName((*v)->kind));
-  return (*v)->boolean;
-}
-
-// An int argument (dim=): torch's parser takes no bool for an int.
-int64_t intArg(TraceState& s, const std::string& what, const Var& v) {
-  if (v->kind != Kind::Int) unsupported(what + ": expected an int, got a " + kindName(v->kind));
-  return s.concrete(v);
-}
-
 // var/std in torch's three forms: (input, dim=None, *, correction=1, keepdim=False),
 // (input, dim, unbiased, keepdim=False) and (input, unbiased).
 Var spread(TraceState& s, const std::string& name, const std::string& op, const std::vector<Var>& args,
@@ -644,6 +633,13 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
     // With dropout: the attention op with a random stream of its own (modules.h).
     std::optional<Var> p = args.size() > 4 ? std::optional<Var>(args[4]) : kwarg(kwargs, "dropout_p");
     if (p && (*p)->kind != Kind::None && s.number(*p) > 0) return attentionWithDropout(s, args, kwargs);
+    if (auto gqa = kwarg(kwargs, "enable_gqa"); gqa && args.size() >= 3) {
+      Kwargs rest = without(kwargs, {"enable_gqa"});
+      if (!boolArg(name + "'s enable_gqa", gqa, false)) return s.callOp(m, args, rest);
+      std::vector<Var> grouped = args;
+      std::tie(grouped[1], grouped[2]) = groupedKeyValue(s, args[0], args[1], args[2]);
+      return s.callOp(m, grouped, rest);
+    }
   }
   if (m == "dropout" || m == "dropout1d" || m == "dropout2d") {
     // dropout(input, p=0.5, training=True, inplace=False); torch.dropout(input, p, train).
@@ -707,6 +703,7 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
 std::optional<Var> callTorch(TraceState& s, const std::string& name, std::vector<Var> args, const Kwargs& kwargs) {
   std::string m = shortName(name);
   if (m.empty()) return std::nullopt;
+  if (auto r = callComposite(s, name, m, name.rfind("Tensor.", 0) == 0, args, kwargs)) return r;
   if (auto r = special(s, name, m, args, kwargs)) return r;
   if (auto it = renamed().find(m); it != renamed().end()) m = it->second;
   // In-place methods of the IR (x.add_(y), x.relu_()).

@@ -4,6 +4,7 @@
 
 #include "autocast.h"
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
@@ -35,6 +36,21 @@ using Kwargs = std::vector<std::pair<std::string, Var>>;
 
 // The keyword argument `name`, if given.
 std::optional<Var> kwarg(const Kwargs& kwargs, const std::string& name);
+
+// A call's arguments bound to parameters `names` as Python binds them: positional ones
+// first, then keywords; those from `keywordOnly` on by keyword only. An extra positional
+// argument, an unknown keyword or one given twice is refused: a handler never drops one.
+struct Params {
+  std::map<std::string, Var> given;
+  std::optional<Var> operator[](const std::string& name) const {
+    auto it = given.find(name);
+    return it == given.end() ? std::nullopt : std::optional<Var>(it->second);
+  }
+};
+Params bindParams(const std::string& what, const std::vector<Var>& args, const Kwargs& kwargs,
+                  const std::vector<std::string>& names, size_t keywordOnly = SIZE_MAX);
+// A bool argument (keepdim=), `otherwise` when absent: torch's parser takes no int for a bool.
+bool boolArg(const std::string& what, const std::optional<Var>& v, bool otherwise);
 
 class TraceState {
 public:
@@ -119,6 +135,9 @@ private:
   // it is false for every value. The caller takes it as a fact.
   bool deferAssert(sym::Expr condition, const std::string& op);
 };
+
+// An int argument (dim=): torch's parser takes no bool for an int.
+int64_t intArg(TraceState& s, const std::string& what, const Var& v);
 
 // Torch callables: `name` is the qualified name ("torch.relu",
 // "torch.nn.functional.gelu") or "Tensor.<method>" for a bound Tensor method
