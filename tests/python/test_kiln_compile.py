@@ -556,3 +556,22 @@ def test_aten_overloads_bind_by_their_schema(stack):
         refused(x)
     with pytest.raises(type(eager_error.value)):
         fast(x)
+
+
+def test_expanded_inputs_turn_dynamic_like_contiguous_ones(stack):
+    """An input made by expand (stride 0 in a dim, the rest contiguous: HF's position_ids)
+    takes symbolic sizes as a contiguous one does: one recompile, then none per length."""
+    def f(q, position_ids):
+        return q * position_ids[..., None], position_ids * 2 + 1
+
+    def g(x):  # expanded in front of a dynamic dim: strides [0, n, 1]
+        return x.sum(0) + x[1]
+
+    fast_f, fast_g = kiln.compile(f, stack=stack), kiln.compile(g, stack=stack)
+    for n in (5, 7, 11, 23):
+        q, ids = torch.randn(2, n, 3), torch.arange(n)[None].expand(2, -1)
+        torch.testing.assert_close(fast_f(q, ids), f(q, ids))
+        x = torch.randn(1, 4, n).expand(3, -1, -1)
+        torch.testing.assert_close(fast_g(x), g(x))
+    assert len(fast_f.cache.entries) == 2 and len(fast_g.cache.entries) == 2
+    assert not fast_f.fallback_reasons and not fast_g.fallback_reasons

@@ -248,13 +248,13 @@ std::vector<sym::Expr> guardTensor(GuardSet& set, uint32_t node, const TensorInp
   c.device = t.device;
   c.requiresGrad = t.requiresGrad;
   c.storageOffset = t.storageOffset;
-  bool contiguous = contiguousTensor(t.dtype, t.sizes).strides == t.strides;
+  std::optional<std::vector<bool>> broadcast = broadcastLayout(t);
   auto symbolName = [&] { return "s" + std::to_string(dynamic.next++); };
   std::vector<sym::Expr> sizes;
   for (size_t k = 0; k < t.sizes.size(); ++k) {
     // Sizes 0 and 1 stay static (broadcasting and empty tensors depend on them);
-    // a strided layout keeps its sizes static too.
-    bool isDynamic = frame.dynamicDim(source, k) && t.sizes[k] >= 2 && contiguous;
+    // a strided layout other than a contiguous one, expanded or not, keeps its sizes static too.
+    bool isDynamic = frame.dynamicDim(source, k) && t.sizes[k] >= 2 && broadcast;
     if (isDynamic) {
       sym::Expr read = set.symbol(symbolName(), set.node(static_cast<int32_t>(node), size(static_cast<uint32_t>(k))));
       // Duck sizing for the dims automatic dynamic found; a dim the user marked dynamic
@@ -276,13 +276,17 @@ std::vector<sym::Expr> guardTensor(GuardSet& set, uint32_t node, const TensorInp
       sizes.push_back(set.table().integer(t.sizes[k]));
     }
   }
-  // Contiguous strides in terms of the sizes: static where no dynamic size
-  // follows, else read and guarded equal to their expression.
+  // Contiguous strides in terms of the sizes (0 for a broadcast dim): static where no
+  // dynamic size follows, else read and guarded equal to their expression.
   sym::Expr expected = set.table().integer(1);
   c.strides.assign(t.sizes.size(), std::nullopt);
   for (size_t k = t.sizes.size(); k-- > 0;) {
+    if (broadcast && (*broadcast)[k]) {
+      c.strides[k] = 0;
+      continue;
+    }
     if (auto v = expected.asInteger()) {
-      c.strides[k] = contiguous ? *v : t.strides[k];
+      c.strides[k] = broadcast ? *v : t.strides[k];
     } else {
       sym::Expr read = set.symbol(symbolName(), set.node(static_cast<int32_t>(node), stride(static_cast<uint32_t>(k))));
       set.shapeGuard(sym::eq(read, expected));

@@ -97,6 +97,17 @@ TensorInput contiguousTensor(DType dtype, std::vector<int64_t> sizes, bool requi
   return t;
 }
 
+std::optional<std::vector<bool>> broadcastLayout(const TensorInput& t) {
+  std::vector<bool> broadcast(t.sizes.size(), false);
+  std::vector<int64_t> rest, restStrides;
+  for (size_t k = 0; k < t.sizes.size(); ++k) {
+    broadcast[k] = t.strides[k] == 0 && t.sizes[k] >= 2;
+    if (!broadcast[k]) rest.push_back(t.sizes[k]), restStrides.push_back(t.strides[k]);
+  }
+  if (contiguousTensor(t.dtype, rest).strides != restStrides) return std::nullopt;
+  return broadcast;
+}
+
 CallInput CallInput::of(std::vector<Input> args) {
   CallInput call;
   call.args = std::move(args);

@@ -631,9 +631,13 @@ private:
         dynamicDims.push_back({s, static_cast<int64_t>(k)});
       }
     }
-    bool contiguous = guards::contiguousTensor(t.dtype, t.sizes).strides == t.strides;
-    if (contiguous) {
-      meta.strides = ir::contiguousStrides(meta.sizes, table);
+    if (auto broadcast = guards::broadcastLayout(t)) { // contiguous but for expanded dims (stride 0)
+      ir::Shape rest;
+      for (size_t k = 0; k < meta.dim(); ++k)
+        if (!(*broadcast)[k]) rest.push_back(meta.sizes[k]);
+      ir::Shape restStrides = ir::contiguousStrides(rest, table);
+      for (size_t k = 0, next = 0; k < meta.dim(); ++k)
+        meta.strides.push_back((*broadcast)[k] ? table.integer(0) : restStrides[next++]);
     } else {
       for (int64_t s : t.strides) meta.strides.push_back(table.integer(s));
     }

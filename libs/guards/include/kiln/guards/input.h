@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -59,6 +60,11 @@ struct Input {
 
 // A contiguous tensor description of these sizes.
 TensorInput contiguousTensor(DType dtype, std::vector<int64_t> sizes, bool requiresGrad = false);
+
+// The dims a dense tensor broadcasts (stride 0 over 2 or more elements, as expand makes
+// them) when its other dims are laid out contiguously: all false for a contiguous tensor,
+// nullopt for any other layout. Such a tensor's sizes may be symbols: its strides follow.
+std::optional<std::vector<bool>> broadcastLayout(const TensorInput& t);
 
 struct CallInput {
   std::vector<Input> args;
