@@ -575,3 +575,18 @@ def test_expanded_inputs_turn_dynamic_like_contiguous_ones(stack):
         torch.testing.assert_close(fast_g(x), g(x))
     assert len(fast_f.cache.entries) == 2 and len(fast_g.cache.entries) == 2
     assert not fast_f.fallback_reasons and not fast_g.fallback_reasons
+
+
+def test_dtype_and_device_arguments_are_guarded(stack):
+    """A dtype or device passed in is part of what an entry serves: another one recompiles
+    (an entry made for float32 gave float32 results to a float64 call)."""
+    def f(x, dtype, device):
+        return torch.ones(3, dtype=dtype, device=device) + x.to(dtype)
+
+    fast = kiln.compile(f, stack=stack)
+    for dtype in (torch.float32, torch.float64, torch.float32, torch.int64):
+        for device in ("cpu", torch.device("cpu")):
+            got, expected = fast(torch.ones(3), dtype, device), f(torch.ones(3), dtype, device)
+            assert got.dtype == expected.dtype
+            torch.testing.assert_close(got, expected)
+    assert len(fast.cache.entries) == 6 and not fast.fallback_reasons

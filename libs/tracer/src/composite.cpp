@@ -266,6 +266,13 @@ std::optional<Var> callComposite(TraceState& s, const std::string& name, const s
     if (auto d = p["dim"]; d && (*d)->kind != Kind::None) dim = intArg(s, name + "'s dim", *d);
     return repeatInterleave(s, x, intArg(s, name + "'s repeats", *repeats), dim);
   }
+  if ((m == "outer" || m == "ger") && !functional) { // self[:, None] * vec2[None, :]
+    Params p = bindParams(name, args, kwargs, {"self", "vec2"});
+    Var a = tensorArg(name, p["self"]), b = tensorArg(name, p["vec2"]);
+    if (s.meta(a).dim() != 1 || s.meta(b).dim() != 1) unsupported(name + " of tensors that are not 1-d");
+    return s.callOp("mul", {s.op("unsqueeze", {a->value}, {{"dim", int64_t{1}}}),
+                            s.op("unsqueeze", {b->value}, {{"dim", int64_t{0}}})}, {});
+  }
   if (m == "where" && !method && args.size() == 1 && kwargs.empty()) // torch.where(condition)
     return nonzeroColumns(s, tensorArg(name, args[0]));
   if (m == "nonzero" && kwarg(kwargs, "as_tuple")) {

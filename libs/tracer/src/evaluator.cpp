@@ -546,14 +546,21 @@ private:
       v->boolean = d.getPlainClass();
       return v;
     }
-    case schema::ObjectDesc::DTYPE: {
+    case schema::ObjectDesc::DTYPE: { // torch's dtypes are one object each
       Var v = make(Kind::DType);
       v->dtype = static_cast<DType>(d.getDtype());
+      guards.check(node(path), guards::identityIs({d.getId(), request_.getScope(), "dtype " + std::string(ir::name(v->dtype))}));
       return v;
     }
-    case schema::ObjectDesc::DEVICE: {
+    case schema::ObjectDesc::DEVICE: { // equal devices are not one object: its type and index
+      typeGuard();
       Var v = make(Kind::Device);
       v->device = {static_cast<ir::DeviceType>(d.getDevice().getType()), d.getDevice().getIndex()};
+      guards.check(node(extend(path, guards::attr("type"))),
+                   guards::equals(guards::Constant{std::string(v->device.type == ir::DeviceType::Cuda ? "cuda" : "cpu")}));
+      int64_t index = v->device.index;
+      guards.check(node(extend(path, guards::attr("index"))),
+                   guards::equals(index < 0 ? guards::Constant{} : guards::Constant{index}));
       return v;
     }
     case schema::ObjectDesc::OBJECT: {
@@ -898,16 +905,18 @@ private:
       return boolean(false);
     }
     if (name == "replace") {
-      takes("str.replace", args, kwargs, 2, 2); // count refused
+      takes("str.replace", args, kwargs, 2, 3);
       std::string from = text(args[0]), to = text(args[1]), out;
+      int64_t count = args.size() > 2 ? intArg(*this, "str.replace's count", args[2]) : -1;
       if (from.empty()) unsupported("str.replace of an empty string");
-      for (size_t at = 0;;) {
-        size_t hit = s.find(from, at);
+      for (size_t at = 0, done = 0;; ++done) {
+        size_t hit = count >= 0 && static_cast<int64_t>(done) >= count ? std::string::npos : s.find(from, at);
         if (hit == std::string::npos) return string(out + s.substr(at));
         out += s.substr(at, hit - at) + to;
         at = hit + from.size();
       }
     }
+    if (name == "format") return string(formatText(s, args, kwargs));
     auto ascii = [&] {
       for (unsigned char c : s)
         if (c >= 0x80) unsupported("str." + name + "() of non-ASCII text");
@@ -953,6 +962,89 @@ private:
       return string(out);
     }
     unsupported("str." + name + "()");
+  }
+
+  // str.format of plain fields: "{}", "{0}", "{name}", with "{{" and "}}" for braces, and the
+  // specs ":d" of an int and ":s" of a str. A field's attribute or item, a conversion or
+  // another spec is Python's to apply: refused, as are what Python raises for (a missing
+  // argument, mixed numbering, a single brace).
+  std::string formatText(const std::string& s, const std::vector<Var>& args, const Kwargs& kwargs) {
+    std::string out;
+    size_t automatic = 0;
+    bool numbered = false;
+    for (size_t k = 0; k < s.size(); ++k) {
+      char c = s[k];
+      bool doubled = k + 1 < s.size() && s[k + 1] == c;
+      if ((c == '{' || c == '}') && doubled) {
+        out += c;
+        ++k;
+        continue;
+      }
+      if (c == '}') unsupported("str.format() of a single '}'");
+      if (c != '{') {
+        out += c;
+        continue;
+      }
+      size_t close = s.find('}', k);
+      if (close == std::string::npos) unsupported("str.format() of an unclosed '{'");
+      std::string field = s.substr(k + 1, close - k - 1), spec;
+      k = close;
+      if (size_t colon = field.find(':'); colon != std::string::npos)
+        spec = field.substr(colon + 1), field = field.substr(0, colon);
+      if (field.find_first_of(".[!{") != std::string::npos || (!spec.empty() && spec != "d" && spec != "s"))
+        unsupported("str.format() of the field {" + field + (spec.empty() ? "" : ":" + spec) + "}");
+      Var value;
+      if (field.empty() || std::all_of(field.begin(), field.end(), [](unsigned char d) { return std::isdigit(d); })) {
+        if (!field.empty()) numbered = true;
+        if (field.empty() ? numbered : automatic > 0) unsupported("str.format() mixing automatic and numbered fields");
+        size_t at = field.empty() ? automatic++ : std::stoul(field);
+        if (at >= args.size()) unsupported("str.format() of a missing positional argument");
+        value = args[at];
+      } else {
+        std::optional<Var> named = kwarg(kwargs, field);
+        if (!named) unsupported("str.format() of a missing keyword argument");
+        value = *named;
+      }
+      if (spec == "d" && value->kind != Kind::Int && value->kind != Kind::Bool) unsupported("{:d} of a " + kindName(value->kind));
+      if (spec == "s" && value->kind != Kind::Str) unsupported("{:s} of a " + kindName(value->kind));
+      out += spec == "d" && value->kind == Kind::Bool ? (truth(value) ? "1" : "0") : text(value);
+    }
+    return out;
+  }
+
+  // fmt % values with %s, %d, %i and %% (%r of an int, a bool or None, which print as str
+  // does); flags, widths, precisions and mappings are Python's to apply: refused.
+  std::string percentText(const std::string& fmt, const Var& values) {
+    std::vector<Var> items = values->kind == Kind::Tuple ? values->items : std::vector<Var>{values};
+    std::string out;
+    size_t next = 0;
+    for (size_t k = 0; k < fmt.size(); ++k) {
+      if (fmt[k] != '%') {
+        out += fmt[k];
+        continue;
+      }
+      char conversion = k + 1 < fmt.size() ? fmt[++k] : '\0';
+      if (conversion == '%') {
+        out += '%';
+        continue;
+      }
+      if (conversion != 's' && conversion != 'd' && conversion != 'i' && conversion != 'r')
+        unsupported(std::string("the % format %") + conversion);
+      if (next >= items.size()) unsupported("str % with too few values (TypeError)");
+      const Var& v = items[next++];
+      if (conversion == 's') {
+        out += text(v);
+      } else if (conversion == 'r') {
+        if (v->kind != Kind::Int && v->kind != Kind::Bool && v->kind != Kind::None) unsupported("%r of a " + kindName(v->kind));
+        out += text(v);
+      } else {
+        if (v->kind == Kind::Bool) out += truth(v) ? "1" : "0";
+        else if (v->kind == Kind::Int) out += text(v);
+        else unsupported(std::string("%") + conversion + " of a " + kindName(v->kind));
+      }
+    }
+    if (next != items.size()) unsupported("str % with values left over (TypeError)");
+    return out;
   }
 
   // Whether `a == b` for two items of a sequence, decided (a tensor's == is elementwise: refused).
@@ -1715,9 +1807,15 @@ private:
     if (args.size() == 2 && f == "pow" && (args[0]->traced || args[1]->traced)) return arith("**", args[0], args[1]);
     if (args.size() == 1) {
       double x = number(args[0]);
+      // Where Python raises (a domain error, an overflow), eager raises: refused.
+      bool logarithm = f == "log" || f == "log2" || f == "log10";
+      if ((f == "sqrt" && x < 0) || (logarithm && x <= 0) || ((f == "floor" || f == "ceil") && !std::isfinite(x)))
+        unsupported("math." + f + " of " + std::to_string(x) + " (Python raises)");
       if (f == "sqrt") return floating(std::sqrt(x));
       if (f == "exp") return floating(std::exp(x));
       if (f == "log") return floating(std::log(x));
+      if (f == "log2") return floating(std::log2(x));
+      if (f == "log10") return floating(std::log10(x));
       if (f == "tanh") return floating(std::tanh(x));
       if (f == "cos") return floating(std::cos(x));
       if (f == "sin") return floating(std::sin(x));
@@ -2410,6 +2508,7 @@ private:
       return sized(sequence(a->kind, items));
     }
     if (a->kind == Kind::Str && b->kind == Kind::Str && op == "+") return string(a->name + b->name);
+    if (a->kind == Kind::Str && op == "%") return string(percentText(a->name, b));
     if (!isNumber(a) || !isNumber(b)) unsupported(kindName(a->kind) + " " + op + " " + kindName(b->kind));
     // Floats the graph computes: from a traced float, or from a symbolic int (0.9 ** step, n / 2).
     auto symbolicInt = [](const Var& v) { return v->kind == Kind::Int && !v->symbolic.asInteger(); };

@@ -921,8 +921,8 @@ std::optional<Var> moduleMember(const std::string& module, const std::string& na
     v->name = "torch.nn.functional";
     return v;
   }
-  static const std::set<std::string> mathFunctions = {"sqrt", "exp", "log", "tanh", "cos", "sin", "floor",
-                                                      "ceil", "erf", "pow"};
+  static const std::set<std::string> mathFunctions = {"sqrt", "exp", "log", "log2", "log10", "tanh", "cos", "sin",
+                                                      "floor", "ceil", "erf", "pow"};
   if (module == "math" && mathFunctions.count(name)) return builtin("math." + name);
   if (module == "math" && (name == "pi" || name == "e" || name == "inf" || name == "tau")) {
     double v = name == "pi" ? M_PI : name == "e" ? M_E : name == "tau" ? 2 * M_PI : std::numeric_limits<double>::infinity();

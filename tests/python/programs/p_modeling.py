@@ -468,7 +468,7 @@ def set_and_frozenset_membership(x):
     return out, len(projections | {"o_proj"}), "k_proj" in projections - {"k_proj"}
 
 
-@program(inputs=lambda: r(4), breaks="str.format()")
+@program(inputs=lambda: r(4))
 def str_methods_pick_the_layer(x):
     name = "model.layers.3.self_attn.q_proj.weight"
     parts = name.split(".")

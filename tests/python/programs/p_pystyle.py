@@ -244,13 +244,13 @@ class ResNetish(nn.Module):
 resnetish = inference(ResNetish())
 
 
-@program(inputs=lambda: r(2, 4), breaks="str % int")
+@program(inputs=lambda: r(2, 4))
 def percent_format_names_the_layers(x):
     return resnetish(x)
 
 
 @program(inputs=lambda: {"module.encoder.weight": r(4, 4), "module.encoder.bias": r(4), "module.head.weight": r(2, 4),
-                         "num_batches_tracked": torch.tensor(3)}, breaks="str.replace() with 3 positional arguments")
+                         "num_batches_tracked": torch.tensor(3)}, breaks="str.rsplit()")
 def str_methods_strip_the_state_dict_prefix(state):
     cleaned = {k.replace("module.", "", 1): v for k, v in state.items() if k.startswith("module.")}
     encoder = {k.split(".", 1)[1]: v for k, v in cleaned.items() if k.split(".")[0] == "encoder"}
@@ -260,7 +260,7 @@ def str_methods_strip_the_state_dict_prefix(state):
     return F.linear(y, cleaned[head]), sorted(cleaned), leaves, head.upper().endswith("WEIGHT")
 
 
-@program(inputs=lambda: r(2, 6), breaks="str.format()")
+@program(inputs=lambda: r(2, 6), breaks="str.format() of the field")
 def str_format_with_specs_names_the_heads(x):
     heads = x.view(2, 3, 2).unbind(1)
     out = {"head{:d}".format(i): h.sum(-1) for i, h in enumerate(heads)}
