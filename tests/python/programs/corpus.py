@@ -157,14 +157,14 @@ def run(p: Program, stack) -> Outcome:
     for the first, when the size turns dynamic, none after)."""
     import kiln
 
-    if CAPTURE:
-        _capture(p)
     fast = kiln.compile(p.fn, stack=stack)
     args, kwargs = arguments(p)
     repeat = _clone((args, kwargs))  # the repeat call's: the same values (a value from .item() that
     # crosses a break is a guarded constant until it changes once)
     if (why := _check_call(p, fast, args, kwargs)) is not None:
         return Outcome("wrong", why)
+    if CAPTURE:  # after a call, as kiln.compile's trace saw it (caches the code fills on its first call filled)
+        _capture(p)
     if fast.fallback_reasons:
         return Outcome("fell back", fast.fallback_reasons[0])
     entries, all_entries = len(fast.cache.entries), tree_entries(fast)
