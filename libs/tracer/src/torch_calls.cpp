@@ -819,8 +819,46 @@ Var integerTensorIndex(TraceState& s, const Var& x, const Var& idx, int64_t dim,
   return s.callOp("reshape", {picked, sequence(Kind::Tuple, sizes)}, {});
 }
 
+// x[i0, i1, ...] with int64 index tensors for x's leading dims (later dims whole): the
+// indices broadcast together (B), each wrapped where negative, picked from those dims
+// flattened into one; the result is B followed by x's other dims, as torch places
+// adjacent advanced indices.
+Var leadingTensorsIndex(TraceState& s, const Var& x, const std::vector<Var>& indices) {
+  const ir::TensorMeta meta = s.meta(x);
+  if (indices.size() > meta.dim()) unsupported("indexing a tensor with more indices than dims");
+  Var linear;
+  sym::Expr count = s.table.integer(1);
+  for (size_t k = indices.size(); k-- > 0;) {
+    const ir::TensorMeta index = s.meta(indices[k]);
+    if (index.dtype != DType::Int64) unsupported("indexing a tensor with a tensor of " + std::string(ir::name(index.dtype)));
+    if (index.device != meta.device) unsupported("indexing a tensor with a tensor on another device");
+    Var size = integer(meta.sizes[k]);
+    Var negative = s.callOp("lt", {indices[k], integer(s.table.integer(0))}, {});
+    Var wrapped = s.callOp("where", {negative, s.callOp("add", {indices[k], size}, {}), indices[k]}, {});
+    Var scaled = s.callOp("mul", {wrapped, integer(count)}, {});
+    linear = linear ? s.callOp("add", {scaled, linear}, {}) : scaled;
+    count = count * meta.sizes[k];
+  }
+  std::vector<Var> flatSizes = {integer(count)}, outSizes;
+  for (sym::Expr e : s.meta(linear).sizes) outSizes.push_back(integer(e));
+  for (size_t d = indices.size(); d < meta.dim(); ++d) flatSizes.push_back(integer(meta.sizes[d])), outSizes.push_back(integer(meta.sizes[d]));
+  Var flat = s.callOp("reshape", {x, sequence(Kind::Tuple, flatSizes)}, {});
+  Var positions = s.callOp("reshape", {linear, sequence(Kind::Tuple, {integer(s.table.integer(-1))})}, {});
+  Var picked = s.op("index_select", {flat->value, positions->value}, {{"dim", int64_t{0}}});
+  return s.callOp("reshape", {picked, sequence(Kind::Tuple, outSizes)}, {});
+}
+
 Var tensorIndex(TraceState& s, const Var& t, const Var& index) {
   std::vector<Var> items = index->kind == Kind::Tuple ? index->items : std::vector<Var>{index};
+  // Several index tensors for the leading dims (HF's padding_mask[batch_idx, kv_idx]).
+  size_t leading = 0;
+  while (leading < items.size() && items[leading]->kind == Kind::Tensor && s.meta(items[leading]).dtype != DType::Bool)
+    ++leading;
+  bool restWhole = std::all_of(items.begin() + static_cast<std::ptrdiff_t>(leading), items.end(), [](const Var& i) {
+    return i->kind == Kind::Ellipsis || (i->kind == Kind::Slice && std::all_of(i->items.begin(), i->items.end(),
+                                                                              [](const Var& b) { return b->kind == Kind::None; }));
+  });
+  if (leading > 1 && restWhole) return leadingTensorsIndex(s, t, std::vector<Var>(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(leading)));
   size_t specified = 0;
   for (const Var& i : items)
     if (i->kind != Kind::None && i->kind != Kind::Ellipsis) ++specified;

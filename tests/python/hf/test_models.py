@@ -23,7 +23,7 @@ import kiln
 
 # The models whose forward kiln must compile (no fallback); the tracer-coverage issue grows
 # this set. GPT-2 and Llama training also trace whole (fullgraph=True).
-COMPILES: set = {"gpt2 training", "llama training"}
+COMPILES: set = {"gpt2 training", "llama training", "bert inference"}
 OUTCOMES: dict = {}  # the run's tally, printed by conftest.py
 
 VOCAB, SEQ, BATCH = 256, 16, 2
@@ -117,10 +117,12 @@ def test_training_matches_eager(stack, make, fullgraph):
         assert isinstance(got.past_key_values, transformers.DynamicCache)
 
 
-def test_bert_inference_matches_eager(stack):
+@pytest.mark.parametrize("fullgraph", [False, True], ids=["default", "fullgraph"])
+def test_bert_inference_matches_eager(stack, fullgraph):
+    """With a padding mask (masking_utils indexes it with several index tensors)."""
     torch.manual_seed(0)
     model = bert().eval()
-    compiled = kiln.compile(model, stack=stack)
+    compiled = kiln.compile(model, stack=stack, fullgraph=fullgraph)
     with torch.no_grad():
         for seed in range(2):
             ids = tokens(seed)
@@ -130,4 +132,7 @@ def test_bert_inference_matches_eager(stack):
             expected = model(input_ids=ids, attention_mask=mask)
             torch.testing.assert_close(got.last_hidden_state, expected.last_hidden_state, rtol=1e-4, atol=1e-4)
             torch.testing.assert_close(got.pooler_output, expected.pooler_output, rtol=1e-4, atol=1e-4)
-    check_compiles("bert inference", tally("bert inference", compiled))
+    outcome = tally("bert inference", compiled)
+    check_compiles("bert inference", outcome)
+    if fullgraph:
+        assert outcome.startswith("compiled (1 graph, 0 graph breaks)"), outcome
