@@ -784,6 +784,12 @@ std::optional<Var> tensorAttribute(TraceState& s, const Var& t, const std::strin
 // which numpy's rule may move to the front), several tensors, other dtypes or an
 // index on another device the call is left to eager.
 // TODO(issue 6): the rest of advanced indexing.
+// Index values as torch reads them: a negative one counts from the end of a dim of `size`.
+Var wrapNegative(TraceState& s, const Var& index, sym::Expr size) {
+  Var negative = s.callOp("lt", {index, integer(s.table.integer(0))}, {});
+  return s.callOp("where", {negative, s.callOp("add", {index, integer(size)}, {}), index}, {});
+}
+
 Var integerTensorIndex(TraceState& s, const Var& x, const Var& idx, int64_t dim,
                        const std::vector<Var>& items) {
   const ir::TensorMeta meta = s.meta(x), index = s.meta(idx);
@@ -804,9 +810,7 @@ Var integerTensorIndex(TraceState& s, const Var& x, const Var& idx, int64_t dim,
       index.dim() == 1
           ? idx
           : s.callOp("reshape", {idx, sequence(Kind::Tuple, {integer(s.table.integer(-1))})}, {});
-  Var negative = s.callOp("lt", {flat, integer(s.table.integer(0))}, {});
-  Var wrapped = s.callOp("where", {negative, s.callOp("add", {flat, integer(size)}, {}), flat}, {});
-  Var picked = s.op("index_select", {x->value, wrapped->value}, {{"dim", dim}});
+  Var picked = s.op("index_select", {x->value, wrapNegative(s, flat, size)->value}, {{"dim", dim}});
   if (index.dim() == 1) return picked;
   std::vector<Var> sizes;
   for (size_t d = 0; d < meta.dim(); ++d) {
@@ -832,10 +836,7 @@ Var leadingTensorsIndex(TraceState& s, const Var& x, const std::vector<Var>& ind
     const ir::TensorMeta index = s.meta(indices[k]);
     if (index.dtype != DType::Int64) unsupported("indexing a tensor with a tensor of " + std::string(ir::name(index.dtype)));
     if (index.device != meta.device) unsupported("indexing a tensor with a tensor on another device");
-    Var size = integer(meta.sizes[k]);
-    Var negative = s.callOp("lt", {indices[k], integer(s.table.integer(0))}, {});
-    Var wrapped = s.callOp("where", {negative, s.callOp("add", {indices[k], size}, {}), indices[k]}, {});
-    Var scaled = s.callOp("mul", {wrapped, integer(count)}, {});
+    Var scaled = s.callOp("mul", {wrapNegative(s, indices[k], meta.sizes[k]), integer(count)}, {});
     linear = linear ? s.callOp("add", {scaled, linear}, {}) : scaled;
     count = count * meta.sizes[k];
   }
