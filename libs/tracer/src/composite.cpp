@@ -266,6 +266,11 @@ std::optional<Var> callComposite(TraceState& s, const std::string& name, const s
     if (auto d = p["dim"]; d && (*d)->kind != Kind::None) dim = intArg(s, name + "'s dim", *d);
     return repeatInterleave(s, x, intArg(s, name + "'s repeats", *repeats), dim);
   }
+  if ((m == "view_as" || m == "reshape_as" || m == "expand_as") && method) { // to other's shape
+    Params p = bindParams(name, args, kwargs, {"self", "other"});
+    Var other = tensorArg(name, p["other"]);
+    return s.callOp(m.substr(0, m.size() - 3), {tensorArg(name, p["self"]), *tensorAttribute(s, other, "shape")}, {});
+  }
   if ((m == "outer" || m == "ger") && !functional) { // self[:, None] * vec2[None, :]
     Params p = bindParams(name, args, kwargs, {"self", "vec2"});
     Var a = tensorArg(name, p["self"]), b = tensorArg(name, p["vec2"]);

@@ -41,6 +41,11 @@ def view_as_chain(x):
     return x.reshape(-1).view(4, 6).t().reshape(3, 8)
 
 
+@program(inputs=lambda n=3: (r(2, n, 4), r(2, 1, 4), r(8, n)))
+def shaped_as_another(x, bias, flat):
+    return x + bias.expand_as(x), flat.view_as(x.reshape(8, -1)).reshape_as(x.transpose(0, 1)).sum(0)
+
+
 @program(inputs=lambda: r(2, 3, 4))
 def transpose_then_sum(x):
     return x.transpose(0, 2).sum(dim=0)
