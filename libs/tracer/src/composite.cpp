@@ -266,6 +266,17 @@ std::optional<Var> callComposite(TraceState& s, const std::string& name, const s
     if (auto d = p["dim"]; d && (*d)->kind != Kind::None) dim = intArg(s, name + "'s dim", *d);
     return repeatInterleave(s, x, intArg(s, name + "'s repeats", *repeats), dim);
   }
+  if ((m == "fill_" || m == "zero_") && method) { // a full_like of the value written into self
+    Params p = m == "zero_" ? bindParams(name, args, kwargs, {"self"}) : bindParams(name, args, kwargs, {"self", "value"});
+    Var self = tensorArg(name, p["self"]);
+    Var value = m == "zero_" ? num(s, 0) : *p["value"];
+    DType dtype = s.meta(self).dtype;
+    bool fits = dtype == DType::Bool ? value->kind == Kind::Bool
+                : ir::isFloating(dtype) ? value->kind == Kind::Int || value->kind == Kind::Float
+                                        : value->kind == Kind::Int;
+    if (!fits) unsupported(name + " of a " + kindName(value->kind) + " into a " + std::string(ir::name(dtype)) + " tensor");
+    return writeInto(s, self, s.callOp("full_like", {self, value}, {}));
+  }
   if ((m == "view_as" || m == "reshape_as" || m == "expand_as") && method) { // to other's shape
     Params p = bindParams(name, args, kwargs, {"self", "other"});
     Var other = tensorArg(name, p["other"]);

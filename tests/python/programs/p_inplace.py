@@ -120,3 +120,10 @@ def autocast_disabled(x, w):
 def autocast_leaves_float64(x, w):
     with torch.autocast("cpu"):
         return x @ w
+
+
+@program(inputs=lambda n=4: (torch.randn(2, n), torch.ones(2, n, dtype=torch.int64), torch.randn(n)))
+def buffers_zeroed_and_filled_in_place(x, counts, scale):
+    counts.zero_()
+    scale.fill_(0.5)
+    return x * scale + counts, x.clone().fill_(2)
