@@ -1,6 +1,6 @@
 // Data-dependent ops: item (a tensor's one value as a symbol), nonzero and
 // masked_select (sizes counted from the data), and _assert_scalar (a deferred
-// runtime assert, seed 000); and sym_int, an integer expression of symbols the
+// runtime assert); and sym_int, an integer expression of symbols the
 // graph binds (a graph output such as `2*u0`).
 //
 // item, nonzero and masked_select bind an unbacked symbol, given as their

@@ -1,7 +1,7 @@
 // Python floats the graph computes. A float argument that automatic dynamic made
 // dynamic (it differed between calls, or mark_dynamic named it) is a 0-d f64 CPU
 // graph input, and Python arithmetic on it records 0-d ops, so a learning rate
-// that changes every step reuses one entry (seed 000: unspecialized floats, the
+// that changes every step reuses one entry (unspecialized floats, the
 // graph computing what Python computed). `.item()` of a floating tensor is one
 // too, with no value known at trace time. Where Python needs the number (a
 // branch, int(), a format, an op attribute that must be a constant), the float

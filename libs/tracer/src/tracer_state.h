@@ -102,7 +102,7 @@ public:
   // to their values); one computed from tensor data cannot be (Unsupported).
   double number(const Var& v);
   // t.item() of a 0-d CPU tensor input the call described with its value, not
-  // written by the graph: backed by that value as seed 000 has it — an int is a
+  // written by the graph: backed by that value — an int is a
   // symbol (a graph input of its own), a float a traced float — guarded through
   // `L['t'].item()`. nullopt for any other tensor (the evaluator's: it owns the inputs).
   virtual std::optional<Var> itemOfInput(const Var& t) = 0;

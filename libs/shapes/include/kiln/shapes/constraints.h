@@ -44,7 +44,7 @@ struct Violation {
 
 // A condition on Dims the Dim language cannot spell (`batch*seq == n`,
 // `batch != seq`, `batch**2 == 3*n`, or not proven in time): the exported
-// program checks it at run time instead of refusing the spec (seed 000).
+// program checks it at run time instead of refusing the spec.
 struct RuntimeAssert {
   sym::Expr condition;           // over the trace's symbols
   std::vector<std::string> dims; // the Dim names it concerns

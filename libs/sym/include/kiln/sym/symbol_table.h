@@ -66,7 +66,7 @@ public:
 
   // Facts: boolean expressions taken as true from now on because something
   // checks them at run time (a deferred runtime assert on unbacked symbols,
-  // seed 000). staticallyKnown() answers a question that is a fact (true) or
+  // as torch does). staticallyKnown() answers a question that is a fact (true) or
   // the negation of one (false); a conjunction is its conjuncts. A fact never
   // narrows a range: expressions built later would fold the very condition
   // the runtime must check (kiln::shapes::decide reasons with facts' bounds).
