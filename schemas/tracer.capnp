@@ -158,6 +158,10 @@ struct TraceRequest {
   scope @9 :UInt64;                 # the calling process's token (identity guards hold within it)
   objectMessages @10 :List(Data);   # more of `objects`, each an ObjectDesc message of its own (the
                                     # SDK encodes each once, however many rounds resend it)
+  keepState @11 :Bool;              # keep the trace between rounds: a `needObjects` answer then
+                                    # names the `session` that goes on where it stopped
+  session @12 :UInt64;              # go on with this kept trace: only `objectMessages` (the
+                                    # descriptions it asked for) is read
 }
 
 struct TraceResult {
@@ -319,7 +323,10 @@ struct TraceReply {
     traced @0 :TraceResult;
     needObjects @1 :List(List(Guards.GuardStep)); # describe these paths and ask again
     unsupported @2 :Unsupported;
+    sessionLost @3 :Text;           # the kept trace is gone (expired, or another worker answered):
+                                    # send the whole request again
   }
+  session @4 :UInt64;               # with `needObjects` of a kept trace: the session to go on with
 }
 
 struct TracerRequest {

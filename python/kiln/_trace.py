@@ -646,13 +646,25 @@ def _trace(fn, args: tuple, kwargs: dict, frame: dict | None, fullgraph: bool, s
         "scope": scope,
     }
     seen = set()
+    # The tracer keeps the trace between rounds (a session): each round sends only the
+    # descriptions asked for. A session lost (another worker, expiry) starts over whole.
+    session, sent = 0, 0
+    messages = request["objectMessages"]
     for _ in range(MAX_ROUNDS):
-        messages = request["objectMessages"]
         messages.extend(_kiln.capnp_encode("ObjectDesc", d) for d in objects[len(messages):])
-        encoded = _kiln.capnp_encode("TraceRequest", request)
+        if session:
+            encoded = _kiln.capnp_encode("TraceRequest", {"session": session, "objectMessages": messages[sent:]})
+        else:
+            request["keepState"] = True
+            encoded = _kiln.capnp_encode("TraceRequest", request)
+        sent = len(messages)
         reply = _kiln.capnp_decode("TraceReply", stack.trace(encoded) if stack is not None else _kiln.trace(encoded))
+        session = reply.get("session", 0)
+        if "sessionLost" in reply:
+            continue
         if record is not None and "needObjects" not in reply:
-            record(encoded)
+            request["keepState"] = False  # the request whole, as one round answers it
+            record(_kiln.capnp_encode("TraceRequest", request))
         if "traced" in reply:
             return Traced(reply)
         if "unsupported" in reply:

@@ -297,3 +297,115 @@ def test_kilns_own_failures_are_refusals_never_the_users_exceptions(stack):
             assert not fast.fallback_reasons, fast.fallback_reasons
         else:  # TODO(issue 45): a description that names an enclosing one, so recursive closures trace
             assert len(fast.fallback_reasons) == 1 and "nested more than" in fast.fallback_reasons[0]
+
+
+# ---- kept traces: the tracer keeps a trace between rounds ----------------------------------
+
+class _Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+        self.scale = 0.5
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = _scaled_by_config(torch.tanh(block(x))) * self.scale
+        return x
+
+
+class _Config:
+    def __init__(self, scale):
+        self.scale = scale
+
+
+_config = _Config(2.0)
+
+
+def _scaled_by_config(x):
+    return x * _config.scale  # an attribute of a global object: asked for in a round of its own
+
+
+class _Rounds:
+    """A stack's trace, each request and reply kept; `rewrite(k, request)` may change request k."""
+
+    def __init__(self, stack, rewrite=None):
+        self.stack, self.rewrite, self.requests, self.replies = stack, rewrite, [], []
+
+    def trace(self, request: bytes) -> bytes:
+        if self.rewrite is not None:
+            request = self.rewrite(len(self.requests), request)
+        self.requests.append(_trace._kiln.capnp_decode("TraceRequest", request))
+        reply = self.stack.trace(request) if self.stack is not None else _trace._kiln.trace(request)
+        self.replies.append(_trace._kiln.capnp_decode("TraceReply", reply))
+        return reply
+
+
+def test_a_kept_trace_answers_as_one_whole_round_does(stack):
+    module, x = _Scaled(), torch.randn(2, 4)
+    whole = []
+    rounds = _Rounds(stack)
+    kept = _trace.trace(module.forward, (x,), {}, stack=rounds, record=whole.append)
+    assert len(rounds.requests) >= 3
+    # after the first request, each round sends only the descriptions asked for
+    assert all(r["session"] and not r["code"]["instructions"] and not r["args"] for r in rounds.requests[1:])
+    sent = [len(r.get("objectMessages", [])) for r in rounds.requests]
+    assert sum(sent) == len(whole and _trace._kiln.capnp_decode("TraceRequest", whole[0])["objectMessages"])
+    one = _trace._kiln.capnp_decode("TraceReply", stack.trace(whole[0]))  # the request whole: one round
+    assert "traced" in one
+    assert str(_trace.Traced(one).graph) == str(kept.graph)
+    assert _trace.Traced(one).guards == kept.guards
+    (got,) = ir.compile(kept.graph, stack)(*_trace.graph_inputs(kept, module.forward.__func__, (module, x), {}))
+    torch.testing.assert_close(got, module(x))
+
+
+def test_a_lost_session_is_said_and_the_sdk_starts_over(stack):
+    lost = _trace._kiln.capnp_decode("TraceReply", stack.trace(_trace._kiln.capnp_encode("TraceRequest", {"session": 12345})))
+    assert "no kept trace 12345" in lost["sessionLost"]
+
+    def forget(k, request):  # the second round names a session this worker does not hold
+        if k != 1:
+            return request
+        r = _trace._kiln.capnp_decode("TraceRequest", request)
+        return _trace._kiln.capnp_encode("TraceRequest", {**r, "session": r["session"] ^ 1})
+    rounds = _Rounds(stack, forget)
+    traced = _trace.trace(_scaled_by_config, (torch.randn(3),), {}, stack=rounds)
+    assert "sessionLost" in rounds.replies[1] and rounds.requests[2]["code"]["instructions"]  # started over whole
+    assert "mul" in str(traced.graph)
+
+
+def test_a_malformed_description_ends_the_kept_trace_with_a_typed_error(stack):
+    def garble(k, request):
+        if k != 1:
+            return request
+        r = _trace._kiln.capnp_decode("TraceRequest", request)
+        return _trace._kiln.capnp_encode("TraceRequest", {"session": r["session"], "objectMessages": [b"not whole words"]})
+    rounds = _Rounds(stack, garble)
+    with pytest.raises(kiln.KilnError) as e:
+        _trace.trace(_scaled_by_config, (torch.randn(3),), {}, stack=rounds)
+    assert e.value.code == "malformed"
+    again = {"session": rounds.requests[0] and rounds.replies[0]["session"], "objectMessages": []}
+    reply = _trace._kiln.capnp_decode("TraceReply", stack.trace(_trace._kiln.capnp_encode("TraceRequest", again)))
+    assert "sessionLost" in reply  # the session ended with its error
+    assert "mul" in str(_trace.trace(_scaled_by_config, (torch.randn(3),), {}, stack=stack).graph)
+
+
+def test_sessions_waiting_for_their_caller_are_bounded():
+    """In-process (one tracer for the test): the 17th session waiting ends the most idle."""
+    class FirstRoundOnly(_Rounds):
+        def trace(self, request: bytes) -> bytes:
+            super().trace(request)
+            raise RuntimeError("the caller goes silent")
+    ids = []
+    for _ in range(17):
+        rounds = FirstRoundOnly(None)
+        with pytest.raises(_trace.Unsupported):
+            _trace.trace(_scaled_by_config, (torch.randn(3),), {}, stack=rounds, fullgraph=True)
+        ids.append(rounds.replies[0]["session"])
+    assert all(ids) and len(set(ids)) == 17
+
+    def go_on(session):  # no description: the one still waiting ends refusing the trace
+        return _trace._kiln.capnp_decode("TraceReply", _trace._kiln.trace(_trace._kiln.capnp_encode(
+            "TraceRequest", {"session": session, "objectMessages": []})))
+    assert "sessionLost" in go_on(ids[0])
+    for session in ids[1:]:
+        assert "the SDK did not describe" in go_on(session)["unsupported"]["reason"]

@@ -21,6 +21,8 @@
 #include "composite.h"
 #include "liveness.h"
 #include "modules.h"
+#include "object_source.h"
+#include "sessions.h"
 #include "tracer_state.h"
 
 namespace kiln::tracer {
@@ -155,36 +157,10 @@ bool runsApart(const std::string& op) {
   return !bound.count(op);
 }
 
-// A message read from bytes in a word-aligned copy of them.
-struct CopiedMessage {
-  kj::Array<capnp::word> words;
-  capnp::FlatArrayMessageReader reader;
-
-  CopiedMessage(const void* data, size_t size, const char* what) : words(copy(data, size, what)), reader(words, options()) {}
-
-  static kj::Array<capnp::word> copy(const void* data, size_t size, const char* what) {
-    if (size % sizeof(capnp::word) != 0) throw Error(ErrorCode::Malformed, std::string(what) + ": not whole words");
-    kj::Array<capnp::word> words = kj::heapArray<capnp::word>(size / sizeof(capnp::word));
-    std::memcpy(words.begin(), data, size);
-    return words;
-  }
-
-  static capnp::ReaderOptions options() {
-    capnp::ReaderOptions o;
-    o.traversalLimitInWords = uint64_t{1} << 27;
-    o.nestingLimit = 256;
-    return o;
-  }
-};
-
-bool isConditionalJump(const std::string& op) {
-  return op.rfind("POP_JUMP", 0) == 0 || op == "JUMP_IF_TRUE_OR_POP" || op == "JUMP_IF_FALSE_OR_POP";
-}
-
 class Evaluator : public TraceState {
 public:
-  explicit Evaluator(schema::TraceRequest::Reader request, std::optional<BreakAt> stopAt = std::nullopt)
-      : request_(request), stopAt_(std::move(stopAt)) {
+  Evaluator(schema::TraceRequest::Reader request, std::optional<BreakAt> stopAt, ObjectSource* source)
+      : request_(request), source_(source), stopAt_(std::move(stopAt)) {
     frame = guards::fromWire(request.getFrame());
     guards.globals = guards::fromWire(request.getState());
     if (guards.globals.gradEnabled) gradEnabled = *guards.globals.gradEnabled;
@@ -197,6 +173,8 @@ public:
       objectMessages_.push_back(std::make_unique<CopiedMessage>(blob.begin(), blob.size(), "an object message"));
       describe(objectMessages_.back()->reader.getRoot<schema::ObjectDesc>());
     }
+    if (source_)
+      for (auto d : source_->received()) describe(d);
     guards.call.positional = request.getArgs().size();
     for (auto k : request.getKwargs()) guards.call.keywords.emplace_back(k.getName().cStr());
     std::sort(guards.call.keywords.begin(), guards.call.keywords.end());
@@ -351,9 +329,16 @@ private:
 
   void describe(schema::ObjectDesc::Reader d) { described_[pathText(readPath(d.getPath()))] = d; }
 
+  // The description of the object at `path`: asked of the source where it has none yet, or
+  // the trace ends with `needObjects`.
   schema::ObjectDesc::Reader lookup(const Path& path) {
-    auto it = described_.find(pathText(path));
-    if (it == described_.end()) throw NeedObjects{{path}};
+    std::string key = pathText(path);
+    auto it = described_.find(key);
+    if (it != described_.end()) return it->second;
+    if (!source_) throw NeedObjects{{path}};
+    for (auto d : source_->await(path)) describe(d);
+    it = described_.find(key);
+    if (it == described_.end()) unsupported("the SDK did not describe " + key);
     return it->second;
   }
 
@@ -3364,6 +3349,7 @@ private:
   }
 
   schema::TraceRequest::Reader request_;
+  ObjectSource* source_; // a kept trace's: where lookup() waits for what it lacks
   std::map<std::string, schema::ObjectDesc::Reader> described_;
   std::map<std::string, Var> realized_;
   std::vector<std::unique_ptr<CopiedMessage>> objectMessages_; // TraceRequest.objectMessages (described_ reads them)
@@ -3414,9 +3400,14 @@ private:
 
 } // namespace
 
+void traceWith(schema::TraceRequest::Reader request, schema::TraceReply::Builder reply, ObjectSource* source) {
+  std::optional<BreakAt> at = Evaluator(request, std::nullopt, source).run(reply);
+  if (at) Evaluator(request, std::move(at), source).run(reply);
+}
+
 void trace(schema::TraceRequest::Reader request, schema::TraceReply::Builder reply) {
-  std::optional<BreakAt> at = Evaluator(request).run(reply);
-  if (at) Evaluator(request, std::move(at)).run(reply);
+  if (request.getKeepState() || request.getSession() != 0) return traceKept(request, reply);
+  traceWith(request, reply, nullptr);
 }
 
 std::string trace(std::string_view request) {

@@ -8,7 +8,8 @@
 // is decided with its hint and recorded as a shape guard), Python constants,
 // tuples and lists, iterators, torch callables known by qualified name. What
 // it cannot model ends the trace with `unsupported` naming the construct and
-// its line; an object it has not been shown yet ends it with `needObjects`.
+// its line; an object it has not been shown yet is asked for with `needObjects`
+// (a kept trace waits for it on its own thread: sessions.h).
 #pragma once
 
 #include <string>
