@@ -18,6 +18,7 @@ run eagerly, each break with its reason. `--tiny --device cpu` checks the script
 Writes bench/results/hf-<kind>-<date>.json.
 """
 import argparse
+import contextlib
 import statistics
 import time
 
@@ -84,6 +85,33 @@ def kiln_summary(compiled) -> dict:
             "eager_reasons": eager[:40], "explain_lines": len(kiln.explain(compiled).splitlines())}
 
 
+@contextlib.contextmanager
+def phases():
+    """Seconds kiln spends inside, by phase: trace, training_compile (partition and codegen
+    of a training graph) and codegen (its artifacts, or an inference graph's)."""
+    from kiln import _trace, _train, ir
+    spent = {"trace": 0.0, "training_compile": 0.0, "codegen": 0.0}
+    wrapped = [(_trace, "trace", "trace"), (_train, "compile_training", "training_compile"),
+               (_train, "_compile_both", "codegen"), (ir, "compile", "codegen")]
+    originals = [getattr(module, name) for module, name, _ in wrapped]
+
+    def timed(fn, key):
+        def wrapper(*a, **k):
+            start = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[key] += time.perf_counter() - start
+        return wrapper
+    for (module, name, key), fn in zip(wrapped, originals):
+        setattr(module, name, timed(fn, key))
+    try:
+        yield spent
+    finally:
+        for (module, name, _), fn in zip(wrapped, originals):
+            setattr(module, name, fn)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10)
@@ -117,15 +145,18 @@ def main():
                 contenders["kiln_fullgraph"] = kiln.compile(module, stack=stack, fullgraph=True)
             if not args.no_torch_compile:
                 contenders["torch_compile"] = torch_compiled(module)
-            steps, first, outputs, failed = {}, {}, {}, {}
+            steps, first, first_phases, outputs, failed = {}, {}, {}, {}, {}
             for who, fn in contenders.items():
                 step = step_fn(fn, ids, train, device)
                 try:
                     sync(device)
-                    start = time.perf_counter()
-                    outputs[who] = step().float()
-                    sync(device)
-                    first[who] = time.perf_counter() - start
+                    with phases() as spent:
+                        start = time.perf_counter()
+                        outputs[who] = step().float()
+                        sync(device)
+                        first[who] = time.perf_counter() - start
+                    if who.startswith("kiln"):
+                        first_phases[who] = {k: round(v, 3) for k, v in spent.items()}
                     steps[who] = step
                 except Exception as e:  # a contender that cannot run this model is reported, not fatal
                     failed[who] = f"{type(e).__name__}: {e}"[:400]
@@ -144,6 +175,7 @@ def main():
             ref = outputs["eager"]
             row = {"ms": {k: round(v, 3) for k, v in ms.items()},
                    "first_call_s": {k: round(v, 3) for k, v in first.items()},
+                   "first_call_phases_s": first_phases,
                    "max_rel_diff_vs_eager": {k: float(((o - ref).abs().max() / ref.abs().max().clamp_min(1e-12)).item())
                                              for k, o in outputs.items() if k != "eager"},
                    "failed": failed, "kiln": kiln_summary(contenders["kiln"])}
@@ -158,6 +190,7 @@ def main():
             k = row["kiln"]
             print(f"{'':12s} kiln: {k['graphs']} graphs, {k['breaks']} breaks, {k['frames']} frames, "
                   f"root falls back: {k['root_falls_back']}; first calls (s): {row['first_call_s']}; "
+                  f"kiln's phases (s): {first_phases}; "
                   f"diff vs eager: {row['max_rel_diff_vs_eager']}" + (f"; failed: {failed}" if failed else ""))
             del contenders, module
             if device == "cuda":
