@@ -186,7 +186,8 @@ _BUILTIN_MODULES = {getattr(torch.nn, n) for n in (
     "Linear", "LayerNorm", "Embedding", "Dropout", "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid",
     "Softmax", "Sequential", "Identity", "RMSNorm", "MultiheadAttention")}
 
-_KNOWN_MODULES = {"torch": torch, "torch.nn.functional": torch.nn.functional, "math": math, "builtins": builtins,
+_KNOWN_MODULES = {"torch": torch, "torch.nn.functional": torch.nn.functional, "torch.linalg": torch.linalg,
+                  "math": math, "builtins": builtins,
                   "torch.utils.checkpoint": torch.utils.checkpoint, "itertools": itertools}
 
 
@@ -241,8 +242,11 @@ def _builtin_name(obj):
         # modules' forwards call) is plain Python: the tracer inlines it.
         return None
     for prefix, module in _KNOWN_MODULES.items():
-        if isinstance(name, str) and getattr(module, name, None) is obj:
-            return f"{prefix}.{name}"
+        member = name
+        if prefix == "torch.linalg" and isinstance(name, str) and name.startswith("linalg_"):
+            member = name[len("linalg_"):]  # torch.linalg.vector_norm is named linalg_vector_norm
+        if isinstance(member, str) and getattr(module, member, None) is obj:
+            return f"{prefix}.{member}"
     if obj is torch.Tensor:
         return "torch.Tensor"
     return None

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "kiln/ir/dtype.h"
 
@@ -141,6 +142,52 @@ Var typeInfo(const std::string& kind, DType dtype, std::vector<std::pair<std::st
   return info;
 }
 
+
+// A dim argument wrapped into [0, rank).
+int64_t dimOf(TraceState& s, const std::string& what, const Var& v, size_t rank) {
+  int64_t d = intArg(s, what, v), r = static_cast<int64_t>(rank == 0 ? 1 : rank);
+  if (d < -r || d >= r) unsupported(what + " " + std::to_string(d) + " out of range");
+  return d < 0 ? d + r : d;
+}
+
+// The positions [0, n) on x's device, in `step` order: arange(n) or its reverse.
+Var positions(TraceState& s, const Var& x, sym::Expr n, bool reversed) {
+  std::string device = ir::toString(s.meta(x).device);
+  Var up = s.op("arange", {}, {{"end", n}, {"dtype", DType::Int64}, {"device", device}});
+  if (!reversed) return up;
+  return s.callOp("add", {s.callOp("neg", {up}, {}), integer(n + int64_t{-1})}, {}); // n - 1 - i
+}
+
+// x.flip(dims): each dim read backwards (an index_select of the reversed positions).
+Var flip(TraceState& s, Var x, const std::vector<int64_t>& dims) {
+  for (int64_t d : dims) {
+    if (s.meta(x).dim() == 0) return s.callOp("clone", {x}, {});
+    x = s.callOp("index_select", {x, num(s, d), positions(s, x, s.meta(x).sizes[static_cast<size_t>(d)], true)}, {});
+  }
+  return x;
+}
+
+// x.roll(shift, dim): the last `shift` entries along dim first (a cat of two slices).
+Var roll(TraceState& s, const Var& x, int64_t shift, int64_t dim) {
+  int64_t n = s.concrete(integer(s.meta(x).sizes[static_cast<size_t>(dim)]));
+  if (n == 0) return s.callOp("clone", {x}, {});
+  int64_t k = ((shift % n) + n) % n;
+  if (k == 0) return s.callOp("clone", {x}, {});
+  Var tail = s.callOp("narrow", {x, num(s, dim), num(s, n - k), num(s, k)}, {});
+  Var head = s.callOp("narrow", {x, num(s, dim), num(s, 0), num(s, n - k)}, {});
+  return s.callOp("cat", {sequence(Kind::List, {tail, head}), num(s, dim)}, {});
+}
+
+// A list of dims from an int or a tuple/list of ints.
+std::vector<int64_t> dimsOf(TraceState& s, const std::string& what, const Var& v, size_t rank) {
+  std::vector<int64_t> dims;
+  if (v->kind == Kind::Tuple || v->kind == Kind::List) {
+    for (const Var& d : v->items) dims.push_back(dimOf(s, what, d, rank));
+  } else {
+    dims.push_back(dimOf(s, what, v, rank));
+  }
+  return dims;
+}
 } // namespace
 
 Var typeInfoOf(TraceState& s, const std::string& name, const std::vector<Var>& args, const Kwargs& kwargs) {
@@ -294,6 +341,66 @@ std::optional<Var> callComposite(TraceState& s, const std::string& name, const s
   if (m == "nonzero" && kwarg(kwargs, "as_tuple")) {
     Params p = bindParams(name, args, kwargs, {"self", "as_tuple"}, 1);
     if (boolArg(name + "'s as_tuple", p["as_tuple"], false)) return nonzeroColumns(s, tensorArg(name, p["self"]));
+  }
+  if (m == "logsumexp" && !functional) { // max + log(sum(exp(x - max))), a max of inf taken as 0
+    Params p = bindParams(name, args, kwargs, {"self", "dim", "keepdim"});
+    Var x = tensorArg(name, p["self"]);
+    if (!ir::isFloating(s.meta(x).dtype)) unsupported(name + " of a " + std::string(ir::name(s.meta(x).dtype)) + " tensor");
+    if (!p["dim"]) unsupported(name + " without dim");
+    bool keepdim = boolArg(name + "'s keepdim", p["keepdim"], false);
+    Var max = s.callOp("amax", {x}, {{"dim", *p["dim"]}, {"keepdim", boolean(true)}});
+    max = s.callOp("where", {s.callOp("isinf", {max}, {}), floating(0.0), max}, {});
+    Var summed = s.callOp("sum", {s.callOp("exp", {s.callOp("sub", {x, max}, {})}, {})}, {{"dim", *p["dim"]}, {"keepdim", boolean(keepdim)}});
+    Var shift = keepdim ? max : s.callOp("squeeze", {max, *p["dim"]}, {});
+    return s.callOp("add", {s.callOp("log", {summed}, {}), shift}, {});
+  }
+  if (m == "isfinite" && !functional) { // neither nan nor ±inf; every integer is finite
+    Var x = tensorArg(name, bindParams(name, args, kwargs, {"self"})["self"]);
+    if (!ir::isFloating(s.meta(x).dtype)) {
+      Var all = make(Kind::DType);
+      all->dtype = DType::Bool;
+      return s.callOp("ones_like", {x}, {{"dtype", all}});
+    }
+    Var nan = s.callOp("isnan", {x}, {}), inf = s.callOp("isinf", {x}, {});
+    return s.callOp("logical_not", {s.callOp("logical_or", {nan, inf}, {})}, {});
+  }
+  if (m == "flip" && !functional) {
+    Params p = method && kwargs.empty() && args.size() > 2 ? Params{{{"self", args[0]}, {"dims", sequence(Kind::Tuple, {args.begin() + 1, args.end()})}}}
+                                                             : bindParams(name, args, kwargs, {"self", "dims"});
+    Var x = tensorArg(name, p["self"]);
+    if (!p["dims"]) unsupported(name + " without dims");
+    std::vector<int64_t> dims = dimsOf(s, name + "'s dims", *p["dims"], s.meta(x).dim());
+    if (std::set<int64_t>(dims.begin(), dims.end()).size() != dims.size()) unsupported(name + " with a dim given twice");
+    return flip(s, x, dims);
+  }
+  if (m == "roll" && !functional) {
+    Params p = bindParams(name, args, kwargs, {"self", "shifts", "dims"});
+    Var x = tensorArg(name, p["self"]);
+    if (!p["dims"] || (*p["dims"])->kind == Kind::None) unsupported(name + " without dims (of the flattened tensor)");
+    if (!p["shifts"]) unsupported(name + " without shifts");
+    Var shifts = *p["shifts"];
+    std::vector<Var> each = shifts->kind == Kind::Tuple || shifts->kind == Kind::List ? shifts->items : std::vector<Var>{shifts};
+    std::vector<int64_t> dims = dimsOf(s, name + "'s dims", *p["dims"], s.meta(x).dim());
+    if (each.size() != dims.size()) unsupported(name + " with as many shifts as dims, expected");
+    if (s.meta(x).dim() == 0) return s.callOp("clone", {x}, {});
+    Var out = x;
+    for (size_t k = 0; k < dims.size(); ++k) out = roll(s, out, intArg(s, name + "'s shifts", each[k]), dims[k]);
+    return out;
+  }
+  if (m == "one_hot" && functional) { // rows of the identity (an index_select: a class out of range fails as torch's)
+    Params p = bindParams(name, args, kwargs, {"tensor", "num_classes"});
+    Var x = tensorArg(name, p["tensor"]);
+    if (s.meta(x).dtype != DType::Int64) unsupported(name + " of a tensor that is not int64");
+    int64_t classes = p["num_classes"] ? intArg(s, name + "'s num_classes", *p["num_classes"]) : -1;
+    if (classes < 0) unsupported(name + " without num_classes (its size is the data's max)");
+    Var rows = positions(s, x, s.table.integer(classes), false);
+    Var identity = s.callOp("eq", {s.callOp("unsqueeze", {rows, num(s, 1)}, {}), s.callOp("unsqueeze", {rows, num(s, 0)}, {})}, {});
+    identity = s.op("to_dtype", {identity->value}, {{"dtype", DType::Int64}});
+    Var picked = s.callOp("index_select", {identity, num(s, 0), s.callOp("reshape", {x, sequence(Kind::Tuple, {num(s, -1)})}, {})}, {});
+    std::vector<Var> shape;
+    for (const sym::Expr& d : s.meta(x).sizes) shape.push_back(integer(d));
+    shape.push_back(num(s, classes));
+    return s.callOp("reshape", {picked, sequence(Kind::Tuple, shape)}, {});
   }
   return std::nullopt;
 }

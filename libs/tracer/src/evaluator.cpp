@@ -283,6 +283,11 @@ private:
     auto mutableMade = [](const Var& v) {
       return !v->path && (v->kind == Kind::List || v->kind == Kind::Dict || v->kind == Kind::Iterator || v->kind == Kind::Object);
     };
+    std::vector<Var> roots;
+    for (const Effect& e : effects_) roots.push_back(e.value);
+    for (const Var& v : top)
+      if (std::find(roots.begin(), roots.end(), v) == roots.end()) roots.push_back(v);
+    refuseSharedMade(roots);
     for (size_t k = 0; k < top.size(); ++k) {
       int atTop = 0;
       for (const Var& t : top) atTop += t == top[k];
@@ -1843,6 +1848,12 @@ private:
     unsupported("type() of a " + kindName(v->kind));
   }
 
+  // The MRO of an object's class: as described, or, for one the trace made, its class's.
+  static const std::vector<guards::TypeRef>& mroOf(const Var& v) {
+    if (v->mro.empty() && v->kind == Kind::Object && !v->path && v->cls) return v->cls->mro;
+    return v->mro;
+  }
+
   bool isInstance(const Var& v, const Var& types) {
     if (types->kind == Kind::Tuple) {
       for (const Var& t : types->items)
@@ -1852,6 +1863,13 @@ private:
     if (types->kind == Kind::Builtin) {
       const std::string& n = types->name;
       if (n == "builtins.object") return true;
+      // An instance of a class whose MRO holds the builtin type (a namedtuple is a tuple,
+      // an IntEnum an int, an OrderedDict or a ModelOutput a dict): its MRO decides.
+      const std::vector<guards::TypeRef>& mro = mroOf(v);
+      if (!mro.empty() && n.rfind("builtins.", 0) == 0) {
+        guards::TypeRef builtinType{"builtins", n.substr(std::string("builtins.").size())};
+        return std::find(mro.begin(), mro.end(), builtinType) != mro.end();
+      }
       if (n == "builtins.int") return v->kind == Kind::Int || v->kind == Kind::Bool; // bool is an int
       if (n == "builtins.float") return v->kind == Kind::Float;
       if (n == "builtins.bool") return v->kind == Kind::Bool;
@@ -1865,8 +1883,9 @@ private:
     }
     if (types->kind == Kind::TypeObject && (v->kind == Kind::NnModule || v->kind == Kind::Object)) {
       // Its type's __mro__, as the SDK described it (the type is guarded, so is its MRO).
-      if (v->mro.empty()) unsupported("isinstance() of an object described without its type's MRO");
-      return std::find(v->mro.begin(), v->mro.end(), types->type) != v->mro.end();
+      const std::vector<guards::TypeRef>& mro = mroOf(v);
+      if (mro.empty()) unsupported("isinstance() of an object described without its type's MRO");
+      return std::find(mro.begin(), mro.end(), types->type) != mro.end();
     }
     if (types->kind == Kind::TypeObject && types->boolean && types->type.module != "builtins") {
       // A class of its own (its metaclass keeps type's __instancecheck__: no virtual
@@ -1975,6 +1994,36 @@ private:
       }
     own->keys.push_back(string(name));
     own->items.push_back(value);
+  }
+
+  // `obj.name = value` of an object of the call, which the trace records and the SDK replays
+  // with setattr afterwards: refused where the class runs code of its own there (a
+  // __setattr__ other than object's or nn.Module's, a property setter or other data
+  // descriptor) or its instances have no __dict__ (__slots__): later reads would see the
+  // value as assigned, not as that code leaves it, and what it raises would come too late.
+  void plainSetAttribute(const Var& obj, const std::string& name) {
+    Var cls = realize(extend(*obj->path, guards::attr("__class__")));
+    if (cls->kind != Kind::TypeObject) unsupported("setting '" + name + "' of an object whose class kiln cannot read");
+    std::string what = "setting '" + name + "' of a " + cls->type.text();
+    if (std::optional<Var> setter = classAttribute(cls, 0, "__setattr__")) {
+      const Var& raw = *setter;
+      bool moduleSetter = obj->kind == Kind::NnModule && raw->kind == Kind::Function &&
+                          std::string(raw->function->code.getQualname().cStr()) == "Module.__setattr__" &&
+                          raw->function->module == "torch.nn.modules.module";
+      if (!isBuiltinMethod(raw, "builtins.object.__setattr__") && !moduleSetter)
+        unsupported(what + ", whose class has a __setattr__ of its own");
+    }
+    Path at = extend(*cls->path, guards::classAttr(0, name));
+    guards::TypeRef type = guards::fromWire(lookup(at).getType());
+    if (!isMissing(lookup(at)) && type.module == "builtins" && type.qualname == "member_descriptor") {
+      // a __slots__ member: a store as object's
+      guards.check(node(at), guards::identityIs({lookup(at).getId(), request_.getScope(), "the __slots__ member " + name}));
+      return;
+    }
+    if (auto raw = classAttribute(cls, 0, name); raw && isDataDescriptor(*raw))
+      unsupported(what + ", a " + (*raw)->type.text() + " of its class (a setter)");
+    else if (!raw && obj->kind == Kind::Object && !lookup(*cls->path).getInstanceDict())
+      unsupported(what + ", whose instances have no __dict__ (__slots__)");
   }
 
   // `obj.name = value` for an instance the traced code made: its class's __setattr__.
@@ -2819,6 +2868,7 @@ private:
         if (!obj->path || (obj->kind != Kind::NnModule && obj->kind != Kind::Object))
           unsupported("setting attribute '" + name + "' of a " + kindName(obj->kind) +
                       (obj->path ? "" : " made in the traced code"));
+        plainSetAttribute(obj, name);
         if (value->kind == Kind::Tensor && obj->kind == Kind::NnModule) {
           // A parameter or buffer replaced by a computed tensor changes what later calls read.
           auto module = obj->desc->getModule();
@@ -3118,10 +3168,34 @@ private:
   // ---- the result ----------------------------------------------------------
 
   void write(const Var& result, schema::TraceResult::Builder out) {
+    std::vector<Var> roots{result};
+    for (const Effect& e : effects_) roots.push_back(e.value);
+    refuseSharedMade(roots);
     std::vector<ir::ValueId> outputs;
     ++specRoot_;
     spec(result, out.initOutputs(), outputs, false);
     writeGraph(outputs, out);
+  }
+
+  // A list or dict the trace made is rebuilt at each place it ends up (the result, a side
+  // effect's value): one reached twice would come back as two objects, where the caller's
+  // code expects one. Refused.
+  void refuseSharedMade(const std::vector<Var>& roots) {
+    std::set<const VarNode*> seen, objects;
+    std::function<void(const Var&)> walk = [&](const Var& v) {
+      if (v->path) return;
+      if ((v->kind == Kind::List || v->kind == Kind::Dict) && !seen.insert(v.get()).second)
+        unsupported("a " + kindName(v->kind) + " made in the traced code that ends up in two places (each would be a copy)");
+      if (v->kind == Kind::Object) {
+        if (!objects.insert(v.get()).second) return; // made objects keep their identity
+        for (const Var& part : {v->attrs, v->storage})
+          if (part) for (const Var& item : part->items) walk(item);
+        return;
+      }
+      if (v->kind == Kind::List || v->kind == Kind::Dict || v->kind == Kind::Tuple)
+        for (const Var& item : v->items) walk(item);
+    };
+    for (const Var& root : roots) walk(root);
   }
 
   // How the SDK rebuilds `v` from the graph's outputs (added to `outputs` as needed).

@@ -941,3 +941,102 @@ def global_step_reset_then_advanced_by_a_helper(x):
     a = next_step()
     b = next_step()
     return x * a + b, step
+
+
+# ---- instances of subclasses of builtins, setters, one object in several places -------------------
+
+EncoderOut = collections.namedtuple("EncoderOut", ["hidden", "pooled"])
+
+
+class Act(str, enum.Enum):
+    GELU = "gelu"
+    RELU = "relu"
+
+
+class Axis(enum.IntEnum):
+    TIME = 1
+
+
+def _unpack(out):
+    """HF's pattern: a tuple-like output indexed, a dict-like one read by key."""
+    if isinstance(out, tuple):
+        return out[0]
+    if isinstance(out, dict):
+        return out["hidden"]
+    return out.hidden
+
+
+@program(inputs=lambda n=3: r(2, n, 4), breaks="calling p_pystyle.EncoderOut, whose instances have no __dict__")
+def isinstance_of_builtin_bases_picks_the_branch(x):
+    as_tuple = _unpack(EncoderOut(x * 2, x.mean(1)))
+    as_dict = _unpack(collections.OrderedDict(hidden=x + 1))
+    act = Act.GELU
+    gelu = F.gelu(x) if isinstance(act, str) and act == "gelu" else F.relu(x)
+    summed = x.sum(int(Axis.TIME)) if isinstance(Axis.TIME, int) else x
+    return as_tuple, as_dict, gelu, summed, isinstance(act, (int, str)), isinstance(Axis.TIME, str)
+
+
+class ClampedTemperature(nn.Module):
+    """A temperature whose setter clamps (the assignment runs the setter, as in eager)."""
+
+    def __init__(self):
+        super().__init__()
+        self._t = 1.0
+
+    @property
+    def temperature(self):
+        return self._t
+
+    @temperature.setter
+    def temperature(self, value):
+        self._t = max(value, 0.5)
+
+    def forward(self, x, t):
+        self.temperature = t
+        return torch.softmax(x / self.temperature, dim=-1)
+
+
+@program(inputs=lambda n=4: (ClampedTemperature(), r(2, n), 0.1),
+         breaks="a builtins.property of its class (a setter)")
+def property_setter_on_the_module_runs_before_the_read(m, x, t):
+    return m(x, t), m.temperature
+
+
+class Recorder:
+    """Records each attribute set through its own __setattr__."""
+
+    def __init__(self):
+        object.__setattr__(self, "log", [])
+
+    def __setattr__(self, name, value):
+        self.log.append(name)
+        object.__setattr__(self, name, value * 2 if isinstance(value, (int, float)) else value)
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenSpec:
+    dim: int
+
+
+@program(inputs=lambda n=3: (r(n), Recorder(), FrozenSpec(4)),
+         breaks="whose class has a __setattr__ of its own")
+def custom_setattr_and_frozen_dataclass_assignment(x, rec, spec):
+    rec.scale = 3
+    try:
+        spec.dim = 8
+        frozen = False
+    except dataclasses.FrozenInstanceError:
+        frozen = True
+    return x * rec.scale, rec.log, frozen, spec.dim
+
+
+class Holder:
+    pass
+
+
+@program(inputs=lambda n=3: (r(n), Holder(), []), falls_back="ends up in two places")
+def one_dict_stored_on_an_object_in_a_list_and_returned(x, holder, sink):
+    state = {"y": x * 2}
+    holder.cache = state
+    sink.append(state)
+    return state

@@ -536,7 +536,7 @@ def lucidrains_einsum_attention_with_triu_mask(q, k, v):
 
 
 @program(inputs=lambda: (r(4, 5), torch.tensor([0, 4, 2, 1])), atol=1e-5,
-         breaks="calling torch.nn.functional.one_hot")
+         breaks="one_hot without num_classes")
 def soft_target_cross_entropy_from_one_hot(logits, labels):
     smoothing, classes = 0.1, logits.shape[-1]
     targets = F.one_hot(labels, num_classes=classes).float() * (1 - smoothing) + smoothing / classes
@@ -567,8 +567,7 @@ def cross_entropy_reductions_over_shifted_labels(logits, labels):
 
 
 @program(inputs=lambda: (r(4, 3), torch.randint(0, 2, (4, 3)).float(), r(4, 2), r(4, 2), r(4, 5),
-                         torch.tensor([0, 4, 2, 1])), atol=1e-5,
-         breaks="binary_cross_entropy_with_logits")
+                         torch.tensor([0, 4, 2, 1])), atol=1e-5)
 def multitask_head_losses(obj_logits, obj_targets, box, box_target, cls_logits, cls):
     pos_weight = torch.tensor([1.0, 2.0, 0.5], dtype=obj_logits.dtype)
     obj = F.binary_cross_entropy_with_logits(obj_logits, obj_targets, pos_weight=pos_weight)
@@ -876,3 +875,71 @@ class ConvTransposeDecoder(nn.Module):
          breaks="functional._single")
 def training_a_conv_transpose_decoder(decoder, z, image):
     return decoder(z, image)
+
+
+# ---- losses, norms and reorderings written as several ops ----------------------------------------------
+
+class RegressionHead(nn.Module):
+    """A detection-style head: box regression with three robust losses, objectness with a
+    class-balanced BCE, a distillation KL term; trained."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.box = nn.Linear(d, 4)
+        self.obj = nn.Linear(d, 3)
+        self.cls = nn.Linear(d, 5)
+
+    def forward(self, h, box_target, obj_target, teacher_logits):
+        box = self.box(h)
+        losses = {
+            "l1": F.l1_loss(box, box_target),
+            "smooth_l1": F.smooth_l1_loss(box, box_target, beta=0.5, reduction="sum") / h.shape[0],
+            "huber": F.huber_loss(box, box_target, delta=2.0),
+            "mse": F.mse_loss(box, box_target, reduction="none").mean(-1),
+            "obj": F.binary_cross_entropy_with_logits(self.obj(h), obj_target, weight=torch.tensor([1.0, 0.5, 2.0]),
+                                                      reduction="none").sum(-1),
+            "prob_bce": F.binary_cross_entropy(torch.sigmoid(self.obj(h)), obj_target),
+        }
+        student = F.log_softmax(self.cls(h), dim=-1)
+        losses["kd"] = F.kl_div(student, F.softmax(teacher_logits, -1), reduction="batchmean")
+        losses["kd_log"] = F.kl_div(student, F.log_softmax(teacher_logits, -1), reduction="sum", log_target=True)
+        return sum(v.sum() for v in losses.values()), losses
+
+
+@program(inputs=lambda n=4: (RegressionHead(), r(n, 8), r(n, 4), torch.randint(0, 2, (n, 3)).float(), r(n, 5)),
+         atol=1e-5)
+def detection_head_losses_train(head, h, box_target, obj_target, teacher_logits):
+    total, parts = head(h, box_target, obj_target, teacher_logits)
+    return total, parts
+
+
+@program(inputs=lambda n=6: (r(n, 5), torch.tensor([0, 4, -100, 1, 2, 3] * 8)[:n]), atol=1e-5)
+def nll_loss_of_log_probs_with_class_weights_and_ignore(logits, labels):
+    log_probs = torch.log_softmax(logits, dim=-1)
+    weight = torch.tensor([0.5, 1.0, 1.5, 1.0, 2.0])
+    mean = F.nll_loss(log_probs, labels, weight=weight)
+    summed = F.nll_loss(log_probs, labels, reduction="sum", ignore_index=-100)
+    per_row = F.nll_loss(log_probs, labels.clamp_min(0), reduction="none")
+    return mean, summed, per_row, torch.logsumexp(logits, dim=-1), logits.logsumexp(0, keepdim=True)
+
+
+@program(inputs=lambda n=5: (r(2, n, 8), r(2, 8)), atol=1e-5)
+def contrastive_similarity_with_normalized_embeddings(tokens, queries):
+    with torch.no_grad():
+        pooled = F.normalize(tokens.mean(1), dim=-1)
+        q = F.normalize(queries, p=2.0, dim=1, eps=1e-6)
+        sim = pooled @ q.T
+        norms = torch.linalg.vector_norm(tokens, dim=-1), tokens.norm(dim=-1, keepdim=True), torch.norm(queries)
+        l1 = tokens.norm(p=1, dim=(1, 2)), torch.linalg.vector_norm(queries, ord=float("inf"), dim=1)
+    return sim, norms, l1
+
+
+@program(inputs=lambda: (r(2, 6, 4), torch.tensor([[0, 2, 1], [3, 3, 0]])), atol=1e-6)
+def reversed_and_rolled_sequences_with_one_hot_routing(x, experts):
+    backwards = x.flip(1)                       # a reverse-direction RNN's input
+    both = torch.flip(x, dims=(0, 2))
+    shifted = torch.roll(x, shifts=1, dims=1)   # a cyclic shift of the sequence
+    shifted_back = x.roll((-2, 1), (1, 2))
+    routing = F.one_hot(experts, num_classes=4).float().sum(1)
+    finite = torch.isfinite(x / (x - x.flip(1))).all(-1)
+    return backwards, both, shifted, shifted_back, routing, finite
