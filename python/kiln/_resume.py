@@ -306,6 +306,10 @@ def glue_function(fn: types.FunctionType, layout: Layout, start: int, end: int, 
         body = _renumbered(_units(code)[first:listed[prefix].offset // 2], layout.mapping) + _encode(*plain)
         produced -= 1
     units = layout.prologue(code) + body + _encode(_OP["BUILD_TUPLE"], produced) + _encode(_OP["RETURN_VALUE"])
+    # The line of the frame's own instruction run here (what a log record or a warning's
+    # stacklevel reads), not the break's, which may be inside a function it calls.
+    own = listed[end].positions.lineno if listed[end].positions and listed[end].positions.lineno else None
+    line = own or line
     locations = _location_entries(len(units), line - code.co_firstlineno)
     qualname = f"{code.co_qualname}.<graph break at line {line}>"
     return _function(layout.code(code, units, qualname=qualname, exceptions=b"", locations=locations), fn)

@@ -246,6 +246,8 @@ def _builtin_name(obj):
         if prefix == "torch.linalg" and isinstance(name, str) and name.startswith("linalg_"):
             member = name[len("linalg_"):]  # torch.linalg.vector_norm is named linalg_vector_norm
         if isinstance(member, str) and getattr(module, member, None) is obj:
+            if prefix == "torch.utils.checkpoint" and getattr(obj, "__module__", None) != prefix:
+                continue  # a name it imports (collections.defaultdict), not one of its own
             return f"{prefix}.{member}"
     if obj is torch.Tensor:
         return "torch.Tensor"
@@ -308,10 +310,14 @@ def _described(obj, path: list, depth: int, extra: list | None, d: dict) -> dict
     elif isinstance(obj, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
         _aten_op(obj, d)
     elif isinstance(obj, functools.partial):
-        # Not read further: reading a partial's __dict__ makes one, and a partial with a
-        # __dict__ is no longer flattened into a partial made of it.
-        # TODO(issue 45): trace calls of partials (their func, args and keywords).
-        d["unsupported"] = "a functools.partial"
+        # Its func, args and keywords are read through their paths when it is called. Its
+        # __dict__ is not read: reading it makes one, and a partial with a __dict__ is no
+        # longer flattened into a partial made of it.
+        if type(obj) is functools.partial:
+            d["object"] = []
+            d["mro"] = [_type_ref(t) for t in type(obj).__mro__]
+        else:
+            d["unsupported"] = f"a {type(obj).__qualname__}, a subclass of functools.partial"
     elif (name := _builtin_name(obj)) is not None:
         d["builtin"] = name
     elif isinstance(obj, (list, tuple)) and type(obj) in (list, tuple, torch.Size) and depth < MAX_DEPTH:

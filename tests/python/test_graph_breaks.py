@@ -424,3 +424,50 @@ def test_a_refused_attribute_of_a_callable_expression_above_its_null(stack):
         for x in (torch.ones(3), -torch.ones(3), torch.ones(3)):
             torch.testing.assert_close(fast(x), f(x))
     assert [str(w.message) for w in caught] == ["positive"] * 4
+
+
+_logger = __import__("logging").getLogger("kiln.tests.graph_breaks")
+
+
+def _warn_if_narrow(x):
+    if x.shape[-1] != 4:
+        import warnings
+        warnings.warn("expected a last dim of 4", UserWarning, stacklevel=2)
+    return x.sum(-1)
+
+
+def test_a_call_run_at_a_break_reports_the_callers_line(stack):
+    """A log record's line and a warning's stacklevel read the frame that runs the refused
+    call: the line is the function's own, not the line inside the callee where it broke."""
+    import logging
+    import warnings
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append((record.funcName, record.lineno))
+
+    def model(x):
+        h = x + 1
+        _logger.info("batch %d", x.shape[0])
+        y = _warn_if_narrow(h)
+        return y.relu()
+
+    log_line = model.__code__.co_firstlineno + 2
+    warn_line = model.__code__.co_firstlineno + 3
+    handler = Keep()
+    _logger.addHandler(handler)
+    _logger.setLevel(logging.INFO)
+    try:
+        fast = kiln.compile(model, stack=stack)
+        x = torch.randn(2, 3)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = fast(x)
+            expected = model(x)
+        torch.testing.assert_close(got, expected)
+    finally:
+        _logger.removeHandler(handler)
+    assert records == [("model", log_line)] * 2, records
+    assert [w.lineno for w in caught] == [warn_line] * 2, [(w.filename, w.lineno) for w in caught]
+    assert fast.graph_breaks  # the log call and the warning ran at breaks

@@ -636,3 +636,23 @@ def test_function_cache_through_the_guards_service(stack):
     # mark_static through the service.
     cache.mark("L['n']", False)
     assert "mark_static L['n']" in cache.frame.text()
+
+
+def test_a_dict_keyed_by_enum_members_compiles_and_its_keys_are_guarded(stack):
+    """The frame state takes a dict whose keys are not constants (enum members) by its type;
+    the trace guards what it reads of it. No stack failure, no stale entry."""
+    import enum
+
+    class Layer(enum.IntEnum):
+        EMB = 0
+        HEAD = 1
+
+    def f(x, d):
+        return x * len(d)
+
+    fast = kiln.compile(f, stack=stack)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # kiln's "the stack failed" warning would raise here
+        for d in ({Layer.EMB: 1}, {Layer.EMB: 1, Layer.HEAD: 2}, {Layer.HEAD: 3}):
+            x = torch.randn(3)
+            torch.testing.assert_close(fast(x, d), f(x, d))

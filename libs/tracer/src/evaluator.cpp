@@ -641,6 +641,7 @@ private:
     meta.storageOffset = table.integer(t.storageOffset);
     ir::ValueId id = graph.placeholder("arg" + std::to_string(inputs_.size()), meta);
     inputs_.push_back({path, InputKind::Tensor});
+    tensorInputs_.emplace(id, path);
     for (const auto& [s, dim] : dynamicDims) symbolSources_.emplace(s, std::make_pair(id, dim));
     if (!std::holds_alternative<std::monostate>(t.value)) scalarInputs_[id] = {path, t.value};
     return tensor(id);
@@ -791,8 +792,29 @@ private:
     case Kind::NnModule: return callModule(callee, std::move(args), kwargs, depth);
     case Kind::TypeObject: return instantiate(callee, std::move(args), kwargs, depth + 1);
     case Kind::GradMode: unsupported("calling a grad-mode object");
+    case Kind::Object: return callObject(callee, std::move(args), kwargs, depth);
     default: unsupported("calling a " + kindName(callee->kind));
     }
+  }
+
+  // An object of the call called: a functools.partial is its func called with its args first
+  // and its keywords under the call's (read through its paths, which its type's guard fixes).
+  Var callObject(const Var& callee, std::vector<Var> args, const Kwargs& kwargs, size_t depth) {
+    if (!callee->path || !(callee->type == guards::TypeRef{"functools", "partial"}))
+      unsupported("calling a " + (callee->type.qualname.empty() ? kindName(callee->kind) : callee->type.text()));
+    Var fn = realize(extend(*callee->path, guards::attr("func")));
+    Var bound = realize(extend(*callee->path, guards::attr("args")));
+    Var keywords = realize(extend(*callee->path, guards::attr("keywords")));
+    if (bound->kind != Kind::Tuple || keywords->kind != Kind::Dict) unsupported("a functools.partial kiln cannot read");
+    args.insert(args.begin(), bound->items.begin(), bound->items.end());
+    Kwargs merged;
+    for (size_t k = 0; k < keywords->keys.size(); ++k) {
+      const Var& key = keywords->keys[k];
+      if (key->kind != Kind::Str) unsupported("a functools.partial with a keyword that is not a str");
+      if (!kwarg(kwargs, key->name)) merged.emplace_back(key->name, keywords->items[k]);
+    }
+    merged.insert(merged.end(), kwargs.begin(), kwargs.end());
+    return callVar(fn, std::move(args), merged, depth);
   }
 
   Var callMethod(const Var& self, const std::string& name, std::vector<Var> args, const Kwargs& kwargs, size_t depth) {
@@ -2655,6 +2677,15 @@ private:
       return part;
     }
     if (obj->kind == Kind::NnModule) {
+      // The containers' __getitem__: a ModuleDict's child by name, a ModuleList's or
+      // Sequential's by position. Another module's __getitem__ is its own code.
+      if (!isContainerModule(obj)) unsupported("subscripting a " + obj->type.text());
+      if (std::find(obj->mro.begin(), obj->mro.end(), guards::TypeRef{"torch.nn.modules.container", "ModuleDict"}) != obj->mro.end()) {
+        if (index->kind != Kind::Str) unsupported("a ModuleDict key that is not a str");
+        for (auto name : obj->desc->getModule().getModules())
+          if (index->name == name.cStr()) return attribute(obj, index->name);
+        unsupported("a ModuleDict key it does not hold (KeyError)");
+      }
       std::vector<Var> kids = children(obj);
       int64_t k = concrete(index), n = static_cast<int64_t>(kids.size());
       if (k < 0) k += n;
@@ -3171,10 +3202,39 @@ private:
     std::vector<Var> roots{result};
     for (const Effect& e : effects_) roots.push_back(e.value);
     refuseSharedMade(roots);
+    // Tensors of the call come back as themselves where the graph computes some other tensor
+    // and writes none in place; a call that computes none keeps them as graph outputs.
+    inputsAsThemselves_ = !writesInputs() && computesTensor(roots);
     std::vector<ir::ValueId> outputs;
     ++specRoot_;
     spec(result, out.initOutputs(), outputs, false);
     writeGraph(outputs, out);
+  }
+
+  // Whether `roots` hold a tensor the graph computes (not a tensor of the call as it came).
+  bool computesTensor(const std::vector<Var>& roots) const {
+    std::set<const VarNode*> seen;
+    std::function<bool(const Var&)> computed = [&](const Var& v) {
+      if (!seen.insert(v.get()).second) return false;
+      if (v->kind == Kind::Tensor) return !tensorInputs_.count(v->value);
+      if (v->kind == Kind::Object && !v->path) {
+        for (const Var& part : {v->attrs, v->storage})
+          if (part && std::any_of(part->items.begin(), part->items.end(), computed)) return true;
+        return false;
+      }
+      if (v->path) return false;
+      return std::any_of(v->items.begin(), v->items.end(), computed);
+    };
+    return std::any_of(roots.begin(), roots.end(), computed);
+  }
+
+  // Whether the graph writes into a tensor (an in-place op on an input): its inputs then
+  // pass through it as outputs, as the writes are functionalized.
+  bool writesInputs() const {
+    for (const ir::Node& n : graph.nodes())
+      if (n.kind == ir::NodeKind::Call)
+        if (const ir::OpInfo* op = ir::findOp(n.target); op && op->mutates) return true;
+    return false;
   }
 
   // A list or dict the trace made is rebuilt at each place it ends up (the result, a side
@@ -3219,7 +3279,16 @@ private:
       return;
     }
     switch (v->kind) {
-    case Kind::Tensor: o.setGraphOutput(output(v->value)); return;
+    case Kind::Tensor:
+      if (auto input = tensorInputs_.find(v->value); input != tensorInputs_.end() && inputsAsThemselves_) {
+        // A tensor of the call returned as it came: the object itself (an nn.Parameter
+        // stays one, `out is x` holds), not a new tensor of its values.
+        auto steps = o.initPath(static_cast<unsigned>(input->second.size()));
+        for (unsigned j = 0; j < steps.size(); ++j) guards::toWire(input->second[j], steps[j]);
+        return;
+      }
+      o.setGraphOutput(output(v->value));
+      return;
     case Kind::None: o.initConstant().setNone(); return;
     case Kind::Bool: o.initConstant().setBool(truth(v)); return;
     case Kind::Int: {
@@ -3439,6 +3508,8 @@ private:
     InputKind kind;
   };
   std::vector<Input> inputs_;
+  std::map<ir::ValueId, Path> tensorInputs_; // a tensor input's placeholder: its path
+  bool inputsAsThemselves_ = false;          // write(): returned inputs as their paths
   std::map<uint64_t, std::pair<Var, Path>> parameters_; // by object id: the graph input, its first path
   std::vector<std::pair<ir::Device, ir::ValueId>> seeds_; // randomStream's seed input per device
   size_t streams_ = 0;                                    // random streams handed out

@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import functools
 import inspect
 import os
 import pathlib
@@ -232,6 +233,9 @@ def compare(got, expected, p: Program):
         assert isinstance(got, dict) and list(got) == list(expected), f"expected keys {list(expected)}, got {got!r}"
         for k in expected:
             compare(got[k], expected[k], p)
+    elif isinstance(expected, functools.partial):  # equal as their parts (a copy is another object)
+        assert isinstance(got, functools.partial), f"expected a partial, got {got!r}"
+        compare((got.func, got.args, got.keywords), (expected.func, expected.args, expected.keywords), p)
     elif isinstance(expected, torch.nn.Module):
         compare(dict(got.state_dict()), dict(expected.state_dict()), p)
         compare({k: v for k, v in vars(got).items() if not k.startswith("_")},

@@ -238,3 +238,24 @@ def module_activations_in_place(x):
     g = x + 1.0
     z = silu_in_place(g)
     return h + y, g * z
+
+
+class MultiTaskHeads(nn.Module):
+    """Task heads in a ModuleDict picked by name, a user container's __getitem__ left to it."""
+
+    def __init__(self, tasks=("sentiment", "topic", "toxicity")):
+        super().__init__()
+        self.trunk = nn.Linear(8, 8)
+        self.heads = nn.ModuleDict({task: nn.Linear(8, 2 + k) for k, task in enumerate(tasks)})
+        self.order = list(tasks)
+
+    def forward(self, x, task):
+        h = torch.relu(self.trunk(x))
+        chosen = self.heads[task](h)
+        every = {name: self.heads[f"{name}"](h).mean(-1) for name in self.order}
+        return chosen, every, self.heads["topic"].out_features
+
+
+@program(inputs=lambda n=4: (MultiTaskHeads(), r(n, 8), "topic"), atol=1e-5)
+def module_dict_heads_picked_by_name(m, x, task):
+    return m(x, task)

@@ -148,7 +148,7 @@ class PartialMLP(nn.Module):
 partial_mlp = inference(PartialMLP())
 
 
-@program(inputs=lambda: r(3, 4), breaks="is a functools.partial")
+@program(inputs=lambda: r(3, 4))
 def partials_made_in_init_called_in_forward(x):
     return partial_mlp(x)
 
@@ -160,7 +160,7 @@ def partial_of_a_user_function_made_in_forward(x):
     return doubled(x), gelu_doubled(x, shift=-1.0), doubled.keywords["scale"], gelu_doubled.func is scaled_activation
 
 
-@program(inputs=lambda n=3: r(2, n, 4, 2), breaks="calling a object")
+@program(inputs=lambda n=3: r(2, n, 4, 2), breaks="calling a types.BuiltinFunctionType")
 def reduce_multiplies_the_trailing_dims(x):
     flat = functools.reduce(operator.mul, x.shape[1:], 1)
     masks = [x > -1, x.abs() < 2, x < 0.5]
@@ -172,7 +172,7 @@ def _num_patches(image_size, patch_size):
     return (image_size // patch_size) ** 2
 
 
-@program(inputs=lambda: r(2, 16, 3), breaks="calling a object")
+@program(inputs=lambda: r(2, 16, 3), breaks="calling a functools._lru_cache_wrapper")
 def lru_cache_helper_sizes_the_positions(x):
     n = _num_patches(8, 2)
     pos = torch.arange(n, dtype=x.dtype)[None, :, None]
@@ -387,7 +387,7 @@ def size_tuple_concatenated_for_the_head_view(x):
 SUPPORTED_ROPE = frozenset({"default", "linear", "dynamic"})
 
 
-@program(inputs=lambda: call(r(4, 4), rope_type="linear"), breaks="CONTAINS_OP: calling a object")
+@program(inputs=lambda: call(r(4, 4), rope_type="linear"), breaks="CONTAINS_OP: calling a types.BuiltinFunctionType")
 def set_literal_membership_picks_the_scaling(x, rope_type):
     if rope_type not in SUPPORTED_ROPE:
         raise ValueError(f"unknown rope type {rope_type}")
@@ -607,7 +607,7 @@ def warn_once(message):
         warnings.warn(message, UserWarning)
 
 
-@program(inputs=lambda: r(2, 4), breaks="calling a object")
+@program(inputs=lambda: r(2, 4), breaks="calling a types.BuiltinFunctionType")
 def warn_once_through_a_global_set(x):
     if x.dim() == 2:
         warn_once("expected a batch of sequences; adding a dimension")
@@ -1040,3 +1040,29 @@ def one_dict_stored_on_an_object_in_a_list_and_returned(x, holder, sink):
     holder.cache = state
     sink.append(state)
     return state
+
+
+softmax_last = functools.partial(torch.softmax, dim=-1)
+_ACTIVATIONS = {"gelu_tanh": functools.partial(F.gelu, approximate="tanh"), "relu": F.relu}
+
+
+class GatedHead(nn.Module):
+    """Activations and a gate picked from config as partials (HF's ACT2FN style)."""
+
+    def __init__(self, act="gelu_tanh"):
+        super().__init__()
+        self.proj = nn.Linear(4, 8)
+        self.act = _ACTIVATIONS[act]
+        self.gate = functools.partial(scaled_activation, act=torch.sigmoid, scale=2.0)
+        self.nested = functools.partial(self.gate, shift=0.5)  # a partial of a partial
+
+    def forward(self, x, bias):
+        h = self.act(self.proj(x))
+        g = self.nested(h, scale=1.0)  # the call's keyword over the partial's
+        add_bias = functools.partial(torch.add, other=bias)
+        return softmax_last(add_bias(h * g))
+
+
+@program(inputs=lambda n=3: (GatedHead(), r(n, 4), r(8)), atol=1e-5, breaks="calling functools.partial, whose class")
+def partials_from_config_globals_and_nested(head, x, bias):
+    return head(x, bias)
