@@ -16,6 +16,7 @@ import hashlib
 import inspect
 import itertools
 import math
+import operator
 import sys
 import threading
 import types
@@ -203,7 +204,10 @@ def _answered_when_tracing() -> dict:
              "torch._C._get_tracing_state": torch._C._get_tracing_state,
              "torch.is_grad_enabled": torch.is_grad_enabled,
              "torch.get_default_dtype": torch.get_default_dtype,
-             "inspect.signature": inspect.signature}
+             "inspect.signature": inspect.signature,
+             "functools.reduce": functools.reduce,
+             **{f"operator.{n}": getattr(operator, n)
+                for n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul")}}
     return {fn: name for name, fn in named.items() if fn is not None}
 
 

@@ -1456,6 +1456,22 @@ private:
       default: return boolean(!absent(args[0], "__call__"));
       }
     }
+    if (name == "functools.reduce") { // fn(fn(initial, x0), x1)...; without initial, from x0
+      takes(name, args, kwargs, 2, 3);
+      std::vector<Var> items = iterate(args[1]);
+      size_t next = 0;
+      Var acc = args.size() == 3 ? args[2] : nullptr;
+      if (!acc) {
+        if (items.empty()) unsupported("functools.reduce() of an empty sequence without an initial value (TypeError)");
+        acc = items[next++];
+      }
+      for (; next < items.size(); ++next) acc = callVar(args[0], {acc, items[next]}, {}, depth);
+      return acc;
+    }
+    if (auto op = operatorSymbol(name)) { // operator.add(a, b) is a + b
+      takes(name, args, kwargs, 2, 2);
+      return arith(*op, args[0], args[1]);
+    }
     if (name == "builtins.map" || name == "builtins.filter") {
       takes(name, args, kwargs, 2, name == "builtins.filter" ? 2 : SIZE_MAX);
       std::vector<std::vector<Var>> lists;
@@ -2530,6 +2546,15 @@ private:
   sym::Expr asExpr(const Var& v) {
     if (v->kind == Kind::Bool) return table.integer(v->boolean ? 1 : 0);
     return v->symbolic;
+  }
+
+  // The operator module's binary functions, as the symbol arith() takes.
+  static std::optional<std::string> operatorSymbol(const std::string& name) {
+    static const std::map<std::string, std::string> symbols = {
+        {"operator.add", "+"}, {"operator.sub", "-"},  {"operator.mul", "*"},      {"operator.truediv", "/"},
+        {"operator.floordiv", "//"}, {"operator.mod", "%"}, {"operator.pow", "**"}, {"operator.matmul", "@"}};
+    auto it = symbols.find(name);
+    return it == symbols.end() ? std::nullopt : std::optional<std::string>(it->second);
   }
 
   Var arith(const std::string& op, const Var& a, const Var& b) {

@@ -160,7 +160,7 @@ def partial_of_a_user_function_made_in_forward(x):
     return doubled(x), gelu_doubled(x, shift=-1.0), doubled.keywords["scale"], gelu_doubled.func is scaled_activation
 
 
-@program(inputs=lambda n=3: r(2, n, 4, 2), breaks="calling a types.BuiltinFunctionType")
+@program(inputs=lambda n=3: r(2, n, 4, 2))
 def reduce_multiplies_the_trailing_dims(x):
     flat = functools.reduce(operator.mul, x.shape[1:], 1)
     masks = [x > -1, x.abs() < 2, x < 0.5]
@@ -1066,3 +1066,11 @@ class GatedHead(nn.Module):
 @program(inputs=lambda n=3: (GatedHead(), r(n, 4), r(8)), atol=1e-5, breaks="calling functools.partial, whose class")
 def partials_from_config_globals_and_nested(head, x, bias):
     return head(x, bias)
+
+
+@program(inputs=lambda n=3: ([r(n, 4) for _ in range(3)], r(4, 4)), atol=1e-5)
+def reduce_folds_layers_and_sums_with_an_initial_value(hiddens, w):
+    fused = functools.reduce(operator.add, hiddens)
+    chained = functools.reduce(lambda h, _: torch.tanh(h @ w), range(2), hiddens[0])
+    scaled = functools.reduce(operator.truediv, [8.0, 2.0], 64.0)
+    return fused, chained, functools.reduce(operator.matmul, [w, w, w]), scaled
