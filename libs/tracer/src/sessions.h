@@ -1,8 +1,9 @@
 // Kept traces (TraceRequest.keepState): the trace runs on a thread of its own that waits
 // where it meets an object it was not shown, so that each round sends and evaluates only
 // what is new, where a trace of one round starts again from the first instruction with
-// every description resent. A session ends with its answer, when its caller goes silent
-// (expiry) or when too many are waiting; a later round for it is then `sessionLost`.
+// every description resent. A session ends with its answer; a waiting one also ends when
+// another starts waiting after its caller was silent too long, or when too many are
+// waiting. A later round for it is then `sessionLost`.
 #pragma once
 
 #include "kiln/schema/tracer.capnp.h"
