@@ -174,7 +174,7 @@ def _device(d: torch.device) -> dict:
 def _tensor(t: torch.Tensor) -> dict:
     out = {"dtype": dtype_name(t.dtype), "device": _device(t.device), "requiresGrad": t.requires_grad,
            "sizes": list(t.shape), "strides": list(t.stride()), "storageOffset": t.storage_offset()}
-    if t.dim() == 0 and t.device.type == "cpu":  # .item() of it is backed by this value (seed 000)
+    if t.dim() == 0 and t.device.type == "cpu":  # .item() of it is backed by this value
         if t.dtype.is_floating_point:
             out["value"] = {"float": t.item()}
         elif not t.dtype.is_complex and t.dtype != torch.bool:

@@ -23,8 +23,8 @@ using program::TensorData;
 
 namespace {
 
-// f(x, y) = (x.reshape(-1) * w, y) with x: [s0, s1], y: [s2], w stored (seed 000's
-// example, without the add the IR cannot type before the assert is known):
+// f(x, y) = (x.reshape(-1) * w, y) with x: [s0, s1], y: [s2], w stored (no add, which the
+// IR cannot type before the assert is known):
 // the asserts s0*s1 == s2 (what a reshape needs) and s0 != s1.
 Program seedProgram() {
   auto table = std::make_shared<sym::SymbolTable>();

@@ -15,11 +15,6 @@ namespace {
 
 Var num(TraceState& s, int64_t k) { return integer(s.table.integer(k)); }
 
-Var tensorArg(const std::string& what, const std::optional<Var>& v) {
-  if (!v || (*v)->kind != Kind::Tensor) unsupported(what + ": expected a tensor");
-  return *v;
-}
-
 // The value `x` written into `self` (an in-place form: x.lerp_(...)): a where over an
 // all-true mask, the IR's write of one tensor into another.
 Var writeInto(TraceState& s, const Var& self, const Var& x) {
@@ -28,13 +23,6 @@ Var writeInto(TraceState& s, const Var& self, const Var& x) {
   all->dtype = DType::Bool;
   Var mask = s.callOp("ones_like", {self}, {{"dtype", all}});
   return s.callOp("where_out", {mask, x, self, self}, {});
-}
-
-// Python's number, or a float kiln reads now (a scalar weight, beta).
-double numberArg(TraceState& s, const std::string& what, const std::optional<Var>& v, double otherwise) {
-  if (!v) return otherwise;
-  if ((*v)->kind != Kind::Int && (*v)->kind != Kind::Float) unsupported(what + ": expected a number");
-  return s.number(*v);
 }
 
 // lerp(self, end, weight): torch's two-sided form, exact at both ends.

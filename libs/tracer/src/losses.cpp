@@ -13,11 +13,6 @@ namespace kiln::tracer {
 
 namespace {
 
-Var tensorOf(const std::string& what, const std::optional<Var>& v) {
-  if (!v || (*v)->kind != Kind::Tensor) unsupported(what + ": expected a tensor");
-  return *v;
-}
-
 bool given(const std::optional<Var>& v) {
   return v && (*v)->kind != Kind::None;
 }
@@ -27,14 +22,6 @@ std::string textOf(const std::string& what, const std::optional<Var>& v,
   if (!v) return otherwise;
   if ((*v)->kind != Kind::Str) unsupported(what + ": expected a str");
   return (*v)->name;
-}
-
-double numberOf(TraceState& s, const std::string& what, const std::optional<Var>& v,
-                double otherwise) {
-  if (!v) return otherwise;
-  if ((*v)->kind != Kind::Int && (*v)->kind != Kind::Float)
-    unsupported(what + ": expected a number");
-  return s.number(*v);
 }
 
 // A floating tensor where autocast is on for its device, as autocast's f32 policy casts it.
@@ -115,8 +102,8 @@ std::optional<Var> callLoss(TraceState& s, const std::string& name, const std::s
                          {"input", "target", "size_average", "reduce", "reduction", "weight"});
     noLegacy(name, p);
     if (given(p["weight"])) unsupported(name + "(weight=...)");
-    Var diff =
-        sub(s, inFloat32(s, tensorOf(name, p["input"])), inFloat32(s, tensorOf(name, p["target"])));
+    Var diff = sub(s, inFloat32(s, tensorArg(name, p["input"])),
+                   inFloat32(s, tensorArg(name, p["target"])));
     Var loss;
     if (m == "mse_loss") {
       loss = mul(s, diff, diff);
@@ -125,7 +112,7 @@ std::optional<Var> callLoss(TraceState& s, const std::string& name, const std::s
     } else { // quadratic below the threshold, linear above it
       bool huber = m == "huber_loss";
       double t =
-          numberOf(s, name + (huber ? "'s delta" : "'s beta"), p[huber ? "delta" : "beta"], 1.0);
+          numberArg(s, name + (huber ? "'s delta" : "'s beta"), p[huber ? "delta" : "beta"], 1.0);
       if (t < 0) unsupported(name + " with a negative " + (huber ? "delta" : "beta"));
       Var magnitude = unary(s, "abs", diff);
       if (t == 0) {
@@ -147,12 +134,12 @@ std::optional<Var> callLoss(TraceState& s, const std::string& name, const std::s
     if (m == "binary_cross_entropy" && p["pos_weight"])
       unsupported(name + ": an unexpected keyword pos_weight");
     noLegacy(name, p);
-    Var x = tensorOf(name, p["input"]);
+    Var x = tensorArg(name, p["input"]);
     if (m == "binary_cross_entropy" && s.autocast.of(s.meta(x).device.type) &&
         s.meta(x).device.type == ir::DeviceType::Cuda)
       unsupported(name + " under CUDA autocast (torch refuses it there)");
     x = inFloat32(s, x);
-    Var t = inFloat32(s, tensorOf(name, p["target"]));
+    Var t = inFloat32(s, tensorArg(name, p["target"]));
     Var one = integer(s.table.integer(1));
     auto oneMinus = [&](const Var& v) { return add(s, unary(s, "neg", v), one); };
     Var loss;
@@ -167,13 +154,13 @@ std::optional<Var> callLoss(TraceState& s, const std::string& name, const std::s
           add(s, unary(s, "log1p", unary(s, "exp", unary(s, "neg", unary(s, "abs", x)))),
               s.callOp("clamp", {unary(s, "neg", x)}, {{"min", integer(s.table.integer(0))}}));
       if (given(p["pos_weight"])) {
-        Var pw = inFloat32(s, tensorOf(name + "'s pos_weight", p["pos_weight"]));
+        Var pw = inFloat32(s, tensorArg(name + "'s pos_weight", p["pos_weight"]));
         softplusOfMinus = mul(s, add(s, mul(s, sub(s, pw, one), t), one), softplusOfMinus);
       }
       loss = add(s, mul(s, oneMinus(t), x), softplusOfMinus);
     }
     if (given(p["weight"]))
-      loss = mul(s, loss, inFloat32(s, tensorOf(name + "'s weight", p["weight"])));
+      loss = mul(s, loss, inFloat32(s, tensorArg(name + "'s weight", p["weight"])));
     return reduce(s, name, textOf(name + "'s reduction", p["reduction"], "mean"), loss);
   }
   if (functional && m == "nll_loss") { // -input[n, target[n]] (weighted), ignore_index left out
@@ -181,8 +168,8 @@ std::optional<Var> callLoss(TraceState& s, const std::string& name, const std::s
         name, args, kwargs,
         {"input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction"});
     noLegacy(name, p);
-    Var x = inFloat32(s, tensorOf(name, p["input"])),
-        target = tensorOf(name + "'s target", p["target"]);
+    Var x = inFloat32(s, tensorArg(name, p["input"])),
+        target = tensorArg(name + "'s target", p["target"]);
     if (s.meta(x).dim() != 2 || s.meta(target).dim() != 1)
       unsupported(name + " beyond a 2-d input and 1-d target");
     if (!ir::isIntegral(s.meta(target).dtype, false))
@@ -201,7 +188,7 @@ std::optional<Var> callLoss(TraceState& s, const std::string& name, const std::s
     Var zero = floating(0.0);
     Var w = s.callOp("where", {kept, s.callOp("ones_like", {picked}, {}), zero}, {});
     if (given(p["weight"])) {
-      Var classes = inFloat32(s, tensorOf(name + "'s weight", p["weight"]));
+      Var classes = inFloat32(s, tensorArg(name + "'s weight", p["weight"]));
       w = s.callOp(
           "where",
           {kept, s.callOp("index_select", {classes, integer(s.table.integer(0)), safe}, {}), zero},
@@ -217,7 +204,8 @@ std::optional<Var> callLoss(TraceState& s, const std::string& name, const std::s
     Params p = bindParams(name, args, kwargs,
                           {"input", "target", "size_average", "reduce", "reduction", "log_target"});
     noLegacy(name, p);
-    Var x = inFloat32(s, tensorOf(name, p["input"])), t = inFloat32(s, tensorOf(name, p["target"]));
+    Var x = inFloat32(s, tensorArg(name, p["input"])),
+        t = inFloat32(s, tensorArg(name, p["target"]));
     Var loss;
     if (boolArg(name + "'s log_target", p["log_target"], false)) {
       loss = mul(s, unary(s, "exp", t), sub(s, t, x));
@@ -236,11 +224,11 @@ std::optional<Var> callLoss(TraceState& s, const std::string& name, const std::s
   if (functional && m == "normalize") { // input / max(norm(input, p, dim), eps)
     Params p = bindParams(name, args, kwargs, {"input", "p", "dim", "eps", "out"});
     if (given(p["out"])) unsupported(name + "(out=...)");
-    Var x = tensorOf(name, p["input"]);
+    Var x = tensorArg(name, p["input"]);
     Var dim = p["dim"] ? *p["dim"] : integer(s.table.integer(1));
-    Var norm = vectorNorm(s, name, x, numberOf(s, name + "'s p", p["p"], 2.0), dim, true);
+    Var norm = vectorNorm(s, name, x, numberArg(s, name + "'s p", p["p"], 2.0), dim, true);
     Var floor = s.callOp("clamp", {norm},
-                         {{"min", floating(numberOf(s, name + "'s eps", p["eps"], 1e-12))}});
+                         {{"min", floating(numberArg(s, name + "'s eps", p["eps"], 1e-12))}});
     return s.callOp("div", {x, floor}, {});
   }
   bool norm =
@@ -253,14 +241,14 @@ std::optional<Var> callLoss(TraceState& s, const std::string& name, const std::s
             : bindParams(name, args, kwargs, {"input", "p", "dim", "keepdim", "dtype", "out"}, 4);
     for (const char* refused : {"dtype", "out"})
       if (given(p[refused])) unsupported(name + "(" + refused + "=...)");
-    Var x = tensorOf(name, p[vector ? "x" : "input"]);
+    Var x = tensorArg(name, p[vector ? "x" : "input"]);
     std::optional<Var> order = p[vector ? "ord" : "p"];
     double value = 2.0;
     if (given(order)) {
       if ((*order)->kind == Kind::Str && (*order)->name == "fro")
         value = 2.0; // of a vector or over all dims
       else
-        value = numberOf(s, name + "'s " + (vector ? "ord" : "p"), order, 2.0);
+        value = numberArg(s, name + "'s " + (vector ? "ord" : "p"), order, 2.0);
       if ((*order)->kind == Kind::Str && given(p["dim"])) {
         Var d = *p["dim"];
         bool oneOrTwo = d->kind == Kind::Int ||

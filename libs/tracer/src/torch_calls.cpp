@@ -49,6 +49,17 @@ bool boolArg(const std::string& what, const std::optional<Var>& v, bool otherwis
   return (*v)->boolean;
 }
 
+Var tensorArg(const std::string& what, const std::optional<Var>& v) {
+  if (!v || (*v)->kind != Kind::Tensor) unsupported(what + ": expected a tensor");
+  return *v;
+}
+
+double numberArg(TraceState& s, const std::string& what, const std::optional<Var>& v, double otherwise) {
+  if (!v) return otherwise;
+  if ((*v)->kind != Kind::Int && (*v)->kind != Kind::Float) unsupported(what + ": expected a number");
+  return s.number(*v);
+}
+
 int64_t intArg(TraceState& s, const std::string& what, const Var& v) {
   if (v->kind != Kind::Int) unsupported(what + ": expected an int, got a " + kindName(v->kind));
   return s.concrete(v);

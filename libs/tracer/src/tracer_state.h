@@ -51,6 +51,8 @@ Params bindParams(const std::string& what, const std::vector<Var>& args, const K
                   const std::vector<std::string>& names, size_t keywordOnly = SIZE_MAX);
 // A bool argument (keepdim=), `otherwise` when absent: torch's parser takes no int for a bool.
 bool boolArg(const std::string& what, const std::optional<Var>& v, bool otherwise);
+// A tensor argument, refused when absent or of another kind.
+Var tensorArg(const std::string& what, const std::optional<Var>& v);
 
 class TraceState {
 public:
@@ -138,6 +140,8 @@ private:
 
 // An int argument (dim=): torch's parser takes no bool for an int.
 int64_t intArg(TraceState& s, const std::string& what, const Var& v);
+// A number argument (a scalar weight, beta): its value now, `otherwise` when absent.
+double numberArg(TraceState& s, const std::string& what, const std::optional<Var>& v, double otherwise);
 
 // Torch callables: `name` is the qualified name ("torch.relu",
 // "torch.nn.functional.gelu") or "Tensor.<method>" for a bound Tensor method
