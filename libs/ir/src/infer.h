@@ -17,6 +17,7 @@ void addViewOps(std::vector<OpInfo>& ops);
 void addMatmulOps(std::vector<OpInfo>& ops);
 void addCreationOps(std::vector<OpInfo>& ops);
 void addNnOps(std::vector<OpInfo>& ops);
+void addConvolutionOps(std::vector<OpInfo>& ops);
 void addDataOps(std::vector<OpInfo>& ops);
 void addDecompositions(std::vector<OpInfo>& ops);
 void addOutForms(std::vector<OpInfo>& ops);

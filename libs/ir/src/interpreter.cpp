@@ -614,6 +614,12 @@ HostTensor runCall(const Graph& graph, const Node& node, const std::vector<HostT
   };
   auto stringArg = [&](std::string_view a) { return std::get<std::string>(args.attr(a)); };
   if (detail::runLinalg(base, tensorArg, numberArg, stringArg, out)) return out;
+  if (base == "convolution") {
+    detail::convolve(*args.tensor("input"), *args.tensor("weight"), args.tensor("bias"),
+                     args.intList("stride"), args.intList("padding"), args.intList("dilation"),
+                     int64_t(args.number("groups")), out);
+    return out;
+  }
 
   std::optional<std::vector<int64_t>> dims;
   if (op.args.size() > 1 && op.args[1].name == "dim" && args.has("dim")) dims = args.intList("dim");

@@ -45,4 +45,10 @@ using StringArg = std::function<std::string(std::string_view)>;
 bool runLinalg(const std::string& op, const TensorArg& tensor, const NumberArg& number,
                const StringArg& string, HostTensor& out);
 
+// convolution (ops_conv.cpp): each output element summed over its window in double and
+// rounded once, bias included.
+void convolve(const HostTensor& input, const HostTensor& weight, const HostTensor* bias,
+              const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+              const std::vector<int64_t>& dilation, int64_t groups, HostTensor& out);
+
 } // namespace kiln::ir::detail

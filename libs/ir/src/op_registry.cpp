@@ -54,6 +54,7 @@ struct Registry {
     detail::addMatmulOps(ops);
     detail::addCreationOps(ops);
     detail::addNnOps(ops);
+    detail::addConvolutionOps(ops);
     detail::addDataOps(ops);
     detail::addDecompositions(ops);
     for (OpInfo& op : ops)

@@ -221,6 +221,25 @@ def test_matmul(case):
     check_grads(op, fn, *args, **kwargs)
 
 
+# --- convolution -----------------------------------------------------------
+
+CONVOLUTION = [
+    (F.conv1d, leaf(2, 3, 7), leaf(4, 3, 3), leaf(4), dict(stride=[2], padding=[1])),
+    (F.conv2d, leaf(2, 4, 5, 6), leaf(6, 2, 3, 2), leaf(6),
+     dict(stride=[1, 2], padding=[1, 0], dilation=[2, 1], groups=2)),
+    (F.conv2d, leaf(1, 3, 5, 5, layout="t"), leaf(3, 1, 3, 3), None, dict(padding=[1], groups=3)),
+    (F.conv3d, leaf(1, 2, 4, 3, 4), leaf(2, 2, 2, 2, 2), leaf(2, grad=False), dict(padding=[1])),
+]
+
+
+@pytest.mark.parametrize("case", [p for c in CONVOLUTION for p in cases("convolution", [c])])
+def test_convolution(case):
+    fn, x, w, b, geometry = case
+    args = (x, w) if b is None else (x, w, b)
+    torch_kwargs = {k: (v if k == "groups" else tuple(v)) for k, v in geometry.items()}
+    check_grads("convolution", fn, *args, torch_kwargs=torch_kwargs, **geometry)
+
+
 # --- indexing --------------------------------------------------------------
 
 def _index(*values, shape=None):
