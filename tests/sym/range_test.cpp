@@ -126,3 +126,16 @@ TEST_F(Ranges, ForgetsCachedRangesWhenTheStampWraps) {
   for (int i = 1; i < 65535; ++i) table.narrow(a, {2, 5}); // changes nothing but the stamp
   EXPECT_EQ(range(e), (Range{0, 250}));
 }
+
+TEST_F(Ranges, BoundsFloorDivisionsByTheirNumerators) {
+  // c * (x // c) lies in (x - c, x]: a strided window's last index stays within its input.
+  Expr s = table.createBacked(16, {2, kInf});
+  Expr half = floorDiv(s + 1, 2);
+  EXPECT_EQ(staticallyKnown(le(2 * half, s + 7)), std::optional<bool>(true));
+  EXPECT_EQ(staticallyKnown(gt(2 * half, s - 2)), std::optional<bool>(true));
+  EXPECT_EQ(staticallyKnown(le(2 * half, s - 5)), std::optional<bool>(false));
+  Expr nested = floorDiv(half + 1, 2);
+  EXPECT_EQ(staticallyKnown(le(2 * floorDiv(nested + 1, 2), nested + 3)), std::optional<bool>(true));
+  EXPECT_EQ(staticallyKnown(le(3 * floorDiv(s, 2), s)), std::nullopt); // 3 (s // 2) may exceed s
+  EXPECT_EQ(staticallyKnown(le(floorDiv(s, 3) + floorDiv(s, 2), s)), std::optional<bool>(true));
+}

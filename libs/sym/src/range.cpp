@@ -5,6 +5,7 @@
 // Both are sound: no int64 value lies beyond those bounds, and evaluate()
 // fails instead of returning a value that overflowed.
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "kiln/sym/eval.h"
@@ -187,7 +188,44 @@ std::optional<Range> rangeWithoutFactor(const Poly& p, const Node* s) {
 
 } // namespace
 
-std::optional<bool> decideFactored(Kind relation, const Poly& d) {
+namespace {
+
+// d with the terms k * (a // c) (c a positive constant) that `pick` names replaced by the bound
+// from (a - c + 1) / c <= a // c <= a / c that makes d least (`lower`) or greatest, all scaled
+// by the divisors' product (`scale`) so the bounds stay integral: a window's end
+// `2*((s + 1)//2) - 1` is then provably within `s + 1`.
+Poly relaxedFloorDivs(const Poly& d, bool lower, const std::function<bool(size_t)>& pick,
+                      int64_t& scale) {
+  auto divisor = [&](size_t i) -> std::optional<int64_t> {
+    const Node* n = d.terms[i].expr.node();
+    if (n->kind != Kind::FloorDiv || !pick(i)) return std::nullopt;
+    auto c = n->terms()[1].expr.asInteger();
+    return c && *c > 0 ? c : std::nullopt;
+  };
+  scale = 1;
+  for (size_t i = 0; i < d.terms.size(); ++i)
+    if (auto c = divisor(i); c && scale % *c != 0) scale = checkedMul(scale, *c / gcd(scale, *c));
+  Poly out;
+  out.constant = checkedMul(d.constant, scale);
+  for (size_t i = 0; i < d.terms.size(); ++i) {
+    const Term& t = d.terms[i];
+    auto c = divisor(i);
+    if (!c) {
+      Poly term;
+      term.terms.push_back({t.expr, 1});
+      out = combine(out, term, checkedMul(t.coeff, scale));
+      continue;
+    }
+    int64_t k = checkedMul(t.coeff, scale / *c); // scaled: k * c * (a // c)
+    Poly a = polyOf(t.expr.node()->terms()[0].expr.node());
+    if ((k > 0) == lower) a.constant = checkedAdd(a.constant, 1 - *c);
+    out = combine(out, a, k);
+  }
+  return out;
+}
+
+// decide() of d's range, then of the range factoring a common symbol out gives.
+std::optional<bool> decideByRanges(Kind relation, const Poly& d) {
   if (auto known = decide(relation, rangeOfPoly(d))) return known;
   // A sum's range forgets that its terms share a factor (s*t - s over s, t >= 2
   // spans everything; s*(t - 1) does not): the terms' common symbol's range
@@ -204,6 +242,39 @@ std::optional<bool> decideFactored(Kind relation, const Poly& d) {
       Range factored = rangeAdd(rangeMul(rangeOfNode(s), *rest), Range::point(d.constant));
       if (auto known = decide(relation, factored)) return known;
     }
+  return std::nullopt;
+}
+
+} // namespace
+
+std::optional<bool> decideFactored(Kind relation, const Poly& d) {
+  if (auto known = decideByRanges(relation, d)) return known;
+  if (relation != Kind::Lt && relation != Kind::Le) return std::nullopt;
+  // A lower bound of d that holds the relation proves it; an upper bound that fails it, its
+  // negation. Each floor division relaxed alone (its numerator may cancel another term, itself
+  // a floor division), then all of them.
+  std::vector<size_t> divisions;
+  for (size_t i = 0; i < d.terms.size(); ++i)
+    if (d.terms[i].expr.node()->kind == Kind::FloorDiv) divisions.push_back(i);
+  if (divisions.empty()) return std::nullopt;
+  std::vector<std::function<bool(size_t)>> picks;
+  for (size_t i : divisions) picks.push_back([i](size_t k) { return k == i; });
+  if (divisions.size() > 1) picks.push_back([](size_t) { return true; });
+  // d's bound from a bound of scale * d, rounded inwards (d is an integer).
+  auto divided = [](int64_t bound, int64_t scale, bool lower) {
+    if (bound == kInf || bound == kNegInf) return bound;
+    return lower ? -floorDivide(-bound, scale) : floorDivide(bound, scale);
+  };
+  try {
+    for (const auto& pick : picks) {
+      int64_t scale = 1;
+      int64_t least = rangeOfPoly(relaxedFloorDivs(d, true, pick, scale)).lo;
+      if (decide(relation, Range{divided(least, scale, true), kInf}) == true) return true;
+      int64_t most = rangeOfPoly(relaxedFloorDivs(d, false, pick, scale)).hi;
+      if (decide(relation, Range{kNegInf, divided(most, scale, false)}) == false) return false;
+    }
+  } catch (const Error&) { // a bound overflows int64: say nothing
+  }
   return std::nullopt;
 }
 

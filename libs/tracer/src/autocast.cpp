@@ -17,8 +17,8 @@ enum class Policy {
 };
 
 Policy policyOf(const std::string& op, DeviceType device) {
-  static const std::set<std::string> lower = {"mm",     "bmm",    "matmul",
-                                              "addmm",  "linear", "scaled_dot_product_attention"};
+  static const std::set<std::string> lower = {"mm",     "bmm",    "matmul",      "addmm",
+                                              "linear", "convolution", "scaled_dot_product_attention"};
   if (device == DeviceType::Cpu) {
     // torch's CPU lists, for kiln's ops. cross_entropy: torch's CPU log_softmax keeps a half
     // input's dtype and its nll_loss computes in f32; kiln computes both in f32 (the same

@@ -243,6 +243,21 @@ std::optional<Var> callComposite(TraceState& s, const std::string& name, const s
     Var x = tensorArg(name, bindParams(name, args, kwargs, {"self"})["self"]); // memory_format= refused
     return boolean(isContiguous(s, x));
   }
+  if ((m == "hardtanh" || m == "hardtanh_" || m == "relu6") && functional) {
+    // min if x <= min, max if x >= max, else x: NaN stays, and the grad reaches x strictly
+    // inside the bounds, as torch's hardtanh_backward sends it.
+    bool relu6 = m == "relu6";
+    Params p = relu6 ? bindParams(name, args, kwargs, {"input", "inplace"})
+                     : bindParams(name, args, kwargs, {"input", "min_val", "max_val", "inplace"});
+    Var x = tensorArg(name, p["input"]);
+    if (!ir::isFloating(s.meta(x).dtype)) unsupported(name + " of a " + std::string(ir::name(s.meta(x).dtype)) + " tensor");
+    double low = relu6 ? 0.0 : numberArg(s, name + "'s min_val", p["min_val"], -1.0);
+    double high = relu6 ? 6.0 : numberArg(s, name + "'s max_val", p["max_val"], 1.0);
+    if (low > high) unsupported(name + " with min_val over max_val (torch raises)");
+    Var y = s.callOp("where", {s.callOp("ge", {x, floating(high)}, {}), floating(high), x}, {});
+    y = s.callOp("where", {s.callOp("le", {x, floating(low)}, {}), floating(low), y}, {});
+    return m == "hardtanh_" || boolArg(name + "'s inplace", p["inplace"], false) ? writeInto(s, x, y) : y;
+  }
   if ((m == "softplus" || m == "mish" || m == "hardswish") && functional) {
     Params p = m == "softplus" ? bindParams(name, args, kwargs, {"input", "beta", "threshold"})
                                : bindParams(name, args, kwargs, {"input", "inplace"});

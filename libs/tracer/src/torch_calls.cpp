@@ -17,6 +17,7 @@
 #include <capnp/message.h>
 #include "composite.h"
 #include "losses.h"
+#include "convolution.h"
 #include "modules.h"
 #include "tracer_state.h"
 
@@ -717,6 +718,7 @@ std::optional<Var> callTorch(TraceState& s, const std::string& name, std::vector
   if (m.empty()) return std::nullopt;
   if (auto r = callComposite(s, name, m, name.rfind("Tensor.", 0) == 0, args, kwargs)) return r;
   if (auto r = callLoss(s, name, m, name.rfind("Tensor.", 0) == 0, args, kwargs)) return r;
+  if (auto r = callConvolution(s, name, m, args, kwargs)) return r;
   if (auto r = special(s, name, m, args, kwargs)) return r;
   if (auto it = renamed().find(m); it != renamed().end()) m = it->second;
   // In-place methods of the IR (x.add_(y), x.relu_()).

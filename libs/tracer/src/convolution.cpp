@@ -1,0 +1,400 @@
+// Convolutions as the IR's convolution op, and pooling from windows of the input: each
+// kernel offset's elements (a narrow and a strided slice per spatial dim) stacked along a
+// dim of their own, then reduced. Max pooling under grad picks its element by argmax and
+// gather, so the grad reaches the first maximum of each window, as torch's kernels send it.
+#include "convolution.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "kiln/ir/dtype.h"
+#include "kiln/sym/expr.h"
+
+namespace kiln::tracer {
+
+namespace {
+
+bool given(const std::optional<Var>& v) { return v && (*v)->kind != Kind::None; }
+
+// An int or a sequence of ints (kernel_size=3, stride=(2, 1)), one per spatial dim (one
+// value stands for all).
+std::vector<int64_t> perDim(TraceState& s, const std::string& what, const Var& v, size_t dims) {
+  if (v->kind == Kind::Int) return std::vector<int64_t>(dims, intArg(s, what, v));
+  if (v->kind != Kind::List && v->kind != Kind::Tuple)
+    unsupported(what + ": expected an int or a tuple of ints, got a " + kindName(v->kind));
+  std::vector<int64_t> out;
+  for (const Var& item : v->items) out.push_back(intArg(s, what, item));
+  if (out.size() == 1) out.resize(dims, out[0]);
+  if (out.size() != dims)
+    unsupported(what + " with " + std::to_string(out.size()) + " values for " +
+                std::to_string(dims) + " spatial dims");
+  return out;
+}
+
+std::vector<int64_t> perDimOr(TraceState& s, const std::string& what, const std::optional<Var>& v,
+                              size_t dims, int64_t otherwise) {
+  if (!given(v)) return std::vector<int64_t>(dims, otherwise);
+  return perDim(s, what, *v, dims);
+}
+
+Var op(TraceState& s, const std::string& name, const Var& x, std::vector<ir::Attr> attrs = {}) {
+  return s.op(name, {x->value}, std::move(attrs));
+}
+
+// The input as [N, C, *S]: an unbatched [C, *S] gains a batch of one (`unbatched` says so).
+Var batched(TraceState& s, const std::string& name, const Var& x, size_t spatial, bool& unbatched) {
+  size_t rank = s.meta(x).dim();
+  unbatched = rank == spatial + 1;
+  if (!unbatched && rank != spatial + 2)
+    unsupported(name + " of a " + std::to_string(rank) + "-d input");
+  return unbatched ? op(s, "unsqueeze", x, {{"dim", int64_t{0}}}) : x;
+}
+
+Var unbatch(TraceState& s, const Var& y, bool unbatched) {
+  return unbatched ? op(s, "squeeze", y, {{"dim", std::vector<int64_t>{0}}}) : y;
+}
+
+// x [N, C, *S] with `before[i]` and `after[i]` elements of `fill` around spatial dim i.
+Var padded(TraceState& s, Var x, const std::vector<int64_t>& before, const std::vector<int64_t>& after,
+           double fill) {
+  for (size_t i = 0; i < before.size(); ++i) {
+    auto dim = static_cast<int64_t>(2 + i);
+    std::vector<ir::ValueId> parts;
+    for (int64_t n : {before[i], int64_t{-1}, after[i]}) {
+      if (n == 0) continue;
+      if (n < 0) {
+        parts.push_back(x->value);
+        continue;
+      }
+      ir::TensorMeta m = s.meta(x);
+      std::vector<sym::Expr> sizes = m.sizes;
+      sizes[2 + i] = s.table.integer(n);
+      parts.push_back(s.op("full", {},
+                           {{"size", sizes},
+                            {"fill_value", fill},
+                            {"dtype", m.dtype},
+                            {"device", ir::toString(m.device)}})
+                          ->value);
+    }
+    if (parts.size() > 1) x = s.op("cat", parts, {{"dim", dim}});
+  }
+  return x;
+}
+
+// The windows of a padded x [N, C, *P]: [N, C, K, *out], K the kernel's offsets (the last
+// spatial dim fastest, as torch's kernels scan a window).
+Var windows(TraceState& s, const Var& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+            const std::vector<int64_t>& dilation, const std::vector<sym::Expr>& out) {
+  size_t spatial = kernel.size();
+  std::vector<ir::ValueId> parts;
+  std::vector<int64_t> at(spatial, 0);
+  for (bool more = true; more;) {
+    Var v = x;
+    for (size_t i = 0; i < spatial; ++i) {
+      auto dim = static_cast<int64_t>(2 + i);
+      v = op(s, "narrow", v,
+             {{"dim", dim}, {"start", at[i] * dilation[i]}, {"length", (out[i] - 1) * stride[i] + 1}});
+      if (stride[i] > 1) v = op(s, "slice", v, {{"dim", dim}, {"step", stride[i]}});
+    }
+    parts.push_back(v->value);
+    more = false;
+    for (size_t i = spatial; i-- > 0;) {
+      if (++at[i] < kernel[i]) {
+        more = true;
+        break;
+      }
+      at[i] = 0;
+    }
+  }
+  return s.op("stack", parts, {{"dim", int64_t{2}}});
+}
+
+// The largest element along `dim`. Under grad, the first largest taken by index, so that its
+// grad goes to that one element alone (amax's would share it among ties).
+Var largest(TraceState& s, const Var& x, int64_t dim) {
+  if (!(s.gradEnabled && s.meta(x).requiresGrad))
+    return op(s, "amax", x, {{"dim", std::vector<int64_t>{dim}}});
+  Var at = op(s, "argmax", x, {{"dim", dim}, {"keepdim", true}});
+  Var picked = s.op("gather", {x->value, at->value}, {{"dim", dim}});
+  return op(s, "squeeze", picked, {{"dim", std::vector<int64_t>{dim}}});
+}
+
+// A pooling window's output size along one dim, as torch's pooling_output_shape: with
+// ceil_mode the last window may run past the padding but must start inside the input or
+// its left padding. ceil_mode specialises the input size.
+sym::Expr pooledSize(TraceState& s, const std::string& name, sym::Expr in, int64_t kernel, int64_t stride,
+                     int64_t pad, int64_t dilation, bool ceil) {
+  int64_t reach = dilation * (kernel - 1) + 1;
+  sym::Expr out = sym::floorDiv(in + 2 * pad - reach, stride) + 1;
+  if (ceil) {
+    int64_t n = s.concrete(integer(in));
+    int64_t o = (n + 2 * pad - reach + stride - 1) / stride + 1;
+    if ((o - 1) * stride >= n + pad) --o;
+    out = s.table.integer(o);
+  }
+  if (!s.decide(sym::ge(out, 1))) unsupported(name + ": the output would be empty (torch raises)");
+  return out;
+}
+
+struct Pooling {
+  std::vector<int64_t> kernel, stride, padding, dilation;
+  bool ceil = false;
+};
+
+// kernel_size, stride (None or empty: the kernel's), padding, dilation and ceil_mode; a padding
+// over half the (dilated) kernel is refused, as torch refuses it.
+Pooling poolingOf(TraceState& s, const std::string& name, const Params& p, size_t spatial, bool dilated) {
+  Pooling pool;
+  if (!p["kernel_size"]) unsupported(name + " without kernel_size");
+  pool.kernel = perDim(s, name + " kernel_size", *p["kernel_size"], spatial);
+  std::optional<Var> stride = p["stride"];
+  bool emptyStride = given(stride) && ((*stride)->kind == Kind::List || (*stride)->kind == Kind::Tuple) &&
+                     (*stride)->items.empty();
+  pool.stride = given(stride) && !emptyStride ? perDim(s, name + " stride", *stride, spatial) : pool.kernel;
+  pool.padding = perDimOr(s, name + " padding", p["padding"], spatial, 0);
+  pool.dilation = dilated ? perDimOr(s, name + " dilation", p["dilation"], spatial, 1)
+                          : std::vector<int64_t>(spatial, 1);
+  pool.ceil = boolArg(name + " ceil_mode", p["ceil_mode"], false);
+  for (size_t i = 0; i < spatial; ++i) {
+    if (pool.kernel[i] < 1 || pool.stride[i] < 1 || pool.dilation[i] < 1 || pool.padding[i] < 0)
+      unsupported(name + " with a kernel, stride or dilation under 1 or a negative padding");
+    int64_t reach = pool.dilation[i] * (pool.kernel[i] - 1) + 1;
+    if (pool.padding[i] > (dilated ? reach : pool.kernel[i]) / 2)
+      unsupported(name + ": padding over half the kernel (torch raises)");
+  }
+  return pool;
+}
+
+// The windows of x [N, C, *S] for `pool`, padded with `fill`: [N, C, K, *out].
+Var pooledWindows(TraceState& s, const std::string& name, const Var& x, const Pooling& pool, double fill) {
+  size_t spatial = pool.kernel.size();
+  ir::TensorMeta m = s.meta(x);
+  std::vector<sym::Expr> out;
+  std::vector<int64_t> after = pool.padding;
+  for (size_t i = 0; i < spatial; ++i) {
+    out.push_back(pooledSize(s, name, m.sizes[2 + i], pool.kernel[i], pool.stride[i], pool.padding[i],
+                             pool.dilation[i], pool.ceil));
+    if (pool.ceil) { // ceil_mode's last window may need more than the padding
+      int64_t reach = pool.dilation[i] * (pool.kernel[i] - 1) + 1;
+      int64_t end = (*out[i].asInteger() - 1) * pool.stride[i] + reach;
+      after[i] = std::max<int64_t>(pool.padding[i], end - pool.padding[i] - s.concrete(integer(m.sizes[2 + i])));
+    }
+  }
+  return windows(s, padded(s, x, pool.padding, after, fill), pool.kernel, pool.stride, pool.dilation, out);
+}
+
+// F.conv1d/2d/3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) and
+// torch.convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+// groups). padding='same' pads the left by half the dilated kernel and the right by the rest,
+// as torch does.
+Var convolution(TraceState& s, const std::string& name, size_t spatial, const std::vector<Var>& args,
+                const Kwargs& kwargs) {
+  bool aten = spatial == 0;
+  Params p = aten ? bindParams(name, args, kwargs,
+                               {"input", "weight", "bias", "stride", "padding", "dilation", "transposed",
+                                "output_padding", "groups"})
+                  : bindParams(name, args, kwargs,
+                               {"input", "weight", "bias", "stride", "padding", "dilation", "groups"});
+  Var x = tensorArg(name + " input", p["input"]), w = tensorArg(name + " weight", p["weight"]);
+  if (aten) {
+    if (!p["transposed"] || !p["output_padding"] || !p["groups"]) unsupported(name + " with arguments missing");
+    if (boolArg(name + " transposed", p["transposed"], false))
+      unsupported(name + ": a transposed convolution"); // TODO(issue 45): conv_transpose
+    spatial = s.meta(w).dim() < 3 ? 1 : s.meta(w).dim() - 2;
+  }
+  std::optional<Var> bias = p["bias"];
+  if (given(bias) && (*bias)->kind != Kind::Tensor) unsupported(name + " with a non-tensor bias");
+  std::vector<int64_t> stride = perDimOr(s, name + " stride", p["stride"], spatial, 1);
+  std::vector<int64_t> dilation = perDimOr(s, name + " dilation", p["dilation"], spatial, 1);
+  int64_t groups = given(p["groups"]) ? intArg(s, name + " groups", *p["groups"]) : 1;
+  bool unbatched = false;
+  x = batched(s, name, x, spatial, unbatched);
+  if (s.meta(w).dim() != spatial + 2) unsupported(name + " of a " + std::to_string(s.meta(w).dim()) + "-d weight");
+
+  std::vector<int64_t> padding(spatial, 0), extra(spatial, 0);
+  std::optional<Var> pad = p["padding"];
+  if (given(pad) && (*pad)->kind == Kind::Str) {
+    const std::string& mode = (*pad)->name;
+    if (mode == "same") {
+      for (int64_t st : stride)
+        if (st != 1) unsupported(name + "(padding='same') with a stride (torch raises)");
+      for (size_t i = 0; i < spatial; ++i) {
+        auto k = s.meta(w).sizes[2 + i].asInteger();
+        if (!k) unsupported(name + " with a symbolic kernel size");
+        int64_t total = dilation[i] * (*k - 1);
+        padding[i] = total / 2;
+        extra[i] = total - 2 * padding[i];
+      }
+    } else if (mode != "valid") {
+      unsupported(name + "(padding='" + mode + "')");
+    }
+  } else {
+    padding = perDimOr(s, name + " padding", pad, spatial, 0);
+  }
+  if (std::any_of(extra.begin(), extra.end(), [](int64_t e) { return e > 0; }))
+    x = padded(s, x, std::vector<int64_t>(spatial, 0), extra, 0.0);
+  std::vector<ir::ValueId> inputs = {x->value, w->value};
+  if (given(bias)) inputs.push_back((*bias)->value);
+  Var y = s.op("convolution", inputs,
+               {{"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups}});
+  return unbatch(s, y, unbatched);
+}
+
+Var maxPool(TraceState& s, const std::string& name, size_t spatial, const std::vector<Var>& args,
+            const Kwargs& kwargs) {
+  Params p = bindParams(name, args, kwargs,
+                        {"input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"});
+  if (boolArg(name + " return_indices", p["return_indices"], false))
+    unsupported(name + "(return_indices=True)"); // TODO(issue 45): the window's flat index
+  Var x = tensorArg(name + " input", p["input"]);
+  if (!ir::isFloating(s.meta(x).dtype)) unsupported(name + " of a " + std::string(ir::name(s.meta(x).dtype)) + " tensor");
+  Pooling pool = poolingOf(s, name, p, spatial, true);
+  bool unbatched = false;
+  x = batched(s, name, x, spatial, unbatched);
+  Var all = pooledWindows(s, name, x, pool, -std::numeric_limits<double>::infinity());
+  return unbatch(s, largest(s, all, 2), unbatched);
+}
+
+// avg_pool: the window's sum over its divisor — divisor_override, or the window's size clipped
+// to the padded input (count_include_pad) or to the input, per output position as torch counts it.
+Var avgPool(TraceState& s, const std::string& name, size_t spatial, const std::vector<Var>& args,
+            const Kwargs& kwargs) {
+  std::vector<std::string> names = {"input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad"};
+  if (spatial > 1) names.push_back("divisor_override");
+  Params p = bindParams(name, args, kwargs, names);
+  Var x = tensorArg(name + " input", p["input"]);
+  DType dtype = s.meta(x).dtype;
+  if (!ir::isFloating(dtype)) unsupported(name + " of a " + std::string(ir::name(dtype)) + " tensor");
+  Pooling pool = poolingOf(s, name, p, spatial, false);
+  bool includePad = boolArg(name + " count_include_pad", p["count_include_pad"], true);
+  std::optional<Var> override = p["divisor_override"];
+  bool unbatched = false;
+  x = batched(s, name, x, spatial, unbatched);
+  bool half = dtype == DType::Float16 || dtype == DType::BFloat16;
+  if (half) x = op(s, "to_dtype", x, {{"dtype", DType::Float32}}); // summed and divided in f32
+  Var all = pooledWindows(s, name, x, pool, 0.0);
+  Var y = op(s, "sum", all, {{"dim", std::vector<int64_t>{2}}});
+  ir::TensorMeta m = s.meta(x), out = s.meta(y);
+  bool allPadCounted = includePad || std::all_of(pool.padding.begin(), pool.padding.end(), [](int64_t v) { return v == 0; });
+  if (given(override)) {
+    int64_t d = intArg(s, name + " divisor_override", *override);
+    if (d == 0) unsupported(name + " with divisor_override=0 (torch raises)");
+    y = s.op("div", {y->value}, {{"other", static_cast<double>(d)}});
+  } else if (!pool.ceil && allPadCounted) {
+    int64_t size = 1;
+    for (int64_t k : pool.kernel) size *= k;
+    y = s.op("div", {y->value}, {{"other", static_cast<double>(size)}});
+  } else {
+    // Per dim, each window's count: its span clipped to [-pad, S + pad) or to [0, S).
+    std::string device = ir::toString(m.device);
+    Var divisor;
+    for (size_t i = 0; i < spatial; ++i) {
+      int64_t n = s.concrete(integer(m.sizes[2 + i])), k = pool.kernel[i], pad = pool.padding[i];
+      Var start = s.op("arange", {}, {{"end", out.sizes[2 + i]}, {"dtype", DType::Int64}, {"device", device}});
+      start = s.op("add", {s.op("mul", {start->value}, {{"other", pool.stride[i]}})->value}, {{"other", -pad}});
+      Var end = s.op("clamp", {s.op("add", {start->value}, {{"other", k}})->value}, {{"max", n + pad}});
+      if (!includePad) {
+        start = s.op("clamp", {start->value}, {{"min", int64_t{0}}});
+        end = s.op("clamp", {end->value}, {{"max", n}});
+      }
+      Var count = s.op("sub", {end->value, start->value});
+      std::vector<sym::Expr> along(spatial + 2, s.table.integer(1));
+      along[2 + i] = out.sizes[2 + i];
+      count = op(s, "reshape", count, {{"size", along}});
+      divisor = divisor ? s.op("mul", {divisor->value, count->value}) : count;
+    }
+    y = s.op("div", {y->value, divisor->value});
+  }
+  if (half) y = op(s, "to_dtype", y, {{"dtype", dtype}});
+  return unbatch(s, y, unbatched);
+}
+
+// adaptive pooling to sizes that divide the input's: x as [N, C, o0, k0, o1, k1, ...], each
+// window's k's reduced. torch's windows for other sizes overlap and vary in size.
+Var adaptivePool(TraceState& s, const std::string& name, size_t spatial, bool max, const std::vector<Var>& args,
+                 const Kwargs& kwargs) {
+  Params p = max ? bindParams(name, args, kwargs, {"input", "output_size", "return_indices"})
+                 : bindParams(name, args, kwargs, {"input", "output_size"});
+  if (boolArg(name + " return_indices", p["return_indices"], false))
+    unsupported(name + "(return_indices=True)"); // TODO(issue 45): the window's flat index
+  Var x = tensorArg(name + " input", p["input"]);
+  if (!p["output_size"]) unsupported(name + " without output_size");
+  DType dtype = s.meta(x).dtype;
+  if (!ir::isFloating(dtype)) unsupported(name + " of a " + std::string(ir::name(dtype)) + " tensor");
+  bool unbatched = false;
+  x = batched(s, name, x, spatial, unbatched);
+  ir::TensorMeta m = s.meta(x);
+  Var size = *p["output_size"];
+  std::vector<Var> sizes = size->kind == Kind::List || size->kind == Kind::Tuple
+                               ? size->items
+                               : std::vector<Var>(spatial, size);
+  if (sizes.size() == 1) sizes.resize(spatial, sizes[0]);
+  if (sizes.size() != spatial) unsupported(name + " with " + std::to_string(sizes.size()) + " output sizes");
+  std::vector<sym::Expr> split = {m.sizes[0], m.sizes[1]}, outer = split;
+  std::vector<int64_t> inner;
+  for (size_t i = 0; i < spatial; ++i) {
+    sym::Expr in = m.sizes[2 + i];
+    if (sizes[i]->kind == Kind::None) { // the input's own size: windows of one
+      split.insert(split.end(), {in, s.table.integer(1)});
+      outer.push_back(in);
+    } else {
+      int64_t o = intArg(s, name + " output_size", sizes[i]);
+      if (o < 1) unsupported(name + " to an empty size");
+      if (!s.decide(sym::eq(sym::mod(in, o), 0)))
+        unsupported(name + " to a size that does not divide the input's"); // TODO(issue 45)
+      split.insert(split.end(), {s.table.integer(o), sym::floorDiv(in, o)});
+      outer.push_back(s.table.integer(o));
+    }
+    inner.push_back(static_cast<int64_t>(3 + 2 * i));
+  }
+  Var y = op(s, "reshape", x, {{"size", split}});
+  if (!max) {
+    y = op(s, "mean", y, {{"dim", inner}});
+  } else {
+    // The windows' elements last, in scan order: [N, C, *out, k0 * k1 ...].
+    std::vector<int64_t> order = {0, 1};
+    for (size_t i = 0; i < spatial; ++i) order.push_back(static_cast<int64_t>(2 + 2 * i));
+    order.insert(order.end(), inner.begin(), inner.end());
+    y = op(s, "permute", y, {{"dims", order}});
+    std::vector<sym::Expr> flat = outer;
+    flat.push_back(s.table.integer(-1));
+    y = largest(s, op(s, "reshape", y, {{"size", flat}}), static_cast<int64_t>(spatial + 2));
+  }
+  return unbatch(s, y, unbatched);
+}
+
+// The spatial dims a name's suffix says ("max_pool2d" -> 2, "max_pool2d_with_indices" -> 2),
+// 0 when it has none.
+size_t spatialOf(const std::string& m, const std::string& stem) {
+  if (m.size() < stem.size() + 2 || m.compare(0, stem.size(), stem) != 0) return 0;
+  char digit = m[stem.size()];
+  if (digit < '1' || digit > '3' || m[stem.size() + 1] != 'd') return 0;
+  return static_cast<size_t>(digit - '0');
+}
+
+} // namespace
+
+std::optional<Var> callConvolution(TraceState& s, const std::string& name, const std::string& m,
+                                   const std::vector<Var>& args, const Kwargs& kwargs) {
+  if (name.rfind("Tensor.", 0) == 0) return std::nullopt;
+  if (m == "convolution") return convolution(s, name, 0, args, kwargs);
+  auto rest = [&](const std::string& stem) { return m.substr(std::min(m.size(), stem.size() + 2)); };
+  if (size_t k = spatialOf(m, "conv"); k && rest("conv").empty()) return convolution(s, name, k, args, kwargs);
+  if (size_t k = spatialOf(m, "max_pool"); k) {
+    if (rest("max_pool") == "_with_indices") unsupported(name + ": the windows' indices"); // TODO(issue 45)
+    if (rest("max_pool").empty()) return maxPool(s, name, k, args, kwargs);
+  }
+  if (size_t k = spatialOf(m, "avg_pool"); k && rest("avg_pool").empty()) return avgPool(s, name, k, args, kwargs);
+  for (bool max : {false, true}) {
+    std::string stem = max ? "adaptive_max_pool" : "adaptive_avg_pool";
+    size_t k = spatialOf(m, stem);
+    if (!k) continue;
+    // torch.adaptive_max_pool1d and the _with_indices forms return the indices too.
+    if (!rest(stem).empty() || (max && name.rfind("torch.nn.functional.", 0) != 0))
+      unsupported(name + ": the windows' indices"); // TODO(issue 45)
+    return adaptivePool(s, name, k, max, args, kwargs);
+  }
+  return std::nullopt;
+}
+
+} // namespace kiln::tracer
