@@ -95,6 +95,42 @@ def test_a_function_of_inputs_that_require_grad_trains_compiled(stack):
     assert trained(fast), kiln.explain(fast)
 
 
+def test_grads_of_dynamic_inputs_reshaped_to_constants(stack):
+    """The backward takes an input's symbolic sizes back (the grad of a reshape to constants)
+    where no saved tensor has them: the forward saves the symbols themselves."""
+    def f(x, w):
+        return (x * 2).reshape(3, 4) @ w
+
+    fast = kiln.compile(f, stack=stack)
+    for shape, ws in [((12,), (4, 2)), ((2, 6), (4, 3)), ((4, 3), (4, 5)), ((6, 2), (4, 1))]:
+        x, w = torch.randn(*shape, requires_grad=True), torch.randn(*ws, requires_grad=True)
+        ex, ew = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        fast(x, w).sin().sum().backward()
+        f(ex, ew).sin().sum().backward()
+        torch.testing.assert_close(x.grad, ex.grad)
+        torch.testing.assert_close(w.grad, ew.grad)
+    assert trained(fast), kiln.explain(fast)
+
+
+def test_a_cnn_trains_compiled_with_eagers_grads(stack):
+    """Convolutions, pooling and batch norm in training: the grads of every parameter (max
+    pooling's to the first maximum of each window, as torch's)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(6, 8, 3, stride=2, groups=2), nn.ReLU(), nn.AvgPool2d(2, ceil_mode=True),
+                          nn.ConvTranspose2d(8, 4, 2, stride=2), nn.AdaptiveMaxPool2d(1), nn.Flatten(),
+                          nn.Linear(4, 3))
+    reference = nn.Sequential(*[m for m in __import__("copy").deepcopy(model)])
+    fast = kiln.compile(model, stack=stack)
+    x = torch.randn(4, 3, 14, 14)
+    x[:, :, :4] = 0  # ties: zeros after the ReLU share windows
+    fast(x).square().mean().backward()
+    reference(x).square().mean().backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+    assert trained(fast._compiled_forward), kiln.explain(fast)
+
+
 class MLP(nn.Module):
     def __init__(self):
         super().__init__()

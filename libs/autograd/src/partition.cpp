@@ -109,6 +109,59 @@ std::vector<ValueId> minCut(const JointGraph& joint, const std::vector<bool>& ne
   return saved;
 }
 
+// The symbols a value or attribute mentions.
+void symbolsOf(const ir::Value& v, std::set<std::string>& names, std::vector<sym::Expr>& out) {
+  auto add = [&](sym::Expr e) {
+    for (sym::Expr s : sym::freeSymbols(e))
+      if (names.insert(s.name()).second) out.push_back(s);
+  };
+  if (v.isSymInt()) add(v.symInt());
+  if (v.isTensor()) {
+    const ir::TensorMeta& m = v.tensor();
+    for (sym::Expr e : m.sizes) add(e);
+    for (sym::Expr e : m.strides) add(e);
+    add(m.storageOffset);
+  }
+  if (v.isTuple())
+    for (const ir::Value& item : v.tuple()) symbolsOf(item, names, out);
+}
+
+// The symbols the backward computes with that none of its inputs give (an input's size or
+// stride that is the symbol itself, as the runtime binds them): the sizes of a forward input
+// reshaped to constants, whose grad takes that input's sizes back. Each is saved as a sym_int
+// of the forward.
+std::vector<sym::Expr> unboundSymbols(const ir::Graph& g, const std::vector<ir::ValueId>& backwardInputs,
+                                      const std::vector<ir::ValueId>& backwardNodes) {
+  std::set<std::string> bound, usedNames;
+  auto bind = [&](sym::Expr e) {
+    if (!e.isNull() && e.isSymbol()) bound.insert(e.name());
+  };
+  for (ValueId in : backwardInputs) {
+    const ir::Value& v = g.value(in);
+    if (v.isSymInt()) bind(v.symInt());
+    if (!v.isTensor()) continue;
+    for (sym::Expr e : v.tensor().sizes) bind(e);
+    for (sym::Expr e : v.tensor().strides) bind(e);
+    bind(v.tensor().storageOffset);
+  }
+  std::vector<sym::Expr> used;
+  for (ValueId id : backwardNodes) {
+    const ir::Node& node = g.node(id);
+    symbolsOf(node.value, usedNames, used);
+    for (const ir::Attr& a : node.attrs) {
+      if (a.name == "symbol") // bound where the node runs (item, nonzero)
+        if (auto* e = std::get_if<sym::Expr>(&a.value)) bind(*e);
+      if (auto* e = std::get_if<sym::Expr>(&a.value)) symbolsOf(ir::Value(*e), usedNames, used);
+      if (auto* list = std::get_if<std::vector<sym::Expr>>(&a.value))
+        for (sym::Expr e : *list) symbolsOf(ir::Value(e), usedNames, used);
+    }
+  }
+  std::vector<sym::Expr> missing;
+  for (sym::Expr s : used)
+    if (!bound.count(s.name())) missing.push_back(s);
+  return missing;
+}
+
 // The graphs of a choice of saved values.
 Partition build(const JointGraph& joint, std::vector<ValueId> saved) {
   const ir::Graph& g = joint.graph;
@@ -140,10 +193,24 @@ Partition build(const JointGraph& joint, std::vector<ValueId> saved) {
   outputs.insert(outputs.end(), saved.begin(), saved.end());
   forward.setOutputs(outputs);
   p.forward = ir::eliminateDeadCode(forward);
-  // Backward: saved values and tangents in, recomputed and backward nodes, grads out.
+  // Backward: saved values (and the symbols none of them gives) and tangents in, recomputed and
+  // backward nodes, grads out.
+  std::vector<ValueId> backwardInputs = saved, backwardNodes;
+  for (ValueId id = static_cast<ValueId>(n); id < g.size(); ++id)
+    (g.node(id).kind == ir::NodeKind::Placeholder ? backwardInputs : backwardNodes).push_back(id);
+  for (ValueId id = 0; id < n; ++id)
+    if (recompute[id]) backwardNodes.push_back(id);
+  std::vector<sym::Expr> symbols = unboundSymbols(g, backwardInputs, backwardNodes);
+  if (!symbols.empty()) {
+    for (sym::Expr s : symbols) outputs.push_back(forward.call("sym_int", {}, {{"value", s}}));
+    forward.setOutputs(outputs);
+    p.forward = ir::eliminateDeadCode(forward);
+  }
   std::vector<ValueId> remap(g.size());
   for (size_t i = 0; i < saved.size(); ++i)
     remap[saved[i]] = p.backward.placeholder("saved" + std::to_string(i), g.value(saved[i]));
+  for (size_t i = 0; i < symbols.size(); ++i)
+    p.backward.placeholder("saved" + std::to_string(saved.size() + i), ir::Value(symbols[i]));
   for (ValueId id = static_cast<ValueId>(n); id < g.size(); ++id)
     if (g.node(id).kind == ir::NodeKind::Placeholder)
       remap[id] = p.backward.placeholder(g.node(id).target, g.value(id));

@@ -8,6 +8,7 @@
 #include "infer.h"
 #include "kiln/common/error.h"
 #include "kiln/sym/print.h"
+#include "kiln/sym/range.h"
 
 namespace kiln::ir::detail {
 
@@ -79,7 +80,7 @@ ConvGeometry geometryOf(const OpCall& call, size_t spatial) {
 std::vector<int64_t> kernelOf(const OpCall& call, const TensorMeta& weight) {
   std::vector<int64_t> kernel;
   for (size_t d = 2; d < weight.dim(); ++d) {
-    auto k = weight.sizes[d].asInteger();
+    auto k = sym::knownValue(weight.sizes[d]);
     if (!k) throw Error(ErrorCode::Unsupported, "convolution: a symbolic kernel size");
     if (*k < 1) call.fail("weight", "has an empty kernel");
     kernel.push_back(*k);
@@ -200,7 +201,7 @@ ValueId convolution(Graph& g, const Node& node, const std::vector<ValueId>& in) 
 
   ValueId padded = zeroPadded(g, in[0], geo.padding);
   std::vector<int64_t> kernel;
-  for (size_t d = 2; d < w.dim(); ++d) kernel.push_back(*w.sizes[d].asInteger());
+  for (size_t d = 2; d < w.dim(); ++d) kernel.push_back(*sym::knownValue(w.sizes[d]));
   std::vector<ValueId> windows;
   std::vector<int64_t> at(spatial, 0);
   for (bool more = true; more;) {

@@ -377,14 +377,11 @@ Range range(Expr e) {
   return detail::rangeOfNode(e.node());
 }
 
-std::optional<bool> staticallyKnown(Expr e) {
-  if (auto known = detail::knownNode(detail::requireBool(e, "staticallyKnown"))) return known;
-  SymbolTable& table = e.table();
-  if (table.isFact(e)) return true;
-  if (table.isFact(logicalNot(e))) return false;
-  // Facts that pin a symbol to a value (`s1 == 5`: a guard a trace took where a
-  // static size met a symbolic one): the question asked of that value, as the
-  // graphs made from the trace (a backward's views) must answer it too.
+namespace {
+
+// Facts that pin a symbol to a value (`s1 == 5`: a guard a trace took where a static size met
+// a symbolic one), as a substitution.
+Substitution pinnedSymbols(SymbolTable& table) {
   Substitution pinned;
   for (Expr fact : table.facts()) {
     const detail::Node* n = fact.node();
@@ -393,6 +390,26 @@ std::optional<bool> staticallyKnown(Expr e) {
     if (a.node()->kind == Kind::Symbol && b.asInteger()) pinned[a] = b;
     if (b.node()->kind == Kind::Symbol && a.asInteger()) pinned[b] = a;
   }
+  return pinned;
+}
+
+} // namespace
+
+std::optional<int64_t> knownValue(Expr e) {
+  if (auto v = e.asInteger()) return v;
+  Substitution pinned = pinnedSymbols(e.table());
+  if (pinned.empty()) return std::nullopt;
+  return substitute(e, pinned).asInteger();
+}
+
+std::optional<bool> staticallyKnown(Expr e) {
+  if (auto known = detail::knownNode(detail::requireBool(e, "staticallyKnown"))) return known;
+  SymbolTable& table = e.table();
+  if (table.isFact(e)) return true;
+  if (table.isFact(logicalNot(e))) return false;
+  // The question asked of the pinned symbols' values, as the graphs made from the trace (a
+  // backward's views) must answer it too.
+  Substitution pinned = pinnedSymbols(table);
   if (pinned.empty()) return std::nullopt;
   Expr substituted = substitute(e, pinned);
   if (substituted == e) return std::nullopt;

@@ -203,6 +203,8 @@ Var typeInfoOf(TraceState& s, const std::string& name, const std::vector<Var>& a
   return typeInfo("iinfo", dtype, {{"bits", num(s, bits)}, {"max", num(s, max)}, {"min", num(s, min)}});
 }
 
+Var flipped(TraceState& s, const Var& x, const std::vector<int64_t>& dims) { return flip(s, x, dims); }
+
 std::optional<Var> callComposite(TraceState& s, const std::string& name, const std::string& m, bool method,
                                  const std::vector<Var>& args, const Kwargs& kwargs) {
   bool functional = name.rfind("torch.nn.functional.", 0) == 0;

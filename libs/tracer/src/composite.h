@@ -24,6 +24,9 @@ Var typeInfoOf(TraceState& s, const std::string& name, const std::vector<Var>& a
 // A field of a finfo/iinfo (max, min, eps, tiny, bits, ...); nullopt when `info` is neither.
 std::optional<Var> typeInfoAttribute(const Var& info, const std::string& name);
 
+// x with each of `dims` (non-negative) read backwards, as x.flip(dims).
+Var flipped(TraceState& s, const Var& x, const std::vector<int64_t>& dims);
+
 // Key and value with their heads repeated to the query's (SDPA's enable_gqa=True).
 std::pair<Var, Var> groupedKeyValue(TraceState& s, const Var& query, const Var& key, const Var& value);
 

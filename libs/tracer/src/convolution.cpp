@@ -4,11 +4,14 @@
 // gather, so the grad reaches the first maximum of each window, as torch's kernels send it.
 #include "convolution.h"
 
+#include "composite.h"
+
 #include <algorithm>
 #include <limits>
 
 #include "kiln/ir/dtype.h"
 #include "kiln/sym/expr.h"
+#include "kiln/sym/range.h"
 
 namespace kiln::tracer {
 
@@ -39,6 +42,18 @@ std::vector<int64_t> perDimOr(TraceState& s, const std::string& what, const std:
 
 Var op(TraceState& s, const std::string& name, const Var& x, std::vector<ir::Attr> attrs = {}) {
   return s.op(name, {x->value}, std::move(attrs));
+}
+
+// w, its sizes specialised (guarded) where they are symbolic (a weight the call passes may be
+// dynamic): each pinned value is a fact the convolution's geometry reads.
+Var staticSizes(TraceState& s, const Var& w) {
+  ir::TensorMeta m = s.meta(w);
+  for (size_t d = 0; d < m.dim(); ++d) {
+    if (sym::knownValue(m.sizes[d])) continue;
+    int64_t k = s.concrete(integer(m.sizes[d]));
+    s.table.assume(sym::eq(m.sizes[d], k));
+  }
+  return w;
 }
 
 // The input as [N, C, *S]: an unbatched [C, *S] gains a batch of one (`unbatched` says so).
@@ -183,6 +198,112 @@ Var pooledWindows(TraceState& s, const std::string& name, const Var& x, const Po
   return windows(s, padded(s, x, pool.padding, after, fill), pool.kernel, pool.stride, pool.dilation, out);
 }
 
+// The transposed convolution as a convolution: the input spread out by the stride (stride - 1
+// zeros between its elements), padded by dilation (kernel - 1) - padding on each side (plus
+// output_padding on the right; a negative pad crops), convolved at stride 1 with the kernel
+// flipped and each group's input and output channels swapped.
+Var transposedConvolution(TraceState& s, const std::string& name, Var x, Var w, const std::optional<Var>& bias,
+                          std::vector<int64_t> stride, std::vector<int64_t> padding,
+                          std::vector<int64_t> outputPadding, std::vector<int64_t> dilation, int64_t groups) {
+  size_t spatial = stride.size();
+  ir::TensorMeta wm = s.meta(w);
+  if (groups < 1) unsupported(name + " with groups under 1 (torch raises)");
+  for (size_t i = 0; i < spatial; ++i) {
+    if (stride[i] < 1 || dilation[i] < 1 || padding[i] < 0 || outputPadding[i] < 0)
+      unsupported(name + " with a stride or dilation under 1 or a negative padding (torch raises)");
+    if (outputPadding[i] >= std::max(stride[i], dilation[i]))
+      unsupported(name + ": output_padding must be smaller than stride or dilation (torch raises)");
+  }
+  std::vector<int64_t> kernel;
+  for (size_t i = 0; i < spatial; ++i) {
+    auto k = sym::knownValue(wm.sizes[2 + i]);
+    if (!k) unsupported(name + " with a symbolic kernel size");
+    kernel.push_back(*k);
+  }
+  auto in = sym::knownValue(wm.sizes[0]), out = sym::knownValue(wm.sizes[1]);
+  if (!in || !out || *in % groups != 0) unsupported(name + ": weight's input channels are not a multiple of groups");
+  // Spread: each element followed by stride - 1 zeros, the trailing ones dropped.
+  for (size_t i = 0; i < spatial; ++i) {
+    if (stride[i] == 1) continue;
+    auto dim = static_cast<int64_t>(2 + i);
+    Var zeros = op(s, "zeros_like", x);
+    std::vector<ir::ValueId> parts(static_cast<size_t>(stride[i]), zeros->value);
+    parts[0] = x->value;
+    std::vector<sym::Expr> sizes = s.meta(x).sizes;
+    sym::Expr n = sizes[2 + i];
+    sizes[2 + i] = n * stride[i];
+    Var spread = op(s, "reshape", s.op("stack", parts, {{"dim", dim + 1}}), {{"size", sizes}});
+    x = op(s, "narrow", spread, {{"dim", dim}, {"start", int64_t{0}}, {"length", (n - 1) * stride[i] + 1}});
+  }
+  std::vector<int64_t> before(spatial), after(spatial), cropBefore(spatial), cropAfter(spatial);
+  for (size_t i = 0; i < spatial; ++i) {
+    int64_t left = dilation[i] * (kernel[i] - 1) - padding[i], right = left + outputPadding[i];
+    before[i] = std::max<int64_t>(left, 0), cropBefore[i] = std::max<int64_t>(-left, 0);
+    after[i] = std::max<int64_t>(right, 0), cropAfter[i] = std::max<int64_t>(-right, 0);
+  }
+  x = padded(s, x, before, after, 0.0);
+  for (size_t i = 0; i < spatial; ++i) {
+    if (cropBefore[i] == 0 && cropAfter[i] == 0) continue;
+    sym::Expr length = s.meta(x).sizes[2 + i] - (cropBefore[i] + cropAfter[i]);
+    if (!s.decide(sym::ge(length, 1))) unsupported(name + ": the output would be empty (torch raises)");
+    x = op(s, "narrow", x, {{"dim", static_cast<int64_t>(2 + i)}, {"start", cropBefore[i]}, {"length", length}});
+  }
+  // [C_in, C_out / G, *k] as [C_out, C_in / G, *k], the kernel read backwards.
+  std::vector<sym::Expr> grouped = {s.table.integer(groups), s.table.integer(*in / groups), s.table.integer(*out)};
+  std::vector<sym::Expr> swapped = {s.table.integer(*out * groups), s.table.integer(*in / groups)};
+  std::vector<int64_t> spatialDims;
+  for (size_t i = 0; i < spatial; ++i) {
+    grouped.push_back(wm.sizes[2 + i]);
+    swapped.push_back(wm.sizes[2 + i]);
+    spatialDims.push_back(static_cast<int64_t>(2 + i));
+  }
+  w = op(s, "reshape", w, {{"size", grouped}});
+  w = op(s, "transpose", w, {{"dim0", int64_t{1}}, {"dim1", int64_t{2}}});
+  w = flipped(s, op(s, "reshape", w, {{"size", swapped}}), spatialDims);
+  std::vector<ir::ValueId> inputs = {x->value, w->value};
+  if (given(bias)) inputs.push_back((*bias)->value);
+  return s.op("convolution", inputs,
+              {{"stride", std::vector<int64_t>(spatial, 1)},
+               {"padding", std::vector<int64_t>(spatial, 0)},
+               {"dilation", dilation},
+               {"groups", groups}});
+}
+
+// F.conv_transpose1d/2d/3d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+// groups=1, dilation=1).
+Var convTranspose(TraceState& s, const std::string& name, size_t spatial, const std::vector<Var>& args,
+                  const Kwargs& kwargs) {
+  Params p = bindParams(name, args, kwargs,
+                        {"input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation"});
+  Var x = tensorArg(name + " input", p["input"]);
+  Var w = staticSizes(s, tensorArg(name + " weight", p["weight"]));
+  std::optional<Var> bias = p["bias"];
+  if (given(bias) && (*bias)->kind != Kind::Tensor) unsupported(name + " with a non-tensor bias");
+  if (s.meta(w).dim() != spatial + 2) unsupported(name + " of a " + std::to_string(s.meta(w).dim()) + "-d weight");
+  bool unbatched = false;
+  x = batched(s, name, x, spatial, unbatched);
+  if (given(p["padding"]) && (*p["padding"])->kind == Kind::Str) unsupported(name + " with a padding string");
+  Var y = transposedConvolution(s, name, x, w, bias, perDimOr(s, name + " stride", p["stride"], spatial, 1),
+                                perDimOr(s, name + " padding", p["padding"], spatial, 0),
+                                perDimOr(s, name + " output_padding", p["output_padding"], spatial, 0),
+                                perDimOr(s, name + " dilation", p["dilation"], spatial, 1),
+                                given(p["groups"]) ? intArg(s, name + " groups", *p["groups"]) : 1);
+  return unbatch(s, y, unbatched);
+}
+
+// torch.nn.modules.utils._single/_pair/_triple/_quadruple(x): a tuple of x's items, or of n x's.
+Var repeatedTuple(TraceState& s, const std::string& name, size_t n, const std::vector<Var>& args,
+                  const Kwargs& kwargs) {
+  Params p = bindParams(name, args, kwargs, {"x"});
+  if (!p["x"]) unsupported(name + "() without an argument");
+  Var x = *p["x"];
+  if (x->kind == Kind::List || x->kind == Kind::Tuple) return sequence(Kind::Tuple, x->items);
+  if (x->kind == Kind::Tensor || x->kind == Kind::Str || x->kind == Kind::Dict || x->kind == Kind::Object)
+    unsupported(name + " of a " + kindName(x->kind));
+  (void)s;
+  return sequence(Kind::Tuple, std::vector<Var>(n, x));
+}
+
 // F.conv1d/2d/3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) and
 // torch.convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
 // groups). padding='same' pads the left by half the dilated kernel and the right by the rest,
@@ -195,12 +316,21 @@ Var convolution(TraceState& s, const std::string& name, size_t spatial, const st
                                 "output_padding", "groups"})
                   : bindParams(name, args, kwargs,
                                {"input", "weight", "bias", "stride", "padding", "dilation", "groups"});
-  Var x = tensorArg(name + " input", p["input"]), w = tensorArg(name + " weight", p["weight"]);
+  Var x = tensorArg(name + " input", p["input"]);
+  Var w = staticSizes(s, tensorArg(name + " weight", p["weight"]));
   if (aten) {
     if (!p["transposed"] || !p["output_padding"] || !p["groups"]) unsupported(name + " with arguments missing");
-    if (boolArg(name + " transposed", p["transposed"], false))
-      unsupported(name + ": a transposed convolution"); // TODO(issue 45): conv_transpose
     spatial = s.meta(w).dim() < 3 ? 1 : s.meta(w).dim() - 2;
+    if (boolArg(name + " transposed", p["transposed"], false)) {
+      bool unbatched = false;
+      x = batched(s, name, x, spatial, unbatched);
+      Var y = transposedConvolution(s, name, x, w, p["bias"], perDim(s, name + " stride", *p["stride"], spatial),
+                                    perDim(s, name + " padding", *p["padding"], spatial),
+                                    perDim(s, name + " output_padding", *p["output_padding"], spatial),
+                                    perDim(s, name + " dilation", *p["dilation"], spatial),
+                                    intArg(s, name + " groups", *p["groups"]));
+      return unbatch(s, y, unbatched);
+    }
   }
   std::optional<Var> bias = p["bias"];
   if (given(bias) && (*bias)->kind != Kind::Tensor) unsupported(name + " with a non-tensor bias");
@@ -219,7 +349,7 @@ Var convolution(TraceState& s, const std::string& name, size_t spatial, const st
       for (int64_t st : stride)
         if (st != 1) unsupported(name + "(padding='same') with a stride (torch raises)");
       for (size_t i = 0; i < spatial; ++i) {
-        auto k = s.meta(w).sizes[2 + i].asInteger();
+        auto k = sym::knownValue(s.meta(w).sizes[2 + i]);
         if (!k) unsupported(name + " with a symbolic kernel size");
         int64_t total = dilation[i] * (*k - 1);
         padding[i] = total / 2;
@@ -377,8 +507,16 @@ size_t spatialOf(const std::string& m, const std::string& stem) {
 std::optional<Var> callConvolution(TraceState& s, const std::string& name, const std::string& m,
                                    const std::vector<Var>& args, const Kwargs& kwargs) {
   if (name.rfind("Tensor.", 0) == 0) return std::nullopt;
-  if (m == "convolution") return convolution(s, name, 0, args, kwargs);
+  if (name.rfind("torch.nn.", 0) == 0) {
+    std::string last = name.substr(name.rfind('.') + 1);
+    const std::vector<std::string> tuples = {"_single", "_pair", "_triple", "_quadruple"};
+    for (size_t n = 0; n < tuples.size(); ++n)
+      if (last == tuples[n]) return repeatedTuple(s, name, n + 1, args, kwargs);
+  }
   auto rest = [&](const std::string& stem) { return m.substr(std::min(m.size(), stem.size() + 2)); };
+  if (m == "convolution") return convolution(s, name, 0, args, kwargs);
+  if (size_t k = spatialOf(m, "conv_transpose"); k && rest("conv_transpose").empty())
+    return convTranspose(s, name, k, args, kwargs);
   if (size_t k = spatialOf(m, "conv"); k && rest("conv").empty()) return convolution(s, name, k, args, kwargs);
   if (size_t k = spatialOf(m, "max_pool"); k) {
     if (rest("max_pool") == "_with_indices") unsupported(name + ": the windows' indices"); // TODO(issue 45)

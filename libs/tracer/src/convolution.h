@@ -10,9 +10,10 @@
 namespace kiln::tracer {
 
 // `name` (`m` its short name) as graph ops: conv1d/2d/3d (torch.* and F.*, padding as numbers
-// or 'same'/'valid') and torch.convolution (not transposed) as the IR's convolution;
+// or 'same'/'valid'), conv_transpose1d/2d/3d and torch.convolution as the IR's convolution;
 // max_pool1d/2d/3d, avg_pool1d/2d/3d, adaptive_avg_pool1d/2d/3d and adaptive_max_pool1d/2d/3d
-// (sizes that divide the input's) from windows of the input. nullopt for other names.
+// (sizes that divide the input's) from windows of the input; torch.nn's _single/_pair/_triple/
+// _quadruple. nullopt for other names.
 std::optional<Var> callConvolution(TraceState& s, const std::string& name, const std::string& m,
                                    const std::vector<Var>& args, const Kwargs& kwargs);
 

@@ -636,10 +636,11 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
                    ir::isFloating(s.meta(args[0]).dtype)); // no complex dtypes
   if (m == "is_tensor" && !method && args.size() == 1 && kwargs.empty())
     return boolean(args[0]->kind == Kind::Tensor);
-  if ((m == "relu" || m == "gelu" || m == "silu" || m == "sigmoid" || m == "tanh") && isFunctional(name)) {
-    if (auto inplace = kwarg(kwargs, "inplace"); inplace && s.concrete(*inplace)) unsupported(name + "(inplace=True)");
-    return s.callOp(m, args, without(kwargs, {"inplace"}));
+  if ((m == "relu" || m == "silu") && isFunctional(name)) { // (input, inplace=False): relu_ writes input
+    Params p = bindParams(name, args, kwargs, {"input", "inplace"});
+    return s.callOp(boolArg(name + "'s inplace", p["inplace"], false) ? m + "_" : m, {tensorArg(name, p["input"])}, {});
   }
+  if ((m == "gelu" || m == "sigmoid" || m == "tanh") && isFunctional(name)) return s.callOp(m, args, kwargs);
   if ((m == "softmax" || m == "log_softmax") && isFunctional(name))
     return s.callOp(m, args, without(kwargs, {"_stacklevel"}));
   if (m == "scaled_dot_product_attention" && isFunctional(name)) {
@@ -864,6 +865,25 @@ Var leadingTensorsIndex(TraceState& s, const Var& x, const std::vector<Var>& ind
   return s.callOp("reshape", {picked, sequence(Kind::Tuple, outSizes)}, {});
 }
 
+// x[a:b] along `dim` with step 1, a a non-negative constant (or None) and b symbolic (x[..., :seq]):
+// a narrow whose length stays symbolic, b clamped to the size as Python clamps it (the choice
+// guarded where the sizes cannot tell). nullopt for other slices: their bounds are specialised.
+std::optional<Var> symbolicSlice(TraceState& s, const Var& x, int64_t dim, const Var& slice) {
+  const Var &start = slice->items[0], &end = slice->items[1], &step = slice->items[2];
+  if (step->kind != Kind::None && !(step->kind == Kind::Int && step->symbolic.asInteger() == std::optional<int64_t>(1)))
+    return std::nullopt;
+  if (end->kind != Kind::Int || end->symbolic.asInteger() || mentionsUnbacked(end->symbolic)) return std::nullopt;
+  int64_t from = 0;
+  if (start->kind == Kind::Int && start->symbolic.asInteger()) from = *start->symbolic.asInteger();
+  else if (start->kind != Kind::None) return std::nullopt;
+  if (from < 0 || s.decide(sym::lt(end->symbolic, 0))) return std::nullopt;
+  sym::Expr size = s.meta(x).sizes.at(static_cast<size_t>(dim));
+  if (!s.decide(sym::le(from, size))) return std::nullopt;
+  sym::Expr stop = s.decide(sym::le(end->symbolic, size)) ? end->symbolic : size;
+  sym::Expr length = s.decide(sym::le(from, stop)) ? stop - from : s.table.integer(0);
+  return s.op("narrow", {x->value}, {{"dim", dim}, {"start", from}, {"length", length}});
+}
+
 Var tensorIndex(TraceState& s, const Var& t, const Var& index) {
   std::vector<Var> items = index->kind == Kind::Tuple ? index->items : std::vector<Var>{index};
   // Several index tensors for the leading dims (HF's padding_mask[batch_idx, kv_idx]).
@@ -894,6 +914,12 @@ Var tensorIndex(TraceState& s, const Var& t, const Var& index) {
       --specified;
       continue;
     case Kind::Slice: {
+      if (auto narrowed = symbolicSlice(s, out, dim, i)) {
+        out = *narrowed;
+        ++dim;
+        --specified;
+        continue;
+      }
       std::vector<ir::Attr> attrs = {{"dim", dim}};
       const char* names[] = {"start", "end", "step"};
       for (size_t k = 0; k < 3; ++k)

@@ -399,20 +399,24 @@ def max_pool_of_nan_and_inf(x):
 upsample = inference(nn.ConvTranspose2d(4, 2, 2, stride=2))
 
 
-@program(inputs=lambda: r(2, 4, 5, 5), breaks="_single")
-def transposed_convolution_is_a_break(x):
+@program(inputs=lambda: r(2, 4, 5, 5))
+def transposed_convolution_upsamples(x):
     return torch.relu(upsample(torch.relu(x)))
 
 
-@program(inputs=lambda: r(2, 3, 8, 8), breaks="return_indices")
-def max_pool_indices_are_a_break(x):
-    values, indices = F.max_pool2d(x, 2, return_indices=True)
-    return values * 2, indices
+decoder = inference(nn.Sequential(
+    nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2), nn.ReLU(),
+    nn.ConvTranspose2d(6, 2, (2, 3), stride=(1, 2), padding=(0, 1), dilation=(2, 1))))
+w_up1d = r(4, 3, 4)
+w_up2d = r(4, 2, 3, 3)
 
 
-@program(inputs=lambda: r(2, 3, 10, 7), breaks="does not divide")
-def adaptive_pool_of_uneven_windows_is_a_break(x):
-    return F.adaptive_avg_pool2d(x * 2, (3, 3)) + 1
+@program(inputs=lambda: r(2, 4, 5, 6), atol=1e-4)
+def transposed_convolutions_every_option(x):
+    y = decoder(x)
+    z = F.conv_transpose1d(x.flatten(2), w_up1d, stride=3, padding=4, dilation=2, output_padding=1)
+    a = torch.ops.aten.convolution(x, w_up2d, None, [2, 2], [1, 1], [1, 1], True, [1, 0], 1)
+    return y, z, a
 
 
 reflect = inference(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"))

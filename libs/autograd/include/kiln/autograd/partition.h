@@ -23,8 +23,10 @@ struct PartitionOptions {
 };
 
 struct Partition {
-  ir::Graph forward;                   // the forward's inputs -> its outputs, then the saved values
-  ir::Graph backward;                  // the saved values, then the tangents -> the grads
+  // The forward's inputs -> its outputs, then the saved values, then (as sym_int outputs) the
+  // symbols the backward computes with that no saved value's or tangent's layout gives.
+  ir::Graph forward;
+  ir::Graph backward;                  // the saved values and symbols, then the tangents -> the grads
   std::vector<ir::ValueId> saved;      // joint-graph ids of the saved values, in order
   std::vector<ir::ValueId> recomputed; // joint-graph ids of forward nodes the backward recomputes
   size_t forwardOutputs = 0;           // the forward graph's first outputs are the user's

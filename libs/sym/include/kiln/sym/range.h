@@ -48,4 +48,8 @@ Range range(Expr e);
 // current ranges (nullopt: not known). Records nothing; adds no guard.
 std::optional<bool> staticallyKnown(Expr e);
 
+// The value of an integer expression where it is a constant, or becomes one under the
+// facts that pin symbols to values (`s1 == 5`); nullopt otherwise.
+std::optional<int64_t> knownValue(Expr e);
+
 } // namespace kiln::sym
