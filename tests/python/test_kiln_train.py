@@ -131,6 +131,22 @@ def test_a_cnn_trains_compiled_with_eagers_grads(stack):
     assert trained(fast._compiled_forward), kiln.explain(fast)
 
 
+def test_cumulative_sums_and_products_train(stack):
+    """cumsum and cumprod (a zero among the factors) give eager's values and grads."""
+    def f(x):
+        return x.cumsum(0).sin().sum() + torch.cumprod(x, dim=1).sum() + x.T.cumsum(-1).square().mean()
+
+    x = torch.randn(4, 5)
+    x[1, 2] = 0
+    x.requires_grad_()
+    ex = x.detach().clone().requires_grad_()
+    fast = kiln.compile(f, stack=stack, fullgraph=True)
+    fast(x).backward()
+    f(ex).backward()
+    torch.testing.assert_close(x.grad, ex.grad)
+    assert trained(fast), kiln.explain(fast)
+
+
 class MLP(nn.Module):
     def __init__(self):
         super().__init__()

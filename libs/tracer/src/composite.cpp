@@ -203,6 +203,42 @@ Var typeInfoOf(TraceState& s, const std::string& name, const std::vector<Var>& a
   return typeInfo("iinfo", dtype, {{"bits", num(s, bits)}, {"max", num(s, max)}, {"min", num(s, min)}});
 }
 
+namespace {
+
+// cumsum / cumprod(x, dim, dtype=None): each position's sum (product) of the elements up to it,
+// as a masked reduction over [..., n, n] (a quadratic number of terms: exact for integers, and
+// the grad comes through where and sum/prod's rules). Integers and bools give int64, as torch.
+// TODO(issue 45): a scan op, linear in n.
+Var cumulative(TraceState& s, const std::string& name, bool product, Var x, int64_t dim,
+               const std::optional<Var>& dtype) {
+  ir::TensorMeta m = s.meta(x);
+  if (dtype && (*dtype)->kind != Kind::None) {
+    if ((*dtype)->kind != Kind::DType) unsupported(name + " with a dtype that is not a torch.dtype");
+    x = s.op("to_dtype", {x->value}, {{"dtype", (*dtype)->dtype}});
+  } else if (!ir::isFloating(m.dtype)) {
+    x = s.op("to_dtype", {x->value}, {{"dtype", DType::Int64}});
+  }
+  if (m.dim() == 0) return s.op("clone", {x->value});
+  auto rank = static_cast<int64_t>(m.dim());
+  if (dim < -rank || dim >= rank) unsupported(name + " along dim " + std::to_string(dim));
+  if (dim < 0) dim += rank;
+  bool last = dim == rank - 1;
+  if (!last) x = s.op("transpose", {x->value}, {{"dim0", dim}, {"dim1", rank - 1}});
+  sym::Expr n = m.sizes[static_cast<size_t>(dim)];
+  std::string device = ir::toString(m.device);
+  Var rows = s.op("unsqueeze", {s.op("arange", {}, {{"end", n}, {"dtype", DType::Int64}, {"device", device}})->value},
+                  {{"dim", int64_t{1}}});
+  Var cols = s.op("arange", {}, {{"end", n}, {"dtype", DType::Int64}, {"device", device}});
+  Var upTo = s.op("le", {cols->value, rows->value}); // [n, n]: column j counts for row i when j <= i
+  Var spread = s.op("unsqueeze", {x->value}, {{"dim", rank - 1}});
+  Var kept = s.callOp("where", {upTo, spread, integer(s.table.integer(product ? 1 : 0))}, {});
+  Var y = s.op(product ? "prod" : "sum", {kept->value}, {{"dim", product ? ir::AttrValue(int64_t{-1}) : ir::AttrValue(std::vector<int64_t>{-1})}});
+  if (!last) y = s.op("transpose", {y->value}, {{"dim0", dim}, {"dim1", rank - 1}});
+  return y;
+}
+
+} // namespace
+
 Var flipped(TraceState& s, const Var& x, const std::vector<int64_t>& dims) { return flip(s, x, dims); }
 
 std::optional<Var> callComposite(TraceState& s, const std::string& name, const std::string& m, bool method,
@@ -275,6 +311,16 @@ std::optional<Var> callComposite(TraceState& s, const std::string& name, const s
     Var scaled = s.callOp("mul", {x, floating(beta)}, {});
     Var soft = s.callOp("div", {s.callOp("log1p", {s.callOp("exp", {scaled}, {})}, {}), floating(beta)}, {});
     return s.callOp("where", {s.callOp("gt", {scaled, floating(threshold)}, {}), x, soft}, {});
+  }
+  if ((m == "cumsum" || m == "cumprod" || m == "cumsum_" || m == "cumprod_") && !functional) {
+    bool inPlace = m.back() == '_';
+    Params p = method ? bindParams(name, args, kwargs, {"self", "dim", "dtype"}, 2)
+                      : bindParams(name, args, kwargs, {"input", "dim", "dtype", "out"}, 2);
+    if (p["out"]) unsupported(name + "(out=...)");
+    Var x = tensorArg(name, method ? p["self"] : p["input"]);
+    if (!p["dim"]) unsupported(name + " without a dim");
+    Var y = cumulative(s, name, m.rfind("cumprod", 0) == 0, x, intArg(s, name + "'s dim", *p["dim"]), p["dtype"]);
+    return inPlace ? writeInto(s, x, y) : y;
   }
   if (m == "var_mean" && !method) { // (var, mean), each as var and mean reduce
     Var var = callTorch(s, "torch.var", args, kwargs).value();

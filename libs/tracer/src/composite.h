@@ -12,7 +12,7 @@ namespace kiln::tracer {
 
 // `name` (a torch function, F function or "Tensor.<m>" method, `m` its short name) as graph
 // ops: clamp_min/max, lerp, addcmul/addcdiv (and their in-place forms), bitwise_not, sgn,
-// element_size, is_contiguous, F.softplus/mish/hardswish/hardtanh/relu6, nan_to_num, repeat, outer,
+// element_size, is_contiguous, cumsum/cumprod, F.softplus/mish/hardswish/hardtanh/relu6, nan_to_num, repeat, outer,
 // view_as/reshape_as/expand_as, fill_/zero_,
 // repeat_interleave with int repeats, torch.where(condition) and nonzero(as_tuple=True).
 // nullopt for other names.

@@ -766,7 +766,7 @@ def finfo_eps_in_a_norm_follows_the_dtype(x):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps), eps
 
 
-@program(inputs=lambda: (r(2, 4) * 1e4, torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0]])), breaks="Tensor.cumsum")
+@program(inputs=lambda: (r(2, 4) * 1e4, torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0]])))
 def finfo_max_clamp_and_iinfo_min_fill(hidden, mask):
     clamp_value = torch.finfo(hidden.dtype).max - 1000
     hidden = torch.clamp(hidden, min=-clamp_value, max=clamp_value)
