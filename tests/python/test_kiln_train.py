@@ -2,6 +2,7 @@
 artifact (the partitioner service's graphs, compiled by codegen) inside a
 torch.autograd.Function; results, grads, input mutations and a whole training run
 equal eager's; a failing partitioner makes calls run eagerly, the next call compiles."""
+import copy
 import gc
 import inspect
 import math
@@ -115,12 +116,22 @@ def test_grads_of_dynamic_inputs_reshaped_to_constants(stack):
 def test_a_cnn_trains_compiled_with_eagers_grads(stack):
     """Convolutions, pooling and batch norm in training: the grads of every parameter (max
     pooling's to the first maximum of each window, as torch's)."""
+    class SmallCNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([
+                nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(), nn.MaxPool2d(2),
+                nn.Conv2d(6, 8, 3, stride=2, groups=2), nn.ReLU(), nn.AvgPool2d(2, ceil_mode=True),
+                nn.ConvTranspose2d(8, 4, 2, stride=2), nn.AdaptiveMaxPool2d(1), nn.Flatten(), nn.Linear(4, 3)])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Conv2d(6, 8, 3, stride=2, groups=2), nn.ReLU(), nn.AvgPool2d(2, ceil_mode=True),
-                          nn.ConvTranspose2d(8, 4, 2, stride=2), nn.AdaptiveMaxPool2d(1), nn.Flatten(),
-                          nn.Linear(4, 3))
-    reference = nn.Sequential(*[m for m in __import__("copy").deepcopy(model)])
+    model = SmallCNN()
+    reference = copy.deepcopy(model)
     fast = kiln.compile(model, stack=stack)
     x = torch.randn(4, 3, 14, 14)
     x[:, :, :4] = 0  # ties: zeros after the ReLU share windows

@@ -285,8 +285,9 @@ std::optional<Var> callComposite(TraceState& s, const std::string& name, const s
     // min if x <= min, max if x >= max, else x: NaN stays, and the grad reaches x strictly
     // inside the bounds, as torch's hardtanh_backward sends it.
     bool relu6 = m == "relu6";
-    Params p = relu6 ? bindParams(name, args, kwargs, {"input", "inplace"})
-                     : bindParams(name, args, kwargs, {"input", "min_val", "max_val", "inplace"});
+    Params p = relu6          ? bindParams(name, args, kwargs, {"input", "inplace"})
+               : m == "hardtanh_" ? bindParams(name, args, kwargs, {"input", "min_val", "max_val"})
+                                  : bindParams(name, args, kwargs, {"input", "min_val", "max_val", "inplace"});
     Var x = tensorArg(name, p["input"]);
     if (!ir::isFloating(s.meta(x).dtype)) unsupported(name + " of a " + std::string(ir::name(s.meta(x).dtype)) + " tensor");
     double low = relu6 ? 0.0 : numberArg(s, name + "'s min_val", p["min_val"], -1.0);

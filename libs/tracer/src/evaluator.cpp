@@ -2250,8 +2250,18 @@ private:
     case Kind::NnModule: {
       if (name == "training") return boolean(obj->desc->getModule().getTraining());
       if (name == "forward" || name == "__call__") return method(obj, "forward");
-      // The container protocol of Module, ModuleList and ModuleDict, over the described children.
-      if (name == "items" || name == "keys" || name == "values" || name == "children" || name == "named_children")
+      // The container protocol of Module, ModuleList and ModuleDict, over the described children,
+      // unless the module has a parameter, buffer, submodule or attribute of that name (a cache's
+      // `keys` buffer), which Module.__getattr__ finds first.
+      auto module = obj->desc->getModule();
+      auto named = [&](auto list) {
+        for (auto item : list)
+          if (item.getName() == name) return true;
+        return false;
+      };
+      bool own = named(module.getParameters()) || named(module.getBuffers()) || named(module.getAttributes());
+      for (auto child : module.getModules()) own = own || child == name;
+      if (!own && (name == "items" || name == "keys" || name == "values" || name == "children" || name == "named_children"))
         return method(obj, name);
       return realize(extend(*obj->path, guards::attr(name)));
     }

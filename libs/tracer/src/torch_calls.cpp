@@ -714,12 +714,16 @@ std::optional<Var> special(TraceState& s, const std::string& name, const std::st
 
 } // namespace
 
+std::optional<Var> indexedWrite(TraceState& s, const std::string& name, const std::string& m,
+                                const std::vector<Var>& args, const Kwargs& kwargs);
+
 std::optional<Var> callTorch(TraceState& s, const std::string& name, std::vector<Var> args, const Kwargs& kwargs) {
   std::string m = shortName(name);
   if (m.empty()) return std::nullopt;
   if (auto r = callComposite(s, name, m, name.rfind("Tensor.", 0) == 0, args, kwargs)) return r;
   if (auto r = callLoss(s, name, m, name.rfind("Tensor.", 0) == 0, args, kwargs)) return r;
   if (auto r = callConvolution(s, name, m, args, kwargs)) return r;
+  if (auto r = indexedWrite(s, name, m, args, kwargs)) return r;
   if (auto r = special(s, name, m, args, kwargs)) return r;
   if (auto it = renamed().find(m); it != renamed().end()) m = it->second;
   // In-place methods of the IR (x.add_(y), x.relu_()).
@@ -804,6 +808,130 @@ std::optional<Var> tensorAttribute(TraceState& s, const Var& t, const std::strin
 Var wrapNegative(TraceState& s, const Var& index, sym::Expr size) {
   Var negative = s.callOp("lt", {index, integer(s.table.integer(0))}, {});
   return s.callOp("where", {negative, s.callOp("add", {index, integer(size)}, {}), index}, {});
+}
+
+namespace {
+
+// x with its entries at `index` along dim replaced by value's (accumulate: value's added), as
+// index_put_, index_copy_ and index_add_ write them: index a 1-d (or 0-d) int64 tensor, each
+// entry range-checked (read through index_select), wrapped where negative if `wrap` (index_put
+// and index_fill; index_add and index_copy refuse negatives, as eager); value broadcast to
+// x's sizes with index's length at dim. Without accumulate, an entry written twice takes the later
+// value, as torch's CPU kernels leave it (torch leaves the choice undefined).
+Var indexWriteOf(TraceState& s, const std::string& name, const Var& x, int64_t dim, Var index, Var value,
+                 bool accumulate, bool wrap) {
+  const ir::TensorMeta meta = s.meta(x);
+  auto rank = static_cast<int64_t>(meta.dim());
+  if (rank == 0) unsupported(name + " of a 0-d tensor");
+  if (dim < -rank || dim >= rank) unsupported(name + " along dim " + std::to_string(dim));
+  if (dim < 0) dim += rank;
+  ir::TensorMeta im = s.meta(index);
+  if (im.dtype != DType::Int64) unsupported(name + " with an index of " + std::string(ir::name(im.dtype)));
+  if (im.device != meta.device) unsupported(name + " with an index on another device");
+  if (im.dim() > 1) unsupported(name + " with an index of " + std::to_string(im.dim()) + " dims");
+  if (im.dim() == 0) index = s.op("unsqueeze", {index->value}, {{"dim", int64_t{0}}});
+  sym::Expr n = meta.sizes[static_cast<size_t>(dim)], m = s.meta(index).sizes[0];
+  std::string device = ir::toString(meta.device);
+  auto arange = [&](sym::Expr end) {
+    return s.op("arange", {}, {{"end", end}, {"dtype", DType::Int64}, {"device", device}});
+  };
+  // In range, as eager checks it: the positions of arange(n) the index reads.
+  if (wrap) index = wrapNegative(s, index, n);
+  Var at = s.op("index_select", {arange(n)->value, index->value}, {{"dim", int64_t{0}}});
+  std::vector<sym::Expr> target = meta.sizes;
+  target[static_cast<size_t>(dim)] = m;
+  Var dtype = make(Kind::DType);
+  dtype->dtype = meta.dtype;
+  if (value->kind != Kind::Tensor) {
+    Var where = make(Kind::Device);
+    where->device = meta.device;
+    std::vector<Var> sizes;
+    for (sym::Expr e : target) sizes.push_back(integer(e));
+    value = s.callOp("full", {sequence(Kind::Tuple, sizes), value}, {{"dtype", dtype}, {"device", where}});
+  }
+  value = s.op("expand", {toDType(s, value, meta.dtype)->value}, {{"size", target}});
+  std::vector<sym::Expr> along(meta.dim(), s.table.integer(1));
+  along[static_cast<size_t>(dim)] = m;
+  Var spread = s.op("expand", {s.op("reshape", {at->value}, {{"size", along}})->value}, {{"size", target}});
+  if (accumulate) return s.op("scatter_add", {x->value, spread->value, value->value}, {{"dim", dim}});
+  if (!s.decide(sym::ge(m, 1))) return x;
+  // Per entry of x along dim, the last position of the index that names it (-1: none).
+  Var hits = s.op("eq", {s.op("unsqueeze", {at->value}, {{"dim", int64_t{0}}})->value,
+                         s.op("unsqueeze", {arange(n)->value}, {{"dim", int64_t{1}}})->value});
+  Var order = s.op("unsqueeze", {arange(m)->value}, {{"dim", int64_t{0}}});
+  Var last = s.op("amax", {s.callOp("where", {hits, order, integer(s.table.integer(-1))}, {})->value},
+                  {{"dim", std::vector<int64_t>{1}}});
+  Var written = s.op("ge", {last->value}, {{"other", int64_t{0}}});
+  Var rows = s.op("index_select", {value->value, s.op("clamp", {last->value}, {{"min", int64_t{0}}})->value},
+                  {{"dim", dim}});
+  if (s.gradEnabled && s.meta(value).requiresGrad) {
+    // torch's derivative gives each entry of value the grad of the position it names, an entry a
+    // later one overwrote included: the picked rows carry none, and each entry's zero (v - v,
+    // where finite) added at its position carries it.
+    Var still = s.op("detach", {value->value});
+    Var zero = s.callOp("where", {callTorch(s, "torch.isfinite", {value}, {}).value(),
+                                  s.op("sub", {value->value, still->value}), integer(s.table.integer(0))}, {});
+    Var carried = s.op("scatter_add", {s.op("zeros_like", {x->value})->value, spread->value, zero->value}, {{"dim", dim}});
+    rows = s.op("add", {s.op("detach", {rows->value})->value, carried->value});
+  }
+  along[static_cast<size_t>(dim)] = n;
+  Var mask = s.op("reshape", {written->value}, {{"size", along}});
+  return s.op("where", {mask->value, rows->value, x->value});
+}
+
+// `x` now holds `value` (its dtype and sizes): an in-place write.
+void overwrite(TraceState& s, const Var& x, const Var& value) {
+  Var device = make(Kind::Device);
+  device->device = s.meta(x).device;
+  Var boolType = make(Kind::DType);
+  boolType->dtype = DType::Bool;
+  Var always = s.callOp("full", {sequence(Kind::Tuple, {}), boolean(true)}, {{"dtype", boolType}, {"device", device}});
+  s.callOp("where_out", {always, value, x, x}, {});
+}
+
+} // namespace
+
+// index_put(_), index_copy(_), index_add(_) and index_fill(_) (Tensor methods and torch functions).
+std::optional<Var> indexedWrite(TraceState& s, const std::string& name, const std::string& m,
+                                const std::vector<Var>& args, const Kwargs& kwargs) {
+  bool method = name.rfind("Tensor.", 0) == 0;
+  if (!method && name.rfind("torch.", 0) != 0) return std::nullopt;
+  std::string base = m.back() == '_' ? m.substr(0, m.size() - 1) : m;
+  bool inPlace = base != m;
+  if (inPlace && !method) return std::nullopt;
+  if (base != "index_put" && base != "index_copy" && base != "index_add" && base != "index_fill") return std::nullopt;
+  std::string self = method ? "self" : "input";
+  Var x, result;
+  if (base == "index_put") {
+    Params p = bindParams(name, args, kwargs, {self, "indices", "values", "accumulate"});
+    x = tensorArg(name, p[self]);
+    std::optional<Var> indices = p["indices"];
+    if (!indices || ((*indices)->kind != Kind::Tuple && (*indices)->kind != Kind::List))
+      unsupported(name + " without a tuple of indices");
+    if ((*indices)->items.size() != 1 || (*indices)->items[0]->kind != Kind::Tensor)
+      unsupported(name + " with " + std::to_string((*indices)->items.size()) + " indices"); // TODO(issue 45)
+    Var values = tensorArg(name, p["values"]);
+    refuseCastingWrite(s, s.meta(x).dtype, values, name);
+    result = indexWriteOf(s, name, x, 0, (*indices)->items[0], values, boolArg(name, p["accumulate"], false), true);
+  } else {
+    const char* source = base == "index_fill" ? "value" : "source";
+    std::vector<std::string> names = {self, "dim", "index", source};
+    if (base == "index_add") names.push_back("alpha");
+    Params p = bindParams(name, args, kwargs, names, base == "index_add" ? 4 : SIZE_MAX);
+    x = tensorArg(name, p[self]);
+    if (!p["dim"] || !p["index"] || !p[source]) unsupported(name + " with arguments missing");
+    Var index = tensorArg(name, p["index"]), value = *p[source];
+    if (base != "index_fill") value = tensorArg(name, p[source]);
+    else if (value->kind == Kind::Tensor && s.meta(value).dim() != 0) unsupported(name + " with a value of dims");
+    if (auto alpha = p["alpha"]; alpha && (*alpha)->kind != Kind::None)
+      value = s.callOp("mul", {value, *alpha}, {});
+    refuseCastingWrite(s, s.meta(x).dtype, value, name);
+    result = indexWriteOf(s, name, x, intArg(s, name + "'s dim", *p["dim"]), index, value, base == "index_add",
+                          base == "index_fill");
+  }
+  if (!inPlace) return result;
+  overwrite(s, x, result);
+  return x;
 }
 
 Var integerTensorIndex(TraceState& s, const Var& x, const Var& idx, int64_t dim,
@@ -949,7 +1077,6 @@ Var tensorIndex(TraceState& s, const Var& t, const Var& index) {
 // functionalization carries to x); with a bool mask of x's shape and a number or
 // 0-d value, masked_fill_. A float into a non-float tensor (torch casts it),
 // tensor indices otherwise, and a tensor through a mask are left to eager.
-// TODO(issue 6): index_put_ (x[idx] = v with int tensor indices).
 void tensorSetItem(TraceState& s, const Var& x, const Var& index, const Var& value) {
   std::vector<Var> items = index->kind == Kind::Tuple ? index->items : std::vector<Var>{index};
   DType dtype = s.meta(x).dtype;
@@ -958,12 +1085,31 @@ void tensorSetItem(TraceState& s, const Var& x, const Var& index, const Var& val
     unsupported("assigning a " + kindName(value->kind) + " to a tensor's items");
   refuseCastingWrite(s, dtype, value, "an item assignment");
   Var written = value->kind == Kind::Tensor ? toDType(s, value, dtype) : value;
-  for (const Var& i : items) {
+  for (size_t k = 0; k < items.size(); ++k) {
+    const Var& i = items[k];
     if (i->kind != Kind::Tensor) continue;
     const ir::TensorMeta mask = s.meta(i);
     if (items.size() == 1 && mask.dtype == DType::Bool && mask.dim() == s.meta(x).dim() &&
         (number || s.meta(value).dim() == 0)) {
       callTorch(s, "Tensor.masked_fill_", {x, i, written}, {});
+      return;
+    }
+    // x[..., idx, ...] = v: one int index tensor, every other item a whole dim or an ellipsis.
+    auto whole = [](const Var& item) {
+      return item->kind == Kind::Ellipsis ||
+             (item->kind == Kind::Slice && std::all_of(item->items.begin(), item->items.end(),
+                                                       [](const Var& b) { return b->kind == Kind::None; }));
+    };
+    bool others = true;
+    for (size_t j = 0; j < items.size(); ++j) others = others && (j == k || whole(items[j]));
+    if (mask.dtype == DType::Int64 && mask.dim() <= 1 && others) {
+      auto ellipsis = std::find_if(items.begin(), items.end(), [](const Var& item) { return item->kind == Kind::Ellipsis; });
+      auto rank = static_cast<int64_t>(s.meta(x).dim());
+      int64_t dim = ellipsis != items.end() && ellipsis < items.begin() + static_cast<std::ptrdiff_t>(k)
+                        ? rank - static_cast<int64_t>(items.size() - k)
+                        : static_cast<int64_t>(k);
+      if (mask.dim() == 0) unsupported("assigning through a 0-d index tensor"); // drops the dim
+      overwrite(s, x, indexWriteOf(s, "x[index] = value", x, dim, i, written, false, true));
       return;
     }
     unsupported("assigning to a tensor's items through a tensor index");

@@ -259,3 +259,24 @@ class MultiTaskHeads(nn.Module):
 @program(inputs=lambda n=4: (MultiTaskHeads(), r(n, 8), "topic"), atol=1e-5)
 def module_dict_heads_picked_by_name(m, x, task):
     return m(x, task)
+
+
+class NamedLikeContainerMethods(nn.Module):
+    """Attributes named as ModuleDict's methods: Module.__getattr__ finds the buffer and the
+    submodule, not a method."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("keys", torch.arange(4.0))
+        self.values = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.values(x) + self.keys
+
+
+named_like_methods = inference(NamedLikeContainerMethods())
+
+
+@program(inputs=lambda: r(2, 4))
+def module_attributes_named_keys_and_values(x):
+    return named_like_methods(x)
