@@ -329,7 +329,7 @@ def cumprod_of_keep_probabilities_and_float_cumsum(gates, x):
 
 # ---- indexed writes, where, masked_fill, gathers and scatters -------------------------------------------
 
-@program(inputs=lambda: (r(6, 4), torch.tensor([0, 2, 2, 5]), r(4, 4)), breaks="Tensor.index_put_")
+@program(inputs=lambda: (r(6, 4), torch.tensor([0, 2, 2, 5]), r(4, 4)))
 def index_put_accumulates_repeated_rows(table, idx, rows):
     out = torch.zeros_like(table)
     out.index_put_((idx,), rows, accumulate=True)
