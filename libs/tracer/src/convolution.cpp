@@ -7,7 +7,9 @@
 #include "composite.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <map>
 
 #include "kiln/ir/dtype.h"
 #include "kiln/sym/expr.h"
@@ -493,6 +495,129 @@ Var adaptivePool(TraceState& s, const std::string& name, size_t spatial, bool ma
   return unbatch(s, y, unbatched);
 }
 
+// F.interpolate's source positions along one dim, as torch's upsample kernels compute them:
+// `scale` is in/out, or 1/scale_factor where a factor is given (and not recomputed), rounded to
+// the kernels' float (f64 inputs: double).
+struct Resampling {
+  std::string mode;
+  bool alignCorners = false;
+};
+
+double sourceScale(int64_t in, int64_t out, std::optional<double> factor, bool alignCorners, bool wide) {
+  auto round = [&](double v) { return wide ? v : static_cast<double>(static_cast<float>(v)); };
+  if (alignCorners) return out > 1 ? round(static_cast<double>(in - 1) / static_cast<double>(out - 1)) : 0.0;
+  if (factor) return round(1.0 / *factor);
+  return wide ? static_cast<double>(in) / static_cast<double>(out)
+              : static_cast<double>(static_cast<float>(in) / static_cast<float>(out));
+}
+
+// x resampled to `out` entries along dim (nearest, nearest-exact or linear).
+Var resampled(TraceState& s, Var x, int64_t dim, int64_t in, int64_t out, std::optional<double> factor,
+              const Resampling& how) {
+  ir::TensorMeta m = s.meta(x);
+  bool wide = m.dtype == DType::Float64;
+  DType math = wide ? DType::Float64 : DType::Float32;
+  std::string device = ir::toString(m.device);
+  double scale = sourceScale(in, out, factor, how.alignCorners, wide);
+  Var position = s.op("arange", {}, {{"end", out}, {"dtype", math}, {"device", device}});
+  auto indexOf = [&](const Var& real) { // floor, as int64, at most in - 1
+    Var i = s.op("to_dtype", {s.op("floor", {real->value})->value}, {{"dtype", DType::Int64}});
+    return s.op("clamp", {i->value}, {{"max", in - 1}});
+  };
+  if (how.mode == "nearest" || how.mode == "nearest-exact") {
+    Var index;
+    if (out == in) index = s.op("arange", {}, {{"end", out}, {"dtype", DType::Int64}, {"device", device}});
+    else if (how.mode == "nearest" && out == 2 * in)
+      index = s.op("div", {s.op("arange", {}, {{"end", out}, {"dtype", DType::Int64}, {"device", device}})->value},
+                   {{"other", int64_t{2}}, {"rounding_mode", std::string("floor")}});
+    else {
+      if (how.mode == "nearest-exact") position = s.op("add", {position->value}, {{"other", 0.5}});
+      index = indexOf(s.op("mul", {position->value}, {{"other", scale}}));
+    }
+    return s.op("index_select", {x->value, index->value}, {{"dim", dim}});
+  }
+  // linear: (1 - l) x[i0] + l x[i1] from the source position, clamped to the input.
+  Var real = how.alignCorners
+                 ? s.op("mul", {position->value}, {{"other", scale}})
+                 : s.op("clamp", {s.op("sub", {s.op("mul", {s.op("add", {position->value}, {{"other", 0.5}})->value},
+                                                     {{"other", scale}})->value},
+                                         {{"other", 0.5}})->value},
+                        {{"min", 0.0}});
+  Var i0 = indexOf(real);
+  Var lambda = s.op("clamp", {s.op("sub", {real->value, s.op("to_dtype", {i0->value}, {{"dtype", math}})->value})->value},
+                    {{"min", 0.0}, {"max", 1.0}});
+  Var i1 = s.op("clamp", {s.op("add", {i0->value}, {{"other", int64_t{1}}})->value}, {{"max", in - 1}});
+  std::vector<sym::Expr> along(m.dim(), s.table.integer(1));
+  along[static_cast<size_t>(dim)] = s.table.integer(out);
+  Var l = s.op("reshape", {lambda->value}, {{"size", along}});
+  Var keep = s.op("add", {s.op("neg", {l->value})->value}, {{"other", 1.0}});
+  Var a = s.op("mul", {s.op("index_select", {x->value, i0->value}, {{"dim", dim}})->value, keep->value});
+  Var b = s.op("mul", {s.op("index_select", {x->value, i1->value}, {{"dim", dim}})->value, l->value});
+  return s.op("add", {a->value, b->value});
+}
+
+// F.interpolate(input, size=None, scale_factor=None, mode='nearest', align_corners=None,
+// recompute_scale_factor=None, antialias=False) in modes nearest, nearest-exact, linear,
+// bilinear and trilinear (dim by dim), and area (adaptive average pooling). The spatial
+// sizes are specialised (guarded): the source positions are numbers of them.
+Var interpolate(TraceState& s, const std::string& name, const std::vector<Var>& args, const Kwargs& kwargs) {
+  Params p = bindParams(name, args, kwargs,
+                        {"input", "size", "scale_factor", "mode", "align_corners", "recompute_scale_factor", "antialias"});
+  Var x = tensorArg(name + " input", p["input"]);
+  ir::TensorMeta m = s.meta(x);
+  if (m.dim() < 3 || m.dim() > 5) unsupported(name + " of a " + std::to_string(m.dim()) + "-d input");
+  size_t spatial = m.dim() - 2;
+  std::string mode = "nearest";
+  if (given(p["mode"])) {
+    if ((*p["mode"])->kind != Kind::Str) unsupported(name + " with a mode that is not a str");
+    mode = (*p["mode"])->name;
+  }
+  const std::map<std::string, size_t> linear = {{"linear", 1}, {"bilinear", 2}, {"trilinear", 3}};
+  bool isLinear = linear.count(mode) > 0;
+  if (isLinear && linear.at(mode) != spatial)
+    unsupported(name + "(mode='" + mode + "') of a " + std::to_string(m.dim()) + "-d input (torch raises)");
+  if (!isLinear && mode != "nearest" && mode != "nearest-exact" && mode != "area")
+    unsupported(name + "(mode='" + mode + "')"); // TODO(issue 45): bicubic
+  Resampling how{mode, given(p["align_corners"]) && boolArg(name + " align_corners", p["align_corners"], false)};
+  if (given(p["align_corners"]) && !isLinear) unsupported(name + ": align_corners with mode '" + mode + "' (torch raises)");
+  if (given(p["antialias"]) && boolArg(name + " antialias", p["antialias"], false))
+    unsupported(name + "(antialias=True)");
+  if (!ir::isFloating(m.dtype)) unsupported(name + " of a " + std::string(ir::name(m.dtype)) + " tensor");
+  bool bySize = given(p["size"]), byFactor = given(p["scale_factor"]);
+  if (bySize == byFactor) unsupported(name + " needs exactly one of size and scale_factor (torch raises)");
+  std::vector<int64_t> in, out;
+  std::vector<std::optional<double>> factors(spatial);
+  for (size_t i = 0; i < spatial; ++i) in.push_back(s.concrete(integer(m.sizes[2 + i])));
+  if (bySize) {
+    out = perDim(s, name + " size", *p["size"], spatial);
+  } else {
+    Var f = *p["scale_factor"];
+    std::vector<Var> items = f->kind == Kind::List || f->kind == Kind::Tuple ? f->items : std::vector<Var>(spatial, f);
+    if (items.size() != spatial) unsupported(name + " with " + std::to_string(items.size()) + " scale factors");
+    bool recompute = given(p["recompute_scale_factor"]) && boolArg(name + " recompute_scale_factor", p["recompute_scale_factor"], false);
+    for (size_t i = 0; i < spatial; ++i) {
+      double factor = s.number(items[i]);
+      if (!(factor > 0)) unsupported(name + " with a scale factor that is not positive");
+      out.push_back(static_cast<int64_t>(std::floor(static_cast<double>(in[i]) * factor)));
+      if (!recompute) factors[i] = factor;
+    }
+  }
+  for (int64_t o : out)
+    if (o < 1) unsupported(name + " to an empty size (torch raises)");
+  if (mode == "area") {
+    std::vector<Var> sizes;
+    for (int64_t o : out) sizes.push_back(integer(s.table.integer(o)));
+    return adaptivePool(s, name, spatial, false, {x, sequence(Kind::Tuple, sizes)}, {});
+  }
+  DType dtype = m.dtype;
+  bool half = dtype == DType::Float16 || dtype == DType::BFloat16;
+  if (half && isLinear) x = op(s, "to_dtype", x, {{"dtype", DType::Float32}}); // interpolated in f32
+  for (size_t i = 0; i < spatial; ++i)
+    x = resampled(s, x, static_cast<int64_t>(2 + i), in[i], out[i], factors[i], how);
+  if (half && isLinear) x = op(s, "to_dtype", x, {{"dtype", dtype}});
+  return x;
+}
+
 // The spatial dims a name's suffix says ("max_pool2d" -> 2, "max_pool2d_with_indices" -> 2),
 // 0 when it has none.
 size_t spatialOf(const std::string& m, const std::string& stem) {
@@ -514,6 +639,7 @@ std::optional<Var> callConvolution(TraceState& s, const std::string& name, const
       if (last == tuples[n]) return repeatedTuple(s, name, n + 1, args, kwargs);
   }
   auto rest = [&](const std::string& stem) { return m.substr(std::min(m.size(), stem.size() + 2)); };
+  if (m == "interpolate" || m == "upsample") return interpolate(s, name, args, kwargs);
   if (m == "convolution") return convolution(s, name, 0, args, kwargs);
   if (size_t k = spatialOf(m, "conv_transpose"); k && rest("conv_transpose").empty())
     return convTranspose(s, name, k, args, kwargs);

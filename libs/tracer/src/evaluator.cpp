@@ -2677,17 +2677,21 @@ private:
     if (obj->kind == Kind::Tensor) return tensorIndex(*this, obj, index);
     if (obj->kind == Kind::Tuple || obj->kind == Kind::List) {
       if (index->kind == Kind::Slice) {
+        // Python's slice.indices(n): bounds clamped to [0, n] going up, to [-1, n - 1] going down.
         int64_t n = static_cast<int64_t>(obj->items.size());
+        int64_t step = index->items[2]->kind == Kind::None ? 1 : concrete(index->items[2]);
+        if (step == 0) unsupported("a slice step of 0 (ValueError)");
+        int64_t lower = step > 0 ? 0 : -1, upper = step > 0 ? n : n - 1;
         auto bound = [&](const Var& v, int64_t fallback) {
           if (v->kind == Kind::None) return fallback;
           int64_t x = concrete(v);
-          if (x < 0) x += n;
-          return std::max<int64_t>(0, std::min(x, n));
+          if (x < 0) return std::max<int64_t>(x + n, lower);
+          return std::min<int64_t>(x, upper);
         };
-        int64_t step = index->items[2]->kind == Kind::None ? 1 : concrete(index->items[2]);
-        if (step <= 0) unsupported("a slice with a step that is not positive");
+        int64_t start = bound(index->items[0], step > 0 ? lower : upper);
+        int64_t stop = bound(index->items[1], step > 0 ? upper : lower);
         std::vector<Var> items;
-        for (int64_t k = bound(index->items[0], 0); k < bound(index->items[1], n); k += step)
+        for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step)
           items.push_back(obj->items[static_cast<size_t>(k)]);
         Var part = sequence(obj->kind, items);
         if (isSize(obj)) part->type = obj->type; // a torch.Size's slice is one

@@ -425,3 +425,54 @@ reflect = inference(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"))
 @program(inputs=lambda: r(2, 3, 6, 6), breaks="mode other than constant")
 def reflect_padded_convolution_is_a_break(x):
     return reflect(x)
+
+
+# --- resampling ---------------------------------------------------------------------
+
+
+class FPNTopDown(nn.Module):
+    """A feature pyramid's top-down path: the coarser map upsampled to the finer one's size
+    and added to its lateral projection."""
+
+    def __init__(self, channels=(4, 8, 16), out=6):
+        super().__init__()
+        self.lateral = nn.ModuleList([nn.Conv2d(c, out, 1) for c in channels])
+        self.smooth = nn.ModuleList([nn.Conv2d(out, out, 3, padding=1) for _ in channels])
+
+    def forward(self, features):
+        results = [self.lateral[-1](features[-1])]
+        for feature, lateral in zip(features[-2::-1], list(self.lateral)[-2::-1]):
+            top_down = F.interpolate(results[0], size=feature.shape[-2:], mode="nearest")
+            results.insert(0, lateral(feature) + top_down)
+        return [smooth(r) for smooth, r in zip(self.smooth, results)]
+
+
+fpn = inference(FPNTopDown())
+
+
+@program(inputs=lambda: ([r(2, 4, 16, 16), r(2, 8, 8, 8), r(2, 16, 4, 4)],), atol=1e-4)
+def fpn_top_down_with_nearest_upsampling(features):
+    return fpn(features)
+
+
+upsample_bilinear = nn.Upsample(scale_factor=2, mode="bilinear")
+
+
+@program(inputs=lambda: r(2, 3, 5, 7), atol=1e-5)
+def interpolate_every_mode(x):
+    return (F.interpolate(x, scale_factor=2), F.interpolate(x, size=(9, 4)),
+            F.interpolate(x, scale_factor=(0.5, 3), mode="nearest-exact"),
+            F.interpolate(x, size=(11, 13), mode="bilinear"),
+            F.interpolate(x, size=(11, 13), mode="bilinear", align_corners=True),
+            F.interpolate(x, scale_factor=2.3, mode="bilinear", recompute_scale_factor=True),
+            F.interpolate(x[..., :6], size=(5, 3), mode="area"), upsample_bilinear(x))
+
+
+@program(inputs=lambda: (r(2, 3, 9), r(1, 2, 3, 4, 5)), atol=1e-5)
+def interpolate_linear_and_trilinear(sequence, volume):
+    return F.interpolate(sequence, size=4, mode="linear"), F.interpolate(volume, scale_factor=2, mode="trilinear")
+
+
+@program(inputs=lambda: r(2, 3, 5, 7), breaks="bicubic")
+def bicubic_interpolation_is_a_break(x):
+    return F.interpolate(x * 2, scale_factor=2, mode="bicubic", align_corners=False)
