@@ -441,8 +441,44 @@ Var avgPool(TraceState& s, const std::string& name, size_t spatial, const std::v
   return unbatch(s, y, unbatched);
 }
 
-// adaptive pooling to sizes that divide the input's: x as [N, C, o0, k0, o1, k1, ...], each
-// window's k's reduced. torch's windows for other sizes overlap and vary in size.
+// x pooled along `dim` into `out` windows of torch's adaptive pooling, window i spanning
+// [floor(i S / out), ceil((i + 1) S / out)): they vary in size and may overlap. An average is a
+// product with the windows' weights; a maximum is taken over the input masked to each window.
+// Pooling dim by dim gives the whole window's average, and its maximum at the first position
+// in scan order (the first row holding it, then its first column), as torch's kernels pick it.
+Var pooledAlong(TraceState& s, Var x, int64_t dim, sym::Expr in, int64_t out, bool max) {
+  ir::TensorMeta m = s.meta(x);
+  auto last = static_cast<int64_t>(m.dim()) - 1;
+  if (dim != last) x = op(s, "transpose", x, {{"dim0", dim}, {"dim1", last}});
+  std::string device = ir::toString(m.device);
+  auto arange = [&](sym::Expr end) {
+    return s.op("arange", {}, {{"end", end}, {"dtype", DType::Int64}, {"device", device}});
+  };
+  Var window = s.op("unsqueeze", {arange(s.table.integer(out))->value}, {{"dim", int64_t{1}}}); // [out, 1]
+  Var start = s.op("div", {s.op("mul", {window->value}, {{"other", in}})->value},
+                   {{"other", out}, {"rounding_mode", std::string("floor")}});
+  Var end = s.op("div", {s.op("add", {s.op("mul", {window->value}, {{"other", in}})->value}, {{"other", in + (out - 1)}})->value},
+                 {{"other", out}, {"rounding_mode", std::string("floor")}});
+  Var position = s.op("unsqueeze", {arange(in)->value}, {{"dim", int64_t{0}}}); // [1, S]
+  Var inside = s.op("logical_and", {s.op("ge", {position->value, start->value})->value,
+                                    s.op("lt", {position->value, end->value})->value}); // [out, S]
+  Var y;
+  if (max) {
+    Var spread = s.op("unsqueeze", {x->value}, {{"dim", last}}); // [..., 1, S]
+    Var masked = s.callOp("where", {inside, spread, floating(-std::numeric_limits<double>::infinity())}, {});
+    y = largest(s, masked, last + 1);
+  } else {
+    Var count = s.op("sub", {end->value, start->value});
+    Var weights = s.op("div", {s.op("to_dtype", {inside->value}, {{"dtype", m.dtype}})->value, count->value});
+    weights = s.op("to_dtype", {weights->value}, {{"dtype", m.dtype}});
+    y = s.op("matmul", {x->value, s.op("transpose", {weights->value}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}})->value});
+  }
+  if (dim != last) y = op(s, "transpose", y, {{"dim0", dim}, {"dim1", last}});
+  return y;
+}
+
+// adaptive pooling: to sizes that divide the input's, x as [N, C, o0, k0, o1, k1, ...] with each
+// window's k's reduced; to other sizes dim by dim (pooledAlong).
 Var adaptivePool(TraceState& s, const std::string& name, size_t spatial, bool max, const std::vector<Var>& args,
                  const Kwargs& kwargs) {
   Params p = max ? bindParams(name, args, kwargs, {"input", "output_size", "return_indices"})
@@ -464,6 +500,7 @@ Var adaptivePool(TraceState& s, const std::string& name, size_t spatial, bool ma
   if (sizes.size() != spatial) unsupported(name + " with " + std::to_string(sizes.size()) + " output sizes");
   std::vector<sym::Expr> split = {m.sizes[0], m.sizes[1]}, outer = split;
   std::vector<int64_t> inner;
+  std::vector<std::optional<int64_t>> uneven(spatial);
   for (size_t i = 0; i < spatial; ++i) {
     sym::Expr in = m.sizes[2 + i];
     if (sizes[i]->kind == Kind::None) { // the input's own size: windows of one
@@ -472,12 +509,22 @@ Var adaptivePool(TraceState& s, const std::string& name, size_t spatial, bool ma
     } else {
       int64_t o = intArg(s, name + " output_size", sizes[i]);
       if (o < 1) unsupported(name + " to an empty size");
-      if (!s.decide(sym::eq(sym::mod(in, o), 0)))
-        unsupported(name + " to a size that does not divide the input's"); // TODO(issue 45)
+      if (!s.decide(sym::eq(sym::mod(in, o), 0))) uneven[i] = o;
       split.insert(split.end(), {s.table.integer(o), sym::floorDiv(in, o)});
       outer.push_back(s.table.integer(o));
     }
     inner.push_back(static_cast<int64_t>(3 + 2 * i));
+  }
+  if (std::any_of(uneven.begin(), uneven.end(), [](const std::optional<int64_t>& o) { return o.has_value(); })) {
+    bool half = dtype == DType::Float16 || dtype == DType::BFloat16;
+    if (half && !max) x = op(s, "to_dtype", x, {{"dtype", DType::Float32}}); // averaged in f32
+    for (size_t i = 0; i < spatial; ++i) {
+      if (sizes[i]->kind == Kind::None) continue;
+      int64_t o = intArg(s, name + " output_size", sizes[i]);
+      x = pooledAlong(s, x, static_cast<int64_t>(2 + i), m.sizes[2 + i], o, max);
+    }
+    if (half && !max) x = op(s, "to_dtype", x, {{"dtype", dtype}});
+    return unbatch(s, x, unbatched);
   }
   Var y = op(s, "reshape", x, {{"size", split}});
   if (!max) {

@@ -419,6 +419,18 @@ def transposed_convolutions_every_option(x):
     return y, z, a
 
 
+@program(inputs=lambda: r(2, 3, 8, 8), breaks="return_indices")
+def max_pool_indices_are_a_break(x):
+    values, indices = F.max_pool2d(x, 2, return_indices=True)
+    return values * 2, indices
+
+
+@program(inputs=lambda: r(2, 3, 10, 7))
+def adaptive_pooling_to_uneven_windows(x):
+    return (F.adaptive_avg_pool2d(x * 2, (3, 3)) + 1, F.adaptive_max_pool2d(x, (4, None)),
+            F.adaptive_avg_pool1d(x.flatten(2), 6), nn.functional.interpolate(x, size=(4, 3), mode="area"))
+
+
 reflect = inference(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"))
 
 
