@@ -1686,7 +1686,11 @@ private:
     Var x = args[0];
     if (x->kind != Kind::Tensor) unsupported("F.pad of a " + kindName(x->kind));
     std::optional<Var> mode = get(2, "mode"), value = get(3, "value");
-    if (mode && !((*mode)->kind == Kind::Str && (*mode)->name == "constant")) unsupported("F.pad in a mode other than constant");
+    if (mode && (*mode)->kind != Kind::Str) unsupported("F.pad with a mode that is not a str");
+    if (mode && (*mode)->name != "constant") {
+      if (value && (*value)->kind != Kind::None) unsupported("F.pad: a value with mode '" + (*mode)->name + "' (torch raises)");
+      return edgePad(x, iterate(*get(1, "pad")), (*mode)->name);
+    }
     Var fill = value && (*value)->kind != Kind::None ? *value : integer(table.integer(0));
     std::vector<Var> pad = iterate(*get(1, "pad"));
     const ir::TensorMeta& m = meta(x);
@@ -1715,6 +1719,43 @@ private:
       out = callOp("cat", {sequence(Kind::List, parts)}, {{"dim", integer(table.integer(dim))}});
     }
     return out;
+  }
+
+  // F.pad in mode reflect, replicate or circular: each padded dim (the last first, a (before,
+  // after) pair each) read through index_select at the positions the mode names, from
+  // i in [-before, n + after): reflect (n - 1) - |(n - 1) - |i||, replicate clamp(i, 0, n - 1),
+  // circular i mod n. torch pads only the last 1 to 3 dims of a batched or unbatched input so,
+  // and needs the pads to fit the input (reflect: under its size; circular: at most it).
+  Var edgePad(Var x, const std::vector<Var>& pad, const std::string& mode) {
+    if (mode != "reflect" && mode != "replicate" && mode != "circular") unsupported("F.pad in mode '" + mode + "'");
+    const ir::TensorMeta m = meta(x);
+    size_t dims = pad.size() / 2;
+    if (pad.size() % 2 || dims < 1 || dims > 3 || m.dim() < dims + 1 || m.dim() > dims + 2)
+      unsupported("F.pad in mode '" + mode + "' with " + std::to_string(pad.size()) + " pads of a " +
+                  std::to_string(m.dim()) + "-d tensor (torch raises)");
+    std::string device = ir::toString(m.device);
+    for (size_t k = 0; k < dims; ++k) {
+      auto dim = static_cast<int64_t>(m.dim() - 1 - k);
+      int64_t before = concrete(pad[2 * k]), after = concrete(pad[2 * k + 1]);
+      if (before == 0 && after == 0) continue;
+      int64_t n = concrete(integer(meta(x).sizes[static_cast<size_t>(dim)]));
+      bool fits = mode == "reflect" ? before < n && after < n && before >= 0 && after >= 0
+                  : mode == "circular" ? before <= n && after <= n && before >= 0 && after >= 0
+                                       : before >= 0 && after >= 0 && n > 0;
+      if (!fits) unsupported("F.pad in mode '" + mode + "' with pads that do not fit a dim of " + std::to_string(n));
+      Var i = op("arange", {}, {{"end", n + after}, {"start", -before}, {"dtype", DType::Int64}, {"device", device}});
+      auto scalar = [&](const char* name, const Var& a, int64_t v) { return op(name, {a->value}, {{"other", v}}); };
+      if (mode == "reflect") {
+        Var distance = op("abs", {scalar("sub", op("abs", {i->value}), n - 1)->value});
+        i = op("add", {op("neg", {distance->value})->value}, {{"other", n - 1}});
+      } else if (mode == "replicate") {
+        i = op("clamp", {i->value}, {{"min", int64_t{0}}, {"max", n - 1}});
+      } else {
+        i = scalar("remainder", i, n);
+      }
+      x = op("index_select", {x->value, i->value}, {{"dim", dim}});
+    }
+    return x;
   }
 
   // torch.tensor(data, dtype=None, device=None, requires_grad=False) of numbers in nested lists

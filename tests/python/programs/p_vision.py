@@ -434,9 +434,19 @@ def adaptive_pooling_to_uneven_windows(x):
 reflect = inference(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"))
 
 
-@program(inputs=lambda: r(2, 3, 6, 6), breaks="mode other than constant")
-def reflect_padded_convolution_is_a_break(x):
-    return reflect(x)
+circular = inference(nn.Conv1d(3, 4, 3, padding=1, padding_mode="circular"))
+replicate = inference(nn.Conv2d(3, 2, (3, 5), padding=(1, 2), padding_mode="replicate"))
+
+
+@program(inputs=lambda: r(2, 3, 6, 6))
+def reflect_replicate_and_circular_padded_convolutions(x):
+    return reflect(x), circular(x.flatten(2)), replicate(x)
+
+
+@program(inputs=lambda: r(2, 3, 9))
+def pad_modes_of_audio_frames(wave):
+    return (F.pad(wave, (4, 4), mode="reflect"), F.pad(wave, (1, 5), mode="replicate"),
+            F.pad(wave.unsqueeze(1), (2, 2, 0, 0), mode="circular"), F.pad(wave, (3, 0), value=-1.0))
 
 
 # --- resampling ---------------------------------------------------------------------
