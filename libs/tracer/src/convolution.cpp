@@ -376,15 +376,43 @@ Var maxPool(TraceState& s, const std::string& name, size_t spatial, const std::v
             const Kwargs& kwargs) {
   Params p = bindParams(name, args, kwargs,
                         {"input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"});
-  if (boolArg(name + " return_indices", p["return_indices"], false))
-    unsupported(name + "(return_indices=True)"); // TODO(issue 45): the window's flat index
+  bool withIndices = boolArg(name + " return_indices", p["return_indices"], false);
   Var x = tensorArg(name + " input", p["input"]);
   if (!ir::isFloating(s.meta(x).dtype)) unsupported(name + " of a " + std::string(ir::name(s.meta(x).dtype)) + " tensor");
   Pooling pool = poolingOf(s, name, p, spatial, true);
   bool unbatched = false;
   x = batched(s, name, x, spatial, unbatched);
   Var all = pooledWindows(s, name, x, pool, -std::numeric_limits<double>::infinity());
-  return unbatch(s, largest(s, all, 2), unbatched);
+  if (!withIndices) return unbatch(s, largest(s, all, 2), unbatched);
+  // The first maximum's offset in its window, as the flat index of its input position
+  // (((d * H) + h) * W + w), as torch's max_pool returns it.
+  Var offset = op(s, "argmax", all, {{"dim", int64_t{2}}, {"keepdim", true}});
+  Var values = op(s, "squeeze", s.op("gather", {all->value, offset->value}, {{"dim", int64_t{2}}}),
+                  {{"dim", std::vector<int64_t>{2}}});
+  offset = op(s, "squeeze", offset, {{"dim", std::vector<int64_t>{2}}});
+  ir::TensorMeta in = s.meta(x), out = s.meta(values);
+  std::string device = ir::toString(in.device);
+  Var flat;
+  int64_t after = 1; // the kernel positions of the dims after i
+  for (size_t i = spatial; i-- > 0;) {
+    Var k = s.op("remainder", {s.op("div", {offset->value}, {{"other", after}, {"rounding_mode", std::string("floor")}})->value},
+                 {{"other", pool.kernel[i]}});
+    after *= pool.kernel[i];
+    std::vector<sym::Expr> along(out.dim(), s.table.integer(1));
+    along[2 + i] = out.sizes[2 + i];
+    Var o = s.op("reshape", {s.op("arange", {}, {{"end", out.sizes[2 + i]}, {"dtype", DType::Int64}, {"device", device}})->value},
+                 {{"size", along}});
+    Var start = s.op("add", {s.op("mul", {o->value}, {{"other", pool.stride[i]}})->value}, {{"other", -pool.padding[i]}});
+    Var at = s.op("add", {start->value, s.op("mul", {k->value}, {{"other", pool.dilation[i]}})->value});
+    if (!flat) {
+      flat = at;
+      continue;
+    }
+    sym::Expr stride = s.table.integer(1);
+    for (size_t j = i + 1; j < spatial; ++j) stride = stride * in.sizes[2 + j];
+    flat = s.op("add", {flat->value, s.op("mul", {at->value}, {{"other", stride}})->value});
+  }
+  return sequence(Kind::Tuple, {unbatch(s, values, unbatched), unbatch(s, flat, unbatched)});
 }
 
 // avg_pool: the window's sum over its divisor — divisor_override, or the window's size clipped
@@ -692,7 +720,12 @@ std::optional<Var> callConvolution(TraceState& s, const std::string& name, const
     return convTranspose(s, name, k, args, kwargs);
   if (size_t k = spatialOf(m, "conv"); k && rest("conv").empty()) return convolution(s, name, k, args, kwargs);
   if (size_t k = spatialOf(m, "max_pool"); k) {
-    if (rest("max_pool") == "_with_indices") unsupported(name + ": the windows' indices"); // TODO(issue 45)
+    if (rest("max_pool") == "_with_indices") {
+      Kwargs withIndices = kwargs;
+      withIndices.emplace_back("return_indices", boolean(true));
+      if (args.size() > 6) unsupported(name + " with return_indices given");
+      return maxPool(s, name, k, args, withIndices);
+    }
     if (rest("max_pool").empty()) return maxPool(s, name, k, args, kwargs);
   }
   if (size_t k = spatialOf(m, "avg_pool"); k && rest("avg_pool").empty()) return avgPool(s, name, k, args, kwargs);

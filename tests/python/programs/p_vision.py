@@ -419,10 +419,20 @@ def transposed_convolutions_every_option(x):
     return y, z, a
 
 
-@program(inputs=lambda: r(2, 3, 8, 8), breaks="return_indices")
-def max_pool_indices_are_a_break(x):
+unpooling_pool = nn.MaxPool2d(3, stride=2, padding=1, return_indices=True)
+
+
+@program(inputs=lambda: r(2, 3, 8, 8).relu())
+def max_pool_with_indices_as_segnet_keeps_them(x):
     values, indices = F.max_pool2d(x, 2, return_indices=True)
-    return values * 2, indices
+    v3, i3 = F.max_pool3d(x.unsqueeze(1), (1, 2, 2), return_indices=True)
+    v1, i1 = unpooling_pool(x)
+    return values * 2, indices, i3, F.max_pool2d_with_indices(x, 2)[1], i1
+
+
+@program(inputs=lambda: r(2, 3, 8, 8), breaks="return_indices=True")
+def adaptive_max_pool_indices_are_a_break(x):
+    return F.adaptive_max_pool2d(x * 2, 3, return_indices=True)
 
 
 @program(inputs=lambda: r(2, 3, 10, 7))
