@@ -1,6 +1,7 @@
 // convolution: torch's N-d convolution (conv1d/2d/3d, not transposed) as one op, with
 // its inference, its one spelling and its decomposition into core ops (im2col: the
 // windows gathered by views, then one matrix product a group).
+// TODO(issue 45): on CUDA an extern call of cuDNN's convolutions (and their grads) instead.
 #include <algorithm>
 #include <string>
 
