@@ -611,6 +611,41 @@ Var resampled(TraceState& s, Var x, int64_t dim, int64_t in, int64_t out, std::o
     }
     return s.op("index_select", {x->value, index->value}, {{"dim", dim}});
   }
+  if (how.mode == "bicubic") {
+    // Keys' cubic convolution (A = -0.75) over x[i - 1 .. i + 2], each index clamped to the
+    // input, from the source position unclamped, as torch's upsample_bicubic2d.
+    Var real = how.alignCorners
+                   ? s.op("mul", {position->value}, {{"other", scale}})
+                   : s.op("sub", {s.op("mul", {s.op("add", {position->value}, {{"other", 0.5}})->value}, {{"other", scale}})->value},
+                          {{"other", 0.5}});
+    Var floor = s.op("floor", {real->value});
+    Var t = s.op("sub", {real->value, floor->value});
+    Var base = s.op("to_dtype", {floor->value}, {{"dtype", DType::Int64}});
+    const double a = -0.75;
+    auto outer = [&](Var x) { // ((a x - 5a) x + 8a) x - 4a, for 1 <= |x| < 2
+      Var y = s.op("add", {s.op("mul", {x->value}, {{"other", a}})->value}, {{"other", -5 * a}});
+      y = s.op("add", {s.op("mul", {y->value, x->value})->value}, {{"other", 8 * a}});
+      return s.op("add", {s.op("mul", {y->value, x->value})->value}, {{"other", -4 * a}});
+    };
+    auto inner = [&](Var x) { // ((a + 2) x - (a + 3)) x x + 1, for |x| <= 1
+      Var y = s.op("add", {s.op("mul", {x->value}, {{"other", a + 2}})->value}, {{"other", -(a + 3)}});
+      return s.op("add", {s.op("mul", {s.op("mul", {y->value, x->value})->value, x->value})->value}, {{"other", 1.0}});
+    };
+    Var oneMinus = s.op("add", {s.op("neg", {t->value})->value}, {{"other", 1.0}});
+    std::vector<Var> weights = {outer(s.op("add", {t->value}, {{"other", 1.0}})), inner(t), inner(oneMinus),
+                                outer(s.op("add", {oneMinus->value}, {{"other", 1.0}}))};
+    std::vector<sym::Expr> along(m.dim(), s.table.integer(1));
+    along[static_cast<size_t>(dim)] = s.table.integer(out);
+    Var sum;
+    for (int64_t k = 0; k < 4; ++k) {
+      Var at = s.op("clamp", {s.op("add", {base->value}, {{"other", k - 1}})->value},
+                    {{"min", int64_t{0}}, {"max", in - 1}});
+      Var w = s.op("reshape", {weights[static_cast<size_t>(k)]->value}, {{"size", along}});
+      Var term = s.op("mul", {s.op("index_select", {x->value, at->value}, {{"dim", dim}})->value, w->value});
+      sum = sum ? s.op("add", {sum->value, term->value}) : term;
+    }
+    return sum;
+  }
   // linear: (1 - l) x[i0] + l x[i1] from the source position, clamped to the input.
   Var real = how.alignCorners
                  ? s.op("mul", {position->value}, {{"other", scale}})
@@ -651,10 +686,12 @@ Var interpolate(TraceState& s, const std::string& name, const std::vector<Var>& 
   bool isLinear = linear.count(mode) > 0;
   if (isLinear && linear.at(mode) != spatial)
     unsupported(name + "(mode='" + mode + "') of a " + std::to_string(m.dim()) + "-d input (torch raises)");
-  if (!isLinear && mode != "nearest" && mode != "nearest-exact" && mode != "area")
-    unsupported(name + "(mode='" + mode + "')"); // TODO(issue 45): bicubic
+  if (mode == "bicubic" && spatial != 2)
+    unsupported(name + "(mode='bicubic') of a " + std::to_string(m.dim()) + "-d input (torch raises)");
+  if (!isLinear && mode != "nearest" && mode != "nearest-exact" && mode != "area" && mode != "bicubic")
+    unsupported(name + "(mode='" + mode + "')");
   Resampling how{mode, given(p["align_corners"]) && boolArg(name + " align_corners", p["align_corners"], false)};
-  if (given(p["align_corners"]) && !isLinear) unsupported(name + ": align_corners with mode '" + mode + "' (torch raises)");
+  if (given(p["align_corners"]) && !isLinear && mode != "bicubic") unsupported(name + ": align_corners with mode '" + mode + "' (torch raises)");
   if (given(p["antialias"]) && boolArg(name + " antialias", p["antialias"], false))
     unsupported(name + "(antialias=True)");
   if (!ir::isFloating(m.dtype)) unsupported(name + " of a " + std::string(ir::name(m.dtype)) + " tensor");
@@ -686,10 +723,11 @@ Var interpolate(TraceState& s, const std::string& name, const std::vector<Var>& 
   }
   DType dtype = m.dtype;
   bool half = dtype == DType::Float16 || dtype == DType::BFloat16;
-  if (half && isLinear) x = op(s, "to_dtype", x, {{"dtype", DType::Float32}}); // interpolated in f32
+  bool weighted = isLinear || mode == "bicubic";
+  if (half && weighted) x = op(s, "to_dtype", x, {{"dtype", DType::Float32}}); // interpolated in f32
   for (size_t i = 0; i < spatial; ++i)
     x = resampled(s, x, static_cast<int64_t>(2 + i), in[i], out[i], factors[i], how);
-  if (half && isLinear) x = op(s, "to_dtype", x, {{"dtype", dtype}});
+  if (half && weighted) x = op(s, "to_dtype", x, {{"dtype", dtype}});
   return x;
 }
 

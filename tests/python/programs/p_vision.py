@@ -505,6 +505,12 @@ def interpolate_linear_and_trilinear(sequence, volume):
     return F.interpolate(sequence, size=4, mode="linear"), F.interpolate(volume, scale_factor=2, mode="trilinear")
 
 
-@program(inputs=lambda: r(2, 3, 5, 7), breaks="bicubic")
-def bicubic_interpolation_is_a_break(x):
-    return F.interpolate(x * 2, scale_factor=2, mode="bicubic", align_corners=False)
+@program(inputs=lambda: r(2, 3, 5, 7), atol=1e-5)
+def bicubic_interpolation(x):
+    return (F.interpolate(x * 2, scale_factor=2, mode="bicubic", align_corners=False),
+            F.interpolate(x, size=(3, 11), mode="bicubic", align_corners=True))
+
+
+@program(inputs=lambda: r(2, 3, 5, 7), breaks="antialias=True")
+def antialiased_downsampling_is_a_break(x):
+    return F.interpolate(x * 2, size=(2, 3), mode="bilinear", antialias=True)
