@@ -840,7 +840,8 @@ private:
     }
     if ((self->kind == Kind::List || self->kind == Kind::Tuple) && (name == "index" || name == "count"))
       return sequenceSearch(self, name, args, kwargs);
-    if (self->kind == Kind::List && (name == "insert" || name == "pop" || name == "reverse" || name == "clear" || name == "remove"))
+    if (self->kind == Kind::List &&
+        (name == "insert" || name == "pop" || name == "reverse" || name == "clear" || name == "remove" || name == "sort"))
       return listMethod(self, name, args, kwargs);
     if (self->kind == Kind::Dict && (name == "items" || name == "keys" || name == "values") && args.empty()) {
       std::vector<Var> out;
@@ -1003,7 +1004,7 @@ private:
       k = close;
       if (size_t colon = field.find(':'); colon != std::string::npos)
         spec = field.substr(colon + 1), field = field.substr(0, colon);
-      if (field.find_first_of(".[!{") != std::string::npos || (!spec.empty() && spec != "d" && spec != "s"))
+      if (field.find_first_of(".[!{") != std::string::npos)
         unsupported("str.format() of the field {" + field + (spec.empty() ? "" : ":" + spec) + "}");
       Var value;
       if (field.empty() || std::all_of(field.begin(), field.end(), [](unsigned char d) { return std::isdigit(d); })) {
@@ -1018,8 +1019,8 @@ private:
         value = *named;
       }
       if (spec == "d" && value->kind != Kind::Int && value->kind != Kind::Bool) unsupported("{:d} of a " + kindName(value->kind));
-      if (spec == "s" && value->kind != Kind::Str) unsupported("{:s} of a " + kindName(value->kind));
-      out += spec == "d" && value->kind == Kind::Bool ? (truth(value) ? "1" : "0") : text(value);
+      if (spec == "d" && value->kind == Kind::Bool) out += truth(value) ? "1" : "0";
+      else out += spec.empty() ? text(value) : formatted(value, spec);
     }
     return out;
   }
@@ -1101,7 +1102,24 @@ private:
     return integer(table.integer(count));
   }
 
-  // insert, pop, reverse, clear and remove of a list the traced code made; the call's own
+  // `items` sorted as sorted()/list.sort() with the keywords key= and reverse= sort them: a
+  // stable sort by `<` of the keys (decided, guarded where symbolic), as Python's; reversed, each
+  // comparison is, so equal items keep their order.
+  std::vector<Var> sortedItems(const std::vector<Var>& items, const Kwargs& kwargs, int depth) {
+    std::optional<Var> key = kwarg(kwargs, "key");
+    std::optional<Var> reverse = kwarg(kwargs, "reverse");
+    std::vector<std::pair<Var, Var>> keyed;
+    for (const Var& v : items) keyed.emplace_back(key && (*key)->kind != Kind::None ? callVar(*key, {v}, {}, depth) : v, v);
+    bool backwards = reverse && truth(*reverse);
+    std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
+      return truth(backwards ? compare("<", b.first, a.first) : compare("<", a.first, b.first));
+    });
+    std::vector<Var> out;
+    for (const auto& [k, v] : keyed) out.push_back(v);
+    return out;
+  }
+
+  // insert, pop, reverse, clear, remove and sort of a list the traced code made; the call's own
   // lists are Python's to change (a graph break).
   Var listMethod(const Var& self, const std::string& name, const std::vector<Var>& args, const Kwargs& kwargs) {
     if (self->path) unsupported("list." + name + "() of a list of the call");
@@ -1111,6 +1129,11 @@ private:
       takes("list." + name, args, kwargs, 0, 0);
       if (name == "reverse") std::reverse(items.begin(), items.end());
       else items.clear();
+      return none();
+    }
+    if (name == "sort") {
+      takes("list.sort", args, kwargs, 0, 0, {"key", "reverse"});
+      items = sortedItems(items, kwargs, depth_);
       return none();
     }
     if (name == "insert") {
@@ -1403,9 +1426,13 @@ private:
       return iterator(out);
     }
     if (name == "itertools.product") {
-      takes(name, args, kwargs, 0, SIZE_MAX); // repeat= refused
+      takes(name, args, kwargs, 0, SIZE_MAX, {"repeat"});
+      std::optional<Var> repeat = kwarg(kwargs, "repeat");
+      int64_t times = repeat ? intArg(*this, name + "'s repeat", *repeat) : 1;
+      if (times < 0) unsupported(name + " with a negative repeat (ValueError)");
       std::vector<std::vector<Var>> pools;
-      for (const Var& a : args) pools.push_back(iterate(a));
+      for (int64_t r = 0; r < times; ++r)
+        for (const Var& a : args) pools.push_back(iterate(a));
       std::vector<std::vector<Var>> rows = {{}};
       for (const auto& pool : pools) {
         std::vector<std::vector<Var>> next;
@@ -1493,20 +1520,7 @@ private:
     }
     if (name == "builtins.sorted") {
       takes(name, args, kwargs, 1, 1, {"key", "reverse"});
-      std::optional<Var> key = kwarg(kwargs, "key");
-      std::optional<Var> reverse = kwarg(kwargs, "reverse");
-      std::vector<Var> items = iterate(args[0]);
-      std::vector<std::pair<Var, Var>> keyed;
-      for (const Var& v : items) keyed.emplace_back(key && (*key)->kind != Kind::None ? callVar(*key, {v}, {}, depth) : v, v);
-      // A stable sort by `<` of the keys (decided, guarded where symbolic), as Python's; reversed,
-      // each comparison is, so equal items keep their order.
-      bool backwards = reverse && truth(*reverse);
-      std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
-        return truth(backwards ? compare("<", b.first, a.first) : compare("<", a.first, b.first));
-      });
-      std::vector<Var> out;
-      for (const auto& [k, v] : keyed) out.push_back(v);
-      return sequence(Kind::List, out);
+      return sequence(Kind::List, sortedItems(iterate(args[0]), kwargs, depth));
     }
     if (name == "builtins.dict") { // dict(), dict(mapping), dict(pairs), then the keywords
       if (args.size() > 1) unsupported("dict() with " + std::to_string(args.size()) + " positional arguments");
@@ -1533,17 +1547,19 @@ private:
     }
     if (name == "builtins.min" || name == "builtins.max") {
       takes(name, args, kwargs, 1, SIZE_MAX, {"key", "default"});
-      if (std::optional<Var> key = kwarg(kwargs, "key"); key && (*key)->kind != Kind::None)
-        unsupported(name + "() with a key function");
+      std::optional<Var> key = kwarg(kwargs, "key");
+      bool keyed = key && (*key)->kind != Kind::None;
       std::optional<Var> fallback = kwarg(kwargs, "default");
       if (fallback && args.size() > 1) unsupported(name + "() of several arguments with a default");
       if (fallback && iterate(args[0]).empty()) return *fallback;
       std::vector<Var> items = args.size() == 1 ? iterate(args[0]) : args;
       if (items.empty()) unsupported(name + "() of nothing");
-      Var best = items[0];
+      // The first item whose key no later one's beats, as Python's.
+      auto keyOf = [&](const Var& v) { return keyed ? callVar(*key, {v}, {}, depth) : v; };
+      Var best = items[0], bestKey = keyOf(best);
       for (size_t k = 1; k < items.size(); ++k) {
-        Var less = compare(name == "builtins.min" ? "<" : ">", items[k], best);
-        if (truth(less)) best = items[k];
+        Var candidate = keyOf(items[k]);
+        if (truth(compare(name == "builtins.min" ? "<" : ">", candidate, bestKey))) best = items[k], bestKey = candidate;
       }
       return best;
     }
@@ -2495,6 +2511,95 @@ private:
     }
   }
 
+  // format(v, spec) for a str, an int or a float, Python's mini-language
+  // [[fill]align][sign][0][width][,|_][.precision][type] with the types s, d, x, X, o, b, f,
+  // F, e, E and %; others ('g', 'n', '#', a float's precision without a type) are refused.
+  std::string formatted(const Var& given, const std::string& spec) {
+    // A bool formats as its int under any spec (bool inherits int.__format__).
+    const Var v = given->kind == Kind::Bool ? integer(table.integer(truth(given) ? 1 : 0)) : given;
+    auto refuse = [&]() -> std::string { unsupported("the format spec '" + spec + "' of a " + kindName(v->kind)); };
+    size_t i = 0, n = spec.size();
+    char fill = ' ', align = 0;
+    auto isAlign = [](char c) { return c == '<' || c == '>' || c == '=' || c == '^'; };
+    if (n >= 2 && isAlign(spec[1])) fill = spec[0], align = spec[1], i = 2;
+    else if (n >= 1 && isAlign(spec[0])) align = spec[0], i = 1;
+    char sign = '-';
+    if (i < n && (spec[i] == '+' || spec[i] == '-' || spec[i] == ' ')) sign = spec[i++];
+    if (i < n && (spec[i] == 'z' || spec[i] == '#')) return refuse();
+    if (i < n && spec[i] == '0') {
+      if (!align) fill = '0', align = '=';
+      ++i;
+    }
+    size_t width = 0;
+    while (i < n && std::isdigit(static_cast<unsigned char>(spec[i]))) width = width * 10 + static_cast<size_t>(spec[i++] - '0');
+    char grouping = 0;
+    if (i < n && (spec[i] == ',' || spec[i] == '_')) grouping = spec[i++];
+    std::optional<int> precision;
+    if (i < n && spec[i] == '.') {
+      int p = 0;
+      size_t start = ++i;
+      while (i < n && std::isdigit(static_cast<unsigned char>(spec[i]))) p = p * 10 + (spec[i++] - '0');
+      if (i == start) return refuse();
+      precision = p;
+    }
+    char type = i < n ? spec[i++] : 0;
+    if (i != n) return refuse();
+    std::string body;
+    bool negative = false, numeric = true;
+    auto grouped = [&](std::string digits) { // the integer part's thousands
+      if (!grouping) return digits;
+      std::string out;
+      for (size_t k = 0; k < digits.size(); ++k) {
+        if (k && (digits.size() - k) % 3 == 0) out += grouping;
+        out += digits[k];
+      }
+      return out;
+    };
+    if (v->kind == Kind::Str) {
+      if ((type && type != 's') || sign != '-' || grouping || align == '=') return refuse();
+      body = precision ? v->name.substr(0, static_cast<size_t>(*precision)) : v->name;
+      numeric = false;
+    } else if (v->kind == Kind::Int && (!type || type == 'd' || type == 'x' || type == 'X' || type == 'o' || type == 'b')) {
+      if (precision) return refuse(); // ValueError
+      int64_t x = concrete(v);
+      negative = x < 0;
+      uint64_t m = negative ? 0 - static_cast<uint64_t>(x) : static_cast<uint64_t>(x);
+      int base = type == 'x' || type == 'X' ? 16 : type == 'o' ? 8 : type == 'b' ? 2 : 10;
+      if (base != 10 && grouping) return refuse();
+      do {
+        int d = static_cast<int>(m % static_cast<uint64_t>(base));
+        body.insert(body.begin(), static_cast<char>(d < 10 ? '0' + d : (type == 'X' ? 'A' : 'a') + d - 10));
+        m /= static_cast<uint64_t>(base);
+      } while (m);
+      body = grouped(body);
+    } else if ((v->kind == Kind::Int || v->kind == Kind::Float) &&
+               (type == 'f' || type == 'F' || type == 'e' || type == 'E' || type == '%')) {
+      double x = v->kind == Kind::Int ? static_cast<double>(concrete(v)) : number(v);
+      if (type == '%') x *= 100;
+      negative = std::signbit(x) && !std::isnan(x);
+      char conversion = type == '%' ? 'f' : type;
+      std::string format = "%." + std::to_string(precision.value_or(6)) + conversion;
+      char buffer[512];
+      int written = std::snprintf(buffer, sizeof buffer, format.c_str(), std::fabs(x));
+      if (written < 0 || static_cast<size_t>(written) >= sizeof buffer) return refuse();
+      body = buffer;
+      size_t point = body.find_first_of(".eE");
+      if (std::isfinite(x)) body = grouped(body.substr(0, point)) + (point == std::string::npos ? "" : body.substr(point));
+      if (type == '%') body += '%';
+    } else {
+      return refuse();
+    }
+    std::string prefix = negative ? "-" : numeric && sign == '+' ? "+" : numeric && sign == ' ' ? " " : "";
+    if (!align) align = numeric ? '>' : '<';
+    size_t length = prefix.size() + body.size();
+    std::string pad = width > length ? std::string(width - length, fill) : "";
+    if (align == '=') return prefix + pad + body;
+    if (align == '<') return prefix + body + pad;
+    if (align == '>') return pad + prefix + body;
+    size_t left = pad.size() / 2;
+    return pad.substr(0, left) + prefix + body + pad.substr(left);
+  }
+
   Var relation(sym::Expr e) {
     if (auto b = e.asBoolean()) return boolean(*b);
     Var v = make(Kind::Bool);
@@ -3213,12 +3318,19 @@ private:
         f.stack.push_back(sequence(Kind::List, rest));
         for (size_t k = before; k-- > 0;) f.stack.push_back(items[k]);
       } else if (opname == "FORMAT_VALUE") {
-        // Plain str() of ints, strings, bools and None; a format spec, or repr()/ascii() of a
-        // string, is Python's to apply (a graph break).
-        if (arg & 0x04) unsupported("an f-string format spec");
+        // str() of ints, strings, bools and None, or format() with a spec (formatted); repr()/
+        // ascii() of a string is Python's to apply (a graph break).
+        std::optional<std::string> spec;
+        if (arg & 0x04) {
+          Var given = f.pop();
+          if (given->kind != Kind::Str) unsupported("an f-string format spec that is not a str");
+          spec = given->name;
+        }
         int64_t conversion = arg & 0x03;
         if (conversion >= 2 && f.top()->kind == Kind::Str) unsupported("repr() of a string in an f-string");
-        f.stack.push_back(string(text(f.pop())));
+        Var value = f.pop();
+        if (spec && !spec->empty()) f.stack.push_back(string(formatted(conversion ? string(text(value)) : value, *spec)));
+        else f.stack.push_back(string(text(value)));
       } else if (opname == "BUILD_STRING") {
         std::string s;
         for (const Var& v : f.popN(static_cast<size_t>(arg))) s += v->name;

@@ -440,7 +440,7 @@ def nested_branches_on_data(x):
     return x - 2
 
 
-@program(inputs=lambda: r(4), breaks="an f-string format spec")
+@program(inputs=lambda: r(4))
 def a_format_spec_in_an_f_string(x):
     m = x.mean()
     label = f"{x.shape[0]:03d}"

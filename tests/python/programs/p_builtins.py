@@ -1,5 +1,6 @@
 """Python builtins, math on constants, getattr/hasattr, strings."""
 import dataclasses
+import itertools
 import math
 
 import torch
@@ -225,7 +226,7 @@ def min_and_max_with_defaults(x):
     return x * max([], default=2) + min([1, 4], default=7)
 
 
-@program(inputs=lambda: r(4, 4), breaks="with a key function")
+@program(inputs=lambda: r(4, 4))
 def max_with_a_key(x):
     return x * max([1, -5, 3], key=abs)
 
@@ -337,3 +338,27 @@ _wrapped = _with_defaults_from(_decorated)
 @program(inputs=lambda: r(4))
 def code_introspection_in_a_decorator(x):
     return _wrapped(x, shift=0.5)
+
+
+@program(inputs=lambda: r(3, 4))
+def format_specs_of_numbers_and_strings(x):
+    n, f, s = x.shape[1] * 1234, 3.14159, "ab"
+    texts = [f"{n:,}", f"{n:>8d}", f"{n:<8}|", f"{n:^9}|", f"{-n:08d}", f"{n:+d}", f"{n: d}", f"{n:x}",
+             f"{n:X}", f"{n:o}", f"{n:b}", f"{n:_}", f"{f:.3f}", f"{f:10.2f}|", f"{-f:+.1e}", f"{f:E}",
+             f"{0.25:.1%}", f"{f:*^12.4f}", f"{s:>5}", f"{s:.1}", f"{s:-<4}", f"{1e6:,.2f}", f"{n:.2f}",
+             "{:>6.2f}|{:d}|{:s}".format(f, n, s), "{0:x}-{0:o}".format(255), f"{float('inf'):.2f}",
+             f"{True:d}", f"{-0.0:.1f}"]
+    return x * len(texts), texts
+
+
+@program(inputs=lambda: r(2, 3))
+def max_and_min_with_a_key_and_list_sort(x):
+    sizes = [(2, "b"), (1, "a"), (3, "c"), (1, "z")]
+    widest = max(sizes, key=lambda p: p[0])
+    narrowest = min(sizes, key=lambda p: p[0])  # the first of the ties
+    ordered = list(sizes)
+    ordered.sort(key=lambda p: p[0], reverse=True)
+    plain = [3, 1, 2]
+    plain.sort()
+    grid = [a * b for a, b in itertools.product([1, 2], repeat=2)]
+    return x * widest[0] + narrowest[0], ordered, plain, grid

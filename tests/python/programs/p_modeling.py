@@ -439,7 +439,7 @@ def list_append_extend_insert_pop(x):
     return torch.stack(xs), last, first
 
 
-@program(inputs=lambda: r(3), falls_back="both in the frame's state and inside it")
+@program(inputs=lambda: r(3))
 def list_index_count_sort_reverse_clear(x):
     dims = [3, 1, 2, 1]
     i = dims.index(2)

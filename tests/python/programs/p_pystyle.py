@@ -221,7 +221,7 @@ class NamedBlocks(nn.Module):
 named_blocks = inference(NamedBlocks())
 
 
-@program(inputs=lambda: r(2, 4), breaks="an f-string format spec")
+@program(inputs=lambda: r(2, 4), breaks="the format spec '#x'")
 def fstring_format_specs_pick_the_blocks(x):
     return named_blocks(x)
 
@@ -260,7 +260,7 @@ def str_methods_strip_the_state_dict_prefix(state):
     return F.linear(y, cleaned[head]), sorted(cleaned), leaves, head.upper().endswith("WEIGHT")
 
 
-@program(inputs=lambda: r(2, 6), breaks="str.format() of the field")
+@program(inputs=lambda: r(2, 6))
 def str_format_with_specs_names_the_heads(x):
     heads = x.view(2, 3, 2).unbind(1)
     out = {"head{:d}".format(i): h.sum(-1) for i, h in enumerate(heads)}
