@@ -1114,14 +1114,7 @@ void tensorSetItem(TraceState& s, const Var& x, const Var& index, const Var& val
     }
     unsupported("assigning to a tensor's items through a tensor index");
   }
-  Var view = tensorIndex(s, x, index);
-  Var device = make(Kind::Device);
-  device->device = s.meta(x).device;
-  Var boolType = make(Kind::DType);
-  boolType->dtype = DType::Bool;
-  Var always = s.callOp("full", {sequence(Kind::Tuple, {}), boolean(true)},
-                        {{"dtype", boolType}, {"device", device}});
-  s.callOp("where_out", {always, written, view, view}, {});
+  overwrite(s, tensorIndex(s, x, index), written);
 }
 
 std::optional<Var> moduleMember(const std::string& module, const std::string& name) {
